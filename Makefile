@@ -1,0 +1,41 @@
+# Usher: every target sets up what it needs from nothing (a .venv with the project installed).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup test lint typecheck run schemas bench bench-quick clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	@touch $(STAMP)
+
+setup: $(STAMP)
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+
+typecheck: setup
+	$(BIN)/mypy schemas usher services migrations
+
+test: lint typecheck
+	$(BIN)/pytest
+
+run: setup
+	$(BIN)/usher up
+
+schemas: setup
+	$(BIN)/python -m schemas.export
+
+bench: setup
+	$(BIN)/python -m bench
+
+bench-quick: setup
+	$(BIN)/python -m bench --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis

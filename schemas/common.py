@@ -1,0 +1,61 @@
+"""Small value types used inside several wire messages.
+
+What it does: resource maps, field errors and the human-and-machine readable ``Reason``.
+What it must never do: perform I/O or contain decision logic.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.ids import QuotaPath, WorkloadKey
+
+Resources = dict[str, int]
+"""Resource name -> amount in canonical integer units: ``cpu`` in millicores, everything else
+(memory in bytes, ``nvidia.com/gpu``, pods, extended resources) in base units."""
+
+
+class FieldError(msgspec.Struct, frozen=True, kw_only=True):
+    """One precise problem with an input: where it is and what is wrong."""
+
+    path: str
+    """Location in the input, e.g. ``spec.root.children[0].min.cpu``."""
+    code: str
+    """Stable machine code, e.g. ``invalid-quantity``, ``min-exceeds-max``."""
+    message: str
+    """Sentence for a person."""
+
+
+ReasonCode = Literal[
+    "QuotaExceeded",  # some node on the path would exceed max x oversellRate
+    "ZoneCapacity",  # the zone's nodes have no room
+    "NoNodeFits",  # no single node of the zone can host one pod of the workload
+    "BlockedByHead",  # Block policy: an earlier workload of the queue does not fit
+    "HeldForPreemptor",  # capacity is held for a preemptor that has not been admitted yet
+    "ExceedsMax",  # inadmissible: request above max x oversellRate on its path
+    "PodTooLarge",  # inadmissible: a pod larger than every node of its zone
+    "NoLeaf",  # unmapped: namespace belongs to no leaf
+    "UnknownQuota",  # unmapped: the quota label names no leaf
+    "NoTree",  # unmapped: no valid quota tree applied yet
+    "Reclaim",  # preempted: the owner of a guarantee reclaimed it
+    "WithinQuotaPriority",  # preempted: a higher-priority workload of the same leaf
+    "NotYetEvaluated",  # pending: arrived after the last pass
+]
+
+
+class Reason(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a workload is where it is. Fields are typed so nobody has to parse ``message``."""
+
+    code: ReasonCode
+    message: str
+    node: QuotaPath | None = None
+    """The limiting quota node, when there is one."""
+    resource: str | None = None
+    used: int | None = None
+    requested: int | None = None
+    limit: int | None = None
+    """The effective limit that was hit (``max x oversellRate``), in canonical units."""
+    blocker: WorkloadKey | None = None
+    """For ``BlockedByHead``/``HeldForPreemptor``: the workload in the way."""

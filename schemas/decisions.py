@@ -1,0 +1,91 @@
+"""Decision events: what Usher decided about a workload, and why.
+
+What it does: one frozen, tagged, versioned Struct per decision (SEMANTICS section 7). Other
+systems subscribe to these; they are published as JSON with CloudEvents-style headers.
+What it must never do: hold logic; change a tag once published.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from schemas.common import Reason, Resources
+from schemas.ids import QueueName, QuotaPath, WorkloadKey, Zone
+
+
+class _Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every decision; the ``type`` tag selects the concrete struct."""
+
+
+class Admitted(_Decision, frozen=True, kw_only=True, tag="decision.admitted.v1"):
+    """The workload may start: unsuspend it in its zone."""
+
+    workload: WorkloadKey
+    queue: QueueName
+    quota: QuotaPath
+    zone: Zone
+    requests: Resources
+    priority: int = 0
+
+
+class Pending(_Decision, frozen=True, kw_only=True, tag="decision.pending.v1"):
+    """The workload waits in its queue at ``position`` (1-based) for the stated reason."""
+
+    workload: WorkloadKey
+    queue: QueueName
+    quota: QuotaPath
+    position: int
+    reason: Reason
+
+
+class Inadmissible(_Decision, frozen=True, kw_only=True, tag="decision.inadmissible.v1"):
+    """The workload can never fit as things stand; it is skipped and never blocks its queue."""
+
+    workload: WorkloadKey
+    queue: QueueName | None = None
+    quota: QuotaPath | None = None
+    reason: Reason
+
+
+class Unmapped(_Decision, frozen=True, kw_only=True, tag="decision.unmapped.v1"):
+    """No leaf of the quota tree takes this workload; re-evaluated when the tree changes."""
+
+    workload: WorkloadKey
+    zone: Zone
+    reason: Reason
+
+
+class Preempted(_Decision, frozen=True, kw_only=True, tag="decision.preempted.v1"):
+    """The workload is suspended again so that ``preemptor`` can run; it keeps its place."""
+
+    workload: WorkloadKey
+    queue: QueueName
+    quota: QuotaPath
+    preemptor: WorkloadKey
+    reason: Reason
+
+
+ReleaseCause = Literal["Finished", "Deleted", "Preempted", "Failed"]
+
+
+class Released(_Decision, frozen=True, kw_only=True, tag="decision.released.v1"):
+    """The quota held by the workload is free again."""
+
+    workload: WorkloadKey
+    quota: QuotaPath
+    requests: Resources
+    cause: ReleaseCause
+
+
+Decision = Admitted | Pending | Inadmissible | Unmapped | Preempted | Released
+
+DECISION_TYPES: tuple[type[_Decision], ...] = (
+    Admitted,
+    Pending,
+    Inadmissible,
+    Unmapped,
+    Preempted,
+    Released,
+)

@@ -1,0 +1,83 @@
+"""The envelope every log entry travels in, plus the codecs for it.
+
+What it does: wraps a cluster event or a decision with its id, time and source (the CloudEvents
+attributes), and offers the one place where bytes become typed messages and back.
+What it must never do: swallow a decoding error (callers park bad messages explicitly) or
+accept loose dicts.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, TypeVar
+
+import msgspec
+
+from schemas.decisions import Decision
+from schemas.events import ClusterEvent
+from schemas.ids import EventId
+
+SCHEMA_VERSION = 1
+
+LogEvent = ClusterEvent | Decision
+
+
+class Envelope(msgspec.Struct, frozen=True, kw_only=True, tag="envelope.v1"):
+    """One entry of the Usher log."""
+
+    id: EventId
+    """Deterministic id, also sent as ``Nats-Msg-Id`` and ``ce-id``."""
+    time: datetime
+    """When the source produced it (UTC), ``ce-time``."""
+    source: str
+    """Who produced it, e.g. ``usher/watcher`` or ``usher/dequeuer/zone-a``, ``ce-source``."""
+    v: int = SCHEMA_VERSION
+    event: LogEvent
+
+
+class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, tag="dlq.v1"):
+    """A message a service could not process, parked on ``<prefix>.dlq.<service>``."""
+
+    service: str
+    subject: str
+    error: str
+    """Exception type, e.g. ``msgspec.ValidationError``."""
+    detail: str
+    """Its message, naming what is wrong (field path from msgspec)."""
+    data: bytes
+    stream_seq: int | None = None
+
+
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_envelope_decoder = msgspec.json.Decoder(Envelope)
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    """Serialise any wire struct to JSON bytes."""
+    return _encoder.encode(message)
+
+
+def decode_envelope(data: bytes) -> Envelope:
+    """Decode log bytes; raises ``msgspec.DecodeError``/``ValidationError`` naming the field."""
+    return _envelope_decoder.decode(data)
+
+
+def decode(data: bytes, type_: type[T]) -> T:
+    """Decode bytes into ``type_``; raises only msgspec's errors."""
+    return msgspec.json.decode(data, type=type_)
+
+
+def cloudevent_headers(envelope: Envelope) -> dict[str, str]:
+    """CloudEvents binary-mode headers for a published envelope (plus ``Nats-Msg-Id``)."""
+    tag: Any = type(envelope.event).__struct_config__.tag
+    return {
+        "Nats-Msg-Id": envelope.id,
+        "ce-specversion": "1.0",
+        "ce-id": envelope.id,
+        "ce-type": f"io.usher.{tag}",
+        "ce-source": envelope.source,
+        "ce-time": envelope.time.isoformat(),
+        "content-type": "application/json",
+    }

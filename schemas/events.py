@@ -1,0 +1,140 @@
+"""Cluster events: what the watcher saw in Kubernetes, as facts on the log.
+
+What it does: one frozen, tagged, versioned msgspec Struct per kind of observation. Tags are
+``<noun>.<verb>.v<N>`` and are never reused; new fields arrive only with defaults.
+What it must never do: carry decisions (see ``schemas.decisions``) or loose dicts.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.common import FieldError, Resources
+from schemas.ids import Millis, NodeName, WorkloadKey, Zone
+from schemas.quota import QuotaNode
+
+
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    """Base of every event; the ``type`` tag selects the concrete struct."""
+
+
+class PodSet(msgspec.Struct, frozen=True, kw_only=True):
+    """A group of identical pods of one workload (a Job, one replica type of a TFJob...)."""
+
+    name: str
+    count: int
+    requests: Resources
+    """Per pod, canonical units: containers summed, max with each init container, plus overhead."""
+
+
+class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed.v1"):
+    """A suspended (or running) job of a supported kind exists with this shape."""
+
+    workload: WorkloadKey
+    namespace: str
+    name: str
+    kind: str
+    """``apiVersion/kind`` style short name, e.g. ``batch/v1/Job``, ``kubeflow.org/v1/TFJob``."""
+    uid: str = ""
+    zone: Zone
+    priority_class: str | None = None
+    priority: int | None = None
+    """``spec.priority`` when set; the PriorityClass value wins when the class is known."""
+    created_ms: Millis
+    pod_sets: list[PodSet]
+    quota_name: str | None = None
+    """Value of label ``quota.scheduling.alibabacloud.com/name`` (overrides namespace mapping)."""
+    suspended: bool = True
+    resource_version: str = ""
+
+
+class WorkloadFinished(_Event, frozen=True, kw_only=True, tag="workload.finished.v1"):
+    """All pods of the workload completed (or it failed terminally); its quota is released."""
+
+    workload: WorkloadKey
+    succeeded: bool = True
+    finished_ms: Millis | None = None
+
+
+class WorkloadDeleted(_Event, frozen=True, kw_only=True, tag="workload.deleted.v1"):
+    """The workload object is gone from the cluster."""
+
+    workload: WorkloadKey
+
+
+class WorkloadRejected(_Event, frozen=True, kw_only=True, tag="workload.rejected.v1"):
+    """A job manifest could not be turned into a workload; the errors say exactly why."""
+
+    workload: WorkloadKey
+    kind: str
+    errors: list[FieldError]
+
+
+class QuotaTreeApplied(_Event, frozen=True, kw_only=True, tag="quota.applied.v1"):
+    """A valid ElasticQuotaTree is now in force."""
+
+    root: QuotaNode
+    resource_version: str = ""
+
+
+class QuotaTreeRejected(_Event, frozen=True, kw_only=True, tag="quota.rejected.v1"):
+    """An ElasticQuotaTree was invalid as a whole; the previous tree stays in force."""
+
+    errors: list[FieldError]
+    resource_version: str = ""
+
+
+class NodeObserved(_Event, frozen=True, kw_only=True, tag="node.observed.v1"):
+    """A Kubernetes Node with its allocatable resources."""
+
+    node: NodeName
+    zone: Zone
+    allocatable: Resources
+    unschedulable: bool = False
+
+
+class NodeRemoved(_Event, frozen=True, kw_only=True, tag="node.removed.v1"):
+    """A Kubernetes Node disappeared."""
+
+    node: NodeName
+    zone: Zone
+
+
+class PriorityClassObserved(_Event, frozen=True, kw_only=True, tag="priorityclass.observed.v1"):
+    """A PriorityClass and its value."""
+
+    name: str
+    value: int
+
+
+class PriorityClassDeleted(_Event, frozen=True, kw_only=True, tag="priorityclass.deleted.v1"):
+    """A PriorityClass was removed; workloads naming it fall back to ``spec.priority`` or 0."""
+
+    name: str
+
+
+ClusterEvent = (
+    WorkloadObserved
+    | WorkloadFinished
+    | WorkloadDeleted
+    | WorkloadRejected
+    | QuotaTreeApplied
+    | QuotaTreeRejected
+    | NodeObserved
+    | NodeRemoved
+    | PriorityClassObserved
+    | PriorityClassDeleted
+)
+
+CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
+    WorkloadObserved,
+    WorkloadFinished,
+    WorkloadDeleted,
+    WorkloadRejected,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    NodeObserved,
+    NodeRemoved,
+    PriorityClassObserved,
+    PriorityClassDeleted,
+)

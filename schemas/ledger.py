@@ -1,0 +1,76 @@
+"""Ledger request/reply messages (NATS request/reply on ``<prefix>.ledger.*``).
+
+What it does: the reservation and release contract between dequeuers/preemptor and the ledger.
+What it must never do: carry logic; the ledger alone decides whether a reservation is granted.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.common import Reason, Resources
+from schemas.decisions import ReleaseCause
+from schemas.ids import QueueName, QuotaPath, RequestId, WorkloadKey, Zone
+
+
+class Reservation(msgspec.Struct, frozen=True, kw_only=True):
+    """Ask to hold ``requests`` on every node of the path root..``quota`` for a workload."""
+
+    workload: WorkloadKey
+    queue: QueueName
+    quota: QuotaPath
+    zone: Zone
+    requests: Resources
+    priority: int = 0
+    preempting: list[WorkloadKey] = msgspec.field(default_factory=list)
+    """Victims whose release this reservation counts on (capacity held for the preemptor)."""
+
+
+class ReserveRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.reserve.v1"):
+    """Many reservations at once; each is granted or refused on its own, in order."""
+
+    request_id: RequestId
+    zone: Zone
+    reservations: list[Reservation]
+
+
+class ReservationResult(msgspec.Struct, frozen=True, kw_only=True):
+    """Outcome of one reservation."""
+
+    workload: WorkloadKey
+    granted: bool
+    reason: Reason | None = None
+    """Why it was refused (the node and resource that would be over-committed)."""
+
+
+class ReserveReply(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.reserve-reply.v1"):
+    """Reply to a ``ReserveRequest``; results are in request order."""
+
+    request_id: RequestId
+    results: list[ReservationResult]
+
+
+class ReleaseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.release.v1"):
+    """Free what a workload holds."""
+
+    request_id: RequestId
+    workload: WorkloadKey
+    cause: ReleaseCause
+
+
+class ReleaseReply(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.release-reply.v1"):
+    """Reply to a ``ReleaseRequest``; ``released`` is false when nothing was held."""
+
+    request_id: RequestId
+    workload: WorkloadKey
+    released: bool
+    requests: Resources = msgspec.field(default_factory=dict)
+
+
+class LedgerError(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.error.v1"):
+    """The ledger could not process a request; ``transient`` says whether a retry may help."""
+
+    request_id: RequestId
+    code: str
+    message: str
+    transient: bool

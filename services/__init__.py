@@ -1,0 +1,1 @@
+"""Usher services: watcher, ledger, dequeuer, preemptor (separate asyncio processes)."""

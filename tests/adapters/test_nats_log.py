@@ -1,0 +1,88 @@
+"""Contract tests of the NATS JetStream adapter against a real server."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from schemas import (
+    DeadLetter,
+    Envelope,
+    EventId,
+    WorkloadDeleted,
+    WorkloadKey,
+    Zone,
+    decode,
+    decode_envelope,
+)
+from usher.adapters.nats.log import ensure_streams, park, publish_envelope
+from usher.adapters.nats.subjects import Subjects, token
+
+
+def _envelope(event_id: str) -> Envelope:
+    return Envelope(
+        id=EventId(event_id),
+        time=datetime(2026, 1, 1, tzinfo=UTC),
+        source="usher/test",
+        event=WorkloadDeleted(workload=WorkloadKey("ns/job.v1")),
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "escaped"),
+    [
+        ("plain", "plain"),
+        ("job.v1", "job%2Ev1"),
+        ("a*b>c", "a%2Ab%3Ec"),
+        ("50%.x", "50%25%2Ex"),
+        ("", "%00"),
+    ],
+    ids=["plain", "dot", "wildcards", "percent-first", "empty"],
+)
+def test_token_escapes_subject_specials(raw: str, escaped: str) -> None:
+    assert token(raw) == escaped
+
+
+async def test_streams_are_created_idempotently(js: JetStreamContext, subjects: Subjects) -> None:
+    await ensure_streams(js, subjects)  # the fixture already created them: an update
+    info = await js.stream_info(subjects.stream_name)
+    assert sorted(info.config.subjects or []) == sorted(subjects.log_subjects)
+    dlq = await js.stream_info(subjects.dlq_stream_name)
+    assert dlq.config.subjects == subjects.dlq_subjects
+
+
+async def test_publish_is_deduplicated_by_event_id(
+    js: JetStreamContext, subjects: Subjects
+) -> None:
+    subject = subjects.job(Zone("default"), "ns", "job.v1")
+    first = await publish_envelope(js, subject, _envelope("ev-1"))
+    again = await publish_envelope(js, subject, _envelope("ev-1"))
+    other = await publish_envelope(js, subject, _envelope("ev-2"))
+    assert again.duplicate and not first.duplicate
+    assert again.seq == first.seq
+    assert other.seq == first.seq + 1
+    msg = await js.get_msg(subjects.stream_name, first.seq)
+    assert decode_envelope(msg.data or b"") == _envelope("ev-1")
+    headers = msg.headers or {}
+    assert headers["ce-type"] == "io.usher.workload.deleted.v1"
+    assert headers["ce-id"] == "ev-1"
+    assert headers["Nats-Msg-Id"] == "ev-1"
+
+
+async def test_dead_letters_are_parked_with_their_error(
+    nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    letter = DeadLetter(
+        service="ledger",
+        subject=subjects.ledger_reserve,
+        error="msgspec.ValidationError",
+        detail="Expected `str`, got `int` - at `$.workload`",
+        data=b'{"workload": 1}',
+        stream_seq=7,
+    )
+    await park(nc, subjects, letter)
+    msg = await js.get_last_msg(subjects.dlq_stream_name, subjects.dlq("ledger"))
+    assert decode(msg.data or b"", DeadLetter) == letter

@@ -1,0 +1,1 @@
+"""Usher: an event-sourced, multi-tenant job queue for Kubernetes batch work."""

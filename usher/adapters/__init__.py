@@ -1,0 +1,1 @@
+"""Adapters: the I/O edges of Usher (NATS, PostgreSQL, Kubernetes, embedded servers)."""

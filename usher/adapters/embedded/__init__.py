@@ -1,0 +1,1 @@
+"""The embedded one-machine infrastructure: NATS and PostgreSQL servers from wheels."""

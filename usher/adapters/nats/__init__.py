@@ -1,0 +1,1 @@
+"""NATS JetStream adapter: stream layout, publishing envelopes, reading the log."""

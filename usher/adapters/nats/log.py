@@ -1,0 +1,75 @@
+"""The Usher log on NATS JetStream: streams, publishing envelopes, parking dead letters.
+
+What it does: creates (or updates) the log and DLQ streams of an installation, publishes
+envelopes with deterministic ``Nats-Msg-Id`` and CloudEvents headers, and parks messages that
+could not be processed on ``<prefix>.dlq.<service>`` with the error.
+What it must never do: decide anything, or drop a message silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import DiscardPolicy, PubAck, RetentionPolicy, StorageType, StreamConfig
+
+from schemas import DeadLetter, Envelope, cloudevent_headers, encode
+from usher.adapters.nats.subjects import Subjects
+
+DUPLICATE_WINDOW_S = 120.0
+DLQ_MAX_AGE_S = 14 * 24 * 3600.0
+
+
+def log_stream_config(subjects: Subjects) -> StreamConfig:
+    """The log keeps everything (it is the source of truth); dedup by ``Nats-Msg-Id``."""
+    return StreamConfig(
+        name=subjects.stream_name,
+        subjects=subjects.log_subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=DUPLICATE_WINDOW_S,
+        allow_direct=True,
+    )
+
+
+def dlq_stream_config(subjects: Subjects) -> StreamConfig:
+    """Dead letters are kept two weeks for an operator to inspect and replay."""
+    return StreamConfig(
+        name=subjects.dlq_stream_name,
+        subjects=subjects.dlq_subjects,
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE,
+        max_age=DLQ_MAX_AGE_S,
+    )
+
+
+async def ensure_streams(js: JetStreamContext, subjects: Subjects) -> None:
+    """Create the streams, or bring an existing stream's config up to date (idempotent)."""
+    for config in (log_stream_config(subjects), dlq_stream_config(subjects)):
+        try:
+            await js.stream_info(config.name or "")
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(config)
+        else:
+            await js.update_stream(config)
+
+
+async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
+    """Remove an installation's streams (tests clean up after themselves with this)."""
+    for name in (subjects.stream_name, subjects.dlq_stream_name):
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream(name)
+
+
+async def publish_envelope(js: JetStreamContext, subject: str, envelope: Envelope) -> PubAck:
+    """Publish one envelope; a redelivered duplicate (same id) is dropped by the server."""
+    return await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
+
+
+async def park(nc: Client, subjects: Subjects, letter: DeadLetter) -> None:
+    """Park an unprocessable message with its error on the service's DLQ subject."""
+    js = nc.jetstream()
+    await js.publish(subjects.dlq(letter.service), encode(letter))

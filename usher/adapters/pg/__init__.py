@@ -1,0 +1,1 @@
+"""PostgreSQL adapter: SQLAlchemy models, engine and Alembic migrations."""
