@@ -11,13 +11,18 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
+import yaml
 
 from usher.adapters.embedded.processes import ServerStartError
 from usher.adapters.embedded.stack import EmbeddedStack, usher_home
 from usher.adapters.logs import configure, redact_url
+from usher.core import sim as simulator
+from usher.core.errors import InputError
+
+_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 EXIT_OK = 0
 EXIT_DIFFERENCES = 1
@@ -26,7 +31,7 @@ EXIT_BAD_INPUT = 3
 EXIT_UNAVAILABLE = 4
 
 
-def fail(message: str, code: int) -> None:
+def fail(message: str, code: int) -> NoReturn:
     """Print one line on stderr and exit with ``code`` (no traceback)."""
     click.echo(f"usher: {message}", err=True)
     sys.exit(code)
@@ -74,6 +79,65 @@ def up(home: Path | None) -> None:
     finally:
         stack.stop()
         click.echo("Stopped.")
+
+
+def load_yaml_file(path: Path) -> Any:
+    """Read and parse a YAML file, turning every failure into one clear line and exit 3."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail(f"{path}: no such file", EXIT_BAD_INPUT)
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        fail(f"{path}: cannot read ({exc.__class__.__name__})", EXIT_BAD_INPUT)
+    try:
+        return yaml.load(text, Loader=_YamlLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc.__class__.__name__
+        fail(f"{path}:{where}: invalid YAML: {problem}", EXIT_BAD_INPUT)
+
+
+def report_input_error(source: str, exc: InputError) -> None:
+    """One line per problem, each naming the field path."""
+    for error in exc.errors:
+        click.echo(f"usher: {source}: {error.path}: {error.message} [{error.code}]", err=True)
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file.")
+@click.option("--check", is_flag=True, help="Compare with the file's expect: block.")
+def sim(files: tuple[Path, ...], as_json: bool, check: bool) -> None:
+    """Play scenario FILES through the admission core (no cluster, no servers).
+
+    Exit 0 when every file ran (and, with --check, matched its expect: block); 1 when some
+    outcome differs from expect:; 3 when a file is missing or malformed.
+    """
+    differing = 0
+    for path in files:
+        data = load_yaml_file(path)
+        try:
+            scenario = simulator.load_scenario(data, str(path))
+        except InputError as exc:
+            report_input_error(str(path), exc)
+            sys.exit(EXIT_BAD_INPUT)
+        result = simulator.run(scenario)
+        if as_json:
+            click.echo(simulator.render_json(result))
+        else:
+            if len(files) > 1:
+                click.echo(f"== {path}")
+            click.echo(simulator.render_table(result))
+        if check:
+            differences = simulator.check(scenario, result)
+            for line in differences:
+                click.echo(f"{path}: {line}", err=True)
+            differing += bool(differences)
+            if not differences and not as_json:
+                click.echo(f"{path}: matches expect")
+    if differing:
+        sys.exit(EXIT_DIFFERENCES)
 
 
 def main() -> None:

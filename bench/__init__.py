@@ -1,0 +1,1 @@
+"""Benchmarks of Usher (run with ``make bench``); they print numbers, never pass or fail."""

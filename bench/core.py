@@ -1,0 +1,153 @@
+"""Benchmark of the pure decision core: backlog admission rate, one-finish pass latency, memory.
+
+Builds, deterministically (seeded), a 3-level tree (root -> 10 departments -> 100 leaves
+each) and 100,000 pending workloads, then measures:
+- admissions/s of the pass that admits the backlog,
+- median and p99 ms of a pass triggered by one finished workload (200 repetitions),
+- bytes retained per pending workload (tracemalloc).
+
+Run: ``python -m bench.core [--quick]``. The bench may read the clock; the core never does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+
+from schemas import (
+    Admitted,
+    Millis,
+    PodSet,
+    QuotaNode,
+    QuotaTreeApplied,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+)
+from usher.core.engine import Engine
+
+GI = 1024**3
+SHAPES = [(1000, 4 * GI), (2000, 8 * GI), (4000, 16 * GI), (8000, 32 * GI)]
+
+
+def build_tree(departments: int, leaves: int, root_cores: int) -> QuotaNode:
+    """root (min == max) -> departments (min = share, max = 1.5 share) -> leaves (max 4x min)."""
+    dept_cpu = root_cores * 1000 // departments
+    leaf_cpu = dept_cpu // leaves
+    children = []
+    for d in range(departments):
+        kids = [
+            QuotaNode(
+                name=f"leaf-{d}-{i}",
+                min={"cpu": leaf_cpu, "memory": leaf_cpu // 1000 * 4 * GI},
+                max={"cpu": 4 * leaf_cpu, "memory": 4 * leaf_cpu // 1000 * 4 * GI},
+                namespaces=[f"ns-{d}-{i}"],
+            )
+            for i in range(leaves)
+        ]
+        children.append(
+            QuotaNode(
+                name=f"dept-{d}",
+                min={"cpu": dept_cpu, "memory": dept_cpu // 1000 * 4 * GI},
+                max={"cpu": dept_cpu * 3 // 2, "memory": dept_cpu * 3 // 2 // 1000 * 4 * GI},
+                children=kids,
+            )
+        )
+    total = {"cpu": root_cores * 1000, "memory": root_cores * 4 * GI}
+    return QuotaNode(name="root", min=total, max=dict(total), children=children)
+
+
+def workloads(count: int, departments: int, leaves: int, seed: int) -> list[WorkloadObserved]:
+    rng = random.Random(seed)
+    out = []
+    for n in range(count):
+        d, i = rng.randrange(departments), rng.randrange(leaves)
+        cpu, memory = SHAPES[rng.randrange(len(SHAPES))]
+        namespace = f"ns-{d}-{i}"
+        name = f"job-{n}"
+        out.append(
+            WorkloadObserved(
+                workload=WorkloadKey(f"{namespace}/{name}"),
+                namespace=namespace,
+                name=name,
+                kind="batch/v1/Job",
+                zone=Zone("default"),
+                priority=rng.choice((0, 0, 0, 1, 5)),
+                created_ms=Millis(n),
+                pod_sets=[PodSet(name="main", count=1, requests={"cpu": cpu, "memory": memory})],
+            )
+        )
+    return out
+
+
+def run(quick: bool) -> dict[str, float]:
+    """Run the benchmark; return its numbers (also printed as a table by ``main``)."""
+    departments, leaves = 10, 100
+    count = 20_000 if quick else 100_000
+    repetitions = 50 if quick else 200
+    root_cores = count * 375 // 200  # about half of the backlog fits
+    tree = build_tree(departments, leaves, root_cores)
+
+    gc.collect()
+    tracemalloc.start()
+    engine = Engine()
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    base = tracemalloc.get_traced_memory()[0]
+    for event in workloads(count, departments, leaves, seed=7):
+        engine.apply(event, Millis(0))
+    gc.collect()
+    retained = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+
+    started = time.perf_counter()
+    decisions = engine.decide(Millis(1))
+    backlog_seconds = time.perf_counter() - started
+    admitted = [d.workload for d in decisions if isinstance(d, Admitted)]
+
+    rng = random.Random(11)
+    timings = []
+    running = list(admitted)
+    for step in range(repetitions):
+        victim = running.pop(rng.randrange(len(running)))
+        now = Millis(2 + step)
+        started = time.perf_counter()
+        engine.apply(WorkloadFinished(workload=victim), now)
+        new = engine.decide(now)
+        timings.append((time.perf_counter() - started) * 1000)
+        running.extend(d.workload for d in new if isinstance(d, Admitted))
+    timings.sort()
+    return {
+        "pending_workloads": float(count),
+        "backlog_admitted": float(len(admitted)),
+        "backlog_pass_s": backlog_seconds,
+        "admissions_per_s": len(admitted) / backlog_seconds,
+        "finish_pass_median_ms": statistics.median(timings),
+        "finish_pass_p99_ms": timings[min(len(timings) - 1, int(len(timings) * 0.99))],
+        "bytes_per_pending_workload": retained / count,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="20k workloads, 50 repetitions")
+    parser.add_argument("--json", action="store_true", help="print the numbers as JSON")
+    args = parser.parse_args(argv)
+    numbers = run(args.quick)
+    if args.json:
+        print(json.dumps(numbers, indent=2, sort_keys=True))
+        return 0
+    width = max(len(k) for k in numbers)
+    for key, value in numbers.items():
+        print(f"{key:<{width}}  {value:>14,.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

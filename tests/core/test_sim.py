@@ -1,0 +1,215 @@
+"""Scenario loading errors, rendering and checking of the simulator."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from usher.core.errors import ScenarioError
+from usher.core.sim import check, load_scenario, render_json, render_table, run
+
+TREE: dict[str, Any] = {
+    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+    "kind": "ElasticQuotaTree",
+    "metadata": {"name": "t", "namespace": "kube-system"},
+    "spec": {
+        "root": {
+            "name": "root",
+            "min": {"cpu": "10"},
+            "max": {"cpu": "10"},
+            "children": [
+                {"name": "A", "min": {"cpu": "10"}, "max": {"cpu": "10"}, "namespaces": ["a"]}
+            ],
+        }
+    },
+}
+
+
+def job(name: str | None, cpu: str = "4", generate: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"namespace": "a"}
+    if generate:
+        metadata["generateName"] = "pi-"
+    else:
+        metadata["name"] = name
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata,
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "w", "image": "x", "resources": {"requests": {"cpu": cpu}}}
+                    ]
+                }
+            },
+        },
+    }
+
+
+def scenario(**overrides: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "name": "t",
+        "config": {"policy": "Round"},
+        "objects": [TREE],
+        "timeline": [{"at": 0, "create": job("x")}, {"at": 1.5, "create": job("y")}],
+        "expect": {"jobs": {"a/x": "Admitted", "a/y": "Admitted"}},
+    }
+    data.update(overrides)
+    return data
+
+
+def error_paths(data: object) -> list[str]:
+    with pytest.raises(ScenarioError) as failure:
+        load_scenario(data, "test.yaml")
+    return [e.path for e in failure.value.errors]
+
+
+@pytest.mark.parametrize(
+    ("name", "overrides", "path"),
+    [
+        ("unknown-top-level-key", {"extra": 1}, "extra"),
+        ("unknown-config-key", {"config": {"policy": "Round", "speed": 3}}, "config.speed"),
+        ("bad-policy", {"config": {"policy": "Fast"}}, "config.policy"),
+        ("bad-within-quota", {"config": {"withinQuota": "Always"}}, "config.withinQuota"),
+        ("bad-oversell", {"config": {"oversellRate": "lots"}}, "config.oversellRate"),
+        ("zero-oversell", {"config": {"oversellRate": 0}}, "config.oversellRate"),
+        ("unknown-action", {"timeline": [{"at": 0, "explode": "a/x"}]}, "timeline[0].explode"),
+        ("no-action", {"timeline": [{"at": 0}]}, "timeline[0]"),
+        ("bad-at", {"timeline": [{"at": "soon", "create": job("x")}]}, "timeline[0].at"),
+        ("negative-at", {"timeline": [{"at": -1, "create": job("x")}]}, "timeline[0].at"),
+        (
+            "decreasing-at",
+            {"timeline": [{"at": 2, "create": job("x")}, {"at": 1, "create": job("y")}]},
+            "timeline[1].at",
+        ),
+        (
+            "generate-name-without-name",
+            {"timeline": [{"at": 0, "create": job(None, generate=True)}]},
+            "timeline[0].name",
+        ),
+        (
+            "finish-unknown-job",
+            {"timeline": [{"at": 0, "create": job("x")}, {"at": 1, "finish": "a/nope"}]},
+            "timeline[1].finish",
+        ),
+        (
+            "delete-after-delete",
+            {
+                "timeline": [
+                    {"at": 0, "create": job("x")},
+                    {"at": 1, "delete": "a/x"},
+                    {"at": 2, "delete": "a/x"},
+                ]
+            },
+            "timeline[2].delete",
+        ),
+        (
+            "invalid-manifest",
+            {"timeline": [{"at": 0, "create": job("x", cpu="lots")}]},
+            "timeline[0].create.spec.template.spec.containers[0].resources.requests.cpu",
+        ),
+        ("bad-expect-state", {"expect": {"jobs": {"a/x": "Running"}}}, "expect.jobs.a/x"),
+        (
+            "bad-expect-quantity",
+            {"expect": {"quota": {"root": {"cpu": "many"}}}},
+            "expect.quota.root.cpu",
+        ),
+        ("object-of-unknown-kind", {"objects": [{"kind": "Pod"}]}, "objects[0].kind"),
+    ],
+)
+def test_malformed_scenarios_name_the_field(
+    name: str, overrides: dict[str, Any], path: str
+) -> None:
+    paths = error_paths(scenario(**overrides))
+    assert any(p == path or p.startswith(path) for p in paths), (name, paths)
+
+
+def test_not_a_mapping() -> None:
+    assert error_paths([1, 2]) == [""]
+
+
+def test_generate_name_with_name_is_fine() -> None:
+    data = scenario(
+        timeline=[{"at": 0, "name": "pi-1", "create": job(None, generate=True)}],
+        expect={"jobs": {"a/pi-1": "Admitted"}},
+    )
+    loaded = load_scenario(data, "t")
+    assert check(loaded, run(loaded)) == []
+
+
+def test_invalid_tree_in_apply_is_rejected_and_recorded_not_an_error() -> None:
+    bad = json.loads(json.dumps(TREE))
+    bad["spec"]["root"]["children"][0]["min"] = {"cpu": "20"}
+    data = scenario(
+        timeline=[{"at": 0, "apply": bad}, {"at": 1, "create": job("x")}],
+        expect={"jobs": {"a/x": "Admitted"}},
+    )
+    loaded = load_scenario(data, "t")
+    result = run(loaded)
+    assert check(loaded, result) == []
+    output = json.loads(render_json(result))
+    assert output["rejected"][0]["at"] == 0 and output["rejected"][0]["errors"]
+    assert "tree rejected" in render_table(result)
+
+
+def test_json_shape_and_times() -> None:
+    loaded = load_scenario(scenario(), "t")
+    output = json.loads(render_json(run(loaded)))
+    assert [(d["at"], d["action"], d["job"]) for d in output["decisions"]] == [
+        (0, "admit", "a/x"),
+        (1.5, "admit", "a/y"),
+    ]
+    assert output["final"]["jobs"]["a/x"] == {"state": "Admitted", "queue": "root-a-a"}
+    assert output["final"]["quota"]["root/A"] == {"used": {"cpu": "8"}}
+    assert set(output["final"]["quota"]) == {"root", "root/A"}
+
+
+def test_check_names_every_difference() -> None:
+    data = scenario(
+        timeline=[{"at": 0, "create": job("x", cpu="8")}, {"at": 1, "create": job("y")}],
+        expect={
+            "jobs": {"a/x": "Pending", "a/gone": "Admitted"},
+            "queues": {"root-a-a": [], "nope": []},
+            "preempted": ["a/x"],
+            "quota": {"root/A": {"cpu": "1"}, "root/Z": {"cpu": "1"}},
+        },
+    )
+    loaded = load_scenario(data, "t")
+    problems = check(loaded, run(loaded))
+    text = "\n".join(problems)
+    for needle in (
+        "job a/x: expected Pending, got Admitted",
+        "job a/gone",
+        "queue root-a-a: expected [], got ['a/y']",
+        "queue nope",
+        "preempted a/x",
+        "quota root/A cpu: expected used 1, got 8",
+        "quota root/Z",
+    ):
+        assert needle in text, (needle, problems)
+
+
+def test_table_lists_sections() -> None:
+    loaded = load_scenario(scenario(), "t")
+    table = render_table(run(loaded))
+    for section in ("decisions:", "jobs:", "queues:", "quota (used / min / max):"):
+        assert section in table
+
+
+def test_nodes_and_node_actions() -> None:
+    data = scenario(
+        nodes=[{"name": "n1", "allocatable": {"cpu": "4"}}],
+        timeline=[
+            {"at": 0, "create": job("x", cpu="4")},
+            {"at": 0, "create": job("y", cpu="4")},
+            {"at": 1, "node": {"name": "n2", "allocatable": {"cpu": "4"}}},
+            {"at": 2, "removeNode": {"name": "n2"}},
+        ],
+        expect={"jobs": {"a/x": "Admitted", "a/y": "Admitted"}},
+    )
+    loaded = load_scenario(data, "t")
+    assert check(loaded, run(loaded)) == []

@@ -1,0 +1,56 @@
+"""Run the Kubernetes API emulator until SIGTERM/SIGINT.
+
+What it does: ``python -m usher.adapters.kube_emulator --port 0 --kubeconfig PATH [--kubelet]``
+starts the emulator on 127.0.0.1, writes the kubeconfig, prints the URL and waits for a signal.
+What it must never do: bind anything but 127.0.0.1 unless told with ``--host``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+from usher.adapters.kube_emulator.server import KubeEmulator
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m usher.adapters.kube_emulator")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")
+    parser.add_argument("--kubelet", action="store_true", help="run the fake kubelet")
+    parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
+    parser.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds")
+    parser.add_argument("--history", type=int, default=1000, help="watch events kept")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    emulator = KubeEmulator(
+        host=args.host,
+        port=args.port,
+        kubeconfig_path=args.kubeconfig,
+        kubelet=args.kubelet,
+        kubelet_speed=args.speed,
+        bookmark_interval=args.bookmark_interval,
+        history_size=args.history,
+    )
+    async with emulator:
+        print(emulator.url, flush=True)
+        await stop.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    asyncio.run(serve(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,686 @@
+"""HTTP front of the Kubernetes API emulator: the real REST + watch protocol over aiohttp.
+
+What it does: serves discovery (``/api``, ``/apis``, ``/version``), list/get/create/update/
+patch/delete (and the status subresource) for the resources in ``store.RESOURCES``, streams
+watches as chunked newline-delimited JSON events (with resume, 410 Expired, bookmarks and
+``timeoutSeconds``), renders ``Table`` responses for kubectl, binds 127.0.0.1 on a free port and
+writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and kubectl can load.
+Any bearer token (or none) is accepted: there is no authentication or authorization.
+What it must never do: keep state of its own besides open watches (the store is the truth);
+block the event loop; listen on anything but the host it was given (127.0.0.1 by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from usher.adapters.kube_emulator.kubelet import FakeKubelet
+from usher.adapters.kube_emulator.store import (
+    RESOURCES,
+    ApiError,
+    FieldSelector,
+    Filter,
+    JsonObj,
+    LabelSelector,
+    PatchType,
+    ResourceType,
+    Store,
+    StoreEvent,
+    bad_request,
+    find_resource,
+)
+
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "32",
+    "gitVersion": "v1.32.0+usher-emulator",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2025-01-01T00:00:00Z",
+    "goVersion": "go1.23.4",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+PATCH_TYPES: dict[str, PatchType] = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+}
+TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+TRUE_VALUES = frozenset({"1", "t", "T", "true", "TRUE", "True"})
+CLUSTER_NAME = "usher-emulator"
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a resource URL addresses."""
+
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch_path: bool
+
+
+def route_not_found() -> ApiError:
+    return ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+def method_not_allowed() -> ApiError:
+    return ApiError(
+        405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+    )
+
+
+def split_api_path(segments: list[str]) -> tuple[str, str, list[str]] | None:
+    """``(group, version, rest)`` of ``/api/v1/...`` or ``/apis/<g>/<v>/...``."""
+    if len(segments) >= 2 and segments[0] == "api":
+        return "", segments[1], segments[2:]
+    if len(segments) >= 3 and segments[0] == "apis":
+        return segments[1], segments[2], segments[3:]
+    return None
+
+
+def resolve_target(group: str, version: str, rest: list[str]) -> Target:
+    """The resource, namespace, name and subresource a path after the version names."""
+    watch_path = bool(rest) and rest[0] == "watch"
+    if watch_path:
+        rest = rest[1:]
+    namespace: str | None = None
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        scoped = find_resource(group, version, rest[2])
+        if scoped is not None and scoped.namespaced:
+            namespace, rest = rest[1], rest[2:]
+    if not rest or len(rest) > 3:
+        raise route_not_found()
+    rt = find_resource(group, version, rest[0])
+    if rt is None:
+        raise route_not_found()
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else None
+    if sub is not None and (sub != "status" or not rt.status_subresource):
+        raise route_not_found()
+    if rt.namespaced and namespace is None and name is not None:
+        raise route_not_found()
+    return Target(rt, namespace, name, sub, watch_path)
+
+
+def flag(query: Any, name: str) -> bool:
+    return str(query.get(name, "")) in TRUE_VALUES
+
+
+def int_param(query: Any, name: str) -> int:
+    raw = query.get(name, "")
+    if raw == "":
+        return 0
+    try:
+        return int(raw)
+    except ValueError:
+        raise bad_request(f'invalid value for {name}: "{raw}"') from None
+
+
+def request_filter(target: Target, query: Any) -> Filter:
+    return Filter(
+        namespace=target.namespace,
+        labels=LabelSelector.parse(query.get("labelSelector", "")),
+        fields=FieldSelector.parse(query.get("fieldSelector", ""), target.rt),
+    )
+
+
+def patch_type(content_type: str) -> PatchType:
+    kind = PATCH_TYPES.get(content_type.split(";")[0].strip().lower())
+    if kind is None:
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types include: "
+            f"{', '.join(PATCH_TYPES)}",
+        )
+    return kind
+
+
+async def json_body(request: web.Request) -> Any:
+    raw = await request.read()
+    try:
+        return json.loads(raw or b"null")
+    except ValueError as exc:
+        raise bad_request(f"the body of the request is not valid JSON: {exc}") from None
+
+
+def wants_table(request: web.Request) -> bool:
+    return "as=Table" in request.headers.get("Accept", "")
+
+
+# --------------------------------------------------------------------------- responses
+
+
+def present(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    """The object as served at ``rt``'s version (versions share storage, as with a CRD)."""
+    if obj.get("apiVersion") == rt.api_version:
+        return obj
+    return {**obj, "apiVersion": rt.api_version}
+
+
+def list_item(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    """Built-in list items carry no kind/apiVersion; custom resource list items do."""
+    if rt.builtin:
+        return {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
+    return present(rt, obj)
+
+
+def json_response(
+    body: Any, status: int = 200, content_type: str = "application/json"
+) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, separators=(",", ":")).encode(),
+        status=status,
+        headers={"Content-Type": content_type},
+    )
+
+
+def error_response(err: ApiError) -> web.Response:
+    return json_response(err.status(), status=err.code)
+
+
+def human_age(created: str, now: datetime) -> str:
+    """``5s``/``3m``/``2h``/``4d`` like kubectl's AGE column."""
+    try:
+        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
+    except ValueError:
+        return "<unknown>"
+    seconds = max(int((now - then).total_seconds()), 0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * 2 or (unit == "m" and seconds >= 120):
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def as_table(rt: ResourceType, items: list[JsonObj], metadata: JsonObj, now: datetime) -> JsonObj:
+    """A ``meta.k8s.io/v1`` Table with Name and Age (what a CRD without printer columns gives)."""
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": metadata,
+        "columnDefinitions": [
+            {
+                "name": "Name",
+                "type": "string",
+                "format": "name",
+                "description": "Name must be unique within a namespace.",
+                "priority": 0,
+            },
+            {
+                "name": "Age",
+                "type": "string",
+                "format": "",
+                "description": "CreationTimestamp is a timestamp representing the server time "
+                "when this object was created.",
+                "priority": 0,
+            },
+        ],
+        "rows": [
+            {
+                "cells": [
+                    o["metadata"]["name"],
+                    human_age(o["metadata"].get("creationTimestamp", ""), now),
+                ],
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o["metadata"],
+                },
+            }
+            for o in items
+        ],
+    }
+
+
+def watch_line(kind: str, obj: JsonObj) -> bytes:
+    return (json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n").encode()
+
+
+def bookmark(rt: ResourceType, rv: int, *, initial_events_end: bool = False) -> JsonObj:
+    meta: JsonObj = {"resourceVersion": str(rv)}
+    if initial_events_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+def group_versions() -> dict[str, list[str]]:
+    """Served groups (core excluded) and their versions, preferred version first."""
+    groups: dict[str, list[str]] = {}
+    for rt in RESOURCES:
+        if rt.group and rt.version not in groups.setdefault(rt.group, []):
+            groups[rt.group].append(rt.version)
+    return groups
+
+
+def api_group(name: str, versions: list[str]) -> JsonObj:
+    entries = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": entries, "preferredVersion": entries[0]}
+
+
+def api_resource_list(group: str, version: str) -> JsonObj | None:
+    served = [rt for rt in RESOURCES if (rt.group, rt.version) == (group, version)]
+    if not served:
+        return None
+    resources: list[JsonObj] = []
+    for rt in served:
+        entry: JsonObj = {
+            "name": rt.plural,
+            "singularName": rt.singular,
+            "namespaced": rt.namespaced,
+            "kind": rt.kind,
+            "verbs": VERBS,
+        }
+        if rt.short_names:
+            entry["shortNames"] = list(rt.short_names)
+        resources.append(entry)
+        if rt.status_subresource:
+            resources.append(
+                {
+                    "name": f"{rt.plural}/status",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+# --------------------------------------------------------------------------- the emulator
+
+
+class KubeEmulator:
+    """A Kubernetes API server on 127.0.0.1 backed by a :class:`Store` (+ optional kubelet).
+
+    ``async with KubeEmulator(kubelet=True) as emu:`` then use ``emu.url``,
+    ``emu.kubeconfig_path`` and ``emu.store``; or call :meth:`start` / :meth:`stop`.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        kubeconfig_path: str | Path | None = None,
+        store: Store | None = None,
+        kubelet: bool = False,
+        kubelet_speed: float = 1.0,
+        bookmark_interval: float = 60.0,
+        history_size: int = 1000,
+        strict_namespaces: bool = False,
+        token: str = "usher-emulator-token",
+    ) -> None:
+        self.store = store or Store(history_size=history_size, strict_namespaces=strict_namespaces)
+        self.host = host
+        self.port = port
+        self.bookmark_interval = bookmark_interval
+        self.token = token
+        self.kubelet = FakeKubelet(self.store, speed=kubelet_speed) if kubelet else None
+        self._kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else None
+        self._tmpdir: Path | None = None
+        self._runner: web.AppRunner | None = None
+        self._watches: set[asyncio.Queue[StoreEvent | None]] = set()
+        self.app = web.Application()
+        self.app.router.add_route("*", "/{path:.*}", self._dispatch)
+
+    # ---- lifecycle
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def kubeconfig_path(self) -> Path:
+        if self._kubeconfig_path is None:
+            raise RuntimeError("the emulator is not started")
+        return self._kubeconfig_path
+
+    async def start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.host, self.port))
+        self.port = sock.getsockname()[1]
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+        self._write_kubeconfig()
+        if self.kubelet is not None:
+            self.kubelet.start()
+
+    async def stop(self) -> None:
+        if self.kubelet is not None:
+            self.kubelet.stop()
+        for queue in list(self._watches):
+            queue.put_nowait(None)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    async def __aenter__(self) -> KubeEmulator:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def kubeconfig(self) -> JsonObj:
+        """A kubeconfig with one cluster, one token user and the current context."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": self.url}}],
+            "users": [{"name": CLUSTER_NAME, "user": {"token": self.token}}],
+            "contexts": [
+                {
+                    "name": CLUSTER_NAME,
+                    "context": {
+                        "cluster": CLUSTER_NAME,
+                        "user": CLUSTER_NAME,
+                        "namespace": "default",
+                    },
+                }
+            ],
+            "current-context": CLUSTER_NAME,
+            "preferences": {},
+        }
+
+    def _write_kubeconfig(self) -> None:
+        if self._kubeconfig_path is None:
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="usher-kube-"))
+            self._kubeconfig_path = self._tmpdir / "kubeconfig"
+        self._kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
+        self._kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+
+    # ---- dispatch
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await self._route(request)
+        except ApiError as err:
+            return error_response(err)
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        segments = [s for s in request.path.split("/") if s]
+        if request.method != "GET" and not split_api_path(segments):
+            raise method_not_allowed()
+        discovery = self._discovery(segments)
+        if discovery is not None:
+            if request.method != "GET":
+                raise method_not_allowed()
+            return discovery
+        parts = split_api_path(segments)
+        if parts is None:
+            raise route_not_found()
+        target = resolve_target(*parts)
+        if "dryRun" in request.query:
+            raise bad_request("dryRun is not supported by the emulator")
+        return await self._serve(request, target)
+
+    def _discovery(self, segments: list[str]) -> web.StreamResponse | None:
+        """Answers for ``/version``, ``/healthz``, ``/api``, ``/apis`` and group/version roots."""
+        if segments == ["version"]:
+            return json_response(KUBE_VERSION)
+        if len(segments) == 1 and segments[0] in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok", content_type="text/plain")
+        if segments == ["api"]:
+            return json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": f"{self.host}:{self.port}"}
+                    ],
+                }
+            )
+        groups = group_versions()
+        if segments == ["apis"]:
+            return json_response(
+                {
+                    "kind": "APIGroupList",
+                    "apiVersion": "v1",
+                    "groups": [api_group(g, vs) for g, vs in groups.items()],
+                }
+            )
+        if len(segments) == 2 and segments[0] == "apis" and segments[1] in groups:
+            return json_response(
+                {
+                    "kind": "APIGroup",
+                    "apiVersion": "v1",
+                    **api_group(segments[1], groups[segments[1]]),
+                }
+            )
+        parts = split_api_path(segments)
+        if parts is not None and not parts[2]:
+            listing = api_resource_list(parts[0], parts[1])
+            if listing is None:
+                raise route_not_found()
+            return json_response(listing)
+        return None
+
+    async def _serve(self, request: web.Request, target: Target) -> web.StreamResponse:
+        method, q = request.method, request.query
+        if method == "GET" and target.name is None:
+            if target.watch_path or flag(q, "watch"):
+                return await self._watch(request, target)
+            return self._list(request, target)
+        if method == "GET" and target.name is not None:
+            obj = self.store.get(target.rt, target.namespace, target.name)
+            return self._object_response(request, target.rt, obj)
+        handler = self._write_handler(method, target)
+        written = await handler(request, target)
+        return json_response(present(target.rt, written), 201 if method == "POST" else 200)
+
+    def _write_handler(self, method: str, target: Target) -> Callable[[web.Request, Target], Any]:
+        """Which write a method means on this URL (405 when none)."""
+        if method == "POST" and target.name is None and not target.watch_path:
+            if target.rt.namespaced and target.namespace is None:
+                raise method_not_allowed()
+            return self._create
+        if method == "PUT" and target.name is not None:
+            return self._update
+        if method == "PATCH" and target.name is not None:
+            return self._patch
+        if method == "DELETE" and target.name is not None and target.subresource is None:
+            return self._delete
+        if method == "DELETE" and target.name is None:
+            return self._delete_collection
+        raise method_not_allowed()
+
+    def _object_response(
+        self, request: web.Request, rt: ResourceType, obj: JsonObj
+    ) -> web.Response:
+        if wants_table(request):
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            table = as_table(rt, [obj], meta, self.store.now())
+            return json_response(table, content_type=TABLE_CONTENT_TYPE)
+        return json_response(present(rt, obj))
+
+    # ---- verbs
+
+    def _list(self, request: web.Request, target: Target) -> web.Response:
+        q = request.query
+        result = self.store.list_page(
+            target.rt,
+            request_filter(target, q),
+            limit=int_param(q, "limit"),
+            continue_token=q.get("continue", ""),
+            resource_version=q.get("resourceVersion", ""),
+            resource_version_match=q.get("resourceVersionMatch", ""),
+        )
+        meta: JsonObj = {"resourceVersion": str(result.resource_version)}
+        if result.continue_token:
+            meta["continue"] = result.continue_token
+            meta["remainingItemCount"] = result.remaining
+        if wants_table(request):
+            table = as_table(target.rt, result.items, meta, self.store.now())
+            return json_response(table, content_type=TABLE_CONTENT_TYPE)
+        return json_response(
+            {
+                "kind": target.rt.list_kind,
+                "apiVersion": target.rt.api_version,
+                "metadata": meta,
+                "items": [list_item(target.rt, o) for o in result.items],
+            }
+        )
+
+    async def _create(self, request: web.Request, target: Target) -> JsonObj:
+        return self.store.create(target.rt, target.namespace, await json_body(request))
+
+    async def _update(self, request: web.Request, target: Target) -> JsonObj:
+        assert target.name is not None
+        body = await json_body(request)
+        return self.store.update(
+            target.rt, target.namespace, target.name, body, subresource=target.subresource
+        )
+
+    async def _patch(self, request: web.Request, target: Target) -> JsonObj:
+        assert target.name is not None
+        kind = patch_type(request.headers.get("Content-Type", ""))
+        body = await json_body(request)
+        return self.store.patch(
+            target.rt, target.namespace, target.name, kind, body, subresource=target.subresource
+        )
+
+    async def _delete(self, request: web.Request, target: Target) -> JsonObj:
+        assert target.name is not None
+        options = await json_body(request) if request.can_read_body else None
+        preconditions = options.get("preconditions") if isinstance(options, dict) else None
+        return self.store.delete(
+            target.rt, target.namespace, target.name, preconditions=preconditions
+        )
+
+    async def _delete_collection(self, request: web.Request, target: Target) -> JsonObj:
+        flt = request_filter(target, request.query)
+        deleted = [
+            self.store.delete(target.rt, o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in self.store.objects(target.rt, flt)
+        ]
+        return {
+            "kind": target.rt.list_kind,
+            "apiVersion": target.rt.api_version,
+            "metadata": {"resourceVersion": str(self.store.resource_version)},
+            "items": [list_item(target.rt, o) for o in deleted],
+        }
+
+    # ---- watch
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        """A chunked stream of watch events until timeoutSeconds, disconnect or shutdown."""
+        q = request.query
+        flt = request_filter(target, q)
+        timeout = int_param(q, "timeoutSeconds")
+        bookmarks = flag(q, "allowWatchBookmarks")
+        initial_end = flag(q, "sendInitialEvents") and bookmarks
+        rv = "" if flag(q, "sendInitialEvents") else q.get("resourceVersion", "")
+        queue: asyncio.Queue[StoreEvent | None] = asyncio.Queue()
+        failure: ApiError | None = None
+        backlog: list[StoreEvent] = []
+        try:
+            backlog = self.store.watch_backlog(target.rt, rv)
+        except ApiError as err:
+            failure = err
+        storage_key = target.rt.storage_key
+
+        def enqueue(event: StoreEvent) -> None:
+            if event.storage_key == storage_key:
+                queue.put_nowait(event)
+
+        unsubscribe = self.store.subscribe(enqueue)
+        self._watches.add(queue)
+        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        resp.enable_chunked_encoding()
+        try:
+            await resp.prepare(request)
+            if failure is not None:
+                await resp.write(watch_line("ERROR", failure.status()))
+            else:
+                await self._send_backlog(resp, target.rt, flt, backlog)
+                if initial_end:
+                    mark = bookmark(target.rt, self.store.resource_version, initial_events_end=True)
+                    await resp.write(watch_line("BOOKMARK", mark))
+                await self._stream(resp, target.rt, flt, queue, timeout, bookmarks)
+            await resp.write_eof()
+        except ConnectionError:
+            pass
+        finally:
+            unsubscribe()
+            self._watches.discard(queue)
+        return resp
+
+    async def _send_backlog(
+        self, resp: web.StreamResponse, rt: ResourceType, flt: Filter, backlog: list[StoreEvent]
+    ) -> None:
+        for event in backlog:
+            seen = event.as_seen_through(flt)
+            if seen is not None:
+                await resp.write(watch_line(seen[0], present(rt, seen[1])))
+
+    async def _stream(
+        self,
+        resp: web.StreamResponse,
+        rt: ResourceType,
+        flt: Filter,
+        queue: asyncio.Queue[StoreEvent | None],
+        lifetime: int,
+        bookmarks: bool,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + lifetime if lifetime > 0 else None
+        next_bookmark = loop.time() + self.bookmark_interval if bookmarks else None
+        while True:
+            wakes = [t for t in (deadline, next_bookmark) if t is not None]
+            wait = max(min(wakes) - loop.time(), 0.0) if wakes else None
+            try:
+                event = await asyncio.wait_for(queue.get(), wait)
+            except TimeoutError:
+                now = loop.time()
+                if deadline is not None and now >= deadline:
+                    return
+                if next_bookmark is not None and now >= next_bookmark:
+                    mark = bookmark(rt, self.store.resource_version)
+                    await resp.write(watch_line("BOOKMARK", mark))
+                    next_bookmark = now + self.bookmark_interval
+                continue
+            if event is None:
+                return
+            seen = event.as_seen_through(flt)
+            if seen is not None:
+                await resp.write(watch_line(seen[0], present(rt, seen[1])))

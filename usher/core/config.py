@@ -1,0 +1,73 @@
+"""Deployment settings of the decision core (SEMANTICS sections 3-5).
+
+What it does: one frozen ``EngineConfig`` holding the admission policy, the exact oversell
+rate, the default within-quota preemption mode and minimum runtime, and the zones one engine
+decides for.
+What it must never do: read the environment or files; callers build it from their own input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Literal
+
+from schemas import Zone
+
+Policy = Literal["Round", "Block"]
+WithinQuota = Literal["Never", "LowerPriority"]
+
+POLICIES: tuple[Policy, ...] = ("Round", "Block")
+WITHIN_QUOTA_MODES: tuple[WithinQuota, ...] = ("Never", "LowerPriority")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """How the engine decides. ``oversell_rate`` is exact (a Fraction), never a float."""
+
+    policy: Policy = "Round"
+    oversell_rate: Fraction = Fraction(1)
+    within_quota: WithinQuota = "Never"
+    min_runtime_ms: int = 0
+    zones: frozenset[Zone] | None = None
+    """Zones this engine decides for; ``None`` = all. Other zones' admissions still count."""
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        if self.within_quota not in WITHIN_QUOTA_MODES:
+            raise ValueError(
+                f"within_quota must be one of {WITHIN_QUOTA_MODES}, got {self.within_quota!r}"
+            )
+        if not isinstance(self.oversell_rate, Fraction):
+            # Accept ints (and exact Fractions) but normalise so caps are computed exactly.
+            object.__setattr__(self, "oversell_rate", Fraction(self.oversell_rate))
+        if self.oversell_rate <= 0:
+            raise ValueError(f"oversell_rate must be positive, got {self.oversell_rate}")
+        if self.min_runtime_ms < 0:
+            raise ValueError(f"min_runtime_ms must be >= 0, got {self.min_runtime_ms}")
+
+    def decides_for(self, zone: Zone) -> bool:
+        """Whether this engine admits workloads of ``zone``."""
+        return self.zones is None or zone in self.zones
+
+
+def format_rate(rate: Fraction) -> str:
+    """Render the oversell rate for reasons: ``1.0``, ``2.0``, ``1.5`` (``4/3`` if not decimal)."""
+    if rate.denominator == 1:
+        return f"{rate.numerator}.0"
+    denominator = rate.denominator
+    while denominator % 2 == 0:
+        denominator //= 2
+    while denominator % 5 == 0:
+        denominator //= 5
+    if denominator == 1:
+        # Terminating decimal: exact digits, no float rounding.
+        digits = 0
+        scaled = rate
+        while scaled.denominator != 1:
+            scaled *= 10
+            digits += 1
+        text = str(scaled.numerator).rjust(digits + 1, "0")
+        return f"{text[:-digits]}.{text[-digits:]}"
+    return f"{rate.numerator}/{rate.denominator}"

@@ -1,0 +1,194 @@
+"""Readable, typed reasons for every pending, inadmissible, unmapped or preempted workload.
+
+What it does: builds ``schemas.Reason`` values with the numbers a person needs to act on them
+(node, resource, used, requested, limit) and a sentence in canonical Kubernetes notation.
+What it must never do: decide anything; it only words what the engine found.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from schemas import QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.config import format_rate
+from usher.core.quantity import format_quantity
+
+
+def quota_exceeded(
+    node: QuotaPath,
+    resource: str,
+    used: int,
+    requested: int,
+    maximum: int,
+    cap: int,
+    rate: Fraction,
+) -> Reason:
+    """Pending: some node on the path would exceed ``max x oversellRate``."""
+    message = (
+        f"{node} {resource} {format_quantity(resource, used)} used + "
+        f"{format_quantity(resource, requested)} requested > max "
+        f"{format_quantity(resource, maximum)} x {format_rate(rate)}"
+    )
+    return Reason(
+        code="QuotaExceeded",
+        message=message,
+        node=node,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=cap,
+    )
+
+
+def held_for_preemptor(
+    node: QuotaPath, resource: str, used: int, requested: int, cap: int, holder: WorkloadKey
+) -> Reason:
+    """Pending: the capacity is held for a preemptor whose admission is not confirmed yet."""
+    message = (
+        f"{node} {resource}: capacity freed by preemption is held for {holder} "
+        f"({format_quantity(resource, used)} used + {format_quantity(resource, requested)} "
+        f"requested > {format_quantity(resource, cap)})"
+    )
+    return Reason(
+        code="HeldForPreemptor",
+        message=message,
+        node=node,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=cap,
+        blocker=holder,
+    )
+
+
+def exceeds_max(
+    node: QuotaPath, resource: str, requested: int, maximum: int, cap: int, rate: Fraction
+) -> Reason:
+    """Inadmissible: the request alone is above ``max x oversellRate`` of a node."""
+    message = (
+        f"{node} {resource} {format_quantity(resource, requested)} requested > max "
+        f"{format_quantity(resource, maximum)} x {format_rate(rate)}; it can never fit"
+    )
+    return Reason(
+        code="ExceedsMax",
+        message=message,
+        node=node,
+        resource=resource,
+        requested=requested,
+        limit=cap,
+    )
+
+
+def pod_too_large(zone: Zone, resource: str, requested: int, largest: int) -> Reason:
+    """Inadmissible: one pod is larger than every node of its zone."""
+    message = (
+        f"one pod requests {resource} {format_quantity(resource, requested)} but no node of "
+        f"zone {zone} has that much with the rest of the pod (largest: "
+        f"{format_quantity(resource, largest)})"
+    )
+    return Reason(
+        code="PodTooLarge", message=message, resource=resource, requested=requested, limit=largest
+    )
+
+
+def zone_total_exceeded(zone: Zone, resource: str, requested: int, total: int) -> Reason:
+    """Inadmissible: the whole gang is larger than all nodes of its zone together."""
+    message = (
+        f"requests {resource} {format_quantity(resource, requested)} > "
+        f"{format_quantity(resource, total)} allocatable on all nodes of zone {zone}"
+    )
+    return Reason(
+        code="ZoneCapacity", message=message, resource=resource, requested=requested, limit=total
+    )
+
+
+def zone_capacity(zone: Zone, resource: str, used: int, requested: int, total: int) -> Reason:
+    """Pending: the zone's schedulable nodes have no room for the whole gang now."""
+    message = (
+        f"zone {zone} {resource} {format_quantity(resource, used)} admitted + "
+        f"{format_quantity(resource, requested)} requested > "
+        f"{format_quantity(resource, total)} allocatable"
+    )
+    return Reason(
+        code="ZoneCapacity",
+        message=message,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=total,
+    )
+
+
+def no_node_fits(zone: Zone) -> Reason:
+    """Pending: only cordoned nodes of the zone are large enough for one of its pods."""
+    message = f"no schedulable node of zone {zone} is large enough for one pod"
+    return Reason(code="NoNodeFits", message=message)
+
+
+def blocked_by_head(head: WorkloadKey, queue: str) -> Reason:
+    """Pending, Block policy: an earlier workload of the queue does not fit."""
+    message = f"Block policy: {head} at the head of queue {queue} does not fit yet"
+    return Reason(code="BlockedByHead", message=message, blocker=head)
+
+
+def not_yet_evaluated(message: str) -> Reason:
+    """Pending: no decision pass has looked at the workload in its current situation."""
+    return Reason(code="NotYetEvaluated", message=message)
+
+
+def no_tree() -> Reason:
+    """Unmapped: no valid quota tree is in force yet."""
+    return Reason(code="NoTree", message="no valid ElasticQuotaTree has been applied yet")
+
+
+def no_leaf(namespace: str) -> Reason:
+    """Unmapped: the namespace belongs to no leaf."""
+    return Reason(
+        code="NoLeaf", message=f"namespace {namespace} belongs to no leaf of the quota tree"
+    )
+
+
+def unknown_quota(label_value: str) -> Reason:
+    """Unmapped: the quota label names no leaf."""
+    return Reason(
+        code="UnknownQuota",
+        message=f"label quota.scheduling.alibabacloud.com/name={label_value} names no leaf",
+    )
+
+
+def reclaimed(
+    preemptor: WorkloadKey,
+    preemptor_leaf: QuotaPath,
+    victim_leaf: QuotaPath,
+    resource: str,
+    used: int,
+    minimum: int,
+    requested: int,
+) -> Reason:
+    """Preempted: a leaf within its min reclaimed capacity a borrowing leaf was using."""
+    message = (
+        f"{preemptor} reclaims the guarantee of {preemptor_leaf}: {victim_leaf} borrows "
+        f"{resource} ({format_quantity(resource, used)} used > min "
+        f"{format_quantity(resource, minimum)})"
+    )
+    return Reason(
+        code="Reclaim",
+        message=message,
+        node=victim_leaf,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=minimum,
+        blocker=preemptor,
+    )
+
+
+def lower_priority(
+    preemptor: WorkloadKey, priority: int, victim_priority: int, leaf: QuotaPath
+) -> Reason:
+    """Preempted: a strictly higher-priority workload of the same leaf (withinQuota)."""
+    message = (
+        f"{preemptor} (priority {priority}) preempts lower-priority work "
+        f"(priority {victim_priority}) in {leaf}"
+    )
+    return Reason(code="WithinQuotaPriority", message=message, node=leaf, blocker=preemptor)

@@ -1,0 +1,723 @@
+"""The scenario simulator (SEMANTICS section 8): plays already-loaded scenario data.
+
+What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
+``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
+services through the timeline and its min-runtime wakeups, ``render_json``/``render_table``
+print the outcome, and ``check`` compares it with the scenario's ``expect:`` block.
+What it must never do: open files, read a clock or draw random numbers: the caller loads the
+YAML, and time is the scenario's own ``at``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from schemas import (
+    Admitted,
+    Decision,
+    FieldError,
+    Inadmissible,
+    Millis,
+    NodeName,
+    NodeObserved,
+    NodeRemoved,
+    Preempted,
+    PriorityClassObserved,
+    QueueName,
+    QuotaPath,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    Unmapped,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    Zone,
+)
+from schemas.events import ClusterEvent
+from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy, WithinQuota
+from usher.core.engine import Engine, JobView, QueueEntry
+from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
+from usher.core.quantity import format_quantity, parse_resources
+from usher.core.tree import parse_tree
+from usher.core.workload import extract_priority_class, extract_workload
+
+TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
+CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
+ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode")
+STATES = ("Pending", "Admitted", "Finished", "Inadmissible", "Unmapped")
+EXPECT_KEYS = ("jobs", "queues", "preempted", "quota")
+MAX_WAKEUP_PASSES = 10_000
+"""Bound on the passes run at wakeups after the last timeline entry (a safety net)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One timeline entry turned into the event it stands for."""
+
+    at_ms: Millis
+    event: ClusterEvent
+
+
+@dataclass(frozen=True)
+class Expect:
+    """The scenario's ``expect:`` block, already validated."""
+
+    jobs: dict[WorkloadKey, str] = field(default_factory=dict)
+    queues: dict[QueueName, list[WorkloadKey]] = field(default_factory=dict)
+    preempted: list[WorkloadKey] | None = None
+    quota: dict[QuotaPath, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario, ready to ``run``."""
+
+    name: str
+    source: str
+    config: EngineConfig
+    setup: list[ClusterEvent]
+    """Nodes and objects, applied at t=0 before the timeline."""
+    steps: list[Step]
+    expect: Expect | None
+
+
+@dataclass(frozen=True)
+class SimDecision:
+    """A decision and the scenario time it was made at."""
+
+    at_ms: Millis
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An input the engine rejected while playing (an invalid tree in ``apply:``)."""
+
+    at_ms: Millis
+    errors: list[FieldError]
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """Everything a run produced: decisions in order and the final state."""
+
+    scenario: Scenario
+    decisions: list[SimDecision]
+    rejections: list[Rejection]
+    jobs: dict[WorkloadKey, JobView]
+    queues: dict[QueueName, list[QueueEntry]]
+    quota_used: dict[QuotaPath, dict[str, int]]
+    quota_limits: dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]
+    preempted: list[WorkloadKey]
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[FieldError] = []
+
+    def add(self, path: str, code: str, message: str) -> None:
+        self.items.append(FieldError(path=path, code=code, message=message))
+
+    def absorb(self, prefix: str, failure: InputError) -> None:
+        for error in failure.errors:
+            path = f"{prefix}.{error.path}" if error.path else prefix
+            self.items.append(FieldError(path=path, code=error.code, message=error.message))
+
+
+def load_scenario(data: object, source: str) -> Scenario:
+    """Validate parsed scenario data; raise ``ScenarioError`` naming every bad field."""
+    errors = _Errors()
+    if not isinstance(data, Mapping):
+        errors.add("", "not-a-mapping", f"{source}: a scenario must be a mapping")
+        raise ScenarioError(errors.items)
+    for key in sorted(str(k) for k in data):
+        if key not in TOP_LEVEL_KEYS:
+            errors.add(key, "unknown-key", f"unknown key {key!r}; expected one of {TOP_LEVEL_KEYS}")
+    name = data.get("name", source)
+    if not isinstance(name, str):
+        errors.add("name", "invalid-name", "name must be a string")
+        name = source
+    config = _load_config(data.get("config"), errors)
+    setup = _load_nodes(data.get("nodes"), errors)
+    setup.extend(_load_objects(data.get("objects"), errors))
+    steps = _load_timeline(data.get("timeline"), errors)
+    expect = _load_expect(data.get("expect"), errors) if "expect" in data else None
+    if errors.items:
+        raise ScenarioError(errors.items)
+    return Scenario(
+        name=name, source=source, config=config, setup=setup, steps=steps, expect=expect
+    )
+
+
+def _load_config(raw: object, errors: _Errors) -> EngineConfig:
+    if raw is None:
+        return EngineConfig()
+    if not isinstance(raw, Mapping):
+        errors.add("config", "not-a-mapping", "config must be a mapping")
+        return EngineConfig()
+    for key in sorted(str(k) for k in raw):
+        if key not in CONFIG_KEYS:
+            errors.add(
+                f"config.{key}", "unknown-key", f"unknown config key; expected {CONFIG_KEYS}"
+            )
+    policy: Policy = "Round"
+    raw_policy = raw.get("policy", "Round")
+    if raw_policy in POLICIES:
+        policy = "Block" if raw_policy == "Block" else "Round"
+    else:
+        errors.add("config.policy", "invalid-value", f"policy must be one of {POLICIES}")
+    within: WithinQuota = "Never"
+    raw_within = raw.get("withinQuota", "Never")
+    if raw_within in WITHIN_QUOTA_MODES:
+        within = "LowerPriority" if raw_within == "LowerPriority" else "Never"
+    else:
+        errors.add(
+            "config.withinQuota",
+            "invalid-value",
+            f"withinQuota must be one of {WITHIN_QUOTA_MODES}",
+        )
+    rate = _exact_number(raw.get("oversellRate", 1), "config.oversellRate", errors)
+    if rate is not None and rate <= 0:
+        errors.add("config.oversellRate", "invalid-value", "oversellRate must be > 0")
+        rate = None
+    runtime = _exact_number(raw.get("minRuntimeSeconds", 0), "config.minRuntimeSeconds", errors)
+    runtime_ms = 0
+    if runtime is not None:
+        if runtime < 0 or (runtime * 1000).denominator != 1:
+            errors.add(
+                "config.minRuntimeSeconds",
+                "invalid-value",
+                "minRuntimeSeconds must be >= 0 with at most millisecond precision",
+            )
+        else:
+            runtime_ms = int(runtime * 1000)
+    return EngineConfig(
+        policy=policy,
+        oversell_rate=rate if rate is not None else Fraction(1),
+        within_quota=within,
+        min_runtime_ms=runtime_ms,
+    )
+
+
+def _exact_number(raw: object, path: str, errors: _Errors) -> Fraction | None:
+    """A YAML number (or numeric string) as an exact fraction; ``1.1`` means 11/10."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        errors.add(path, "invalid-number", f"expected a number, got {type(raw).__name__}")
+        return None
+    try:
+        # repr of a float is its shortest exact decimal, so 0.1 stays one tenth.
+        return Fraction(repr(raw) if isinstance(raw, float) else str(raw))
+    except (ValueError, ZeroDivisionError):
+        errors.add(path, "invalid-number", f"expected a number, got {raw!r}")
+        return None
+
+
+def _load_nodes(raw: object, errors: _Errors) -> list[ClusterEvent]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        errors.add("nodes", "not-a-list", "nodes must be a list")
+        return []
+    return [
+        event
+        for index, item in enumerate(raw)
+        if (event := _node_event(item, f"nodes[{index}]", errors)) is not None
+    ]
+
+
+def _node_event(raw: object, path: str, errors: _Errors) -> NodeObserved | None:
+    if not isinstance(raw, Mapping):
+        errors.add(path, "not-a-mapping", "a node must be {name, zone, allocatable}")
+        return None
+    for key in sorted(str(k) for k in raw):
+        if key not in ("name", "zone", "allocatable", "unschedulable"):
+            errors.add(f"{path}.{key}", "unknown-key", "node keys: name, zone, allocatable")
+    name = raw.get("name")
+    zone = raw.get("zone", "default")
+    if not isinstance(name, str) or not name:
+        errors.add(f"{path}.name", "missing-name", "a node needs a name")
+        return None
+    if not isinstance(zone, str) or not zone:
+        errors.add(f"{path}.zone", "invalid-zone", "zone must be a non-empty string")
+        return None
+    unschedulable = raw.get("unschedulable", False)
+    if not isinstance(unschedulable, bool):
+        errors.add(f"{path}.unschedulable", "invalid-value", "unschedulable must be a boolean")
+        return None
+    try:
+        allocatable = parse_resources(raw.get("allocatable"), f"{path}.allocatable")
+    except InputError as failure:
+        errors.items.extend(failure.errors)
+        return None
+    return NodeObserved(
+        node=NodeName(name), zone=Zone(zone), allocatable=allocatable, unschedulable=unschedulable
+    )
+
+
+def _load_objects(raw: object, errors: _Errors) -> list[ClusterEvent]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        errors.add("objects", "not-a-list", "objects must be a list of manifests")
+        return []
+    events: list[ClusterEvent] = []
+    for index, manifest in enumerate(raw):
+        event = _object_event(manifest, f"objects[{index}]", errors)
+        if event is not None:
+            events.append(event)
+    return events
+
+
+def _object_event(manifest: object, path: str, errors: _Errors) -> ClusterEvent | None:
+    """An ElasticQuotaTree (valid or rejected) or PriorityClass manifest as its event."""
+    kind = manifest.get("kind") if isinstance(manifest, Mapping) else None
+    if kind == "ElasticQuotaTree":
+        try:
+            return QuotaTreeApplied(root=parse_tree(manifest))
+        except TreeInvalid as failure:
+            # Not a scenario error: the engine must see the rejection and keep the last tree.
+            return QuotaTreeRejected(errors=failure.errors)
+    if kind == "PriorityClass":
+        try:
+            name, value = extract_priority_class(manifest)
+        except InputError as failure:
+            errors.absorb(path, failure)
+            return None
+        return PriorityClassObserved(name=name, value=value)
+    errors.add(
+        f"{path}.kind", "unsupported-kind", f"expected ElasticQuotaTree or PriorityClass: {kind!r}"
+    )
+    return None
+
+
+def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        errors.add("timeline", "not-a-list", "timeline must be a list")
+        return []
+    steps: list[Step] = []
+    live: set[WorkloadKey] = set()
+    last_ms = -1
+    for index, entry in enumerate(raw):
+        path = f"timeline[{index}]"
+        if not isinstance(entry, Mapping):
+            errors.add(path, "not-a-mapping", "a timeline entry must be a mapping")
+            continue
+        at_ms = _timeline_at(entry.get("at"), f"{path}.at", errors)
+        if at_ms is not None:
+            if at_ms < last_ms:
+                errors.add(f"{path}.at", "not-monotonic", "at values must not decrease")
+            last_ms = max(last_ms, at_ms)
+        event = _timeline_event(entry, path, Millis(at_ms or 0), live, errors)
+        if event is not None and at_ms is not None:
+            steps.append(Step(at_ms=Millis(at_ms), event=event))
+    return steps
+
+
+def _timeline_at(raw: object, path: str, errors: _Errors) -> int | None:
+    if raw is None:
+        errors.add(path, "missing-at", "every timeline entry needs at (seconds)")
+        return None
+    if isinstance(raw, str):
+        errors.add(path, "invalid-at", f"at must be a number of seconds, got {raw!r}")
+        return None
+    seconds = _exact_number(raw, path, errors)
+    if seconds is None:
+        return None
+    if seconds < 0 or (seconds * 1000).denominator != 1:
+        errors.add(path, "invalid-at", "at must be >= 0 with at most millisecond precision")
+        return None
+    return int(seconds * 1000)
+
+
+def _timeline_event(
+    entry: Mapping[object, object],
+    path: str,
+    at_ms: Millis,
+    live: set[WorkloadKey],
+    errors: _Errors,
+) -> ClusterEvent | None:
+    actions = [a for a in ACTIONS if a in entry]
+    for key in sorted(str(k) for k in entry):
+        if key not in (*ACTIONS, "at", "name"):
+            errors.add(f"{path}.{key}", "unknown-action", f"unknown key; actions are {ACTIONS}")
+    if len(actions) != 1:
+        if not any(str(k) not in (*ACTIONS, "at", "name") for k in entry):
+            errors.add(path, "one-action", f"exactly one of {ACTIONS} is required")
+        return None
+    action = actions[0]
+    if "name" in entry and action != "create":
+        errors.add(f"{path}.name", "unexpected-name", "name is only allowed with create")
+    value = entry[action]
+    if action == "create":
+        return _create_event(value, entry.get("name"), path, at_ms, live, errors)
+    if action in ("finish", "delete"):
+        return _finish_or_delete(action, value, f"{path}.{action}", live, errors)
+    if action == "apply":
+        return _object_event(value, f"{path}.apply", errors)
+    if action == "node":
+        return _node_event(value, f"{path}.node", errors)
+    return _remove_node_event(value, f"{path}.removeNode", errors)
+
+
+def _create_event(
+    manifest: object,
+    name: object,
+    path: str,
+    at_ms: Millis,
+    live: set[WorkloadKey],
+    errors: _Errors,
+) -> ClusterEvent | None:
+    if name is not None and (not isinstance(name, str) or not name):
+        errors.add(f"{path}.name", "invalid-name", "name must be a non-empty string")
+        return None
+    metadata = manifest.get("metadata") if isinstance(manifest, Mapping) else None
+    if (
+        name is None
+        and isinstance(metadata, Mapping)
+        and not metadata.get("name")
+        and metadata.get("generateName")
+    ):
+        errors.add(
+            f"{path}.name",
+            "missing-name",
+            "the manifest has only generateName; give the job a name with name:",
+        )
+        return None
+    try:
+        event = extract_workload(manifest, created_ms=at_ms, name=name)
+    except WorkloadInvalid as failure:
+        errors.absorb(f"{path}.create", failure)
+        return None
+    live.add(event.workload)
+    return event
+
+
+def _finish_or_delete(
+    action: str, value: object, path: str, live: set[WorkloadKey], errors: _Errors
+) -> ClusterEvent | None:
+    if not isinstance(value, str) or value.count("/") != 1:
+        errors.add(path, "invalid-job", f"{action} takes namespace/name, got {value!r}")
+        return None
+    key = WorkloadKey(value)
+    if key not in live:
+        errors.add(path, "unknown-job", f"{value} was not created earlier in the timeline")
+        return None
+    if action == "delete":
+        live.discard(key)
+        return WorkloadDeleted(workload=key)
+    return WorkloadFinished(workload=key)
+
+
+def _remove_node_event(value: object, path: str, errors: _Errors) -> ClusterEvent | None:
+    if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
+        errors.add(path, "invalid-node", "removeNode takes {name, zone}")
+        return None
+    zone = value.get("zone", "default")
+    if not isinstance(zone, str):
+        errors.add(f"{path}.zone", "invalid-zone", "zone must be a string")
+        return None
+    return NodeRemoved(node=NodeName(str(value["name"])), zone=Zone(zone))
+
+
+def _load_expect(raw: object, errors: _Errors) -> Expect:
+    if not isinstance(raw, Mapping):
+        errors.add("expect", "not-a-mapping", "expect must be a mapping")
+        return Expect()
+    for key in sorted(str(k) for k in raw):
+        if key not in EXPECT_KEYS:
+            errors.add(f"expect.{key}", "unknown-key", f"expect keys: {EXPECT_KEYS}")
+    jobs: dict[WorkloadKey, str] = {}
+    for job, state in _mapping(raw.get("jobs"), "expect.jobs", errors).items():
+        if state not in STATES:
+            errors.add(f"expect.jobs.{job}", "invalid-state", f"state must be one of {STATES}")
+        else:
+            jobs[WorkloadKey(job)] = str(state)
+    queues: dict[QueueName, list[WorkloadKey]] = {}
+    for queue, members in _mapping(raw.get("queues"), "expect.queues", errors).items():
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            errors.add(f"expect.queues.{queue}", "not-a-list", "a queue is a list of jobs")
+        else:
+            queues[QueueName(queue)] = [WorkloadKey(str(m)) for m in members]
+    preempted: list[WorkloadKey] | None = None
+    if "preempted" in raw:
+        listed = raw.get("preempted")
+        if not isinstance(listed, list) or not all(isinstance(m, str) for m in listed):
+            errors.add("expect.preempted", "not-a-list", "preempted is a list of jobs")
+        else:
+            preempted = [WorkloadKey(str(m)) for m in listed]
+    quota: dict[QuotaPath, dict[str, int]] = {}
+    for node, used in _mapping(raw.get("quota"), "expect.quota", errors).items():
+        try:
+            quota[QuotaPath(node)] = parse_resources(used, f"expect.quota.{node}")
+        except InputError as failure:
+            errors.items.extend(failure.errors)
+    return Expect(jobs=jobs, queues=queues, preempted=preempted, quota=quota)
+
+
+def _mapping(raw: object, path: str, errors: _Errors) -> dict[str, object]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        errors.add(path, "not-a-mapping", "expected a mapping")
+        return {}
+    return {str(k): v for k, v in raw.items()}
+
+
+# ---------------------------------------------------------------------------- running
+
+
+def run(scenario: Scenario) -> SimResult:
+    """Play the scenario: setup at t=0, a pass after each group of equal ``at``, wakeups."""
+    engine = Engine(scenario.config)
+    decisions: list[SimDecision] = []
+    rejections: list[Rejection] = []
+
+    def feed(event: ClusterEvent, at_ms: Millis) -> None:
+        if isinstance(event, QuotaTreeRejected):
+            rejections.append(Rejection(at_ms=at_ms, errors=event.errors))
+        engine.apply(event, at_ms)
+
+    def decide(at_ms: Millis) -> None:
+        decisions.extend(SimDecision(at_ms, d) for d in engine.decide(at_ms))
+
+    def wake_until(limit: int | None) -> None:
+        for _ in range(MAX_WAKEUP_PASSES):
+            wakeup = engine.next_wakeup()
+            if wakeup is None or (limit is not None and wakeup >= limit):
+                return
+            decide(wakeup)
+
+    for event in scenario.setup:
+        feed(event, Millis(0))
+    groups = _groups(scenario.steps)
+    if not groups or groups[0][0] > 0:
+        decide(Millis(0))
+    for at_ms, events in groups:
+        wake_until(at_ms)
+        for event in events:
+            feed(event, at_ms)
+        decide(at_ms)
+    wake_until(None)
+    preempted = sorted({d.decision.workload for d in decisions if _is_preempted(d.decision)})
+    return SimResult(
+        scenario=scenario,
+        decisions=decisions,
+        rejections=rejections,
+        jobs=engine.jobs(),
+        queues=engine.queues(),
+        quota_used=engine.quota_used(),
+        quota_limits=engine.quota_nodes(),
+        preempted=preempted,
+    )
+
+
+def _is_preempted(decision: Decision) -> bool:
+    return isinstance(decision, Preempted)
+
+
+def _groups(steps: list[Step]) -> list[tuple[Millis, list[ClusterEvent]]]:
+    groups: list[tuple[Millis, list[ClusterEvent]]] = []
+    for step in steps:
+        if groups and groups[-1][0] == step.at_ms:
+            groups[-1][1].append(step.event)
+        else:
+            groups.append((step.at_ms, [step.event]))
+    return groups
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def _seconds(at_ms: int) -> int | float:
+    """Scenario time as written: an int when whole seconds."""
+    return at_ms // 1000 if at_ms % 1000 == 0 else at_ms / 1000
+
+
+def _decision_record(record: SimDecision) -> dict[str, object] | None:
+    decision = record.decision
+    at = _seconds(record.at_ms)
+    if isinstance(decision, Admitted):
+        return {
+            "at": at,
+            "action": "admit",
+            "job": decision.workload,
+            "queue": decision.queue,
+            "quota": decision.quota,
+        }
+    if isinstance(decision, Preempted):
+        return {
+            "at": at,
+            "action": "preempt",
+            "job": decision.workload,
+            "queue": decision.queue,
+            "quota": decision.quota,
+            "preemptor": decision.preemptor,
+            "reason": f"{decision.reason.code}: {decision.reason.message}",
+        }
+    if isinstance(decision, Inadmissible):
+        return {
+            "at": at,
+            "action": "inadmissible",
+            "job": decision.workload,
+            "queue": decision.queue,
+            "quota": decision.quota,
+            "reason": f"{decision.reason.code}: {decision.reason.message}",
+        }
+    if isinstance(decision, Unmapped):
+        return {
+            "at": at,
+            "action": "unmapped",
+            "job": decision.workload,
+            "queue": None,
+            "quota": None,
+            "reason": f"{decision.reason.code}: {decision.reason.message}",
+        }
+    return None
+
+
+def _used_quantities(result: SimResult, path: QuotaPath) -> dict[str, str]:
+    used = result.quota_used.get(path, {})
+    named = set(result.quota_limits.get(path, ({}, {}))[1]) | set(used)
+    return {r: format_quantity(r, used.get(r, 0)) for r in sorted(named)}
+
+
+def render_json(result: SimResult) -> str:
+    """One JSON object (SEMANTICS section 8); byte-identical for the same scenario."""
+    jobs: dict[str, dict[str, object]] = {}
+    for key, view in result.jobs.items():
+        entry: dict[str, object] = {"state": view.state, "queue": view.queue}
+        if view.position is not None:
+            entry["position"] = view.position
+        jobs[key] = entry
+    output: dict[str, object] = {
+        "decisions": [r for d in result.decisions if (r := _decision_record(d)) is not None],
+        "final": {
+            "jobs": jobs,
+            "queues": {
+                name: [{"job": e.job, "position": e.position, "priority": e.priority} for e in q]
+                for name, q in result.queues.items()
+            },
+            "quota": {
+                path: {"used": _used_quantities(result, path)} for path in result.quota_limits
+            },
+        },
+    }
+    if result.rejections:
+        output["rejected"] = [
+            {
+                "at": _seconds(r.at_ms),
+                "errors": [
+                    {"path": e.path, "code": e.code, "message": e.message} for e in r.errors
+                ],
+            }
+            for r in result.rejections
+        ]
+    return json.dumps(output, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_table(result: SimResult) -> str:
+    """A plain-text report: decisions, jobs with reasons, queues, quota per node."""
+    lines = [f"scenario {result.scenario.name}", "", "decisions:"]
+    for record in result.decisions:
+        row = _decision_record(record)
+        if row is None:
+            continue
+        extra = f"  by {row['preemptor']}" if "preemptor" in row else ""
+        why = f"  ({row['reason']})" if "reason" in row else ""
+        lines.append(
+            f"  t={row['at']!s:>6}  {row['action']:<12} {row['job']:<32} "
+            f"{row['quota'] or '-'}{extra}{why}"
+        )
+    for rejection in result.rejections:
+        for error in rejection.errors:
+            lines.append(
+                f"  t={_seconds(rejection.at_ms)!s:>6}  tree rejected  {error.path}: "
+                f"{error.message}"
+            )
+    lines += ["", "jobs:"]
+    for key, view in result.jobs.items():
+        position = f"#{view.position}" if view.position is not None else ""
+        reason = f"  {view.reason.code}: {view.reason.message}" if view.reason else ""
+        lines.append(
+            f"  {key:<32} {view.state:<12} {view.queue or '-':<36} {position:<5}{reason}".rstrip()
+        )
+    lines += ["", "queues:"]
+    for name, entries in result.queues.items():
+        members = ", ".join(f"{e.position}. {e.job} (prio {e.priority})" for e in entries)
+        lines.append(f"  {name}: {members or '(empty)'}")
+    lines += ["", "quota (used / min / max):"]
+    for path, (minimum, maximum) in result.quota_limits.items():
+        used = result.quota_used.get(path, {})
+        cells = [
+            f"{r} {format_quantity(r, used.get(r, 0))}/{format_quantity(r, minimum.get(r, 0))}/"
+            f"{format_quantity(r, maximum[r])}"
+            for r in sorted(maximum)
+        ]
+        lines.append(f"  {path:<40} {'  '.join(cells)}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------- checking
+
+
+def check(scenario: Scenario, result: SimResult) -> list[str]:
+    """One line per difference between the outcome and ``expect:``; empty means pass."""
+    expect = scenario.expect
+    if expect is None:
+        return []
+    problems: list[str] = []
+    for key, state in expect.jobs.items():
+        view = result.jobs.get(key)
+        actual = view.state if view is not None else "absent (deleted or never created)"
+        if actual != state:
+            problems.append(f"job {key}: expected {state}, got {actual}")
+    for queue, members in expect.queues.items():
+        entries = result.queues.get(queue)
+        if entries is None:
+            problems.append(f"queue {queue}: expected {members}, but no such queue exists")
+            continue
+        actual_members = [e.job for e in entries]
+        if actual_members != members:
+            problems.append(f"queue {queue}: expected {members}, got {actual_members}")
+    if expect.preempted is not None:
+        expected_set, actual_set = set(expect.preempted), set(result.preempted)
+        for key in sorted(expected_set - actual_set):
+            problems.append(f"preempted {key}: expected to be preempted, was not")
+        for key in sorted(actual_set - expected_set):
+            problems.append(f"preempted {key}: was preempted, not expected")
+    for path, resources in expect.quota.items():
+        if path not in result.quota_limits:
+            problems.append(f"quota {path}: no such node in the final tree")
+            continue
+        used = result.quota_used.get(path, {})
+        for resource, amount in resources.items():
+            actual_amount = used.get(resource, 0)
+            if actual_amount != amount:
+                problems.append(
+                    f"quota {path} {resource}: expected used {format_quantity(resource, amount)}"
+                    f", got {format_quantity(resource, actual_amount)}"
+                )
+    return problems
+
+
+__all__ = [
+    "Expect",
+    "Rejection",
+    "Scenario",
+    "SimDecision",
+    "SimResult",
+    "Step",
+    "check",
+    "load_scenario",
+    "render_json",
+    "render_table",
+    "run",
+]

@@ -1,0 +1,260 @@
+"""In-memory state of the decision core: the indexed quota tree, workloads and queues.
+
+What it does: compact, slot-based records the engine mutates incrementally (used per node,
+sorted queues, request shapes) so a pass never re-sorts or rescans everything.
+What it must never do: decide anything (that is ``engine``/``reclaim``), perform I/O, read a
+clock, or iterate an unordered collection where order matters.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from fractions import Fraction
+
+from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.config import EngineConfig, WithinQuota
+from usher.core.tree import MIN_RUNTIME_ATTRIBUTE, WITHIN_QUOTA_ATTRIBUTE, iter_nodes, queue_name
+
+Shape = tuple[tuple[str, int], ...]
+"""A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
+
+SortKey = tuple[int, int, WorkloadKey]
+"""Order inside a queue: ``(-priority, created_ms, namespace/name)`` ascending (section 2)."""
+
+VictimKey = tuple[int, int, int, WorkloadKey]
+"""Reclaim order inside one leaf: lowest priority, most recently admitted, then name."""
+
+PENDING = "Pending"
+ADMITTED = "Admitted"
+FINISHED = "Finished"
+INADMISSIBLE = "Inadmissible"
+UNMAPPED = "Unmapped"
+
+
+def shape_of(resources: dict[str, int]) -> Shape:
+    """The canonical shape of a request (zero amounts dropped: they constrain nothing)."""
+    return tuple(sorted((r, a) for r, a in resources.items() if a > 0))
+
+
+class QuotaNodeInfo:
+    """One node of the tree in force, with its effective caps and inherited attributes."""
+
+    __slots__ = (
+        "ancestors",
+        "cap",
+        "children",
+        "depth",
+        "is_leaf",
+        "max",
+        "min",
+        "min_runtime_ms",
+        "name",
+        "namespaces",
+        "parent",
+        "path",
+        "queue",
+        "used",
+        "within_quota",
+    )
+
+    def __init__(self, path: QuotaPath, node: QuotaNode, parent: QuotaNodeInfo | None) -> None:
+        self.path = path
+        self.name = node.name
+        self.parent: QuotaPath | None = parent.path if parent is not None else None
+        self.depth: int = 0 if parent is None else parent.depth + 1
+        self.min: dict[str, int] = dict(node.min)
+        self.max: dict[str, int] = dict(node.max)
+        self.cap: dict[str, int] = {}
+        self.children: list[QuotaPath] = []
+        self.is_leaf = not node.children
+        self.namespaces = list(node.namespaces)
+        self.queue: QueueName | None = None
+        self.used: dict[str, int] = {}
+        self.within_quota: WithinQuota = "Never"
+        self.min_runtime_ms = 0
+        self.ancestors: tuple[QuotaNodeInfo, ...] = ()
+
+
+class TreeIndex:
+    """The quota tree in force, indexed by path, namespace, node name and queue."""
+
+    __slots__ = (
+        "by_name",
+        "leaf_of_namespace",
+        "leaves",
+        "leaves_under",
+        "nodes",
+        "queue_leaf",
+        "root",
+    )
+
+    def __init__(self, root: QuotaNode | None, config: EngineConfig) -> None:
+        self.root = root
+        self.nodes: dict[QuotaPath, QuotaNodeInfo] = {}
+        self.by_name: dict[str, QuotaPath] = {}
+        self.leaf_of_namespace: dict[str, QuotaPath] = {}
+        self.leaves: list[QuotaPath] = []
+        self.queue_leaf: dict[QueueName, QuotaPath] = {}
+        self.leaves_under: dict[QuotaPath, list[QuotaPath]] = {}
+        """Every leaf below (or at) a node, in tree order: reclaim walks these level by level."""
+        if root is not None:
+            self._index(root, config)
+
+    def _index(self, root: QuotaNode, config: EngineConfig) -> None:
+        for path, node, parent_path in iter_nodes(root):
+            parent = self.nodes[parent_path] if parent_path is not None else None
+            info = QuotaNodeInfo(path, node, parent)
+            info.cap = {r: effective_cap(m, config.oversell_rate) for r, m in info.max.items()}
+            info.within_quota, info.min_runtime_ms = _inherited_attributes(node, parent, config)
+            info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
+            self.nodes[path] = info
+            self.by_name[node.name] = path
+            if parent is not None:
+                parent.children.append(path)
+            if info.is_leaf:
+                info.queue = queue_name(path, node.namespaces[0] if node.namespaces else None)
+                self.leaves.append(path)
+                for ancestor in info.ancestors:
+                    self.leaves_under.setdefault(ancestor.path, []).append(path)
+                self.queue_leaf[info.queue] = path
+                for namespace in node.namespaces:
+                    self.leaf_of_namespace[namespace] = path
+
+
+def effective_cap(maximum: int, rate: Fraction) -> int:
+    """``floor(max x rate)``: with integer usage, ``used <= max x rate`` iff ``used <= cap``."""
+    return (maximum * rate.numerator) // rate.denominator
+
+
+def _inherited_attributes(
+    node: QuotaNode, parent: QuotaNodeInfo | None, config: EngineConfig
+) -> tuple[WithinQuota, int]:
+    """A node's within-quota mode and min runtime: its own attribute, else its parent's."""
+    within: WithinQuota = parent.within_quota if parent is not None else config.within_quota
+    runtime = parent.min_runtime_ms if parent is not None else config.min_runtime_ms
+    raw_within = node.attributes.get(WITHIN_QUOTA_ATTRIBUTE)
+    if raw_within == "Never":
+        within = "Never"
+    elif raw_within == "LowerPriority":
+        within = "LowerPriority"
+    raw_runtime = node.attributes.get(MIN_RUNTIME_ATTRIBUTE)
+    if raw_runtime is not None and raw_runtime.isdigit():
+        runtime = int(raw_runtime) * 1000
+    return within, runtime
+
+
+class Job:
+    """One workload as the engine tracks it (pending, admitted, finished, ...)."""
+
+    __slots__ = (
+        "admit_seq",
+        "admitted_ms",
+        "announced",
+        "arrived_pass",
+        "created_ms",
+        "held",
+        "key",
+        "leaf",
+        "name",
+        "namespace",
+        "note",
+        "note_pass",
+        "pods",
+        "priority",
+        "priority_class",
+        "quota_name",
+        "shape",
+        "sort_key",
+        "spec_priority",
+        "state",
+        "used_path",
+        "used_shape",
+        "victim_key",
+        "zone",
+    )
+
+    def __init__(self, key: WorkloadKey, namespace: str, name: str) -> None:
+        self.key = key
+        self.namespace = namespace
+        self.name = name
+        self.zone: Zone = Zone("default")
+        self.priority_class: str | None = None
+        self.spec_priority: int | None = None
+        self.priority = 0
+        self.created_ms: Millis = Millis(0)
+        self.shape: Shape = ()
+        self.pods: tuple[Shape, ...] = ()
+        self.quota_name: str | None = None
+        self.state = PENDING
+        self.leaf: QuotaPath | None = None
+        self.sort_key: SortKey = (0, 0, key)
+        self.admitted_ms: Millis = Millis(0)
+        self.admit_seq = 0
+        self.used_path: QuotaPath | None = None
+        """Leaf path the admitted usage was recorded on (kept even if the leaf vanishes)."""
+        self.used_shape: Shape = ()
+        self.victim_key: VictimKey = (0, 0, 0, key)
+        self.arrived_pass = 0
+        self.note: Reason | None = None
+        self.note_pass = -1
+        self.held = False
+        self.announced: Reason | None = None
+
+    def refresh_sort_key(self) -> None:
+        """Recompute the queue order key after priority or creation changed."""
+        self.sort_key = (-self.priority, self.created_ms, self.key)
+
+    def refresh_victim_key(self) -> None:
+        """Recompute the reclaim order key after admission or a priority change."""
+        self.victim_key = (self.priority, -self.admitted_ms, -self.admit_seq, self.key)
+
+
+class Queue:
+    """The pending workloads of one leaf in order, also grouped by request shape.
+
+    The shape groups let a pass ask "can anything in this queue fit?" in O(shapes) instead
+    of O(length): workloads of one shape fit or fail together on quota.
+    """
+
+    __slots__ = ("entries", "leaf", "name", "shapes")
+
+    def __init__(self, name: QueueName, leaf: QuotaPath) -> None:
+        self.name = name
+        self.leaf = leaf
+        self.entries: list[SortKey] = []
+        self.shapes: dict[Shape, list[SortKey]] = {}
+
+    def add(self, job: Job) -> bool:
+        """Insert ``job`` at its place; True when a new shape group appeared."""
+        insort(self.entries, job.sort_key)
+        group = self.shapes.get(job.shape)
+        if group is None:
+            self.shapes[job.shape] = [job.sort_key]
+            return True
+        insort(group, job.sort_key)
+        return False
+
+    def remove(self, job: Job) -> bool:
+        """Take ``job`` out; True when its shape group became empty."""
+        _remove_sorted(self.entries, job.sort_key)
+        group = self.shapes[job.shape]
+        _remove_sorted(group, job.sort_key)
+        if not group:
+            del self.shapes[job.shape]
+            return True
+        return False
+
+    def position(self, job: Job) -> int:
+        """1-based position of a pending ``job``."""
+        return bisect_left(self.entries, job.sort_key) + 1
+
+
+def remove_sorted(items: list[SortKey] | list[VictimKey], item: SortKey | VictimKey) -> None:
+    """Remove ``item`` from a sorted list (no-op if absent)."""
+    _remove_sorted(items, item)  # type: ignore[arg-type]
+
+
+def _remove_sorted(items: list[SortKey], item: SortKey) -> None:
+    index = bisect_left(items, item)
+    if index < len(items) and items[index] == item:
+        del items[index]
