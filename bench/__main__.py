@@ -18,6 +18,28 @@ from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
 
+# (suite, metric) -> (target, comparison); reported beside the number, never enforced.
+TARGETS: dict[tuple[str, str], tuple[float, str]] = {
+    ("core", "admissions_per_s"): (20_000, ">="),
+    ("core", "finish_pass_median_ms"): (10, "<="),
+    ("core", "bytes_per_pending_workload"): (2048, "<="),
+}
+
+
+def table(suites: dict[str, dict[str, float]]) -> str:
+    """A plain-text table of every number, with its target and whether it is met."""
+    lines = [f"{'suite':<6} {'metric':<28} {'value':>14}  {'target':<12} met"]
+    for suite, numbers in suites.items():
+        for metric, value in numbers.items():
+            target = TARGETS.get((suite, metric))
+            goal, met = "", ""
+            if target is not None:
+                bound, op = target
+                goal = f"{op} {bound:,.0f}"
+                met = "yes" if (value >= bound if op == ">=" else value <= bound) else "NO"
+            lines.append(f"{suite:<6} {metric:<28} {value:>14,.2f}  {goal:<12} {met}")
+    return "\n".join(lines)
+
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""
@@ -45,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import core
 
     started = datetime.now(UTC)
-    suites: dict[str, dict[str, Any]] = {"core": core.run(quick=args.quick)}
+    suites: dict[str, dict[str, float]] = {"core": core.run(quick=args.quick)}
     record = {
         "started_at": started.isoformat(),
         "command": "make bench-quick" if args.quick else "make bench",
@@ -55,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    print(table(suites))
     print(f"\nmachine: {record['machine']}")
     print(f"results written to {path}")
     return 0
