@@ -71,8 +71,9 @@ def test_check_names_each_difference(tmp_path: Path) -> None:
         ("name: x\ntimeline: [\n", "invalid YAML"),
         ("name: x\nconfig: {policy: Sideways}\ntimeline: []\n", "policy"),
         ("name: x\ntimeline:\n  - {at: 0, explode: ns/a}\n", "timeline[0]"),
+        ("[]\n", "a scenario must be a mapping"),
     ],
-    ids=["missing-file", "invalid-yaml", "unknown-policy", "unknown-action"],
+    ids=["missing-file", "invalid-yaml", "unknown-policy", "unknown-action", "not-a-mapping"],
 )
 def test_bad_input_gets_one_clear_line(tmp_path: Path, content: str | None, needle: str) -> None:
     path = tmp_path / "bad.yaml"

@@ -101,7 +101,9 @@ def load_yaml_file(path: Path) -> Any:
 def report_input_error(source: str, exc: InputError) -> None:
     """One line per problem, each naming the field path."""
     for error in exc.errors:
-        click.echo(f"usher: {source}: {error.path}: {error.message} [{error.code}]", err=True)
+        where = f"{error.path}: " if error.path else ""
+        message = error.message.removeprefix(f"{source}: ")
+        click.echo(f"usher: {source}: {where}{message} [{error.code}]", err=True)
 
 
 @cli.command()
