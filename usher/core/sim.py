@@ -542,45 +542,34 @@ def _seconds(at_ms: int) -> int | float:
 
 
 def _decision_record(record: SimDecision) -> dict[str, object] | None:
+    """One entry of ``decisions`` (SEMANTICS section 8); None for decisions it does not list."""
     decision = record.decision
-    at = _seconds(record.at_ms)
-    if isinstance(decision, Admitted):
-        return {
-            "at": at,
-            "action": "admit",
-            "job": decision.workload,
-            "queue": decision.queue,
-            "quota": decision.quota,
-        }
-    if isinstance(decision, Preempted):
-        return {
-            "at": at,
-            "action": "preempt",
-            "job": decision.workload,
-            "queue": decision.queue,
-            "quota": decision.quota,
-            "preemptor": decision.preemptor,
-            "reason": f"{decision.reason.code}: {decision.reason.message}",
-        }
-    if isinstance(decision, Inadmissible):
-        return {
-            "at": at,
-            "action": "inadmissible",
-            "job": decision.workload,
-            "queue": decision.queue,
-            "quota": decision.quota,
-            "reason": f"{decision.reason.code}: {decision.reason.message}",
-        }
     if isinstance(decision, Unmapped):
-        return {
-            "at": at,
-            "action": "unmapped",
-            "job": decision.workload,
-            "queue": None,
-            "quota": None,
-            "reason": f"{decision.reason.code}: {decision.reason.message}",
-        }
-    return None
+        queue, quota = None, None
+    elif isinstance(decision, Admitted | Preempted | Inadmissible):
+        queue, quota = decision.queue, decision.quota
+    else:
+        return None
+    entry: dict[str, object] = {
+        "at": _seconds(record.at_ms),
+        "action": _ACTIONS[type(decision)],
+        "job": decision.workload,
+        "queue": queue,
+        "quota": quota,
+    }
+    if isinstance(decision, Preempted):
+        entry["preemptor"] = decision.preemptor
+    if not isinstance(decision, Admitted):
+        entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
+    return entry
+
+
+_ACTIONS: dict[type, str] = {
+    Admitted: "admit",
+    Preempted: "preempt",
+    Inadmissible: "inadmissible",
+    Unmapped: "unmapped",
+}
 
 
 def _used_quantities(result: SimResult, path: QuotaPath) -> dict[str, str]:
