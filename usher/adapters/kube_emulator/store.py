@@ -226,12 +226,17 @@ class ApiError(Exception):
         return body
 
 
+def _details(rt: ResourceType, name: str) -> dict[str, Any]:
+    """The ``details`` of a Status about one named object, as the real server fills them."""
+    return {"name": name, "group": rt.group, "kind": rt.plural}
+
+
 def not_found(rt: ResourceType, name: str) -> ApiError:
     return ApiError(
         404,
         "NotFound",
         f'{rt.group_resource} "{name}" not found',
-        {"name": name, "group": rt.group, "kind": rt.plural},
+        _details(rt, name),
     )
 
 
@@ -240,7 +245,7 @@ def already_exists(rt: ResourceType, name: str) -> ApiError:
         409,
         "AlreadyExists",
         f'{rt.group_resource} "{name}" already exists',
-        {"name": name, "group": rt.group, "kind": rt.plural},
+        _details(rt, name),
     )
 
 
@@ -249,7 +254,7 @@ def conflict(rt: ResourceType, name: str, why: str) -> ApiError:
         409,
         "Conflict",
         f'Operation cannot be fulfilled on {rt.group_resource} "{name}": {why}',
-        {"name": name, "group": rt.group, "kind": rt.plural},
+        _details(rt, name),
     )
 
 
