@@ -59,6 +59,7 @@ from schemas.ledger import (
     ReleaseRequest,
     Reservation,
     ReservationResult,
+    PreemptRequest,
     ReserveReply,
     ReserveRequest,
 )
@@ -102,6 +103,7 @@ __all__ = [
     "RequestId",
     "Reservation",
     "ReservationResult",
+    "PreemptRequest",
     "ReserveReply",
     "ReserveRequest",
     "Resources",

@@ -42,6 +42,9 @@ ReasonCode = Literal[
     "Reclaim",  # preempted: the owner of a guarantee reclaimed it
     "WithinQuotaPriority",  # preempted: a higher-priority workload of the same leaf
     "NotYetEvaluated",  # pending: arrived after the last pass
+    "PreemptionInProgress",  # ledger: a victim is still stopping, or the hold awaits it
+    "AlreadyAdmitted",  # ledger: the workload already holds a live allocation elsewhere
+    "StaleView",  # preemptor/ledger: the proposal was made on state that changed since
 ]
 
 

@@ -19,6 +19,7 @@ from schemas.envelope import DeadLetter, Envelope
 from schemas.events import CLUSTER_EVENT_TYPES
 from schemas.ledger import (
     LedgerError,
+    PreemptRequest,
     ReleaseReply,
     ReleaseRequest,
     ReserveReply,
@@ -32,6 +33,7 @@ EXPORTED: tuple[type[msgspec.Struct], ...] = (
     *DECISION_TYPES,
     ReserveRequest,
     ReserveReply,
+    PreemptRequest,
     ReleaseRequest,
     ReleaseReply,
     LedgerError,

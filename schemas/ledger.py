@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas.common import Reason, Resources
-from schemas.decisions import ReleaseCause
+from schemas.decisions import Preempted, ReleaseCause
 from schemas.ids import QueueName, QuotaPath, RequestId, WorkloadKey, Zone
 
 
@@ -48,6 +48,25 @@ class ReserveReply(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.reserv
 
     request_id: RequestId
     results: list[ReservationResult]
+
+
+class PreemptRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.preempt.v1"):
+    """Carry out one reclaim: suspend ``victims`` and hold their quota for ``preemptor``.
+
+    A dequeuer sends it to the preemptor (``<prefix>.preempt.request``), which re-checks it with
+    the core on its own projection of the log and forwards it to the ledger
+    (``<prefix>.ledger.preempt``). The ledger moves the victims' usage to a hold for the
+    preemptor in one transaction and publishes the ``Preempted`` decisions through its outbox;
+    the preemptor is admitted once every victim was observed stopped. Reply: ``ReserveReply``
+    with one result, for the preemptor.
+    """
+
+    request_id: RequestId
+    zone: Zone
+    preemptor: Reservation
+    victims: list[Preempted]
+    log_seq: int = 0
+    """Stream sequence of the last log entry the proposer had applied (0 = unknown)."""
 
 
 class ReleaseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.release.v1"):

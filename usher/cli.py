@@ -7,6 +7,8 @@ What it must never do: hold decision logic, or show a traceback for bad input.
 
 from __future__ import annotations
 
+import importlib
+import os
 import signal
 import sys
 import threading
@@ -140,6 +142,91 @@ def sim(files: tuple[Path, ...], as_json: bool, check: bool) -> None:
                 click.echo(f"{path}: matches expect")
     if differing:
         sys.exit(EXIT_DIFFERENCES)
+
+
+SERVICES = ("watcher", "ledger", "dequeuer", "preemptor")
+
+
+@cli.command()
+@click.argument("service", type=click.Choice(SERVICES))
+@click.option("--zone", default=None, help="Zone of a dequeuer (default: $USHER_ZONE or default).")
+@click.option("--nats", "nats_url", default=None, help="NATS URL (default: $USHER_NATS_URL).")
+@click.option(
+    "--database",
+    "database_url",
+    default=None,
+    help="PostgreSQL URL for the ledger (default: $USHER_DATABASE_URL).",
+)
+@click.option("--kubeconfig", default=None, help="Kubeconfig for the watcher.")
+@click.option("--prefix", default=None, help="Subject prefix of the installation (usher).")
+@click.option("--policy", type=click.Choice(["Round", "Block"]), default=None)
+@click.option("--oversell-rate", default=None, help="max x rate is the cap (default 1).")
+@click.option("--within-quota", type=click.Choice(["Never", "LowerPriority"]), default=None)
+@click.option(
+    "--min-runtime",
+    "min_runtime_s",
+    type=float,
+    default=None,
+    help="Seconds an admitted workload is protected from reclaim.",
+)
+@click.option(
+    "--settle-ms",
+    type=int,
+    default=None,
+    help="Dequeuer: wait this long for more events before a pass (default 20).",
+)
+def run(
+    service: str,
+    zone: str | None,
+    nats_url: str | None,
+    database_url: str | None,
+    kubeconfig: str | None,
+    prefix: str | None,
+    policy: str | None,
+    oversell_rate: str | None,
+    within_quota: str | None,
+    min_runtime_s: float | None,
+    settle_ms: int | None,
+) -> None:
+    """Run one SERVICE in the foreground until SIGTERM or Ctrl-C.
+
+    Settings come from the options, else USHER_* variables, else the running embedded
+    stack's stack.json. Every service of one installation must use the same policy,
+    oversell rate and within-quota setting.
+    """
+    from services.common.runtime import run_service
+    from services.common.settings import SettingsError, load_settings
+
+    if service == "dequeuer":
+        zone = zone or os.environ.get("USHER_ZONE") or "default"
+    try:
+        settings = load_settings(
+            nats_url=nats_url,
+            database_url=database_url,
+            kubeconfig=kubeconfig,
+            prefix=prefix,
+            zone=zone,
+            policy=policy,
+            oversell_rate=oversell_rate,
+            within_quota=within_quota,
+            min_runtime_s=min_runtime_s,
+            settle_ms=settle_ms,
+        )
+    except SettingsError as exc:
+        fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)
+    if service == "ledger" and settings.database_url is None:
+        fail("the ledger needs PostgreSQL: pass --database or set USHER_DATABASE_URL", EXIT_USAGE)
+    if service == "watcher" and settings.kubeconfig is None:
+        fail("the watcher needs a Kubernetes API: pass --kubeconfig or set KUBECONFIG", EXIT_USAGE)
+    entry = importlib.import_module(f"services.{service}.service")
+    try:
+        run_service(service, settings, entry.main)
+    except OSError as exc:
+        fail(
+            f"{service}: cannot reach a server ({exc.__class__.__name__}: {exc})", EXIT_UNAVAILABLE
+        )
+    except KeyboardInterrupt:
+        pass
 
 
 def main() -> None:

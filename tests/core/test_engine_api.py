@@ -13,6 +13,7 @@ from schemas import (
     NodeName,
     NodeObserved,
     PodSet,
+    Preempted,
     PriorityClassObserved,
     QueueName,
     QuotaNode,
@@ -405,3 +406,111 @@ def test_held_capacity_is_named_as_held_for_preemptor() -> None:
     reason = engine.reason(key("a2/sneaky"))
     assert reason is not None and reason.code == "HeldForPreemptor", reason
     assert reason.blocker == "b1/claim"
+
+
+def _reclaim_setup() -> tuple[Engine, list[Preempted]]:
+    """A borrows the whole root; B's claim (within its min) reclaims a1/borrow."""
+    engine = engine_with(observed("a1", "base", 60), observed("a1", "borrow", 40, created=1))
+    engine.decide(Millis(1))
+    engine.apply(observed("b1", "claim", 30, created=2), Millis(2))
+    decisions = engine.decide(Millis(2))
+    return engine, [d for d in decisions if isinstance(d, Preempted)]
+
+
+def test_check_preemption_accepts_what_the_pass_decided() -> None:
+    proposer, victims = _reclaim_setup()
+    assert [v.workload for v in victims] == ["a1/borrow"]
+    # The preemptor service's projection: the same log, no pass of its own.
+    checker = engine_with(observed("a1", "base", 60), observed("a1", "borrow", 40, created=1))
+    for decision in proposer.decide(Millis(1)):
+        checker.apply(decision, Millis(1))
+    checker.apply(_admitted("a1/base", 60), Millis(1))
+    checker.apply(_admitted("a1/borrow", 40), Millis(1))
+    checker.apply(observed("b1", "claim", 30, created=2), Millis(2))
+    before = checker.quota_used()
+    assert checker.check_preemption(key("b1/claim"), [key("a1/borrow")], Millis(3)) is None
+    assert checker.quota_used() == before
+
+
+@pytest.mark.parametrize(
+    ("name", "victims", "detail"),
+    [
+        ("victim-not-admitted", ["a1/ghost"], "a1/ghost is not admitted"),
+        ("no-victims", [], "no victims named"),
+        ("not-enough-room", ["a1/small"], "would not fit"),
+    ],
+)
+def test_check_preemption_refuses_stale_proposals(
+    name: str, victims: list[str], detail: str
+) -> None:
+    checker = engine_with(
+        observed("a1", "base", 60),
+        observed("a1", "borrow", 35, created=1),
+        observed("a1", "small", 5, created=1),
+    )
+    for job, cores in (("a1/base", 60), ("a1/borrow", 35), ("a1/small", 5)):
+        checker.apply(_admitted(job, cores), Millis(1))
+    checker.apply(observed("b1", "claim", 30, created=2), Millis(2))
+    reason = checker.check_preemption(key("b1/claim"), [key(v) for v in victims], Millis(3))
+    assert reason is not None and reason.code == "StaleView" and detail in reason.message, name
+
+
+def test_check_preemption_refuses_a_victim_that_is_not_borrowing() -> None:
+    checker = engine_with(observed("a1", "base", 50), observed("b1", "claim", 30, created=2))
+    checker.apply(_admitted("a1/base", 50), Millis(1))
+    reason = checker.check_preemption(key("b1/claim"), [key("a1/base")], Millis(3))
+    assert reason is not None and "not borrowing" in reason.message
+
+
+def test_revert_preemption_restores_victims_and_frees_the_preemptor() -> None:
+    engine, victims = _reclaim_setup()
+    used = engine.quota_used()[QuotaPath("root")]
+    engine.revert_preemption(key("b1/claim"), victims, Reason(code="StaleView", message="x"))
+    state = engine.job_state(key("a1/borrow"))
+    assert state is not None and state.state == "Admitted"
+    claim = engine.job_state(key("b1/claim"))
+    assert claim is not None and claim.state == "Pending"
+    assert claim.reason is not None and claim.reason.code == "StaleView"
+    assert engine.quota_used()[QuotaPath("root")] == cpu(100) != used
+
+
+def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
+    """A Preempted read from the log holds the preemptor's request until its Admitted.
+
+    The engine decides zone ``default`` only; the preemptor lives in zone ``b``.
+    """
+    engine = engine_with(
+        observed("a1", "base", 60),
+        observed("a1", "borrow", 40, created=1),
+        config=EngineConfig(zones=frozenset({Zone("default")})),
+    )
+    engine.apply(_admitted("a1/base", 60), Millis(1))
+    engine.apply(_admitted("a1/borrow", 40), Millis(1))
+    engine.apply(observed("b1", "claim", 30, created=2, zone="b"), Millis(2))
+    engine.apply(observed("a2", "sneaky", 30, created=3), Millis(3))
+    engine.apply(
+        Preempted(
+            workload=key("a1/borrow"),
+            queue=QueueName("root-a-a1"),
+            quota=QuotaPath("root/A"),
+            preemptor=key("b1/claim"),
+            reason=Reason(code="Reclaim", message="r"),
+        ),
+        Millis(4),
+    )
+    assert engine.quota_used()[QuotaPath("root")] == cpu(90)
+    assert not [d for d in engine.decide(Millis(5)) if isinstance(d, Admitted)]
+    reason = engine.reason(key("a2/sneaky"))
+    assert reason is not None and reason.code == "HeldForPreemptor"
+    engine.apply(_admitted("b1/claim", 30, quota="root/B"), Millis(6))
+    assert engine.quota_used()[QuotaPath("root")] == cpu(90)
+
+
+def _admitted(job: str, cores: int, quota: str = "root/A") -> Admitted:
+    return Admitted(
+        workload=key(job),
+        queue=QueueName("q"),
+        quota=QuotaPath(quota),
+        zone=Zone("default"),
+        requests=cpu(cores),
+    )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right, insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from fractions import Fraction
 from itertools import chain
 
@@ -325,6 +325,23 @@ class Engine:
         self._unadmit(job)
         self._classify(job)
         self._set_note(job, decision.reason)
+        self._hold_for(decision.preemptor)
+
+    def _hold_for(self, key: WorkloadKey) -> None:
+        """A reclaim decided elsewhere: the freed capacity is held for its preemptor.
+
+        The ledger holds it the same way until the preemptor's ``Admitted`` arrives, so no
+        engine offers that capacity to anyone else meanwhile.
+        """
+        job = self._jobs.get(key)
+        if job is None or job.held or job.state != PENDING or job.leaf is None:
+            return
+        job.used_path = job.leaf
+        job.used_shape = job.shape
+        job.held = True
+        self._held[key] = None
+        self._account(job.leaf, job.shape, job.zone)
+        self._version += 1
 
     def _apply_released(self, decision: Released) -> None:
         job = self._jobs.get(decision.workload)
@@ -358,6 +375,90 @@ class Engine:
             self._unadmit(job)
             self._classify(job)
         self._set_note(job, reason)
+
+    def revert_preemption(
+        self, preemptor: WorkloadKey, victims: Sequence[Preempted], reason: Reason
+    ) -> None:
+        """The preemptor or the ledger refused a reclaim this engine made: undo it.
+
+        The victims are admitted again where they were (keeping their admission time, so the
+        reclaim order and min-runtime stay as they were) and the preemptor waits again, with
+        no hold: the reclaim did not happen.
+        """
+        for decision in victims:
+            victim = self._jobs.get(decision.workload)
+            if victim is None or victim.state == ADMITTED or victim.state == FINISHED:
+                continue
+            if victim.held:
+                self._drop_hold(victim)
+            self._unplace(victim)
+            admitted_ms, admit_seq = victim.admitted_ms, victim.admit_seq
+            self._admit(victim, decision.quota, victim.shape)
+            self._forget_admitted(victim)
+            victim.admitted_ms, victim.admit_seq = admitted_ms, admit_seq
+            victim.refresh_victim_key()
+            insort(self._leaf_admitted.setdefault(decision.quota, []), victim.victim_key)
+            victim.note = None
+        job = self._jobs.get(preemptor)
+        if job is None or job.state != ADMITTED:
+            return
+        self._unadmit(job)
+        self._classify(job)
+        self._set_note(job, reason)
+
+    def check_preemption(
+        self, preemptor: WorkloadKey, victims: Sequence[WorkloadKey], now: Millis
+    ) -> Reason | None:
+        """Whether evicting ``victims`` for ``preemptor`` follows section 5 on this state.
+
+        ``None`` when it does: the preemptor waits, each victim is admitted, past its minimum
+        runtime, and either on a borrowing leaf (the preemptor asking within its ``min``) or a
+        strictly lower-priority workload of the preemptor's own leaf (``LowerPriority``), and
+        the preemptor fits once they are gone. The state is left exactly as it was.
+        """
+        self._now = now
+        job = self._jobs.get(preemptor)
+        if job is not None and job.held:
+            return None  # already accepted: a retry of a reclaim the log already carries
+        if job is None or job.state != PENDING or job.leaf is None:
+            return reasons.stale_view(preemptor, "the preemptor is not waiting in a queue")
+        if not victims:
+            return reasons.stale_view(preemptor, "no victims named")
+        info = self._tree.nodes[job.leaf]
+        within = self._within_min(info, job.shape)
+        lower = info.within_quota == "LowerPriority"
+        removed: list[Job] = []
+        try:
+            for key in victims:
+                victim = self._jobs.get(key)
+                refusal = self._victim_refusal(job, victim, key, within=within, lower=lower)
+                if refusal is not None:
+                    return refusal
+                assert victim is not None and victim.used_path is not None
+                self._unaccount(victim.used_path, victim.used_shape, victim.zone)
+                removed.append(victim)
+            if not self._fits(job):
+                return reasons.stale_view(preemptor, "it would not fit without these victims")
+            return None
+        finally:
+            for victim in reversed(removed):
+                assert victim.used_path is not None
+                self._account(victim.used_path, victim.used_shape, victim.zone)
+
+    def _victim_refusal(
+        self, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
+    ) -> Reason | None:
+        if victim is None or victim.state != ADMITTED or victim.used_path is None:
+            return reasons.stale_view(job.key, f"{key} is not admitted", key)
+        if self._now - victim.admitted_ms < self._min_runtime(victim.used_path):
+            return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
+        if victim.used_path == job.leaf:
+            if lower and victim.priority < job.priority:
+                return None
+            return reasons.stale_view(job.key, f"{key} is not of lower priority", key)
+        if within and self._borrowing_reason(job, victim.used_path) is not None:
+            return None
+        return reasons.stale_view(job.key, f"{key} is not borrowing what is asked", key)
 
     def _place_pending_again(self, job: Job) -> None:
         """Put a held preemptor back in its queue (its usage stays counted as the hold)."""

@@ -192,3 +192,10 @@ def lower_priority(
         f"(priority {victim_priority}) in {leaf}"
     )
     return Reason(code="WithinQuotaPriority", message=message, node=leaf, blocker=preemptor)
+
+
+def stale_view(preemptor: WorkloadKey, detail: str, blocker: WorkloadKey | None = None) -> Reason:
+    """A reclaim proposal no longer holds on the current state (it was made on an older one)."""
+    return Reason(
+        code="StaleView", message=f"reclaim for {preemptor} refused: {detail}", blocker=blocker
+    )

@@ -81,5 +81,14 @@ class Subjects:
     def ledger_release(self) -> str:
         return f"{self.prefix}.ledger.release"
 
+    @property
+    def ledger_preempt(self) -> str:
+        return f"{self.prefix}.ledger.preempt"
+
+    @property
+    def preempt_request(self) -> str:
+        """Dequeuers propose a reclaim here; the preemptor checks it and asks the ledger."""
+        return f"{self.prefix}.preempt.request"
+
     def dlq(self, service: str) -> str:
         return f"{self.prefix}.dlq.{token(service)}"

@@ -1,0 +1,197 @@
+"""Replay-then-follow the Usher log into a pure-core engine.
+
+What it does: reads the log stream from a start sequence with an ordered consumer (the
+fastest way nats-py reads a stream, and it recovers gaps by itself), hands the service
+batches of decoded entries as they arrive together, parks entries that do not decode, and
+says when the replay has caught up with the stream's end as it was at start.
+What it must never do: decide anything, ack anything (ordered consumers need no acks), or
+skip an entry silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import msgspec
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.api import ConsumerConfig, DeliverPolicy
+
+from schemas import Envelope, Millis, decode_envelope
+from usher.adapters.nats.subjects import Subjects
+from usher.core.engine import Engine
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One decoded entry of the log with its stream sequence."""
+
+    seq: int
+    subject: str
+    envelope: Envelope
+
+    @property
+    def time_ms(self) -> Millis:
+        return Millis(int(self.envelope.time.timestamp() * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class BadEntry:
+    """An entry that did not decode; the caller parks it with ``error`` and ``detail``."""
+
+    seq: int
+    subject: str
+    data: bytes
+    error: str
+    detail: str
+
+
+async def stream_last_seq(js: JetStreamContext, subjects: Subjects) -> int:
+    """The log's last sequence now (0 when empty)."""
+    info = await js.stream_info(subjects.stream_name)
+    return int(info.state.last_seq)
+
+
+class LogFollower:
+    """Ordered consumer over the log from ``start_seq``; batches of what arrived together."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        subjects: Subjects,
+        *,
+        start_seq: int = 1,
+        filter_subject: str | None = None,
+        max_batch: int = 4096,
+    ) -> None:
+        self._js = js
+        self._subjects = subjects
+        self._start = max(1, start_seq)
+        self._filter = filter_subject or f"{subjects.prefix}.>"
+        self._max_batch = max_batch
+        self._buffer: list[Msg] = []
+        self._ready = asyncio.Event()
+        self._sub: object | None = None
+        self.last_seq = self._start - 1
+        """Sequence of the last entry handed out."""
+        self.replay_target = 0
+        """The stream's last sequence when following started: replay is done past it."""
+
+    @property
+    def caught_up(self) -> bool:
+        return self.last_seq >= self.replay_target
+
+    async def start(self) -> None:
+        self.replay_target = await stream_last_seq(self._js, self._subjects)
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=self._start,
+        )
+        self._sub = await self._js.subscribe(
+            self._filter,
+            stream=self._subjects.stream_name,
+            cb=self._on_message,
+            ordered_consumer=True,
+            config=config,
+            # A long replay may outrun the service for a moment; never drop, just buffer.
+            pending_msgs_limit=-1,
+            pending_bytes_limit=-1,
+        )
+
+    async def _on_message(self, msg: Msg) -> None:
+        self._buffer.append(msg)
+        self._ready.set()
+
+    async def stop(self) -> None:
+        sub = self._sub
+        self._sub = None
+        if sub is not None:
+            with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
+                await sub.unsubscribe()  # type: ignore[attr-defined]
+
+    async def batches(
+        self,
+        stop: asyncio.Event,
+        *,
+        linger_s: float = 0.0,
+        idle_s: Callable[[], float | None] = lambda: None,
+    ) -> AsyncIterator[list[LogEntry | BadEntry]]:
+        """Yield batches until ``stop`` is set; ``linger_s`` waits for stragglers first.
+
+        When ``idle_s()`` gives a number, an empty batch is yielded after that many seconds
+        without entries (services use it for timers such as min-runtime wakeups).
+        """
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                if not self._buffer:
+                    self._ready.clear()
+                    waiter = asyncio.ensure_future(self._ready.wait())
+                    await asyncio.wait(
+                        {waiter, stopper},
+                        timeout=idle_s(),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    waiter.cancel()
+                    if stop.is_set():
+                        return
+                    if not self._buffer:
+                        yield []
+                        continue
+                if linger_s > 0 and self.caught_up:
+                    # Events that arrive together are decided together (SEMANTICS 6).
+                    await asyncio.sleep(linger_s)
+                taken = self._buffer[: self._max_batch]
+                del self._buffer[: len(taken)]
+                if not taken:
+                    continue
+                yield [self._decode(msg) for msg in taken]
+        finally:
+            stopper.cancel()
+
+    def _decode(self, msg: Msg) -> LogEntry | BadEntry:
+        seq = int(msg.metadata.sequence.stream)
+        self.last_seq = max(self.last_seq, seq)
+        try:
+            return LogEntry(seq=seq, subject=msg.subject, envelope=decode_envelope(msg.data))
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return BadEntry(
+                seq=seq,
+                subject=msg.subject,
+                data=msg.data,
+                error=type(exc).__name__,
+                detail=str(exc),
+            )
+
+
+class Projection:
+    """A pure-core engine kept equal to the log: apply every entry, in order, at its time."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.applied_seq = 0
+        self.changed = asyncio.Event()
+
+    async def wait_for(self, seq: int, timeout_s: float) -> bool:
+        """Wait until entries up to ``seq`` are applied; False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.applied_seq < seq:
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=left)
+        return True
+
+    def apply(self, entry: LogEntry) -> None:
+        if entry.seq <= self.applied_seq:
+            return  # an ordered consumer restarted by the client may repeat the tail
+        self.engine.apply(entry.envelope.event, entry.time_ms)
+        self.applied_seq = entry.seq
+        self.changed.set()

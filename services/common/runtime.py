@@ -1,0 +1,133 @@
+"""The process shell of a service: connect, run until SIGTERM, park poison messages.
+
+What it does: configures structlog (JSON), connects to NATS with unlimited reconnects,
+makes sure the streams exist, installs SIGTERM/SIGINT handlers that set a stop event, runs
+the service's coroutine, and closes everything in order. ``ServiceContext.park`` puts a
+message that cannot be processed on ``<prefix>.dlq.<service>`` with its error, so a loop
+never dies (or spins) on one bad message.
+What it must never do: hold service logic, swallow an error without parking or logging it,
+or log a secret (URLs are redacted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+
+from schemas import DeadLetter, Millis
+from services.common.settings import ServiceSettings
+from usher.adapters.logs import configure, get_logger, redact_url
+from usher.adapters.nats.log import ensure_streams, park
+from usher.adapters.nats.subjects import Subjects
+
+
+def wall_ms() -> Millis:
+    """The service clock. Only the shell reads it; the core gets it as ``now``."""
+    return Millis(int(time.time() * 1000))
+
+
+def to_utc(ms: int) -> datetime:
+    """An envelope time from epoch milliseconds."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+@dataclass
+class ServiceContext:
+    """What a running service gets: its connections, names, logger and stop signal."""
+
+    name: str
+    settings: ServiceSettings
+    nc: Client
+    js: JetStreamContext
+    subjects: Subjects
+    stop: asyncio.Event
+    log: Any
+    """structlog logger with the service (and zone) bound."""
+
+    async def park(
+        self,
+        subject: str,
+        data: bytes,
+        error: BaseException | str,
+        detail: str = "",
+        stream_seq: int | None = None,
+    ) -> None:
+        """Park an unprocessable message with its error; never raises for a NATS hiccup."""
+        kind = error if isinstance(error, str) else type(error).__name__
+        text = detail or (str(error) if isinstance(error, BaseException) else "")
+        letter = DeadLetter(
+            service=self.name,
+            subject=subject,
+            error=kind,
+            detail=text,
+            data=data,
+            stream_seq=stream_seq,
+        )
+        self.log.warning(
+            "message parked", subject=subject, error=kind, detail=text, stream_seq=stream_seq
+        )
+        try:
+            await park(self.nc, self.subjects, letter)
+        except (nats.errors.Error, TimeoutError) as exc:
+            # The DLQ itself is unreachable: the log line above is the record of last resort.
+            self.log.error("dead letter not stored", error=type(exc).__name__)
+
+
+ServiceMain = Callable[[ServiceContext], Awaitable[None]]
+
+
+async def connect(settings: ServiceSettings, name: str) -> Client:
+    """Connect with unlimited reconnects: a NATS restart pauses a service, never kills it."""
+    return await nats.connect(
+        settings.nats_url,
+        name=f"usher-{name}",
+        connect_timeout=5,
+        reconnect_time_wait=0.5,
+        max_reconnect_attempts=-1,
+        allow_reconnect=True,
+    )
+
+
+async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None:
+    """Run ``main`` as service ``name`` until SIGTERM/SIGINT or until it returns."""
+    log = get_logger(service=name, zone=settings.zone)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    nc = await connect(settings, name)
+    try:
+        js = nc.jetstream()
+        subjects = Subjects(settings.prefix)
+        await ensure_streams(js, subjects)
+        ctx = ServiceContext(name, settings, nc, js, subjects, stop, log)
+        log.info("service starting", nats=redact_url(settings.nats_url), prefix=settings.prefix)
+        await main(ctx)
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.drain()
+        log.info("service stopped")
+
+
+def run_service(name: str, settings: ServiceSettings, main: ServiceMain) -> None:
+    """Blocking entry point used by ``usher run <service>`` and ``python -m services.<name>``."""
+    configure()
+    asyncio.run(serve(name, settings, main))
+
+
+async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Sleep up to ``seconds``; True when the service was asked to stop meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    return stop.is_set()

@@ -1,0 +1,139 @@
+"""Settings of a running service: where the servers are and how the core decides.
+
+What it does: one frozen dataclass, filled from CLI options, environment variables
+(``USHER_*``) or the embedded stack's ``stack.json``, in that order of precedence.
+What it must never do: connect to anything or log a secret (``database_url`` is redacted
+wherever it is shown).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+
+import msgspec
+
+from schemas import Zone
+from usher.adapters.embedded.stack import StackInfo, read_stack_info, usher_home
+from usher.core.config import EngineConfig, Policy, WithinQuota
+
+
+class SettingsError(Exception):
+    """A setting is missing or malformed; ``name`` says which."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name}: {detail}")
+        self.name = name
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """Everything a service needs to start. Every service of one installation shares them."""
+
+    nats_url: str
+    database_url: str | None = None
+    kubeconfig: Path | None = None
+    prefix: str = "usher"
+    zone: Zone | None = None
+    """The dequeuer's zone (required for it; ignored by the others)."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    request_timeout_s: float = 5.0
+    status_interval_s: float = 1.0
+    """How often the watcher may rewrite Queue and ElasticQuotaTree status."""
+    settle_ms: int = 20
+    """A dequeuer waits this long after an event for more before it runs a pass, so events
+    that arrive together are decided together (SEMANTICS section 6)."""
+
+    def with_zone(self, zone: Zone) -> ServiceSettings:
+        return replace(self, zone=zone)
+
+
+def parse_rate(raw: str) -> Fraction:
+    """An exact oversell rate from ``"1"``, ``"1.5"`` or ``"3/2"``."""
+    try:
+        rate = Fraction(raw)
+    except (ValueError, ZeroDivisionError) as exc:
+        raise SettingsError("oversell-rate", f"not a number: {raw!r}") from exc
+    if rate <= 0:
+        raise SettingsError("oversell-rate", f"must be positive, got {raw!r}")
+    return rate
+
+
+def load_settings(
+    *,
+    nats_url: str | None = None,
+    database_url: str | None = None,
+    kubeconfig: str | None = None,
+    prefix: str | None = None,
+    zone: str | None = None,
+    policy: str | None = None,
+    oversell_rate: str | None = None,
+    within_quota: str | None = None,
+    min_runtime_s: float | None = None,
+    settle_ms: int | None = None,
+    home: Path | None = None,
+) -> ServiceSettings:
+    """Resolve settings: explicit values, then ``USHER_*`` variables, then ``stack.json``."""
+    env = os.environ
+    stack = _stack(home or usher_home())
+    nats = nats_url or env.get("USHER_NATS_URL") or (stack.nats_url if stack else None)
+    if not nats:
+        raise SettingsError("nats", "no NATS URL: pass --nats, set USHER_NATS_URL or run usher up")
+    database = (
+        database_url or env.get("USHER_DATABASE_URL") or (stack.database_url if stack else None)
+    )
+    kube = kubeconfig or env.get("USHER_KUBECONFIG") or env.get("KUBECONFIG")
+    chosen_policy = policy or env.get("USHER_POLICY") or "Round"
+    chosen_within = within_quota or env.get("USHER_WITHIN_QUOTA") or "Never"
+    rate = parse_rate(oversell_rate or env.get("USHER_OVERSELL_RATE") or "1")
+    runtime_s = min_runtime_s
+    if runtime_s is None:
+        runtime_s = float(env.get("USHER_MIN_RUNTIME_SECONDS", "0"))
+    try:
+        engine = EngineConfig(
+            policy=_policy(chosen_policy),
+            oversell_rate=rate,
+            within_quota=_within(chosen_within),
+            min_runtime_ms=int(runtime_s * 1000),
+            zones=frozenset({Zone(zone)}) if zone else None,
+        )
+    except ValueError as exc:
+        raise SettingsError("engine", str(exc)) from exc
+    settle = settle_ms if settle_ms is not None else int(env.get("USHER_SETTLE_MS", "20"))
+    return ServiceSettings(
+        nats_url=nats,
+        database_url=database,
+        kubeconfig=Path(kube) if kube else None,
+        prefix=prefix or env.get("USHER_PREFIX") or "usher",
+        zone=Zone(zone) if zone else None,
+        engine=engine,
+        settle_ms=settle,
+    )
+
+
+def _stack(home: Path) -> StackInfo | None:
+    try:
+        return read_stack_info(home)
+    except FileNotFoundError:
+        return None
+    except msgspec.DecodeError as exc:
+        raise SettingsError("stack.json", f"unreadable in {home}: {exc}") from exc
+
+
+def _policy(raw: str) -> Policy:
+    if raw == "Round":
+        return "Round"
+    if raw == "Block":
+        return "Block"
+    raise SettingsError("policy", f"must be Round or Block, got {raw!r}")
+
+
+def _within(raw: str) -> WithinQuota:
+    if raw == "Never":
+        return "Never"
+    if raw == "LowerPriority":
+        return "LowerPriority"
+    raise SettingsError("within-quota", f"must be Never or LowerPriority, got {raw!r}")

@@ -1,0 +1,1 @@
+"""The preemptor: checks reclaim proposals with the core and has the ledger carry them out."""

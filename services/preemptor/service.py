@@ -1,0 +1,152 @@
+"""The preemptor (DESIGN: "reclaim of borrowed quota").
+
+What it does: keeps its own projection of the whole log (every zone), and serves
+``<prefix>.preempt.request``: a dequeuer proposes a reclaim (a preemptor and its victims); the
+preemptor waits until its projection has seen what the proposer had seen, re-computes the
+reclaim rules with the core (``Engine.check_preemption``) and, when they hold, asks the
+ledger to carry it out: the victims' usage becomes a hold for the preemptor in one
+transaction, and the ledger's outbox publishes the ``Preempted`` decisions. The capacity stays
+held for the preemptor until it is admitted, which the ledger does once every victim has been
+seen stopped.
+What it must never do: write PostgreSQL or Kubernetes, publish decisions itself, or forward a
+reclaim its own projection contradicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+from nats.aio.msg import Msg
+
+from schemas import PreemptRequest, Reason, RequestId, ReservationResult, ReserveReply, encode
+from schemas.ledger import LedgerError
+from services.common.follower import BadEntry, LogFollower, Projection
+from services.common.requests import PermanentReplyError, Stopping, ask
+from services.common.runtime import ServiceContext, wall_ms
+from usher.core import reasons
+from usher.core.config import EngineConfig
+from usher.core.engine import Engine
+
+_request_decoder = msgspec.json.Decoder(PreemptRequest)
+
+CATCH_UP_S = 2.0
+"""How long a proposal waits for this projection to reach the proposer's log position."""
+
+
+class Preemptor:
+    """Projection of the log plus the request handler."""
+
+    def __init__(self, ctx: ServiceContext) -> None:
+        self.ctx = ctx
+        config = ctx.settings.engine
+        # The preemptor judges reclaims in every zone: no zone filter.
+        engine_config = EngineConfig(
+            policy=config.policy,
+            oversell_rate=config.oversell_rate,
+            within_quota=config.within_quota,
+            min_runtime_ms=config.min_runtime_ms,
+        )
+        self.projection = Projection(Engine(engine_config))
+        self.follower = LogFollower(ctx.js, ctx.subjects, start_seq=1)
+        self._requests: asyncio.Queue[Msg] = asyncio.Queue()
+
+    async def run(self) -> None:
+        await self.follower.start()
+        sub = await self.ctx.nc.subscribe(
+            self.ctx.subjects.preempt_request, queue="preemptor", cb=self._requests.put
+        )
+        tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._serve())]
+        try:
+            await self.ctx.stop.wait()
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.follower.stop()
+
+    async def _follow(self) -> None:
+        async for batch in self.follower.batches(self.ctx.stop):
+            for entry in batch:
+                if isinstance(entry, BadEntry):
+                    await self.ctx.park(
+                        entry.subject, entry.data, entry.error, entry.detail, stream_seq=entry.seq
+                    )
+                    continue
+                self.projection.apply(entry)
+
+    async def _serve(self) -> None:
+        # One request at a time, in arrival order: each check must see the effect of the
+        # previous reclaim on the projection.
+        while True:
+            msg = await self._requests.get()
+            try:
+                reply = await self.handle(msg.data, msg.subject)
+            except Stopping:
+                return
+            if msg.reply:
+                await self.ctx.nc.publish(msg.reply, encode(reply))
+
+    async def handle(self, data: bytes, subject: str) -> ReserveReply | LedgerError:
+        try:
+            request = _request_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await self.ctx.park(subject, data, exc)
+            return LedgerError(
+                request_id=RequestId(""), code="bad-request", message=str(exc), transient=False
+            )
+        preemptor = request.preemptor.workload
+        log = self.ctx.log.bind(workload=preemptor, quota=request.preemptor.quota)
+        if not await self.projection.wait_for(request.log_seq, CATCH_UP_S):
+            log.warning(
+                "projection behind the proposer",
+                want=request.log_seq,
+                have=self.projection.applied_seq,
+            )
+            return _refused(request, reasons.stale_view(preemptor, "the preemptor is behind"))
+        why = self.projection.engine.check_preemption(
+            preemptor, [v.workload for v in request.victims], wall_ms()
+        )
+        if why is not None:
+            log.info("reclaim refused", reason=why.message)
+            return _refused(request, why)
+        try:
+            reply = await ask(
+                self.ctx,
+                self.ctx.subjects.ledger_preempt,
+                request,
+                # Answer the dequeuer before it gives up on us; it repeats the request anyway.
+                timeout_s=max(0.5, self.ctx.settings.request_timeout_s / 2),
+                deadline_attempts=2,
+            )
+        except PermanentReplyError as exc:
+            log.warning("ledger did not carry out the reclaim", code=exc.code, detail=exc.detail)
+            return LedgerError(
+                request_id=request.request_id,
+                code=exc.code,
+                message=exc.detail,
+                transient=exc.code == "unanswered",
+            )
+        log.info(
+            "reclaim forwarded",
+            victims=[v.workload for v in request.victims],
+            granted=bool(reply.results and reply.results[0].granted),
+        )
+        return reply
+
+
+def _refused(request: PreemptRequest, reason: Reason) -> ReserveReply:
+    return ReserveReply(
+        request_id=request.request_id,
+        results=[
+            ReservationResult(workload=request.preemptor.workload, granted=False, reason=reason)
+        ],
+    )
+
+
+async def main(ctx: ServiceContext) -> None:
+    """Run the preemptor until the service is stopped."""
+    await Preemptor(ctx).run()
