@@ -1,6 +1,6 @@
 """`make bench`: run every benchmark suite, print a table, write ``bench/results/<ts>.json``.
 
-What it does: runs the suites in order (today: the pure core), records the machine (cores,
+What it does: runs the suites in order (the pure core, then the services on NATS and PostgreSQL), records the machine (cores,
 memory, Python) beside the numbers, and writes one JSON file per run.
 What it must never do: pass or fail on a number; targets are reported, not enforced.
 """
@@ -23,6 +23,8 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("core", "admissions_per_s"): (20_000, ">="),
     ("core", "finish_pass_median_ms"): (10, "<="),
     ("core", "bytes_per_pending_workload"): (2048, "<="),
+    ("stack", "admissions_per_s"): (2_000, ">="),
+    ("stack", "admissions_vs_publish"): (0.25, ">="),
 }
 
 
@@ -64,10 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, about a minute")
     args = parser.parse_args(argv)
 
-    from bench import core
+    from bench import core, stack
 
     started = datetime.now(UTC)
     suites: dict[str, dict[str, float]] = {"core": core.run(quick=args.quick)}
+    suites["stack"] = stack.run(quick=args.quick)
     record = {
         "started_at": started.isoformat(),
         "command": "make bench-quick" if args.quick else "make bench",

@@ -16,7 +16,7 @@ import contextlib
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -53,6 +53,8 @@ class ServiceContext:
     stop: asyncio.Event
     log: Any
     """structlog logger with the service (and zone) bound."""
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by the service once it serves requests and follows the log (readiness probe)."""
 
     async def park(
         self,

@@ -102,6 +102,7 @@ class Dequeuer:
 
     async def run(self) -> None:
         await self.follower.start()
+        self.ctx.ready.set()
         self.ctx.log.info("replaying the log", target_seq=self.follower.replay_target)
         settle = self.ctx.settings.settle_ms / 1000
         replayed = False

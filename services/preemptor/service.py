@@ -58,6 +58,8 @@ class Preemptor:
             self.ctx.subjects.preempt_request, queue="preemptor", cb=self._requests.put
         )
         tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._serve())]
+        await self.ctx.nc.flush()
+        self.ctx.ready.set()
         try:
             await self.ctx.stop.wait()
         finally:

@@ -1,0 +1,236 @@
+"""Stack benchmark: job events on the log -> committed ``Admitted`` decisions, end to end.
+
+What it does: starts a fresh embedded NATS + PostgreSQL, the ledger, the preemptor and one
+dequeuer as separate processes (as deployed), then
+1. measures JetStream pipelined publish with acks on the same server (the ceiling to compare
+   with),
+2. publishes N ``WorkloadObserved`` events as fast as possible into a tree that admits them
+   all and measures admissions/s until the N-th ``Admitted`` is on the log (saturation),
+3. offers events at a fixed rate below saturation and reports p50/p99 from publish to the
+   ``Admitted`` decision on the log.
+The watcher is not involved: the metric starts at "job event on the log", per the issue.
+What it must never do: pass or fail on a number; it reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nats
+from nats.js import JetStreamContext
+
+from schemas import (
+    Envelope,
+    EventId,
+    Millis,
+    PodSet,
+    QuotaNode,
+    QuotaTreeApplied,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+    cloudevent_headers,
+    decode_envelope,
+    encode,
+)
+from usher.adapters.embedded.processes import ManagedProcess
+from usher.adapters.embedded.servers import NatsServer, PostgresServer
+from usher.adapters.nats.log import ensure_streams
+from usher.adapters.nats.subjects import Subjects
+from usher.adapters.pg.migrate import upgrade
+
+LEAVES = 10
+
+
+def tree() -> QuotaNode:
+    big = {"cpu": 10_000_000 * 1000}
+    return QuotaNode(
+        name="root",
+        min=big,
+        max=big,
+        children=[
+            QuotaNode(
+                name=f"leaf-{i}",
+                min={"cpu": 1_000_000 * 1000},
+                max={"cpu": 10_000_000 * 1000},
+                namespaces=[f"ns-{i}"],
+            )
+            for i in range(LEAVES)
+        ],
+    )
+
+
+def observed(run: str, n: int) -> tuple[str, Envelope]:
+    namespace, name = f"ns-{n % LEAVES}", f"{run}-{n}"
+    event = WorkloadObserved(
+        workload=WorkloadKey(f"{namespace}/{name}"),
+        namespace=namespace,
+        name=name,
+        kind="batch/v1/Job",
+        zone=Zone("default"),
+        created_ms=Millis(n),
+        pod_sets=[PodSet(name="main", count=1, requests={"cpu": 1000})],
+    )
+    envelope = Envelope(
+        id=EventId(f"bench:{run}:{n}"), time=datetime.now(UTC), source="bench", event=event
+    )
+    return f"{namespace}/{name}", envelope
+
+
+async def publish_rate(js: JetStreamContext, subjects: Subjects, count: int) -> float:
+    """JetStream publish with acks, pipelined in windows (the same way the stack publishes)."""
+    payload = b"x" * 400
+    began = time.perf_counter()
+    window = 500
+    for start in range(0, count, window):
+        await asyncio.gather(
+            *(
+                js.publish(f"{subjects.prefix}.cluster.bench.raw", payload)
+                for _ in range(min(window, count - start))
+            )
+        )
+    return count / (time.perf_counter() - began)
+
+
+class AdmissionClock:
+    """Records when each workload's ``Admitted`` reached the log (via a core subscription)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, float] = {}
+        self.changed = asyncio.Event()
+
+    async def on_message(self, msg: nats.aio.msg.Msg) -> None:
+        envelope = decode_envelope(msg.data)
+        self.seen.setdefault(str(getattr(envelope.event, "workload", "")), time.perf_counter())
+        self.changed.set()
+
+    async def wait_count(self, count: int, timeout_s: float) -> None:
+        deadline = time.perf_counter() + timeout_s
+        while len(self.seen) < count:
+            if time.perf_counter() > deadline:
+                raise TimeoutError(f"{len(self.seen)}/{count} admitted")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), timeout=1)
+
+
+async def _publish(js: JetStreamContext, subjects: Subjects, envelope: Envelope) -> None:
+    event = envelope.event
+    assert isinstance(event, WorkloadObserved)
+    await js.publish(
+        subjects.job(event.zone, event.namespace, event.name),
+        encode(envelope),
+        headers=cloudevent_headers(envelope),
+    )
+
+
+async def measure(nats_url: str, subjects: Subjects, quick: bool) -> dict[str, float]:
+    nc = await nats.connect(nats_url)
+    js = nc.jetstream()
+    clock = AdmissionClock()
+    await nc.subscribe(f"{subjects.prefix}.decision.*.admitted.>", cb=clock.on_message)
+    raw = await publish_rate(js, subjects, 5_000 if quick else 20_000)
+    tree_env = Envelope(
+        id=EventId("bench:tree"),
+        time=datetime.now(UTC),
+        source="bench",
+        event=QuotaTreeApplied(root=tree()),
+    )
+    await js.publish(subjects.quota, encode(tree_env), headers=cloudevent_headers(tree_env))
+    # Warm-up: the dequeuer has replayed and the ledger has the tree.
+    warm = [observed("warm", n) for n in range(200)]
+    for _, envelope in warm:
+        await _publish(js, subjects, envelope)
+    await clock.wait_count(len(warm), 60)
+
+    count = 5_000 if quick else 20_000
+    batch = [observed("sat", n) for n in range(count)]
+    began = time.perf_counter()
+    window = 500
+    for start in range(0, count, window):
+        await asyncio.gather(*(_publish(js, subjects, e) for _, e in batch[start : start + window]))
+    published = time.perf_counter()
+    await clock.wait_count(len(warm) + count, 300)
+    elapsed = max(clock.seen[k] for k, _ in batch) - began
+    saturation = count / elapsed
+
+    rate = min(1000.0, saturation / 3)
+    offered = int(rate * (4 if quick else 10))
+    sent: dict[str, float] = {}
+    start_time = time.perf_counter()
+    for n in range(offered):
+        key, envelope = observed("lat", n)
+        target = start_time + n / rate
+        delay = target - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        sent[key] = time.perf_counter()
+        await _publish(js, subjects, envelope)
+    await clock.wait_count(len(warm) + count + offered, 120)
+    latencies = sorted((clock.seen[k] - t) * 1000 for k, t in sent.items())
+    await nc.drain()
+    return {
+        "jetstream_publish_per_s": raw,
+        "admissions_per_s": saturation,
+        "admissions_vs_publish": saturation / raw,
+        "publish_phase_s": published - began,
+        "offered_rate_per_s": rate,
+        "latency_p50_ms": statistics.median(latencies),
+        "latency_p99_ms": latencies[int(len(latencies) * 0.99) - 1],
+    }
+
+
+def run(quick: bool) -> dict[str, float]:
+    """Start a fresh stack in a temporary folder, measure, stop everything."""
+    with tempfile.TemporaryDirectory(prefix="usher-bench-") as folder:
+        home = Path(folder)
+        nats_server = NatsServer(home)
+        postgres = PostgresServer(home, durable=True)
+        procs: list[ManagedProcess] = []
+        try:
+            nats_url = nats_server.start()
+            database_url = postgres.start()
+            upgrade(database_url)
+            subjects = Subjects("bench")
+            env = {
+                **os.environ,
+                "USHER_NATS_URL": nats_url,
+                "USHER_DATABASE_URL": database_url,
+                "USHER_PREFIX": subjects.prefix,
+                "USHER_HOME": str(home / "home"),
+                "USHER_SETTLE_MS": "5",
+            }
+
+            async def prepare() -> None:
+                nc = await nats.connect(nats_url)
+                await ensure_streams(nc.jetstream(), subjects)
+                await nc.drain()
+
+            asyncio.run(prepare())
+            for name, extra in (
+                ("ledger", []),
+                ("preemptor", []),
+                ("dequeuer", ["--zone", "default"]),
+            ):
+                proc = ManagedProcess(
+                    name,
+                    [sys.executable, "-m", "usher", "run", name, *extra],
+                    home / "logs" / f"{name}.log",
+                    env=env,
+                )
+                proc.start()
+                procs.append(proc)
+            return asyncio.run(measure(nats_url, subjects, quick))
+        finally:
+            for proc in reversed(procs):
+                proc.stop(timeout=10)
+            postgres.stop()
+            nats_server.stop()

@@ -1,0 +1,121 @@
+"""Test helpers shared by the service tests: run a service's ``main`` as a task, publish
+events on a test's log, read entries back."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import msgspec
+import nats
+from nats.js import JetStreamContext
+
+from schemas import (
+    Envelope,
+    EventId,
+    LogEvent,
+    Millis,
+    PodSet,
+    QuotaNode,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+    decode_envelope,
+)
+from services.common.runtime import ServiceContext, ServiceMain
+from services.common.settings import ServiceSettings
+from usher.adapters.logs import get_logger
+from usher.adapters.nats.log import publish_envelope
+from usher.adapters.nats.subjects import Subjects
+
+CORE = 1000
+
+
+@contextlib.asynccontextmanager
+async def running(
+    name: str, main: ServiceMain, settings: ServiceSettings, subjects: Subjects
+) -> AsyncIterator[ServiceContext]:
+    """Run ``main`` as service ``name`` until the block ends; fail if it crashed."""
+    nc = await nats.connect(settings.nats_url, connect_timeout=5)
+    ctx = ServiceContext(
+        name=name,
+        settings=settings,
+        nc=nc,
+        js=nc.jetstream(),
+        subjects=subjects,
+        stop=asyncio.Event(),
+        log=get_logger(service=name),
+    )
+    task = asyncio.create_task(main(ctx))
+    ready = asyncio.ensure_future(ctx.ready.wait())
+    await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if task.done():
+        task.result()  # raise what made the service end
+    try:
+        yield ctx
+        assert not task.done() or task.exception() is None, task.exception()
+    finally:
+        ctx.stop.set()
+        await asyncio.wait_for(task, timeout=10)
+        await nc.drain()
+
+
+def tree(a_min: int = 60, b_min: int = 40, total: int = 100) -> QuotaNode:
+    cpu = lambda cores: {"cpu": cores * CORE}  # noqa: E731
+    return QuotaNode(
+        name="root",
+        min=cpu(total),
+        max=cpu(total),
+        children=[
+            QuotaNode(name="A", min=cpu(a_min), max=cpu(total), namespaces=["a1"]),
+            QuotaNode(name="B", min=cpu(b_min), max=cpu(total), namespaces=["b1"]),
+        ],
+    )
+
+
+def observed(
+    namespace: str, name: str, cores: int, *, created: int = 0, zone: str = "default"
+) -> WorkloadObserved:
+    return WorkloadObserved(
+        workload=WorkloadKey(f"{namespace}/{name}"),
+        namespace=namespace,
+        name=name,
+        kind="batch/v1/Job",
+        zone=Zone(zone),
+        created_ms=Millis(created),
+        pod_sets=[PodSet(name="main", count=1, requests={"cpu": cores * CORE})],
+    )
+
+
+_counter = iter(range(1, 10**9))
+
+
+async def publish(js: JetStreamContext, subject: str, event: LogEvent) -> None:
+    envelope = Envelope(
+        id=EventId(f"test:{next(_counter)}"), time=datetime.now(UTC), source="test", event=event
+    )
+    await publish_envelope(js, subject, envelope)
+
+
+async def log_events(js: JetStreamContext, subjects: Subjects) -> list[LogEvent]:
+    info = await js.stream_info(subjects.stream_name)
+    out: list[LogEvent] = []
+    for seq in range(int(info.state.first_seq), int(info.state.last_seq) + 1):
+        msg = await js.get_msg(subjects.stream_name, seq, direct=True)
+        with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            out.append(decode_envelope(msg.data or b"").event)
+    return out
+
+
+async def eventually(check, timeout_s: float = 5.0, every_s: float = 0.05):  # type: ignore[no-untyped-def]
+    """Poll an async ``check`` until it returns something truthy."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await check()
+        if value or loop.time() > deadline:
+            return value
+        await asyncio.sleep(every_s)

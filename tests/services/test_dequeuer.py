@@ -1,0 +1,108 @@
+"""The dequeuer over real NATS: replay, announcements of its own zone, poison entries parked."""
+
+from __future__ import annotations
+
+from nats.js import JetStreamContext
+
+from schemas import (
+    Admitted,
+    DeadLetter,
+    Inadmissible,
+    Millis,
+    Preempted,
+    QueueName,
+    QuotaPath,
+    QuotaTreeApplied,
+    Unmapped,
+    WorkloadKey,
+    Zone,
+    decode,
+)
+from services.common.settings import ServiceSettings
+from services.dequeuer.service import PassPlan, main, plan_pass
+from tests.conftest import Infra
+from tests.services.helpers import eventually, log_events, observed, publish, running, tree
+from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
+from usher.core.engine import Engine
+
+
+def _settings(infra: Infra, subjects: Subjects, zone: str) -> ServiceSettings:
+    return ServiceSettings(
+        nats_url=infra.nats_url,
+        prefix=subjects.prefix,
+        zone=Zone(zone),
+        engine=EngineConfig(zones=frozenset({Zone(zone)})),
+        request_timeout_s=1.0,
+    )
+
+
+async def test_replays_the_log_then_announces_only_its_zone(
+    infra: Infra, subjects: Subjects, js: JetStreamContext
+) -> None:
+    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    # Written before the dequeuer starts: it must find them by replaying.
+    await publish(
+        js, subjects.job(Zone("a"), "nowhere", "lost"), observed("nowhere", "lost", 1, zone="a")
+    )
+    await publish(
+        js, subjects.job(Zone("b"), "nowhere", "other"), observed("nowhere", "other", 1, zone="b")
+    )
+    async with running("dequeuer", main, _settings(infra, subjects, "a"), subjects):
+
+        async def announced() -> list[object]:
+            return [e for e in await log_events(js, subjects) if isinstance(e, Unmapped)]
+
+        found = await eventually(announced)
+        assert [e.workload for e in found] == ["nowhere/lost"]
+        # Live: an inadmissible workload of its zone arriving now.
+        await publish(
+            js, subjects.job(Zone("a"), "a1", "huge"), observed("a1", "huge", 500, zone="a")
+        )
+
+        async def inadmissible() -> list[object]:
+            return [e for e in await log_events(js, subjects) if isinstance(e, Inadmissible)]
+
+        found = await eventually(inadmissible)
+        assert [e.workload for e in found] == ["a1/huge"]
+        assert found[0].reason.code == "ExceedsMax"
+
+
+async def test_poison_entry_is_parked_and_the_loop_goes_on(
+    infra: Infra, subjects: Subjects, js: JetStreamContext
+) -> None:
+    dlq = await js.subscribe(subjects.dlq("dequeuer"), stream=subjects.dlq_stream_name)
+    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await js.publish(subjects.job(Zone("a"), "x", "garbage"), b"\x00 not an envelope")
+    async with running("dequeuer", main, _settings(infra, subjects, "a"), subjects):
+        letter = decode((await dlq.next_msg(timeout=5)).data, DeadLetter)
+        assert letter.service == "dequeuer" and letter.stream_seq == 2
+        assert letter.data == b"\x00 not an envelope"
+        await publish(
+            js, subjects.job(Zone("a"), "nowhere", "next"), observed("nowhere", "next", 1, zone="a")
+        )
+
+        async def announced() -> list[object]:
+            return [e for e in await log_events(js, subjects) if isinstance(e, Unmapped)]
+
+        assert await eventually(announced)
+    await dlq.unsubscribe()
+
+
+def test_plan_pass_groups_victims_with_their_preemptor() -> None:
+    engine = Engine()
+    engine.apply(QuotaTreeApplied(root=tree()), Millis(0))
+    engine.apply(observed("a1", "base", 60), Millis(0))
+    engine.apply(observed("a1", "borrow", 40, created=1), Millis(0))
+    first = plan_pass(engine.decide(Millis(1)))
+    assert [a.workload for a in first.admissions] == ["a1/base", "a1/borrow"]
+    assert first.reclaims == [] and first.announcements == []
+    engine.apply(observed("b1", "claim", 30, created=2), Millis(2))
+    second = plan_pass(engine.decide(Millis(2)))
+    assert second.admissions == []
+    [(preemptor, victims)] = second.reclaims
+    assert preemptor.workload == "b1/claim"
+    assert [v.workload for v in victims] == ["a1/borrow"]
+    assert isinstance(victims[0], Preempted) and isinstance(preemptor, Admitted)
+    assert PassPlan().admissions == []
+    assert QueueName and QuotaPath and WorkloadKey
