@@ -228,7 +228,12 @@ def run(quick: bool) -> dict[str, float]:
                 )
                 proc.start()
                 procs.append(proc)
-            return asyncio.run(measure(nats_url, subjects, quick))
+            try:
+                return asyncio.run(measure(nats_url, subjects, quick))
+            except Exception:
+                for proc in procs:
+                    print(f"--- {proc.name} log tail:\n{proc.log_tail(20)}", file=sys.stderr)
+                raise
         finally:
             for proc in reversed(procs):
                 proc.stop(timeout=10)

@@ -7,18 +7,25 @@ import random
 from collections.abc import AsyncIterator
 from fractions import Fraction
 
+import msgspec
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from schemas import QuotaNode, QuotaPath, Reservation
+from schemas import Admitted, Preempted, QuotaNode, QuotaPath, Reason, Released, Reservation
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.ledger_store import (
+    Change,
+    LedgerDecision,
     LedgerPermanentError,
+    LedgerRequestError,
     LedgerStore,
     LedgerTransientError,
+    LiveAllocation,
+    Observation,
     OutboxMessage,
+    TreeUpdate,
 )
 
 CORE = 1000  # millicores
@@ -58,6 +65,16 @@ def res(name: str, leaf: str, cpu: int, **extra: int) -> Reservation:
         quota=QuotaPath(leaf),
         zone=Zone("default"),
         requests={"cpu": cpu * CORE, **extra},
+    )
+
+
+def builder(decision: LedgerDecision, zone: Zone, alloc_id: int) -> OutboxMessage:
+    """A deterministic outbox row: ``<kind>:<workload>:<allocation id>``."""
+    kind = type(decision).__name__.lower()
+    return OutboxMessage(
+        event_id=f"{kind}:{decision.workload}:{alloc_id}",
+        subject=f"s.{zone}.{kind}",
+        payload=msgspec.json.encode(decision),
     )
 
 
@@ -191,20 +208,20 @@ async def test_redelivery_by_workload(store: LedgerStore) -> None:
 
 
 async def test_redelivery_by_consumer_offset(store: LedgerStore) -> None:
-    msg = OutboxMessage(event_id="e1", subject="usher.decision.x", payload=b"{}")
     batch = [res("a", LEAVES[0], 50), res("b", LEAVES[0], 50)]
-    first = await store.reserve(batch, consumer="ledger", stream_seq=7, outbox=[msg])
+    first = await store.reserve(batch, consumer="ledger", stream_seq=7, outbox=builder)
     assert [r.granted for r in first] == [True, False]
     assert await store.offset("ledger") == 7
     # Free room, then redeliver seq 7 and an older seq: nothing is applied again.
     assert await store.release(WorkloadKey("ns/a"), "Finished") is not None
-    msg2 = OutboxMessage(event_id="e2", subject="s", payload=b"x")
     for seq in (7, 5):
-        again = await store.reserve(batch, consumer="ledger", stream_seq=seq, outbox=[msg2])
+        again = await store.reserve(batch, consumer="ledger", stream_seq=seq, outbox=builder)
         assert [r.granted for r in again] == [False, False]
     assert cpu(await store.usage())["root"] == 0
     assert await store.offset("ledger") == 7
-    assert [(m.event_id, m.payload) for m in await store.pending_outbox(10)] == [("e1", b"{}")]
+    [(event_id, payload)] = [(m.event_id, m.payload) for m in await store.pending_outbox(10)]
+    assert event_id.startswith("admitted:ns/a:")
+    assert msgspec.json.decode(payload, type=Admitted).workload == "ns/a"
     # The next sequence is applied.
     later = await store.reserve(batch, consumer="ledger", stream_seq=8)
     assert [r.granted for r in later] == [True, False]
@@ -271,11 +288,11 @@ async def test_tree_change_keeps_usage_and_marks_dropped_nodes(
 
 
 async def test_failed_transaction_leaves_no_outbox_no_offset(store: LedgerStore) -> None:
-    bad = OutboxMessage(event_id="e1", subject=None, payload=b"x")  # type: ignore[arg-type]
+    def bad(decision: LedgerDecision, zone: Zone, alloc_id: int) -> OutboxMessage:
+        return OutboxMessage(event_id="e1", subject=None, payload=b"x")  # type: ignore[arg-type]
+
     with pytest.raises(LedgerPermanentError) as caught:
-        await store.reserve(
-            [res("a", LEAVES[0], 10)], consumer="ledger", stream_seq=1, outbox=[bad]
-        )
+        await store.reserve([res("a", LEAVES[0], 10)], consumer="ledger", stream_seq=1, outbox=bad)
     assert caught.value.operation == "reserve"
     assert caught.value.sqlstate == "23502"  # not_null_violation
     assert await store.offset("ledger") is None
@@ -352,3 +369,451 @@ async def test_racing_writers_never_over_commit(store: LedgerStore) -> None:
         assert used <= limits[node] * CORE, node
     # Something is still held, so the equality above compared non-trivial numbers.
     assert expected["root"] > 0
+
+
+# ---------------------------------------------------------------------- preemption
+
+
+def victim(name: str, leaf: str, preemptor: str = "p") -> Preempted:
+    return Preempted(
+        workload=WorkloadKey(f"ns/{name}"),
+        queue=QueueName("q"),
+        quota=QuotaPath(leaf),
+        preemptor=WorkloadKey(f"ns/{preemptor}"),
+        reason=Reason(code="Reclaim", message="the owner reclaims its guarantee"),
+    )
+
+
+def states(live: list[LiveAllocation]) -> dict[str, str]:
+    return {a.workload: a.state for a in live}
+
+
+def suspended(seq: int, name: str) -> Observation:
+    return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Suspended")
+
+
+async def outbox_kinds(store: LedgerStore) -> list[str]:
+    return [m.event_id.rsplit(":", 1)[0] for m in await store.pending_outbox(100)]
+
+
+async def borrowed(store: LedgerStore) -> None:
+    """Department-b borrows 60 of Department-a's room: a1 (40) and b1 (20) fill the root."""
+    results = await store.reserve(
+        [res("c1", LEAVES[2], 30), res("c2", LEAVES[2], 30), res("a1", LEAVES[0], 40)]
+    )
+    assert all(r.granted for r in results)
+
+
+async def test_preempt_moves_usage_to_a_hold(store: LedgerStore) -> None:
+    await borrowed(store)
+    assert cpu(await store.usage())["root"] == 100
+    preemptor = res("p", LEAVES[1], 20)
+    result = await store.preempt(preemptor, [victim("c1", LEAVES[2])], outbox=builder)
+    assert result.granted and result.reason is None
+    # c1's 30 left, p's 20 is held: root 100 - 30 + 20.
+    assert cpu(await store.usage()) == ZERO | {
+        "root": 90,
+        "root/Department-a": 60,
+        "root/Department-b": 30,
+        LEAVES[0]: 40,
+        LEAVES[1]: 20,
+        LEAVES[2]: 30,
+    }
+    live: dict[str, LiveAllocation] = {a.workload: a for a in await store.live_allocations()}
+    assert states(list(live.values())) == {
+        "ns/c1": "preempting",
+        "ns/c2": "admitted",
+        "ns/a1": "admitted",
+        "ns/p": "held",
+    }
+    assert live["ns/c1"].preemptor == "ns/p"
+    assert live["ns/c1"].preempted_at == live["ns/p"].reserved_at
+    assert live["ns/p"].admitted_at is None
+    [message] = await store.pending_outbox(10)
+    assert message.event_id == f"preempted:ns/c1:{live['ns/c1'].id}"
+    decision = msgspec.json.decode(message.payload, type=Preempted)
+    assert (decision.preemptor, decision.quota, decision.reason.code) == (
+        "ns/p",
+        LEAVES[2],
+        "Reclaim",
+    )
+    # A retry changes nothing and reports the hold as granted.
+    again = await store.preempt(preemptor, [victim("c1", LEAVES[2])], outbox=builder)
+    assert again.granted
+    assert cpu(await store.usage())["root"] == 90
+    assert len(await store.pending_outbox(10)) == 1
+
+
+async def test_preempt_refused_when_the_preemptor_would_not_fit(store: LedgerStore) -> None:
+    await borrowed(store)
+    before = (await store.usage(), await store.live_allocations())
+    # Without c1 (30) the root has 30 free, but Department-a would reach 40 + 30 > 60.
+    result = await store.preempt(res("p", LEAVES[1], 30), [victim("c1", LEAVES[2])])
+    assert not result.granted
+    assert result.reason is not None
+    assert (result.reason.code, result.reason.node, result.reason.used) == (
+        "QuotaExceeded",
+        "root/Department-a",
+        40 * CORE,
+    )
+    assert (await store.usage(), await store.live_allocations()) == before
+    assert await store.pending_outbox(10) == []
+
+
+async def test_preempt_with_a_stale_victim_is_refused(store: LedgerStore) -> None:
+    await borrowed(store)
+    assert await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])
+    before = (await store.usage(), await store.live_allocations())
+    cases = {
+        "ns/gone": [victim("c2", LEAVES[2], "q"), victim("gone", LEAVES[2], "q")],
+        "ns/c1": [victim("c1", LEAVES[2], "q")],  # already preempting
+        "ns/p": [victim("p", LEAVES[1], "q")],  # held, not admitted
+    }
+    for named, victims in cases.items():
+        result = await store.preempt(res("q", LEAVES[1], 1), victims)
+        assert not result.granted
+        assert result.reason is not None
+        assert (result.reason.code, result.reason.blocker) == ("StaleView", named)
+        assert named in result.reason.message
+    assert (await store.usage(), await store.live_allocations()) == before
+
+
+async def test_preempt_bad_input_is_a_request_error(store: LedgerStore) -> None:
+    with pytest.raises(LedgerRequestError):
+        await store.preempt(res("p", LEAVES[1], 1), [])
+    with pytest.raises(LedgerRequestError):
+        await store.preempt(res("p", LEAVES[1], 1), [victim("x", LEAVES[0])] * 2)
+    with pytest.raises(LedgerRequestError):
+        await store.preempt(res("p", LEAVES[1], 1), [victim("p", LEAVES[1])])
+    with pytest.raises(LedgerRequestError) as caught:
+        await store.reserve([res("n", LEAVES[1], -1)])
+    assert caught.value.workload == "ns/n"
+
+
+async def test_hold_is_admitted_when_the_last_victim_stops(store: LedgerStore) -> None:
+    await borrowed(store)
+    # Root full: p needs 50 of Department-a (40 used): both c1 and c2 must go.
+    await store.apply_tree(tree(dept_a_max=100), version=2)
+    preemptor = res("p", LEAVES[1], 50)
+    victims = [victim("c1", LEAVES[2]), victim("c2", LEAVES[2])]
+    assert (await store.preempt(preemptor, victims, outbox=builder)).granted
+    assert cpu(await store.usage())["root"] == 90
+
+    first = await store.apply_log("ledger", 10, [suspended(10, "c1")], outbox=builder)
+    assert [r.workload for r in first.released] == ["ns/c1"]
+    assert first.released[0].cause == "Preempted"
+    assert first.admitted == []
+    assert states(await store.live_allocations())["ns/p"] == "held"
+
+    second = await store.apply_log("ledger", 11, [suspended(11, "c2")], outbox=builder)
+    assert [(r.workload, r.cause) for r in second.released] == [("ns/c2", "Preempted")]
+    assert [a.workload for a in second.admitted] == ["ns/p"]
+    assert second.admitted[0].requests == {"cpu": 50 * CORE}
+    assert states(await store.live_allocations()) == {"ns/a1": "admitted", "ns/p": "admitted"}
+    # Releasing victims moved no usage: it left at preemption.
+    assert cpu(await store.usage())["root"] == 90
+    assert await outbox_kinds(store) == [
+        "preempted:ns/c1",
+        "preempted:ns/c2",
+        "released:ns/c1",
+        "released:ns/c2",
+        "admitted:ns/p",
+    ]
+    [admitted_at] = [a.admitted_at for a in await store.live_allocations() if a.workload == "ns/p"]
+    assert admitted_at is not None
+
+
+async def test_suspended_admitted_or_held_is_not_released(store: LedgerStore) -> None:
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])).granted
+    outcome = await store.apply_log(
+        "ledger", 3, [suspended(1, "a1"), suspended(2, "p"), suspended(3, "nobody")]
+    )
+    assert outcome.applied and outcome.released == [] and outcome.admitted == []
+    assert states(await store.live_allocations())["ns/a1"] == "admitted"
+    assert states(await store.live_allocations())["ns/p"] == "held"
+    assert await store.offset("ledger") == 3
+
+
+async def test_finish_delete_rules(store: LedgerStore) -> None:
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])).granted
+    changes = [
+        Observation(seq=5, workload=WorkloadKey("ns/a1"), change="Failed"),
+        Observation(seq=6, workload=WorkloadKey("ns/p"), change="Deleted"),
+        Observation(seq=7, workload=WorkloadKey("ns/c2"), change="Finished"),
+    ]
+    outcome = await store.apply_log("ledger", 9, changes, outbox=builder)
+    assert [(r.workload, r.cause) for r in outcome.released] == [
+        ("ns/a1", "Failed"),
+        ("ns/p", "Deleted"),
+        ("ns/c2", "Finished"),
+    ]
+    # The held preemptor's victim stays preempting; its usage already left.
+    assert states(await store.live_allocations()) == {"ns/c1": "preempting"}
+    assert cpu(await store.usage()) == ZERO
+    # The victim stops: released (cause Deleted when deleted), nobody is admitted.
+    later = await store.apply_log(
+        "ledger", 10, [Observation(seq=10, workload=WorkloadKey("ns/c1"), change="Deleted")]
+    )
+    assert [(r.workload, r.cause) for r in later.released] == [("ns/c1", "Deleted")]
+    assert later.admitted == []
+    assert await store.live_allocations() == []
+    assert cpu(await store.usage()) == ZERO
+
+
+async def test_reserve_of_a_preempting_or_held_workload(store: LedgerStore) -> None:
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])).granted
+    results = await store.reserve(
+        [res("c1", LEAVES[2], 30), res("p", LEAVES[1], 20), res("p", LEAVES[0], 20)],
+        outbox=builder,
+    )
+    assert [(r.granted, r.reason and r.reason.code) for r in results] == [
+        (False, "PreemptionInProgress"),
+        (True, None),
+        (False, "AlreadyAdmitted"),
+    ]
+    assert results[0].reason is not None and results[0].reason.blocker == "ns/p"
+    assert await outbox_kinds(store) == []
+
+
+async def test_redelivered_log_batch_is_applied_once(store: LedgerStore) -> None:
+    await store.reserve([res("a", LEAVES[0], 10), res("b", LEAVES[0], 10)])
+    finish_a = Observation(seq=4, workload=WorkloadKey("ns/a"), change="Finished")
+    finish_b = Observation(seq=6, workload=WorkloadKey("ns/b"), change="Finished")
+    first = await store.apply_log("ledger", 4, [finish_a], outbox=builder)
+    assert first.applied and len(first.released) == 1
+    # ns/a is admitted again; the redelivered seq 4 must not release it.
+    await store.reserve([res("a", LEAVES[0], 10)])
+    again = await store.apply_log("ledger", 4, [finish_a], outbox=builder)
+    assert not again.applied and again.last_seq == 4
+    # A batch overlapping the offset applies only its new part.
+    overlap = await store.apply_log("ledger", 6, [finish_a, finish_b], outbox=builder)
+    assert [r.workload for r in overlap.released] == ["ns/b"]
+    assert states(await store.live_allocations()) == {"ns/a": "admitted"}
+    assert cpu(await store.usage())["root"] == 10
+    assert await store.offset("ledger") == 6
+    assert await outbox_kinds(store) == ["released:ns/a", "released:ns/b"]
+    with pytest.raises(LedgerRequestError):
+        await store.apply_log("ledger", 5, [finish_b])
+
+
+async def test_tree_update_in_a_log_batch(store: LedgerStore) -> None:
+    smaller = QuotaNode(name="root", max={"cpu": 10 * CORE}, children=[QuotaNode(name="x")])
+    outcome = await store.apply_log("ledger", 12, [TreeUpdate(seq=11, root=smaller)])
+    assert outcome.applied
+    results = await store.reserve([res("a", "root/x", 10), res("b", "root/x", 1)])
+    assert [r.granted for r in results] == [True, False]
+    # Redelivered with an older tree: ignored (version = sequence).
+    await store.apply_log("ledger", 13, [TreeUpdate(seq=13, root=tree())])
+    await store.apply_log("ledger", 14, [TreeUpdate(seq=2, root=smaller)])
+    assert (await store.reserve([res("c", LEAVES[0], 1)]))[0].granted
+
+
+async def test_outbox_ids_are_per_allocation(store: LedgerStore) -> None:
+    await store.reserve([res("a", LEAVES[0], 10)], outbox=builder)
+    await store.release(WorkloadKey("ns/a"), "Finished", outbox=builder)
+    await store.reserve([res("a", LEAVES[0], 10)], outbox=builder)
+    ids = [m.event_id for m in await store.pending_outbox(10)]
+    assert len(set(ids)) == 3
+    first, second = (int(i.rsplit(":", 1)[1]) for i in (ids[0], ids[2]))
+    assert ids == [f"admitted:ns/a:{first}", f"released:ns/a:{first}", f"admitted:ns/a:{second}"]
+    released = msgspec.json.decode((await store.pending_outbox(10))[1].payload, type=Released)
+    assert (released.cause, released.requests) == ("Finished", {"cpu": 10 * CORE})
+
+
+# ---------------------------------------------------------------------- concurrency
+
+
+LIMITS = {"root": 100, "root/Department-a": 60, "root/Department-b": 100} | {
+    leaf: 100 for leaf in LEAVES
+}
+
+
+async def sweep_peaks(engine: AsyncEngine) -> dict[str, int]:
+    """The auditor's check: replay allocation intervals over time, peak cpu per node.
+
+    A row counts from ``reserved_at`` until ``preempted_at`` (or ``released_at``); intervals
+    are half-open, so at one instant the ends are applied before the starts.
+    """
+    async with engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT quota_path, requests, reserved_at, "
+                    "coalesce(preempted_at, released_at) FROM allocations"
+                )
+            )
+        ).all()
+    events: list[tuple[object, int, str, int]] = []
+    for path, requests, start, end in rows:
+        amount = int(requests.get("cpu", 0))
+        events.append((start, 1, path, amount))
+        if end is not None:
+            assert end >= start
+            events.append((end, 0, path, -amount))
+    events.sort(key=lambda e: (e[0], e[1]))
+    current = dict.fromkeys(LIMITS, 0)
+    peaks = dict.fromkeys(LIMITS, 0)
+    for _, _, leaf, delta in events:
+        for node in current:
+            if leaf == node or leaf.startswith(node + "/"):
+                current[node] += delta
+                peaks[node] = max(peaks[node], current[node])
+    return peaks
+
+
+async def test_racing_reserve_preempt_and_release_never_over_commit(
+    store: LedgerStore, engine: AsyncEngine
+) -> None:
+    """8 writers reserve, preempt, finish and observe suspensions on a tight tree at once."""
+    rng = random.Random(99)
+    names = [f"w{i}" for i in range(60)]
+    counts = {"granted": 0, "refused": 0, "preempted": 0}
+
+    async def writer(index: int, seed: int) -> None:
+        local = random.Random(seed)
+        seq = 0
+        for _ in range(25):
+            roll = local.random()
+            if roll < 0.5:
+                picks = [
+                    res(local.choice(names), local.choice(LEAVES), local.randint(5, 30))
+                    for _ in range(4)
+                ]
+                results = await store.reserve(picks, outbox=builder)
+                counts["granted"] += sum(r.granted for r in results)
+                counts["refused"] += sum(not r.granted for r in results)
+            elif roll < 0.7:
+                live = [a for a in await store.live_allocations() if a.state == "admitted"]
+                if live:
+                    chosen = local.sample(live, min(len(live), local.randint(1, 2)))
+                    preemptor = res(local.choice(names), local.choice(LEAVES), 10)
+                    victims = [
+                        victim(a.workload.split("/")[1], a.quota, preemptor.workload[3:])
+                        for a in chosen
+                        if a.workload != preemptor.workload
+                    ]
+                    if victims:
+                        result = await store.preempt(preemptor, victims, outbox=builder)
+                        counts["preempted"] += result.granted
+            else:
+                seq += 1
+                changes: list[Change] = ["Finished", "Suspended", "Deleted", "Suspended"]
+                change = local.choice(changes)
+                await store.apply_log(
+                    f"writer-{index}",
+                    seq,
+                    [
+                        Observation(
+                            seq=seq,
+                            workload=WorkloadKey(f"ns/{local.choice(names)}"),
+                            change=change,
+                        )
+                    ],
+                    outbox=builder,
+                )
+
+    await asyncio.gather(*(writer(i, rng.randrange(1 << 30)) for i in range(8)))
+
+    assert counts["granted"] > 0 and counts["refused"] > 0 and counts["preempted"] > 0
+    live = await store.live_allocations()
+    assert len({a.workload for a in live}) == len(live)
+    expected = dict.fromkeys(ZERO, 0)
+    for alloc in live:
+        if alloc.state == "preempting":
+            continue  # its usage left the tree when it was preempted
+        for node in expected:
+            if alloc.quota == node or alloc.quota.startswith(node + "/"):
+                expected[node] += alloc.requests["cpu"]
+    assert {p: r["cpu"] for p, r in (await store.usage()).items()} == expected
+    for node, used in expected.items():
+        assert used <= LIMITS[node] * CORE, node
+    peaks = await sweep_peaks(engine)
+    for node, peak in peaks.items():
+        assert peak <= LIMITS[node] * CORE, (node, peak)
+    assert peaks["root"] > 50 * CORE  # the tree was really under pressure
+    # A hold is never left without a victim still stopping (it would wait forever).
+    holds = {a.workload for a in live if a.state == "held"}
+    waiting = {a.preemptor for a in live if a.state == "preempting"}
+    assert holds <= waiting
+
+
+async def test_many_concurrent_reservations_on_a_tight_tree(
+    store: LedgerStore, engine: AsyncEngine
+) -> None:
+    """40 single-workload transactions race for Department-a (60): exactly 6 of 10 fit."""
+    picks = [res(f"t{i}", LEAVES[i % 2], 10) for i in range(40)]
+    results = await asyncio.gather(*(store.reserve([p], outbox=builder) for p in picks))
+    assert sum(r[0].granted for r in results) == 6
+    assert cpu(await store.usage())["root/Department-a"] == 60
+    assert (await sweep_peaks(engine))["root/Department-a"] == 60 * CORE
+    assert len(await store.pending_outbox(100)) == 6
+
+
+async def test_a_grant_is_stamped_after_the_release_it_counted_on(
+    store: LedgerStore, engine: AsyncEngine
+) -> None:
+    """A reservation that began before a release but fits only thanks to it starts after it.
+
+    The reservation reads ``quota_nodes`` before it locks the usage rows; a release never reads
+    it. Holding ``quota_nodes`` lets the release begin later and commit first, deterministically.
+    """
+    assert (await store.reserve([res("h", LEAVES[0], 60)]))[0].granted
+    async with engine.connect() as blocker:
+        await blocker.execute(text("LOCK TABLE quota_nodes IN ACCESS EXCLUSIVE MODE"))
+        waiting = asyncio.create_task(store.reserve([res("n", LEAVES[1], 60)]))
+        for _ in range(200):
+            async with engine.connect() as probe:
+                blocked = await probe.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                        "WHERE c.relname = 'quota_nodes' AND NOT l.granted"
+                    )
+                )
+            if blocked:
+                break
+            await asyncio.sleep(0.01)
+        assert blocked, "the reservation never reached quota_nodes"
+        assert await store.release(WorkloadKey("ns/h"), "Finished") is not None
+        await blocker.rollback()
+    [result] = await waiting
+    assert result.granted
+    async with engine.connect() as conn:
+        released_at, reserved_at = (
+            await conn.execute(
+                text(
+                    "SELECT (SELECT released_at FROM allocations WHERE workload = 'ns/h'), "
+                    "(SELECT reserved_at FROM allocations WHERE workload = 'ns/n')"
+                )
+            )
+        ).one()
+    assert reserved_at >= released_at
+    assert (await sweep_peaks(engine))["root/Department-a"] == 60 * CORE
+
+
+async def test_downgrade_to_0001_keeps_what_counts(
+    store: LedgerStore, engine: AsyncEngine, migrated_url: str
+) -> None:
+    """Holds become admitted, stopping victims released: usage stays equal to the rows."""
+    from usher.adapters.pg.migrate import downgrade_async, upgrade_async
+
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])).granted
+    await engine.dispose()  # the migration needs the table without our pooled sessions
+    await downgrade_async(migrated_url, "0001")
+    async with engine.connect() as conn:
+        rows = dict((await conn.execute(text("SELECT workload, state FROM allocations"))).all())
+    assert rows == {
+        "ns/c1": "released",
+        "ns/c2": "admitted",
+        "ns/a1": "admitted",
+        "ns/p": "admitted",
+    }
+    await upgrade_async(migrated_url)
+    assert states(await store.live_allocations()) == {
+        "ns/c2": "admitted",
+        "ns/a1": "admitted",
+        "ns/p": "admitted",
+    }

@@ -24,15 +24,15 @@ import yaml
 from kubernetes_asyncio import client, config
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from services.ledger.service import main as ledger_main
-from services.watcher.service import main as watcher_main
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from schemas import Millis, QuotaPath, WorkloadKey, Zone, decode_envelope
 from services.common.runtime import ServiceContext, ServiceMain
 from services.common.settings import ServiceSettings
 from services.dequeuer.service import main as dequeuer_main
+from services.ledger.service import main as ledger_main
 from services.preemptor.service import main as preemptor_main
+from services.watcher.service import main as watcher_main
 from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.subjects import Subjects

@@ -3,8 +3,19 @@
 What it does: applies quota trees to ``quota_nodes``/``quota_usage``; grants or refuses batches
 of reservations inside one transaction that locks every ``quota_usage`` row on each path
 root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (SEMANTICS section 3);
-releases allocations; writes the transactional outbox and the consumer offset in the same
-transaction as the rows they describe, so redelivered input changes nothing (principles 2-3).
+carries out preemptions (victims' usage leaves the tree, the preemptor's capacity is held in
+the same transaction); applies batches of cluster events (finish, delete, observed suspension,
+tree) with the consumer offset; writes the transactional outbox (built by the caller from
+what was decided) in the same transaction as the rows it describes, so redelivered input
+changes nothing (principles 2-3).
+
+Allocation life cycle: ``admitted`` (counted) -> ``released``; a preemptor is ``held`` (counted,
+not admitted) until its last victim is seen stopped, then ``admitted``; a victim goes
+``admitted`` -> ``preempting`` (no longer counted, still live) -> ``released``. Every stamp is
+``clock_timestamp()`` read once per transaction *after* the usage locks, so the intervals
+[reserved_at, preempted_at or released_at) of the rows on one node follow the lock order and
+never add up above ``max x rate`` at any instant.
+
 What it must never do: decide outside a transaction holding the path's row locks, commit
 row by row, grant a workload twice, evict anything because a tree changed, publish to NATS
 (the outbox relay does), or tell errors apart by parsing messages (classes and SQLSTATEs only).
@@ -14,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Final, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import msgspec
 from sqlalchemy import Table, bindparam, func, select, text, tuple_, update
@@ -26,7 +37,17 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from schemas import QuotaNode, QuotaPath, Reason, Reservation, ReservationResult, Resources
+from schemas import (
+    Admitted,
+    Preempted,
+    QuotaNode,
+    QuotaPath,
+    Reason,
+    Released,
+    Reservation,
+    ReservationResult,
+    Resources,
+)
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.models import Base
@@ -61,6 +82,19 @@ _TRANSIENT_SQLSTATES: Final = frozenset(
 # infer a partial index from a literal predicate, not from a bound parameter.
 _LIVE_PREDICATE: Final = text("state <> 'released'")
 
+# Rows per multi-row INSERT: asyncpg takes at most 32767 bind parameters per statement.
+_CHUNK: Final = 1000
+
+AllocationState = Literal["reserved", "admitted", "held", "preempting", "released"]
+
+_COUNTED: Final[frozenset[str]] = frozenset({"reserved", "admitted", "held"})
+"""States whose requests are part of ``quota_usage.used``."""
+
+Change = Literal["Finished", "Failed", "Deleted", "Preempted", "Suspended"]
+"""What was observed about a workload: a ``ReleaseCause``, or its suspension observed."""
+
+LedgerDecision = Admitted | Preempted | Released
+
 _Key = tuple[str, str]
 """(path, resource) of a ``quota_usage`` row."""
 
@@ -71,6 +105,7 @@ class LedgerError(Exception):
     def __init__(self, operation: str, detail: str) -> None:
         super().__init__(f"{operation}: {detail}")
         self.operation = operation
+        self.detail = detail
 
 
 class LedgerTransientError(LedgerError):
@@ -90,8 +125,24 @@ class LedgerPermanentError(LedgerError):
         self.sqlstate = sqlstate
 
 
+class LedgerRequestError(LedgerPermanentError):
+    """The caller's input is invalid (checked before any database work); ``workload`` is it."""
+
+    def __init__(self, operation: str, detail: str, workload: WorkloadKey | None = None) -> None:
+        super().__init__(operation, detail)
+        self.workload = workload
+
+
 class _RaceLost(Exception):
     """A concurrent transaction inserted a live allocation we decided on; replay the batch."""
+
+
+class _Refused(Exception):
+    """Roll the transaction back and report ``result`` (a refusal decided after writes)."""
+
+    def __init__(self, result: ReservationResult) -> None:
+        super().__init__(result.workload)
+        self.result = result
 
 
 class OutboxMessage(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,6 +153,15 @@ class OutboxMessage(msgspec.Struct, frozen=True, kw_only=True):
     payload: bytes
     id: int | None = None
     """Row id when read back from the outbox; ``None`` for messages to write."""
+
+
+OutboxBuilder = Callable[[LedgerDecision, Zone, int], OutboxMessage]
+"""Turns a decision taken in a transaction into the outbox row that announces it.
+
+Called inside the transaction with the decision, the zone of the allocation and the
+allocation's id (so the event id can be deterministic); called again if the transaction is
+replayed, so it must be pure apart from reading the clock.
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,12 +177,82 @@ class LiveAllocation:
     priority: int
     state: str
     admitted_at: datetime | None
+    reserved_at: datetime | None = None
+    preempted_at: datetime | None = None
+    preemptor: WorkloadKey | None = None
+    """On a ``preempting`` victim: the workload its quota went to."""
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A cluster event about one workload, at stream sequence ``seq``."""
+
+    seq: int
+    workload: WorkloadKey
+    change: Change
+
+
+@dataclass(frozen=True, slots=True)
+class TreeUpdate:
+    """A ``QuotaTreeApplied`` at stream sequence ``seq`` (its version)."""
+
+    seq: int
+    root: QuotaNode
+
+
+LogChange = Observation | TreeUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class LogOutcome:
+    """What ``apply_log`` did; ``applied`` is false when the whole batch was already applied."""
+
+    applied: bool
+    last_seq: int
+    released: list[Released] = field(default_factory=list)
+    admitted: list[Admitted] = field(default_factory=list)
+    outbox_rows: int = 0
+
+
+@dataclass(slots=True)
+class _Alloc:
+    """A live allocation row as read under lock; ``state`` is updated as the batch proceeds."""
+
+    id: int
+    workload: WorkloadKey
+    zone: Zone
+    quota: QuotaPath
+    queue: QueueName
+    requests: Resources
+    priority: int
+    state: str
+    preemptor: WorkloadKey | None
+
+
+@dataclass(slots=True)
+class _ObservePlan:
+    """Row changes decided for a batch of observations, written at the end in few statements."""
+
+    admit: list[int] = field(default_factory=list)
+    release: dict[int, ReleaseCause] = field(default_factory=dict)
+    decrements: dict[_Key, int] = field(default_factory=dict)
+    decisions: list[tuple[LedgerDecision, Zone, int]] = field(default_factory=list)
 
 
 def path_of(leaf: QuotaPath) -> list[QuotaPath]:
     """Every node path root..leaf of a ``/``-joined path (names never contain ``/``)."""
     parts = leaf.split("/")
     return [QuotaPath("/".join(parts[: i + 1])) for i in range(len(parts))]
+
+
+def check_reservations(operation: str, reservations: Iterable[Reservation]) -> None:
+    """Raise ``LedgerRequestError`` for input no transaction should see (negative amounts)."""
+    for item in reservations:
+        for resource, amount in item.requests.items():
+            if amount < 0:
+                raise LedgerRequestError(
+                    operation, f"{item.workload} requests {amount} {resource}", item.workload
+                )
 
 
 class LedgerStore:
@@ -182,68 +312,9 @@ class LedgerStore:
         Idempotent. A tree older than the one in force (lower ``version``) is ignored, so a
         redelivered old ``QuotaTreeApplied`` never rolls limits back.
         """
-        nodes = list(iter_nodes(root))
 
         async def work(conn: AsyncConnection) -> None:
-            # One tree writer at a time; reservations are serialised by the usage row locks.
-            await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('usher.quota_tree'))"))
-            newest = await conn.scalar(select(func.max(NODES.c.tree_version)))
-            if newest is not None and newest > version:
-                return
-            paths = [str(path) for path, _, _ in nodes]
-            node_insert = pg_insert(NODES)
-            await conn.execute(
-                node_insert.on_conflict_do_update(
-                    index_elements=[NODES.c.path],
-                    set_={
-                        "parent_path": node_insert.excluded.parent_path,
-                        "name": node_insert.excluded.name,
-                        "attributes": node_insert.excluded.attributes,
-                        "tree_version": node_insert.excluded.tree_version,
-                        "present": True,
-                    },
-                ),
-                [
-                    {
-                        "path": path,
-                        "parent_path": parent,
-                        "name": node.name,
-                        "attributes": dict(node.attributes),
-                        "tree_version": version,
-                        "present": True,
-                    }
-                    for path, node, parent in nodes
-                ],
-            )
-            await conn.execute(
-                update(NODES)
-                .where(NODES.c.path.not_in(paths), NODES.c.present)
-                .values(present=False, tree_version=version)
-            )
-            limits: dict[_Key, tuple[int, int | None]] = {}
-            for path, node, _ in nodes:
-                for resource in sorted(set(node.max) | set(node.min)):
-                    limits[(path, resource)] = (node.min.get(resource, 0), node.max.get(resource))
-            existing = await conn.execute(
-                select(USAGE.c.path, USAGE.c.resource).where(USAGE.c.path.in_(paths))
-            )
-            # A resource the node no longer names is no longer limited there (usage kept).
-            for path, resource in existing:
-                limits.setdefault((path, resource), (0, None))
-            if not limits:
-                return
-            usage_insert = pg_insert(USAGE)
-            # Sorted like the reservation locks, so a tree change cannot deadlock with them.
-            await conn.execute(
-                usage_insert.on_conflict_do_update(
-                    index_elements=[USAGE.c.path, USAGE.c.resource],
-                    set_={"min": usage_insert.excluded.min, "max": usage_insert.excluded.max},
-                ),
-                [
-                    {"path": path, "resource": resource, "min": low, "max": high, "used": 0}
-                    for (path, resource), (low, high) in sorted(limits.items())
-                ],
-            )
+            await _apply_tree_in(conn, root, version)
 
         await self.run("apply_tree", work)
 
@@ -253,23 +324,20 @@ class LedgerStore:
         self,
         reservations: Sequence[Reservation],
         *,
+        outbox: OutboxBuilder | None = None,
         consumer: str | None = None,
         stream_seq: int | None = None,
         stream: str = DEFAULT_STREAM,
-        outbox: Sequence[OutboxMessage] = (),
     ) -> list[ReservationResult]:
         """Grant or refuse each reservation, in order, in one transaction.
 
+        ``outbox`` is called for each *new* grant (an ``Admitted`` decision and its allocation
+        id); a retried grant (same workload, same leaf) is reported granted with no new row.
         With ``consumer``, a batch whose ``stream_seq`` was already applied changes nothing and
-        reports ``granted`` iff the workload holds a live allocation now.
+        reports ``granted`` iff the workload holds a live admitted or held allocation now.
         """
         _check_offset("reserve", consumer, stream_seq)
-        for item in reservations:
-            for resource, amount in item.requests.items():
-                if amount < 0:
-                    raise LedgerPermanentError(
-                        "reserve", f"{item.workload} requests {amount} {resource}"
-                    )
+        check_reservations("reserve", reservations)
 
         async def work(conn: AsyncConnection) -> list[ReservationResult]:
             if (
@@ -277,25 +345,29 @@ class LedgerStore:
                 and stream_seq is not None
                 and not await _advance_offset(conn, consumer, stream, stream_seq)
             ):
-                live = await _live_paths(conn, [r.workload for r in reservations])
+                live = await _live(conn, [r.workload for r in reservations])
                 return [
-                    ReservationResult(workload=r.workload, granted=r.workload in live)
+                    ReservationResult(
+                        workload=r.workload,
+                        granted=r.workload in live and live[r.workload].state in _COUNTED,
+                    )
                     for r in reservations
                 ]
-            results = await self._reserve_in(conn, reservations)
-            await _write_outbox(conn, outbox)
-            return results
+            return await self._reserve_in(conn, reservations, outbox)
 
         return await self.run("reserve", work)
 
     async def _reserve_in(
-        self, conn: AsyncConnection, reservations: Sequence[Reservation]
+        self,
+        conn: AsyncConnection,
+        reservations: Sequence[Reservation],
+        outbox: OutboxBuilder | None,
     ) -> list[ReservationResult]:
-        live = await _live_paths(conn, [r.workload for r in reservations])
+        live = await _live(conn, [r.workload for r in reservations])
         known = await _leaves(conn, {r.quota for r in reservations})
         keys: set[_Key] = set()
         for item in reservations:
-            if item.quota in known:
+            if item.quota in known and item.workload not in live:
                 keys.update(_keys(item.quota, item.requests))
         usage = await _lock_usage(conn, keys)
 
@@ -303,62 +375,32 @@ class LedgerStore:
         granted: list[Reservation] = []
         touched: set[_Key] = set()
         for item in reservations:
-            held = live.get(item.workload)
-            if held is not None:
-                results.append(_already_held(item, held))
-                continue
-            if item.quota not in known:
+            current = live.get(item.workload)
+            if current is not None:
+                results.append(_already_live(item, current))
+            elif item.quota not in known:
                 results.append(_unknown(item))
-                continue
-            refusal = self._refusal(item, usage)
-            if refusal is not None:
+            elif (refusal := self._refusal(item, usage)) is not None:
                 results.append(
                     ReservationResult(workload=item.workload, granted=False, reason=refusal)
                 )
-                continue
-            for key in _keys(item.quota, item.requests):
-                used, high = usage[key]
-                usage[key] = (used + item.requests[key[1]], high)
-                touched.add(key)
-            live[item.workload] = item.quota
-            granted.append(item)
-            results.append(ReservationResult(workload=item.workload, granted=True))
+            else:
+                _add(usage, item.quota, item.requests, +1)
+                touched |= _keys(item.quota, item.requests)
+                # A second reservation of the same workload later in the batch is a retry.
+                live[item.workload] = _placeholder(item, "admitted")
+                granted.append(item)
+                results.append(ReservationResult(workload=item.workload, granted=True))
 
         if granted:
-            now = func.now()
-            inserted = await conn.execute(
-                pg_insert(ALLOCATIONS)
-                .values(
-                    [
-                        {
-                            "workload": item.workload,
-                            "zone": item.zone,
-                            "quota_path": item.quota,
-                            "queue": item.queue,
-                            "requests": dict(item.requests),
-                            "priority": item.priority,
-                            "state": "admitted",
-                            "admitted_at": now,
-                        }
-                        for item in granted
-                    ]
+            stamp = await _stamp(conn)
+            ids = await _insert_allocations(conn, granted, "admitted", stamp)
+            await _set_usage(conn, usage, touched)
+            if outbox is not None:
+                await _write_outbox(
+                    conn,
+                    [outbox(_admitted(item), item.zone, ids[item.workload]) for item in granted],
                 )
-                .on_conflict_do_nothing(index_elements=["workload"], index_where=_LIVE_PREDICATE)
-                .returning(ALLOCATIONS.c.workload)
-            )
-            if len(inserted.all()) != len(granted):
-                # Another transaction committed a live allocation for one of these workloads
-                # (on another path) after we read; our decisions counted on its absence.
-                raise _RaceLost
-            await conn.execute(
-                update(USAGE)
-                .where(USAGE.c.path == bindparam("k_path"), USAGE.c.resource == bindparam("k_res"))
-                .values(used=bindparam("k_used")),
-                [
-                    {"k_path": path, "k_res": resource, "k_used": usage[(path, resource)][0]}
-                    for path, resource in sorted(touched)
-                ],
-            )
         return results
 
     def _refusal(
@@ -378,7 +420,130 @@ class LedgerStore:
                     return quota_exceeded(node, resource, used, requested, high, cap, self._rate)
         return None
 
-    # ------------------------------------------------------------------ release
+    # ------------------------------------------------------------------ preempt
+
+    async def preempt(
+        self,
+        preemptor: Reservation,
+        victims: Sequence[Preempted],
+        *,
+        outbox: OutboxBuilder | None = None,
+    ) -> ReservationResult:
+        """Move the victims' usage to a hold for ``preemptor``, in one transaction, or refuse.
+
+        Every victim must hold a live ``admitted`` allocation (else ``StaleView`` naming it);
+        the preemptor must fit on every node root..leaf once the victims' usage has left (else
+        ``QuotaExceeded``, and nothing changes). Granted: victims become ``preempting``, the
+        preemptor gets a ``held`` allocation, ``outbox`` is called with one ``Preempted`` per
+        victim. A preemptor already holding a live allocation on its leaf is reported granted
+        and nothing changes (a retried request).
+        """
+        check_reservations("preempt", [preemptor])
+        _check_victims(preemptor.workload, victims)
+
+        async def work(conn: AsyncConnection) -> ReservationResult:
+            return await self._preempt_in(conn, preemptor, victims, outbox)
+
+        try:
+            return await self.run("preempt", work)
+        except _Refused as refused:
+            return refused.result
+
+    async def _preempt_in(
+        self,
+        conn: AsyncConnection,
+        preemptor: Reservation,
+        victims: Sequence[Preempted],
+        outbox: OutboxBuilder | None,
+    ) -> ReservationResult:
+        current = (await _live(conn, [preemptor.workload])).get(preemptor.workload)
+        if current is not None:
+            return _already_live(preemptor, current)
+        if preemptor.quota not in await _leaves(conn, {preemptor.quota}):
+            return _unknown(preemptor)
+        # Allocation rows first, then usage rows: the same order as the release path, so a
+        # victim stopping while it is being preempted waits here instead of deadlocking.
+        rows = await _lock_live(conn, [v.workload for v in victims])
+        for victim in victims:
+            row = rows.get(victim.workload)
+            if row is None or row.state != "admitted":
+                return _stale(preemptor, victim.workload, row)
+        keys = _keys(preemptor.quota, preemptor.requests)
+        for row in rows.values():
+            keys |= _keys(row.quota, row.requests)
+        usage = await _lock_usage(conn, keys)
+        for row in rows.values():
+            _add(usage, row.quota, row.requests, -1)
+        refusal = self._refusal(preemptor, usage)
+        if refusal is not None:
+            # Missing usage rows may have been created above; roll them back too.
+            raise _Refused(
+                ReservationResult(workload=preemptor.workload, granted=False, reason=refusal)
+            )
+        _add(usage, preemptor.quota, preemptor.requests, +1)
+        stamp = await _stamp(conn)
+        # Victims end and the hold starts at the same instant: intervals are half-open.
+        await conn.execute(
+            update(ALLOCATIONS)
+            .where(ALLOCATIONS.c.id.in_([row.id for row in rows.values()]))
+            .values(state="preempting", preemptor=preemptor.workload, preempted_at=stamp)
+        )
+        await _insert_allocations(conn, [preemptor], "held", stamp)
+        await _set_usage(conn, usage, keys)
+        if outbox is not None:
+            await _write_outbox(
+                conn, [_preempted_row(outbox, v, rows[v.workload], preemptor) for v in victims]
+            )
+        return ReservationResult(workload=preemptor.workload, granted=True)
+
+    # ------------------------------------------------------------------ cluster events
+
+    async def apply_log(
+        self,
+        consumer: str,
+        last_seq: int,
+        changes: Sequence[LogChange],
+        *,
+        outbox: OutboxBuilder | None = None,
+        stream: str = DEFAULT_STREAM,
+    ) -> LogOutcome:
+        """Apply a batch of log entries up to ``last_seq`` in one transaction with the offset.
+
+        Entries at or below the stored offset are skipped (a redelivered batch changes
+        nothing); ``last_seq`` may be beyond the last change (entries that needed nothing).
+        Trees: the newest of the batch is applied with version = its sequence. Observations
+        follow the release rules (see ``_observe``).
+        """
+        for change in changes:
+            if change.seq > last_seq:
+                raise LedgerRequestError("apply_log", f"entry {change.seq} beyond {last_seq}")
+
+        async def work(conn: AsyncConnection) -> LogOutcome:
+            previous = await _lock_offset(conn, consumer, stream)
+            if last_seq <= previous:
+                return LogOutcome(applied=False, last_seq=previous)
+            fresh = [c for c in changes if c.seq > previous]
+            trees = [c for c in fresh if isinstance(c, TreeUpdate)]
+            if trees:
+                # Each tree replaces the whole previous one: only the newest matters.
+                newest = max(trees, key=lambda t: t.seq)
+                await _apply_tree_in(conn, newest.root, newest.seq)
+            observed = [c for c in fresh if isinstance(c, Observation)]
+            outcome = await _observe(conn, observed, outbox)
+            await conn.execute(
+                update(OFFSETS)
+                .where(OFFSETS.c.consumer == consumer)
+                .values(last_seq=last_seq, stream=stream, updated_at=func.now())
+            )
+            return LogOutcome(
+                applied=True,
+                last_seq=last_seq,
+                released=outcome.released,
+                admitted=outcome.admitted,
+                outbox_rows=outcome.outbox_rows,
+            )
+
+        return await self.run("apply_log", work)
 
     async def release(
         self,
@@ -388,56 +553,31 @@ class LedgerStore:
         consumer: str | None = None,
         stream_seq: int | None = None,
         stream: str = DEFAULT_STREAM,
-        outbox: Sequence[OutboxMessage] = (),
+        outbox: OutboxBuilder | None = None,
     ) -> Resources | None:
-        """Free what ``workload`` holds; ``None`` when nothing is live (or already applied).
+        """Release ``workload`` by the same rules as a log entry with ``cause``.
 
-        The outbox rows are written only when something was released.
+        Returns what the allocation held, or ``None`` when nothing live was released (or the
+        offset says it was already applied). The outbox rows are written only on a release.
         """
         _check_offset("release", consumer, stream_seq)
-
-        async def work(conn: AsyncConnection) -> Resources | None:
-            if (
-                consumer is not None
-                and stream_seq is not None
-                and not await _advance_offset(conn, consumer, stream, stream_seq)
-            ):
-                return None
-            # Lock the allocation first: a concurrent release of the same workload waits here
-            # and then finds it released, so usage is decremented once.
-            row = (
-                await conn.execute(
-                    select(ALLOCATIONS.c.id, ALLOCATIONS.c.quota_path, ALLOCATIONS.c.requests)
-                    .where(ALLOCATIONS.c.workload == workload, _LIVE_PREDICATE)
-                    .with_for_update()
-                )
-            ).first()
-            if row is None:
-                return None
-            requests: Resources = {str(k): int(v) for k, v in row.requests.items()}
-            keys = _keys(QuotaPath(row.quota_path), requests)
-            await _lock_usage(conn, keys)
-            if keys:
-                await conn.execute(
-                    update(USAGE)
-                    .where(
-                        USAGE.c.path == bindparam("k_path"), USAGE.c.resource == bindparam("k_res")
-                    )
-                    .values(used=USAGE.c.used - bindparam("k_amount")),
-                    [
-                        {"k_path": path, "k_res": resource, "k_amount": requests[resource]}
-                        for path, resource in sorted(keys)
-                    ],
-                )
-            await conn.execute(
-                update(ALLOCATIONS)
-                .where(ALLOCATIONS.c.id == row.id)
-                .values(state="released", released_at=func.now(), release_cause=cause)
+        observation = Observation(seq=stream_seq or 0, workload=workload, change=cause)
+        released: list[Released]
+        if consumer is not None and stream_seq is not None:
+            outcome = await self.apply_log(
+                consumer, stream_seq, [observation], outbox=outbox, stream=stream
             )
-            await _write_outbox(conn, outbox)
-            return requests
+            released = outcome.released
+        else:
 
-        return await self.run("release", work)
+            async def work(conn: AsyncConnection) -> _Observed:
+                return await _observe(conn, [observation], outbox)
+
+            released = (await self.run("release", work)).released
+        for decision in released:
+            if decision.workload == workload:
+                return decision.requests
+        return None
 
     # ------------------------------------------------------------------ reads
 
@@ -463,17 +603,21 @@ class LedgerStore:
                     zone=Zone(row.zone),
                     quota=QuotaPath(row.quota_path),
                     queue=QueueName(row.queue),
-                    requests={str(k): int(v) for k, v in row.requests.items()},
+                    requests=_resources(row.requests),
                     priority=row.priority,
                     state=row.state,
                     admitted_at=row.admitted_at,
+                    reserved_at=row.reserved_at,
+                    preempted_at=row.preempted_at,
+                    preemptor=None if row.preemptor is None else WorkloadKey(row.preemptor),
                 )
                 for row in rows
             ]
 
     async def pending_outbox(self, limit: int) -> list[OutboxMessage]:
-        """Unpublished outbox rows in insertion order."""
-        async with self._engine.connect() as conn:
+        """Unpublished outbox rows in insertion (= publishing) order."""
+
+        async def work(conn: AsyncConnection) -> list[OutboxMessage]:
             rows = await conn.execute(
                 select(OUTBOX.c.id, OUTBOX.c.event_id, OUTBOX.c.subject, OUTBOX.c.payload)
                 .where(OUTBOX.c.published_at.is_(None))
@@ -483,6 +627,8 @@ class LedgerStore:
             return [
                 OutboxMessage(id=i, event_id=e, subject=s, payload=bytes(p)) for i, e, s, p in rows
             ]
+
+        return await self.run("pending_outbox", work)
 
     async def mark_published(self, ids: Iterable[int]) -> None:
         """Stamp outbox rows as published (idempotent)."""
@@ -501,11 +647,126 @@ class LedgerStore:
 
     async def offset(self, consumer: str) -> int | None:
         """Last stream sequence ``consumer`` applied, or ``None``."""
-        async with self._engine.connect() as conn:
+
+        async def work(conn: AsyncConnection) -> int | None:
             value = await conn.scalar(
                 select(OFFSETS.c.last_seq).where(OFFSETS.c.consumer == consumer)
             )
             return None if value is None else int(value)
+
+        return await self.run("offset", work)
+
+
+# ---------------------------------------------------------------------- observations
+
+
+@dataclass(slots=True)
+class _Observed:
+    released: list[Released]
+    admitted: list[Admitted]
+    outbox_rows: int
+
+
+async def _observe(
+    conn: AsyncConnection, observations: Sequence[Observation], outbox: OutboxBuilder | None
+) -> _Observed:
+    """Apply observations in order; the release rules of the ledger.
+
+    * finished/failed/deleted (or an explicit cause) of a counted allocation (admitted, held):
+      usage decremented, ``released`` with that cause; a held preemptor's victims stay as
+      they are.
+    * any of those, or an observed suspension, of a ``preempting`` victim: ``released`` (cause
+      ``Preempted``, ``Deleted`` if deleted) with no usage change (it left at preemption);
+      then its preemptor, if ``held`` with no other victim still ``preempting``, is admitted.
+    * an observed suspension of anything else changes nothing: an admitted workload may
+      simply not have been unsuspended yet, a held one is suspended until admitted.
+    """
+    if not observations:
+        return _Observed([], [], 0)
+    rows = await _lock_live(conn, {o.workload for o in observations})
+    preemptors = {r.preemptor for r in rows.values() if r.state == "preempting" and r.preemptor}
+    waiting: dict[WorkloadKey, set[WorkloadKey]] = {}
+    if preemptors:
+        # Second round of allocation locks, for the holds the batch may admit. Only this
+        # consumer locks held rows, so it cannot deadlock with a preemption.
+        rows.update(await _lock_live(conn, preemptors - rows.keys()))
+        waiting = await _victims_of(conn, preemptors)
+
+    plan = _ObservePlan()
+    for observation in observations:
+        row = rows.get(observation.workload)
+        if row is not None:
+            _plan_observation(plan, row, observation.change, rows, waiting)
+
+    keys = set(plan.decrements)
+    await _lock_usage(conn, keys)
+    # Read after the usage locks: releases are stamped in the order the locks were granted.
+    stamp = await _stamp(conn)
+    if plan.admit:
+        await conn.execute(
+            update(ALLOCATIONS)
+            .where(ALLOCATIONS.c.id.in_(plan.admit))
+            .values(state="admitted", admitted_at=stamp)
+        )
+    if plan.release:
+        await conn.execute(
+            update(ALLOCATIONS)
+            .where(ALLOCATIONS.c.id == bindparam("a_id"))
+            .values(state="released", released_at=stamp, release_cause=bindparam("a_cause")),
+            [{"a_id": i, "a_cause": cause} for i, cause in plan.release.items()],
+        )
+    if keys:
+        await conn.execute(
+            update(USAGE)
+            .where(USAGE.c.path == bindparam("k_path"), USAGE.c.resource == bindparam("k_res"))
+            .values(used=USAGE.c.used - bindparam("k_amount")),
+            [
+                {"k_path": p, "k_res": r, "k_amount": plan.decrements[(p, r)]}
+                for p, r in sorted(keys)
+            ],
+        )
+    written = 0
+    if outbox is not None and plan.decisions:
+        await _write_outbox(conn, [outbox(d, zone, i) for d, zone, i in plan.decisions])
+        written = len(plan.decisions)
+    return _Observed(
+        released=[d for d, _, _ in plan.decisions if isinstance(d, Released)],
+        admitted=[d for d, _, _ in plan.decisions if isinstance(d, Admitted)],
+        outbox_rows=written,
+    )
+
+
+def _plan_observation(
+    plan: _ObservePlan,
+    row: _Alloc,
+    change: Change,
+    rows: dict[WorkloadKey, _Alloc],
+    waiting: dict[WorkloadKey, set[WorkloadKey]],
+) -> None:
+    if row.state == "preempting":
+        _plan_release(plan, row, "Deleted" if change == "Deleted" else "Preempted", count=False)
+        preemptor = row.preemptor
+        if preemptor is None:
+            return
+        left = waiting.get(preemptor, set())
+        left.discard(row.workload)
+        hold = rows.get(preemptor)
+        if not left and hold is not None and hold.state == "held":
+            hold.state = "admitted"
+            plan.admit.append(hold.id)
+            plan.decisions.append((_admitted_row(hold), hold.zone, hold.id))
+    elif row.state in _COUNTED and change != "Suspended":
+        _plan_release(plan, row, change, count=True)
+
+
+def _plan_release(plan: _ObservePlan, row: _Alloc, cause: ReleaseCause, *, count: bool) -> None:
+    if count:
+        for key in _keys(row.quota, row.requests):
+            plan.decrements[key] = plan.decrements.get(key, 0) + row.requests[key[1]]
+    row.state = "released"
+    plan.release[row.id] = cause
+    decision = Released(workload=row.workload, quota=row.quota, requests=row.requests, cause=cause)
+    plan.decisions.append((decision, row.zone, row.id))
 
 
 # ---------------------------------------------------------------------- helpers
@@ -524,8 +785,37 @@ def _check_offset(operation: str, consumer: str | None, stream_seq: int | None) 
         raise LedgerPermanentError(operation, "consumer and stream_seq go together")
 
 
+def _check_victims(preemptor: WorkloadKey, victims: Sequence[Preempted]) -> None:
+    names = [v.workload for v in victims]
+    if not names:
+        raise LedgerRequestError("preempt", "a preemption needs at least one victim", preemptor)
+    if len(set(names)) != len(names):
+        raise LedgerRequestError("preempt", f"a victim is named twice in {names}", preemptor)
+    if preemptor in names:
+        raise LedgerRequestError("preempt", f"{preemptor} cannot preempt itself", preemptor)
+
+
 def _keys(leaf: QuotaPath, requests: Resources) -> set[_Key]:
     return {(node, r) for node in path_of(leaf) for r, amount in requests.items() if amount}
+
+
+def _add(
+    usage: dict[_Key, tuple[int, int | None]], leaf: QuotaPath, requests: Resources, sign: int
+) -> None:
+    for key in _keys(leaf, requests):
+        used, high = usage[key]
+        usage[key] = (used + sign * requests[key[1]], high)
+
+
+def _resources(raw: dict[str, Any]) -> Resources:
+    return {str(k): int(v) for k, v in raw.items()}
+
+
+async def _stamp(conn: AsyncConnection) -> datetime:
+    """The wall clock now (not the transaction start): call it only once the locks are held."""
+    value = await conn.scalar(select(func.clock_timestamp()))
+    assert isinstance(value, datetime)
+    return value
 
 
 async def _advance_offset(conn: AsyncConnection, consumer: str, stream: str, seq: int) -> bool:
@@ -547,17 +837,86 @@ async def _advance_offset(conn: AsyncConnection, consumer: str, stream: str, seq
     return (await conn.execute(stmt)).first() is not None
 
 
-async def _live_paths(
-    conn: AsyncConnection, workloads: Sequence[WorkloadKey]
-) -> dict[WorkloadKey, QuotaPath]:
+async def _lock_offset(conn: AsyncConnection, consumer: str, stream: str) -> int:
+    """Lock the consumer's offset row (created at 0) and return the sequence it holds.
+
+    Taken first in the transaction: a second delivery of the same batch waits here and then
+    reads the committed offset, so it applies nothing twice.
+    """
+    insert = pg_insert(OFFSETS).values(consumer=consumer, stream=stream, last_seq=0)
+    stmt = insert.on_conflict_do_update(
+        index_elements=[OFFSETS.c.consumer], set_={"consumer": insert.excluded.consumer}
+    ).returning(OFFSETS.c.last_seq)
+    return int((await conn.execute(stmt)).scalar_one())
+
+
+_ALLOC_COLUMNS: Final = (
+    ALLOCATIONS.c.id,
+    ALLOCATIONS.c.workload,
+    ALLOCATIONS.c.zone,
+    ALLOCATIONS.c.quota_path,
+    ALLOCATIONS.c.queue,
+    ALLOCATIONS.c.requests,
+    ALLOCATIONS.c.priority,
+    ALLOCATIONS.c.state,
+    ALLOCATIONS.c.preemptor,
+)
+
+
+def _alloc(row: Any) -> _Alloc:
+    return _Alloc(
+        id=row.id,
+        workload=WorkloadKey(row.workload),
+        zone=Zone(row.zone),
+        quota=QuotaPath(row.quota_path),
+        queue=QueueName(row.queue),
+        requests=_resources(row.requests),
+        priority=int(row.priority),
+        state=row.state,
+        preemptor=None if row.preemptor is None else WorkloadKey(row.preemptor),
+    )
+
+
+async def _live(
+    conn: AsyncConnection, workloads: Collection[WorkloadKey]
+) -> dict[WorkloadKey, _Alloc]:
+    """Live allocations of ``workloads``, read without locks (a retry check only)."""
     if not workloads:
         return {}
     rows = await conn.execute(
-        select(ALLOCATIONS.c.workload, ALLOCATIONS.c.quota_path).where(
-            ALLOCATIONS.c.workload.in_(set(workloads)), _LIVE_PREDICATE
+        select(*_ALLOC_COLUMNS).where(ALLOCATIONS.c.workload.in_(set(workloads)), _LIVE_PREDICATE)
+    )
+    return {WorkloadKey(row.workload): _alloc(row) for row in rows}
+
+
+async def _lock_live(
+    conn: AsyncConnection, workloads: Collection[WorkloadKey]
+) -> dict[WorkloadKey, _Alloc]:
+    """Lock the live allocations of ``workloads`` (by id order, so lockers queue, not deadlock)."""
+    if not workloads:
+        return {}
+    rows = await conn.execute(
+        select(*_ALLOC_COLUMNS)
+        .where(ALLOCATIONS.c.workload.in_(set(workloads)), _LIVE_PREDICATE)
+        .order_by(ALLOCATIONS.c.id)
+        .with_for_update()
+    )
+    return {WorkloadKey(row.workload): _alloc(row) for row in rows}
+
+
+async def _victims_of(
+    conn: AsyncConnection, preemptors: Collection[WorkloadKey]
+) -> dict[WorkloadKey, set[WorkloadKey]]:
+    """Victims still ``preempting`` for each of ``preemptors`` (their holds are locked)."""
+    rows = await conn.execute(
+        select(ALLOCATIONS.c.preemptor, ALLOCATIONS.c.workload).where(
+            ALLOCATIONS.c.preemptor.in_(set(preemptors)), ALLOCATIONS.c.state == "preempting"
         )
     )
-    return {WorkloadKey(w): QuotaPath(p) for w, p in rows}
+    out: dict[WorkloadKey, set[WorkloadKey]] = {}
+    for preemptor, workload in rows:
+        out.setdefault(WorkloadKey(preemptor), set()).add(WorkloadKey(workload))
+    return out
 
 
 async def _leaves(conn: AsyncConnection, paths: set[QuotaPath]) -> set[QuotaPath]:
@@ -600,33 +959,166 @@ async def _lock_usage(conn: AsyncConnection, keys: set[_Key]) -> dict[_Key, tupl
     return {(p, r): (used, high) for p, r, used, high in rows}
 
 
-async def _write_outbox(conn: AsyncConnection, outbox: Sequence[OutboxMessage]) -> None:
-    if not outbox:
+async def _set_usage(
+    conn: AsyncConnection, usage: dict[_Key, tuple[int, int | None]], keys: set[_Key]
+) -> None:
+    """Write back ``used`` of the locked rows ``keys`` (absolute values: we hold the locks)."""
+    if not keys:
         return
     await conn.execute(
-        pg_insert(OUTBOX)
-        .values(
-            [{"event_id": m.event_id, "subject": m.subject, "payload": m.payload} for m in outbox]
-        )
-        .on_conflict_do_nothing(index_elements=[OUTBOX.c.event_id])
+        update(USAGE)
+        .where(USAGE.c.path == bindparam("k_path"), USAGE.c.resource == bindparam("k_res"))
+        .values(used=bindparam("k_used")),
+        [{"k_path": p, "k_res": r, "k_used": usage[(p, r)][0]} for p, r in sorted(keys)],
     )
 
 
-def _already_held(item: Reservation, held: QuotaPath) -> ReservationResult:
-    if held == item.quota:
-        # A redelivered request: the grant stands, nothing is counted twice.
+async def _insert_allocations(
+    conn: AsyncConnection,
+    items: Sequence[Reservation],
+    state: AllocationState,
+    stamp: datetime,
+) -> dict[WorkloadKey, int]:
+    """Insert one live allocation per item; their ids by workload.
+
+    Raises ``_RaceLost`` when a concurrent transaction committed a live allocation for one of
+    them after we read: our decisions counted on its absence, so the batch is replayed.
+    """
+    ids: dict[WorkloadKey, int] = {}
+    for start in range(0, len(items), _CHUNK):
+        chunk = items[start : start + _CHUNK]
+        inserted = await conn.execute(
+            pg_insert(ALLOCATIONS)
+            .values(
+                [
+                    {
+                        "workload": item.workload,
+                        "zone": item.zone,
+                        "quota_path": item.quota,
+                        "queue": item.queue,
+                        "requests": dict(item.requests),
+                        "priority": item.priority,
+                        "state": state,
+                        "reserved_at": stamp,
+                        "admitted_at": stamp if state == "admitted" else None,
+                    }
+                    for item in chunk
+                ]
+            )
+            .on_conflict_do_nothing(index_elements=["workload"], index_where=_LIVE_PREDICATE)
+            .returning(ALLOCATIONS.c.id, ALLOCATIONS.c.workload)
+        )
+        for alloc_id, workload in inserted:
+            ids[WorkloadKey(workload)] = int(alloc_id)
+    if len(ids) != len(items):
+        raise _RaceLost
+    return ids
+
+
+async def _write_outbox(conn: AsyncConnection, outbox: Sequence[OutboxMessage]) -> None:
+    """Insert outbox rows in order (their ids give the publishing order), many per statement."""
+    for start in range(0, len(outbox), _CHUNK):
+        chunk = outbox[start : start + _CHUNK]
+        await conn.execute(
+            pg_insert(OUTBOX)
+            .values(
+                [
+                    {"event_id": m.event_id, "subject": m.subject, "payload": m.payload}
+                    for m in chunk
+                ]
+            )
+            .on_conflict_do_nothing(index_elements=[OUTBOX.c.event_id])
+        )
+
+
+def _placeholder(item: Reservation, state: AllocationState) -> _Alloc:
+    return _Alloc(
+        id=0,
+        workload=item.workload,
+        zone=item.zone,
+        quota=item.quota,
+        queue=item.queue,
+        requests=dict(item.requests),
+        priority=item.priority,
+        state=state,
+        preemptor=None,
+    )
+
+
+def _admitted(item: Reservation) -> Admitted:
+    return Admitted(
+        workload=item.workload,
+        queue=item.queue,
+        quota=item.quota,
+        zone=item.zone,
+        requests=dict(item.requests),
+        priority=item.priority,
+    )
+
+
+def _admitted_row(row: _Alloc) -> Admitted:
+    return Admitted(
+        workload=row.workload,
+        queue=row.queue,
+        quota=row.quota,
+        zone=row.zone,
+        requests=row.requests,
+        priority=row.priority,
+    )
+
+
+def _preempted_row(
+    outbox: OutboxBuilder, victim: Preempted, row: _Alloc, preemptor: Reservation
+) -> OutboxMessage:
+    # The ledger's rows are the truth about where the victim counted; the reason is the core's.
+    decision = Preempted(
+        workload=row.workload,
+        queue=row.queue,
+        quota=row.quota,
+        preemptor=preemptor.workload,
+        reason=victim.reason,
+    )
+    return outbox(decision, row.zone, row.id)
+
+
+def _already_live(item: Reservation, current: _Alloc) -> ReservationResult:
+    if current.state == "preempting":
+        return ReservationResult(
+            workload=item.workload,
+            granted=False,
+            reason=Reason(
+                code="PreemptionInProgress",
+                message=f"{item.workload} is being preempted: its pods were not seen stopped yet",
+                node=current.quota,
+                blocker=current.preemptor,
+            ),
+        )
+    if current.quota == item.quota:
+        # A redelivered request: the grant (or hold) stands, nothing is counted twice.
         return ReservationResult(workload=item.workload, granted=True)
-    # Schema gap: ReasonCode has no "AlreadyAdmitted"; QuotaExceeded with the workload as its
-    # own blocker is the closest (it is pending until the other allocation is released).
     return ReservationResult(
         workload=item.workload,
         granted=False,
         reason=Reason(
-            code="QuotaExceeded",
-            message=f"{item.workload} already holds a live allocation on {held}, "
+            code="AlreadyAdmitted",
+            message=f"{item.workload} already holds a live allocation on {current.quota}, "
             f"not on {item.quota}",
-            node=held,
+            node=current.quota,
             blocker=item.workload,
+        ),
+    )
+
+
+def _stale(preemptor: Reservation, victim: WorkloadKey, row: _Alloc | None) -> ReservationResult:
+    state = "no live allocation" if row is None else f"state {row.state}"
+    return ReservationResult(
+        workload=preemptor.workload,
+        granted=False,
+        reason=Reason(
+            code="StaleView",
+            message=f"victim {victim} is not admitted in the ledger ({state})",
+            node=None if row is None else row.quota,
+            blocker=victim,
         ),
     )
 
@@ -643,13 +1135,86 @@ def _unknown(item: Reservation) -> ReservationResult:
     )
 
 
+async def _apply_tree_in(conn: AsyncConnection, root: QuotaNode, version: int) -> None:
+    nodes = list(iter_nodes(root))
+    # One tree writer at a time; reservations are serialised by the usage row locks.
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('usher.quota_tree'))"))
+    newest = await conn.scalar(select(func.max(NODES.c.tree_version)))
+    if newest is not None and newest > version:
+        return
+    paths = [str(path) for path, _, _ in nodes]
+    node_insert = pg_insert(NODES)
+    await conn.execute(
+        node_insert.on_conflict_do_update(
+            index_elements=[NODES.c.path],
+            set_={
+                "parent_path": node_insert.excluded.parent_path,
+                "name": node_insert.excluded.name,
+                "attributes": node_insert.excluded.attributes,
+                "tree_version": node_insert.excluded.tree_version,
+                "present": True,
+            },
+        ),
+        [
+            {
+                "path": path,
+                "parent_path": parent,
+                "name": node.name,
+                "attributes": dict(node.attributes),
+                "tree_version": version,
+                "present": True,
+            }
+            for path, node, parent in nodes
+        ],
+    )
+    await conn.execute(
+        update(NODES)
+        .where(NODES.c.path.not_in(paths), NODES.c.present)
+        .values(present=False, tree_version=version)
+    )
+    limits: dict[_Key, tuple[int, int | None]] = {}
+    for path, node, _ in nodes:
+        for resource in sorted(set(node.max) | set(node.min)):
+            limits[(path, resource)] = (node.min.get(resource, 0), node.max.get(resource))
+    existing = await conn.execute(
+        select(USAGE.c.path, USAGE.c.resource).where(USAGE.c.path.in_(paths))
+    )
+    # A resource the node no longer names is no longer limited there (usage kept).
+    for path, resource in existing:
+        limits.setdefault((path, resource), (0, None))
+    if not limits:
+        return
+    usage_insert = pg_insert(USAGE)
+    # Sorted like the reservation locks, so a tree change cannot deadlock with them.
+    await conn.execute(
+        usage_insert.on_conflict_do_update(
+            index_elements=[USAGE.c.path, USAGE.c.resource],
+            set_={"min": usage_insert.excluded.min, "max": usage_insert.excluded.max},
+        ),
+        [
+            {"path": path, "resource": resource, "min": low, "max": high, "used": 0}
+            for (path, resource), (low, high) in sorted(limits.items())
+        ],
+    )
+
+
 __all__ = [
     "DEFAULT_STREAM",
+    "AllocationState",
+    "Change",
+    "LedgerDecision",
     "LedgerError",
     "LedgerPermanentError",
+    "LedgerRequestError",
     "LedgerStore",
     "LedgerTransientError",
     "LiveAllocation",
+    "LogChange",
+    "LogOutcome",
+    "Observation",
+    "OutboxBuilder",
     "OutboxMessage",
+    "TreeUpdate",
+    "check_reservations",
     "path_of",
 ]

@@ -35,7 +35,12 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-ALLOCATION_STATES = ("reserved", "admitted", "released")
+ALLOCATION_STATES = ("reserved", "admitted", "held", "preempting", "released")
+"""``held``: capacity held for a preemptor (usage counted, not admitted yet); ``preempting``: a
+victim whose usage already left the tree but whose pods were not seen stopped yet (still live).
+"""
+
+_STATE_CHECK = "state IN ('reserved', 'admitted', 'held', 'preempting', 'released')"
 
 
 class Base(DeclarativeBase):
@@ -76,11 +81,16 @@ class QuotaUsageRow(Base):
 
 
 class AllocationRow(Base):
-    """Quota held by one workload: reserved, then admitted, then released."""
+    """Quota held by one workload: admitted (or held, then admitted), then released.
+
+    A victim of a preemption goes admitted -> preempting -> released. A row counts on its path
+    from ``reserved_at`` until ``preempted_at`` or ``released_at``; the stamps are taken after the
+    path's usage locks, so the history of intervals follows the lock order.
+    """
 
     __tablename__ = "allocations"
     __table_args__ = (
-        CheckConstraint("state IN ('reserved', 'admitted', 'released')", name="state_known"),
+        CheckConstraint(_STATE_CHECK, name="state_known"),
         # At most one live allocation per workload: the database itself refuses a double
         # admission, whatever the number of racing dequeuers.
         Index(
@@ -88,6 +98,12 @@ class AllocationRow(Base):
             "workload",
             unique=True,
             postgresql_where=text("state <> 'released'"),
+        ),
+        # The victims still stopping for a preemptor: looked up when one of them is released.
+        Index(
+            "ix_allocations_preempting_preemptor",
+            "preemptor",
+            postgresql_where=text("state = 'preempting'"),
         ),
     )
 
@@ -105,6 +121,10 @@ class AllocationRow(Base):
     admitted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     release_cause: Mapped[str | None] = mapped_column(Text, nullable=True)
+    preemptor: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """On a victim: the workload its quota was moved to."""
+    preempted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    """When the victim's usage left the tree (its interval ends here, not at ``released_at``)."""
 
 
 class DecisionAuditRow(Base):

@@ -1,0 +1,54 @@
+"""Outbox rows for the ledger's decisions: deterministic ids, envelopes, subjects.
+
+What it does: turns a decision the store took (``Admitted``, ``Preempted``, ``Released``) into
+the ``OutboxMessage`` that announces it: id ``ledger:<action>:<workload>:<allocation id>`` (also
+``Nats-Msg-Id``, so a republish after a crash is dropped by the server), an ``Envelope`` from
+``usher/ledger``, on ``<p>.decision.<zone>.<action>.<ns>.<name>``.
+What it must never do: touch the database or NATS; the store calls it inside its transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Final
+
+from schemas import Admitted, Envelope, EventId, Preempted, Released, Zone, encode
+from usher.adapters.nats.subjects import Subjects
+from usher.adapters.pg.ledger_store import LedgerDecision, OutboxBuilder, OutboxMessage
+
+SOURCE: Final = "usher/ledger"
+
+_ACTIONS: Final[dict[type[LedgerDecision], str]] = {
+    Admitted: "admitted",
+    Preempted: "preempted",
+    Released: "released",
+}
+
+
+def event_id(decision: LedgerDecision, allocation_id: int) -> EventId:
+    """The decision's id: one per (action, allocation), whatever the number of retries."""
+    return EventId(f"ledger:{_ACTIONS[type(decision)]}:{decision.workload}:{allocation_id}")
+
+
+def outbox_builder(
+    subjects: Subjects, clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+) -> OutboxBuilder:
+    """The store's ``OutboxBuilder`` for this installation's subjects."""
+
+    def build(decision: LedgerDecision, zone: Zone, allocation_id: int) -> OutboxMessage:
+        action = _ACTIONS[type(decision)]
+        namespace, _, name = decision.workload.partition("/")
+        envelope = Envelope(
+            id=event_id(decision, allocation_id), time=clock(), source=SOURCE, event=decision
+        )
+        return OutboxMessage(
+            event_id=envelope.id,
+            subject=subjects.decision(zone, action, namespace, name),
+            payload=encode(envelope),
+        )
+
+    return build
+
+
+__all__ = ["SOURCE", "event_id", "outbox_builder"]

@@ -1,0 +1,254 @@
+"""Request/reply of the ledger: reservations and preemptions, coalesced into transactions.
+
+What it does: subscribes to ``<p>.ledger.reserve`` and ``<p>.ledger.preempt`` in queue group
+``ledger``; requests that arrive while a transaction runs are served together by the next one
+(consecutive ``ReserveRequest``s share one transaction, their results split back per request
+in order; each ``PreemptRequest`` is its own transaction, in arrival order). Replies
+``ReserveReply``, or ``LedgerError`` (``bad-request`` and parked for input that does not decode
+or is invalid, ``transient`` when the database gave up for now, ``ledger-failure`` otherwise).
+What it must never do: reply before the transaction committed, let one bad request fail the
+others of its batch, or stop serving because of one message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from schemas import LedgerError, PreemptRequest, RequestId, ReserveReply, ReserveRequest, encode
+from services.common.runtime import ServiceContext
+from usher.adapters.pg.ledger_store import (
+    LedgerPermanentError,
+    LedgerRequestError,
+    LedgerStore,
+    LedgerTransientError,
+    OutboxBuilder,
+    check_reservations,
+)
+
+QUEUE_GROUP: Final = "ledger"
+
+_reserve_decoder = msgspec.json.Decoder(ReserveRequest)
+_preempt_decoder = msgspec.json.Decoder(PreemptRequest)
+
+
+class _RequestIdOnly(msgspec.Struct):
+    """Enough of any request to name it in an error reply."""
+
+    request_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    msg: Msg
+    request: ReserveRequest | PreemptRequest
+
+
+class RequestServer:
+    """Serves the ledger's request subjects until stopped."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        store: LedgerStore,
+        outbox: OutboxBuilder,
+        on_commit: Callable[[], None],
+        *,
+        max_reservations: int = 5000,
+    ) -> None:
+        self._ctx = ctx
+        self._store = store
+        self._outbox = outbox
+        self._on_commit = on_commit
+        self._max_reservations = max_reservations
+        self._inbox: list[Msg] = []
+        self._wake = asyncio.Event()
+        self._subs: list[Subscription] = []
+
+    async def start(self) -> None:
+        """Subscribe (queue group ``ledger``): requests buffer until ``run`` serves them."""
+        for subject in (self._ctx.subjects.ledger_reserve, self._ctx.subjects.ledger_preempt):
+            self._subs.append(
+                await self._ctx.nc.subscribe(subject, queue=QUEUE_GROUP, cb=self._on_message)
+            )
+        # The server knows the subscriptions once this returns: ready means reachable.
+        await self._ctx.nc.flush()
+
+    async def close(self) -> None:
+        """Stop taking requests; those already received are still answered by ``run``."""
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    async def _on_message(self, msg: Msg) -> None:
+        self._inbox.append(msg)
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop``; then unsubscribe and answer what was already received."""
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                if self._inbox:
+                    await self.serve_waiting()
+                    continue
+                waker = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait({waker, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                waker.cancel()
+        finally:
+            stopper.cancel()
+        await self.close()
+        await self.serve_waiting()
+
+    async def serve_waiting(self) -> None:
+        """Serve every buffered request, in arrival order, in as few transactions as allowed."""
+        while self._inbox:
+            taken, self._inbox = self._inbox, []
+            calls = [call for msg in taken if (call := await self._decode(msg)) is not None]
+            for group in self._groups(calls):
+                if isinstance(group[0].request, PreemptRequest):
+                    await self._preempt(group[0])
+                else:
+                    await self._reserve(group)
+
+    def _groups(self, calls: list[_Call]) -> Iterator[list[_Call]]:
+        """Runs of consecutive reserve calls (bounded), and each preempt call alone."""
+        group: list[_Call] = []
+        size = 0
+        for call in calls:
+            request = call.request
+            if isinstance(request, PreemptRequest):
+                if group:
+                    yield group
+                group, size = [], 0
+                yield [call]
+                continue
+            if group and size + len(request.reservations) > self._max_reservations:
+                yield group
+                group, size = [], 0
+            group.append(call)
+            size += len(request.reservations)
+        if group:
+            yield group
+
+    async def _decode(self, msg: Msg) -> _Call | None:
+        try:
+            request: ReserveRequest | PreemptRequest
+            if msg.subject == self._ctx.subjects.ledger_preempt:
+                request = _preempt_decoder.decode(msg.data)
+                check_reservations("preempt", [request.preemptor])
+            else:
+                request = _reserve_decoder.decode(msg.data)
+                check_reservations("reserve", request.reservations)
+        except (msgspec.DecodeError, msgspec.ValidationError, LedgerRequestError) as exc:
+            await self._bad_request(msg, exc)
+            return None
+        return _Call(msg, request)
+
+    async def _reserve(self, group: list[_Call]) -> None:
+        items = [item for call in group for item in _reserve(call).reservations]
+        try:
+            results = await self._store.reserve(items, outbox=self._outbox)
+        except LedgerTransientError as exc:
+            for call in group:
+                await self._transient(call, exc)
+            return
+        except LedgerPermanentError as exc:
+            if len(group) > 1:
+                # Serve them one by one so that only the culprit gets the error.
+                for call in group:
+                    await self._reserve([call])
+                return
+            await self._failed(group[0], exc)
+            return
+        if any(r.granted for r in results):
+            self._on_commit()
+        start = 0
+        for call in group:
+            request = _reserve(call)
+            count = len(request.reservations)
+            reply = ReserveReply(
+                request_id=request.request_id, results=results[start : start + count]
+            )
+            start += count
+            await self._reply(call.msg, reply)
+
+    async def _preempt(self, call: _Call) -> None:
+        request = call.request
+        assert isinstance(request, PreemptRequest)
+        try:
+            result = await self._store.preempt(
+                request.preemptor, request.victims, outbox=self._outbox
+            )
+        except LedgerTransientError as exc:
+            await self._transient(call, exc)
+            return
+        except LedgerPermanentError as exc:
+            await self._failed(call, exc)
+            return
+        if result.granted:
+            self._on_commit()
+        await self._reply(call.msg, ReserveReply(request_id=request.request_id, results=[result]))
+
+    async def _bad_request(self, msg: Msg, exc: Exception) -> None:
+        reply = LedgerError(
+            request_id=_request_id(msg.data), code="bad-request", message=str(exc), transient=False
+        )
+        await self._reply(msg, reply)
+        await self._ctx.park(msg.subject, msg.data, exc)
+
+    async def _transient(self, call: _Call, exc: LedgerTransientError) -> None:
+        self._ctx.log.warning("ledger busy or unreachable", error=str(exc), sqlstate=exc.sqlstate)
+        reply = LedgerError(
+            request_id=call.request.request_id, code="transient", message=str(exc), transient=True
+        )
+        await self._reply(call.msg, reply)
+
+    async def _failed(self, call: _Call, exc: LedgerPermanentError) -> None:
+        if isinstance(exc, LedgerRequestError):
+            await self._bad_request(call.msg, exc)
+            return
+        self._ctx.log.error("request failed", error=str(exc), sqlstate=exc.sqlstate)
+        reply = LedgerError(
+            request_id=call.request.request_id,
+            code="ledger-failure",
+            message=str(exc),
+            transient=False,
+        )
+        await self._reply(call.msg, reply)
+        await self._ctx.park(call.msg.subject, call.msg.data, exc)
+
+    async def _reply(self, msg: Msg, reply: ReserveReply | LedgerError) -> None:
+        if not msg.reply:
+            return  # published without a reply subject: nobody to answer
+        try:
+            await msg.respond(encode(reply))
+        except nats.errors.Error as exc:
+            # The requester will time out and retry with the same request_id (idempotent).
+            self._ctx.log.warning("reply not sent", error=type(exc).__name__)
+
+
+def _reserve(call: _Call) -> ReserveRequest:
+    request = call.request
+    assert isinstance(request, ReserveRequest)
+    return request
+
+
+def _request_id(data: bytes) -> RequestId:
+    try:
+        return RequestId(msgspec.json.decode(data, type=_RequestIdOnly).request_id)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return RequestId("")
+
+
+__all__ = ["QUEUE_GROUP", "RequestServer"]

@@ -1,0 +1,206 @@
+"""Carry out decisions: admit (unsuspend, pin to the zone) or preempt (suspend) workloads.
+
+What it does: a durable JetStream pull consumer (``<prefix>-watcher``) on ``<prefix>.decision.>``
+of the log, explicit acks. Messages are handled one after the other, in stream order. For an
+``Admitted`` decision the workload's suspend field becomes false and every pod template gets the
+node selector ``usher.io/zone: <zone>``, in one merge patch guarded by the resourceVersion; for
+``Preempted`` the suspend field becomes true. A message is acked only once its patch succeeded
+or there was nothing to do: the workload is gone, finished, already in the wanted state, or the
+decision is stale (a later decision about it, or a newer incarnation of the name, is on the
+log). Conflicts and transient API errors are retried in place with backoff (so order is kept);
+a message that does not decode, or a patch the server refuses for good, is parked on the DLQ
+and acked. Other decisions (``Released``, ``Pending``...) need no Kubernetes change and are
+acked as they come.
+What it must never do: ack before the patch, patch a finished or deleted workload, carry out a
+stale decision, or stop on one bad message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Literal
+
+import msgspec
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from schemas import Admitted, Preempted, decode_envelope
+from services.common.runtime import ServiceContext, wait_or_stop
+from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
+from services.watcher.logview import LogView
+from services.watcher.observe import ClusterView
+from services.watcher.options import Backoff, WatcherOptions, retrying
+from usher.adapters.kube import Conflict, KubeClient, KubeError, NotFound, Transient
+from usher.adapters.nats.subjects import Subjects
+
+Result = Literal["patched", "gone", "finished", "already", "stale", "ignored"]
+
+
+def consumer_name(subjects: Subjects) -> str:
+    """The durable consumer of the watcher's decisions (one per installation)."""
+    return f"{subjects.prefix}-watcher".replace(".", "_")
+
+
+class Stopping(Exception):
+    """The service was asked to stop while a decision was still being retried."""
+
+
+class DecisionRunner:
+    """Consumes decisions from the log and makes Kubernetes follow them."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        kube: KubeClient,
+        view: LogView,
+        cluster: ClusterView,
+        options: WatcherOptions,
+    ) -> None:
+        self.ctx = ctx
+        self.kube = kube
+        self.view = view
+        self.cluster = cluster
+        self.options = options
+        self._carried: dict[str, int] = {}
+        """Stream sequence of the last decision carried out per workload (this process)."""
+        self._families = {family.storage: family for family in JOB_FAMILIES}
+
+    async def run(self) -> None:
+        """Consume until the service stops."""
+        subscription = await self._subscribe()
+        self.ctx.log.info("carrying out decisions", consumer=consumer_name(self.ctx.subjects))
+        try:
+            while not self.ctx.stop.is_set():
+                for msg in await self._fetch(subscription):
+                    if self.ctx.stop.is_set():
+                        await _quietly(msg.nak())  # redelivered at once on the next start
+                        continue
+                    await self.handle(msg)
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await subscription.unsubscribe()
+
+    async def _subscribe(self) -> Any:
+        subjects = self.ctx.subjects
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.EXPLICIT,
+            # Everything from the start on first creation: a decision made before the first
+            # watcher ever ran must still be carried out (stale ones are skipped).
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=self.options.ack_wait_s,
+            max_deliver=-1,
+            max_ack_pending=max(self.options.fetch_batch * 4, 256),
+        )
+
+        async def subscribe() -> Any:
+            return await self.ctx.js.pull_subscribe(
+                subjects.all_decisions,
+                durable=consumer_name(subjects),
+                stream=subjects.stream_name,
+                config=config,
+            )
+
+        return await retrying(subscribe, "subscribing to decisions", self.ctx.log, self.options)
+
+    async def _fetch(self, subscription: Any) -> list[Msg]:
+        try:
+            batch: list[Msg] = await subscription.fetch(
+                self.options.fetch_batch, timeout=self.options.fetch_timeout_s
+            )
+        except TimeoutError:
+            # Nothing to fetch (nats-py raises its own or asyncio's timeout for that).
+            return []
+        except nats.errors.Error as exc:
+            # NATS is reconnecting: wait a moment instead of spinning.
+            self.ctx.log.warning("decision fetch failed", error=type(exc).__name__)
+            await wait_or_stop(self.ctx.stop, self.options.backoff_base_s)
+            return []
+        return batch
+
+    # ------------------------------------------------------------------ one message
+
+    async def handle(self, msg: Msg) -> None:
+        """Carry out one decision message and settle it (ack, or nak when stopping)."""
+        seq = int(msg.metadata.sequence.stream)
+        try:
+            envelope = decode_envelope(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await self.ctx.park(msg.subject, msg.data, exc, stream_seq=seq)
+            await _quietly(msg.ack())
+            return
+        decision = envelope.event
+        if not isinstance(decision, Admitted | Preempted):
+            await _quietly(msg.ack())
+            return
+        log = self.ctx.log.bind(
+            workload=decision.workload, decision=type(decision).__name__, seq=seq,
+            quota=decision.quota, queue=decision.queue,
+        )  # fmt: skip
+        try:
+            result = await self._carry_out_with_retries(decision, seq, msg, log)
+        except Stopping:
+            await _quietly(msg.nak())
+            return
+        except KubeError as exc:
+            await self.ctx.park(msg.subject, msg.data, exc, exc.message, seq)
+            await _quietly(msg.ack())
+            return
+        self._carried[decision.workload] = max(seq, self._carried.get(decision.workload, 0))
+        await _quietly(msg.ack())
+        log.info("decision carried out", result=result)
+
+    async def _carry_out_with_retries(
+        self, decision: Admitted | Preempted, seq: int, msg: Msg, log: Any
+    ) -> Result:
+        backoff = Backoff.of(self.options)
+        while True:
+            try:
+                return await self.carry_out(decision, seq)
+            except (Conflict, Transient) as exc:
+                # Retried here rather than nak'ed: a redelivery could overtake later decisions.
+                delay = backoff.next_delay()
+                log.warning(
+                    "patch failed, retrying", error=type(exc).__name__, detail=exc.message,
+                    retry_in_s=round(delay, 2),
+                )  # fmt: skip
+                await _quietly(msg.in_progress())
+                if await wait_or_stop(self.ctx.stop, delay):
+                    raise Stopping() from exc
+
+    async def carry_out(self, decision: Admitted | Preempted, seq: int) -> Result:
+        """Make the workload follow ``decision``; what was done (or why nothing was)."""
+        key = decision.workload
+        if self.view.stale(key, seq) or self._carried.get(key, 0) > seq:
+            return "stale"
+        resource = self.cluster.workloads.get(key)
+        if resource is None:
+            return "gone"
+        family = self._families[resource.storage]
+        namespace, _, name = key.partition("/")
+        try:
+            obj = await self.kube.get(resource, namespace, name)
+            if family.outcome(obj) is not None:
+                return "finished"
+            patch = _patch_for(decision, family, obj)
+            if patch is None:
+                return "already"
+            await self.kube.merge_patch(resource, namespace, name, patch)
+        except NotFound:
+            return "gone"
+        return "patched"
+
+
+def _patch_for(
+    decision: Admitted | Preempted, family: JobFamily, obj: dict[str, Any]
+) -> dict[str, Any] | None:
+    if isinstance(decision, Admitted):
+        return admit_patch(family, obj, decision.zone)
+    return suspend_patch(family, obj)
+
+
+async def _quietly(settle: Any) -> None:
+    """Ack/nak/progress: if NATS is down the message is simply redelivered later."""
+    with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+        await settle

@@ -1,0 +1,238 @@
+"""The watcher's own reading of the log: a projection for status, and what it already said.
+
+What it does: replays the whole log, then follows it. Every entry goes into a pure-core
+``Projection`` (queues and quota usage for the status writer). While replaying, each cluster
+event also records what the log last said about its object (``Said``: a digest of the event
+without its resourceVersion, and the object's kind, uid and zone; deleted objects are
+forgotten), so that after a restart the watcher publishes only what changed and can tell
+which objects were deleted while it was down. It also remembers the stream sequence of the
+latest ``Admitted``/``Preempted`` decision and of the current incarnation of each workload, so
+a stale decision is never carried out. ``synced`` is set once the replay has caught up.
+What it must never do: publish or decide anything, or record a cluster event after the replay
+(from then on the observers, the only publishers of cluster events, record what they publish).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from dataclasses import dataclass, field
+
+import msgspec
+
+from schemas import (
+    DEFAULT_ZONE,
+    Admitted,
+    NodeName,
+    NodeObserved,
+    NodeRemoved,
+    Preempted,
+    PriorityClassDeleted,
+    PriorityClassObserved,
+    QuotaNode,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+    WorkloadRejected,
+    Zone,
+    encode,
+)
+from schemas.envelope import LogEvent
+from schemas.events import ClusterEvent
+from services.common.follower import BadEntry, LogEntry, LogFollower, Projection
+from services.common.runtime import ServiceContext
+from services.watcher.options import WatcherOptions, retrying
+from usher.core.engine import Engine
+
+
+@dataclass
+class Said:
+    """What the log last said about one object."""
+
+    fingerprint: bytes
+    kind: str = ""
+    uid: str = ""
+    zone: Zone = DEFAULT_ZONE
+
+
+def fingerprint(event: ClusterEvent) -> bytes:
+    """A digest of the event as it matters: without the resourceVersion (a write that changed
+    nothing relevant, such as a status update, must not be published again). A digest, not
+    the event: the watcher keeps one per live object."""
+    if isinstance(event, WorkloadObserved | QuotaTreeApplied | QuotaTreeRejected):
+        event = msgspec.structs.replace(event, resource_version="")
+    return hashlib.blake2b(encode(event), digest_size=16).digest()
+
+
+@dataclass
+class LogView:
+    """The projection and the record of what the log says, shared by the watcher's tasks."""
+
+    projection: Projection
+    workloads: dict[WorkloadKey, Said] = field(default_factory=dict)
+    nodes: dict[NodeName, Said] = field(default_factory=dict)
+    classes: dict[str, Said] = field(default_factory=dict)
+    quota: Said | None = None
+    tree: QuotaNode | None = None
+    """The quota tree in force (the last ``QuotaTreeApplied`` on the log)."""
+    latest_decision: dict[WorkloadKey, int] = field(default_factory=dict)
+    """Stream sequence of the latest ``Admitted``/``Preempted`` of each workload."""
+    born: dict[WorkloadKey, tuple[str, int]] = field(default_factory=dict)
+    """``(uid, seq)`` of the first observation of each workload's current incarnation: a
+    decision older than that was about a deleted predecessor of the same name."""
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    def empty(cls, engine: Engine) -> LogView:
+        return cls(projection=Projection(engine))
+
+    # ------------------------------------------------------------------ what was said
+
+    def said(self, event: ClusterEvent) -> Said | None:
+        """What the log last said about the object ``event`` is about."""
+        match event:
+            case WorkloadObserved() | WorkloadFinished() | WorkloadDeleted() | WorkloadRejected():
+                return self.workloads.get(event.workload)
+            case NodeObserved() | NodeRemoved():
+                return self.nodes.get(event.node)
+            case PriorityClassObserved() | PriorityClassDeleted():
+                return self.classes.get(event.name)
+            case QuotaTreeApplied() | QuotaTreeRejected():
+                return self.quota
+        return None
+
+    def is_news(self, event: ClusterEvent) -> bool:
+        """Whether publishing ``event`` would tell the log something it does not say yet."""
+        said = self.said(event)
+        return said is None or said.fingerprint != fingerprint(event)
+
+    def knows_live(self, event: ClusterEvent) -> bool:
+        """Whether the log holds the object ``event`` is about as existing."""
+        return self.said(event) is not None
+
+    def record(self, event: ClusterEvent) -> None:
+        """Remember that the log now says ``event``."""
+        if self._forget(event):
+            return
+        before = self.said(event)
+        said = Said(
+            fingerprint=fingerprint(event),
+            kind=before.kind if before else "",
+            uid=before.uid if before else "",
+            zone=before.zone if before else DEFAULT_ZONE,
+        )
+        match event:
+            case WorkloadObserved():
+                said.kind, said.uid, said.zone = event.kind, event.uid, event.zone
+                self.workloads[event.workload] = said
+            case WorkloadRejected():
+                said.kind = event.kind or said.kind
+                self.workloads[event.workload] = said
+            case WorkloadFinished():
+                self.workloads[event.workload] = said
+            case NodeObserved():
+                said.zone = event.zone
+                self.nodes[event.node] = said
+            case PriorityClassObserved():
+                self.classes[event.name] = said
+            case QuotaTreeApplied() | QuotaTreeRejected():
+                self.quota = said
+
+    def _forget(self, event: ClusterEvent) -> bool:
+        """A deletion: nothing to remember about a gone object (memory stays bounded by what
+        exists); a later deletion of it is then not news, a re-creation is."""
+        match event:
+            case WorkloadDeleted():
+                self.workloads.pop(event.workload, None)
+            case NodeRemoved():
+                self.nodes.pop(event.node, None)
+            case PriorityClassDeleted():
+                self.classes.pop(event.name, None)
+            case _:
+                return False
+        return True
+
+    # ------------------------------------------------------------------ following the log
+
+    def apply(self, entry: LogEntry) -> None:
+        """One log entry: into the projection; while replaying, into the record too."""
+        event: LogEvent = entry.envelope.event
+        self.projection.apply(entry)
+        if isinstance(event, QuotaTreeApplied):
+            self.tree = event.root
+        elif isinstance(event, WorkloadObserved):
+            self._note_incarnation(event, entry.seq)
+        elif isinstance(event, WorkloadDeleted):
+            # Decisions about a deleted workload have nothing left to act on.
+            self.born.pop(event.workload, None)
+            self.latest_decision.pop(event.workload, None)
+        elif isinstance(event, Admitted | Preempted):
+            self.latest_decision[event.workload] = max(
+                entry.seq, self.latest_decision.get(event.workload, 0)
+            )
+        if not self.synced.is_set() and not isinstance(event, Admitted | Preempted):
+            self._record_replayed(event)
+
+    def _note_incarnation(self, event: WorkloadObserved, seq: int) -> None:
+        known = self.born.get(event.workload)
+        if known is None or known[0] != event.uid:
+            self.born[event.workload] = (event.uid, seq)
+
+    def stale(self, workload: WorkloadKey, seq: int) -> bool:
+        """Whether a decision at ``seq`` is superseded by a later decision or incarnation."""
+        born = self.born.get(workload)
+        return self.latest_decision.get(workload, 0) > seq or (born is not None and born[1] > seq)
+
+    def _record_replayed(self, event: LogEvent) -> None:
+        if isinstance(
+            event,
+            WorkloadObserved
+            | WorkloadFinished
+            | WorkloadDeleted
+            | WorkloadRejected
+            | NodeObserved
+            | NodeRemoved
+            | PriorityClassObserved
+            | PriorityClassDeleted
+            | QuotaTreeApplied
+            | QuotaTreeRejected,
+        ):
+            self.record(event)
+
+
+async def follow_log(ctx: ServiceContext, view: LogView, options: WatcherOptions) -> None:
+    """Replay, then follow the log into ``view`` until the service stops."""
+
+    async def started() -> LogFollower:
+        follower = LogFollower(ctx.js, ctx.subjects)
+        await follower.start()
+        return follower
+
+    follower = await retrying(started, "following the log", ctx.log, options)
+    decisions = f"{ctx.subjects.prefix}.decision."
+    try:
+        if follower.caught_up:
+            view.synced.set()
+        async for batch in follower.batches(ctx.stop):
+            for item in batch:
+                if isinstance(item, BadEntry):
+                    # The decisions consumer parks bad decisions; one letter per message.
+                    if not item.subject.startswith(decisions):
+                        await ctx.park(item.subject, item.data, item.error, item.detail, item.seq)
+                    continue
+                await _apply_safely(ctx, view, item)
+            if follower.caught_up and not view.synced.is_set():
+                ctx.log.info("log replayed", seq=follower.last_seq)
+                view.synced.set()
+    finally:
+        await follower.stop()
+
+
+async def _apply_safely(ctx: ServiceContext, view: LogView, entry: LogEntry) -> None:
+    try:
+        view.apply(entry)
+    except Exception as exc:  # the core refused an entry: park it, keep the projection going
+        await ctx.park(entry.subject, encode(entry.envelope), exc, stream_seq=entry.seq)

@@ -1,0 +1,429 @@
+"""Observe the cluster: list + watch each resource type and publish what changed on the log.
+
+What it does: one ``Observer`` task per resource type (every supported job kind, Node,
+PriorityClass, ElasticQuotaTree). Each lists (finding which served version to use), publishes
+an event per object that says something new, publishes the deletion of objects the log holds
+live but the list no longer has (deleted while the watcher was down, or during a watch gap),
+then watches from the list's resourceVersion, resuming from the last version seen after each
+watch ends, listing again after 410 Gone, and reconnecting with capped, jittered exponential
+backoff after any failure. Publishing retries until NATS takes the event. It also keeps the
+``ClusterView`` (which resource each live workload is, the quota tree objects) that carrying
+out decisions and writing status need.
+What it must never do: publish an event the log already says (a status write of our own must
+not become an event), drop an event because NATS is down, or stop watching a kind because of
+one bad object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.js.api import PubAck
+
+from schemas import Envelope, QuotaNode, WorkloadKey, WorkloadRejected, Zone
+from services.common.runtime import ServiceContext
+from services.watcher.kinds import (
+    NODES,
+    PRIORITY_CLASSES,
+    QUOTA_TREES,
+    JobFamily,
+    controlled_by_workload,
+    family_of_kind,
+)
+from services.watcher.logview import LogView
+from services.watcher.options import Backoff, WatcherOptions, retrying
+from services.watcher.translate import (
+    Identity,
+    Outgoing,
+    event_tag,
+    identity,
+    node_observed,
+    node_removed,
+    priority_class_deleted,
+    priority_class_observed,
+    priority_class_problems,
+    tree_event,
+    workload_deleted,
+    workload_event,
+    workload_gone,
+)
+from usher.adapters.kube import (
+    JsonObj,
+    KubeClient,
+    KubeError,
+    ListResult,
+    NotFound,
+    Permanent,
+    Resource,
+    WatchExpired,
+)
+from usher.adapters.nats.log import publish_envelope
+from usher.core.workload import ZONE_LABEL
+
+SOURCE = "usher/watcher"
+HEALTHY_WATCH_S = 1.0
+"""A watch that lasted this long (or delivered anything) proves the connection healthy."""
+
+
+# --------------------------------------------------------------------------- shared views
+
+
+@dataclass
+class TreeObject:
+    """An ElasticQuotaTree as last seen in the cluster."""
+
+    namespace: str
+    name: str
+    root: QuotaNode | None
+    """None when the tree is invalid."""
+    status: JsonObj
+
+
+@dataclass
+class ClusterView:
+    """What the observers last saw, for the decision runner and the status writer."""
+
+    workloads: dict[WorkloadKey, Resource] = field(default_factory=dict)
+    trees: dict[tuple[str, str], TreeObject] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+# --------------------------------------------------------------------------- publishing
+
+
+class Publisher:
+    """Publishes cluster events the log does not say yet, and records them as said."""
+
+    def __init__(self, ctx: ServiceContext, view: LogView, options: WatcherOptions) -> None:
+        self._ctx = ctx
+        self._view = view
+        self._options = options
+
+    async def publish(self, out: Outgoing, log: Any) -> bool:
+        """Publish ``out`` unless the log already says it; True when it was published."""
+        if not self._view.is_news(out.event):
+            return False
+        envelope = Envelope(id=out.id, time=datetime.now(UTC), source=SOURCE, event=out.event)
+
+        async def publish() -> PubAck:
+            return await publish_envelope(self._ctx.js, out.subject, envelope)
+
+        # Never drop an observation: the log is the only record of it.
+        ack = await retrying(publish, f"publishing {out.id}", log, self._options)
+        self._view.record(out.event)
+        log.debug("published", type=event_tag(out.event), id=out.id, duplicate=ack.duplicate)
+        return True
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+class NotServed(Exception):
+    """None of the versions of a resource is served (its CRD is not installed)."""
+
+
+class Observer(ABC):
+    """List, then watch, one resource type; publish what it says about the cluster."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        kube: KubeClient,
+        publisher: Publisher,
+        view: LogView,
+        cluster: ClusterView,
+        options: WatcherOptions,
+    ) -> None:
+        self.ctx = ctx
+        self.kube = kube
+        self.publisher = publisher
+        self.view = view
+        self.cluster = cluster
+        self.options = options
+        self.resource: Resource | None = None
+        self.settled = asyncio.Event()
+        """Set after the first successful list, or once the kind turned out not served."""
+        self.attempted = asyncio.Event()
+        """Set after the first list attempt, whatever its outcome."""
+        self.log = ctx.log.bind(resource=self.name)
+
+    @property
+    @abstractmethod
+    def candidates(self) -> list[Resource]:
+        """Versions to try, preferred first."""
+
+    @property
+    def name(self) -> str:
+        first = self.candidates[0]
+        return f"{first.plural}.{first.group}" if first.group else first.plural
+
+    async def run(self) -> None:
+        """Observe until cancelled."""
+        backoff = Backoff.of(self.options)
+        version: str | None = None
+        while True:
+            try:
+                if version is None:
+                    version = await self._first_or_next_list()
+                started = asyncio.get_running_loop().time()
+                version, delivered = await self._watch(version)
+                lasted = asyncio.get_running_loop().time() - started
+                if delivered or lasted >= HEALTHY_WATCH_S:
+                    backoff.reset()
+                else:
+                    # A watch that ends at once with nothing in it (a proxy cutting streams):
+                    # do not hammer the server with new ones.
+                    await asyncio.sleep(backoff.next_delay())
+            except WatchExpired as exc:
+                self.log.info("watch expired, listing again", detail=exc.message)
+                version = None
+            except NotServed:
+                self._report_not_served()
+                await asyncio.sleep(self.options.not_served_retry_s)
+            except KubeError as exc:
+                delay = backoff.next_delay()
+                self.log.warning(
+                    "list/watch failed, reconnecting", error=type(exc).__name__,
+                    code=exc.code, detail=exc.message, retry_in_s=round(delay, 2),
+                )  # fmt: skip
+                if isinstance(exc, NotFound):
+                    self.resource = None  # the resource went away: find a served version again
+                    version = None
+                elif isinstance(exc, Permanent) and version is None:
+                    # Not allowed to list this kind (RBAC?): keep trying, but do not hold up
+                    # decisions for every other kind on it.
+                    self.settled.set()
+                await asyncio.sleep(delay)
+
+    async def _first_or_next_list(self) -> str:
+        try:
+            return await self._relist()
+        finally:
+            self.attempted.set()
+
+    def _report_not_served(self) -> None:
+        # Settled: nothing of this kind can exist, so nothing to wait for.
+        if not self.settled.is_set():
+            self.log.info("not served by the API server; looking again now and then")
+        self.settled.set()
+
+    async def _relist(self) -> str:
+        resource, result = await self._list()
+        present: set[tuple[str, str]] = set()
+        for obj in result.items:
+            who = identity(obj)
+            present.add((who.namespace, who.name))
+            await self._guarded(self.on_present, resource, obj)
+        await self.after_relist(resource, present)
+        self.settled.set()
+        self.log.info("listed", count=len(result.items), version=result.resource_version)
+        return result.resource_version
+
+    async def _list(self) -> tuple[Resource, ListResult]:
+        candidates = [self.resource] if self.resource is not None else self.candidates
+        for resource in candidates:
+            try:
+                result = await self.kube.list(resource)
+            except NotFound:
+                continue
+            self.resource = resource
+            return resource, result
+        self.resource = None
+        raise NotServed()
+
+    async def _watch(self, version: str) -> tuple[str, int]:
+        """Follow one watch to its end: the last version seen and how many events came."""
+        resource = self.resource
+        assert resource is not None
+        events = self.kube.watch(
+            resource, resource_version=version, timeout_s=self.options.watch_timeout_s
+        )
+        delivered = 0
+        async with contextlib.aclosing(events) as stream:
+            async for event in stream:
+                delivered += 1
+                if event.type == "DELETED":
+                    await self._guarded(self.on_deleted, resource, event.object)
+                elif event.type != "BOOKMARK":
+                    await self._guarded(self.on_present, resource, event.object)
+                version = event.resource_version or version
+        return version, delivered
+
+    async def _guarded(self, handler: Any, resource: Resource, obj: JsonObj) -> None:
+        """One object's trouble must not stop the watch of all the others."""
+        try:
+            await handler(resource, obj)
+        except KubeError:
+            raise
+        except Exception as exc:
+            who = identity(obj)
+            self.log.error(
+                "object not handled", namespace=who.namespace, name=who.name, error=repr(exc)
+            )
+
+    @abstractmethod
+    async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        """An object exists (listed, added or modified)."""
+
+    @abstractmethod
+    async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
+        """An object was deleted (seen by the watch)."""
+
+    @abstractmethod
+    async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
+        """After a complete list (``present``: namespace, name): account for what is gone."""
+
+
+# --------------------------------------------------------------------------- kinds
+
+
+class WorkloadObserver(Observer):
+    """One job kind (batch Job, TFJob, ...)."""
+
+    def __init__(self, family: JobFamily, *args: Any) -> None:
+        self.family = family
+        super().__init__(*args)
+
+    @property
+    def candidates(self) -> list[Resource]:
+        return self.family.candidates
+
+    async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        who = identity(obj)
+        if controlled_by_workload(obj):
+            # Part of a bigger workload (a JobSet's Jobs): its owner is what Usher admits.
+            self._forget(resource, who)
+            return
+        self.cluster.workloads[who.key] = resource
+        out = workload_event(resource, self.family, obj, self.ctx.subjects)
+        log = self.log.bind(workload=who.key)
+        if await self.publisher.publish(out, log) and isinstance(out.event, WorkloadRejected):
+            log.warning(
+                "workload rejected", errors=[f"{e.path}: {e.message}" for e in out.problems]
+            )
+
+    async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
+        who = identity(obj)
+        self._forget(resource, who)
+        out = workload_deleted(resource, obj, self.ctx.subjects)
+        if self.view.knows_live(out.event):
+            await self.publisher.publish(out, self.log.bind(workload=who.key))
+
+    async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
+        for key, known in list(self.cluster.workloads.items()):
+            if known.storage == resource.storage and tuple(key.split("/", 1)) not in present:
+                del self.cluster.workloads[key]
+        for key, said in list(self.view.workloads.items()):
+            if family_of_kind(said.kind) is not self.family:
+                continue
+            if tuple(key.split("/", 1)) in present:
+                continue
+            out = workload_gone(key, said.kind, said.uid, said.zone, self.ctx.subjects)
+            log = self.log.bind(workload=key)
+            if await self.publisher.publish(out, log):
+                log.info("workload gone while unobserved: deleted")
+
+    def _forget(self, resource: Resource, who: Identity) -> None:
+        known = self.cluster.workloads.get(who.key)
+        if known is not None and known.storage == resource.storage:
+            del self.cluster.workloads[who.key]
+
+
+class NodeObserver(Observer):
+    """Nodes: zone and allocatable."""
+
+    @property
+    def candidates(self) -> list[Resource]:
+        return [NODES]
+
+    async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        out = node_observed(obj, self.ctx.subjects)
+        log = self.log.bind(node=identity(obj).name)
+        if await self.publisher.publish(out, log) and out.problems:
+            log.warning(
+                "node resources partly unreadable", errors=[e.message for e in out.problems]
+            )
+
+    async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
+        out = node_removed(obj, self.ctx.subjects)
+        if self.view.knows_live(out.event):
+            await self.publisher.publish(out, self.log.bind(node=identity(obj).name))
+
+    async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
+        for name, said in list(self.view.nodes.items()):
+            if ("", name) not in present:
+                out = node_removed(_stub(name, said.zone), self.ctx.subjects, gone=True)
+                await self.publisher.publish(out, self.log.bind(node=name))
+
+
+class PriorityClassObserver(Observer):
+    """PriorityClasses: name and value."""
+
+    @property
+    def candidates(self) -> list[Resource]:
+        return [PRIORITY_CLASSES]
+
+    async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        out = priority_class_observed(obj, self.ctx.subjects)
+        log = self.log.bind(priority_class=identity(obj).name)
+        if out is None:
+            problems = [e.message for e in priority_class_problems(obj)]
+            log.warning("priority class unusable", errors=problems)
+            return
+        await self.publisher.publish(out, log)
+
+    async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
+        out = priority_class_deleted(obj, self.ctx.subjects)
+        if self.view.knows_live(out.event):
+            await self.publisher.publish(out, self.log.bind(priority_class=identity(obj).name))
+
+    async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
+        for name in list(self.view.classes):
+            if ("", name) not in present:
+                out = priority_class_deleted(_stub(name), self.ctx.subjects, gone=True)
+                await self.publisher.publish(out, self.log.bind(priority_class=name))
+
+
+class QuotaTreeObserver(Observer):
+    """ElasticQuotaTrees: applied when valid, rejected with every error otherwise."""
+
+    @property
+    def candidates(self) -> list[Resource]:
+        return [QUOTA_TREES]
+
+    async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        who = identity(obj)
+        out = tree_event(obj, self.ctx.subjects)
+        root = getattr(out.event, "root", None)
+        status = obj.get("status")
+        self.cluster.trees[(who.namespace, who.name)] = TreeObject(
+            who.namespace, who.name, root, status if isinstance(status, dict) else {}
+        )
+        self.cluster.changed.set()
+        log = self.log.bind(quota=f"{who.namespace}/{who.name}")
+        if await self.publisher.publish(out, log) and out.problems:
+            log.warning(
+                "quota tree rejected", errors=[f"{e.path}: {e.message}" for e in out.problems]
+            )
+
+    async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
+        who = identity(obj)
+        self.cluster.trees.pop((who.namespace, who.name), None)
+        # No event: the last valid tree stays in force (SEMANTICS 1), nothing is evicted.
+        self.log.info("quota tree deleted; the last valid tree stays in force", name=who.name)
+
+    async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
+        for key in list(self.cluster.trees):
+            if key not in present:
+                del self.cluster.trees[key]
+
+
+def _stub(name: str, zone: Zone | None = None) -> JsonObj:
+    """The metadata of a cluster-scoped object known only from the log (it is gone)."""
+    labels = {ZONE_LABEL: zone} if zone else {}
+    return {"metadata": {"name": name, "labels": labels}}

@@ -1,0 +1,145 @@
+"""The watcher service: all of Usher's Kubernetes I/O, in one process.
+
+What it does: replays the log into its own projection (``logview``), then observes the cluster
+(``observe``: priority classes, nodes and the quota tree first, then every job kind) and
+publishes cluster events; once every job kind has been listed it carries out decisions
+(``carry_out``); all along it keeps Queue objects and the tree's usage up to date (``status``).
+It runs until ``ctx.stop`` is set; a task that dies of a bug takes the service down (to be
+restarted) rather than leaving it half alive.
+What it must never do: decide admissions (the dequeuers and the ledger do), publish before the
+log is replayed, carry out a decision before it can see the workloads, or log credentials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Iterable
+from typing import Any
+
+from services.common.runtime import ServiceContext
+from services.common.settings import SettingsError
+from services.watcher.carry_out import DecisionRunner
+from services.watcher.kinds import JOB_FAMILIES
+from services.watcher.logview import LogView, follow_log
+from services.watcher.observe import (
+    ClusterView,
+    NodeObserver,
+    Observer,
+    PriorityClassObserver,
+    Publisher,
+    QuotaTreeObserver,
+    WorkloadObserver,
+)
+from services.watcher.options import WatcherOptions
+from services.watcher.status import StatusWriter
+from usher.adapters.kube import KubeClient
+from usher.core.engine import Engine
+
+
+async def main(ctx: ServiceContext) -> None:
+    """Run the watcher with production pacing until ``ctx.stop`` is set."""
+    await run(ctx, WatcherOptions())
+
+
+async def run(ctx: ServiceContext, options: WatcherOptions) -> None:
+    """Run the watcher with ``options`` until ``ctx.stop`` is set."""
+    kubeconfig = ctx.settings.kubeconfig
+    if kubeconfig is None:
+        raise SettingsError(
+            "kubeconfig",
+            "the watcher needs a kubeconfig: pass --kubeconfig or set USHER_KUBECONFIG "
+            "(or KUBECONFIG)",
+        )
+    kube = await KubeClient.from_kubeconfig(kubeconfig)
+    try:
+        await Watcher(ctx, kube, options).run()
+    finally:
+        await kube.close()
+
+
+class Watcher:
+    """The watcher's tasks and the order they start in."""
+
+    def __init__(self, ctx: ServiceContext, kube: KubeClient, options: WatcherOptions) -> None:
+        self.ctx = ctx
+        self.kube = kube
+        self.options = options
+        # The projection only answers queries: its zones filter does not matter.
+        self.view = LogView.empty(Engine(ctx.settings.engine))
+        self.cluster = ClusterView()
+        self.publisher = Publisher(ctx, self.view, options)
+        args = (ctx, kube, self.publisher, self.view, self.cluster, options)
+        self.references: list[Observer] = [
+            PriorityClassObserver(*args),
+            NodeObserver(*args),
+            QuotaTreeObserver(*args),
+        ]
+        self.workloads: list[Observer] = [WorkloadObserver(f, *args) for f in JOB_FAMILIES]
+        self.decisions = DecisionRunner(ctx, kube, self.view, self.cluster, options)
+        self.status = StatusWriter(ctx, kube, self.view, self.cluster, options)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def run(self) -> None:
+        self.ctx.log.info("watcher starting", kubeconfig=str(self.ctx.settings.kubeconfig))
+        try:
+            self._start("log", follow_log(self.ctx, self.view, self.options))
+            await self._tasks_running_until(self.view.synced)
+            if self.ctx.stop.is_set():
+                return
+            # Classes, nodes and the tree first: jobs then land on a known tree (less churn).
+            for observer in self.references:
+                self._start(observer.name, observer.run())
+            await self._tasks_running_until(*(o.attempted for o in self.references))
+            for observer in self.workloads:
+                self._start(observer.name, observer.run())
+            self._start("status", self.status.run())
+            # Decisions need every job kind listed: a workload not seen yet would look gone.
+            await self._tasks_running_until(*(o.settled for o in self.workloads))
+            self._start("decisions", self.decisions.run())
+            await self._tasks_running_until()
+        finally:
+            await self._cancel_all()
+
+    def _start(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
+        self._tasks.append(asyncio.create_task(coroutine, name=f"watcher-{name}"))
+
+    async def _tasks_running_until(self, *events: asyncio.Event) -> None:
+        """Wait for ``events`` (none: for the stop), failing fast if a task dies."""
+        waiters = [asyncio.ensure_future(self.ctx.stop.wait())]
+        goal = asyncio.ensure_future(_all_set(events)) if events else None
+        try:
+            while not self.ctx.stop.is_set() and (goal is None or not goal.done()):
+                pending: set[asyncio.Future[Any]] = {*waiters, *self._tasks}
+                if goal is not None:
+                    pending.add(goal)
+                await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                _raise_if_failed(self._tasks, stopping=self.ctx.stop.is_set())
+        finally:
+            for waiter in [*waiters, *([goal] if goal else [])]:
+                waiter.cancel()
+
+    async def _cancel_all(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        results = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task, result in zip(self._tasks, results, strict=True):
+            if isinstance(result, Exception):
+                self.ctx.log.error("task failed", task=task.get_name(), error=repr(result))
+        self._tasks.clear()
+        self.ctx.log.info("watcher stopped")
+
+
+async def _all_set(events: Iterable[asyncio.Event]) -> None:
+    for event in events:
+        await event.wait()
+
+
+def _raise_if_failed(tasks: list[asyncio.Task[None]], *, stopping: bool) -> None:
+    """A task that died (or ended while the service runs) takes the service down."""
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            error = task.exception()
+            if error is not None:
+                raise error
+            if not stopping:
+                raise RuntimeError(f"{task.get_name()} ended before the service stopped")

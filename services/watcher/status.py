@@ -1,0 +1,280 @@
+"""Status for people: one ``Queue`` object per leaf, and usage on the ElasticQuotaTree.
+
+What it does: from the watcher's projection of the log, keeps (rate-limited, at most once per
+``status_interval_s``, and only writing what differs) one ``Queue``
+(``scheduling.x-k8s.io/v1alpha1``) per leaf of the tree in force in namespace ``kube-queue``,
+as kube-queue did: label ``create-by-kubequeue: "true"``, annotation
+``kube-queue/quota-fullname: <leaf path>``, ``spec.queuePolicy`` (Round or Block) and
+``status.queueItemDetails.active`` (pending workloads in order, with position and priority;
+``backoff`` stays empty). Queues of leaves that vanished are deleted (only ours, by label). The
+ElasticQuotaTree whose spec is the tree in force gets ``status.used``: quota path -> resource ->
+quantity in Kubernetes notation, for every node of the tree, through the status subresource
+(or a plain merge patch when the CRD has none).
+What it must never do: write before the log has been replayed (an empty projection would delete
+every queue), touch Queue objects it did not create, or write when nothing changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from schemas import QueueName, QuotaNode, QuotaPath
+from services.common.runtime import ServiceContext, wait_or_stop
+from services.watcher.kinds import NAMESPACES, QUEUES, QUOTA_TREES
+from services.watcher.logview import LogView
+from services.watcher.observe import ClusterView, TreeObject
+from services.watcher.options import Backoff, WatcherOptions
+from usher.adapters.kube import (
+    AlreadyExists,
+    JsonObj,
+    KubeClient,
+    KubeError,
+    NotFound,
+    merge_diff,
+)
+from usher.core.engine import QueueEntry
+from usher.core.quantity import format_quantity
+from usher.core.tree import iter_nodes, leaf_paths, leaf_queue_name
+
+QUEUE_NAMESPACE = "kube-queue"
+CREATED_BY_LABEL = "create-by-kubequeue"
+QUOTA_ANNOTATION = "kube-queue/quota-fullname"
+OURS = f"{CREATED_BY_LABEL}=true"
+
+
+# --------------------------------------------------------------------------- what it should be
+
+
+def queue_manifest(
+    name: QueueName, leaf: QuotaPath, policy: str, entries: list[QueueEntry]
+) -> JsonObj:
+    """The Queue object of one leaf, status included."""
+    active = []
+    for entry in entries:
+        namespace, _, job = entry.job.partition("/")
+        active.append(
+            {"name": job, "namespace": namespace, "position": entry.position,
+             "priority": entry.priority}
+        )  # fmt: skip
+    return {
+        "apiVersion": QUEUES.api_version,
+        "kind": QUEUES.kind,
+        "metadata": {
+            "name": name,
+            "namespace": QUEUE_NAMESPACE,
+            "labels": {CREATED_BY_LABEL: "true"},
+            "annotations": {QUOTA_ANNOTATION: leaf},
+        },
+        "spec": {"queuePolicy": policy},
+        "status": {"queueItemDetails": {"active": active, "backoff": []}},
+    }
+
+
+def desired_queues(
+    tree: QuotaNode | None, queues: dict[QueueName, list[QueueEntry]], policy: str
+) -> dict[str, JsonObj]:
+    """One Queue per leaf of the tree in force (none without a tree)."""
+    if tree is None:
+        return {}
+    out: dict[str, JsonObj] = {}
+    for path, leaf in leaf_paths(tree).items():
+        name = leaf_queue_name(path, leaf)
+        out[name] = queue_manifest(name, path, policy, queues.get(name, []))
+    return out
+
+
+def tree_usage(tree: QuotaNode, used: dict[QuotaPath, dict[str, int]]) -> JsonObj:
+    """``status.used`` of a tree: every node's usage in Kubernetes notation, in tree order."""
+    return {
+        path: {r: format_quantity(r, amount) for r, amount in sorted(used.get(path, {}).items())}
+        for path, _, _ in iter_nodes(tree)
+    }
+
+
+def _owned_part(obj: JsonObj) -> JsonObj:
+    """What of a Queue's main resource we set (labels and annotations of others are kept)."""
+    meta = obj.get("metadata") or {}
+    return {
+        "metadata": {
+            "labels": meta.get("labels") or {},
+            "annotations": meta.get("annotations") or {},
+        },
+        "spec": obj.get("spec") or {},
+    }
+
+
+# --------------------------------------------------------------------------- the writer
+
+
+class StatusWriter:
+    """Keeps Queue objects and the tree's usage in line with the projection."""
+
+    def __init__(
+        self,
+        ctx: ServiceContext,
+        kube: KubeClient,
+        view: LogView,
+        cluster: ClusterView,
+        options: WatcherOptions,
+    ) -> None:
+        self.ctx = ctx
+        self.kube = kube
+        self.view = view
+        self.cluster = cluster
+        self.options = options
+        self.queues: dict[str, JsonObj] | None = None
+        """Our Queue objects as last read or written; None until listed."""
+        self._status_via_main = False
+        self._queues_missing = False
+        self.log = ctx.log.bind(task="status")
+
+    async def run(self) -> None:
+        """Write status until cancelled; never before the log has been replayed."""
+        await self.view.synced.wait()
+        loop = asyncio.get_running_loop()
+        backoff = Backoff.of(self.options)
+        resync_at = loop.time()
+        while True:
+            if loop.time() >= resync_at:
+                self.queues = None  # list again: repairs what others changed or deleted
+                resync_at = loop.time() + self.options.queue_resync_s
+            self.view.projection.changed.clear()
+            self.cluster.changed.clear()
+            try:
+                await self.write_once()
+                backoff.reset()
+            except KubeError as exc:
+                self.log.warning("status not written", error=type(exc).__name__, detail=exc.message)
+                self.queues = None
+                await asyncio.sleep(backoff.next_delay())
+            # Rate limit, then sleep until something changes (or it is time to resync).
+            if await wait_or_stop(self.ctx.stop, self.ctx.settings.status_interval_s):
+                return
+            await self._until_changed(max(resync_at - loop.time(), 0.0))
+
+    async def _until_changed(self, limit_s: float) -> None:
+        waiters = {
+            asyncio.ensure_future(self.view.projection.changed.wait()),
+            asyncio.ensure_future(self.cluster.changed.wait()),
+            asyncio.ensure_future(self.ctx.stop.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def write_once(self) -> None:
+        """One pass: queues first, then the tree's usage."""
+        engine = self.view.projection.engine
+        desired = desired_queues(self.view.tree, engine.queues(), engine.config.policy)
+        try:
+            await self._write_queues(desired)
+        except NotFound as exc:
+            # Only the list can say NotFound here: the Queue CRD is not installed. The tree's
+            # usage is still worth writing; queues are tried again on the next pass.
+            if not self._queues_missing:
+                self.log.warning("Queue objects cannot be written", detail=exc.message)
+            self._queues_missing = True
+        else:
+            self._queues_missing = False
+        if self.view.tree is not None:
+            usage = tree_usage(self.view.tree, engine.quota_used())
+            for tree in list(self.cluster.trees.values()):
+                if tree.root == self.view.tree:
+                    await self._write_tree_status(tree, usage)
+
+    # ------------------------------------------------------------------ queues
+
+    async def _write_queues(self, desired: dict[str, JsonObj]) -> None:
+        if self.queues is None:
+            listed = await self.kube.list(QUEUES, namespace=QUEUE_NAMESPACE, label_selector=OURS)
+            self.queues = {item["metadata"]["name"]: item for item in listed.items}
+        for name, want in desired.items():
+            await self._write_queue(name, want)
+        for name in [n for n in self.queues if n not in desired]:
+            with contextlib.suppress(NotFound):
+                await self.kube.delete(QUEUES, QUEUE_NAMESPACE, name)
+            del self.queues[name]
+            self.log.info("queue deleted: its leaf is gone", queue=name)
+
+    async def _write_queue(self, name: str, want: JsonObj) -> None:
+        assert self.queues is not None
+        current = self.queues.get(name)
+        try:
+            if current is None:
+                current = await self._create_queue(want)
+            main = merge_diff(_owned_part(current), _owned_part(want), prune=False)
+            if main is not None:
+                current = await self.kube.merge_patch(QUEUES, QUEUE_NAMESPACE, name, main)
+            status = merge_diff(current.get("status") or {}, want["status"])
+            if status is not None:
+                current = await self.kube.merge_patch(
+                    QUEUES, QUEUE_NAMESPACE, name, {"status": status}, subresource="status"
+                )
+        except NotFound:
+            # Deleted behind our back: created again on the next pass.
+            self.queues.pop(name, None)
+            self.cluster.changed.set()
+            return
+        except KubeError as exc:
+            if exc.transient:
+                raise
+            # Refused for good (an invalid name?): report it, keep the other queues going.
+            self.log.warning("queue not written", queue=name, error=type(exc).__name__,
+                             detail=exc.message)  # fmt: skip
+            return
+        self.queues[name] = current
+
+    async def _create_queue(self, want: JsonObj) -> JsonObj:
+        body = {k: v for k, v in want.items() if k != "status"}
+        name = want["metadata"]["name"]
+        try:
+            created = await self.kube.create(QUEUES, QUEUE_NAMESPACE, body)
+        except AlreadyExists:
+            return await self.kube.get(QUEUES, QUEUE_NAMESPACE, name)
+        except NotFound:
+            # The kube-queue namespace does not exist yet: make it, then try once more.
+            namespace = {"apiVersion": "v1", "kind": "Namespace"}
+            with contextlib.suppress(AlreadyExists):
+                await self.kube.create(
+                    NAMESPACES, None, {**namespace, "metadata": {"name": QUEUE_NAMESPACE}}
+                )
+            created = await self.kube.create(QUEUES, QUEUE_NAMESPACE, body)
+        self.log.info("queue created", queue=name)
+        return created
+
+    # ------------------------------------------------------------------ the tree
+
+    async def _write_tree_status(self, tree: TreeObject, usage: JsonObj) -> None:
+        patch = merge_diff(tree.status.get("used") or {}, usage)
+        if patch is None:
+            return
+        body = {"status": {"used": patch}}
+        try:
+            written = await self._patch_tree_status(tree, body)
+        except NotFound:
+            return  # the tree was deleted meanwhile; its watch will say so
+        except KubeError as exc:
+            if exc.transient:
+                raise
+            self.log.warning("tree status not written", quota=f"{tree.namespace}/{tree.name}",
+                             error=type(exc).__name__, detail=exc.message)  # fmt: skip
+            return
+        status = written.get("status")
+        tree.status = status if isinstance(status, dict) else {}
+
+    async def _patch_tree_status(self, tree: TreeObject, body: JsonObj) -> JsonObj:
+        if not self._status_via_main:
+            try:
+                return await self.kube.merge_patch(
+                    QUOTA_TREES, tree.namespace, tree.name, body, subresource="status"
+                )
+            except NotFound:
+                # Either the tree is gone (this raises NotFound again) or its CRD has no
+                # status subresource, and status is then part of the main resource.
+                await self.kube.get(QUOTA_TREES, tree.namespace, tree.name)
+                self._status_via_main = True
+                self.log.info("the ElasticQuotaTree CRD has no status subresource")
+        return await self.kube.merge_patch(QUOTA_TREES, tree.namespace, tree.name, body)

@@ -1,0 +1,239 @@
+"""Kubernetes objects as cluster events, with their subjects and deterministic ids.
+
+What it does: turns a job (any supported kind), ElasticQuotaTree, PriorityClass or Node into
+the cluster event the log carries (``schemas.events``), on its subject, under an id built only
+from the object: ``<apiVersion>/<Kind>:<namespace>/<name>:<uid>:<resourceVersion>:<event tag>``
+(cluster-scoped objects have no ``<namespace>/``). The same object at the same version always
+gives the same id, so a re-list after a restart is dropped by JetStream's de-duplication; an
+object found gone after a re-list has ``gone`` in place of the resourceVersion.
+What it must never do: read a clock, do I/O, or guess: a manifest the core refuses becomes a
+``WorkloadRejected`` / ``QuotaTreeRejected`` carrying every field error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from schemas import (
+    DEFAULT_ZONE,
+    EventId,
+    FieldError,
+    Millis,
+    NodeName,
+    NodeObserved,
+    NodeRemoved,
+    PriorityClassDeleted,
+    PriorityClassObserved,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadRejected,
+    Zone,
+    workload_key,
+)
+from schemas.events import ClusterEvent
+from services.watcher.kinds import (
+    NODES,
+    PRIORITY_CLASSES,
+    QUOTA_TREES,
+    JobFamily,
+    kind_id,
+    parse_time_ms,
+)
+from usher.adapters.kube import JsonObj, Resource
+from usher.adapters.nats.subjects import Subjects
+from usher.core.errors import InputError, TreeInvalid, WorkloadInvalid
+from usher.core.quantity import collect_resources
+from usher.core.tree import parse_tree
+from usher.core.workload import ZONE_LABEL, extract_priority_class, extract_workload
+
+GONE = "gone"
+"""Stands for the resourceVersion in the id of an object found missing after a re-list."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One cluster event ready to publish, plus what was wrong with the object (if anything)."""
+
+    subject: str
+    id: EventId
+    event: ClusterEvent
+    problems: list[FieldError] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Who an object is, as its metadata says."""
+
+    namespace: str
+    name: str
+    uid: str
+    version: str
+    zone: Zone
+
+    @property
+    def key(self) -> WorkloadKey:
+        return workload_key(self.namespace, self.name)
+
+
+def identity(obj: JsonObj) -> Identity:
+    meta = _mapping(obj.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    zone = labels.get(ZONE_LABEL)
+    return Identity(
+        namespace=_text(meta.get("namespace")),
+        name=_text(meta.get("name")),
+        uid=_text(meta.get("uid")),
+        version=_text(meta.get("resourceVersion")),
+        zone=Zone(zone) if isinstance(zone, str) and zone else DEFAULT_ZONE,
+    )
+
+
+def event_tag(event: ClusterEvent) -> str:
+    tag: Any = type(event).__struct_config__.tag
+    return str(tag)
+
+
+def event_id(kind: str, who: Identity, event: ClusterEvent, version: str | None = None) -> EventId:
+    """The deterministic id of ``event`` about the object ``who`` of ``kind``."""
+    name = f"{who.namespace}/{who.name}" if who.namespace else who.name
+    at = who.version if version is None else version
+    return EventId(f"{kind}:{name}:{who.uid}:{at}:{event_tag(event)}")
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def workload_event(
+    resource: Resource, family: JobFamily, obj: JsonObj, subjects: Subjects
+) -> Outgoing:
+    """Finished, observed (suspended only without active pods) or rejected, for a job."""
+    who = identity(obj)
+    kind = kind_id(resource)
+    subject = subjects.job(who.zone, who.namespace, who.name)
+    outcome = family.outcome(obj)
+    if outcome is not None:
+        finished = WorkloadFinished(
+            workload=who.key, succeeded=outcome.succeeded, finished_ms=outcome.finished_ms
+        )
+        return Outgoing(subject, event_id(kind, who, finished), finished)
+    created_ms = parse_time_ms(_mapping(obj.get("metadata")).get("creationTimestamp"))
+    try:
+        observed = extract_workload(obj, created_ms=created_ms or Millis(0))
+    except WorkloadInvalid as invalid:
+        rejected = WorkloadRejected(
+            workload=invalid.workload, kind=invalid.kind or kind, errors=invalid.errors
+        )
+        return Outgoing(subject, event_id(kind, who, rejected), rejected, invalid.errors)
+    # Suspended means "holds no capacity": the flag is set AND the controller reports no
+    # active pods (a preempted job is not released until its pods are gone).
+    suspended = observed.suspended and not family.active(obj)
+    if suspended != observed.suspended:
+        observed = msgspec.structs.replace(observed, suspended=suspended)
+    return Outgoing(subject, event_id(kind, who, observed), observed)
+
+
+def workload_deleted(resource: Resource, obj: JsonObj, subjects: Subjects) -> Outgoing:
+    who = identity(obj)
+    deleted = WorkloadDeleted(workload=who.key)
+    subject = subjects.job(who.zone, who.namespace, who.name)
+    return Outgoing(subject, event_id(kind_id(resource), who, deleted), deleted)
+
+
+def workload_gone(
+    key: WorkloadKey, kind: str, uid: str, zone: Zone, subjects: Subjects
+) -> Outgoing:
+    """A workload the log holds live but the cluster no longer has (deleted unseen)."""
+    namespace, _, name = key.partition("/")
+    who = Identity(namespace=namespace, name=name, uid=uid, version=GONE, zone=zone)
+    deleted = WorkloadDeleted(workload=key)
+    return Outgoing(subjects.job(zone, namespace, name), event_id(kind, who, deleted), deleted)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def node_observed(obj: JsonObj, subjects: Subjects) -> Outgoing:
+    """A Node's allocatable resources (what parses; the rest is reported as problems)."""
+    who = identity(obj)
+    status = _mapping(obj.get("status"))
+    allocatable, problems = collect_resources(status.get("allocatable"), "status.allocatable")
+    unschedulable = _mapping(obj.get("spec")).get("unschedulable") is True
+    observed = NodeObserved(
+        node=NodeName(who.name), zone=who.zone, allocatable=allocatable, unschedulable=unschedulable
+    )
+    subject = subjects.node(who.zone, NodeName(who.name))
+    return Outgoing(subject, event_id(kind_id(NODES), who, observed), observed, problems)
+
+
+def node_removed(obj: JsonObj, subjects: Subjects, *, gone: bool = False) -> Outgoing:
+    who = identity(obj)
+    removed = NodeRemoved(node=NodeName(who.name), zone=who.zone)
+    subject = subjects.node(who.zone, NodeName(who.name))
+    version = GONE if gone else None
+    return Outgoing(subject, event_id(kind_id(NODES), who, removed, version), removed)
+
+
+# --------------------------------------------------------------------------- priority classes
+
+
+def priority_class_observed(obj: JsonObj, subjects: Subjects) -> Outgoing | None:
+    """The class and its value; None (nothing to publish) when the object is unusable."""
+    try:
+        name, value = extract_priority_class(obj)
+    except InputError:
+        return None
+    who = identity(obj)
+    observed = PriorityClassObserved(name=name, value=value)
+    subject = subjects.priority_class(name)
+    return Outgoing(subject, event_id(kind_id(PRIORITY_CLASSES), who, observed), observed)
+
+
+def priority_class_problems(obj: JsonObj) -> list[FieldError]:
+    try:
+        extract_priority_class(obj)
+    except InputError as error:
+        return error.errors
+    return []
+
+
+def priority_class_deleted(obj: JsonObj, subjects: Subjects, *, gone: bool = False) -> Outgoing:
+    who = identity(obj)
+    deleted = PriorityClassDeleted(name=who.name)
+    version = GONE if gone else None
+    kind = kind_id(PRIORITY_CLASSES)
+    return Outgoing(
+        subjects.priority_class(who.name), event_id(kind, who, deleted, version), deleted
+    )
+
+
+# --------------------------------------------------------------------------- quota trees
+
+
+def tree_event(obj: JsonObj, subjects: Subjects) -> Outgoing:
+    """``QuotaTreeApplied`` for a valid tree, ``QuotaTreeRejected`` with every error otherwise."""
+    who = identity(obj)
+    event: QuotaTreeApplied | QuotaTreeRejected
+    problems: list[FieldError] = []
+    try:
+        event = QuotaTreeApplied(root=parse_tree(obj), resource_version=who.version)
+    except TreeInvalid as invalid:
+        problems = invalid.errors
+        event = QuotaTreeRejected(errors=invalid.errors, resource_version=who.version)
+    return Outgoing(subjects.quota, event_id(kind_id(QUOTA_TREES), who, event), event, problems)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
