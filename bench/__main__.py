@@ -1,7 +1,8 @@
 """`make bench`: run every benchmark suite, print a table, write ``bench/results/<ts>.json``.
 
-What it does: runs the suites in order (the pure core, then the services on NATS and PostgreSQL), records the machine (cores,
-memory, Python) beside the numbers, and writes one JSON file per run.
+What it does: runs the suites in order (the pure core, then the services on NATS and
+PostgreSQL), records the machine (cores, memory, Python) beside the numbers, and writes one
+JSON file per run.
 What it must never do: pass or fail on a number; targets are reported, not enforced.
 """
 

@@ -55,11 +55,11 @@ from schemas.ids import (
 )
 from schemas.ledger import (
     LedgerError,
+    PreemptRequest,
     ReleaseReply,
     ReleaseRequest,
     Reservation,
     ReservationResult,
-    PreemptRequest,
     ReserveReply,
     ReserveRequest,
 )
@@ -86,6 +86,7 @@ __all__ = [
     "NodeRemoved",
     "Pending",
     "PodSet",
+    "PreemptRequest",
     "Preempted",
     "PriorityClassDeleted",
     "PriorityClassObserved",
@@ -103,7 +104,6 @@ __all__ = [
     "RequestId",
     "Reservation",
     "ReservationResult",
-    "PreemptRequest",
     "ReserveReply",
     "ReserveRequest",
     "Resources",

@@ -11,7 +11,7 @@ import logging
 import re
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO, cast
 
 import structlog
 
@@ -36,6 +36,20 @@ def _scrub_secrets(
     return event
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is now, not the one seen at configure time.
+
+    Loggers are cached on first use; a file object captured then may be closed later (test
+    runners swap stderr per test, daemons redirect it), and logging must never crash a loop.
+    """
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def configure(level: str = "INFO", *, json: bool | None = None) -> None:
     """Configure structlog and stdlib logging; idempotent. ``json=None``: JSON unless a TTY."""
     global _CONFIGURED
@@ -57,7 +71,7 @@ def configure(level: str = "INFO", *, json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _CurrentStderr())),
         cache_logger_on_first_use=True,
     )
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(name)s %(message)s")
