@@ -1,4 +1,4 @@
-"""preemption holds: allocation states held/preempting, preemptor and preempted_at
+"""preemption holds: allocation states held/preempting, preemptor, preempted_at/_seq
 
 Revision ID: 0002
 Revises: 0001
@@ -24,6 +24,7 @@ def upgrade() -> None:
     op.add_column(
         "allocations", sa.Column("preempted_at", sa.DateTime(timezone=True), nullable=True)
     )
+    op.add_column("allocations", sa.Column("preempted_seq", sa.BigInteger(), nullable=True))
     op.drop_constraint(op.f("ck_allocations_state_known"), "allocations", type_="check")
     op.create_check_constraint(op.f("ck_allocations_state_known"), "allocations", _NEW_STATES)
     op.create_index(
@@ -54,5 +55,6 @@ def downgrade() -> None:
     )
     op.drop_constraint(op.f("ck_allocations_state_known"), "allocations", type_="check")
     op.create_check_constraint(op.f("ck_allocations_state_known"), "allocations", _OLD_STATES)
+    op.drop_column("allocations", "preempted_seq")
     op.drop_column("allocations", "preempted_at")
     op.drop_column("allocations", "preemptor")

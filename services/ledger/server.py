@@ -187,8 +187,11 @@ class RequestServer:
         request = call.request
         assert isinstance(request, PreemptRequest)
         try:
+            # Observations already on the log were made before this preemption: they must
+            # not count as the victims having stopped.
+            log_seq = await self._log_seq()
             result = await self._store.preempt(
-                request.preemptor, request.victims, outbox=self._outbox
+                request.preemptor, request.victims, outbox=self._outbox, log_seq=log_seq
             )
         except LedgerTransientError as exc:
             await self._transient(call, exc)
@@ -199,6 +202,16 @@ class RequestServer:
         if result.granted:
             self._on_commit()
         await self._reply(call.msg, ReserveReply(request_id=request.request_id, results=[result]))
+
+    async def _log_seq(self) -> int | None:
+        try:
+            info = await self._ctx.js.stream_info(self._ctx.subjects.stream_name)
+        except (nats.errors.Error, TimeoutError) as exc:
+            # Without it a stale observation could release a victim early; the hold still
+            # keeps the quota safe, so carry on.
+            self._ctx.log.warning("log position unknown for a preemption", error=repr(exc))
+            return None
+        return int(info.state.last_seq)
 
     async def _bad_request(self, msg: Msg, exc: Exception) -> None:
         reply = LedgerError(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import msgspec
@@ -26,13 +27,15 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from schemas import Admitted, Preempted, decode_envelope
+from schemas import Admitted, Envelope, EventId, Preempted, WorkloadObserved, decode_envelope
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
 from services.watcher.logview import LogView
-from services.watcher.observe import ClusterView
+from services.watcher.observe import SOURCE, ClusterView
 from services.watcher.options import Backoff, WatcherOptions, retrying
-from usher.adapters.kube import Conflict, KubeClient, KubeError, NotFound, Transient
+from services.watcher.translate import workload_event
+from usher.adapters.kube import Conflict, KubeClient, KubeError, NotFound, Resource, Transient
+from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 
 Result = Literal["patched", "gone", "finished", "already", "stale", "ignored"]
@@ -185,11 +188,35 @@ class DecisionRunner:
                 return "finished"
             patch = _patch_for(decision, family, obj)
             if patch is None:
+                if isinstance(decision, Preempted):
+                    await self._confirm_stopped(resource, family, obj, seq)
                 return "already"
             await self.kube.merge_patch(resource, namespace, name, patch)
         except NotFound:
             return "gone"
         return "patched"
+
+    async def _confirm_stopped(
+        self, resource: Resource, family: JobFamily, obj: dict[str, Any], seq: int
+    ) -> None:
+        """A victim that was already stopped when its preemption arrived: say so again.
+
+        The ledger releases a victim on a suspended observation that follows the preemption
+        on the log. When the job never ran (it was preempted before its admission was carried
+        out), nothing about it changes, so no observation would follow and the preemptor's
+        hold would wait forever. This one is tied to the decision's sequence, so it is
+        published once per preemption, whatever the dedup of unchanged observations says.
+        """
+        out = workload_event(resource, family, obj, self.ctx.subjects)
+        if not isinstance(out.event, WorkloadObserved) or not out.event.suspended:
+            return  # pods still running: the observation of their end will follow
+        envelope = Envelope(
+            id=EventId(f"{out.id}:after-preemption:{seq}"),
+            time=datetime.now(UTC),
+            source=SOURCE,
+            event=out.event,
+        )
+        await publish_envelope(self.ctx.js, out.subject, envelope)
 
 
 def _patch_for(

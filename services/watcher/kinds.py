@@ -4,7 +4,9 @@ What it does: names the resources the watcher lists and watches (every supported
 ElasticQuotaTree, PriorityClass, Node, Queue), and for each job kind says where its suspend flag
 and pod templates are, whether it has finished (and how), whether it still has active pods
 (as its controller reports them in ``status``), and which merge patch admits it to a zone or
-suspends it again.
+suspends it again. It also names job kinds Usher does not admit but a cluster may well serve
+(Kubeflow's XGBoostJob, PaddleJob, MXJob): the watcher observes them only to reject each one
+on the log (``unsupported-kind``), so that nobody's job waits silently.
 
 Finished, per kind (as the controllers, and the emulator's fake kubelet, write it):
 - batch Job: condition ``Complete`` or ``Failed`` True;
@@ -12,7 +14,8 @@ Finished, per kind (as the controllers, and the emulator's fake kubelet, write i
 - RayJob: ``jobDeploymentStatus`` ``Complete``/``Failed``, or ``jobStatus`` ``SUCCEEDED``/
   ``FAILED``/``STOPPED``;
 - JobSet: ``terminalState`` set, or condition ``Completed``/``Failed`` True.
-What it must never do: do I/O, read a clock, or mutate a manifest it was given.
+What it must never do: do I/O, read a clock, mutate a manifest it was given, or give an
+unsupported kind anything to admit it with (no templates, no patch, never finished).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ class JobFamily:
     """The ``spec`` part of a merge patch that pins every pod template to a zone."""
     outcome: Callable[[JsonObj], Outcome | None]
     active: Callable[[JsonObj], bool]
+    supported: bool = True
+    """False for a kind Usher does not admit: observed only to be rejected, never patched."""
 
     def resource(self, version: str) -> Resource:
         return Resource(self.group, version, self.plural, self.kind)
@@ -312,6 +317,52 @@ JOB_FAMILIES: tuple[JobFamily, ...] = (
     ),
 )  # fmt: skip
 
+
+# --------------------------------------------------------------------------- kinds Usher rejects
+
+
+def _none(obj: JsonObj) -> None:
+    return None
+
+
+def _inactive(obj: JsonObj) -> bool:
+    return False
+
+
+def _no_templates(spec: Spec) -> list[object]:
+    return []
+
+
+def _no_selector_patch(spec: Spec, zone: str) -> Spec:
+    return {}
+
+
+def _unsupported(group: str, plural: str, kind: str, versions: tuple[str, ...]) -> JobFamily:
+    return JobFamily(
+        group=group,
+        plural=plural,
+        kind=kind,
+        versions=versions,
+        suspend_path=_RUN_POLICY_SUSPEND,
+        templates=_no_templates,
+        selector_patch=_no_selector_patch,
+        outcome=_none,
+        active=_inactive,
+        supported=False,
+    )
+
+
+UNSUPPORTED_FAMILIES: tuple[JobFamily, ...] = (
+    # Kubeflow's training operator serves these next to TFJob/PyTorchJob/MPIJob.
+    _unsupported("kubeflow.org", "xgboostjobs", "XGBoostJob", ("v1",)),
+    _unsupported("kubeflow.org", "paddlejobs", "PaddleJob", ("v1",)),
+    _unsupported("kubeflow.org", "mxjobs", "MXJob", ("v1",)),
+)
+"""Job kinds Usher does not admit: each object is published as a ``WorkloadRejected``."""
+
+OBSERVED_FAMILIES: tuple[JobFamily, ...] = JOB_FAMILIES + UNSUPPORTED_FAMILIES
+"""Every job kind the watcher lists and watches (those a cluster does not serve are skipped)."""
+
 OWNER_KINDS: frozenset[str] = frozenset(family.kind for family in JOB_FAMILIES)
 """A job controlled by one of these (a JobSet's Jobs, a RayJob's submitter Job) is part of its
 owner's workload, not a workload of its own."""
@@ -329,7 +380,7 @@ def family_of_kind(kind: str) -> JobFamily | None:
     """The family of a ``group/version/Kind`` id as written in ``WorkloadObserved.kind``."""
     group, _, rest = kind.partition("/")
     _, _, name = rest.partition("/")
-    for family in JOB_FAMILIES:
+    for family in OBSERVED_FAMILIES:
         if (family.group, family.kind) == (group, name):
             return family
     return None
@@ -386,7 +437,10 @@ def pinned_to(family: JobFamily, obj: JsonObj, zone: str) -> bool:
 
 
 def admit_patch(family: JobFamily, obj: JsonObj, zone: str) -> JsonObj | None:
-    """The merge patch that lets the workload start in ``zone``; None when it already may."""
+    """The merge patch that lets the workload start in ``zone``; None when it already may (or
+    when Usher does not admit the kind at all)."""
+    if not family.supported:
+        return None
     if not suspend_flag(family, obj) and pinned_to(family, obj, zone):
         return None
     spec = _deep_merge(_nested(family.suspend_path, False), family.selector_patch(_spec(obj), zone))
@@ -394,8 +448,9 @@ def admit_patch(family: JobFamily, obj: JsonObj, zone: str) -> JsonObj | None:
 
 
 def suspend_patch(family: JobFamily, obj: JsonObj) -> JsonObj | None:
-    """The merge patch that suspends the workload again; None when it already is."""
-    if suspend_flag(family, obj):
+    """The merge patch that suspends the workload again; None when it already is (or when
+    Usher does not admit the kind: it never unsuspended it)."""
+    if not family.supported or suspend_flag(family, obj):
         return None
     return _guarded(obj, _nested(family.suspend_path, True))
 

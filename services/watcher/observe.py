@@ -1,14 +1,14 @@
 """Observe the cluster: list + watch each resource type and publish what changed on the log.
 
-What it does: one ``Observer`` task per resource type (every supported job kind, Node,
-PriorityClass, ElasticQuotaTree). Each lists (finding which served version to use), publishes
-an event per object that says something new, publishes the deletion of objects the log holds
-live but the list no longer has (deleted while the watcher was down, or during a watch gap),
-then watches from the list's resourceVersion, resuming from the last version seen after each
-watch ends, listing again after 410 Gone, and reconnecting with capped, jittered exponential
-backoff after any failure. Publishing retries until NATS takes the event. It also keeps the
-``ClusterView`` (which resource each live workload is, the quota tree objects) that carrying
-out decisions and writing status need.
+What it does: one ``Observer`` task per resource type (every supported job kind, the job kinds
+Usher rejects as unsupported, Node, PriorityClass, ElasticQuotaTree). Each lists (finding which
+served version to use), publishes an event per object that says something new, publishes the
+deletion of objects the log holds live but the list no longer has (deleted while the watcher
+was down, or during a watch gap), then watches from the list's resourceVersion, resuming from
+the last version seen after each watch ends, listing again after 410 Gone, and reconnecting
+with capped, jittered exponential backoff after any failure. Publishing retries until NATS
+takes the event. It also keeps the ``ClusterView`` (which resource each live workload is, the
+quota tree objects) that carrying out decisions and writing status need.
 What it must never do: publish an event the log already says (a status write of our own must
 not become an event), drop an event because NATS is down, or stop watching a kind because of
 one bad object.
@@ -283,7 +283,9 @@ class Observer(ABC):
 
 
 class WorkloadObserver(Observer):
-    """One job kind (batch Job, TFJob, ...)."""
+    """One job kind (batch Job, TFJob, ...). A kind Usher does not admit (XGBoostJob, ...) is
+    published as rejected and deleted like any other, but never offered to carry out
+    decisions: it stays out of ``ClusterView.workloads``."""
 
     def __init__(self, family: JobFamily, *args: Any) -> None:
         self.family = family
@@ -299,7 +301,8 @@ class WorkloadObserver(Observer):
             # Part of a bigger workload (a JobSet's Jobs): its owner is what Usher admits.
             self._forget(resource, who)
             return
-        self.cluster.workloads[who.key] = resource
+        if self.family.supported:
+            self.cluster.workloads[who.key] = resource
         out = workload_event(resource, self.family, obj, self.ctx.subjects)
         log = self.log.bind(workload=who.key)
         if await self.publisher.publish(out, log) and isinstance(out.event, WorkloadRejected):

@@ -1,11 +1,11 @@
 """The watcher service: all of Usher's Kubernetes I/O, in one process.
 
 What it does: replays the log into its own projection (``logview``), then observes the cluster
-(``observe``: priority classes, nodes and the quota tree first, then every job kind) and
-publishes cluster events; once every job kind has been listed it carries out decisions
-(``carry_out``); all along it keeps Queue objects and the tree's usage up to date (``status``).
-It runs until ``ctx.stop`` is set; a task that dies of a bug takes the service down (to be
-restarted) rather than leaving it half alive.
+(``observe``: priority classes, nodes and the quota tree first, then every job kind, including
+the kinds it only rejects as unsupported) and publishes cluster events; once every job kind has
+been listed it carries out decisions (``carry_out``); all along it keeps Queue objects and the
+tree's usage up to date (``status``). It runs until ``ctx.stop`` is set; a task that dies of a
+bug takes the service down (to be restarted) rather than leaving it half alive.
 What it must never do: decide admissions (the dequeuers and the ledger do), publish before the
 log is replayed, carry out a decision before it can see the workloads, or log credentials.
 """
@@ -19,7 +19,7 @@ from typing import Any
 from services.common.runtime import ServiceContext
 from services.common.settings import SettingsError
 from services.watcher.carry_out import DecisionRunner
-from services.watcher.kinds import JOB_FAMILIES
+from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
 from services.watcher.logview import LogView, follow_log
 from services.watcher.observe import (
     ClusterView,
@@ -75,6 +75,10 @@ class Watcher:
             QuotaTreeObserver(*args),
         ]
         self.workloads: list[Observer] = [WorkloadObserver(f, *args) for f in JOB_FAMILIES]
+        # Observed only to be rejected: decisions never wait for (nor act on) these kinds.
+        self.unsupported: list[Observer] = [
+            WorkloadObserver(f, *args) for f in UNSUPPORTED_FAMILIES
+        ]
         self.decisions = DecisionRunner(ctx, kube, self.view, self.cluster, options)
         self.status = StatusWriter(ctx, kube, self.view, self.cluster, options)
         self._tasks: list[asyncio.Task[None]] = []
@@ -90,12 +94,13 @@ class Watcher:
             for observer in self.references:
                 self._start(observer.name, observer.run())
             await self._tasks_running_until(*(o.attempted for o in self.references))
-            for observer in self.workloads:
+            for observer in [*self.workloads, *self.unsupported]:
                 self._start(observer.name, observer.run())
             self._start("status", self.status.run())
             # Decisions need every job kind listed: a workload not seen yet would look gone.
             await self._tasks_running_until(*(o.settled for o in self.workloads))
             self._start("decisions", self.decisions.run())
+            self.ctx.ready.set()  # every kind listed, decisions flowing: ready to serve
             await self._tasks_running_until()
         finally:
             await self._cancel_all()

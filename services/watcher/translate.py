@@ -112,7 +112,8 @@ def event_id(kind: str, who: Identity, event: ClusterEvent, version: str | None 
 def workload_event(
     resource: Resource, family: JobFamily, obj: JsonObj, subjects: Subjects
 ) -> Outgoing:
-    """Finished, observed (suspended only without active pods) or rejected, for a job."""
+    """Finished, observed (suspended only without active pods) or rejected, for a job; a job
+    of a kind Usher does not admit is always rejected, with the core's ``unsupported-kind``."""
     who = identity(obj)
     kind = kind_id(resource)
     subject = subjects.job(who.zone, who.namespace, who.name)
@@ -130,6 +131,15 @@ def workload_event(
             workload=invalid.workload, kind=invalid.kind or kind, errors=invalid.errors
         )
         return Outgoing(subject, event_id(kind, who, rejected), rejected, invalid.errors)
+    if not family.supported:
+        # The core reads the kind but the watcher could not carry out a decision for it.
+        error = FieldError(
+            path="kind",
+            code="unsupported-kind",
+            message=f"kind {kind} is not supported; the watcher cannot admit it",
+        )
+        rejected = WorkloadRejected(workload=observed.workload, kind=kind, errors=[error])
+        return Outgoing(subject, event_id(kind, who, rejected), rejected, [error])
     # Suspended means "holds no capacity": the flag is set AND the controller reports no
     # active pods (a preempted job is not released until its pods are gone).
     suspended = observed.suspended and not family.active(obj)

@@ -523,6 +523,22 @@ async def test_hold_is_admitted_when_the_last_victim_stops(store: LedgerStore) -
     assert admitted_at is not None
 
 
+async def test_suspension_seen_before_the_preemption_releases_nothing(
+    store: LedgerStore,
+) -> None:
+    """An observation at or below the preemption's log position predates it."""
+    await borrowed(store)
+    preemptor = res("p", LEAVES[1], 20)
+    victims = [victim("c2", LEAVES[2])]
+    assert (await store.preempt(preemptor, victims, outbox=builder, log_seq=40)).granted
+    stale = await store.apply_log("ledger", 40, [suspended(40, "c2")], outbox=builder)
+    assert stale.released == [] and stale.admitted == []
+    assert states(await store.live_allocations())["ns/c2"] == "preempting"
+    fresh = await store.apply_log("ledger", 41, [suspended(41, "c2")], outbox=builder)
+    assert [r.workload for r in fresh.released] == ["ns/c2"]
+    assert [a.workload for a in fresh.admitted] == ["ns/p"]
+
+
 async def test_suspended_admitted_or_held_is_not_released(store: LedgerStore) -> None:
     await borrowed(store)
     assert (await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])).granted

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from schemas import (
     DeadLetter,
     Envelope,
     EventId,
+    Millis,
     NodeObserved,
     Preempted,
     PriorityClassObserved,
@@ -44,8 +46,15 @@ from schemas import (
 from schemas.envelope import LogEvent
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings, SettingsError
+from services.watcher import service as watcher_service
 from services.watcher.carry_out import consumer_name
-from services.watcher.kinds import JOB_FAMILIES, admit_patch, suspend_patch
+from services.watcher.kinds import (
+    JOB_FAMILIES,
+    UNSUPPORTED_FAMILIES,
+    admit_patch,
+    kind_id,
+    suspend_patch,
+)
 from services.watcher.options import WatcherOptions
 from services.watcher.service import main, run
 from tests.conftest import Infra
@@ -64,6 +73,8 @@ from usher.adapters.kube_emulator.store import merge_patch
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.core.errors import WorkloadInvalid
+from usher.core.workload import SUPPORTED_KINDS, extract_workload
 
 JOBS = Resource("batch", "v1", "jobs", "Job")
 TFJOBS = Resource("kubeflow.org", "v1", "tfjobs", "TFJob")
@@ -73,6 +84,9 @@ TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "Elas
 QUEUES = Resource("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue")
 CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+XGBOOSTJOBS = Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob")
+PADDLEJOBS = Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob")
+MXJOBS = Resource("kubeflow.org", "v1", "mxjobs", "MXJob")
 
 FAST = WatcherOptions(
     watch_timeout_s=30, backoff_base_s=0.05, backoff_cap_s=0.3, fetch_timeout_s=0.2
@@ -112,6 +126,22 @@ def tfjob(name: str, namespace: str = "user-a") -> JsonObj:
             "runPolicy": {"suspend": True},
             "tfReplicaSpecs": {
                 "PS": {"replicas": 1, "template": pod("1", "1Gi")},
+                "Worker": {"replicas": 2, "template": pod("2", "2Gi")},
+            },
+        },
+    }
+
+
+def unsupported_job(resource: Resource, field: str, name: str) -> JsonObj:
+    """A suspended Kubeflow job of a kind Usher does not admit (XGBoostJob, PaddleJob...)."""
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": {"name": name, "namespace": "user-a"},
+        "spec": {
+            "runPolicy": {"suspend": True},
+            field: {
+                "Master": {"replicas": 1, "template": pod("1", "1Gi")},
                 "Worker": {"replicas": 2, "template": pod("2", "2Gi")},
             },
         },
@@ -500,6 +530,101 @@ async def test_malformed_job_is_rejected_and_others_still_flow(h: Harness) -> No
     assert rejected.kind == "batch/v1/Job"
     paths = [e.path for e in rejected.errors]
     assert paths == ["spec.template.spec.containers[0].resources.requests.cpu"]
+
+
+def test_unsupported_kinds_are_what_the_core_refuses_and_get_no_patch() -> None:
+    supported = {f.kind for f in JOB_FAMILIES}
+    for family in UNSUPPORTED_FAMILIES:
+        assert not family.supported and family.kind not in supported
+        for resource_ in family.candidates:
+            assert kind_id(resource_) not in SUPPORTED_KINDS
+        manifest = unsupported_job(family.candidates[0], "replicaSpecs", "x")
+        assert admit_patch(family, manifest, "zone-a") is None
+        manifest["spec"]["runPolicy"]["suspend"] = False
+        assert suspend_patch(family, manifest) is None
+    covered = {kind_id(r) for f in JOB_FAMILIES for r in f.candidates}
+    assert set(SUPPORTED_KINDS) <= covered
+
+
+async def test_unsupported_kinds_are_rejected_never_admitted_and_deleted(h: Harness) -> None:
+    kinds = [(XGBOOSTJOBS, "xgbReplicaSpecs", "xgb"), (PADDLEJOBS, "paddleReplicaSpecs", "pd"),
+             (MXJOBS, "mxReplicaSpecs", "mx")]  # fmt: skip
+    created = {
+        name: await h.kube.create(res, "user-a", unsupported_job(res, field, name))
+        for res, field, name in kinds
+    }
+    await h.kube.create(JOBS, "user-a", job("pi"))
+    async with h.watcher():
+        rejected = {}
+        for _, _, name in kinds:
+            [(entry, event)] = await h.logged(
+                WorkloadRejected,
+                lambda e, n=name: e.workload == f"user-a/{n}",  # type: ignore[misc]
+            )
+            rejected[name] = (entry, event)
+        await h.logged(WorkloadObserved, lambda e: e.name == "pi")
+        # A decision naming it (it can only be a mistake) is never carried out; the next is.
+        await h.decide(admitted("user-a/xgb", "default"))
+        await h.decide(admitted("user-a/pi", "default"))
+
+        async def pi_unsuspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "pi"))["spec"]["suspend"] is False
+
+        await h.eventually(pi_unsuspended)
+        xgb = await h.kube.get(XGBOOSTJOBS, "user-a", "xgb")
+        assert xgb["metadata"]["resourceVersion"] == created["xgb"]["metadata"]["resourceVersion"]
+        assert xgb["spec"]["runPolicy"]["suspend"] is True
+        assert await read_dlq(h.js, h.subjects) == []
+        # Deleted like any rejected workload: the log said it exists, so it says it is gone.
+        await h.kube.delete(XGBOOSTJOBS, "user-a", "xgb")
+        await h.logged(WorkloadDeleted, lambda e: e.workload == "user-a/xgb")
+    for res, _, name in kinds:
+        entry, event = rejected[name]
+        obj = created[name]
+        with pytest.raises(WorkloadInvalid) as raised:
+            extract_workload(obj, created_ms=Millis(0))
+        assert event.errors == raised.value.errors
+        assert [e.code for e in event.errors] == ["unsupported-kind"]
+        assert "batch/v1/Job" in event.errors[0].message
+        assert event.kind == f"kubeflow.org/v1/{res.kind}"
+        meta = obj["metadata"]
+        expected_id = (
+            f"kubeflow.org/v1/{res.kind}:user-a/{name}:{meta['uid']}:"
+            f"{meta['resourceVersion']}:workload.rejected.v1"
+        )
+        assert entry.envelope.id == expected_id == entry.msg_id
+        assert entry.subject == h.subjects.job(Zone("default"), "user-a", name)
+
+    # A restart republishes nothing it said already; one deleted while down is reported gone.
+    await h.kube.delete(MXJOBS, "user-a", "mx")
+    before = await h.log()
+    async with h.watcher():
+        [(gone, _)] = await h.logged(WorkloadDeleted, lambda e: e.workload == "user-a/mx")
+        await h.kube.create(JOBS, "user-a", job("marker"))
+        await h.logged(WorkloadObserved, lambda e: e.name == "marker")
+        after = await h.log()
+    assert ":gone:workload.deleted.v1" in gone.envelope.id
+    new = [e.event for e in after[len(before) :]]
+    assert sorted(type(e).__name__ for e in new) == ["WorkloadDeleted", "WorkloadObserved"], new
+
+
+async def test_a_kind_the_cluster_does_not_serve_is_skipped(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = dataclasses.replace(UNSUPPORTED_FAMILIES[0], group="not-served.example.com")
+    monkeypatch.setattr(watcher_service, "UNSUPPORTED_FAMILIES", (*UNSUPPORTED_FAMILIES, missing))
+    await h.kube.create(XGBOOSTJOBS, "user-a", unsupported_job(XGBOOSTJOBS, "xgbReplicaSpecs", "x"))
+    await h.kube.create(JOBS, "user-a", job("pi"))
+    async with h.watcher():
+        await h.logged(WorkloadRejected, lambda e: e.workload == "user-a/x")
+        await h.logged(WorkloadObserved, lambda e: e.name == "pi")
+        await h.decide(admitted("user-a/pi", "default"))
+
+        async def pi_unsuspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "pi"))["spec"]["suspend"] is False
+
+        await h.eventually(pi_unsuspended)
+    assert await read_dlq(h.js, h.subjects) == []
 
 
 async def test_invalid_tree_is_rejected_with_its_errors(h: Harness) -> None:

@@ -173,6 +173,10 @@ RESOURCES: tuple[ResourceType, ...] = (
     _crd("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
     _crd("kubeflow.org", "v1", "mpijobs", "MPIJob"),
     _crd("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
+    # Served by Kubeflow's training operator too, but not admitted by Usher (rejected).
+    _crd("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob"),
+    _crd("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
+    _crd("kubeflow.org", "v1", "mxjobs", "MXJob"),
     _crd("ray.io", "v1", "rayjobs", "RayJob"),
     _crd("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
     _crd("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree", "eqtree"),

@@ -227,6 +227,8 @@ class _Alloc:
     priority: int
     state: str
     preemptor: WorkloadKey | None
+    preempted_seq: int | None = None
+    """Last log sequence that existed when this victim was preempted."""
 
 
 @dataclass(slots=True)
@@ -428,8 +430,12 @@ class LedgerStore:
         victims: Sequence[Preempted],
         *,
         outbox: OutboxBuilder | None = None,
+        log_seq: int | None = None,
     ) -> ReservationResult:
         """Move the victims' usage to a hold for ``preemptor``, in one transaction, or refuse.
+
+        ``log_seq`` is the log's last sequence before this preemption: a suspended
+        observation at or below it was made before the preemption and releases nothing.
 
         Every victim must hold a live ``admitted`` allocation (else ``StaleView`` naming it);
         the preemptor must fit on every node root..leaf once the victims' usage has left (else
@@ -442,7 +448,7 @@ class LedgerStore:
         _check_victims(preemptor.workload, victims)
 
         async def work(conn: AsyncConnection) -> ReservationResult:
-            return await self._preempt_in(conn, preemptor, victims, outbox)
+            return await self._preempt_in(conn, preemptor, victims, outbox, log_seq)
 
         try:
             return await self.run("preempt", work)
@@ -455,6 +461,7 @@ class LedgerStore:
         preemptor: Reservation,
         victims: Sequence[Preempted],
         outbox: OutboxBuilder | None,
+        log_seq: int | None,
     ) -> ReservationResult:
         current = (await _live(conn, [preemptor.workload])).get(preemptor.workload)
         if current is not None:
@@ -486,7 +493,12 @@ class LedgerStore:
         await conn.execute(
             update(ALLOCATIONS)
             .where(ALLOCATIONS.c.id.in_([row.id for row in rows.values()]))
-            .values(state="preempting", preemptor=preemptor.workload, preempted_at=stamp)
+            .values(
+                state="preempting",
+                preemptor=preemptor.workload,
+                preempted_at=stamp,
+                preempted_seq=log_seq,
+            )
         )
         await _insert_allocations(conn, [preemptor], "held", stamp)
         await _set_usage(conn, usage, keys)
@@ -696,7 +708,7 @@ async def _observe(
     for observation in observations:
         row = rows.get(observation.workload)
         if row is not None:
-            _plan_observation(plan, row, observation.change, rows, waiting)
+            _plan_observation(plan, row, observation, rows, waiting)
 
     keys = set(plan.decrements)
     await _lock_usage(conn, keys)
@@ -739,11 +751,20 @@ async def _observe(
 def _plan_observation(
     plan: _ObservePlan,
     row: _Alloc,
-    change: Change,
+    observation: Observation,
     rows: dict[WorkloadKey, _Alloc],
     waiting: dict[WorkloadKey, set[WorkloadKey]],
 ) -> None:
+    change = observation.change
     if row.state == "preempting":
+        if (
+            change == "Suspended"
+            and row.preempted_seq is not None
+            and observation.seq <= row.preempted_seq
+        ):
+            # Seen suspended before it was preempted (e.g. before it was ever started): that
+            # says nothing about its pods having stopped since.
+            return
         _plan_release(plan, row, "Deleted" if change == "Deleted" else "Preempted", count=False)
         preemptor = row.preemptor
         if preemptor is None:
@@ -860,6 +881,7 @@ _ALLOC_COLUMNS: Final = (
     ALLOCATIONS.c.priority,
     ALLOCATIONS.c.state,
     ALLOCATIONS.c.preemptor,
+    ALLOCATIONS.c.preempted_seq,
 )
 
 
@@ -874,6 +896,7 @@ def _alloc(row: Any) -> _Alloc:
         priority=int(row.priority),
         state=row.state,
         preemptor=None if row.preemptor is None else WorkloadKey(row.preemptor),
+        preempted_seq=row.preempted_seq,
     )
 
 
