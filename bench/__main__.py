@@ -38,7 +38,7 @@ def table(suites: dict[str, dict[str, float]]) -> str:
             goal, met = "", ""
             if target is not None:
                 bound, op = target
-                goal = f"{op} {bound:,.0f}"
+                goal = f"{op} {bound:,g}"
                 met = "yes" if (value >= bound if op == ">=" else value <= bound) else "NO"
             lines.append(f"{suite:<6} {metric:<28} {value:>14,.2f}  {goal:<12} {met}")
     return "\n".join(lines)

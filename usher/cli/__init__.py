@@ -233,6 +233,3 @@ def main() -> None:
     """Console entry point."""
     cli()
 
-
-if __name__ == "__main__":
-    main()
