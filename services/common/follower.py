@@ -85,6 +85,11 @@ class LogFollower:
     def caught_up(self) -> bool:
         return self.last_seq >= self.replay_target
 
+    @property
+    def pending(self) -> int:
+        """Entries received but not handed out yet: 0 means the service is idle right now."""
+        return len(self._buffer)
+
     async def start(self) -> None:
         self.replay_target = await stream_last_seq(self._js, self._subjects)
         config = ConsumerConfig(
@@ -169,11 +174,15 @@ class LogFollower:
 
 
 class Projection:
-    """A pure-core engine kept equal to the log: apply every entry, in order, at its time."""
+    """A pure-core engine kept equal to the log: apply every entry, in order, at its time.
 
-    def __init__(self, engine: Engine) -> None:
+    ``applied_seq`` starts at 0 for a full replay, or at the sequence a restored snapshot
+    covers (``services.common.snapshots``); the follower then starts right after it.
+    """
+
+    def __init__(self, engine: Engine, applied_seq: int = 0) -> None:
         self.engine = engine
-        self.applied_seq = 0
+        self.applied_seq = applied_seq
         self.changed = asyncio.Event()
 
     async def wait_for(self, seq: int, timeout_s: float) -> bool:

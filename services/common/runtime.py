@@ -88,8 +88,31 @@ class ServiceContext:
 ServiceMain = Callable[[ServiceContext], Awaitable[None]]
 
 
-async def connect(settings: ServiceSettings, name: str) -> Client:
+class ServiceUnavailable(Exception):
+    """A server the service needs could not be reached at start; ``server`` says which."""
+
+    def __init__(self, server: str, detail: str) -> None:
+        super().__init__(f"{server}: {detail}")
+        self.server = server
+        self.detail = detail
+
+
+async def connect(settings: ServiceSettings, name: str, log: Any | None = None) -> Client:
     """Connect with unlimited reconnects: a NATS restart pauses a service, never kills it."""
+
+    async def on_error(exc: Exception) -> None:
+        # nats-py would print a traceback per failed attempt; one log line says enough.
+        if log is not None:
+            log.warning("nats connection problem", error=type(exc).__name__, detail=str(exc))
+
+    async def on_disconnected() -> None:
+        if log is not None:
+            log.warning("nats disconnected, reconnecting")
+
+    async def on_reconnected() -> None:
+        if log is not None:
+            log.info("nats reconnected")
+
     return await nats.connect(
         settings.nats_url,
         name=f"usher-{name}",
@@ -97,6 +120,40 @@ async def connect(settings: ServiceSettings, name: str) -> Client:
         reconnect_time_wait=0.5,
         max_reconnect_attempts=-1,
         allow_reconnect=True,
+        error_cb=on_error,
+        disconnected_cb=on_disconnected,
+        reconnected_cb=on_reconnected,
+    )
+
+
+async def connect_or_stop(
+    settings: ServiceSettings, name: str, stop: asyncio.Event, log: Any
+) -> Client | None:
+    """Connect within ``settings.startup_timeout_s``; ``None`` when asked to stop first.
+
+    nats-py retries an initial connection forever when reconnects are unlimited, so the
+    deadline and the stop signal are enforced here.
+    """
+    attempt = asyncio.ensure_future(connect(settings, name, log))
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {attempt, stopper},
+            timeout=settings.startup_timeout_s,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        stopper.cancel()
+    if attempt in done:
+        return attempt.result()
+    attempt.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await attempt
+    if stop.is_set():
+        return None
+    raise ServiceUnavailable(
+        "nats",
+        f"{redact_url(settings.nats_url)} not reachable within {settings.startup_timeout_s:g}s",
     )
 
 
@@ -108,7 +165,9 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    nc = await connect(settings, name)
+    nc = await connect_or_stop(settings, name, stop, log)
+    if nc is None:
+        return
     try:
         js = nc.jetstream()
         subjects = Subjects(settings.prefix)

@@ -41,6 +41,8 @@ class ServiceSettings:
     """The dequeuer's zone (required for it; ignored by the others)."""
     engine: EngineConfig = field(default_factory=EngineConfig)
     request_timeout_s: float = 5.0
+    startup_timeout_s: float = 30.0
+    """How long a service waits for NATS at start before it gives up (exit, not a hang)."""
     status_interval_s: float = 1.0
     """How often the watcher may rewrite Queue and ElasticQuotaTree status."""
     settle_ms: int = 20
@@ -103,6 +105,7 @@ def load_settings(
     except ValueError as exc:
         raise SettingsError("engine", str(exc)) from exc
     settle = settle_ms if settle_ms is not None else int(env.get("USHER_SETTLE_MS", "20"))
+    startup = float(env.get("USHER_STARTUP_TIMEOUT_SECONDS", "30"))
     return ServiceSettings(
         nats_url=nats,
         database_url=database,
@@ -111,6 +114,7 @@ def load_settings(
         zone=Zone(zone) if zone else None,
         engine=engine,
         settle_ms=settle,
+        startup_timeout_s=startup,
     )
 
 

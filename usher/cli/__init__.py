@@ -7,19 +7,23 @@ What it must never do: hold decision logic, or show a traceback for bad input.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
+import re
 import signal
 import sys
 import threading
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
+import msgspec
 import yaml
 
-from usher.adapters.embedded.processes import ServerStartError
-from usher.adapters.embedded.stack import EmbeddedStack, usher_home
+from usher.adapters.embedded.processes import ServerStartError, pid_alive
+from usher.adapters.embedded.stack import read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
 from usher.core import sim as simulator
 from usher.core.errors import InputError
@@ -46,13 +50,95 @@ def cli() -> None:
 
 
 @cli.command()
-@click.option("--home", type=click.Path(path_type=Path), default=None,
-              help="Data folder (default $USHER_HOME or ~/.usher).")  # fmt: skip
-def up(home: Path | None) -> None:
-    """Start the embedded stack (NATS JetStream, PostgreSQL) and run until Ctrl-C."""
+@click.option(
+    "--home",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Data folder (default $USHER_HOME or ~/.usher).",
+)
+@click.option("--no-demo", is_flag=True, help="Start empty: no seed tree, no demo jobs.")
+@click.option(
+    "--zones",
+    default="a,b",
+    show_default=True,
+    help="Zones, each with a node and a dequeuer (unlabelled jobs: zone default).",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["Round", "Block"]),
+    default="Round",
+    show_default=True,
+    help="Block: strict priority (seed scenario 2).",
+)
+@click.option("--oversell-rate", default="1", show_default=True, help="Cap is max x rate.")
+@click.option(
+    "--within-quota",
+    type=click.Choice(["Never", "LowerPriority"]),
+    default="Never",
+    show_default=True,
+)
+@click.option(
+    "--min-runtime",
+    "min_runtime_s",
+    type=float,
+    default=0.0,
+    help="Seconds an admitted job is protected from reclaim.",
+)
+@click.option("--seed", type=int, default=7, show_default=True, help="Demo randomness.")
+@click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
+@click.option(
+    "--interval",
+    "interval_s",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Seconds between summaries in plain mode.",
+)
+def up(
+    home: Path | None,
+    no_demo: bool,
+    zones: str,
+    policy: str,
+    oversell_rate: str,
+    within_quota: str,
+    min_runtime_s: float,
+    seed: int,
+    plain: bool,
+    interval_s: float,
+) -> None:
+    """Start the whole system on this machine and show it live, until Ctrl-C.
+
+    NATS JetStream, PostgreSQL, the Kubernetes API emulator (with a fake kubelet) and the
+    services (ledger, preemptor, one dequeuer per zone, watcher) each run as a process; data
+    stays in $USHER_HOME, so starting again resumes. Unless --no-demo, the seed's quota tree
+    and three scenarios are played, then a steady mixed workload. Ctrl-C or SIGTERM stops
+    everything in order: services, emulator, PostgreSQL, NATS.
+    """
+    from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
+    from usher.cli.live import run_up
+
     configure()
     home = home or usher_home()
-    stack = EmbeddedStack(home)
+    zone_list = tuple(z.strip() for z in zones.split(",") if z.strip())
+    for zone in zone_list:
+        if not _ZONE.match(zone):
+            fail(
+                f"--zones: {zone!r} is not a valid zone name (letters, digits, '-', '_', '.')",
+                EXIT_USAGE,
+            )
+    try:
+        Fraction(oversell_rate)
+    except (ValueError, ZeroDivisionError):
+        fail(f"--oversell-rate: not a number: {oversell_rate!r}", EXIT_USAGE)
+    _refuse_second_start(home)
+    options = SystemOptions(
+        zones=zone_list,
+        policy=policy,
+        oversell_rate=oversell_rate,
+        within_quota=within_quota,
+        min_runtime_s=min_runtime_s,
+    )
+    system = EmbeddedSystem(home, options)
     stopping = threading.Event()
 
     def request_stop(signum: int, _frame: Any) -> None:
@@ -60,27 +146,62 @@ def up(home: Path | None) -> None:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
+    click.echo(f"Starting Usher in {home} ...")
     try:
-        info = stack.start()
+        info = system.start()
     except ServerStartError as exc:
-        fail(f"{exc.name} did not start: {exc.reason} (logs in {home / 'logs'})",
-             EXIT_UNAVAILABLE)  # fmt: skip
+        fail(f"{exc.name} did not start: {exc.reason} (logs in {home / 'logs'})", EXIT_UNAVAILABLE)
         return
-    click.echo(f"Usher embedded stack is up (data in {info.home})")
+    click.echo(f"Usher is up (data in {info.home})")
     click.echo(f"  NATS JetStream  {info.nats_url}")
     click.echo(f"  PostgreSQL      {redact_url(info.database_url)}")
+    click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
+    click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
     click.echo(f"  stack file      {home / 'stack.json'}")
-    click.echo("Press Ctrl-C to stop.", nl=True)
+    click.echo("Press Ctrl-C to stop.")
     sys.stdout.flush()
+    reason: str | None = None
     try:
-        while not stopping.wait(0.5):
-            for name, server in (("nats", stack.nats), ("postgres", stack.postgres)):
-                if server.process is not None and not server.process.running():
-                    click.echo(f"usher: {name} exited unexpectedly; stopping", err=True)
-                    stopping.set()
+        if not stopping.is_set():
+            reason = asyncio.run(
+                run_up(
+                    system,
+                    info,
+                    stopping,
+                    demo=not no_demo,
+                    seed=seed,
+                    plain=plain or not sys.stdout.isatty(),
+                    interval_s=interval_s,
+                )
+            )
     finally:
-        stack.stop()
+        signal.signal(signal.SIGINT, request_stop)  # a second Ctrl-C must not cut the stop
+        click.echo("Stopping: services, emulator, PostgreSQL, NATS ...")
+        system.stop()
         click.echo("Stopped.")
+    if reason is not None:
+        fail(reason, EXIT_UNAVAILABLE)
+
+
+_ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+
+
+def _refuse_second_start(home: Path) -> None:
+    """One system per home: refuse while another ``usher up`` runs there; forget a stale file."""
+    try:
+        info = read_stack_info(home)
+    except FileNotFoundError:
+        return
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        (home / "stack.json").unlink(missing_ok=True)
+        return
+    alive = [f"{name} (pid {pid})" for name, pid in info.all_pids().items() if pid_alive(pid)]
+    if alive:
+        fail(
+            f"Usher is already running in {home}: {', '.join(alive[:3])}; stop it first",
+            EXIT_UNAVAILABLE,
+        )
+    (home / "stack.json").unlink(missing_ok=True)
 
 
 def load_yaml_file(path: Path) -> Any:
@@ -194,7 +315,7 @@ def run(
     stack's stack.json. Every service of one installation must use the same policy,
     oversell rate and within-quota setting.
     """
-    from services.common.runtime import run_service
+    from services.common.runtime import ServiceUnavailable, run_service
     from services.common.settings import SettingsError, load_settings
 
     if service == "dequeuer":
@@ -221,6 +342,10 @@ def run(
     entry = importlib.import_module(f"services.{service}.service")
     try:
         run_service(service, settings, entry.main)
+    except ServiceUnavailable as exc:
+        fail(f"{service}: cannot reach {exc.server}: {exc.detail}", EXIT_UNAVAILABLE)
+    except SettingsError as exc:
+        fail(f"{service}: {exc.name}: {exc.detail}", EXIT_USAGE)
     except OSError as exc:
         fail(
             f"{service}: cannot reach a server ({exc.__class__.__name__}: {exc})", EXIT_UNAVAILABLE
@@ -233,3 +358,6 @@ def main() -> None:
     """Console entry point."""
     cli()
 
+
+from usher.cli import history as _history  # noqa: E402,F401
+from usher.cli import people as _people  # noqa: E402,F401
