@@ -1167,6 +1167,139 @@ class Engine:
             return reasons.no_node_fits(job.zone)
         return None
 
+    # ------------------------------------------------------------------ history queries
+    # Read-only questions ``usher replay``, ``audit`` and ``explain`` ask of a state rebuilt
+    # from the log alone, on which no decision pass has run.
+
+    def reason_now(self, key: WorkloadKey) -> Reason | None:
+        """Why a workload waits, worked out from the state as it is now (no pass needed).
+
+        ``reason`` answers as of the last decision pass; a state rebuilt from the log has run
+        none. This says: a held preemptor waits for its victims to stop; under Block, a head
+        that does not fit blocks the rest; else the nearest node whose ``max x oversellRate``
+        would be exceeded, the zone's room, or "fits now". Unmapped and inadmissible workloads
+        keep their announced reason. The state is left unchanged.
+        """
+        job = self._jobs.get(key)
+        if job is None or job.state in (ADMITTED, FINISHED):
+            return None
+        if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
+            return job.announced
+        if job.held:
+            return Reason(
+                code="PreemptionInProgress",
+                message="capacity freed by its preemption is held for it until its victims stop",
+            )
+        if self.config.policy == "Block":
+            queue = self._queues[job.leaf]
+            head = self._head(queue)
+            if head is not None and head != key and self._shortfall_now(self._jobs[head]):
+                return reasons.blocked_by_head(head, queue.name)
+        found = self._shortfall_now(job)
+        return found or reasons.not_yet_evaluated("fits now; the next decision pass admits it")
+
+    def _shortfall_now(self, job: Job) -> Reason | None:
+        if job.held:
+            return None
+        return self._quota_shortfall(job) or self._zone_shortfall(job)
+
+    def admission_shortfall(
+        self, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
+    ) -> Reason | None:
+        """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit.
+
+        On every node root..``quota`` that exists and names the resource in ``max``:
+        ``used + requested <= max x oversellRate``. Capacity held for ``key`` itself (a
+        preemptor about to be admitted) is set aside; zone capacity is not checked (the ledger
+        does not arbitrate it). The state is left unchanged.
+        """
+        job = self._jobs.get(key)
+        own_paths: set[QuotaPath] = set()
+        own: dict[str, int] = {}
+        if job is not None and job.held and job.used_path is not None:
+            own_paths = {node.path for node in self._path_nodes(job.used_path)}
+            own = dict(job.used_shape)
+        for info in reversed(self._path_nodes(quota)):
+            mine = own if info.path in own_paths else {}
+            for resource, amount in shape_of(requests):
+                cap = info.cap.get(resource)
+                used = info.used.get(resource, 0) - mine.get(resource, 0)
+                if cap is None or used + amount <= cap:
+                    continue
+                path, holder = info.path, self._holder_on(info.path, key)
+                if holder is not None:
+                    return reasons.held_for_preemptor(path, resource, used, amount, cap, holder)
+                rate = self.config.oversell_rate
+                return reasons.quota_exceeded(
+                    path, resource, used, amount, info.max[resource], cap, rate
+                )
+        return None
+
+    def reclaim_preview(self, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
+        """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
+
+        ``(None, victims)`` when reclaim would make room (the minimal victim set of section 5,
+        as the ``Preempted`` decisions a pass would make), else ``(why not, [])``. Nothing is
+        decided: usage, caches, the clock and the pruning data are put back exactly as they
+        were.
+        """
+        job = self._jobs.get(key)
+        if job is None or job.state != PENDING or job.leaf is None:
+            return f"it is not waiting in a queue ({'unknown' if job is None else job.state})", []
+        if job.held:
+            return "capacity is already held for it: its victims are stopping", []
+        if self._fits(job):
+            return "it fits without preempting anything; the next decision pass admits it", []
+        refusal = self._reclaim_refusal(job)
+        if refusal is not None:
+            return refusal, []
+        saved = (self._now, set(self._dirty), dict(self._share_cache), dict(self._reclaim_failed))
+        self._now = now
+        try:
+            removed = self._reclaim(job)
+            if removed is None:
+                return (
+                    "no set of borrowing workloads elsewhere (or lower-priority ones of its own "
+                    "leaf, with LowerPriority) would make room; workloads within their minimum "
+                    "runtime are protected",
+                    [],
+                )
+            victims = [self._preview_victim(job, victim, why) for victim, why in removed]
+            for victim, _ in removed:
+                assert victim.used_path is not None
+                self._account(victim.used_path, victim.used_shape, victim.zone)
+            return None, victims
+        finally:
+            self._now, self._dirty, self._share_cache, self._reclaim_failed = saved
+
+    def _reclaim_refusal(self, job: Job) -> str | None:
+        from usher.core.quantity import format_quantity
+
+        assert job.leaf is not None
+        info = self._tree.nodes[job.leaf]
+        if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+            return f"no schedulable node of zone {job.zone} can host one of its pods"
+        if self._within_min(info, job.shape) or info.within_quota == "LowerPriority":
+            return None
+        for resource, amount in job.shape:
+            used, minimum = info.used.get(resource, 0), info.min.get(resource, 0)
+            if used + amount > minimum:
+                return (
+                    f"{job.leaf} {resource} {format_quantity(resource, used)} used + "
+                    f"{format_quantity(resource, amount)} requested > min "
+                    f"{format_quantity(resource, minimum)}: reclaim only restores a guarantee, "
+                    "and within-quota preemption is Never"
+                )
+        return None
+
+    def _preview_victim(self, job: Job, victim: Job, why: Reason) -> Preempted:
+        assert victim.used_path is not None
+        info = self._tree.nodes.get(victim.used_path)
+        queue = info.queue if info is not None and info.queue is not None else QueueName("")
+        return Preempted(
+            workload=victim.key, queue=queue, quota=victim.used_path, preemptor=job.key, reason=why
+        )
+
 
 class _Pass:
     """One decision pass: queues offer candidates, the best is tried, until none is left."""

@@ -1,0 +1,196 @@
+"""History commands after real runs: the seed scenarios through the whole stack, then the CLI.
+
+emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger: the log and the ledger a real run
+leaves behind are audited (no findings), exported, tampered with (the audit names the
+decision), replayed with other settings (``what-if --oversell 2`` admits both seed-1 jobs),
+imported into another installation, and explained (the seed-3 victim's Preempted history and
+reclaim reason). Every command runs as a person would: ``python -m usher.cli ...``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+from nats.js import JetStreamContext
+
+from tests.conftest import REPO, Infra
+from tests.e2e.harness import InProcessStack, kube_api, play, quiesce
+from usher.adapters.kube_emulator import KubeEmulator
+from usher.adapters.nats.log import delete_streams
+from usher.adapters.nats.subjects import Subjects
+from usher.core import sim
+from usher.core.config import EngineConfig
+
+SHARED = REPO.parent / "shared" / "scenarios"
+SCENARIOS = SHARED if SHARED.exists() else REPO / "tests" / "scenarios"
+SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
+
+
+@pytest.fixture
+async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
+    async with KubeEmulator(kubeconfig_path=tmp_path / "kubeconfig", kubelet=True) as emulator:
+        yield emulator
+
+
+def config_of(path: Path) -> EngineConfig:
+    return sim.load_scenario(yaml.safe_load(path.read_text()), str(path)).config
+
+
+async def run_scenario(
+    path: Path, infra: Infra, subjects: Subjects, js: JetStreamContext, url: str, emu: KubeEmulator
+) -> None:
+    """Play the scenario through the four services and wait until the log is quiet."""
+    stack = InProcessStack(
+        nats_url=infra.nats_url,
+        database_url=url,
+        subjects=subjects,
+        kubeconfig=emu.kubeconfig_path,
+        engine=config_of(path),
+    )
+    await stack.start()
+    try:
+        async with kube_api(emu) as api:
+            await play(path, api, js, subjects)
+            await quiesce(js, subjects)
+        assert not stack.failures()
+    finally:
+        await stack.stop()
+
+
+async def usher(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("USHER_")}
+    env["USHER_HOME"] = str(home)
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "usher.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def tamper_first_admitted(source: Path, target: Path) -> tuple[int, str]:
+    """Halve the requests of the first Admitted (JSON stays valid); its seq and event id."""
+    lines = source.read_text().splitlines()
+    out, found = [lines[0]], (0, "")
+    for line in lines[1:]:
+        entry = json.loads(line)
+        event = entry["envelope"]["event"]
+        if not found[0] and event["type"] == "decision.admitted.v1":
+            event["requests"]["cpu"] //= 2
+            found = (entry["seq"], entry["envelope"]["id"])
+        out.append(json.dumps(entry))
+    target.write_text("\n".join(out) + "\n")
+    return found
+
+
+@pytest.mark.parametrize("name", SEEDS, ids=[n.removesuffix(".yaml") for n in SEEDS])
+async def test_history_commands_after_a_real_run(
+    name: str,
+    infra: Infra,
+    subjects: Subjects,
+    js: JetStreamContext,
+    migrated_url: str,
+    emu: KubeEmulator,
+    tmp_path: Path,
+) -> None:
+    path = SCENARIOS / name
+    await run_scenario(path, infra, subjects, js, migrated_url, emu)
+    live = ["--nats", infra.nats_url, "--prefix", subjects.prefix]
+    policy = ["--policy", config_of(path).policy]
+
+    audited = await usher(tmp_path, "audit", *live, *policy, "--database", migrated_url)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert "ledger: " in audited.stdout and "OK" in audited.stdout
+
+    exported = tmp_path / "log.jsonl"
+    result = await usher(tmp_path, "log", "export", str(exported), *live)
+    assert result.returncode == 0, result.stderr
+    offline = await usher(tmp_path, "audit", "--file", str(exported), *policy)
+    assert offline.returncode == 0, offline.stdout + offline.stderr
+
+    live_state = await usher(tmp_path, "replay", *live, *policy, "-o", "json")
+    file_state = await usher(tmp_path, "replay", "--file", str(exported), *policy, "-o", "json")
+    assert live_state.returncode == 0, live_state.stderr
+    assert live_state.stdout == file_state.stdout
+
+    tampered = tmp_path / "tampered.jsonl"
+    seq, event_id = tamper_first_admitted(exported, tampered)
+    caught = await usher(tmp_path, "audit", "--file", str(tampered), *policy)
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    assert f"seq {seq}" in caught.stdout and event_id in caught.stdout
+    assert "wrong-requests" in caught.stdout
+
+    if name.startswith("01"):
+        await _what_if_oversell_two(tmp_path, exported)
+    if name.startswith("03"):
+        await _explain_the_victim(tmp_path, live)
+
+
+async def _what_if_oversell_two(home: Path, exported: Path) -> None:
+    result = await usher(home, "what-if", "--oversell", "2", "--file", str(exported), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["overall"]["baseline"]["admitted"] == 1
+    assert report["overall"]["whatif"]["admitted"] == 2
+    assert report["overall"]["whatif"]["pending_at_end"] == 0
+    [difference] = report["differences"]
+    assert (difference["workload"], difference["action"]) == ("user-a/pi-2xtcj", "admit")
+    assert difference["baseline_at"] is None and difference["whatif_at"] is not None
+
+
+async def _explain_the_victim(home: Path, live: list[str]) -> None:
+    result = await usher(home, "explain", "user-b/borrow", *live)
+    assert result.returncode == 0, result.stderr
+    assert "Pending" in result.stdout
+    assert "Preempted" in result.stdout and "by user-c/urgent" in result.stdout
+    assert "Reclaim: user-c/urgent reclaims the guarantee of root/Department-b" in result.stdout
+    doc = json.loads((await usher(home, "explain", "user-b/borrow", *live, "-o", "json")).stdout)
+    assert doc["reclaim"]["possible"] is False
+    whats = [line["what"] for line in doc["history"]]
+    assert "Preempted" in whats and "Released" in whats
+    unknown = await usher(home, "explain", "user-b/nobody", *live)
+    assert unknown.returncode == 3 and "unknown workload" in unknown.stderr
+
+
+async def test_log_import_into_another_installation(
+    infra: Infra,
+    subjects: Subjects,
+    js: JetStreamContext,
+    migrated_url: str,
+    emu: KubeEmulator,
+    tmp_path: Path,
+) -> None:
+    await run_scenario(SCENARIOS / SEEDS[0], infra, subjects, js, migrated_url, emu)
+    exported = tmp_path / "log.jsonl"
+    source = ["--nats", infra.nats_url, "--prefix", subjects.prefix]
+    assert (await usher(tmp_path, "log", "export", str(exported), *source)).returncode == 0
+    other = Subjects(f"t{secrets.token_hex(4)}")
+    target = ["--nats", infra.nats_url, "--prefix", other.prefix]
+    try:
+        imported = await usher(tmp_path, "log", "import", str(exported), *target)
+        assert imported.returncode == 0, imported.stderr
+        entries = len(exported.read_text().splitlines()) - 1
+        assert f"imported {entries} entries" in imported.stdout
+        refused = await usher(tmp_path, "log", "import", str(exported), *target)
+        assert refused.returncode == 2 and "--force" in refused.stderr
+        again = await usher(tmp_path, "log", "import", str(exported), *target, "--force")
+        assert again.returncode == 0 and f"({entries} already there" in again.stdout
+        original = await usher(tmp_path, "replay", *source, "-o", "json")
+        copy = await usher(tmp_path, "replay", *target, "-o", "json")
+        assert copy.returncode == 0, copy.stderr
+        assert json.loads(copy.stdout)["jobs"] == json.loads(original.stdout)["jobs"]
+        missing = await usher(tmp_path, "replay", "--nats", infra.nats_url, "--prefix", "nobody")
+        assert missing.returncode == 4 and "no log stream NOBODY_LOG" in missing.stderr
+    finally:
+        await delete_streams(js, other)

@@ -1,0 +1,474 @@
+"""History commands: ``usher replay``, ``audit``, ``what-if``, ``explain``, ``log export|import``.
+
+What it does: reads the log (from the running installation over NATS, or offline from a file
+written by ``usher log export``), hands it to the pure history modules of the core, prints a
+table for people or JSON for scripts, and maps every expected failure to one line and an exit
+code: 1 audit findings; 2 usage (bad TIME, bad option, a non-empty stream without --force);
+3 bad input (missing or malformed file, invalid tree, a workload the log never mentions);
+4 unavailable (no stack running, NATS or PostgreSQL unreachable, no log stream).
+Engine settings (``--policy``, ``--oversell-rate``, ``--within-quota``, ``--min-runtime``)
+resolve like ``usher run``: option, else ``USHER_*`` variable, else the defaults; give the
+installation's own so that reasons and checks match what its services did.
+What it must never do: decide anything itself, write to the log except ``log import``, or
+print a traceback for an expected failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from schemas import Millis, WorkloadKey
+from services.common.settings import ServiceSettings, SettingsError, load_settings, parse_rate
+from usher.adapters.nats.export import (
+    ExportFileError,
+    LogStreamMissing,
+    LogUnavailable,
+    StreamNotEmpty,
+    export_log,
+    fetch_log,
+    import_log,
+    read_export_file,
+)
+from usher.adapters.nats.subjects import Subjects
+from usher.adapters.pg.audit_reads import LedgerUnavailable, read_ledger
+from usher.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_DIFFERENCES,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    cli,
+    fail,
+    load_yaml_file,
+    report_input_error,
+)
+from usher.core import audit as auditing
+from usher.core import explain as explaining
+from usher.core import history as hist
+from usher.core import whatif
+from usher.core.config import EngineConfig, Policy, WithinQuota
+from usher.core.errors import InputError
+from usher.core.tree import parse_tree
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+OUTPUT = click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="Table for people, JSON for scripts.",
+)
+
+
+def _source(command: F) -> F:
+    """``--file`` (offline) or ``--nats``/``--prefix`` (the running installation)."""
+    for option in reversed(
+        (
+            click.option(
+                "--file",
+                "log_file",
+                type=click.Path(path_type=Path),
+                default=None,
+                help="Read an exported log (usher log export) instead of NATS.",
+            ),
+            click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL)."),
+            click.option("--prefix", default=None, help="Subject prefix of the installation."),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def _engine(command: F) -> F:
+    """The installation's decision settings, as ``usher run`` takes them."""
+    for option in reversed(
+        (
+            click.option("--policy", type=click.Choice(["Round", "Block"]), default=None),
+            click.option("--oversell-rate", default=None, help="max x rate is the cap."),
+            click.option(
+                "--within-quota", type=click.Choice(["Never", "LowerPriority"]), default=None
+            ),
+            click.option(
+                "--min-runtime", "min_runtime_s", type=float, default=None, help="Seconds."
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+@dataclass(frozen=True)
+class _Log:
+    """A log read for one command, and where it came from."""
+
+    history: hist.History
+    settings: ServiceSettings
+    live: bool
+
+
+def _settings(
+    *,
+    live: bool,
+    nats_url: str | None,
+    prefix: str | None,
+    database_url: str | None = None,
+    policy: str | None = None,
+    oversell_rate: str | None = None,
+    within_quota: str | None = None,
+    min_runtime_s: float | None = None,
+) -> ServiceSettings:
+    try:
+        settings = load_settings(
+            # Offline, no server is needed: a placeholder keeps the NATS URL from being required.
+            nats_url=nats_url or (None if live else "nats://offline"),
+            database_url=database_url,
+            prefix=prefix,
+            policy=policy,
+            oversell_rate=oversell_rate,
+            within_quota=within_quota,
+            min_runtime_s=min_runtime_s,
+        )
+    except SettingsError as exc:
+        if exc.name == "nats":
+            fail(f"no stack running: {exc.detail}", EXIT_UNAVAILABLE)
+        fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)
+    except ValueError as exc:
+        fail(f"settings: {exc}", EXIT_USAGE)
+    return settings
+
+
+def _read(log_file: Path | None, settings: ServiceSettings) -> hist.History:
+    if log_file is not None:
+        try:
+            _, entries = read_export_file(log_file)
+        except ExportFileError as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+        return hist.decode_history(entries)
+    subjects = Subjects(settings.prefix)
+    try:
+        _, entries = asyncio.run(fetch_log(settings.nats_url, subjects))
+    except LogUnavailable as exc:
+        fail(f"{exc} (is the stack running? start it with `usher up`)", EXIT_UNAVAILABLE)
+    except LogStreamMissing as exc:
+        fail(f"{exc} at {settings.nats_url}: wrong --prefix, or nothing ran yet", EXIT_UNAVAILABLE)
+    return hist.decode_history(entries)
+
+
+def _load(log_file: Path | None, **options: Any) -> _Log:
+    live = log_file is None
+    settings = _settings(live=live, **options)
+    return _Log(history=_read(log_file, settings), settings=settings, live=live)
+
+
+def _config(settings: ServiceSettings) -> EngineConfig:
+    """The installation's settings, deciding for every zone (a replay sees them all)."""
+    return replace(settings.engine, zones=None)
+
+
+def _when(option: str, text: str | None, history: hist.History) -> Millis | None:
+    if text is None:
+        return None
+    try:
+        return hist.parse_time(text, history.end_ms)
+    except hist.TimeError as exc:
+        fail(f"{option} {exc.text!r}: {exc.detail}", EXIT_USAGE)
+
+
+def _print(text: str) -> None:
+    click.echo(text, nl=False)
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+@cli.command("replay")
+@click.option("--until", metavar="TIME", default=None, help="ISO-8601 or relative (-10m).")
+@click.option("--seq", "until_seq", type=click.IntRange(min=0), default=None, metavar="N")
+@OUTPUT
+@_source
+@_engine
+def replay_command(
+    until: str | None, until_seq: int | None, output: str, log_file: Path | None, **options: Any
+) -> None:
+    """Queue state at any point, rebuilt from the log alone.
+
+    Folds every entry up to TIME (the longest prefix of the log at or before it; a relative
+    TIME like -10m counts back from the log's last entry) or stream sequence N, and prints
+    queues with positions, workloads with states and reasons, and quota used/min/max.
+    """
+    if until is not None and until_seq is not None:
+        fail("give --until or --seq, not both", EXIT_USAGE)
+    log = _load(log_file, **options)
+    state = hist.replay(
+        log.history,
+        _config(log.settings),
+        until_ms=_when("--until", until, log.history),
+        until_seq=until_seq,
+    )
+    _print(hist.render_replay_json(state) if output == "json" else hist.render_replay_table(state))
+
+
+# ---------------------------------------------------------------------------- audit
+
+
+@cli.command("audit")
+@click.option("--since", metavar="TIME", default=None, help="Report decisions from TIME on.")
+@click.option(
+    "--database",
+    "database_url",
+    default=None,
+    help="Ledger database to compare with (live default: $USHER_DATABASE_URL / stack.json).",
+)
+@click.option("--no-ledger", is_flag=True, help="Skip the comparison with the ledger.")
+@OUTPUT
+@_source
+@_engine
+def audit_command(
+    since: str | None,
+    database_url: str | None,
+    no_ledger: bool,
+    output: str,
+    log_file: Path | None,
+    **options: Any,
+) -> None:
+    """Re-derive every recorded decision from the log before it; list what is not justified.
+
+    Exit 0 when every decision is justified and the ledger agrees with the log, 1 when there
+    are findings (each names the decision: seq, event id, workload, and why). Offline
+    (--file) the ledger part is skipped unless --database is given.
+    """
+    log = _load(log_file, database_url=database_url, **options)
+    url = None if no_ledger else (database_url or (log.settings.database_url if log.live else None))
+    ledger = None
+    if url is not None:
+        try:
+            ledger = asyncio.run(read_ledger(url))
+        except LedgerUnavailable as exc:
+            fail(str(exc), EXIT_UNAVAILABLE)
+    report = auditing.audit(
+        log.history,
+        _config(log.settings),
+        since_ms=_when("--since", since, log.history),
+        ledger=ledger,
+    )
+    text = auditing.render_audit_json(report) if output == "json" else None
+    _print(text or auditing.render_audit_table(report))
+    if report.findings:
+        sys.exit(EXIT_DIFFERENCES)
+
+
+# ---------------------------------------------------------------------------- what-if
+
+
+def _policy(raw: str) -> Policy:
+    return "Block" if raw == "Block" else "Round"
+
+
+def _within(raw: str) -> WithinQuota:
+    return "LowerPriority" if raw == "LowerPriority" else "Never"
+
+
+def _config_of(policy: str, rate: str, within: str, runtime_s: float) -> EngineConfig:
+    try:
+        return EngineConfig(
+            policy=_policy(policy),
+            oversell_rate=parse_rate(rate),
+            within_quota=_within(within),
+            min_runtime_ms=round(runtime_s * 1000),
+        )
+    except SettingsError as exc:
+        fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+
+
+def _tree(path: Path) -> whatif.Variant:
+    manifest = load_yaml_file(path)
+    try:
+        root = parse_tree(manifest)
+    except InputError as exc:
+        report_input_error(str(path), exc)
+        sys.exit(EXIT_BAD_INPUT)
+    return whatif.Variant(config=EngineConfig(), tree=root, tree_label=str(path))
+
+
+POLICY = click.Choice(["Round", "Block"])
+WITHIN = click.Choice(["Never", "LowerPriority"])
+
+
+@cli.command("what-if")
+@click.option("--tree", type=click.Path(path_type=Path), default=None, help="ElasticQuotaTree.")
+@click.option("--policy", type=POLICY, default=None)
+@click.option("--oversell", "--oversell-rate", "oversell", default=None, metavar="RATE")
+@click.option("--within-quota", type=WITHIN, default=None, metavar="MODE")
+@click.option("--min-runtime", "min_runtime_s", type=float, default=None, metavar="SECONDS")
+@click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
+@click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
+@click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
+@click.option("--baseline-min-runtime", type=float, default=0.0, show_default=True)
+@click.option("--since", metavar="TIME", default=None, help="Replay from TIME (state as recorded).")
+@click.option("--until", metavar="TIME", default=None, help="Stop the replay at TIME.")
+@click.option(
+    "--window-ms",
+    type=click.IntRange(min=0),
+    default=whatif.DEFAULT_WINDOW_MS,
+    show_default=True,
+    help="Events this close to a group's first one form one group.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=whatif.DEFAULT_LIMIT,
+    show_default=True,
+    help="Differing decisions to show.",
+)
+@OUTPUT
+@_source
+def what_if_command(
+    tree: Path | None,
+    policy: str | None,
+    oversell: str | None,
+    within_quota: str | None,
+    min_runtime_s: float | None,
+    baseline_policy: str,
+    baseline_oversell: str,
+    baseline_within_quota: str,
+    baseline_min_runtime: float,
+    since: str | None,
+    until: str | None,
+    window_ms: int,
+    limit: int,
+    output: str,
+    log_file: Path | None,
+    nats_url: str | None,
+    prefix: str | None,
+) -> None:
+    """Replay the recorded inputs with other settings and compare with the baseline.
+
+    Cluster events are replayed through the core twice, with the baseline settings (the
+    --baseline-* options: Round, 1, Never, 0 s unless given) and with the changed ones; a
+    pass runs after each group of events that arrived together and at min-runtime wakeups.
+    Recorded decisions are ignored; finishes and deletions happen when they happened.
+    """
+    changes = (tree, policy, oversell, within_quota, min_runtime_s)
+    if all(change is None for change in changes):
+        fail(
+            "nothing to compare: give --tree, --policy, --oversell, --within-quota or "
+            "--min-runtime",
+            EXIT_USAGE,
+        )
+    base = _config_of(
+        baseline_policy, baseline_oversell, baseline_within_quota, baseline_min_runtime
+    )
+    changed = _config_of(
+        policy or baseline_policy,
+        oversell or baseline_oversell,
+        within_quota or baseline_within_quota,
+        min_runtime_s if min_runtime_s is not None else baseline_min_runtime,
+    )
+    alternative = _tree(tree) if tree is not None else whatif.Variant(config=changed)
+    log = _load(log_file, nats_url=nats_url, prefix=prefix)
+    spec = whatif.WhatIfSpec(
+        baseline=whatif.Variant(config=base),
+        changed=replace(alternative, config=changed),
+        since_ms=_when("--since", since, log.history),
+        until_ms=_when("--until", until, log.history),
+        window_ms=window_ms,
+        limit=limit,
+    )
+    report = whatif.what_if(log.history, spec)
+    json_out = output == "json"
+    _print(whatif.render_whatif_json(report) if json_out else whatif.render_whatif_table(report))
+
+
+# ---------------------------------------------------------------------------- explain
+
+
+@cli.command("explain")
+@click.argument("workload", metavar="NS/NAME")
+@OUTPUT
+@_source
+@_engine
+def explain_command(workload: str, output: str, log_file: Path | None, **options: Any) -> None:
+    """Why NS/NAME is where it is: state, queue, limit, reclaim, and its history on the log.
+
+    The reclaim dry run uses the current time (the last entry's time with --file). A
+    workload the log never mentions is bad input (exit 3).
+    """
+    namespace, _, name = workload.partition("/")
+    if not namespace or not name or "/" in name:
+        fail(f"{workload!r}: expected NAMESPACE/NAME", EXIT_USAGE)
+    log = _load(log_file, **options)
+    end = log.history.end_ms
+    now = Millis(int(time.time() * 1000)) if log.live or end is None else end
+    try:
+        explanation = explaining.explain(
+            log.history, _config(log.settings), WorkloadKey(workload), now
+        )
+    except explaining.UnknownWorkload as exc:
+        fail(f"unknown workload {exc.workload}: it does not appear on the log", EXIT_BAD_INPUT)
+    text = explaining.render_explain_json(explanation) if output == "json" else None
+    _print(text or explaining.render_explain_table(explanation))
+
+
+# ---------------------------------------------------------------------------- log export/import
+
+
+@cli.group("log")
+def log_group() -> None:
+    """Export the log to a file, or import such a file into an installation's log."""
+
+
+@log_group.command("export")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL).")
+@click.option("--prefix", default=None, help="Subject prefix of the installation.")
+def export_command(file: Path, nats_url: str | None, prefix: str | None) -> None:
+    """Write every log entry (seq, subject, raw envelope) to FILE, one JSON line each."""
+    settings = _settings(live=True, nats_url=nats_url, prefix=prefix)
+    subjects = Subjects(settings.prefix)
+    try:
+        header = asyncio.run(export_log(settings.nats_url, subjects, file))
+    except LogUnavailable as exc:
+        fail(f"{exc} (is the stack running? start it with `usher up`)", EXIT_UNAVAILABLE)
+    except LogStreamMissing as exc:
+        fail(f"{exc} at {settings.nats_url}: wrong --prefix, or nothing ran yet", EXIT_UNAVAILABLE)
+    except ExportFileError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    click.echo(
+        f"exported {header.entries} entries (seq {header.first_seq}..{header.last_seq}) "
+        f"of {header.stream} to {file}"
+    )
+
+
+@log_group.command("import")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--force", is_flag=True, help="Append even if the log stream is not empty.")
+@click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL).")
+@click.option("--prefix", default=None, help="Subject prefix of the installation.")
+def import_command(file: Path, force: bool, nats_url: str | None, prefix: str | None) -> None:
+    """Publish FILE's entries into the log, in order, keeping each id as Nats-Msg-Id."""
+    settings = _settings(live=True, nats_url=nats_url, prefix=prefix)
+    subjects = Subjects(settings.prefix)
+    try:
+        result = asyncio.run(import_log(settings.nats_url, subjects, file, force=force))
+    except ExportFileError as exc:
+        fail(str(exc), EXIT_BAD_INPUT)
+    except LogUnavailable as exc:
+        fail(f"{exc} (is the stack running? start it with `usher up`)", EXIT_UNAVAILABLE)
+    except StreamNotEmpty as exc:
+        fail(f"{exc}; pass --force to append to it", EXIT_USAGE)
+    new = result.published - result.duplicates
+    click.echo(
+        f"imported {new} entries into {result.stream} "
+        f"({result.duplicates} already there, dropped by id)"
+    )

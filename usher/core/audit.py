@@ -1,0 +1,608 @@
+"""Audit: is every decision on the log justified by the log before it, and does the ledger agree?
+
+What "re-derive" checks. Decision passes are not on the log: a dequeuer decides at moments the
+log does not record, on the state it had then, and the ledger publishes the outcome a little
+later. So the audit does not re-run passes and compare lists (their timing alone would make
+them differ). It walks the log once, folding every entry into the same pure ``Engine`` the
+services use (built with the installation's settings), and checks each recorded decision
+against the state *just before it*:
+
+* ``Admitted``: the workload was observed and is waiting (pending in its queue, or holding
+  capacity freed for it by a preemption); it holds no live allocation (an ``Admitted`` not yet
+  followed by its ``Released``); the decision's ``quota`` is the workload's leaf and ``queue``
+  that leaf's queue; ``requests`` equal the observed workload's (count x per-pod requests
+  summed over pod sets) and ``zone`` its zone; and ``used + requested <= max x oversellRate``
+  on every node root..leaf (``Engine.admission_shortfall``: its own held capacity set aside,
+  capacity held for another preemptor counted). Zone capacity is not checked: the ledger does
+  not arbitrate it.
+* ``Preempted``: the victims of one preemptor are consecutive on the log (one ledger
+  transaction); each group is checked once with ``Engine.check_preemption`` at the group's
+  time: the preemptor waits, every victim is admitted (on the quota the decision names), past
+  its minimum runtime, and borrowing what the preemptor (within its ``min``) asks for, or of
+  lower priority in the same leaf under ``LowerPriority``; and the preemptor fits once they
+  are gone.
+* ``Released``: something was held (a live ``Admitted``, or a preemption hold), quota and
+  requests are those of its ``Admitted``, and its cause is on the log since it was admitted
+  (or held): ``Finished``/``Failed`` -> a ``WorkloadFinished`` (succeeded or not),
+  ``Deleted`` -> a ``WorkloadDeleted``, ``Preempted`` -> its ``Preempted`` decision, then an
+  observation of it stopped (suspended, or finished).
+* ``Inadmissible``/``Unmapped``: the engine classifies the workload the same way at that point
+  (same state and reason code; same quota for ``Inadmissible``). Classification happens when
+  events are applied, not in passes, so this is exact.
+* A ledger decision (``Admitted``/``Preempted``/``Released``) recorded twice under one event
+  id, and an entry that does not decode, are findings too.
+
+Known ways a finding can appear without a bug, so that findings can be judged: the services
+ran with other settings than the audit was given (policy, oversell rate, within-quota, min
+runtime), or a tree change reached the log after the ledger granted on the previous tree.
+
+``check_ledger`` compares the ledger's rows with the log: every allocation that was admitted,
+preempted or released has the matching ``ledger:<action>:<workload>:<allocation id>`` event
+on the log; every such event on the log has its allocation (same workload; admitted/released
+as the event says); decisions of those types not written by the ledger's outbox, and outbox
+rows not published yet, are reported.
+
+What it must never do: perform I/O or read a clock, decide anything new, or stop at the first
+finding (every finding is listed, in log order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import msgspec
+
+from schemas import (
+    Admitted,
+    Inadmissible,
+    Millis,
+    Pending,
+    Preempted,
+    QuotaPath,
+    Released,
+    Unmapped,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+)
+from usher.core.config import EngineConfig
+from usher.core.engine import Engine
+from usher.core.history import History, LogItem, format_datetime, format_resources, to_datetime
+from usher.core.state import shape_of
+
+LEDGER_TYPES = (Admitted, Preempted, Released)
+_ACTION_OF: dict[type, str] = {Admitted: "admitted", Preempted: "preempted", Released: "released"}
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    """One decision (or ledger row) that is not justified, and exactly why."""
+
+    check: str
+    """Stable code: ``not-pending``, ``over-quota``, ``wrong-requests``, ``no-cause``, ..."""
+    message: str
+    decision: str
+    """``Admitted``, ``Preempted``, ``Released``, ``Inadmissible``, ``Unmapped``, ``entry``,
+    ``allocation`` or ``outbox``."""
+    seq: int | None = None
+    event_id: str | None = None
+    workload: WorkloadKey | None = None
+    time: datetime | None = None
+
+
+class AllocationRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the ledger's ``allocations`` table, as the audit needs it."""
+
+    id: int
+    workload: WorkloadKey
+    quota: QuotaPath
+    state: str
+    reserved_at: datetime | None = None
+    admitted_at: datetime | None = None
+    preempted_at: datetime | None = None
+    released_at: datetime | None = None
+    release_cause: str | None = None
+    preemptor: WorkloadKey | None = None
+
+
+class OutboxRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """An outbox row not published yet."""
+
+    id: int
+    event_id: str
+    subject: str
+    created_at: datetime | None = None
+
+
+class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    """What the ledger holds: every allocation and the unpublished outbox rows."""
+
+    allocations: list[AllocationRecord]
+    unpublished: list[OutboxRecord]
+
+
+class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``usher audit`` prints: counts and every finding."""
+
+    entries: int
+    decisions: int
+    """Decisions re-derived (at or after ``since``)."""
+    allocations: int | None
+    """Allocations compared with the log; ``None`` when the ledger was not checked."""
+    since: datetime | None
+    findings: list[Finding]
+
+
+# ---------------------------------------------------------------------------- the log part
+
+
+@dataclass
+class _Since:
+    """What the log said about one workload since it was last admitted (or held)."""
+
+    finished: bool = False
+    failed: bool = False
+    deleted: bool = False
+    preempted_seq: int | None = None
+    stopped_after_preempt: bool = False
+
+
+@dataclass
+class _Auditor:
+    engine: Engine
+    findings: list[Finding] = field(default_factory=list)
+    observed: dict[WorkloadKey, WorkloadObserved] = field(default_factory=dict)
+    live: dict[WorkloadKey, tuple[int, Admitted]] = field(default_factory=dict)
+    held: set[WorkloadKey] = field(default_factory=set)
+    since: dict[WorkloadKey, _Since] = field(default_factory=dict)
+    seen_ids: dict[str, int] = field(default_factory=dict)
+    decisions: int = 0
+    since_ms: Millis | None = None
+
+    def note(self, item: LogItem, check: str, message: str) -> None:
+        event = item.event
+        workload = getattr(event, "workload", None)
+        self.findings.append(
+            Finding(
+                check=check,
+                message=message,
+                decision=type(event).__name__,
+                seq=item.seq,
+                event_id=item.envelope.id,
+                workload=workload,
+                time=item.envelope.time,
+            )
+        )
+
+    def run(self, items: Sequence[LogItem]) -> None:
+        index = 0
+        while index < len(items):
+            item = items[index]
+            event = item.event
+            if isinstance(event, Preempted):
+                end = index + 1
+                while end < len(items) and _same_group(items[end], event.preemptor):
+                    end += 1
+                self.preempted(items[index:end])
+                index = end
+                continue
+            self.one(item)
+            index += 1
+
+    def should_check(self, item: LogItem, *, ledger: bool = True) -> bool:
+        """Whether to re-derive ``item``: inside the window, and not a repeat of a decision.
+
+        Decisions before ``since`` are only folded. A ledger decision whose event id was
+        already on the log is a finding (``duplicate``) instead of being checked again.
+        """
+        first = self.seen_ids.setdefault(item.envelope.id, item.seq) if ledger else item.seq
+        if self.since_ms is not None and item.time_ms < self.since_ms:
+            return False
+        self.decisions += 1
+        if first != item.seq:
+            self.note(item, "duplicate", f"recorded twice: the same decision is at seq {first}")
+            return False
+        return True
+
+    def one(self, item: LogItem) -> None:
+        event = item.event
+        match event:
+            case Admitted():
+                if self.should_check(item):
+                    self.check_admitted(item, event)
+                self.engine.apply(event, item.time_ms)
+                self.live[event.workload] = (item.seq, event)
+                self.held.discard(event.workload)
+                self.since[event.workload] = _Since()
+            case Released():
+                if self.should_check(item):
+                    self.check_released(item, event)
+                self.engine.apply(event, item.time_ms)
+                self.live.pop(event.workload, None)
+                self.held.discard(event.workload)
+            case Inadmissible() | Unmapped():
+                if self.should_check(item, ledger=False):
+                    self.check_classified(item, event)
+                self.engine.apply(event, item.time_ms)
+            case Pending():
+                self.engine.apply(event, item.time_ms)
+            case _:
+                self.track(event)
+                self.engine.apply(event, item.time_ms)
+
+    def track(self, event: object) -> None:
+        """Remember what cluster events say a ledger release may rely on."""
+        if isinstance(event, WorkloadObserved):
+            self.observed[event.workload] = event
+            mark = self.since.get(event.workload)
+            if event.suspended and mark is not None and mark.preempted_seq is not None:
+                mark.stopped_after_preempt = True
+        elif isinstance(event, WorkloadFinished):
+            mark = self.since.setdefault(event.workload, _Since())
+            mark.finished |= event.succeeded
+            mark.failed |= not event.succeeded
+            mark.stopped_after_preempt |= mark.preempted_seq is not None
+        elif isinstance(event, WorkloadDeleted):
+            self.since.setdefault(event.workload, _Since()).deleted = True
+
+    # -- Admitted
+
+    def check_admitted(self, item: LogItem, event: Admitted) -> None:
+        key = event.workload
+        view = self.engine.job_state(key)
+        observed = self.observed.get(key)
+        if view is None or observed is None:
+            self.note(item, "not-observed", f"{key} is not on the log before it (or was deleted)")
+            return
+        if view.state != "Pending":
+            self.note(item, "not-pending", f"{key} was {view.state}, not waiting in a queue")
+            return
+        if key in self.live:
+            seq = self.live[key][0]
+            self.note(item, "already-admitted", f"its Admitted at seq {seq} was never released")
+        if view.quota != event.quota:
+            self.note(item, "wrong-quota", f"quota {event.quota}, but its leaf is {view.quota}")
+        elif view.queue != event.queue:
+            self.note(item, "wrong-queue", f"queue {event.queue}, but its queue is {view.queue}")
+        wanted = _observed_requests(observed)
+        if shape_of(event.requests) != shape_of(wanted):
+            self.note(
+                item,
+                "wrong-requests",
+                f"requests {format_resources(event.requests)}, but the observed workload "
+                f"requests {format_resources(wanted)}",
+            )
+        if event.zone != observed.zone:
+            self.note(item, "wrong-zone", f"zone {event.zone}, but it is in zone {observed.zone}")
+        shortfall = self.engine.admission_shortfall(key, event.quota, event.requests)
+        if shortfall is not None:
+            self.note(item, "over-quota", f"{shortfall.code}: {shortfall.message}")
+
+    # -- Preempted
+
+    def preempted(self, group: Sequence[LogItem]) -> None:
+        events = [_as_preempted(item) for item in group]
+        preemptor = events[0].preemptor
+        checked = [
+            (item, event)
+            for item, event in zip(group, events, strict=True)
+            if self.should_check(item)
+        ]
+        if checked:
+            self.check_preempted(checked, [e.workload for e in events], group[0].time_ms)
+        for item, event in zip(group, events, strict=True):
+            self.engine.apply(event, item.time_ms)
+            self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
+        self.held.add(preemptor)
+        self.since[preemptor] = _Since()
+
+    def check_preempted(
+        self, checked: list[tuple[LogItem, Preempted]], victims: list[WorkloadKey], now: Millis
+    ) -> None:
+        for item, event in checked:
+            view = self.engine.job_state(event.workload)
+            if view is not None and view.state == "Admitted" and view.quota != event.quota:
+                self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
+        preemptor = checked[0][1].preemptor
+        refusal = self.engine.check_preemption(preemptor, victims, now)
+        if refusal is None:
+            return
+        blamed = next((pair for pair in checked if pair[1].workload == refusal.blocker), checked[0])
+        self.note(blamed[0], "preemption-refused", f"{refusal.code}: {refusal.message}")
+
+    # -- Released
+
+    def check_released(self, item: LogItem, event: Released) -> None:
+        key = event.workload
+        if key not in self.live and key not in self.held:
+            self.note(
+                item,
+                "nothing-held",
+                f"{key} held nothing: no Admitted or preemption hold without a Released before it",
+            )
+        elif key in self.live:
+            seq, admitted = self.live[key]
+            same_requests = shape_of(admitted.requests) == shape_of(event.requests)
+            if admitted.quota != event.quota or not same_requests:
+                self.note(
+                    item,
+                    "wrong-release",
+                    f"releases {format_resources(event.requests)} on {event.quota}, but its "
+                    f"Admitted at seq {seq} holds {format_resources(admitted.requests)} on "
+                    f"{admitted.quota}",
+                )
+        missing = _missing_cause(event, self.since.get(key, _Since()))
+        if missing is not None:
+            self.note(item, "no-cause", missing)
+
+    # -- Inadmissible / Unmapped
+
+    def check_classified(self, item: LogItem, event: Inadmissible | Unmapped) -> None:
+        key = event.workload
+        expected = type(event).__name__
+        view = self.engine.job_state(key)
+        if view is None:
+            self.note(item, "unknown-workload", f"{key} is unknown (never observed, or deleted)")
+            return
+        if view.state != expected:
+            why = self.engine.reason_now(key)
+            detail = f" ({why.code}: {why.message})" if why is not None else ""
+            self.note(item, "core-disagrees", f"the core has {key} {view.state}{detail}")
+            return
+        if view.reason is None or view.reason.code != event.reason.code:
+            said = f"{view.reason.code}: {view.reason.message}" if view.reason else "no reason"
+            self.note(
+                item,
+                "core-disagrees",
+                f"the core says {said}; the decision says {event.reason.code}: "
+                f"{event.reason.message}",
+            )
+            return
+        quota = event.quota if isinstance(event, Inadmissible) else None
+        if quota is not None and quota != view.quota:
+            self.note(item, "wrong-quota", f"quota {quota}, but its leaf is {view.quota}")
+
+
+def _same_group(item: LogItem, preemptor: WorkloadKey) -> bool:
+    event = item.event
+    return isinstance(event, Preempted) and event.preemptor == preemptor
+
+
+def _as_preempted(item: LogItem) -> Preempted:
+    event = item.event
+    assert isinstance(event, Preempted)
+    return event
+
+
+def _observed_requests(event: WorkloadObserved) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for pod_set in event.pod_sets:
+        if pod_set.count <= 0:
+            continue
+        for resource, amount in pod_set.requests.items():
+            total[resource] = total.get(resource, 0) + amount * pod_set.count
+    return total
+
+
+def _missing_cause(event: Released, mark: _Since) -> str | None:
+    """Why the release has no cause on the log, or None when it has one."""
+    since = "since it was admitted"
+    if event.cause == "Finished" and not mark.finished:
+        return f"released as Finished, but no WorkloadFinished (succeeded) {since}"
+    if event.cause == "Failed" and not mark.failed:
+        return f"released as Failed, but no failed WorkloadFinished {since}"
+    if event.cause == "Deleted" and not mark.deleted:
+        return f"released as Deleted, but no WorkloadDeleted {since}"
+    if event.cause == "Preempted":
+        if mark.preempted_seq is None:
+            return f"released as Preempted, but no Preempted decision for it {since}"
+        if not mark.stopped_after_preempt:
+            return (
+                "released as Preempted, but it was not seen stopped (suspended or finished) "
+                f"after its Preempted decision at seq {mark.preempted_seq}"
+            )
+    return None
+
+
+def audit_log(
+    history: History, config: EngineConfig, *, since_ms: Millis | None = None
+) -> tuple[list[Finding], int]:
+    """Findings of the log part (in log order) and how many decisions were re-derived."""
+    auditor = _Auditor(engine=Engine(config), since_ms=since_ms)
+    for bad in history.bad:
+        auditor.findings.append(
+            Finding(
+                check="undecodable",
+                message=f"{bad.error}: {bad.detail}",
+                decision="entry",
+                seq=bad.seq,
+            )
+        )
+    auditor.run(history.items)
+    findings = sorted(auditor.findings, key=lambda f: f.seq or 0)
+    return findings, auditor.decisions
+
+
+# ---------------------------------------------------------------------------- the ledger part
+
+
+def parse_ledger_id(event_id: str) -> tuple[str, WorkloadKey, int] | None:
+    """``ledger:<action>:<namespace/name>:<allocation id>`` -> its parts, or None."""
+    head, sep, allocation = event_id.rpartition(":")
+    kind, _, rest = head.partition(":")
+    action, _, workload = rest.partition(":")
+    if not sep or kind != "ledger" or not workload or not allocation.isdigit():
+        return None
+    return action, WorkloadKey(workload), int(allocation)
+
+
+def _expected_events(row: AllocationRecord) -> list[tuple[str, datetime | None]]:
+    expected: list[tuple[str, datetime | None]] = []
+    if row.admitted_at is not None:
+        expected.append(("admitted", row.admitted_at))
+    if row.preempted_at is not None:
+        expected.append(("preempted", row.preempted_at))
+    if row.state == "released":
+        expected.append(("released", row.released_at))
+    return expected
+
+
+def check_ledger(
+    history: History, ledger: LedgerSnapshot, *, since_ms: Millis | None = None
+) -> list[Finding]:
+    """Where the ledger's allocations and outbox disagree with the log."""
+    on_log = {
+        item.envelope.id: item for item in history.items if isinstance(item.event, LEDGER_TYPES)
+    }
+    unpublished = {row.event_id for row in ledger.unpublished}
+    since = to_datetime(since_ms) if since_ms is not None else None
+    findings: list[Finding] = []
+    for row in ledger.allocations:
+        for action, when in _expected_events(row):
+            event_id = f"ledger:{action}:{row.workload}:{row.id}"
+            if event_id in on_log or event_id in unpublished:
+                continue
+            if since is not None and when is not None and when < since:
+                continue
+            stamp = format_datetime(when) if when is not None else "an unknown time"
+            findings.append(
+                Finding(
+                    check="missing-on-log",
+                    message=f"allocation {row.id} ({row.state}, {row.quota}) was {action} at "
+                    f"{stamp}, but {event_id} is not on the log",
+                    decision="allocation",
+                    event_id=event_id,
+                    workload=row.workload,
+                    time=when,
+                )
+            )
+    allocations = {row.id: row for row in ledger.allocations}
+    for item in on_log.values():
+        if since_ms is None or item.time_ms >= since_ms:
+            findings.extend(_against_allocation(item, allocations))
+    for outbox in ledger.unpublished:
+        findings.append(
+            Finding(
+                check="unpublished",
+                message=f"outbox row {outbox.id} on {outbox.subject} is not published yet",
+                decision="outbox",
+                event_id=outbox.event_id,
+                time=outbox.created_at,
+            )
+        )
+    return findings
+
+
+def _against_allocation(item: LogItem, allocations: dict[int, AllocationRecord]) -> list[Finding]:
+    event = item.event
+    assert isinstance(event, LEDGER_TYPES)
+
+    def finding(check: str, message: str) -> list[Finding]:
+        return [
+            Finding(
+                check=check,
+                message=message,
+                decision=type(event).__name__,
+                seq=item.seq,
+                event_id=item.envelope.id,
+                workload=event.workload,
+                time=item.envelope.time,
+            )
+        ]
+
+    parsed = parse_ledger_id(item.envelope.id)
+    if parsed is None:
+        return finding(
+            "not-from-ledger", "its id is not ledger:<action>:<workload>:<allocation id>"
+        )
+    action, workload, allocation_id = parsed
+    row = allocations.get(allocation_id)
+    if row is None:
+        return finding("no-allocation", f"the ledger has no allocation {allocation_id}")
+    if action != _ACTION_OF[type(event)] or workload != event.workload:
+        return finding("allocation-mismatch", f"its id does not describe this {action} decision")
+    if row.workload != event.workload or row.quota != event.quota:
+        return finding(
+            "allocation-mismatch",
+            f"allocation {row.id} is {row.workload} on {row.quota}, "
+            f"the decision says {event.workload} on {event.quota}",
+        )
+    if action == "admitted" and row.admitted_at is None:
+        return finding("allocation-mismatch", f"allocation {row.id} was never admitted")
+    if action == "released" and row.state != "released":
+        return finding("allocation-mismatch", f"allocation {row.id} is still {row.state}")
+    return []
+
+
+# ---------------------------------------------------------------------------- both
+
+
+def audit(
+    history: History,
+    config: EngineConfig,
+    *,
+    since_ms: Millis | None = None,
+    ledger: LedgerSnapshot | None = None,
+) -> AuditReport:
+    """The whole audit: the log part, and the ledger part when a snapshot is given."""
+    findings, decisions = audit_log(history, config, since_ms=since_ms)
+    if ledger is not None:
+        findings += check_ledger(history, ledger, since_ms=since_ms)
+    return AuditReport(
+        entries=len(history.items) + len(history.bad),
+        decisions=decisions,
+        allocations=len(ledger.allocations) if ledger is not None else None,
+        since=to_datetime(since_ms) if since_ms is not None else None,
+        findings=findings,
+    )
+
+
+def render_audit_json(report: AuditReport) -> str:
+    """One JSON object: counts and every finding."""
+    return msgspec.json.format(msgspec.json.encode(report).decode(), indent=2) + "\n"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def render_audit_table(report: AuditReport) -> str:
+    """One block per finding, naming the decision (seq, id, workload) and why."""
+    ledger = (
+        f"; ledger: {report.allocations} allocations compared"
+        if report.allocations is not None
+        else "; ledger not checked"
+    )
+    window = f" since {format_datetime(report.since)}" if report.since else ""
+    lines = [
+        f"audited {_count(report.entries, 'log entry', 'log entries')}{window}: "
+        f"{_count(report.decisions, 'decision', 'decisions')} re-derived{ledger}"
+    ]
+    for finding in report.findings:
+        where = f"seq {finding.seq}" if finding.seq is not None else finding.decision
+        what = finding.decision if finding.seq is not None else ""
+        ident = f"  ({finding.event_id})" if finding.event_id else ""
+        lines.append(f"  {where:<9} {what:<12} {finding.workload or '-'}{ident}".rstrip())
+        lines.append(f"      {finding.check}: {finding.message}")
+    if report.findings:
+        lines.append(_count(len(report.findings), "finding", "findings"))
+    else:
+        lines.append("OK: every decision is justified by the log before it")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "AllocationRecord",
+    "AuditReport",
+    "Finding",
+    "LedgerSnapshot",
+    "OutboxRecord",
+    "audit",
+    "audit_log",
+    "check_ledger",
+    "parse_ledger_id",
+    "render_audit_json",
+    "render_audit_table",
+]

@@ -1,0 +1,276 @@
+"""Explain one workload from the log: where it is, why, whether it may reclaim, and its story.
+
+What it does: folds the whole log into the pure ``Engine`` (as ``usher replay`` does) and
+answers for one ``namespace/name``: its state, queue, position and priority; the reason it
+waits as of now (``Engine.reason_now``: the limiting node, resource and numbers, e.g.
+``root/Department-a cpu 60 used + 60 requested > max 100 x 1.0``); for a pending workload, a
+dry run of reclaim on that state (``Engine.reclaim_preview``, which leaves the engine as it
+was): whether it may reclaim and whom it would preempt; and its history: every decision about
+it on the log (including the preemptions it caused) and its cluster events, with times.
+What it must never do: perform I/O or read a clock (``now`` comes from the caller), or decide
+anything: the engine it queries is thrown away afterwards.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from schemas import (
+    Admitted,
+    Inadmissible,
+    Millis,
+    Pending,
+    Preempted,
+    QueueName,
+    QuotaPath,
+    Reason,
+    Released,
+    Unmapped,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+    WorkloadRejected,
+)
+from usher.core.config import EngineConfig
+from usher.core.engine import Engine
+from usher.core.history import (
+    History,
+    LogItem,
+    fold,
+    format_datetime,
+    format_resources,
+    quantities,
+    to_datetime,
+)
+from usher.core.quantity import format_quantity
+
+
+class UnknownWorkload(LookupError):
+    """The workload never appears on the log (no event and no decision names it)."""
+
+    def __init__(self, workload: str) -> None:
+        super().__init__(f"{workload} does not appear on the log")
+        self.workload = workload
+
+
+class HistoryLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One log entry about the workload."""
+
+    seq: int
+    time: datetime
+    source: str
+    what: str
+    """``observed``, ``finished``, ``deleted``, ``rejected``, ``Admitted``, ``Preempted``,
+    ``preempts`` (it preempted another workload), ``Released``, ``Inadmissible``,
+    ``Unmapped`` or ``Pending``."""
+    detail: str
+    reason: Reason | None = None
+
+
+class ReclaimView(msgspec.Struct, frozen=True, kw_only=True):
+    """Whether a pass now could reclaim for the workload, and whom it would preempt."""
+
+    possible: bool
+    detail: str
+    victims: list[Preempted]
+
+
+class Explanation(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``usher explain`` prints."""
+
+    workload: WorkloadKey
+    state: str
+    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped`` or ``Deleted``."""
+    queue: QueueName | None = None
+    quota: QuotaPath | None = None
+    position: int | None = None
+    priority: int = 0
+    requests: dict[str, str]
+    reason: Reason | None = None
+    reclaim: ReclaimView | None = None
+    history: list[HistoryLine]
+    as_of_seq: int
+    as_of: datetime | None
+
+
+def explain(
+    history: History, config: EngineConfig, key: WorkloadKey, now_ms: Millis
+) -> Explanation:
+    """Explain ``key`` on the state at the end of the log; reclaim is tried at ``now_ms``."""
+    lines: list[HistoryLine] = []
+    requests: dict[str, int] = {}
+    previous: WorkloadObserved | None = None
+    for item in history.items:
+        event = item.event
+        if isinstance(event, WorkloadObserved) and event.workload == key:
+            requests = _requests(event)
+        line = _line(item, key, previous)
+        if line is not None:
+            lines.append(line)
+            if isinstance(event, WorkloadObserved):
+                previous = event
+    if not lines:
+        raise UnknownWorkload(key)
+    engine = Engine(config)
+    fold(engine, history.items)
+    view = engine.job_state(key)
+    last = history.items[-1]
+    reclaim = (
+        _reclaim(engine, key, now_ms) if view is not None and view.state == "Pending" else None
+    )
+    return Explanation(
+        workload=key,
+        state=view.state if view is not None else "Deleted",
+        queue=view.queue if view is not None else None,
+        quota=view.quota if view is not None else None,
+        position=view.position if view is not None else None,
+        priority=view.priority if view is not None else 0,
+        requests=quantities(requests),
+        reason=engine.reason_now(key),
+        reclaim=reclaim,
+        history=lines,
+        as_of_seq=last.seq,
+        as_of=to_datetime(last.time_ms),
+    )
+
+
+def _reclaim(engine: Engine, key: WorkloadKey, now_ms: Millis) -> ReclaimView:
+    why_not, victims = engine.reclaim_preview(key, now_ms)
+    if why_not is not None:
+        return ReclaimView(possible=False, detail=why_not, victims=[])
+    names = ", ".join(f"{v.workload} ({v.quota})" for v in victims)
+    return ReclaimView(possible=True, detail=f"a pass now would preempt {names}", victims=victims)
+
+
+def _requests(event: WorkloadObserved) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for pod_set in event.pod_sets:
+        for resource, amount in pod_set.requests.items():
+            if pod_set.count > 0 and amount > 0:
+                total[resource] = total.get(resource, 0) + amount * pod_set.count
+    return total
+
+
+def _line(item: LogItem, key: WorkloadKey, previous: WorkloadObserved | None) -> HistoryLine | None:
+    event = item.event
+    what: str
+    reason: Reason | None = None
+    if isinstance(event, Preempted) and event.preemptor == key:
+        what, detail = "preempts", f"{event.workload} on {event.quota} to make room"
+        reason = event.reason
+    elif getattr(event, "workload", None) != key:
+        return None
+    elif isinstance(event, WorkloadObserved):
+        what, detail = "observed", _observed(event, previous)
+    elif isinstance(event, WorkloadFinished):
+        what, detail = "finished", "succeeded" if event.succeeded else "failed"
+    elif isinstance(event, WorkloadDeleted):
+        what, detail = "deleted", "the object is gone from the cluster"
+    elif isinstance(event, WorkloadRejected):
+        errors = "; ".join(f"{e.path}: {e.message}" for e in event.errors)
+        what, detail = "rejected", errors or "invalid manifest"
+    elif isinstance(event, Admitted):
+        what = "Admitted"
+        detail = f"on {event.quota} (queue {event.queue}), {format_resources(event.requests)}"
+    elif isinstance(event, Preempted):
+        what, detail, reason = "Preempted", f"by {event.preemptor} on {event.quota}", event.reason
+    elif isinstance(event, Released):
+        what = "Released"
+        detail = f"{format_resources(event.requests)} on {event.quota} (cause {event.cause})"
+    elif isinstance(event, Inadmissible | Unmapped | Pending):
+        what, detail, reason = type(event).__name__, "", event.reason
+        if isinstance(event, Pending):
+            detail = f"position {event.position} in {event.queue}"
+    else:
+        return None
+    return HistoryLine(
+        seq=item.seq,
+        time=item.envelope.time,
+        source=item.envelope.source,
+        what=what,
+        detail=detail,
+        reason=reason,
+    )
+
+
+def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str:
+    status = "suspended" if event.suspended else "running (unsuspended)"
+    if previous is not None and _requests(previous) == _requests(event):
+        return status
+    priority = (
+        f"priority class {event.priority_class}"
+        if event.priority_class
+        else f"priority {event.priority or 0}"
+    )
+    return (
+        f"{status}; {event.kind}; requests {format_resources(_requests(event))}; {priority}; "
+        f"zone {event.zone}"
+    )
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def render_explain_json(explanation: Explanation) -> str:
+    """One JSON object (reasons carry their numbers in canonical units)."""
+    return msgspec.json.format(msgspec.json.encode(explanation).decode(), indent=2) + "\n"
+
+
+def _limit(reason: Reason) -> str | None:
+    if reason.resource is None or reason.requested is None or reason.limit is None:
+        return None
+    r = reason.resource
+    used = f"{format_quantity(r, reason.used)} used + " if reason.used is not None else ""
+    where = f"{reason.node} " if reason.node else ""
+    return (
+        f"{where}{r}: {used}{format_quantity(r, reason.requested)} requested > "
+        f"{format_quantity(r, reason.limit)} allowed"
+    )
+
+
+def render_explain_table(explanation: Explanation) -> str:
+    """A plain-text explanation for people."""
+    e = explanation
+    head = [e.workload, e.state]
+    if e.queue:
+        head.append(f"queue {e.queue}")
+    if e.position is not None:
+        head.append(f"position {e.position}")
+    head.append(f"priority {e.priority}")
+    lines = ["  ".join(head)]
+    requests = ", ".join(f"{r} {q}" for r, q in e.requests.items()) or "-"
+    lines.append(f"  requests: {requests}")
+    if e.quota:
+        lines.append(f"  quota:    {e.quota}")
+    if e.reason is not None:
+        lines.append(f"  why:      {e.reason.code}: {e.reason.message}")
+        limit = _limit(e.reason)
+        if limit is not None:
+            lines.append(f"  limit:    {limit}")
+    if e.reclaim is not None:
+        answer = "yes" if e.reclaim.possible else "no"
+        lines.append(f"  reclaim:  {answer}: {e.reclaim.detail}")
+        for victim in e.reclaim.victims:
+            lines.append(f"            {victim.workload}: {victim.reason.message}")
+    when = format_datetime(e.as_of) if e.as_of else "-"
+    lines += [f"  as of:    seq {e.as_of_seq} ({when})", "", "history:"]
+    for line in e.history:
+        detail = f"  {line.detail}" if line.detail else ""
+        lines.append(f"  seq {line.seq:<6} {format_datetime(line.time)}  {line.what:<12}{detail}")
+        if line.reason is not None:
+            lines.append(f"{'':<46}{line.reason.code}: {line.reason.message}")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "Explanation",
+    "HistoryLine",
+    "ReclaimView",
+    "UnknownWorkload",
+    "explain",
+    "render_explain_json",
+    "render_explain_table",
+]

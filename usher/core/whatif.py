@@ -1,0 +1,457 @@
+"""What-if: replay the recorded inputs under other settings and compare with the baseline.
+
+What it does: takes the cluster events of the log (workloads observed, finished, deleted and
+rejected; quota trees; nodes; priority classes) and plays them twice through the pure
+``Engine``, once with the baseline settings and once with the changed ones (policy, oversell
+rate, within-quota mode, minimum runtime, or another quota tree), exactly as ``usher sim``
+plays a scenario: the events of one group are applied at their recorded times, then a
+decision pass runs at the time of the group's last event; a pass also runs at every
+min-runtime wakeup the engine reports in between, and after the last input until none is left
+(up to ``until`` when given), as ``usher sim`` does. A group is a run of consecutive cluster
+events each at most ``window_ms`` after the group's first one (default 20 ms, the dequeuer's
+settle time). Recorded decisions are ignored: both runs make their own. It reports, per queue
+and overall, workloads admitted, mean and p95 wait (first admission minus first observation
+on the log), preemptions and pending workloads at the end, and the first differing decisions
+side by side.
+
+With ``since``, the log before it is folded as recorded (cluster events and decisions alike,
+so the state at ``since`` is the real one) and only what follows is replayed; ``until`` ends
+the replay. ``tree`` replaces every recorded ``QuotaTreeApplied`` in the replayed part (and is
+applied at ``since`` when the folded part already had a tree): it is in force throughout.
+
+Approximations, by design: finish and delete events are replayed at their recorded times,
+whatever the other run decided. A workload still pending when its recorded finish arrives
+leaves the queue unadmitted; one admitted by a run but never started in reality holds its
+quota until its recorded finish or deletion, or the end. Runtimes therefore do not stretch
+with a later start.
+
+What it must never do: perform I/O, read a clock, or feed a recorded decision to a run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import msgspec
+
+from schemas import (
+    Admitted,
+    Decision,
+    Inadmissible,
+    Millis,
+    NodeObserved,
+    NodeRemoved,
+    Preempted,
+    PriorityClassDeleted,
+    PriorityClassObserved,
+    QuotaNode,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    Unmapped,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+    WorkloadRejected,
+)
+from schemas.events import ClusterEvent
+from usher.core.config import EngineConfig, format_rate
+from usher.core.engine import Engine
+from usher.core.history import History, LogItem, format_datetime, prefix, to_datetime
+from usher.core.sim import MAX_WAKEUP_PASSES
+
+DEFAULT_WINDOW_MS = 20
+DEFAULT_LIMIT = 10
+ALL_QUEUES = "(all)"
+
+_INPUTS = (
+    WorkloadObserved,
+    WorkloadFinished,
+    WorkloadDeleted,
+    WorkloadRejected,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    NodeObserved,
+    NodeRemoved,
+    PriorityClassObserved,
+    PriorityClassDeleted,
+)
+"""The recorded inputs a run replays: every cluster event type (decisions are left out)."""
+
+_ACTIONS: dict[type, str] = {
+    Admitted: "admit",
+    Preempted: "preempt",
+    Inadmissible: "inadmissible",
+    Unmapped: "unmapped",
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One set of settings to replay with; ``tree`` replaces the recorded trees."""
+
+    config: EngineConfig
+    tree: QuotaNode | None = None
+    tree_label: str | None = None
+
+
+@dataclass(frozen=True)
+class WhatIfSpec:
+    """What to compare, over which part of the log."""
+
+    baseline: Variant
+    changed: Variant
+    since_ms: Millis | None = None
+    until_ms: Millis | None = None
+    window_ms: int = DEFAULT_WINDOW_MS
+    limit: int = DEFAULT_LIMIT
+
+
+class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings of one run, as printed."""
+
+    policy: str
+    oversell_rate: str
+    within_quota: str
+    min_runtime_s: float
+    tree: str
+
+
+class Stats(msgspec.Struct, frozen=True, kw_only=True):
+    """What one run did for one queue (or all of them)."""
+
+    admitted: int
+    """Workloads admitted at least once in the replayed part."""
+    mean_wait_s: float | None
+    p95_wait_s: float | None
+    preemptions: int
+    pending_at_end: int
+
+
+class QueueComparison(msgspec.Struct, frozen=True, kw_only=True):
+    """Baseline and what-if side by side for one queue (``(all)``: every queue)."""
+
+    queue: str
+    baseline: Stats
+    whatif: Stats
+
+
+class DecisionDiff(msgspec.Struct, frozen=True, kw_only=True):
+    """The n-th decision of one kind about one workload, when the runs disagree on it."""
+
+    workload: WorkloadKey
+    action: str
+    """``admit``, ``preempt``, ``inadmissible`` or ``unmapped``."""
+    occurrence: int
+    baseline_at: datetime | None
+    whatif_at: datetime | None
+    baseline_quota: str | None
+    whatif_quota: str | None
+
+
+class WhatIfReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``usher what-if`` prints."""
+
+    baseline: RunSettings
+    whatif: RunSettings
+    start: datetime | None
+    end: datetime | None
+    inputs: int
+    """Cluster events replayed."""
+    groups: int
+    window_ms: int
+    overall: QueueComparison
+    queues: list[QueueComparison]
+    differences: list[DecisionDiff]
+    differences_total: int
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+@dataclass
+class _Run:
+    decisions: list[tuple[Millis, Decision]] = field(default_factory=list)
+    arrivals: dict[WorkloadKey, Millis] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)
+
+
+def _groups(items: Sequence[LogItem], window_ms: int) -> list[list[LogItem]]:
+    groups: list[list[LogItem]] = []
+    for item in items:
+        if groups and item.time_ms - groups[-1][0].time_ms <= window_ms:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
+
+
+def _input(item: LogItem, tree: QuotaNode | None) -> ClusterEvent:
+    event = item.event
+    assert isinstance(event, _INPUTS)
+    if tree is not None and isinstance(event, QuotaTreeApplied):
+        return QuotaTreeApplied(root=tree)
+    return event
+
+
+def _simulate(
+    folded: Sequence[LogItem],
+    groups: Sequence[list[LogItem]],
+    variant: Variant,
+    until_ms: Millis | None,
+) -> _Run:
+    engine = Engine(variant.config)
+    run = _Run()
+
+    def arrive(item: LogItem) -> None:
+        event = item.event
+        if isinstance(event, WorkloadObserved):
+            run.arrivals.setdefault(event.workload, item.time_ms)
+
+    def decide(at_ms: Millis) -> None:
+        run.decisions.extend((at_ms, d) for d in engine.decide(at_ms))
+
+    def wake_until(limit: int | None) -> None:
+        for _ in range(MAX_WAKEUP_PASSES):
+            wakeup = engine.next_wakeup()
+            if wakeup is None or (limit is not None and wakeup >= limit):
+                return
+            decide(wakeup)
+
+    for item in folded:
+        arrive(item)
+        engine.apply(item.event, item.time_ms)
+    if folded:
+        start = folded[-1].time_ms
+        if variant.tree is not None and any(isinstance(i.event, QuotaTreeApplied) for i in folded):
+            engine.apply(QuotaTreeApplied(root=variant.tree), start)
+        decide(start)
+    for group in groups:
+        wake_until(group[0].time_ms)
+        for item in group:
+            arrive(item)
+            engine.apply(_input(item, variant.tree), item.time_ms)
+        decide(group[-1].time_ms)
+    wake_until(until_ms + 1 if until_ms is not None else None)
+    run.pending = {str(name): len(entries) for name, entries in engine.queues().items()}
+    return run
+
+
+# ---------------------------------------------------------------------------- comparing
+
+
+def _stats(run: _Run, queue: str | None) -> Stats:
+    first_admit: dict[WorkloadKey, Millis] = {}
+    preemptions = 0
+    for at_ms, decision in run.decisions:
+        if isinstance(decision, Admitted) and (queue is None or decision.queue == queue):
+            first_admit.setdefault(decision.workload, at_ms)
+        elif isinstance(decision, Preempted) and (queue is None or decision.queue == queue):
+            preemptions += 1
+    waits = sorted(
+        (at_ms - run.arrivals[key]) / 1000
+        for key, at_ms in first_admit.items()
+        if key in run.arrivals
+    )
+    pending = sum(run.pending.values()) if queue is None else run.pending.get(queue, 0)
+    return Stats(
+        admitted=len(first_admit),
+        mean_wait_s=round(sum(waits) / len(waits), 3) if waits else None,
+        p95_wait_s=round(waits[math.ceil(0.95 * len(waits)) - 1], 3) if waits else None,
+        preemptions=preemptions,
+        pending_at_end=pending,
+    )
+
+
+def _queues(*runs: _Run) -> list[str]:
+    names: set[str] = set()
+    for run in runs:
+        names.update(run.pending)
+        for _, decision in run.decisions:
+            queue = getattr(decision, "queue", None)
+            if isinstance(queue, str) and queue:
+                names.add(queue)
+    return sorted(names)
+
+
+DiffKey = tuple[WorkloadKey, str, int]
+
+
+def _indexed(run: _Run) -> dict[DiffKey, tuple[Millis, str | None]]:
+    counts: dict[tuple[WorkloadKey, str], int] = {}
+    out: dict[DiffKey, tuple[Millis, str | None]] = {}
+    for at_ms, decision in run.decisions:
+        action = _ACTIONS.get(type(decision))
+        if action is None:
+            continue
+        workload = decision.workload
+        n = counts.get((workload, action), 0) + 1
+        counts[(workload, action)] = n
+        quota = None if isinstance(decision, Unmapped) else decision.quota
+        out[(workload, action, n)] = (at_ms, quota)
+    return out
+
+
+def _differences(baseline: _Run, whatif: _Run) -> list[DecisionDiff]:
+    left, right = _indexed(baseline), _indexed(whatif)
+    rows: list[tuple[int, DiffKey, DecisionDiff]] = []
+    for key in set(left) | set(right):
+        a, b = left.get(key), right.get(key)
+        if a == b:
+            continue
+        first = min(x[0] for x in (a, b) if x is not None)
+        rows.append(
+            (
+                first,
+                key,
+                DecisionDiff(
+                    workload=key[0],
+                    action=key[1],
+                    occurrence=key[2],
+                    baseline_at=to_datetime(a[0]) if a else None,
+                    whatif_at=to_datetime(b[0]) if b else None,
+                    baseline_quota=a[1] if a else None,
+                    whatif_quota=b[1] if b else None,
+                ),
+            )
+        )
+    return [row for _, _, row in sorted(rows, key=lambda r: (r[0], r[1]))]
+
+
+def _settings(variant: Variant) -> RunSettings:
+    config = variant.config
+    label = variant.tree_label or "the given tree"
+    return RunSettings(
+        policy=config.policy,
+        oversell_rate=format_rate(config.oversell_rate),
+        within_quota=config.within_quota,
+        min_runtime_s=config.min_runtime_ms / 1000,
+        tree=f"{label} (replaces every recorded tree)" if variant.tree else "as recorded",
+    )
+
+
+def what_if(history: History, spec: WhatIfSpec) -> WhatIfReport:
+    """Replay the recorded inputs with both variants and compare what they decided."""
+    upto = prefix(history, until_ms=spec.until_ms)
+    cut = 0
+    if spec.since_ms is not None:
+        cut = next((i for i, item in enumerate(upto) if item.time_ms >= spec.since_ms), len(upto))
+    folded, window = upto[:cut], upto[cut:]
+    inputs = [item for item in window if isinstance(item.event, _INPUTS)]
+    groups = _groups(inputs, spec.window_ms)
+    baseline = _simulate(folded, groups, spec.baseline, spec.until_ms)
+    changed = _simulate(folded, groups, spec.changed, spec.until_ms)
+    differences = _differences(baseline, changed)
+    start = window[0].time_ms if window else None
+    end = upto[-1].time_ms if upto else None
+    return WhatIfReport(
+        baseline=_settings(spec.baseline),
+        whatif=_settings(spec.changed),
+        start=to_datetime(start) if start is not None else None,
+        end=to_datetime(end) if end is not None else None,
+        inputs=len(inputs),
+        groups=len(groups),
+        window_ms=spec.window_ms,
+        overall=QueueComparison(
+            queue=ALL_QUEUES, baseline=_stats(baseline, None), whatif=_stats(changed, None)
+        ),
+        queues=[
+            QueueComparison(queue=q, baseline=_stats(baseline, q), whatif=_stats(changed, q))
+            for q in _queues(baseline, changed)
+        ],
+        differences=differences[: max(spec.limit, 0)],
+        differences_total=len(differences),
+    )
+
+
+# ---------------------------------------------------------------------------- rendering
+
+
+def render_whatif_json(report: WhatIfReport) -> str:
+    """One JSON object: settings, per-queue and overall stats, first differences."""
+    return msgspec.json.format(msgspec.json.encode(report).decode(), indent=2) + "\n"
+
+
+def _describe(settings: RunSettings) -> str:
+    return (
+        f"policy {settings.policy}, oversell {settings.oversell_rate}, within-quota "
+        f"{settings.within_quota}, min-runtime {settings.min_runtime_s:g}s, tree {settings.tree}"
+    )
+
+
+def _pair(left: object, right: object) -> str:
+    def one(value: object) -> str:
+        if value is None:
+            return "-"
+        return f"{value:.2f}s" if isinstance(value, float) else str(value)
+
+    return f"{one(left)} -> {one(right)}"
+
+
+def _stats_row(row: QueueComparison) -> str:
+    a, b = row.baseline, row.whatif
+    return (
+        f"  {row.queue:<36} {_pair(a.admitted, b.admitted):<11} "
+        f"{_pair(a.mean_wait_s, b.mean_wait_s):<20} {_pair(a.p95_wait_s, b.p95_wait_s):<20} "
+        f"{_pair(a.preemptions, b.preemptions):<12} {_pair(a.pending_at_end, b.pending_at_end)}"
+    )
+
+
+def _at(when: datetime | None, start: datetime | None, quota: str | None) -> str:
+    if when is None:
+        return "-"
+    offset = f"+{(when - start).total_seconds():.3f}s" if start is not None else ""
+    return f"{offset} {quota or ''}".strip()
+
+
+def render_whatif_table(report: WhatIfReport) -> str:
+    """A plain-text comparison for people."""
+    start = format_datetime(report.start) if report.start else "-"
+    end = format_datetime(report.end) if report.end else "-"
+    lines = [
+        f"replayed {report.inputs} recorded inputs ({start} .. {end}) in {report.groups} "
+        f"groups (window {report.window_ms} ms); recorded decisions ignored",
+        f"  baseline: {_describe(report.baseline)}",
+        f"  what-if:  {_describe(report.whatif)}",
+        "",
+        f"  {'queue':<36} {'admitted':<11} {'mean wait':<20} {'p95 wait':<20} "
+        f"{'preemptions':<12} pending at end",
+        _stats_row(report.overall),
+    ]
+    lines.extend(_stats_row(row) for row in report.queues)
+    lines.append("")
+    if not report.differences_total:
+        lines.append("no differing decisions")
+        return "\n".join(lines) + "\n"
+    shown = len(report.differences)
+    lines.append(
+        f"first differing decisions ({shown} of {report.differences_total}), "
+        "time since the start of the replay:"
+    )
+    lines.append(f"  {'workload':<32} {'decision':<16} {'baseline':<32} what-if")
+    for diff in report.differences:
+        lines.append(
+            f"  {diff.workload:<32} {f'{diff.action} #{diff.occurrence}':<16} "
+            f"{_at(diff.baseline_at, report.start, diff.baseline_quota):<32} "
+            f"{_at(diff.whatif_at, report.start, diff.whatif_quota)}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "DEFAULT_WINDOW_MS",
+    "DecisionDiff",
+    "QueueComparison",
+    "RunSettings",
+    "Stats",
+    "Variant",
+    "WhatIfReport",
+    "WhatIfSpec",
+    "render_whatif_json",
+    "render_whatif_table",
+    "what_if",
+]
