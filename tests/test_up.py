@@ -1,4 +1,8 @@
-"""`usher up` (what `make run` calls) starts the embedded stack and leaves nothing behind."""
+"""`usher up` (what `make run` calls) starts the whole system, shows it live, leaves nothing.
+
+Also home of ``UpProcess`` and ``usher()``, the helpers the other CLI test modules use to run
+`usher up` and `usher ...` as real processes with a clean environment.
+"""
 
 from __future__ import annotations
 
@@ -8,91 +12,252 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from usher.adapters.embedded.processes import pid_alive
 
 USHER = [sys.executable, "-m", "usher.cli"]
+T = TypeVar("T")
 
 
-def _wait_for(path: Path, proc: subprocess.Popen[Any], timeout: float = 60.0) -> dict[str, Any]:
+def clean_env(home: Path) -> dict[str, str]:
+    """This process's environment without any Usher or Kubernetes address, plus the home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("USHER_")}
+    env.pop("KUBECONFIG", None)
+    env["USHER_HOME"] = str(home)
+    return env
+
+
+def usher(home: Path, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m usher.cli ARGS`` against the stack in ``home``."""
+    return subprocess.run(
+        [*USHER, *args], env=clean_env(home), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def usher_json(home: Path, *args: str) -> Any:
+    result = usher(home, *args, "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def poll(check: Callable[[], T | None], timeout: float = 30.0, every: float = 0.3) -> T:
+    """Call ``check`` until it returns something other than None (or time runs out)."""
     deadline = time.monotonic() + timeout
+    last: T | None = None
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"usher up exited early: {proc.communicate()}")
-        if path.exists():
+        last = check()
+        if last is not None:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def next_second() -> None:
+    """Kubernetes stamps creation in whole seconds: the next job must be in a later one."""
+    time.sleep(1.0 - time.time() % 1.0 + 0.05)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children, their children...)."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        current = todo.pop()
+        for task in Path(f"/proc/{current}/task").glob("*"):
+            try:
+                kids = [int(p) for p in (task / "children").read_text().split()]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+@dataclass
+class UpProcess:
+    """`usher up ARGS` as a child process, its output in a file (plain lines: not a TTY)."""
+
+    home: Path
+    args: tuple[str, ...] = ("--no-demo",)
+    proc: subprocess.Popen[bytes] | None = None
+    output: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output = self.home.parent / f"{self.home.name}-up.out"
+
+    def start(self) -> UpProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.output, "ab") as out:
+            self.proc = subprocess.Popen(
+                [*USHER, "up", *self.args],
+                env=clean_env(self.home),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        return self
+
+    @property
+    def text(self) -> str:
+        return self.output.read_text(errors="replace")
+
+    def stack(self, timeout: float = 60.0) -> dict[str, Any]:
+        """``stack.json`` once the system is up."""
+        path = self.home / "stack.json"
+
+        def ready() -> dict[str, Any] | None:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"usher up exited early:\n{self.text}")
             try:
                 return dict(json.loads(path.read_text()))
-            except json.JSONDecodeError:
-                pass  # caught while being written
-        time.sleep(0.1)
-    raise AssertionError(f"{path} did not appear within {timeout}s")
+            except (FileNotFoundError, json.JSONDecodeError):
+                return None
+
+        return poll(ready, timeout=timeout, every=0.1)
+
+    def wait_for_output(self, needle: str, timeout: float = 60.0) -> str:
+        return poll(lambda: self.text if needle in self.text else None, timeout=timeout)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def __enter__(self) -> UpProcess:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.stop()
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except FileNotFoundError:
-        return []
-    return [int(p) for p in text.split()]
-
-
-def _start(home: Path, **kwargs: Any) -> subprocess.Popen[Any]:
-    env = {**os.environ, "USHER_HOME": str(home)}
-    return subprocess.Popen([*USHER, "up"], env=env, **kwargs)
+# --------------------------------------------------------------------------- tests
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_up_prints_urls_and_stops_every_process(tmp_path: Path, stop_signal: int) -> None:
-    proc = _start(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_signal: int) -> None:
+    """From nothing: the system comes up, the demo plays, the live view shows queues, quota
+    and decisions; a stop takes down every process it started, and stack.json goes."""
+    up = UpProcess(tmp_path / "home", args=("--interval", "2")).start()
     try:
-        info = _wait_for(tmp_path / "stack.json", proc)
-        pids = [int(p) for p in info["pids"].values()]
+        info = up.stack()
         assert str(info["nats_url"]).startswith("nats://127.0.0.1:")
         assert str(info["database_url"]).startswith("postgresql+asyncpg://usher@127.0.0.1:")
+        assert Path(info["kubeconfig"]).exists()
+        assert info["zones"] == ["default", "a", "b"]
+        assert set(info["service_pids"]) == {
+            "ledger",
+            "preemptor",
+            "dequeuer-default",
+            "dequeuer-a",
+            "dequeuer-b",
+            "watcher",
+        }
+        assert set(info["pids"]) == {"nats", "postgres", "kube-emulator"}
+        # The first screen of the live view, then the demo's first decision and its reason.
+        up.wait_for_output("== ")
+        up.wait_for_output("admit user-a/pi-8k5pn root/Department-a")
+        text = up.wait_for_output("queue root-department-a-user-a (root/Department-a, Round)")
+        assert "quota root/Department-a: cpu" in text
+        assert up.proc is not None
+        everything = descendants(up.proc.pid)
+        pids = [int(p) for p in [*info["pids"].values(), *info["service_pids"].values()]]
+        assert set(pids) <= set(everything)
         assert all(pid_alive(p) for p in pids)
-        postgres_workers = _children(int(info["pids"]["postgres"]))
-        assert postgres_workers, "postgres runs its background workers"
-        proc.send_signal(stop_signal)
-        out, err = proc.communicate(timeout=60)
+        assert len(everything) > len(pids), "postgres runs its background workers"
+        code = up.stop(stop_signal)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 0, err
-    assert info["nats_url"] in out
-    assert "Stopped." in out
-    for pid in [*pids, *postgres_workers]:
+        if up.proc is not None and up.proc.poll() is None:
+            up.proc.kill()
+    text = up.text
+    assert code == 0, text
+    assert "Traceback" not in text
+    assert text.rstrip().endswith("Stopped.")
+    for pid in everything:
         assert not pid_alive(pid), f"process {pid} outlived usher up"
-    assert not (tmp_path / "stack.json").exists()
+    assert not (tmp_path / "home" / "stack.json").exists()
 
 
-def test_up_resumes_from_existing_data(tmp_path: Path) -> None:
-    """A second start reuses the data folder (no initdb again; migrations are a no-op)."""
-    for _ in range(2):
-        proc = _start(tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _wait_for(tmp_path / "stack.json", proc)
-            proc.send_signal(signal.SIGTERM)
-            _out, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        assert proc.returncode == 0, err
-    assert (tmp_path / "postgres" / "data" / "PG_VERSION").exists()
-    assert (tmp_path / "nats" / "jetstream").exists()
+def test_up_resumes_from_the_log_and_the_saved_cluster(tmp_path: Path) -> None:
+    """A second start reuses NATS, PostgreSQL and the emulator's saved objects: the same jobs
+    in the same states, nothing published twice; a start while one runs is refused."""
+    home = tmp_path / "home"
+    tree = Path(__file__).resolve().parent.parent / "usher" / "demo" / "seed-tree.yaml"
+    with UpProcess(home, args=("--no-demo", "--interval", "1")) as up:
+        up.stack()
+        assert usher(home, "apply", "-f", str(tree)).returncode == 0
+        job = ["submit", "--name", "first", "-n", "user-a", "--image", "busybox", "--cpu", "10"]
+        assert usher(home, *job).returncode == 0
+        before = poll(lambda: _states_if(home, {"user-a/first": "Admitted"}))
+        time.sleep(1.5)  # one more summary line with the final sequence
+        second = usher(home, "up", "--no-demo")
+        assert second.returncode == 4
+        assert "already running" in second.stderr and "Traceback" not in second.stderr
+        assert up.stop() == 0
+        log_seq = _log_seq(up.text)
+    with UpProcess(home, args=("--no-demo", "--interval", "1")) as up:
+        up.stack()
+        up.wait_for_output("== ")
+        after = poll(lambda: _states_if(home, {"user-a/first": "Admitted"}))
+        assert after == before
+        again = usher(home, "apply", "-f", str(tree))
+        assert again.stdout.strip().endswith("unchanged")
+        time.sleep(2)  # the watcher has re-listed everything by now
+        assert up.stop() == 0
+        assert _log_seq(up.text) == log_seq, "the restart published nothing new"
+    assert (home / "postgres" / "data" / "PG_VERSION").exists()
+    assert (home / "nats" / "jetstream").exists()
+    assert (home / "cluster" / "objects.json").exists()
 
 
-def test_servers_die_with_a_killed_parent(tmp_path: Path) -> None:
-    """Even SIGKILL of `usher up` leaves no server behind: children die with their parent."""
-    proc = _start(tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    info = _wait_for(tmp_path / "stack.json", proc)
-    pids = [int(p) for p in info["pids"].values()]
-    proc.kill()
-    proc.wait()
+def _states_if(home: Path, wanted: dict[str, str]) -> dict[str, str] | None:
+    jobs = {j["job"]: j["state"] for j in usher_json(home, "jobs")}
+    return jobs if all(jobs.get(k) == v for k, v in wanted.items()) else None
+
+
+def _log_seq(text: str) -> int:
+    seqs = [
+        int(line.split("log seq ")[1].split(";")[0])
+        for line in text.splitlines()
+        if "log seq " in line
+    ]
+    return seqs[-1]
+
+
+def test_every_process_dies_with_a_killed_parent(tmp_path: Path) -> None:
+    """Even SIGKILL of `usher up` leaves nothing behind: children die with their parent."""
+    up = UpProcess(tmp_path / "home").start()
+    info = up.stack()
+    pids = [int(p) for p in [*info["pids"].values(), *info["service_pids"].values()]]
+    assert up.proc is not None
+    up.proc.kill()
+    up.proc.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
         time.sleep(0.1)
-    assert not any(pid_alive(p) for p in pids)
+    assert not [p for p in pids if pid_alive(p)]
+    # The stale stack.json is no obstacle to the next start, and commands say it is down.
+    down = usher(tmp_path / "home", "jobs")
+    assert down.returncode == 4 and "cannot reach NATS" in down.stderr
+
+
+def test_up_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:
+    result = usher(tmp_path, "up", "--zones", "a,b c")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "usher: --zones: 'b c' is not a valid zone name (letters, digits, '-', '_', '.')"
+    )
+    assert not (tmp_path / "nats").exists()

@@ -87,13 +87,24 @@ def load_settings(
     database = (
         database_url or env.get("USHER_DATABASE_URL") or (stack.database_url if stack else None)
     )
-    kube = kubeconfig or env.get("USHER_KUBECONFIG") or env.get("KUBECONFIG")
-    chosen_policy = policy or env.get("USHER_POLICY") or "Round"
-    chosen_within = within_quota or env.get("USHER_WITHIN_QUOTA") or "Never"
-    rate = parse_rate(oversell_rate or env.get("USHER_OVERSELL_RATE") or "1")
+    kube = (
+        kubeconfig
+        or env.get("USHER_KUBECONFIG")
+        or env.get("KUBECONFIG")
+        or (stack.kubeconfig if stack else None)
+    )
+    # The running stack's settings are the installation's: every service must agree on them.
+    chosen_policy = policy or env.get("USHER_POLICY") or (stack.policy if stack else "Round")
+    chosen_within = (
+        within_quota or env.get("USHER_WITHIN_QUOTA") or (stack.within_quota if stack else "Never")
+    )
+    rate = parse_rate(
+        oversell_rate or env.get("USHER_OVERSELL_RATE") or (stack.oversell_rate if stack else "1")
+    )
     runtime_s = min_runtime_s
     if runtime_s is None:
-        runtime_s = float(env.get("USHER_MIN_RUNTIME_SECONDS", "0"))
+        default = str(stack.min_runtime_s) if stack else "0"
+        runtime_s = float(env.get("USHER_MIN_RUNTIME_SECONDS", default))
     try:
         engine = EngineConfig(
             policy=_policy(chosen_policy),
@@ -110,7 +121,7 @@ def load_settings(
         nats_url=nats,
         database_url=database,
         kubeconfig=Path(kube) if kube else None,
-        prefix=prefix or env.get("USHER_PREFIX") or "usher",
+        prefix=prefix or env.get("USHER_PREFIX") or (stack.prefix if stack else "usher"),
         zone=Zone(zone) if zone else None,
         engine=engine,
         settle_ms=settle,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
 import re
 import signal
@@ -118,6 +119,7 @@ def up(
     from usher.cli.live import run_up
 
     configure()
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations: no chatter on screen
     home = home or usher_home()
     zone_list = tuple(z.strip() for z in zones.split(",") if z.strip())
     for zone in zone_list:

@@ -1,8 +1,10 @@
 """The embedded one-machine stack: NATS JetStream + PostgreSQL, migrated and with streams.
 
 What it does: starts both servers under ``$USHER_HOME`` (default ``~/.usher``), applies the
-Alembic migrations, creates the JetStream streams, and writes ``stack.json`` so that every
-other ``usher`` command finds the running stack. Starting again reuses the data (resume).
+Alembic migrations, creates the JetStream streams, and writes ``stack.json`` (atomically) so
+that every other ``usher`` command finds the running stack. Starting again reuses the data
+(resume). ``usher.adapters.embedded.system`` adds the Kubernetes API emulator and the services
+on top and records them in the same file.
 What it must never do: leave a server running after ``stop`` or write a secret to disk.
 """
 
@@ -26,14 +28,33 @@ STACK_FILE = "stack.json"
 
 
 class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``stack.json`` says about a running embedded stack."""
+    """What ``stack.json`` says about a running embedded stack.
+
+    Fields after ``started_at`` came with the whole one-machine system (``usher up``); they
+    have defaults so that a file written by the bare stack still decodes.
+    """
 
     home: str
     nats_url: str
     database_url: str
     prefix: str
     pids: dict[str, int]
+    """Infrastructure processes by name: ``nats``, ``postgres``, ``kube-emulator``."""
     started_at: datetime
+    kubeconfig: str = ""
+    """Kubeconfig of the Kubernetes API (the emulator's, under ``$USHER_HOME``)."""
+    zones: list[str] = msgspec.field(default_factory=list)
+    """Zones served by a dequeuer each (``default`` takes jobs without ``usher.io/zone``)."""
+    service_pids: dict[str, int] = msgspec.field(default_factory=dict)
+    """Service processes by name: ``ledger``, ``preemptor``, ``dequeuer-<zone>``, ``watcher``."""
+    policy: str = "Round"
+    oversell_rate: str = "1"
+    within_quota: str = "Never"
+    min_runtime_s: float = 0.0
+
+    def all_pids(self) -> dict[str, int]:
+        """Every process of the system, infrastructure and services."""
+        return {**self.pids, **self.service_pids}
 
 
 def usher_home() -> Path:
@@ -44,6 +65,14 @@ def usher_home() -> Path:
 def read_stack_info(home: Path) -> StackInfo:
     """The running stack's info; ``FileNotFoundError`` when none was started there."""
     return msgspec.json.decode((home / STACK_FILE).read_bytes(), type=StackInfo)
+
+
+def write_stack_info(home: Path, info: StackInfo) -> None:
+    """Write ``stack.json`` atomically (readers never see half a file)."""
+    path = home / STACK_FILE
+    partial = path.with_name(f".{STACK_FILE}.partial")
+    partial.write_bytes(msgspec.json.format(msgspec.json.encode(info)))
+    os.replace(partial, path)
 
 
 async def prepare_streams(nats_url: str, subjects: Subjects) -> None:
@@ -65,8 +94,11 @@ class EmbeddedStack:
         self.postgres = PostgresServer(home, durable=durable)
         self.info: StackInfo | None = None
 
-    def start(self) -> StackInfo:
-        """Start everything; on any failure stop what was started and re-raise."""
+    def start(self, *, write_file: bool = True) -> StackInfo:
+        """Start everything; on any failure stop what was started and re-raise.
+
+        ``write_file=False`` leaves ``stack.json`` to a caller that starts more on top.
+        """
         self.home.mkdir(parents=True, exist_ok=True)
         try:
             nats_url = self.nats.start()
@@ -87,7 +119,8 @@ class EmbeddedStack:
             },
             started_at=datetime.now(UTC),
         )
-        (self.home / STACK_FILE).write_bytes(msgspec.json.format(msgspec.json.encode(self.info)))
+        if write_file:
+            write_stack_info(self.home, self.info)
         return self.info
 
     def stop(self) -> None:

@@ -1,0 +1,186 @@
+"""The Python client (`usher.client`), sync and async, against the whole system as processes.
+
+The system is started in this process with ``EmbeddedSystem`` (what `usher up` runs); the
+client submits through the emulator's Kubernetes API and reads states from the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from usher.adapters.embedded.processes import pid_alive
+from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
+from usher.client import (
+    AsyncClient,
+    BadInput,
+    Client,
+    JobInfo,
+    JobRequest,
+    NotFound,
+    NotRunning,
+    WaitTimeout,
+    job_manifest,
+)
+from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
+
+REPO = Path(__file__).resolve().parent.parent
+TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+CLASSES = REPO / "usher" / "demo" / "priority-classes.yaml"
+
+
+@pytest.fixture(scope="module")
+def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSystem]:
+    """The whole system (servers, emulator, services as processes), tree and classes applied."""
+    home = tmp_path_factory.mktemp("client") / "home"
+    with pytest.MonkeyPatch.context() as env:
+        for key in [k for k in os.environ if k.startswith("USHER_")]:
+            env.delenv(key)  # the client must find this system through its stack.json only
+        running = EmbeddedSystem(home, SystemOptions(zones=("a",)))
+        info = running.start()
+        try:
+            with Client(home=home) as usher:
+                applied = usher.apply(TREE) + usher.apply(CLASSES)
+                assert [a.action for a in applied] == ["created", "created", "created"]
+            yield running
+        finally:
+            running.stop()
+    assert not [p for p in info.all_pids().values() if pid_alive(p)]
+
+
+def test_the_blocking_client_submits_lists_and_waits(system: EmbeddedSystem) -> None:
+    with Client(home=system.home) as usher:
+        job = usher.submit(
+            "train-1",
+            namespace="user-a",
+            image="pytorch:2",
+            cpu=4,
+            memory="8Gi",
+            gpu=1,
+            replicas=2,
+            zone="a",
+            duration=1,
+            command=["python", "train.py"],
+        )
+        assert job.job == "user-a/train-1"
+        assert job.label == "job.batch/train-1"
+        seen: list[str] = []
+        final = usher.wait(job.job, timeout_s=30, on_change=lambda j: seen.append(j.state))
+        assert isinstance(final, JobInfo)
+        assert final.state == "Finished" and final.succeeded is True
+        assert "Admitted" in seen
+        assert final.zone == "a"
+        assert final.requests == {"cpu": "8", "memory": "16Gi", "nvidia.com/gpu": "2"}
+        listed = {j.job: j for j in usher.list_jobs("user-a")}
+        assert listed["user-a/train-1"].state == "Finished"
+        assert usher.list_jobs("user-a", states=["Pending"]) == []
+
+
+def test_the_async_client_shows_positions_and_reasons(system: EmbeddedSystem) -> None:
+    async def scenario() -> tuple[JobInfo, JobInfo]:
+        async with AsyncClient(home=system.home) as usher:
+            big = await usher.submit("hold", namespace="user-c", image="x", cpu=90)
+            await usher.wait(big.job, until="admitted", timeout_s=30)
+            small = await usher.submit("next", namespace="user-c", image="x", cpu=20)
+            with pytest.raises(WaitTimeout) as timed_out:
+                await usher.wait(small.job, until="admitted", timeout_s=2)
+            waiting = timed_out.value.job
+            assert isinstance(waiting, JobInfo)
+            queue = await usher.queue("root-department-b-user-c")
+            assert [e.job for e in queue.pending] == ["user-c/next"]
+            assert "user-c/hold" in queue.admitted
+            quota = {q.path: q for q in await usher.quota()}
+            assert quota["root/Department-b"].used["cpu"] == "90"
+            assert quota["root/Department-b"].max["cpu"] == "100"
+            return waiting, await usher.job("next", "user-c")
+
+    waiting, again = asyncio.run(scenario())
+    for job in (waiting, again):
+        assert job.state == "Pending"
+        assert job.position == 1
+        assert job.reason_code == "QuotaExceeded"
+        assert job.reason == "root/Department-b cpu 90 used + 20 requested > max 100 x 1.0"
+
+
+def test_client_errors_are_typed(system: EmbeddedSystem, tmp_path: Path) -> None:
+    with Client(home=system.home) as usher:
+        with pytest.raises(BadInput, match="belongs to no leaf of the quota tree"):
+            usher.submit(namespace="nowhere", image="x", cpu=1)
+        with pytest.raises(BadInput, match="--memory: "):
+            usher.submit(namespace="user-a", image="x", memory="lots")
+        with pytest.raises(NotFound, match="no job user-a/never-submitted"):
+            usher.job("user-a/never-submitted")
+        with pytest.raises(NotFound, match="no queue 'nope'"):
+            usher.queue("nope")
+    with pytest.raises(NotRunning, match="no Usher is running"):
+        Client(home=tmp_path)
+
+
+# --------------------------------------------------------------------------- pure parts
+
+
+def test_job_manifest_is_a_suspended_gang_of_identical_pods() -> None:
+    manifest = job_manifest(
+        JobRequest(
+            namespace="user-a",
+            image="docker.io/library/perl:5.34.0",
+            cpu="10",
+            memory="10Gi",
+            replicas=6,
+            priority_class="priority-2",
+            zone="a",
+            duration_s=30,
+            command=("sleep", "1d"),
+        )
+    )
+    assert manifest["metadata"] == {
+        "namespace": "user-a",
+        "generateName": "perl-",
+        "labels": {"usher.io/zone": "a"},
+        "annotations": {"usher.io/sim-duration": "30"},
+    }
+    spec = manifest["spec"]
+    assert (spec["suspend"], spec["parallelism"], spec["completions"]) == (True, 6, 6)
+    pod = spec["template"]["spec"]
+    assert pod["priorityClassName"] == "priority-2"
+    container = pod["containers"][0]
+    assert container["command"] == ["sleep", "1d"]
+    assert container["resources"]["requests"] == {"cpu": "10", "memory": "10Gi"}
+    assert container["resources"]["limits"] == container["resources"]["requests"]
+
+
+def test_job_manifest_names_every_bad_option() -> None:
+    with pytest.raises(BadInput) as caught:
+        job_manifest(JobRequest(namespace="User A", image="", cpu="-1", replicas=0))
+    assert caught.value.lines == [
+        "namespace 'User A' is not a valid name (lower-case letters, digits and '-', starting "
+        "and ending with a letter or digit, at most 63 characters)",
+        "image must not be empty",
+        "replicas must be at least 1, got 0",
+        "--cpu: quantity '-1' is negative",
+    ]
+
+
+def test_apply_patch_is_three_way_and_never_touches_suspend() -> None:
+    kind = KINDS[("batch/v1", "Job")]
+    first = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "n", "labels": {"team": "a", "old": "x"}},
+        "spec": {"suspend": True, "template": {"spec": {"containers": []}}},
+    }
+    live = for_create(Document("f", 1, first, kind))
+    live["metadata"]["labels"]["usher.io/zone"] = "a"  # someone else's label
+    live["spec"]["suspend"] = False  # admitted by Usher
+    live["spec"]["backoffLimit"] = 6  # a server default
+    assert apply_patch(Document("f", 1, first, kind), live) is None
+    second = {**first, "metadata": {"name": "j", "namespace": "n", "labels": {"team": "b"}}}
+    patch = apply_patch(Document("f", 1, second, kind), live)
+    assert patch is not None
+    annotations = patch["metadata"].pop("annotations")
+    assert patch == {"metadata": {"labels": {"team": "b", "old": None}}}
+    assert LAST_APPLIED in annotations

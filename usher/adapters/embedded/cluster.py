@@ -1,0 +1,175 @@
+"""The one-machine Kubernetes cluster: the API emulator + fake kubelet, kept on disk.
+
+What it does: ``python -m usher.adapters.embedded.cluster --kubeconfig F --state S --zones a,b``
+runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1, restores every object
+it held before from the state file ``S`` (same uid, resourceVersion, creationTimestamp and
+status, so the watcher sees nothing new and the log stays the truth), creates one schedulable
+Node per zone listed (labelled ``usher.io/zone``) unless it exists, writes the kubeconfig,
+and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
+restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
+timers are not persisted).
+What it must never do: listen on anything but 127.0.0.1, write a half state file, or lose
+the objects on a clean stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from usher.adapters.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
+from usher.adapters.kube_emulator.store import StoreEvent
+
+STATE_VERSION = 1
+SAVE_INTERVAL_S = 1.0
+ZONE_LABEL = "usher.io/zone"
+DEFAULT_ZONE = "default"
+NODE_ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "4", "pods": "110"}
+"""Each zone gets one node this large: the seed's whole tree (100 cpu) fits in two zones, and
+no seed job is refused for want of a node."""
+
+JsonObj = dict[str, Any]
+
+
+def _storage_types() -> dict[str, ResourceType]:
+    """One served type per storage (``group/plural``): versions of a resource share objects."""
+    out: dict[str, ResourceType] = {}
+    for rt in RESOURCES:
+        out.setdefault(f"{rt.group}/{rt.plural}", rt)
+    return out
+
+
+class PersistentStore(Store):
+    """The emulator's store, plus a snapshot of its objects and an exact restore of one."""
+
+    def snapshot(self) -> JsonObj:
+        """Every object, by storage, and the resourceVersion counter."""
+        objects: dict[str, list[JsonObj]] = {}
+        for key, rt in _storage_types().items():
+            items = self.objects(rt)
+            if items:
+                objects[key] = items
+        return {
+            "version": STATE_VERSION,
+            "resourceVersion": self.resource_version,
+            "objects": objects,
+        }
+
+    def restore(self, state: JsonObj) -> int:
+        """Put the snapshot's objects back exactly as they were; returns how many.
+
+        Must run before anyone watches: older resourceVersions are answered 410 Gone after it
+        (there is no history to resume from), so clients list again.
+        """
+        types = _storage_types()
+        count = 0
+        for key, items in (state.get("objects") or {}).items():
+            rt = types.get(key)
+            if rt is None or not isinstance(items, list):
+                continue
+            for obj in items:
+                meta = obj.get("metadata") if isinstance(obj, dict) else None
+                if not isinstance(meta, dict) or not meta.get("name"):
+                    continue
+                bucket = self._bucket(rt)
+                bucket[self._key(rt, meta.get("namespace"), str(meta["name"]))] = obj
+                count += 1
+        rv = state.get("resourceVersion")
+        self._rv = max(self._rv, rv if isinstance(rv, int) else 0)
+        self._compacted_rv = self._rv
+        return count
+
+
+def load_state(path: Path) -> JsonObj:
+    """The saved state, or an empty one (first start). A corrupt file is kept aside."""
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (ValueError, UnicodeDecodeError):
+        path.replace(path.with_suffix(".corrupt"))
+        print(f"cluster state {path} unreadable; kept as {path.name}.corrupt", file=sys.stderr)
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def save_state(path: Path, store: PersistentStore) -> None:
+    """Write the snapshot atomically (write a sibling, then rename over)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(store.snapshot(), separators=(",", ":")), encoding="utf-8")
+    os.replace(partial, path)
+
+
+def node_manifest(zone: str) -> JsonObj:
+    """One schedulable node of ``zone`` (the fake kubelet runs no pods; capacity is counted)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": f"node-{zone}", "labels": {ZONE_LABEL: zone}},
+        "status": {"allocatable": dict(NODE_ALLOCATABLE), "capacity": dict(NODE_ALLOCATABLE)},
+    }
+
+
+def ensure_nodes(store: Store, zones: list[str]) -> None:
+    nodes = next(rt for rt in RESOURCES if rt.plural == "nodes")
+    for zone in zones:
+        if zone == DEFAULT_ZONE:
+            continue  # jobs without a zone label: no nodes, only quota limits them
+        with contextlib.suppress(ApiError):  # already there (restored)
+            store.create(nodes, None, node_manifest(zone))
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m usher.adapters.embedded.cluster")
+    parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")
+    parser.add_argument("--state", type=Path, required=True, help="file the objects live in")
+    parser.add_argument("--zones", default="", help="comma-separated zones to give a node")
+    parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
+    parser.add_argument("--history", type=int, default=100_000, help="watch events kept")
+    return parser.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    store = PersistentStore(history_size=args.history)
+    restored = store.restore(load_state(args.state))
+    ensure_nodes(store, [z for z in args.zones.split(",") if z])
+    dirty = asyncio.Event()
+
+    def changed(_event: StoreEvent) -> None:
+        dirty.set()
+
+    store.subscribe(changed)
+    emulator = KubeEmulator(
+        store=store, kubeconfig_path=args.kubeconfig, kubelet=True, kubelet_speed=args.speed
+    )
+    save_state(args.state, store)
+    async with emulator:
+        print(f"{emulator.url} ({restored} objects restored)", flush=True)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=SAVE_INTERVAL_S)
+            if dirty.is_set():
+                dirty.clear()
+                save_state(args.state, store)
+    save_state(args.state, store)
+
+
+def main(argv: list[str] | None = None) -> int:
+    asyncio.run(serve(parse_args(argv)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,277 @@
+"""The whole Usher system on one machine, every part its own process (what ``usher up`` runs).
+
+What it does: starts, in order, the embedded NATS JetStream and PostgreSQL
+(``EmbeddedStack``), the Kubernetes API emulator with its fake kubelet (objects kept under
+``$USHER_HOME/cluster``, kubeconfig at ``$USHER_HOME/kubeconfig``), and the services as
+``python -m usher run ...`` processes: ledger, preemptor, one dequeuer per zone, watcher. It
+writes ``$USHER_HOME/stack.json`` once everything is up, restarts a service that died (with a
+growing pause, recorded in ``stack.json``), and stops everything in the reverse order:
+services first, then the emulator, PostgreSQL, NATS. Every child is started with
+``PR_SET_PDEATHSIG``, so even a SIGKILL of the parent leaves nothing behind.
+What it must never do: signal a process it did not start, put a URL with a secret on a
+command line (settings travel in the environment), or leave ``stack.json`` behind after stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import msgspec
+
+from usher.adapters.embedded.processes import ManagedProcess, ServerStartError
+from usher.adapters.embedded.stack import (
+    STACK_FILE,
+    EmbeddedStack,
+    StackInfo,
+    write_stack_info,
+)
+
+DEFAULT_ZONES = ("a", "b")
+DEFAULT_ZONE = "default"
+EMULATOR = "kube-emulator"
+RESTART_PAUSE_S = (0.5, 1.0, 2.0, 5.0, 10.0)
+WATCHER_READY = b'"carrying out decisions"'
+"""What the watcher logs once every kind is listed and decisions flow (its readiness)."""
+
+
+@dataclass(frozen=True)
+class SystemOptions:
+    """How the system decides, and where (every service of one installation shares these)."""
+
+    zones: tuple[str, ...] = DEFAULT_ZONES
+    """Zones with nodes and a dequeuer each; ``default`` (unlabelled jobs) is always served."""
+    policy: str = "Round"
+    oversell_rate: str = "1"
+    within_quota: str = "Never"
+    min_runtime_s: float = 0.0
+    kubelet_speed: float = 1.0
+    settle_ms: int = 20
+
+    @property
+    def served_zones(self) -> tuple[str, ...]:
+        """``default`` first (jobs without a zone label), then the named zones."""
+        return (DEFAULT_ZONE, *(z for z in self.zones if z != DEFAULT_ZONE))
+
+
+@dataclass
+class Supervised:
+    """One service process and its restart history."""
+
+    name: str
+    argv: list[str]
+    process: ManagedProcess
+    restarts: int = 0
+    down_since: float | None = None
+
+
+@dataclass
+class EmbeddedSystem:
+    """Start, watch over and stop the one-machine system as one unit."""
+
+    home: Path
+    options: SystemOptions = field(default_factory=SystemOptions)
+    prefix: str = "usher"
+    stack: EmbeddedStack = field(init=False)
+    emulator: ManagedProcess | None = field(default=None, init=False)
+    services: dict[str, Supervised] = field(default_factory=dict, init=False)
+    info: StackInfo | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.stack = EmbeddedStack(self.home, prefix=self.prefix)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.home / "kubeconfig"
+
+    @property
+    def logs(self) -> Path:
+        return self.home / "logs"
+
+    # ------------------------------------------------------------------ start
+
+    def start(self, timeout_s: float = 30.0) -> StackInfo:
+        """Start everything; on any failure stop what was started and re-raise."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            base = self.stack.start(write_file=False)
+            self._start_emulator(timeout_s)
+            env = self._service_env(base)
+            watcher_log = self.logs / "watcher.log"
+            offset = watcher_log.stat().st_size if watcher_log.exists() else 0
+            for name, argv in self._service_commands():
+                process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=env)
+                process.start()
+                self.services[name] = Supervised(name, argv, process)
+            self._check_services_alive(grace_s=0.5)
+            self._wait_for_watcher(watcher_log, offset, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        self.info = self._info(base)
+        write_stack_info(self.home, self.info)
+        return self.info
+
+    def _start_emulator(self, timeout_s: float) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.kubeconfig.unlink()  # a stale one would look ready at once
+        argv = [
+            sys.executable,
+            "-m",
+            "usher.adapters.embedded.cluster",
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--state",
+            str(self.home / "cluster" / "objects.json"),
+            "--zones",
+            ",".join(self.options.zones),
+            "--speed",
+            str(self.options.kubelet_speed),
+        ]
+        self.emulator = ManagedProcess(EMULATOR, argv, self.logs / f"{EMULATOR}.log")
+        self.emulator.start()
+        deadline = time.monotonic() + timeout_s
+        while not self.kubeconfig.exists():
+            if not self.emulator.running():
+                raise ServerStartError(EMULATOR, "exited", self.emulator.log_tail())
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    EMULATOR, f"no kubeconfig after {timeout_s}s", self.emulator.log_tail()
+                )
+            time.sleep(0.05)
+
+    def _service_env(self, base: StackInfo) -> dict[str, str]:
+        options = self.options
+        return {
+            **os.environ,
+            "USHER_HOME": str(self.home),
+            "USHER_NATS_URL": base.nats_url,
+            "USHER_DATABASE_URL": base.database_url,
+            "USHER_KUBECONFIG": str(self.kubeconfig),
+            "USHER_PREFIX": self.prefix,
+            "USHER_POLICY": options.policy,
+            "USHER_OVERSELL_RATE": options.oversell_rate,
+            "USHER_WITHIN_QUOTA": options.within_quota,
+            "USHER_MIN_RUNTIME_SECONDS": str(options.min_runtime_s),
+            "USHER_SETTLE_MS": str(options.settle_ms),
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def _service_commands(self) -> list[tuple[str, list[str]]]:
+        run = [sys.executable, "-m", "usher", "run"]
+        commands = [("ledger", [*run, "ledger"]), ("preemptor", [*run, "preemptor"])]
+        for zone in self.options.served_zones:
+            commands.append((f"dequeuer-{zone}", [*run, "dequeuer", "--zone", zone]))
+        commands.append(("watcher", [*run, "watcher"]))
+        return commands
+
+    def _check_services_alive(self, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
+        while True:
+            for service in self.services.values():
+                popen = service.process.popen
+                if popen is not None and popen.poll() is not None:
+                    raise ServerStartError(
+                        service.name,
+                        f"exited with code {popen.returncode}",
+                        service.process.log_tail(),
+                    )
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+
+    def _wait_for_watcher(self, log: Path, offset: int, timeout_s: float) -> None:
+        """Best effort: wait until the watcher has listed every kind and carries out decisions.
+
+        Jobs created before that are published in list order (by name), not creation order,
+        and could be decided apart; `usher up` reports ready only after. The watcher says so
+        in its log (``WATCHER_READY``); if that line never comes, this waits ``timeout_s``
+        and goes on (the watcher works the same, the first jobs just may race).
+        """
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_services_alive(grace_s=0.0)
+            try:
+                with open(log, "rb") as handle:
+                    handle.seek(offset)
+                    if WATCHER_READY in handle.read():
+                        return
+            except FileNotFoundError:
+                pass
+            time.sleep(0.1)
+
+    def _info(self, base: StackInfo) -> StackInfo:
+        options = self.options
+        return StackInfo(
+            home=base.home,
+            nats_url=base.nats_url,
+            database_url=base.database_url,
+            prefix=base.prefix,
+            pids={**base.pids, EMULATOR: self.emulator.pid or 0 if self.emulator else 0},
+            started_at=datetime.now(UTC),
+            kubeconfig=str(self.kubeconfig),
+            zones=list(options.served_zones),
+            service_pids={name: s.process.pid or 0 for name, s in self.services.items()},
+            policy=options.policy,
+            oversell_rate=options.oversell_rate,
+            within_quota=options.within_quota,
+            min_runtime_s=options.min_runtime_s,
+        )
+
+    # ------------------------------------------------------------------ watching over
+
+    def infrastructure_down(self) -> str | None:
+        """The name of a server or the emulator that is no longer running, if any."""
+        for name, server in (("nats", self.stack.nats), ("postgres", self.stack.postgres)):
+            if server.process is not None and not server.process.running():
+                return name
+        if self.emulator is not None and not self.emulator.running():
+            return EMULATOR
+        return None
+
+    def supervise(self) -> list[str]:
+        """Restart services that exited (after a growing pause); returns what happened."""
+        notes: list[str] = []
+        now = time.monotonic()
+        changed = False
+        for service in self.services.values():
+            if service.process.running():
+                continue
+            if service.down_since is None:
+                service.down_since = now
+                code = service.process.popen.returncode if service.process.popen else None
+                notes.append(f"{service.name} exited (code {code}); restarting it")
+            pause = RESTART_PAUSE_S[min(service.restarts, len(RESTART_PAUSE_S) - 1)]
+            if now - service.down_since < pause:
+                continue
+            service.process.start()
+            service.restarts += 1
+            service.down_since = None
+            changed = True
+        if changed and self.info is not None:
+            pids = {n: s.process.pid or 0 for n, s in self.services.items()}
+            self.info = msgspec.structs.replace(self.info, service_pids=pids)
+            write_stack_info(self.home, self.info)
+        return notes
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self) -> None:
+        """Services (watcher first), then the emulator, PostgreSQL, NATS; forget stack.json."""
+        services = [s.process for s in reversed(list(self.services.values()))]
+        for process in services:  # all at once: each drains its own work in parallel
+            if process.popen is not None and process.running():
+                with contextlib.suppress(ProcessLookupError):
+                    process.popen.send_signal(process.stop_signal)
+        for process in services:
+            process.stop(timeout=15.0)
+        if self.emulator is not None:
+            self.emulator.stop(timeout=15.0)
+        self.stack.stop()
+        with contextlib.suppress(FileNotFoundError):
+            (self.home / STACK_FILE).unlink()

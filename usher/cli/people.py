@@ -1,0 +1,537 @@
+"""``usher apply | submit | wait | jobs | queues | queue | quota``: the commands people type.
+
+What it does: talks to the running ``usher up`` (``$USHER_HOME/stack.json``) or, with
+``--kubeconfig`` and ``--nats``, to any installation, through ``usher.client``: applies
+manifest files (create or update, like kubectl), submits suspended jobs built from a few
+options (Arena/jobctl style) and follows them with ``--wait``, and shows jobs, queues and the
+quota tree as tables for people or ``-o json|yaml`` for scripts.
+
+Exit codes: 0 done; 1 a waited-for job failed, was rejected or can never run; 2 usage; 3 bad
+input (missing file, invalid YAML or manifest, unknown job, queue or namespace, refused by the
+API); 4 nothing to talk to (no stack running, a server unreachable); 5 ``--wait`` timed out.
+What it must never do: print a traceback or a secret, or decide anything itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import msgspec
+import yaml
+
+from usher.cli import (
+    EXIT_BAD_INPUT,
+    EXIT_DIFFERENCES,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    cli,
+    fail,
+)
+from usher.client import (
+    AsyncClient,
+    BadInput,
+    ClientError,
+    JobInfo,
+    NotFound,
+    NotRunning,
+    QueueInfo,
+    QuotaInfo,
+    Refused,
+    WaitTimeout,
+)
+from usher.client.manifests import KINDS, read_yaml_documents
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_JOB_FAILED = EXIT_DIFFERENCES
+"""1: the job ended otherwise than asked (failed, rejected, inadmissible)."""
+EXIT_TIMEOUT = 5
+"""5: ``--wait`` ran out of time; the job may still finish."""
+OUTPUTS = ("table", "json", "yaml")
+
+
+# --------------------------------------------------------------------------- plumbing
+
+
+def target_options(command: F) -> F:
+    """``--home``, ``--kubeconfig``, ``--nats``, ``--prefix``: which Usher to talk to."""
+    for option in reversed(
+        (
+            click.option(
+                "--home",
+                type=click.Path(path_type=Path),
+                default=None,
+                help="Folder of the running `usher up` (default $USHER_HOME).",
+            ),
+            click.option(
+                "--kubeconfig",
+                default=None,
+                help="Kubernetes API of a real installation (default: the stack's).",
+            ),
+            click.option(
+                "--nats",
+                "nats_url",
+                default=None,
+                help="NATS of a real installation (default: the stack's).",
+            ),
+            click.option("--prefix", default=None, help="Subject prefix (default usher)."),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+def output_option(command: F) -> F:
+    return click.option(
+        "-o",
+        "--output",
+        type=click.Choice(OUTPUTS),
+        default="table",
+        show_default=True,
+        help="table for people, json or yaml for scripts.",
+    )(command)
+
+
+def _client(options: dict[str, Any]) -> AsyncClient:
+    return AsyncClient(
+        home=options.get("home"),
+        kubeconfig=options.get("kubeconfig"),
+        nats_url=options.get("nats_url"),
+        prefix=options.get("prefix"),
+    )
+
+
+def run(options: dict[str, Any], work: Callable[[AsyncClient], Coroutine[Any, Any, T]]) -> T:
+    """Run ``work`` with a client; every ``ClientError`` becomes lines and an exit code."""
+
+    async def main() -> T:
+        async with _client(options) as client:
+            return await work(client)
+
+    try:
+        return asyncio.run(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except ClientError as exc:
+        for line in exc.lines[:-1]:
+            click.echo(f"usher: {line}", err=True)
+        fail(exc.lines[-1], _exit_code(exc))
+
+
+def _exit_code(exc: ClientError) -> int:
+    if isinstance(exc, NotRunning):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, WaitTimeout):
+        return EXIT_TIMEOUT
+    if isinstance(exc, BadInput | NotFound | Refused):
+        return EXIT_BAD_INPUT
+    return EXIT_BAD_INPUT
+
+
+def emit(data: object, output: str, table: Callable[[], str]) -> None:
+    """Print ``data`` as JSON/YAML, or the table ``table()`` builds."""
+    if output == "json":
+        click.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
+    elif output == "yaml":
+        click.echo(yaml.safe_dump(msgspec.to_builtins(data), sort_keys=False).rstrip())
+    else:
+        click.echo(table())
+
+
+def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns aligned like kubectl's (3 spaces apart), the last one left ragged."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row[:-1]):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [list(headers), *[list(r) for r in rows]]:
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
+        lines.append("   ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def age(created: datetime | None) -> str:
+    if created is None:
+        return "-"
+    seconds = max(0, int((datetime.now(UTC) - created).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * 2:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _reason(job: JobInfo) -> str:
+    if job.state == "Finished":
+        return "succeeded" if job.succeeded is not False else "failed"
+    text = f"{job.reason_code}: {job.reason}" if job.reason_code else (job.reason or "")
+    if job.preemptions:
+        text = f"{text} (preempted {job.preemptions}x)".lstrip()
+    return text
+
+
+# --------------------------------------------------------------------------- apply
+
+
+@cli.command()
+@click.option(
+    "-f",
+    "--filename",
+    "files",
+    multiple=True,
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Manifest file (multi-document YAML).",
+)
+@target_options
+def apply(files: tuple[Path, ...], **options: Any) -> None:
+    """Create or update the manifests of FILES (like kubectl apply).
+
+    Handles ElasticQuotaTree, PriorityClass, Namespace, Node, ConfigMap and the job kinds
+    Usher admits. Every document is checked first (quota trees and jobs by Usher's own
+    rules): a file with a mistake changes nothing. A job with generateName is created anew.
+    """
+    for path in files:  # read and check every file before anything is sent
+        run_checks = _check_file(path)
+        if run_checks is not None:
+            for line in run_checks[:-1]:
+                click.echo(f"usher: {line}", err=True)
+            fail(run_checks[-1], EXIT_BAD_INPUT)
+
+    async def work(client: AsyncClient) -> None:
+        for path in files:
+            for applied in await client.apply(path):
+                if applied.warning:
+                    click.echo(f"warning: {applied.warning}", err=True)
+                click.echo(f"{applied.label}/{applied.name} {applied.action}")
+
+    run(options, work)
+
+
+def _check_file(path: Path) -> list[str] | None:
+    from usher.client.manifests import load_documents
+
+    try:
+        load_documents(path)
+    except BadInput as exc:
+        return exc.lines
+    return None
+
+
+# --------------------------------------------------------------------------- submit / wait
+
+
+def _show_progress(job: JobInfo) -> None:
+    stamp = datetime.now().strftime("%H:%M:%S")
+    if job.state == "Pending":
+        where = f"#{job.position} in {job.queue}" if job.position else (job.queue or "")
+        detail = f"{where}: {_reason(job)}"
+    elif job.state == "Admitted":
+        detail = f"in {job.quota} (queue {job.queue}, zone {job.zone or 'default'})"
+        if job.preemptions:
+            detail += f", after {job.preemptions} preemption(s)"
+    else:
+        detail = _reason(job)
+    click.echo(f"{stamp}  {job.job}  {job.state}  {detail}".rstrip())
+
+
+def _finish_wait(job: JobInfo, until: str) -> None:
+    if until == "admitted" and job.state == "Admitted":
+        return
+    if job.state == "Finished" and job.succeeded is not False:
+        return
+    what = "failed" if job.state == "Finished" else f"is {job.state}: {_reason(job)}"
+    fail(f"job {job.job} {what}", EXIT_JOB_FAILED)
+
+
+@cli.command(context_settings={"allow_interspersed_args": False})
+@click.argument("args", nargs=-1)
+@click.option("--name", default=None, help="Job name (default: generated from the image).")
+@click.option("-n", "--namespace", default="default", show_default=True)
+@click.option("--image", default=None, help="Container image (builds the job from options).")
+@click.option("--cpu", default=None, help="Per pod, e.g. 2 or 500m.")
+@click.option("--memory", default=None, help="Per pod, e.g. 4Gi.")
+@click.option("--gpu", default=None, help="nvidia.com/gpu per pod.")
+@click.option(
+    "--replicas",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Pods, all admitted together (parallelism = completions).",
+)
+@click.option("--priority-class", default=None)
+@click.option("--zone", default=None, help="Label usher.io/zone (default: zone default).")
+@click.option(
+    "--duration",
+    type=float,
+    default=None,
+    help="Seconds the emulator runs it (annotation usher.io/sim-duration).",
+)
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
+@click.option("--wait", is_flag=True, help="Follow the job until it finishes.")
+@click.option("--timeout", type=float, default=None, help="Seconds --wait waits at most.")
+@target_options
+def submit(
+    args: tuple[str, ...],
+    name: str | None,
+    namespace: str,
+    image: str | None,
+    cpu: str | None,
+    memory: str | None,
+    gpu: str | None,
+    replicas: int,
+    priority_class: str | None,
+    zone: str | None,
+    duration: float | None,
+    labels: tuple[str, ...],
+    wait: bool,
+    timeout: float | None,
+    **options: Any,
+) -> None:
+    """Submit a suspended job: `usher submit FILE`, or build one from options:
+
+    usher submit --name pi -n user-a --image perl:5.34.0 --cpu 10 --memory 10Gi
+    --replicas 6 -- sleep 1d
+
+    Usher admits it when its quota allows; --wait follows it (position and reason while
+    pending, then admitted, then finished) and exits 0 only when it succeeded.
+    """
+    label_map: dict[str, str] = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--label {item!r}: expected KEY=VALUE", EXIT_USAGE)
+        label_map[key] = value
+    if image is None:
+        if len(args) != 1:
+            fail("give a manifest FILE, or --image (and the command after --)", EXIT_USAGE)
+        manifests = _workload_documents(Path(args[0]))
+
+    async def work(client: AsyncClient) -> None:
+        if image is not None:
+            submitted = [
+                await client.submit(
+                    name,
+                    namespace=namespace,
+                    image=image,
+                    cpu=cpu,
+                    memory=memory,
+                    gpu=gpu,
+                    replicas=replicas,
+                    priority_class=priority_class,
+                    zone=zone,
+                    duration=duration,
+                    command=args,
+                    labels=label_map,
+                )
+            ]
+        else:
+            submitted = [
+                await client.submit_manifest(m, source=args[0], index=i)
+                for i, m in enumerate(manifests, start=1)
+            ]
+        for item in submitted:
+            click.echo(f"{item.label} created")
+        if wait:
+            for item in submitted:
+                final = await client.wait(item.job, timeout_s=timeout, on_change=_show_progress)
+                _finish_wait(final, "done")
+
+    run(options, work)
+
+
+def _workload_documents(path: Path) -> list[dict[str, Any]]:
+    try:
+        documents = read_yaml_documents(path)
+    except BadInput as exc:
+        fail(exc.message, EXIT_BAD_INPUT)
+    out: list[dict[str, Any]] = []
+    for index, doc in enumerate(documents, start=1):
+        if not isinstance(doc, dict):
+            fail(f"{path}: document {index}: expected a job manifest", EXIT_BAD_INPUT)
+        kind = KINDS.get((str(doc.get("apiVersion")), str(doc.get("kind"))))
+        if kind is None or not kind.is_workload:
+            what = doc.get("kind") or "a manifest without kind"
+            fail(
+                f"{path}: document {index}: usher submit takes jobs, not {what} "
+                "(use usher apply -f)",
+                EXIT_BAD_INPUT,
+            )
+        out.append(doc)
+    if not out:
+        fail(f"{path}: no manifests in the file", EXIT_BAD_INPUT)
+    return out
+
+
+@cli.command("wait")
+@click.argument("job")
+@click.option("-n", "--namespace", default=None, help="When JOB is a bare name.")
+@click.option(
+    "--for",
+    "until",
+    type=click.Choice(["done", "admitted"]),
+    default="done",
+    show_default=True,
+    help="Until the job finishes, or until it is admitted.",
+)
+@click.option("--timeout", type=float, default=None, help="Seconds to wait at most.")
+@target_options
+def wait_command(
+    job: str, namespace: str | None, until: str, timeout: float | None, **options: Any
+) -> None:
+    """Follow JOB (namespace/name) and exit 0 when it succeeded (or was admitted)."""
+
+    async def work(client: AsyncClient) -> JobInfo:
+        return await client.wait(
+            job, namespace, until=until, timeout_s=timeout, on_change=_show_progress
+        )
+
+    _finish_wait(run(options, work), until)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@cli.command()
+@click.option("-n", "--namespace", default=None, help="Only this namespace.")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(["Pending", "Admitted", "Finished", "Inadmissible", "Unmapped", "Rejected"]),
+    help="Only jobs in this state (repeatable).",
+)
+@output_option
+@target_options
+def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options: Any) -> None:
+    """Every job Usher knows: state, queue, position, priority and why it waits."""
+
+    async def work(client: AsyncClient) -> list[JobInfo]:
+        found = await client.list_jobs(namespace, states=states or None)
+        if namespace is not None and not found:
+            taken = await client.namespaces()
+            if taken and namespace not in taken:
+                raise NotFound(
+                    f"no namespace {namespace!r} in Usher: no job there, and no leaf of the "
+                    f"quota tree takes it (namespaces with a queue: {', '.join(sorted(taken))})"
+                )
+        return found
+
+    found = run(options, work)
+
+    def table() -> str:
+        if not found:
+            return f"No jobs{f' in namespace {namespace}' if namespace else ''}."
+        rows = [
+            [
+                j.namespace,
+                j.name,
+                j.state,
+                j.queue or "-",
+                str(j.position) if j.position else "-",
+                str(j.priority),
+                j.zone or "-",
+                age(j.created),
+                _reason(j),
+            ]
+            for j in found
+        ]
+        headers = ["NAMESPACE", "NAME", "STATE", "QUEUE", "POS", "PRIO", "ZONE", "AGE", "REASON"]
+        return render_table(headers, rows)
+
+    emit(found, output, table)
+
+
+@cli.command()
+@output_option
+@target_options
+def queues(output: str, **options: Any) -> None:
+    """One queue per leaf of the quota tree: how many wait, how many run, who is next."""
+    found: list[QueueInfo] = run(options, lambda client: client.queues())
+
+    def table() -> str:
+        if not found:
+            return "No queues: no quota tree is in force (usher apply -f a tree)."
+        rows = [
+            [
+                q.name,
+                q.quota,
+                q.policy,
+                str(len(q.pending)),
+                str(len(q.admitted)),
+                ",".join(q.namespaces),
+                q.pending[0].job if q.pending else "-",
+            ]
+            for q in found
+        ]
+        headers = ["NAME", "QUOTA", "POLICY", "PENDING", "ADMITTED", "NAMESPACES", "NEXT"]
+        return render_table(headers, rows)
+
+    emit(found, output, table)
+
+
+@cli.command()
+@click.argument("name")
+@output_option
+@target_options
+def queue(name: str, output: str, **options: Any) -> None:
+    """One queue in order: position, job, priority and why each waits."""
+    found: QueueInfo = run(options, lambda client: client.queue(name))
+
+    def table() -> str:
+        head = (
+            f"Queue {found.name}: quota {found.quota}, policy {found.policy}, "
+            f"namespaces {', '.join(found.namespaces) or '-'}"
+        )
+        running = f"Admitted ({len(found.admitted)}): {', '.join(found.admitted) or '-'}"
+        if not found.pending:
+            return f"{head}\n{running}\nNo job waits."
+        rows = [
+            [
+                str(e.position),
+                e.job,
+                str(e.priority),
+                f"{e.reason_code}: {e.reason}" if e.reason_code else (e.reason or ""),
+            ]
+            for e in found.pending
+        ]
+        return f"{head}\n{running}\n" + render_table(["POS", "JOB", "PRIO", "REASON"], rows)
+
+    emit(found, output, table)
+
+
+@cli.command()
+@output_option
+@target_options
+def quota(output: str, **options: Any) -> None:
+    """The quota tree in force: used / min / max of every node and resource."""
+    found: list[QuotaInfo] = run(options, lambda client: client.quota())
+
+    def table() -> str:
+        if not found:
+            return "No quota tree is in force (usher apply -f a tree)."
+        resources: list[str] = []
+        for node in found:
+            resources.extend(r for r in node.max if r not in resources)
+        rows = []
+        for node in found:
+            cells = ["  " * node.depth + node.path.rsplit("/", 1)[-1]]
+            for r in resources:
+                if r in node.max:
+                    used = node.used.get(r, "0")
+                    cells.append(f"{used}/{node.min.get(r, '0')}/{node.max[r]}")
+                else:
+                    cells.append("-")
+            cells.append(node.queue or "")
+            rows.append(cells)
+        headers = ["NODE", *[f"{r.upper()} used/min/max" for r in resources], "QUEUE"]
+        return render_table(headers, rows)
+
+    emit(found, output, table)

@@ -1,0 +1,54 @@
+"""The Usher client library: what the seed's Jobctl offered notebooks, typed.
+
+What it does: ``Client`` (blocking, notebook-safe) and ``AsyncClient`` (asyncio) submit jobs to
+Kubernetes and read states, queue positions, reasons and quota usage from Usher's log; results
+are msgspec Structs (``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``Submitted``, ``Applied``),
+failures typed ``ClientError``s. By default it talks to the running ``usher up``
+(``$USHER_HOME/stack.json``); pass ``kubeconfig=`` and ``nats_url=`` for a real installation.
+
+    from usher.client import Client
+    with Client() as usher:
+        job = usher.submit("train", namespace="user-a", image="pytorch:2", cpu=4, gpu=1)
+        print(usher.wait(job.job).state)
+
+What it must never do: decide anything or publish on the log (it is a client like kubectl).
+"""
+
+from usher.client.client import Applied, AsyncClient, Client, Submitted
+from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
+from usher.client.manifests import JobRequest, job_manifest
+from usher.client.state import (
+    DecisionInfo,
+    JobInfo,
+    LogState,
+    QueuedJob,
+    QueueInfo,
+    QuotaInfo,
+    StateView,
+)
+from usher.client.target import Target, resolve_target, target_of_stack
+
+__all__ = [
+    "Applied",
+    "AsyncClient",
+    "BadInput",
+    "Client",
+    "ClientError",
+    "DecisionInfo",
+    "JobInfo",
+    "JobRequest",
+    "LogState",
+    "NotFound",
+    "NotRunning",
+    "QueueInfo",
+    "QueuedJob",
+    "QuotaInfo",
+    "Refused",
+    "StateView",
+    "Submitted",
+    "Target",
+    "WaitTimeout",
+    "job_manifest",
+    "resolve_target",
+    "target_of_stack",
+]

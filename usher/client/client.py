@@ -1,0 +1,575 @@
+"""The Usher client: submit jobs through Kubernetes, read what Usher decided from its log.
+
+What it does: ``AsyncClient`` (asyncio) and ``Client`` (blocking, safe in notebooks: it runs
+its own event loop in a thread) offer what the seed's Jobctl offered to notebooks and a bit
+more: ``submit`` (a suspended batch/v1 Job built from a few options), ``submit_manifest``,
+``apply`` (files of manifests, create or update), ``list_jobs``, ``job``, ``queues``,
+``queue``, ``quota`` and ``wait`` (follow one job until it is admitted or done). Writes go to
+the Kubernetes API (``usher.adapters.kube``), as any user's would; states, positions and
+reasons come from the log on NATS (``usher.client.state``). Every failure is a typed
+``ClientError`` with sentences for people.
+What it must never do: decide anything, publish on the log, touch a live workload's suspend
+flag, or print or raise anything that holds a password.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client as NatsClient
+from nats.js import JetStreamContext
+
+from usher.adapters.kube import (
+    AlreadyExists,
+    Conflict,
+    Invalid,
+    JsonObj,
+    KubeClient,
+    KubeConfigError,
+    KubeError,
+    NotFound,
+)
+from usher.adapters.logs import redact_url
+from usher.adapters.nats.subjects import Subjects
+from usher.client.errors import BadInput, ClientError, NotRunning, Refused, WaitTimeout
+from usher.client.errors import NotFound as UnknownObject
+from usher.client.manifests import (
+    JOB,
+    KINDS,
+    Document,
+    JobRequest,
+    Kind,
+    apply_patch,
+    check_document,
+    for_create,
+    is_suspended,
+    job_manifest,
+    load_documents,
+    suspended,
+)
+from usher.client.state import (
+    JobInfo,
+    LogState,
+    QueueInfo,
+    QuotaInfo,
+    StateView,
+    catch_up,
+    now_ms,
+    read_state,
+)
+from usher.client.target import Target, resolve_target
+
+T = TypeVar("T")
+REASON_EVERY_S = 1.0
+"""A waiting job's reason is recomputed (a trial pass on a copy) at most this often."""
+
+
+class Submitted(msgspec.Struct, frozen=True, kw_only=True):
+    """A job the Kubernetes API accepted."""
+
+    job: str
+    """``namespace/name`` (the server's name when the manifest had ``generateName``)."""
+    kind: str
+    label: str
+    """kubectl's name for it: ``job.batch/pi-8k5pn``."""
+
+
+class Applied(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``apply`` did with one manifest: ``created``, ``configured`` or ``unchanged``."""
+
+    label: str
+    namespace: str | None
+    name: str
+    action: str
+    warning: str | None = None
+
+
+async def _quiet(_exc: Exception) -> None:
+    """NATS error callback: failures reach the caller as exceptions, not as log noise."""
+
+
+def _kube_failure(exc: KubeError, what: str) -> ClientError:
+    if exc.transient:
+        return NotRunning(f"cannot reach the Kubernetes API ({what}): {exc.message}")
+    if isinstance(exc, Invalid):
+        lines = [f"{what}: {c.field}: {c.message}" for c in exc.causes] or [
+            f"{what}: {exc.message}"
+        ]
+        return BadInput(lines[0], lines)
+    if isinstance(exc, NotFound):
+        return UnknownObject(f"{what}: {exc.message}")
+    return Refused(f"{what}: the Kubernetes API refused it ({exc.reason}): {exc.message}")
+
+
+class AsyncClient:
+    """Usher for asyncio code. Use as ``async with AsyncClient() as usher: ...``."""
+
+    def __init__(
+        self,
+        target: Target | None = None,
+        *,
+        home: Path | None = None,
+        kubeconfig: str | Path | None = None,
+        nats_url: str | None = None,
+        prefix: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        self.target = target or resolve_target(
+            home=home, kubeconfig=kubeconfig, nats_url=nats_url, prefix=prefix
+        )
+        self.subjects = Subjects(self.target.prefix)
+        self.timeout_s = timeout_s
+        self._kube: KubeClient | None = None
+        self._nc: NatsClient | None = None
+        self._js: JetStreamContext | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._kube is not None:
+            await self._kube.close()
+            self._kube = None
+        if self._nc is not None:
+            with contextlib.suppress(Exception):
+                await self._nc.close()
+            self._nc = None
+            self._js = None
+
+    # ------------------------------------------------------------------ connections
+
+    async def kube(self) -> KubeClient:
+        if self._kube is None:
+            path = self.target.need_kubernetes()
+            try:
+                self._kube = await KubeClient.from_kubeconfig(
+                    path, request_timeout_s=min(self.timeout_s, 10.0)
+                )
+            except KubeConfigError as exc:
+                raise NotRunning(str(exc)) from exc
+        return self._kube
+
+    async def jetstream(self) -> JetStreamContext:
+        if self._js is None:
+            url = self.target.need_nats()
+            try:
+                self._nc = await nats.connect(
+                    url,
+                    connect_timeout=3,
+                    allow_reconnect=False,
+                    # 0 would retry the first connect forever (nats-py): one attempt only.
+                    max_reconnect_attempts=1,
+                    reconnect_time_wait=0.1,
+                    error_cb=_quiet,
+                    name="usher-client",
+                )
+            except (OSError, TimeoutError, nats.errors.Error) as exc:
+                raise NotRunning(
+                    f"cannot reach NATS at {redact_url(url)} ({type(exc).__name__}): "
+                    "is `usher up` running?"
+                ) from exc
+            self._js = self._nc.jetstream()
+            try:
+                await self._js.stream_info(self.subjects.stream_name)
+            except nats.js.errors.NotFoundError as exc:
+                raise NotRunning(
+                    f"no Usher log (stream {self.subjects.stream_name}) on NATS at "
+                    f"{redact_url(url)}: wrong --prefix, or the system never started there"
+                ) from exc
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise NotRunning(f"NATS at {redact_url(url)} does not answer: {exc}") from exc
+        return self._js
+
+    # ------------------------------------------------------------------ reading state
+
+    async def state(self) -> LogState:
+        """The whole log folded for people (``LogState``); use ``.view()`` for results."""
+        js = await self.jetstream()
+        try:
+            return await read_state(js, self.subjects, self.target.engine, timeout_s=self.timeout_s)
+        except TimeoutError as exc:
+            raise NotRunning(str(exc)) from exc
+        except (nats.errors.Error, OSError) as exc:
+            raise NotRunning(f"reading the log failed: {type(exc).__name__}: {exc}") from exc
+
+    async def view(self) -> StateView:
+        return (await self.state()).view(now_ms())
+
+    async def list_jobs(
+        self, namespace: str | None = None, *, states: Iterable[str] | None = None
+    ) -> list[JobInfo]:
+        """Every job Usher knows (optionally of one namespace, or in some states)."""
+        wanted = set(states) if states is not None else None
+        return [
+            job
+            for job in (await self.view()).jobs
+            if (namespace is None or job.namespace == namespace)
+            and (wanted is None or job.state in wanted)
+        ]
+
+    async def job(self, job: str, namespace: str | None = None) -> JobInfo:
+        """One job, by ``namespace/name`` (or ``name`` and ``namespace``); ``NotFound``."""
+        key = _key(job, namespace)
+        state = await self.state()
+        found = state.job(key, None, state.pending_reasons(now_ms()))
+        if found is None:
+            raise UnknownObject(f"no job {key} is known to Usher")
+        return found
+
+    async def queues(self) -> list[QueueInfo]:
+        return (await self.view()).queues
+
+    async def queue(self, name: str) -> QueueInfo:
+        queues = await self.queues()
+        for queue in queues:
+            if queue.name == name:
+                return queue
+        known = ", ".join(q.name for q in queues) or "none: no quota tree applied yet"
+        raise UnknownObject(f"no queue {name!r} (queues: {known})")
+
+    async def quota(self) -> list[QuotaInfo]:
+        return (await self.view()).quota
+
+    async def namespaces(self) -> dict[str, str]:
+        """Namespace -> queue, for every namespace a leaf of the tree in force takes."""
+        out: dict[str, str] = {}
+        for queue in await self.queues():
+            for namespace in queue.namespaces:
+                out[namespace] = queue.name
+        return out
+
+    # ------------------------------------------------------------------ writing
+
+    async def submit(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str,
+        image: str,
+        cpu: str | int | float | None = None,
+        memory: str | None = None,
+        gpu: str | int | None = None,
+        replicas: int = 1,
+        priority_class: str | None = None,
+        zone: str | None = None,
+        duration: float | None = None,
+        command: Iterable[str] = (),
+        labels: dict[str, str] | None = None,
+        check_namespace: bool = True,
+    ) -> Submitted:
+        """Create a suspended batch/v1 Job of ``replicas`` identical pods; Usher admits it.
+
+        ``duration`` (seconds) sets ``usher.io/sim-duration`` for the emulator's kubelet.
+        With ``check_namespace`` a namespace that no leaf of the quota tree takes is refused
+        (``BadInput``) instead of waiting ``Unmapped``.
+        """
+        request = JobRequest(
+            namespace=namespace,
+            image=image,
+            name=name,
+            cpu=None if cpu is None else str(cpu),
+            memory=memory,
+            gpu=None if gpu is None else str(gpu),
+            replicas=replicas,
+            priority_class=priority_class,
+            zone=zone,
+            duration_s=duration,
+            command=tuple(command),
+            labels=dict(labels or {}),
+        )
+        manifest = job_manifest(request)
+        if check_namespace:
+            await self._check_namespace(namespace)
+        return await self._create(manifest, JOB)
+
+    async def submit_manifest(
+        self,
+        manifest: JsonObj,
+        *,
+        check_namespace: bool = True,
+        source: str = "manifest",
+        index: int = 1,
+    ) -> Submitted:
+        """Create one workload manifest, suspended (whatever it said), like ``kubectl create``."""
+        kind = None
+        if isinstance(manifest, dict):
+            kind = KINDS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
+        if kind is None or not kind.is_workload:
+            raise BadInput(
+                "usher submit takes job manifests (Job, TFJob, PyTorchJob, MPIJob, RayJob, JobSet)"
+            )
+        document = Document(source, index, manifest, kind)
+        problems = check_document(document)
+        if problems:
+            raise BadInput(problems[0], problems)
+        if check_namespace and document.namespace:
+            await self._check_namespace(document.namespace)
+        return await self._create(
+            for_create(Document(source, index, suspended(manifest, kind), kind)), kind
+        )
+
+    async def _check_namespace(self, namespace: str) -> None:
+        if self.target.nats_url is None:
+            return  # no log to ask: the job will say Unmapped if no leaf takes it
+        state = await self.state()
+        if state.tree is None:
+            return
+        taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
+        if namespace not in taken:
+            known = ", ".join(sorted(taken)) or "none"
+            raise BadInput(
+                f"namespace {namespace!r} belongs to no leaf of the quota tree, so no queue "
+                f"takes its jobs (namespaces with a queue: {known})"
+            )
+
+    async def _create(self, manifest: JsonObj, kind: Kind) -> Submitted:
+        kube = await self.kube()
+        meta = manifest.get("metadata") or {}
+        namespace = meta.get("namespace") or "default"
+        what = f"{kind.label}/{meta.get('name') or meta.get('generateName', '') + '*'}"
+        try:
+            created = await kube.create(kind.resource, namespace, manifest)
+        except AlreadyExists as exc:
+            raise BadInput(f"{what} already exists in namespace {namespace}") from exc
+        except KubeError as exc:
+            raise _kube_failure(exc, what) from exc
+        name = str(created["metadata"]["name"])
+        return Submitted(
+            job=f"{namespace}/{name}", kind=kind.resource.kind, label=f"{kind.label}/{name}"
+        )
+
+    async def apply(self, path: Path | str) -> list[Applied]:
+        """Create or update every manifest of a (multi-document) YAML file, in file order.
+
+        All documents are checked before the first is sent: a file with a mistake changes
+        nothing. Manifests with ``generateName`` are always created (as ``kubectl create``).
+        """
+        documents = load_documents(Path(path))
+        kube = await self.kube()
+        return [await self._apply_one(kube, document) for document in documents]
+
+    async def _apply_one(self, kube: KubeClient, document: Document) -> Applied:
+        kind, namespace = document.kind, document.namespace
+        warning = None
+        if kind.is_workload and not is_suspended(document.manifest, kind):
+            warning = (
+                f"{document.where}: {kind.resource.kind} {document.name or document.generate_name}"
+                " is not suspended: it starts at once, outside Usher's queues"
+            )
+        what = f"{kind.label}/{document.name or document.generate_name + '*'}"
+        for _attempt in range(3):
+            try:
+                return await self._apply_attempt(kube, document, namespace, warning)
+            except Conflict:  # changed (or created) between our read and our write: again
+                continue
+            except KubeError as exc:
+                raise _kube_failure(exc, f"{document.where} ({what})") from exc
+        raise Refused(f"{document.where} ({what}): kept changing under us; try again")
+
+    async def _apply_attempt(
+        self, kube: KubeClient, document: Document, namespace: str | None, warning: str | None
+    ) -> Applied:
+        kind = document.kind
+        if not document.name:
+            created = await kube.create(kind.resource, namespace, for_create(document))
+            return Applied(
+                label=kind.label,
+                namespace=namespace,
+                name=str(created["metadata"]["name"]),
+                action="created",
+                warning=warning,
+            )
+        try:
+            current = await kube.get(kind.resource, namespace, document.name)
+        except NotFound:
+            await kube.create(kind.resource, namespace, for_create(document))
+            return Applied(
+                label=kind.label,
+                namespace=namespace,
+                name=document.name,
+                action="created",
+                warning=warning,
+            )
+        patch = apply_patch(document, current)
+        if patch is None:
+            return Applied(
+                label=kind.label, namespace=namespace, name=document.name, action="unchanged"
+            )
+        patch.setdefault("metadata", {})["resourceVersion"] = current["metadata"]["resourceVersion"]
+        await kube.merge_patch(kind.resource, namespace, document.name, patch)
+        return Applied(
+            label=kind.label, namespace=namespace, name=document.name, action="configured"
+        )
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait(
+        self,
+        job: str,
+        namespace: str | None = None,
+        *,
+        until: str = "done",
+        timeout_s: float | None = None,
+        on_change: Callable[[JobInfo], None] | None = None,
+    ) -> JobInfo:
+        """Follow one job on the log until it is done (``until="done"``: finished, rejected
+        or inadmissible) or admitted (``until="admitted"``); returns its last state.
+
+        ``on_change`` is called with every new state, position or reason. Raises
+        ``WaitTimeout`` (carrying the last state) when ``timeout_s`` passes first, and
+        ``NotFound`` when the job is deleted meanwhile.
+        """
+        if until not in ("done", "admitted"):
+            raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
+        key = _key(job, namespace)
+        js = await self.jetstream()
+        state = LogState(self.target.engine)
+        try:
+            follower = await catch_up(state, js, self.subjects, timeout_s=self.timeout_s)
+        except TimeoutError as exc:
+            raise NotRunning(str(exc)) from exc
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        stop = asyncio.Event()
+        last_seen: tuple[object, ...] | None = None
+        latest: JobInfo | None = None
+        seen = False
+        reasons_at = 0.0
+        try:
+            batches = follower.batches(stop, idle_s=lambda: 0.5)
+            while True:
+                info = state.job(key)
+                if info is not None and info.state == "Pending":
+                    if (
+                        time.monotonic() - reasons_at >= REASON_EVERY_S
+                        or latest is None
+                        or (latest.state != "Pending" or latest.position != info.position)
+                    ):
+                        reasons_at = time.monotonic()
+                        info = state.job(key, None, state.pending_reasons(now_ms()))
+                    elif latest is not None:
+                        info = msgspec.structs.replace(
+                            info, reason=latest.reason, reason_code=latest.reason_code
+                        )
+                if info is None and seen:
+                    raise UnknownObject(f"job {key} was deleted")
+                if info is not None:
+                    seen = True
+                    latest = info
+                    signature = (info.state, info.position, info.reason, info.queue)
+                    if signature != last_seen:
+                        last_seen = signature
+                        if on_change is not None:
+                            on_change(info)
+                    if info.done or (until == "admitted" and info.state == "Admitted"):
+                        return info
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise WaitTimeout(
+                        f"job {key} is still {latest.state if latest else 'not seen by Usher'}"
+                        f" after {timeout_s:g}s",
+                        latest,
+                    )
+                batch = await anext(batches)
+                for item in batch:
+                    state.apply(item)
+        finally:
+            stop.set()
+            await follower.stop()
+
+
+def _key(job: str, namespace: str | None) -> str:
+    if "/" in job:
+        return job
+    return f"{namespace or 'default'}/{job}"
+
+
+# --------------------------------------------------------------------------- blocking client
+
+
+class Client:
+    """Usher for blocking code and notebooks: the ``AsyncClient`` on a private event loop.
+
+    ``with Client() as usher: usher.submit(...)``. Safe to use where an event loop already
+    runs (Jupyter): calls go to the client's own loop in a background thread.
+    """
+
+    def __init__(self, target: Target | None = None, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="usher-client", daemon=True
+        )
+        self._thread.start()
+        try:
+            self._client = AsyncClient(target, **options)
+        except BaseException:
+            self._shutdown()
+            raise
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _shutdown(self) -> None:
+        if self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=5)
+        self._loop.close()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._client.close())
+        self._shutdown()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    @property
+    def target(self) -> Target:
+        return self._client.target
+
+    def submit(self, name: str | None = None, **options: Any) -> Submitted:
+        """See ``AsyncClient.submit``."""
+        return self._run(self._client.submit(name, **options))
+
+    def submit_manifest(self, manifest: JsonObj, **options: Any) -> Submitted:
+        return self._run(self._client.submit_manifest(manifest, **options))
+
+    def apply(self, path: Path | str) -> list[Applied]:
+        return self._run(self._client.apply(path))
+
+    def list_jobs(self, namespace: str | None = None, **options: Any) -> list[JobInfo]:
+        return self._run(self._client.list_jobs(namespace, **options))
+
+    def job(self, job: str, namespace: str | None = None) -> JobInfo:
+        return self._run(self._client.job(job, namespace))
+
+    def queues(self) -> list[QueueInfo]:
+        return self._run(self._client.queues())
+
+    def queue(self, name: str) -> QueueInfo:
+        return self._run(self._client.queue(name))
+
+    def quota(self) -> list[QuotaInfo]:
+        return self._run(self._client.quota())
+
+    def view(self) -> StateView:
+        return self._run(self._client.view())
+
+    def wait(self, job: str, namespace: str | None = None, **options: Any) -> JobInfo:
+        """See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."""
+        return self._run(self._client.wait(job, namespace, **options))

@@ -1,0 +1,44 @@
+"""Typed failures of the Usher client: each one is a sentence a person can act on.
+
+What it does: one exception class per thing a caller decides on: nothing to talk to
+(``NotRunning``), a bad file, manifest or option (``BadInput``, with one line per problem), an
+object that does not exist (``NotFound``), a refusal by the Kubernetes API (``Refused``), and a
+wait that ran out of time (``WaitTimeout``).
+What it must never do: carry a secret (URLs are redacted before they get here) or a traceback
+meant for people.
+"""
+
+from __future__ import annotations
+
+
+class ClientError(Exception):
+    """Base of every client failure; ``lines`` are what a person should read."""
+
+    def __init__(self, message: str, lines: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.lines = lines or [message]
+
+
+class NotRunning(ClientError):
+    """No Usher to talk to: no ``stack.json`` and no addresses given, or a server is down."""
+
+
+class BadInput(ClientError):
+    """A file, manifest or option is wrong; ``lines`` name each problem with its place."""
+
+
+class NotFound(ClientError):
+    """A job, queue or namespace that Usher does not know."""
+
+
+class Refused(ClientError):
+    """The Kubernetes API refused a request (the server's reason is in the message)."""
+
+
+class WaitTimeout(ClientError):
+    """A job did not reach the awaited state in time; ``job`` is its last known state."""
+
+    def __init__(self, message: str, job: object | None = None) -> None:
+        super().__init__(message)
+        self.job = job

@@ -1,0 +1,445 @@
+"""Manifests for people: reading YAML files, checking them, building jobs, diffing for apply.
+
+What it does: loads multi-document YAML into manifests (every problem named with its file and
+document number); knows which kinds ``usher apply`` handles and where each lives in the API;
+checks quota trees and job manifests with the pure core before anything is sent (so a person
+reads the field path of a mistake at once, not later in the log); builds the suspended
+``batch/v1`` Job that ``usher submit`` sends (Arena/jobctl style); and computes the merge patch
+``apply`` sends to an existing object (three-way, like kubectl: keys the last apply set and
+this one drops are removed, keys others set are kept).
+What it must never do: do I/O beyond reading the file it is given, or touch the fields Usher
+owns on a live workload (its suspend flag, the zone nodeSelector).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from schemas import Millis
+from usher.adapters.kube import JsonObj, Resource
+from usher.client.errors import BadInput
+from usher.core.errors import InputError
+from usher.core.quantity import parse_quantity
+from usher.core.tree import parse_tree
+from usher.core.workload import QUOTA_LABEL, ZONE_LABEL, extract_workload
+
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+"""The annotation kubectl keeps the last applied manifest in; shared, so both tools agree."""
+SIM_DURATION = "usher.io/sim-duration"
+"""Seconds the emulator's fake kubelet runs a job before it completes."""
+
+_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind ``usher apply`` handles: its resource, and where a workload's suspend flag is."""
+
+    resource: Resource
+    suspend_path: tuple[str, ...] | None = None
+    """Under ``spec``; None for kinds that are not workloads."""
+
+    @property
+    def label(self) -> str:
+        """``job.batch``, ``elasticquotatree.scheduling.sigs.k8s.io``: how kubectl names it."""
+        singular = self.resource.kind.lower()
+        return f"{singular}.{self.resource.group}" if self.resource.group else singular
+
+    @property
+    def is_workload(self) -> bool:
+        return self.suspend_path is not None
+
+    @property
+    def is_tree(self) -> bool:
+        return self.resource.kind == "ElasticQuotaTree"
+
+
+def _kind(
+    group: str,
+    version: str,
+    plural: str,
+    kind: str,
+    *,
+    namespaced: bool = True,
+    suspend: tuple[str, ...] | None = None,
+) -> Kind:
+    return Kind(Resource(group, version, plural, kind, namespaced), suspend)
+
+
+_SUSPEND = ("suspend",)
+_RUN_POLICY = ("runPolicy", "suspend")
+KINDS: dict[tuple[str, str], Kind] = {
+    (k.resource.api_version, k.resource.kind): k
+    for k in (
+        _kind("batch", "v1", "jobs", "Job", suspend=_SUSPEND),
+        _kind("kubeflow.org", "v1", "tfjobs", "TFJob", suspend=_RUN_POLICY),
+        _kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", suspend=_RUN_POLICY),
+        _kind("kubeflow.org", "v1", "mpijobs", "MPIJob", suspend=_RUN_POLICY),
+        _kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", suspend=_RUN_POLICY),
+        _kind("ray.io", "v1", "rayjobs", "RayJob", suspend=_SUSPEND),
+        _kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", suspend=_SUSPEND),
+        _kind("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree"),
+        _kind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
+        _kind("", "v1", "namespaces", "Namespace", namespaced=False),
+        _kind("", "v1", "nodes", "Node", namespaced=False),
+        _kind("", "v1", "configmaps", "ConfigMap"),
+    )
+}
+JOB = KINDS[("batch/v1", "Job")]
+
+
+@dataclass(frozen=True)
+class Document:
+    """One manifest of a file, with where it came from (for messages)."""
+
+    source: str
+    index: int
+    """1-based document number in the file."""
+    manifest: JsonObj
+    kind: Kind
+
+    @property
+    def where(self) -> str:
+        return f"{self.source}: document {self.index}"
+
+    @property
+    def namespace(self) -> str | None:
+        if not self.kind.resource.namespaced:
+            return None
+        meta = self.manifest.get("metadata") or {}
+        return str(meta.get("namespace") or "default")
+
+    @property
+    def name(self) -> str:
+        meta = self.manifest.get("metadata") or {}
+        return str(meta.get("name") or "")
+
+    @property
+    def generate_name(self) -> str:
+        meta = self.manifest.get("metadata") or {}
+        return str(meta.get("generateName") or "")
+
+
+# --------------------------------------------------------------------------- reading files
+
+
+def read_yaml_documents(path: Path) -> list[object]:
+    """Every YAML document of ``path`` (empty ones dropped); ``BadInput`` naming the problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise BadInput(f"{path}: cannot read ({type(exc).__name__})") from None
+    try:
+        return [doc for doc in yaml.load_all(text, Loader=_YamlLoader) if doc is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}:" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise BadInput(f"{path}:{where} invalid YAML: {problem}") from None
+
+
+def load_documents(path: Path) -> list[Document]:
+    """The manifests of ``path``, each of a kind ``usher apply`` knows, checked by the core."""
+    raw = read_yaml_documents(path)
+    if not raw:
+        raise BadInput(f"{path}: no manifests in the file")
+    documents: list[Document] = []
+    problems: list[str] = []
+    for index, item in enumerate(_flatten(raw), start=1):
+        where = f"{path}: document {index}"
+        if not isinstance(item, dict):
+            problems.append(f"{where}: expected a manifest (a mapping), got {_type(item)}")
+            continue
+        api_version, kind_name = item.get("apiVersion"), item.get("kind")
+        if not isinstance(api_version, str) or not isinstance(kind_name, str):
+            problems.append(f"{where}: apiVersion and kind are required")
+            continue
+        kind = KINDS.get((api_version, kind_name))
+        if kind is None:
+            problems.append(
+                f"{where}: usher apply does not handle {kind_name} ({api_version}); "
+                "use kubectl for it"
+            )
+            continue
+        document = Document(str(path), index, item, kind)
+        problems.extend(check_document(document))
+        documents.append(document)
+    if problems:
+        raise BadInput(problems[0], problems)
+    return documents
+
+
+def _flatten(raw: list[object]) -> list[object]:
+    """Documents, with ``kind: List`` expanded into its items (as kubectl does)."""
+    out: list[object] = []
+    for item in raw:
+        if isinstance(item, dict) and item.get("kind") == "List" and "items" in item:
+            items = item.get("items")
+            out.extend(items if isinstance(items, list) else [items])
+        else:
+            out.append(item)
+    return out
+
+
+def check_document(document: Document) -> list[str]:
+    """Problems the core finds in a manifest before it is sent, one line each."""
+    meta = document.manifest.get("metadata")
+    where = document.where
+    if not isinstance(meta, dict):
+        return [f"{where}: metadata is required"]
+    if not document.name and not (document.kind.is_workload and document.generate_name):
+        return [f"{where}: metadata.name is required"]
+    label = f"{where} ({document.kind.resource.kind} {document.name or document.generate_name})"
+    try:
+        if document.kind.is_tree:
+            parse_tree(document.manifest)
+        elif document.kind.is_workload:
+            extract_workload(
+                document.manifest,
+                created_ms=Millis(0),
+                name=document.name or f"{document.generate_name}x",
+            )
+    except InputError as exc:
+        return [
+            f"{label}: {e.path + ': ' if e.path else ''}{e.message} [{e.code}]" for e in exc.errors
+        ]
+    return []
+
+
+def _type(value: object) -> str:
+    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+# --------------------------------------------------------------------------- apply
+
+
+def _without(manifest: JsonObj) -> JsonObj:
+    """What apply manages: the manifest minus status and server-owned metadata."""
+    meta = dict(manifest.get("metadata") or {})
+    owned = {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta}
+    annotations = dict(owned.get("annotations") or {})
+    annotations.pop(LAST_APPLIED, None)
+    if annotations:
+        owned["annotations"] = annotations
+    else:
+        owned.pop("annotations", None)
+    body = {k: v for k, v in manifest.items() if k not in ("status", "metadata")}
+    body["metadata"] = owned
+    return body
+
+
+def for_create(document: Document) -> JsonObj:
+    """The body to create: the manifest with the last-applied annotation (as kubectl does)."""
+    body = _without(document.manifest)
+    meta = body["metadata"]
+    if not document.name:
+        meta.pop("name", None)
+        meta["generateName"] = document.generate_name
+    meta.setdefault("annotations", {})[LAST_APPLIED] = _last_applied(document.manifest)
+    return body
+
+
+def _last_applied(manifest: JsonObj) -> str:
+    return json.dumps(_without(manifest), sort_keys=True, separators=(",", ":"))
+
+
+def apply_patch(document: Document, current: JsonObj) -> JsonObj | None:
+    """The merge patch that applies ``document`` over ``current``; None when nothing changes.
+
+    Three-way: ``current`` keys that differ from the manifest are set; keys the previous apply
+    set (the last-applied annotation) and this manifest no longer has are removed; anything
+    else (server defaults, what controllers and Usher wrote) is kept. A workload's suspend
+    flag is Usher's, never changed by apply.
+    """
+    desired = _without(document.manifest)
+    if document.kind.suspend_path is not None:
+        desired = _keep_suspend(desired, current, document.kind.suspend_path)
+    annotations = (current.get("metadata") or {}).get("annotations") or {}
+    try:
+        last = json.loads(annotations.get(LAST_APPLIED) or "{}")
+    except ValueError:
+        last = {}
+    patch = _three_way(last if isinstance(last, dict) else {}, current, desired)
+    if not patch:
+        return None
+    new_last = _last_applied(document.manifest)
+    if annotations.get(LAST_APPLIED) != new_last:
+        patch.setdefault("metadata", {}).setdefault("annotations", {})[LAST_APPLIED] = new_last
+    return patch
+
+
+def _keep_suspend(desired: JsonObj, current: JsonObj, path: tuple[str, ...]) -> JsonObj:
+    """``desired`` with the live object's suspend flag (or without one when it has none)."""
+    out = json.loads(json.dumps(desired))
+    node: Any = out.get("spec")
+    live: Any = current.get("spec")
+    for key in path[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+        live = live.get(key) if isinstance(live, dict) else None
+    if isinstance(node, dict):
+        if isinstance(live, dict) and path[-1] in live:
+            node[path[-1]] = live[path[-1]]
+        else:
+            node.pop(path[-1], None)
+    return dict(out)
+
+
+def _three_way(last: Mapping[str, Any], current: Mapping[str, Any], desired: JsonObj) -> JsonObj:
+    patch: JsonObj = {}
+    for key, want in desired.items():
+        have = current.get(key)
+        if isinstance(want, dict) and isinstance(have, dict):
+            before = last.get(key)
+            sub = _three_way(before if isinstance(before, dict) else {}, have, want)
+            if sub:
+                patch[key] = sub
+        elif key not in current or have != want:
+            patch[key] = want
+    for key in last:
+        if key not in desired and key in current:
+            patch[key] = None
+    return patch
+
+
+# --------------------------------------------------------------------------- submit
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What ``usher submit`` asks for: one suspended batch/v1 Job of identical pods."""
+
+    namespace: str
+    image: str
+    name: str | None = None
+    cpu: str | None = None
+    memory: str | None = None
+    gpu: str | None = None
+    replicas: int = 1
+    priority_class: str | None = None
+    zone: str | None = None
+    duration_s: float | None = None
+    """Sets ``usher.io/sim-duration``: how long the emulator's fake kubelet runs it."""
+    command: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    quota: str | None = None
+    """Names a leaf explicitly (label ``quota.scheduling.alibabacloud.com/name``)."""
+
+
+def _check_name(value: str, what: str, problems: list[str]) -> None:
+    if len(value) > 63 or not _DNS_LABEL.match(value):
+        problems.append(
+            f"{what} {value!r} is not a valid name (lower-case letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters)"
+        )
+
+
+def job_manifest(request: JobRequest) -> JsonObj:
+    """The suspended Job for ``request``; ``BadInput`` naming every bad option."""
+    problems: list[str] = []
+    _check_name(request.namespace, "namespace", problems)
+    if request.name is not None:
+        _check_name(request.name, "name", problems)
+    if not request.image.strip():
+        problems.append("image must not be empty")
+    if request.replicas < 1:
+        problems.append(f"replicas must be at least 1, got {request.replicas}")
+    if request.duration_s is not None and request.duration_s < 0:
+        problems.append(f"duration must not be negative, got {request.duration_s}")
+    resources: dict[str, str] = {}
+    for option, resource, value in (
+        ("--cpu", "cpu", request.cpu),
+        ("--memory", "memory", request.memory),
+        ("--gpu", "nvidia.com/gpu", request.gpu),
+    ):
+        if value is None:
+            continue
+        try:
+            parse_quantity(value, resource, option)
+        except InputError as exc:
+            problems.extend(f"{option}: {e.message}" for e in exc.errors)
+            continue
+        resources[resource] = str(value)
+    if not resources and not problems:
+        problems.append("a job must request something: give --cpu, --memory or --gpu")
+    if problems:
+        raise BadInput(problems[0], problems)
+    labels = dict(request.labels)
+    if request.zone:
+        labels[ZONE_LABEL] = request.zone
+    if request.quota:
+        labels[QUOTA_LABEL] = request.quota
+    meta: JsonObj = {"namespace": request.namespace}
+    if request.name:
+        meta["name"] = request.name
+    else:
+        meta["generateName"] = f"{_image_stem(request.image)}-"
+    if labels:
+        meta["labels"] = labels
+    if request.duration_s is not None:
+        meta["annotations"] = {SIM_DURATION: _seconds(request.duration_s)}
+    container: JsonObj = {
+        "name": "main",
+        "image": request.image,
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
+    }
+    if request.command:
+        container["command"] = list(request.command)
+    pod: JsonObj = {"containers": [container], "restartPolicy": "Never"}
+    if request.priority_class:
+        pod["priorityClassName"] = request.priority_class
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "suspend": True,
+            "parallelism": request.replicas,
+            "completions": request.replicas,
+            "backoffLimit": 0,
+            "template": {"spec": pod},
+        },
+    }
+
+
+def _image_stem(image: str) -> str:
+    """``perl`` for ``docker.io/library/perl:5.34.0``: a readable generateName prefix."""
+    stem = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0].lower()
+    stem = re.sub(r"[^a-z0-9-]+", "-", stem).strip("-")[:40]
+    return stem or "job"
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def suspended(manifest: JsonObj, kind: Kind) -> JsonObj:
+    """A copy of a workload manifest with its suspend flag set (so Usher decides when it runs)."""
+    out = json.loads(json.dumps(manifest))
+    if kind.suspend_path is None:
+        return dict(out)
+    node = out.setdefault("spec", {})
+    for key in kind.suspend_path[:-1]:
+        node = node.setdefault(key, {})
+    node[kind.suspend_path[-1]] = True
+    return dict(out)
+
+
+def is_suspended(manifest: JsonObj, kind: Kind) -> bool:
+    if kind.suspend_path is None:
+        return True
+    node: Any = manifest.get("spec")
+    for key in kind.suspend_path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node is True

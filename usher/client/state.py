@@ -1,0 +1,485 @@
+"""What Usher says about every job, queue and quota node, folded from the log.
+
+What it does: ``LogState`` applies log entries in order to a pure-core ``Engine`` (the same
+projection every service keeps) and records what the engine does not keep for people: each
+workload's kind, zone, requests and creation time, manifests the watcher rejected (with the
+field errors), whether a finished job succeeded, how often it was preempted, the tree in force
+or the last rejected one, and the latest decisions. ``view()`` turns that into typed results
+(``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``DecisionInfo``). A pending job's reason is what
+the next decision pass would say: the pass runs on a copy of the engine, so the projection
+itself never decides anything. ``read_state`` reads the whole log with an ordered consumer
+until it has caught up with the end it saw at start.
+What it must never do: publish anything, acknowledge anything, or let a decision of its own
+(the reason pass) leak into the projection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import msgspec
+from nats.js import JetStreamContext
+
+from schemas import (
+    Admitted,
+    Inadmissible,
+    Millis,
+    Preempted,
+    QuotaNode,
+    QuotaTreeApplied,
+    QuotaTreeRejected,
+    Reason,
+    Released,
+    Unmapped,
+    WorkloadDeleted,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+    WorkloadRejected,
+)
+from services.common.follower import BadEntry, LogEntry, LogFollower
+from usher.adapters.nats.subjects import Subjects
+from usher.core import reasons
+from usher.core.config import EngineConfig
+from usher.core.engine import Engine, JobView
+from usher.core.quantity import format_quantity
+from usher.core.tree import iter_nodes, leaf_queue_name
+
+PENDING = "Pending"
+ADMITTED = "Admitted"
+FINISHED = "Finished"
+REJECTED = "Rejected"
+"""The watcher could not read the manifest (``WorkloadRejected``): never queued."""
+MAX_DECISIONS = 200
+
+
+# --------------------------------------------------------------------------- results
+
+
+class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One job as Usher sees it now."""
+
+    job: str
+    """``namespace/name``."""
+    namespace: str
+    name: str
+    state: str
+    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped`` or ``Rejected``."""
+    queue: str | None = None
+    quota: str | None = None
+    """Leaf path, e.g. ``root/Department-a``."""
+    zone: str | None = None
+    position: int | None = None
+    """1-based place in its queue while pending."""
+    priority: int = 0
+    reason: str | None = None
+    reason_code: str | None = None
+    succeeded: bool | None = None
+    """For a finished job: whether it succeeded."""
+    preemptions: int = 0
+    kind: str | None = None
+    requests: dict[str, str] = msgspec.field(default_factory=dict)
+    """Total over all pods, in Kubernetes notation."""
+    created: datetime | None = None
+
+    @property
+    def done(self) -> bool:
+        """Finished, or never going to run as it is (rejected or inadmissible)."""
+        return self.state in (FINISHED, REJECTED, "Inadmissible")
+
+
+class QueuedJob(msgspec.Struct, frozen=True, kw_only=True):
+    job: str
+    position: int
+    priority: int
+    reason: str | None = None
+    reason_code: str | None = None
+
+
+class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One queue (one per leaf of the quota tree) with its pending jobs in order."""
+
+    name: str
+    quota: str
+    policy: str
+    namespaces: list[str]
+    pending: list[QueuedJob]
+    admitted: list[str]
+
+
+class QuotaInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One node of the quota tree: used / min / max per resource, in Kubernetes notation."""
+
+    path: str
+    depth: int
+    leaf: bool
+    queue: str | None
+    namespaces: list[str]
+    used: dict[str, str]
+    min: dict[str, str]
+    max: dict[str, str]
+    used_units: dict[str, int]
+    min_units: dict[str, int]
+    max_units: dict[str, int]
+
+
+class DecisionInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One decision from the log, for people."""
+
+    seq: int
+    time: datetime
+    action: str
+    """``admit``, ``preempt``, ``release``, ``inadmissible``, ``unmapped`` or ``reject``."""
+    job: str
+    quota: str | None = None
+    reason: str | None = None
+    preemptor: str | None = None
+
+
+class StateView(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything at one log sequence."""
+
+    seq: int
+    jobs: list[JobInfo]
+    queues: list[QueueInfo]
+    quota: list[QuotaInfo]
+    decisions: list[DecisionInfo]
+    tree_rejected: list[str] = msgspec.field(default_factory=list)
+    """Field errors of the last rejected tree, if it came after the one in force."""
+    policy: str = "Round"
+
+
+# --------------------------------------------------------------------------- the fold
+
+
+def now_ms() -> Millis:
+    return Millis(int(time.time() * 1000))
+
+
+def _quantities(amounts: dict[str, int]) -> dict[str, str]:
+    return {r: format_quantity(r, a) for r, a in sorted(amounts.items())}
+
+
+def _reason_text(reason: Reason | None) -> tuple[str | None, str | None]:
+    if reason is None:
+        return None, None
+    return reason.message, reason.code
+
+
+@dataclass
+class LogState:
+    """The projection of the log for people (see the module docstring)."""
+
+    config: EngineConfig = field(default_factory=EngineConfig)
+    engine: Engine = field(init=False)
+    applied_seq: int = 0
+    observed: dict[WorkloadKey, WorkloadObserved] = field(default_factory=dict)
+    rejected: dict[WorkloadKey, WorkloadRejected] = field(default_factory=dict)
+    outcome: dict[WorkloadKey, bool] = field(default_factory=dict)
+    preemptions: dict[WorkloadKey, int] = field(default_factory=dict)
+    decisions: deque[DecisionInfo] = field(default_factory=lambda: deque(maxlen=MAX_DECISIONS))
+    tree: QuotaNode | None = None
+    tree_rejected: list[str] = field(default_factory=list)
+    unreadable: int = 0
+    """Entries that did not decode or that the core refused (skipped, as services park them)."""
+
+    def __post_init__(self) -> None:
+        self.engine = Engine(self.config)
+
+    def apply(self, item: LogEntry | BadEntry) -> None:
+        """Fold one log entry in (entries at or below ``applied_seq`` are ignored)."""
+        if item.seq <= self.applied_seq:
+            return
+        self.applied_seq = item.seq
+        if isinstance(item, BadEntry):
+            self.unreadable += 1
+            return
+        event = item.envelope.event
+        try:
+            self.engine.apply(event, item.time_ms)
+        except Exception:  # the core refused it; services park such entries and go on
+            self.unreadable += 1
+            return
+        self._record(item, event)
+
+    def _record(self, item: LogEntry, event: object) -> None:
+        at = item.envelope.time
+        match event:
+            case WorkloadObserved():
+                self.observed[event.workload] = event
+                self.rejected.pop(event.workload, None)
+                self.outcome.pop(event.workload, None)
+            case WorkloadRejected():
+                self.rejected[event.workload] = event
+                text = "; ".join(f"{e.path}: {e.message}" for e in event.errors)
+                self._decision(item.seq, at, "reject", event.workload, reason=text)
+            case WorkloadFinished():
+                self.outcome[event.workload] = event.succeeded
+            case WorkloadDeleted():
+                for table in (self.observed, self.rejected, self.outcome, self.preemptions):
+                    table.pop(event.workload, None)
+            case QuotaTreeApplied():
+                self.tree = event.root
+                self.tree_rejected = []
+            case QuotaTreeRejected():
+                self.tree_rejected = [f"{e.path}: {e.message} [{e.code}]" for e in event.errors]
+            case Admitted():
+                self._decision(item.seq, at, "admit", event.workload, quota=event.quota)
+            case Preempted():
+                self.preemptions[event.workload] = self.preemptions.get(event.workload, 0) + 1
+                self._decision(
+                    item.seq,
+                    at,
+                    "preempt",
+                    event.workload,
+                    quota=event.quota,
+                    reason=event.reason.message,
+                    preemptor=event.preemptor,
+                )
+            case Released():
+                self._decision(
+                    item.seq, at, "release", event.workload, quota=event.quota, reason=event.cause
+                )
+            case Inadmissible():
+                self._decision(
+                    item.seq,
+                    at,
+                    "inadmissible",
+                    event.workload,
+                    quota=event.quota,
+                    reason=event.reason.message,
+                )
+            case Unmapped():
+                self._decision(
+                    item.seq, at, "unmapped", event.workload, reason=event.reason.message
+                )
+
+    def _decision(
+        self,
+        seq: int,
+        at: datetime,
+        action: str,
+        job: str,
+        *,
+        quota: str | None = None,
+        reason: str | None = None,
+        preemptor: str | None = None,
+    ) -> None:
+        self.decisions.append(
+            DecisionInfo(
+                seq=seq,
+                time=at,
+                action=action,
+                job=job,
+                quota=quota,
+                reason=reason,
+                preemptor=preemptor,
+            )
+        )
+
+    # ------------------------------------------------------------------ views
+
+    def pending_reasons(self, now: Millis) -> dict[WorkloadKey, Reason]:
+        """Why each pending job waits: what a decision pass now would say (on a copy)."""
+        waiting = [k for k, v in self.engine.jobs().items() if v.state == PENDING]
+        if not waiting:
+            return {}
+        trial = copy.deepcopy(self.engine)
+        trial.decide(now)
+        out: dict[WorkloadKey, Reason] = {}
+        for key in waiting:
+            after = trial.job_state(key)
+            if after is not None and after.state == PENDING and after.reason is not None:
+                out[key] = after.reason
+            else:
+                out[key] = reasons.not_yet_evaluated("fits now; the next decision pass admits it")
+        return out
+
+    def job(
+        self,
+        key: str,
+        views: dict[WorkloadKey, JobView] | None = None,
+        why: dict[WorkloadKey, Reason] | None = None,
+    ) -> JobInfo | None:
+        """One job by ``namespace/name`` (None when Usher has never seen it, or it is gone)."""
+        wkey = WorkloadKey(key)
+        if wkey in self.rejected:
+            rejected = self.rejected[wkey]
+            namespace, _, name = key.partition("/")
+            text = "; ".join(f"{e.path}: {e.message} [{e.code}]" for e in rejected.errors)
+            return JobInfo(
+                job=key,
+                namespace=namespace,
+                name=name,
+                state=REJECTED,
+                reason=text,
+                reason_code="Rejected",
+                kind=rejected.kind or None,
+            )
+        view = views.get(wkey) if views is not None else self.engine.job_state(wkey)
+        if view is None:
+            return None
+        observed = self.observed.get(wkey)
+        reason = view.reason
+        if view.state == PENDING and why is not None and wkey in why:
+            reason = why[wkey]
+        message, code = _reason_text(reason)
+        namespace, _, name = key.partition("/")
+        totals: dict[str, int] = {}
+        if observed is not None:
+            for pod_set in observed.pod_sets:
+                for resource, amount in pod_set.requests.items():
+                    totals[resource] = totals.get(resource, 0) + amount * pod_set.count
+        created = None
+        if observed is not None:
+            created = datetime.fromtimestamp(observed.created_ms / 1000, tz=UTC)
+        return JobInfo(
+            job=key,
+            namespace=namespace,
+            name=name,
+            state=view.state,
+            queue=view.queue,
+            quota=view.quota,
+            zone=observed.zone if observed else None,
+            position=view.position,
+            priority=view.priority,
+            reason=message,
+            reason_code=code,
+            succeeded=self.outcome.get(wkey) if view.state == FINISHED else None,
+            preemptions=self.preemptions.get(wkey, 0),
+            kind=observed.kind if observed else None,
+            requests=_quantities(totals),
+            created=created,
+        )
+
+    def view(self, now: Millis | None = None, *, reasons_too: bool = True) -> StateView:
+        """Jobs, queues, quota and recent decisions as of ``applied_seq``."""
+        views = self.engine.jobs()
+        why = self.pending_reasons(now or now_ms()) if reasons_too else {}
+        jobs = [info for key in views if (info := self.job(key, views, why)) is not None]
+        jobs.extend(
+            info
+            for key in sorted(self.rejected)
+            if key not in views and (info := self.job(key)) is not None
+        )
+        jobs.sort(key=lambda j: j.job)
+        return StateView(
+            seq=self.applied_seq,
+            jobs=jobs,
+            queues=self._queues(views, why),
+            quota=self._quota(),
+            decisions=list(self.decisions),
+            tree_rejected=list(self.tree_rejected),
+            policy=self.config.policy,
+        )
+
+    def _queues(
+        self, views: dict[WorkloadKey, JobView], why: dict[WorkloadKey, Reason]
+    ) -> list[QueueInfo]:
+        if self.tree is None:
+            return []
+        entries = self.engine.queues()
+        admitted: dict[str, list[str]] = {}
+        for key, view in views.items():
+            if view.state == ADMITTED and view.queue is not None:
+                admitted.setdefault(view.queue, []).append(key)
+        out: list[QueueInfo] = []
+        for path, node, _ in iter_nodes(self.tree):
+            if node.children:
+                continue
+            name = leaf_queue_name(path, node)
+            pending = []
+            for entry in entries.get(name, []):
+                message, code = _reason_text(why.get(entry.job) or self.engine.reason(entry.job))
+                pending.append(
+                    QueuedJob(
+                        job=entry.job,
+                        position=entry.position,
+                        priority=entry.priority,
+                        reason=message,
+                        reason_code=code,
+                    )
+                )
+            out.append(
+                QueueInfo(
+                    name=name,
+                    quota=path,
+                    policy=self.config.policy,
+                    namespaces=list(node.namespaces),
+                    pending=pending,
+                    admitted=sorted(admitted.get(name, [])),
+                )
+            )
+        return out
+
+    def _quota(self) -> list[QuotaInfo]:
+        if self.tree is None:
+            return []
+        used = self.engine.quota_used()
+        out: list[QuotaInfo] = []
+        for path, node, _ in iter_nodes(self.tree):
+            amounts = used.get(path, {})
+            out.append(
+                QuotaInfo(
+                    path=path,
+                    depth=path.count("/"),
+                    leaf=not node.children,
+                    queue=leaf_queue_name(path, node) if not node.children else None,
+                    namespaces=list(node.namespaces),
+                    used=_quantities(amounts),
+                    min=_quantities(dict(node.min)),
+                    max=_quantities(dict(node.max)),
+                    used_units=dict(amounts),
+                    min_units=dict(node.min),
+                    max_units=dict(node.max),
+                )
+            )
+        return out
+
+
+# --------------------------------------------------------------------------- reading the log
+
+
+async def catch_up(
+    state: LogState,
+    js: JetStreamContext,
+    subjects: Subjects,
+    *,
+    timeout_s: float = 30.0,
+) -> LogFollower:
+    """Fold the whole log (from ``state.applied_seq + 1``) into ``state`` until caught up with
+    the end seen at start; returns the follower, still following (the caller stops it)."""
+    follower = LogFollower(js, subjects, start_seq=state.applied_seq + 1)
+    await follower.start()
+    if follower.caught_up:
+        return follower
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(timeout_s, stop.set)
+    try:
+        async for batch in follower.batches(stop):
+            for item in batch:
+                state.apply(item)
+            if follower.caught_up:
+                break
+    finally:
+        timer.cancel()
+    if not follower.caught_up:
+        await follower.stop()
+        raise TimeoutError(f"the log was not read to its end within {timeout_s}s")
+    return follower
+
+
+async def read_state(
+    js: JetStreamContext, subjects: Subjects, config: EngineConfig, *, timeout_s: float = 30.0
+) -> LogState:
+    """The whole log folded into a fresh ``LogState``."""
+    state = LogState(config)
+    follower = await catch_up(state, js, subjects, timeout_s=timeout_s)
+    await follower.stop()
+    return state
