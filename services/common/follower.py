@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -56,8 +57,35 @@ async def stream_last_seq(js: JetStreamContext, subjects: Subjects) -> int:
     return int(info.state.last_seq)
 
 
+_collector_pauses = 0
+_collector_was_enabled = False
+
+
+def _pause_collector() -> None:
+    """Pause the cyclic garbage collector (counted: several followers may replay at once)."""
+    global _collector_pauses, _collector_was_enabled
+    if _collector_pauses == 0:
+        _collector_was_enabled = gc.isenabled()
+        gc.disable()
+    _collector_pauses += 1
+
+
+def _resume_collector() -> None:
+    global _collector_pauses
+    _collector_pauses -= 1
+    if _collector_pauses == 0 and _collector_was_enabled:
+        gc.enable()
+
+
 class LogFollower:
-    """Ordered consumer over the log from ``start_seq``; batches of what arrived together."""
+    """Ordered consumer over the log from ``start_seq``; batches of what arrived together.
+
+    ``pause_collector=True`` pauses Python's cyclic garbage collector until the replay has
+    caught up. Replaying into a growing engine makes it rescan that engine over and over:
+    measured, 20-30% of a replay's time, while a replay of 100k entries leaves no cyclic
+    garbage at all. Only for consumers that build no reference cycles (the pure engine);
+    not for ones with ORM sessions.
+    """
 
     def __init__(
         self,
@@ -67,12 +95,14 @@ class LogFollower:
         start_seq: int = 1,
         filter_subject: str | None = None,
         max_batch: int = 4096,
+        pause_collector: bool = False,
     ) -> None:
         self._js = js
         self._subjects = subjects
         self._start = max(1, start_seq)
         self._filter = filter_subject or f"{subjects.prefix}.>"
         self._max_batch = max_batch
+        self._pause_collector = pause_collector
         self._buffer: list[Msg] = []
         self._ready = asyncio.Event()
         self._sub: object | None = None
@@ -131,6 +161,9 @@ class LogFollower:
         without entries (services use it for timers such as min-runtime wakeups).
         """
         stopper = asyncio.ensure_future(stop.wait())
+        paused = self._pause_collector and not self.caught_up
+        if paused:
+            _pause_collector()
         try:
             while not stop.is_set():
                 if not self._buffer:
@@ -154,12 +187,20 @@ class LogFollower:
                 del self._buffer[: len(taken)]
                 if not taken:
                     continue
-                yield [self._decode(msg) for msg in taken]
+                batch = [self._decode(msg) for msg in taken]
+                if paused and self.caught_up:
+                    # Before handing out the last batch of the replay: a consumer that stops
+                    # iterating now must not leave the collector paused.
+                    paused = False
+                    _resume_collector()
+                yield batch
         finally:
             stopper.cancel()
+            if paused:
+                _resume_collector()
 
     def _decode(self, msg: Msg) -> LogEntry | BadEntry:
-        seq = int(msg.metadata.sequence.stream)
+        seq = _stream_seq(msg)
         self.last_seq = max(self.last_seq, seq)
         try:
             return LogEntry(seq=seq, subject=msg.subject, envelope=decode_envelope(msg.data))
@@ -171,6 +212,18 @@ class LogFollower:
                 error=type(exc).__name__,
                 detail=str(exc),
             )
+
+
+def _stream_seq(msg: Msg) -> int:
+    """The stream sequence from the JetStream reply subject (ADR-15), without the client's
+    ``msg.metadata``, which also builds a datetime and dataclasses: 10% of a replay."""
+    tokens = (msg.reply or "").split(".")
+    if tokens[:2] == ["$JS", "ACK"]:
+        if len(tokens) == 9:  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<left>
+            return int(tokens[5])
+        if len(tokens) >= 11:  # the same after <domain>.<account hash>, maybe a random token
+            return int(tokens[7])
+    return int(msg.metadata.sequence.stream)
 
 
 class Projection:

@@ -6,10 +6,13 @@ made under the same engine configuration, of this very log (the stream's creatio
 covers no more than the log holds; the projection then follows the log from the next
 sequence. Otherwise (none, foreign, refused, store unreachable) it replays from sequence 1,
 as before. While following and caught up it saves a new snapshot once ``every_entries``
-entries were handled or ``every_s`` seconds passed with at least one entry handled, at a
-quiet moment (nothing buffered) unless twice overdue, and once more on a graceful stop.
-Encoding is synchronous CPU work (about 0.1 s per 100k workloads, measured); the upload runs
-as a background task so the loop goes on meanwhile.
+entries were handled or ``every_s`` seconds passed with at least one entry handled (checked
+at batch boundaries), at a quiet moment (nothing buffered) unless twice overdue, and once
+more on a graceful stop. Encoding is synchronous CPU work (about 0.1 s per 100k workloads,
+measured); the upload runs as a background task so the loop goes on meanwhile.
+A dequeuer's snapshot holds what it decided itself too (reservations the ledger granted,
+refusals reverted): it is its live state at a point where every request of every pass was
+answered, and the ledger's decisions for them arrive later on the log as no-ops.
 What it must never do: stop a service because of a snapshot (it logs and replays instead);
 save a state that is not a consistent point of the log (mid-batch, or during a pass whose
 requests were not answered: the service says so with ``consistent=False``); restore a
@@ -19,7 +22,6 @@ snapshot of another configuration or another log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ from nats.js import JetStreamContext
 
 from services.common.follower import LogFollower, Projection
 from services.common.runtime import ServiceContext
+from services.common.settings import SettingsError
 from usher.adapters.nats.snapshots import SnapshotStore, StoredSnapshot
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
@@ -63,11 +66,19 @@ class SnapshotPolicy:
     def from_env(cls) -> SnapshotPolicy:
         """``USHER_SNAPSHOTS=off``, ``USHER_SNAPSHOT_EVERY_ENTRIES``, ``USHER_SNAPSHOT_EVERY_S``."""
         env = os.environ
-        return cls(
-            enabled=env.get("USHER_SNAPSHOTS", "on").lower() not in ("off", "0", "false", "no"),
-            every_entries=int(env.get("USHER_SNAPSHOT_EVERY_ENTRIES", "50000")),
-            every_s=float(env.get("USHER_SNAPSHOT_EVERY_S", "60")),
-        )
+        entries = env.get("USHER_SNAPSHOT_EVERY_ENTRIES", "50000")
+        seconds = env.get("USHER_SNAPSHOT_EVERY_S", "60")
+        try:
+            policy = cls(
+                enabled=env.get("USHER_SNAPSHOTS", "on").lower() not in ("off", "0", "false"),
+                every_entries=int(entries),
+                every_s=float(seconds),
+            )
+        except ValueError as exc:
+            raise SettingsError("snapshot-every", f"not a number: {exc}") from exc
+        if policy.every_entries <= 0 or policy.every_s <= 0:
+            raise SettingsError("snapshot-every", f"must be positive: {entries}, {seconds}")
+        return policy
 
 
 OVERDUE = 2.0
@@ -116,6 +127,8 @@ class EngineSnapshots:
             self.ctx.subjects,
             start_seq=projection.applied_seq + 1,
             max_batch=max_batch,
+            # The pure engine makes no reference cycles: no need to collect while replaying.
+            pause_collector=True,
         )
 
     async def _restore(self) -> tuple[Engine, int]:
@@ -163,6 +176,15 @@ class EngineSnapshots:
                 "snapshot refused, replaying the whole log", reason=exc.reason, detail=str(exc)
             )
             return None
+        except Exception as exc:
+            # A bug in restoring must not keep the service from starting (it would crash
+            # again on every restart): the log is still there to replay.
+            self.log.error(
+                "snapshot restore failed, replaying the whole log",
+                error=type(exc).__name__,
+                detail=str(exc),
+            )
+            return None
         self.log.info(
             "snapshot restored",
             seq=stored.seq,
@@ -191,23 +213,35 @@ class EngineSnapshots:
             return
         if follower.pending and entries < OVERDUE * every_n and elapsed < OVERDUE * every_s:
             return  # busy: wait for a quiet moment
-        data, encode_ms = self._encode(projection.engine, seq)
-        self._upload = asyncio.create_task(self._put(seq, data, encode_ms))
+        encoded = self._encode(projection.engine, seq)
+        if encoded is not None:
+            self._upload = asyncio.create_task(self._put(seq, *encoded))
 
-    def _encode(self, engine: Engine, seq: int) -> tuple[bytes, float]:
+    def _encode(self, engine: Engine, seq: int) -> tuple[bytes, float] | None:
         started = time.perf_counter()
-        data = snapshot(engine)
+        # Whatever happens, the next attempt is one period away (no retry storm).
         self.saved_seq = seq
         self._saved_at = time.monotonic()
+        try:
+            data = snapshot(engine)
+        except Exception as exc:
+            # A snapshot only shortens the next start; failing one must not stop the loop.
+            self.log.error(
+                "snapshot not encoded", seq=seq, error=type(exc).__name__, detail=str(exc)
+            )
+            return None
         return data, (time.perf_counter() - started) * 1000
 
     async def _put(self, seq: int, data: bytes, encode_ms: float) -> None:
         started = time.perf_counter()
         try:
             await self.store.save(self.name, seq, data, labels(self.config, self._log_created))
-        except (nats.errors.Error, TimeoutError) as exc:
-            # The previous snapshot stays in place; the next period tries again.
-            self.log.warning("snapshot not saved", seq=seq, error=repr(exc))
+        except Exception as exc:
+            # NATS unreachable, bucket full...: the previous snapshot stays in place and the
+            # next period tries again. Never let the background upload fail the service.
+            self.log.warning(
+                "snapshot not saved", seq=seq, error=type(exc).__name__, detail=str(exc)
+            )
             return
         self.log.info(
             "snapshot saved",
@@ -227,8 +261,7 @@ class EngineSnapshots:
         """
         upload, self._upload = self._upload, None
         if upload is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await upload
+            await asyncio.wait({upload})  # ``_put`` never raises; our own cancel propagates
         if not self.policy.enabled or not consistent:
             return
         handled, applied = self._boundary
@@ -237,5 +270,6 @@ class EngineSnapshots:
         seq = handled if projection.applied_seq == applied else projection.applied_seq
         if seq <= self.saved_seq:
             return
-        data, encode_ms = self._encode(projection.engine, seq)
-        await self._put(seq, data, encode_ms)
+        encoded = self._encode(projection.engine, seq)
+        if encoded is not None:
+            await self._put(seq, *encoded)

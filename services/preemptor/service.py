@@ -1,6 +1,7 @@
 """The preemptor (DESIGN: "reclaim of borrowed quota").
 
-What it does: keeps its own projection of the whole log (every zone), and serves
+What it does: keeps its own projection of the whole log (every zone; started from its latest
+snapshot plus the tail of the log, see ``services.common.snapshots``), and serves
 ``<prefix>.preempt.request``: a dequeuer proposes a reclaim (a preemptor and its victims); the
 preemptor waits until its projection has seen what the proposer had seen, re-computes the
 reclaim rules with the core (``Engine.check_preemption``) and, when they hold, asks the
@@ -25,6 +26,7 @@ from schemas.ledger import LedgerError
 from services.common.follower import BadEntry, LogFollower, Projection
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.runtime import ServiceContext, wall_ms
+from services.common.snapshots import EngineSnapshots
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -48,11 +50,15 @@ class Preemptor:
             within_quota=config.within_quota,
             min_runtime_ms=config.min_runtime_ms,
         )
+        self.snapshots = EngineSnapshots(ctx, "preemptor", engine_config)
+        # Until ``run`` opens the latest snapshot (or starts a full replay).
         self.projection = Projection(Engine(engine_config))
         self.follower = LogFollower(ctx.js, ctx.subjects, start_seq=1)
         self._requests: asyncio.Queue[Msg] = asyncio.Queue()
 
     async def run(self) -> None:
+        self.projection = await self.snapshots.open()
+        self.follower = self.snapshots.follower(self.projection)
         await self.follower.start()
         sub = await self.ctx.nc.subscribe(
             self.ctx.subjects.preempt_request, queue="preemptor", cb=self._requests.put
@@ -69,8 +75,11 @@ class Preemptor:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self.follower.stop()
+            # The projection only ever applies whole entries: any point of it is consistent.
+            await self.snapshots.close(self.projection)
 
     async def _follow(self) -> None:
+        replayed = False
         async for batch in self.follower.batches(self.ctx.stop):
             for entry in batch:
                 if isinstance(entry, BadEntry):
@@ -79,6 +88,14 @@ class Preemptor:
                     )
                     continue
                 self.projection.apply(entry)
+            if not replayed and self.follower.caught_up:
+                replayed = True
+                self.ctx.log.info(
+                    "replay done",
+                    seq=self.projection.applied_seq,
+                    restored_seq=self.snapshots.restored_seq,
+                )
+            self.snapshots.after_batch(self.projection, self.follower)
 
     async def _serve(self) -> None:
         # One request at a time, in arrival order: each check must see the effect of the

@@ -514,3 +514,11 @@ def _admitted(job: str, cores: int, quota: str = "root/A") -> Admitted:
         zone=Zone("default"),
         requests=cpu(cores),
     )
+
+
+def test_zone_relabel_of_an_admitted_workload_moves_its_zone_usage() -> None:
+    engine = engine_with(observed("a1", "job", 10, zone="x"))
+    engine.decide(Millis(1))
+    engine.apply(observed("a1", "job", 10, zone="y"), Millis(2))
+    engine.apply(WorkloadFinished(workload=key("a1/job")), Millis(3))
+    assert all(v == 0 for zone in engine._zone_used.values() for v in zone.values())

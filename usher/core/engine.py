@@ -197,7 +197,12 @@ class Engine:
             # Admitted or finished: its usage stays as recorded; only metadata follows.
             if job.state == ADMITTED and job.used_path is not None:
                 self._forget_admitted(job)
+                old_zone = job.zone
                 self._fill(job, event)
+                if job.zone != old_zone:
+                    # Its pods run where they were admitted; usage follows the zone label so
+                    # that the release later subtracts from the zone it was added to.
+                    self._move_zone_usage(job.used_shape, old_zone, job.zone)
                 job.refresh_victim_key()
                 insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
             else:
@@ -663,6 +668,14 @@ class Engine:
         zone_used = self._zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) + amount
+
+    def _move_zone_usage(self, shape: Shape, source: Zone, target: Zone) -> None:
+        before = self._zone_used.setdefault(source, {})
+        after = self._zone_used.setdefault(target, {})
+        for resource, amount in shape:
+            before[resource] = before.get(resource, 0) - amount
+            after[resource] = after.get(resource, 0) + amount
+        self._version += 1
 
     def _unaccount(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape, -1)

@@ -58,8 +58,11 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects) -> None:
 
 
 async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
-    """Remove an installation's streams (tests clean up after themselves with this)."""
-    for name in (subjects.stream_name, subjects.dlq_stream_name):
+    """Remove an installation's streams and its snapshot bucket (tests clean up with this)."""
+    # An Object Store bucket is the stream OBJ_<bucket>; named here to avoid importing the
+    # snapshot store (it names it the same way: <PREFIX>_SNAPSHOTS).
+    snapshots = f"OBJ_{subjects.prefix.upper().replace('-', '_')}_SNAPSHOTS"
+    for name in (subjects.stream_name, subjects.dlq_stream_name, snapshots):
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(name)
 
