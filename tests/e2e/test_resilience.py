@@ -10,7 +10,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from fractions import Fraction
@@ -214,6 +217,27 @@ async def test_every_service_killed_once_admits_each_workload_exactly_once(
     )
     await _wait_finished(api, count, procs, timeout_s=240)
     await _check_run(js, subjects, migrated_url, count)
+    # The auditor's view of the same history: every decision justified, ledger == log.
+    audit = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "usher.cli",
+            "audit",
+            "--nats",
+            procs.env["USHER_NATS_URL"],
+            "--prefix",
+            subjects.prefix,
+            "--database",
+            migrated_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "USHER_HOME": procs.env["USHER_HOME"]},
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
 async def test_two_zone_dequeuers_racing_never_over_commit(
