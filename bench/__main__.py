@@ -1,18 +1,32 @@
 """`make bench`: run every benchmark suite, print a table, write ``bench/results/<ts>.json``.
 
-What it does: runs the suites in order (the pure core, then the services on NATS and
-PostgreSQL), records the machine (cores, memory, Python) beside the numbers, and writes one
-JSON file per run.
-What it must never do: pass or fail on a number; targets are reported, not enforced.
+What it does: runs the suites in order -- ``core`` (the pure decision core), ``limits`` (what
+this machine's NATS JetStream and PostgreSQL can do without Usher), ``stack`` (job events on
+the log -> committed decisions, services as processes), ``replay`` (rebuilding a service from
+the log, with and without a snapshot), ``kueue`` (Kueue's scheduler baseline through the whole
+stack, emulator and fake kubelet included) -- each with fresh servers of its own; derives the
+numbers that compare suites (the stack's admission rate against the limits suite's pipelined
+publish rate); records the machine (cores, memory, Python), each suite's duration and notes
+beside the numbers, and writes one JSON file per run. ``--quick`` runs smaller sizes (the
+whole run in a minute or two); ``--suites`` picks some.
+What it must never do: pass or fail on a number; targets are reported, not enforced. A suite
+that breaks is reported (its error in the file) and the others still run; only then is the
+exit code 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
+import math
 import os
 import platform
 import sys
+import time
+import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,21 +40,62 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("core", "bytes_per_pending_workload"): (2048, "<="),
     ("stack", "admissions_per_s"): (2_000, ">="),
     ("stack", "admissions_vs_publish"): (0.25, ">="),
+    ("stack", "admissions_vs_limits_publish"): (0.25, ">="),
+    ("kueue", "wall_vs_ideal"): (1.25, "<="),
+    ("kueue", "speedup_small"): (10, ">="),
+    ("kueue", "speedup_medium"): (10, ">="),
+    ("kueue", "speedup_large"): (10, ">="),
+    ("kueue", "history_violations"): (0, "<="),
 }
+
+SUITES = ("core", "limits", "stack", "replay", "kueue")
+"""Run order; ``replay`` only when ``bench/replay.py`` is present."""
+
+
+def available() -> list[str]:
+    """The suites this checkout has (every module but ``replay`` is always there)."""
+    return [s for s in SUITES if s != "replay" or importlib.util.find_spec("bench.replay")]
+
+
+def runner(suite: str) -> Callable[..., dict[str, float]]:
+    """The suite's ``run(quick=...)``."""
+    module = importlib.import_module(f"bench.{suite}")
+    run: Callable[..., dict[str, float]] = module.run
+    return run
+
+
+def derive(suites: dict[str, dict[str, float]]) -> None:
+    """Numbers that compare suites, added to the suite they describe."""
+    stack, limits = suites.get("stack"), suites.get("limits")
+    if stack and limits and limits.get("js_publish_pipelined_per_s"):
+        stack["admissions_vs_limits_publish"] = (
+            stack["admissions_per_s"] / limits["js_publish_pipelined_per_s"]
+        )
+
+
+def met(value: float, bound: float, op: str) -> bool:
+    """Whether ``value`` meets the target (NaN never does)."""
+    if math.isnan(value):
+        return False
+    return value >= bound if op == ">=" else value <= bound
 
 
 def table(suites: dict[str, dict[str, float]]) -> str:
     """A plain-text table of every number, with its target and whether it is met."""
-    lines = [f"{'suite':<6} {'metric':<28} {'value':>14}  {'target':<12} met"]
+    suite_w = max([5, *(len(s) for s in suites)])
+    metric_w = max([6, *(len(m) for numbers in suites.values() for m in numbers)])
+    lines = [f"{'suite':<{suite_w}} {'metric':<{metric_w}} {'value':>14}  {'target':<12} met"]
     for suite, numbers in suites.items():
         for metric, value in numbers.items():
             target = TARGETS.get((suite, metric))
-            goal, met = "", ""
+            goal, ok = "", ""
             if target is not None:
                 bound, op = target
                 goal = f"{op} {bound:,g}"
-                met = "yes" if (value >= bound if op == ">=" else value <= bound) else "NO"
-            lines.append(f"{suite:<6} {metric:<28} {value:>14,.2f}  {goal:<12} {met}")
+                ok = "yes" if met(value, bound, op) else "NO"
+            lines.append(
+                f"{suite:<{suite_w}} {metric:<{metric_w}} {value:>14,.2f}  {goal:<12} {ok}"
+            )
     return "\n".join(lines)
 
 
@@ -59,32 +114,98 @@ def machine() -> dict[str, Any]:
         "memory_gib": round(mem_kib / 1024 / 1024, 1),
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "load_average_at_start": list(os.getloadavg()),
     }
+
+
+def notes(chosen: list[str], quick: bool) -> dict[str, str]:
+    """What some suites' numbers mean beyond their names."""
+    out: dict[str, str] = {}
+    if "kueue" in chosen:
+        from bench import kueue
+
+        out["kueue"] = kueue.notes(quick)
+    if "limits" in chosen:
+        out["limits"] = (
+            "fresh embedded NATS (default sync) and PostgreSQL (durable, fsync on);"
+            " no Usher service runs"
+        )
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, about a minute")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, a minute or two")
+    parser.add_argument(
+        "--suites",
+        default=",".join(available()),
+        help=f"comma-separated, in any order (default: all of {', '.join(available())})",
+    )
     args = parser.parse_args(argv)
-
-    from bench import core, stack
+    wanted = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [s for s in wanted if s not in available()]
+    if unknown:
+        parser.error(f"unknown suites: {', '.join(unknown)}")
+    chosen = [s for s in available() if s in wanted]
 
     started = datetime.now(UTC)
-    suites: dict[str, dict[str, float]] = {"core": core.run(quick=args.quick)}
-    suites["stack"] = stack.run(quick=args.quick)
+    began = time.monotonic()
+    suites: dict[str, dict[str, float]] = {}
+    durations: dict[str, float] = {}
+    errors: dict[str, str] = {}
+    for suite in chosen:
+        at = time.monotonic()
+        try:
+            suites[suite] = runner(suite)(quick=args.quick)
+        except Exception:
+            errors[suite] = traceback.format_exc()
+            print(f"suite {suite} failed:\n{errors[suite]}", file=sys.stderr)
+        durations[suite] = time.monotonic() - at
+    derive(suites)
+    durations["total"] = time.monotonic() - began
+    remarks = notes(chosen, args.quick)
     record = {
         "started_at": started.isoformat(),
         "command": "make bench-quick" if args.quick else "make bench",
         "machine": machine(),
         "suites": suites,
+        "targets": {
+            f"{suite}.{metric}": {
+                "target": bound,
+                "op": op,
+                "met": met(suites[suite][metric], bound, op),
+            }
+            for (suite, metric), (bound, op) in TARGETS.items()
+            if metric in suites.get(suite, {})
+        },
+        "durations_s": durations,
+        "notes": remarks,
+        "errors": errors,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    # NaN is not JSON: a number that could not be measured is written as null.
+    path.write_text(json.dumps(_finite(record), indent=2, sort_keys=True) + "\n")
     print(table(suites))
+    for suite, note in remarks.items():
+        print(f"note ({suite}): {note}")
+    print("durations: " + ", ".join(f"{k} {v:,.1f} s" for k, v in durations.items()))
     print(f"\nmachine: {record['machine']}")
     print(f"results written to {path}")
+    if errors:
+        print(f"suites that failed: {', '.join(errors)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":

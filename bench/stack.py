@@ -26,6 +26,7 @@ from pathlib import Path
 
 import nats
 from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
 
 from schemas import (
     Envelope,
@@ -86,18 +87,26 @@ def observed(run: str, n: int) -> tuple[str, Envelope]:
 
 
 async def publish_rate(js: JetStreamContext, subjects: Subjects, count: int) -> float:
-    """JetStream publish with acks, pipelined in windows (the same way the stack publishes)."""
+    """JetStream publish with acks, pipelined in windows (the same way the stack publishes).
+
+    Into a scratch stream of its own: bytes that are not envelopes on the log would be parked
+    as poison by every service and slow down the measurement that follows.
+    """
+    stream = f"{subjects.prefix.upper()}_RAW"
+    await js.add_stream(StreamConfig(name=stream, subjects=[f"{subjects.prefix}raw.>"]))
     payload = b"x" * 400
     began = time.perf_counter()
     window = 500
     for start in range(0, count, window):
         await asyncio.gather(
             *(
-                js.publish(f"{subjects.prefix}.cluster.bench.raw", payload)
+                js.publish(f"{subjects.prefix}raw.bench", payload)
                 for _ in range(min(window, count - start))
             )
         )
-    return count / (time.perf_counter() - began)
+    rate = count / (time.perf_counter() - began)
+    await js.delete_stream(stream)
+    return rate
 
 
 class AdmissionClock:

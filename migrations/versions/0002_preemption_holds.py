@@ -25,6 +25,8 @@ def upgrade() -> None:
         "allocations", sa.Column("preempted_at", sa.DateTime(timezone=True), nullable=True)
     )
     op.add_column("allocations", sa.Column("preempted_seq", sa.BigInteger(), nullable=True))
+    op.add_column("allocations", sa.Column("request_id", sa.Text(), nullable=True))
+    op.create_index(op.f("ix_allocations_request_id"), "allocations", ["request_id"], unique=False)
     op.drop_constraint(op.f("ck_allocations_state_known"), "allocations", type_="check")
     op.create_check_constraint(op.f("ck_allocations_state_known"), "allocations", _NEW_STATES)
     op.create_index(
@@ -55,6 +57,8 @@ def downgrade() -> None:
     )
     op.drop_constraint(op.f("ck_allocations_state_known"), "allocations", type_="check")
     op.create_check_constraint(op.f("ck_allocations_state_known"), "allocations", _OLD_STATES)
+    op.drop_index(op.f("ix_allocations_request_id"), table_name="allocations")
+    op.drop_column("allocations", "request_id")
     op.drop_column("allocations", "preempted_seq")
     op.drop_column("allocations", "preempted_at")
     op.drop_column("allocations", "preemptor")

@@ -105,6 +105,7 @@ class LogFollower:
         self._pause_collector = pause_collector
         self._buffer: list[Msg] = []
         self._ready = asyncio.Event()
+        self._woken = False
         self._sub: object | None = None
         self.last_seq = self._start - 1
         """Sequence of the last entry handed out."""
@@ -137,6 +138,29 @@ class LogFollower:
             pending_bytes_limit=-1,
         )
 
+    async def backlog(self) -> int:
+        """Entries of its filter not handed out yet: still on the server, plus buffered.
+
+        For a follower of a subset of the log (``filter_subject``), where "stream last seq
+        minus applied seq" would count entries it never receives.
+        """
+        sub = self._sub
+        waiting = len(self._buffer)
+        if sub is None:
+            return waiting
+        info = await sub.consumer_info()  # type: ignore[attr-defined]
+        return int(info.num_pending or 0) + waiting
+
+    def wake(self) -> None:
+        """Make ``batches`` yield (an empty batch if nothing came) as soon as it can.
+
+        A standby that just became the leader uses it to run its first pass without
+        waiting for the next entry. The flag survives until ``batches`` looks at it, so a
+        wake while a batch is being handled is not lost.
+        """
+        self._woken = True
+        self._ready.set()
+
     async def _on_message(self, msg: Msg) -> None:
         self._buffer.append(msg)
         self._ready.set()
@@ -167,14 +191,16 @@ class LogFollower:
         try:
             while not stop.is_set():
                 if not self._buffer:
-                    self._ready.clear()
-                    waiter = asyncio.ensure_future(self._ready.wait())
-                    await asyncio.wait(
-                        {waiter, stopper},
-                        timeout=idle_s(),
-                        return_when=asyncio.FIRST_COMPLETED,
-                    )
-                    waiter.cancel()
+                    if not self._woken:
+                        self._ready.clear()
+                        waiter = asyncio.ensure_future(self._ready.wait())
+                        await asyncio.wait(
+                            {waiter, stopper},
+                            timeout=idle_s(),
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                        waiter.cancel()
+                    self._woken = False
                     if stop.is_set():
                         return
                     if not self._buffer:

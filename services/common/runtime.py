@@ -4,7 +4,9 @@ What it does: configures structlog (JSON), connects to NATS with unlimited recon
 makes sure the streams exist, installs SIGTERM/SIGINT handlers that set a stop event, runs
 the service's coroutine, and closes everything in order. ``ServiceContext.park`` puts a
 message that cannot be processed on ``<prefix>.dlq.<service>`` with its error, so a loop
-never dies (or spins) on one bad message.
+never dies (or spins) on one bad message (and counts it in ``usher_dlq_parked_total``).
+It also serves ``/metrics``, ``/healthz`` and ``/readyz`` (``services.common.health``) from
+before the NATS connection (liveness during a long start) until the service has stopped.
 What it must never do: hold service logic, swallow an error without parking or logging it,
 or log a secret (URLs are redacted).
 """
@@ -25,6 +27,8 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import DeadLetter, Millis
+from services.common.health import HealthServer
+from services.common.metrics import Metrics, process_metrics
 from services.common.settings import ServiceSettings
 from usher.adapters.logs import configure, get_logger, redact_url
 from usher.adapters.nats.log import ensure_streams, park
@@ -55,6 +59,8 @@ class ServiceContext:
     """structlog logger with the service (and zone) bound."""
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     """Set by the service once it serves requests and follows the log (readiness probe)."""
+    metrics: Metrics = field(default_factory=process_metrics)
+    """The process's registry and metric families (one per process, shared)."""
 
     async def park(
         self,
@@ -75,6 +81,7 @@ class ServiceContext:
             data=data,
             stream_seq=stream_seq,
         )
+        self.metrics.dlq_parked.labels(self.name).inc()
         self.log.warning(
             "message parked", subject=subject, error=kind, detail=text, stream_seq=stream_seq
         )
@@ -165,20 +172,32 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    nc = await connect_or_stop(settings, name, stop, log)
-    if nc is None:
-        return
+    # Filled once connected: until then the process is alive (/healthz) but not ready.
+    started: list[ServiceContext] = []
+
+    def ready() -> bool:
+        return bool(started) and started[0].ready.is_set() and started[0].nc.is_connected
+
+    health = HealthServer(process_metrics(), ready, log)
+    await health.start(settings.metrics_host, settings.metrics_port)
     try:
-        js = nc.jetstream()
-        subjects = Subjects(settings.prefix)
-        await ensure_streams(js, subjects)
-        ctx = ServiceContext(name, settings, nc, js, subjects, stop, log)
-        log.info("service starting", nats=redact_url(settings.nats_url), prefix=settings.prefix)
-        await main(ctx)
+        nc = await connect_or_stop(settings, name, stop, log)
+        if nc is None:
+            return
+        try:
+            js = nc.jetstream()
+            subjects = Subjects(settings.prefix)
+            await ensure_streams(js, subjects)
+            ctx = ServiceContext(name, settings, nc, js, subjects, stop, log)
+            started.append(ctx)
+            log.info("service starting", nats=redact_url(settings.nats_url), prefix=settings.prefix)
+            await main(ctx)
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.drain()
+            log.info("service stopped")
     finally:
-        with contextlib.suppress(Exception):
-            await nc.drain()
-        log.info("service stopped")
+        await health.stop()
 
 
 def run_service(name: str, settings: ServiceSettings, main: ServiceMain) -> None:

@@ -9,6 +9,7 @@ wherever it is shown).
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -48,6 +49,17 @@ class ServiceSettings:
     settle_ms: int = 20
     """A dequeuer waits this long after an event for more before it runs a pass, so events
     that arrive together are decided together (SEMANTICS section 6)."""
+    metrics_host: str = "127.0.0.1"
+    """Where ``/metrics``, ``/healthz`` and ``/readyz`` listen (the deploy sets 0.0.0.0)."""
+    metrics_port: int = 9102
+    """Their port: 0 picks a free one, -1 turns the endpoint off."""
+    instance: str = field(default_factory=socket.gethostname)
+    """This process's identity in leader election (pod or host name). A process restarted
+    under the same identity takes its own leadership key back at once."""
+    leader_election: bool = True
+    """Single-writer roles (dequeuer per zone, preemptor, ledger relay) elect a leader."""
+    leader_ttl_s: float = 5.0
+    """A leader's key expires this long after its last renewal (renewed every third)."""
 
     def with_zone(self, zone: Zone) -> ServiceSettings:
         return replace(self, zone=zone)
@@ -117,6 +129,14 @@ def load_settings(
         raise SettingsError("engine", str(exc)) from exc
     settle = settle_ms if settle_ms is not None else int(env.get("USHER_SETTLE_MS", "20"))
     startup = float(env.get("USHER_STARTUP_TIMEOUT_SECONDS", "30"))
+    try:
+        metrics_port = int(env.get("USHER_METRICS_PORT", "9102"))
+        leader_ttl = float(env.get("USHER_LEADER_TTL_SECONDS", "5"))
+    except ValueError as exc:
+        raise SettingsError("metrics-port/leader-ttl", f"not a number: {exc}") from exc
+    if leader_ttl <= 0:
+        raise SettingsError("leader-ttl", f"must be positive, got {leader_ttl}")
+    election = env.get("USHER_LEADER_ELECTION", "on").lower() not in ("off", "0", "false")
     return ServiceSettings(
         nats_url=nats,
         database_url=database,
@@ -126,6 +146,11 @@ def load_settings(
         engine=engine,
         settle_ms=settle,
         startup_timeout_s=startup,
+        metrics_host=env.get("USHER_METRICS_HOST", "127.0.0.1"),
+        metrics_port=metrics_port,
+        instance=env.get("USHER_INSTANCE") or socket.gethostname(),
+        leader_election=election,
+        leader_ttl_s=leader_ttl,
     )
 
 

@@ -7,6 +7,15 @@ pass of the core. The pass's admissions become one ``ReserveRequest`` to the led
 reclaims one ``PreemptRequest`` per preemptor to the preemptor service; refusals are reverted
 in the engine with the ledger's reason. Inadmissible and unmapped workloads of its zone are
 announced on the log.
+High availability: several replicas of one zone's dequeuer may run; they elect a leader
+(``services.common.leader``, key ``dequeuer-<zone>``). Every replica follows the log (a warm
+standby takes over within about the TTL); only the leader runs passes and saves snapshots.
+A leader that loses its key stops deciding at once and ends the process with
+``LeadershipLost`` (its engine holds its own passes' admissions, which a standby's must not),
+so the orchestrator restarts it as a fresh standby.
+Metrics: pass duration, admission wait (creation or first observation to granted
+reservation; first admission only, for workloads observed by this process or its snapshot's
+successor), preemptions by reason, per-queue and per-quota-node gauges, consumer lag.
 What it must never do: write PostgreSQL or Kubernetes, publish an ``Admitted`` or
 ``Preempted`` itself (only the ledger's outbox does, so a workload is admitted once), decide
 for another zone, or decide before the replay has caught up with the log.
@@ -14,8 +23,10 @@ for another zone, or decide before the replay has caught up with the log.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
+import time
 from dataclasses import dataclass, field
 
 from schemas import (
@@ -31,10 +42,15 @@ from schemas import (
     Reservation,
     ReserveRequest,
     Unmapped,
+    WorkloadDeleted,
+    WorkloadFinished,
     WorkloadKey,
+    WorkloadObserved,
     Zone,
 )
-from services.common.follower import BadEntry, LogEntry, LogFollower, Projection
+from services.common.follower import BadEntry, LogEntry, LogFollower, Projection, stream_last_seq
+from services.common.leader import Leadership, LeadershipLost
+from services.common.metrics import Sampler, record_engine
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.runtime import ServiceContext, to_utc, wall_ms
 from services.common.snapshots import EngineSnapshots
@@ -43,6 +59,8 @@ from usher.core import reasons
 from usher.core.engine import Engine
 
 SOURCE = "usher/dequeuer"
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 5.0
 
 
 @dataclass
@@ -104,44 +122,106 @@ class Dequeuer:
         self._instance = f"{zone}-{os.getpid()}-{wall_ms()}"
         self.passes = 0
         self._replayed = False
+        self.metrics = ctx.metrics
+        self.leader = Leadership(ctx, f"dequeuer-{zone}", on_change=self._leadership_changed)
+        self._led = False
+        """Whether this process decided at least once (only then may it save snapshots)."""
+        self._seen: dict[WorkloadKey, int] = {}
+        """Creation (or first observation) time of this zone's workloads not admitted yet."""
+        self._gauges_at = 0.0
+        self._retry_in_s: float | None = None
+        """Backoff before a pass retries refused work; ``None`` when nothing was refused."""
+        self._retry_at = 0.0
+
+    def _leadership_changed(self, leader: bool) -> None:
+        if leader:
+            # A standby's loop waits for entries: make it run its first pass now.
+            self.follower.wake()
 
     async def run(self) -> None:
-        self.projection = await self.snapshots.open()
-        self.engine = self.projection.engine
-        self.follower = self.snapshots.follower(self.projection)
-        await self.follower.start()
-        self.ctx.ready.set()
-        self.ctx.log.info(
-            "replaying the log",
-            from_seq=self.projection.applied_seq + 1,
-            target_seq=self.follower.replay_target,
-        )
-        settle = self.ctx.settings.settle_ms / 1000
+        # Campaign first: a standby then replays meanwhile instead of after.
+        await self.leader.start()
+        halt = asyncio.Event()
+        watch = asyncio.ensure_future(self._halt_on_stop_or_loss(halt))
+        sampler = Sampler(self._sample, self.ctx.log)
         consistent = True
         try:
+            self.projection = await self.snapshots.open()
+            self.engine = self.projection.engine
+            self.follower = self.snapshots.follower(self.projection)
+            await self.follower.start()
+            sampler.start()
+            self.ctx.ready.set()
+            self.ctx.log.info(
+                "replaying the log",
+                from_seq=self.projection.applied_seq + 1,
+                target_seq=self.follower.replay_target,
+            )
+            settle = self.ctx.settings.settle_ms / 1000
             if self.follower.caught_up:
                 # The snapshot covers the whole log (or the log is empty): no entry will come
                 # to trigger the first pass, so run it now.
                 self._replay_done()
-                consistent = False
-                await self.decide()
-                consistent = True
-            async for batch in self.follower.batches(
-                self.ctx.stop, linger_s=settle, idle_s=self._idle_s
-            ):
+                if self.leader.holds():
+                    consistent = False
+                    await self.decide()
+                    consistent = True
+            async for batch in self.follower.batches(halt, linger_s=settle, idle_s=self._idle_s):
                 await self._fold(batch)
                 if self.follower.caught_up:
                     if not self._replayed:
                         self._replay_done()
-                    consistent = False  # until every request of the pass is answered
-                    await self.decide()
-                    consistent = True
-                self.snapshots.after_batch(self.projection, self.follower)
+                    # Checked per batch: leadership lost meanwhile means no pass at all.
+                    if self.leader.holds():
+                        consistent = False  # until every request of the pass is answered
+                        await self.decide()
+                        consistent = True
+                if self._led:
+                    self.snapshots.after_batch(self.projection, self.follower)
         except Stopping:
             pass
         finally:
+            watch.cancel()
+            await sampler.stop()
             await self.follower.stop()
-            await self.snapshots.close(self.projection, consistent=consistent)
+            lost = self.leader.lost.is_set()
+            await self.leader.close()
+            # A standby's engine is the log alone: only a (graceful) leader's state is saved.
+            await self.snapshots.close(
+                self.projection, consistent=consistent and self._led and not lost
+            )
+        if self.leader.lost.is_set() and not self.ctx.stop.is_set():
+            self.ctx.log.error(
+                "leadership lost: stopped deciding, exiting to restart as a standby",
+                zone=self.zone,
+            )
+            raise LeadershipLost(f"dequeuer-{self.zone}")
+
+    async def _halt_on_stop_or_loss(self, halt: asyncio.Event) -> None:
+        stop = asyncio.ensure_future(self.ctx.stop.wait())
+        lost = asyncio.ensure_future(self.leader.lost.wait())
+        try:
+            await asyncio.wait({stop, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            lost.cancel()
+            halt.set()
+
+    async def _sample(self) -> None:
+        last = await stream_last_seq(self.ctx.js, self.ctx.subjects)
+        self.metrics.consumer_lag.labels(f"dequeuer-{self.zone}").set(
+            max(0, last - self.projection.applied_seq)
+        )
+        if self.follower.caught_up:
+            self._refresh_gauges()
+
+    def _refresh_gauges(self) -> None:
+        # O(queues + quota nodes): cheap, but a busy zone runs many passes a second, so at
+        # most every quarter second (the sampler catches the last pass of a burst).
+        now = time.monotonic()
+        if now - self._gauges_at >= 0.25:
+            self._gauges_at = now
+            record_engine(self.metrics, self.engine)
 
     def _replay_done(self) -> None:
         self._replayed = True
@@ -154,10 +234,27 @@ class Dequeuer:
         )
 
     def _idle_s(self) -> float | None:
+        waits: list[float] = []
         wake = self.engine.next_wakeup()
-        if wake is None:
-            return None
-        return max(0.0, (wake - wall_ms()) / 1000) + 0.001
+        if wake is not None:
+            waits.append(max(0.0, (wake - wall_ms()) / 1000) + 0.001)
+        if self._retry_in_s is not None:
+            waits.append(max(0.0, self._retry_at - time.monotonic()))
+        return min(waits) if waits else None
+
+    def _refused(self) -> None:
+        """Something was refused: try again after a backoff even if no event comes.
+
+        A refusal can come from the ledger lagging behind the log (a tree it has not applied
+        yet: ``UnknownQuota``; a victim not seen stopped yet: ``PreemptionInProgress``); no new
+        entry may ever arrive to trigger the pass that would succeed.
+        """
+        previous = self._retry_in_s
+        self._retry_in_s = RETRY_FIRST_S if previous is None else min(RETRY_MAX_S, previous * 2)
+        self._retry_at = time.monotonic() + self._retry_in_s
+
+    def _all_granted(self) -> None:
+        self._retry_in_s = None
 
     async def _fold(self, batch: list[LogEntry | BadEntry]) -> None:
         for entry in batch:
@@ -167,17 +264,33 @@ class Dequeuer:
                 )
                 continue
             self.projection.apply(entry)
+            self._track(entry)
+
+    def _track(self, entry: LogEntry) -> None:
+        """Note when this zone's workloads appeared, for the admission wait histogram."""
+        event = entry.envelope.event
+        if isinstance(event, WorkloadObserved):
+            if event.zone == self.zone and event.workload not in self._seen:
+                self._seen[event.workload] = event.created_ms or entry.time_ms
+        elif isinstance(event, Admitted | WorkloadDeleted | WorkloadFinished):
+            # Admitted by an earlier leader (or us, already measured): nothing to wait for.
+            self._seen.pop(event.workload, None)
 
     async def decide(self) -> None:
         """One pass, then carry out what it decided."""
         self.passes += 1
-        plan = plan_pass(self.engine.decide(wall_ms()))
+        self._led = True
+        started = time.perf_counter()
+        decisions = self.engine.decide(wall_ms())
+        self.metrics.pass_seconds.labels(self.zone).observe(time.perf_counter() - started)
+        plan = plan_pass(decisions)
         if plan.admissions:
             await self._reserve(plan.admissions)
         for preemptor, victims in plan.reclaims:
             await self._reclaim(preemptor, victims)
         if plan.announcements:
             await self._announce(plan.announcements)
+        self._refresh_gauges()
 
     def _request_id(self) -> RequestId:
         return RequestId(f"{self._instance}-{next(self._ids)}")
@@ -197,9 +310,15 @@ class Dequeuer:
                 self.engine.revert_admission(admitted.workload, why)
             return
         granted = 0
+        now = wall_ms()
         for result in reply.results:
             if result.granted:
                 granted += 1
+                since = self._seen.pop(result.workload, None)
+                if since is not None:
+                    self.metrics.admission_wait.labels(self.zone).observe(
+                        max(0, now - since) / 1000
+                    )
                 continue
             reason = result.reason or reasons.stale_view(result.workload, "refused by the ledger")
             self.ctx.log.info(
@@ -210,6 +329,10 @@ class Dequeuer:
             )
             self.engine.revert_admission(result.workload, reason)
         self.ctx.log.info("pass reserved", requested=len(admissions), granted=granted)
+        if granted < len(admissions):
+            self._refused()
+        else:
+            self._all_granted()
 
     async def _reclaim(self, preemptor: Admitted, victims: list[Preempted]) -> None:
         request = PreemptRequest(
@@ -229,11 +352,14 @@ class Dequeuer:
             result = reply.results[0] if reply.results else None
             if result is not None and result.granted:
                 log.info("reclaim accepted", victims=[v.workload for v in victims])
+                for victim in victims:
+                    self.metrics.preemptions.labels(victim.reason.code).inc()
                 return
             reason = (result.reason if result else None) or reasons.stale_view(
                 preemptor.workload, "refused"
             )
         log.info("reclaim refused", reason=reason.code, detail=reason.message)
+        self._refused()
         self.engine.revert_preemption(preemptor.workload, victims, reason)
 
     async def _announce(self, decisions: list[Inadmissible | Unmapped]) -> None:

@@ -13,6 +13,7 @@ entry silently, or advance the offset past an entry it could not apply without p
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
@@ -100,6 +101,10 @@ class LogConsumer:
         await self._follower.start()
         return True
 
+    async def lag(self) -> int:
+        """Cluster events on the log not applied yet (the metric ``usher_consumer_lag``)."""
+        return 0 if self._follower is None else await self._follower.backlog()
+
     async def close(self) -> None:
         if self._follower is not None:
             await self._follower.stop()
@@ -174,11 +179,15 @@ class LogConsumer:
     async def _apply_log(
         self, changes: list[LogChange], last_seq: int, stop: asyncio.Event
     ) -> LogOutcome | None:
-        return await self._retrying(
-            "apply log",
-            lambda: self._store.apply_log(CONSUMER, last_seq, changes, outbox=self._outbox),
-            stop,
-        )
+        histogram = self._ctx.metrics.ledger_seconds.labels("log")
+
+        async def timed() -> LogOutcome:
+            started = time.perf_counter()
+            outcome = await self._store.apply_log(CONSUMER, last_seq, changes, outbox=self._outbox)
+            histogram.observe(time.perf_counter() - started)
+            return outcome
+
+        return await self._retrying("apply log", timed, stop)
 
     def _done(self, outcome: LogOutcome) -> None:
         self.applied_seq = max(self.applied_seq, outcome.last_seq)

@@ -5,6 +5,9 @@ a safety net, reads the unpublished rows in id order, publishes them pipelined (
 async publish) with CloudEvents headers and ``Nats-Msg-Id`` = event id, waits for the acks and
 stamps the acknowledged prefix as published. A crash between publish and stamp republishes;
 the server drops the duplicate within its dedup window.
+Only the elected relay leader (``services.common.leader``, key ``ledger-relay``) publishes:
+``leading`` is set while this process holds it; a replica without it waits (a double
+publication would still be deduplicated, but two relays would race on the stamps).
 What it must never do: stamp a row whose publish was not acknowledged, publish a later row
 in place of an earlier failed one (only the acked prefix counts; the rest is retried), or die
 because NATS or PostgreSQL is briefly away.
@@ -42,6 +45,7 @@ class OutboxRelay:
         batch: int = 1000,
         interval_s: float = 1.0,
         ack_timeout_s: float = 5.0,
+        leading: asyncio.Event | None = None,
     ) -> None:
         self._store = store
         self._js = js
@@ -51,6 +55,7 @@ class OutboxRelay:
         self._interval = interval_s
         self._ack_timeout = ack_timeout_s
         self._wake = asyncio.Event()
+        self._leading = leading
         self.published = 0
         """Rows stamped as published since start (for logs and tests)."""
 
@@ -61,6 +66,10 @@ class OutboxRelay:
     async def run(self, stop: asyncio.Event) -> None:
         """Publish until ``stop``; rows left by a previous process go first."""
         while not stop.is_set():
+            if self._leading is not None and not self._leading.is_set():
+                # Standby: another replica relays. Woken by the election when it wins.
+                await _wait_any((self._leading, stop), self._interval)
+                continue
             self._wake.clear()
             await self.flush_safely()
             if not self._wake.is_set():
@@ -77,6 +86,8 @@ class OutboxRelay:
         """Publish every pending row; the number stamped. Stops at the first unacked row."""
         total = 0
         while True:
+            if self._leading is not None and not self._leading.is_set():
+                return total  # leadership lost: stop publishing at once
             pending = await self._store.pending_outbox(self._batch)
             if not pending:
                 return total

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -157,8 +158,15 @@ class RequestServer:
 
     async def _reserve(self, group: list[_Call]) -> None:
         items = [item for call in group for item in _reserve(call).reservations]
+        request_ids = [
+            str(_reserve(call).request_id) for call in group for _ in _reserve(call).reservations
+        ]
         try:
-            results = await self._store.reserve(items, outbox=self._outbox)
+            started = time.perf_counter()
+            results = await self._store.reserve(items, outbox=self._outbox, request_ids=request_ids)
+            self._ctx.metrics.ledger_seconds.labels("reserve").observe(
+                time.perf_counter() - started
+            )
         except LedgerTransientError as exc:
             for call in group:
                 await self._transient(call, exc)
@@ -190,8 +198,12 @@ class RequestServer:
             # Observations already on the log were made before this preemption: they must
             # not count as the victims having stopped.
             log_seq = await self._log_seq()
+            started = time.perf_counter()
             result = await self._store.preempt(
                 request.preemptor, request.victims, outbox=self._outbox, log_seq=log_seq
+            )
+            self._ctx.metrics.ledger_seconds.labels("preempt").observe(
+                time.perf_counter() - started
             )
         except LedgerTransientError as exc:
             await self._transient(call, exc)

@@ -5,6 +5,10 @@ following the log after the stored offset, subscribes to the request subjects, s
 ready, and runs the three loops until ``ctx.stop``: on SIGTERM each loop finishes the
 transaction in flight, the server answers the requests it already received, and the relay
 publishes what the last transactions wrote before the engine is closed.
+High availability: request handling and the log consumer are safe in many replicas (the
+transactions arbitrate; the consumer's offset is written with its rows), so they always run;
+the outbox relay runs only in the elected leader (key ``ledger-relay``) and goes back to
+standby when it loses the key (the outbox is in PostgreSQL: nothing to hand over).
 What it must never do: run without a database URL, or swallow a loop's crash (the task group
 propagates it, so the process exits and is restarted).
 """
@@ -17,6 +21,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from services.common.leader import Leadership
+from services.common.metrics import Sampler
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings, SettingsError
 from services.ledger.consumer import LogConsumer
@@ -53,22 +59,33 @@ async def main(ctx: ServiceContext) -> None:
     try:
         store = LedgerStore(engine, ctx.settings.engine.oversell_rate)
         outbox = outbox_builder(ctx.subjects)
-        relay = OutboxRelay(store, ctx.js, ctx.log, ctx.park)
+        leader = Leadership(ctx, "ledger-relay")
+        relay = OutboxRelay(store, ctx.js, ctx.log, ctx.park, leading=leader.acquired)
         server = RequestServer(ctx, store, outbox, relay.kick)
         consumer = LogConsumer(ctx, store, outbox, relay.kick)
         if not await consumer.start(ctx.stop):
             return
+
+        async def sample() -> None:
+            ctx.metrics.consumer_lag.labels("ledger").set(await consumer.lag())
+
+        sampler = Sampler(sample, ctx.log)
         try:
+            await leader.start()
             await server.start()
+            sampler.start()
             ctx.ready.set()
-            ctx.log.info("ledger ready", offset=consumer.applied_seq)
+            ctx.log.info("ledger ready", offset=consumer.applied_seq, relay=leader.is_leader)
             async with asyncio.TaskGroup() as loops:
                 loops.create_task(relay.run(ctx.stop))
                 loops.create_task(server.run(ctx.stop))
                 loops.create_task(consumer.run(ctx.stop))
-            # Decisions committed by the last transactions go out before the process ends.
+            # Decisions committed by the last transactions go out before the process ends
+            # (by the relay leader; a standby's commits are published by the leader's tick).
             await relay.flush_safely()
         finally:
+            await sampler.stop()
+            await leader.close()
             await server.close()
             await consumer.close()
     finally:

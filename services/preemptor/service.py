@@ -9,6 +9,11 @@ ledger to carry it out: the victims' usage becomes a hold for the preemptor in o
 transaction, and the ledger's outbox publishes the ``Preempted`` decisions. The capacity stays
 held for the preemptor until it is admitted, which the ledger does once every victim has been
 seen stopped.
+High availability: replicas elect a leader (``services.common.leader``, key ``preemptor``);
+every replica follows the log, only the leader subscribes to the request subject. A leader
+that loses its key unsubscribes at once, drops the requests it had not started (their
+senders retry and reach the new leader) and goes back to standby: its projection is the log
+alone, so it stays valid.
 What it must never do: write PostgreSQL or Kubernetes, publish decisions itself, or forward a
 reclaim its own projection contradicts.
 """
@@ -23,7 +28,9 @@ from nats.aio.msg import Msg
 
 from schemas import PreemptRequest, Reason, RequestId, ReservationResult, ReserveReply, encode
 from schemas.ledger import LedgerError
-from services.common.follower import BadEntry, LogFollower, Projection
+from services.common.follower import BadEntry, LogFollower, Projection, stream_last_seq
+from services.common.leader import Leadership
+from services.common.metrics import Sampler
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
@@ -55,28 +62,59 @@ class Preemptor:
         self.projection = Projection(Engine(engine_config))
         self.follower = LogFollower(ctx.js, ctx.subjects, start_seq=1)
         self._requests: asyncio.Queue[Msg] = asyncio.Queue()
+        self.leader = Leadership(ctx, "preemptor")
+        self._subscribed = asyncio.Event()
 
     async def run(self) -> None:
+        await self.leader.start()
         self.projection = await self.snapshots.open()
         self.follower = self.snapshots.follower(self.projection)
         await self.follower.start()
-        sub = await self.ctx.nc.subscribe(
-            self.ctx.subjects.preempt_request, queue="preemptor", cb=self._requests.put
-        )
-        tasks = [asyncio.create_task(self._follow()), asyncio.create_task(self._serve())]
-        await self.ctx.nc.flush()
+        sampler = Sampler(self._sample, self.ctx.log)
+        sampler.start()
+        tasks = [
+            asyncio.create_task(self._follow()),
+            asyncio.create_task(self._serve()),
+            asyncio.create_task(self._lead()),
+        ]
+        if self.leader.is_leader:
+            # Ready means reachable: a leader has its subscription in place first.
+            await self._subscribed.wait()
         self.ctx.ready.set()
         try:
             await self.ctx.stop.wait()
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            await sampler.stop()
+            await self.leader.close()
             await self.follower.stop()
             # The projection only ever applies whole entries: any point of it is consistent.
             await self.snapshots.close(self.projection)
+
+    async def _sample(self) -> None:
+        last = await stream_last_seq(self.ctx.js, self.ctx.subjects)
+        lag = max(0, last - self.projection.applied_seq)
+        self.ctx.metrics.consumer_lag.labels("preemptor").set(lag)
+
+    async def _lead(self) -> None:
+        """Hold the request subscription exactly while this process is the leader."""
+        while True:
+            await self.leader.acquired.wait()
+            sub = await self.ctx.nc.subscribe(
+                self.ctx.subjects.preempt_request, queue="preemptor", cb=self._requests.put
+            )
+            await self.ctx.nc.flush()
+            self._subscribed.set()
+            self.ctx.log.info("leading: serving preemption requests")
+            try:
+                await self.leader.standby.wait()
+            finally:
+                self._subscribed.clear()
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+            self.ctx.log.warning("standby: no longer serving preemption requests")
 
     async def _follow(self) -> None:
         replayed = False
@@ -102,6 +140,8 @@ class Preemptor:
         # previous reclaim on the projection.
         while True:
             msg = await self._requests.get()
+            if not self.leader.is_leader:
+                continue  # lost meanwhile: unanswered, the sender retries with the new leader
             try:
                 reply = await self.handle(msg.data, msg.subject)
             except Stopping:

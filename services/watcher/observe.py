@@ -178,6 +178,7 @@ class Observer(ABC):
                 else:
                     # A watch that ends at once with nothing in it (a proxy cutting streams):
                     # do not hammer the server with new ones.
+                    self.ctx.metrics.watch_reconnects.labels(self.name).inc()
                     await asyncio.sleep(backoff.next_delay())
             except WatchExpired as exc:
                 self.log.info("watch expired, listing again", detail=exc.message)
@@ -186,6 +187,7 @@ class Observer(ABC):
                 self._report_not_served()
                 await asyncio.sleep(self.options.not_served_retry_s)
             except KubeError as exc:
+                self.ctx.metrics.watch_reconnects.labels(self.name).inc()
                 delay = backoff.next_delay()
                 self.log.warning(
                     "list/watch failed, reconnecting", error=type(exc).__name__,

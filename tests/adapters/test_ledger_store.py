@@ -228,6 +228,22 @@ async def test_redelivery_by_consumer_offset(store: LedgerStore) -> None:
     assert await store.offset("ledger") == 8
 
 
+async def test_a_repeated_request_is_answered_not_granted_again(store: LedgerStore) -> None:
+    """The ledger died after committing; the job ran and finished; then the retry arrives."""
+    [first] = await store.reserve([res("a", LEAVES[0], 30)], outbox=builder, request_ids=["r1"])
+    assert first.granted
+    released = await store.release(WorkloadKey("ns/a"), "Finished", outbox=builder)
+    assert released == {"cpu": 30 * CORE}
+    [again] = await store.reserve([res("a", LEAVES[0], 30)], outbox=builder, request_ids=["r1"])
+    assert again.granted
+    assert await store.live_allocations() == []
+    assert cpu(await store.usage())["root"] == 0
+    assert await outbox_kinds(store) == ["admitted:ns/a", "released:ns/a"]
+    # A new request (a new pass) is a new admission.
+    [fresh] = await store.reserve([res("a", LEAVES[0], 30)], outbox=builder, request_ids=["r2"])
+    assert fresh.granted and len(await store.live_allocations()) == 1
+
+
 async def test_release_decrements_and_is_idempotent(store: LedgerStore) -> None:
     await store.reserve([res("a", LEAVES[0], 30), res("b", LEAVES[1], 20)])
     released = await store.release(WorkloadKey("ns/a"), "Preempted")

@@ -159,6 +159,8 @@ class EmbeddedSystem:
             "USHER_WITHIN_QUOTA": options.within_quota,
             "USHER_MIN_RUNTIME_SECONDS": str(options.min_runtime_s),
             "USHER_SETTLE_MS": str(options.settle_ms),
+            # Every service on one machine: each takes a free port for /metrics and probes.
+            "USHER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
         }
 

@@ -59,10 +59,11 @@ async def ensure_streams(js: JetStreamContext, subjects: Subjects) -> None:
 
 async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
     """Remove an installation's streams and its snapshot bucket (tests clean up with this)."""
-    # An Object Store bucket is the stream OBJ_<bucket>; named here to avoid importing the
-    # snapshot store (it names it the same way: <PREFIX>_SNAPSHOTS).
-    snapshots = f"OBJ_{subjects.prefix.upper().replace('-', '_')}_SNAPSHOTS"
-    for name in (subjects.stream_name, subjects.dlq_stream_name, snapshots):
+    # Object Store and KV buckets are the streams OBJ_<bucket> and KV_<bucket>; named here to
+    # avoid importing their owners (they name them the same way).
+    stem = subjects.prefix.upper().replace("-", "_")
+    buckets = (f"OBJ_{stem}_SNAPSHOTS", f"KV_{stem}_LEADERS")
+    for name in (subjects.stream_name, subjects.dlq_stream_name, *buckets):
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(name)
 

@@ -330,8 +330,15 @@ class LedgerStore:
         consumer: str | None = None,
         stream_seq: int | None = None,
         stream: str = DEFAULT_STREAM,
+        request_ids: Sequence[str] | None = None,
     ) -> list[ReservationResult]:
         """Grant or refuse each reservation, in order, in one transaction.
+
+        ``request_ids`` (one per reservation) make a repeated request idempotent even after
+        the grant was released: a reservation whose workload already got an allocation under
+        the same request id is reported granted again and changes nothing. (A dequeuer that
+        timed out while the ledger died after committing repeats its request; by then the job
+        may have run and finished, and must not be admitted a second time.)
 
         ``outbox`` is called for each *new* grant (an ``Admitted`` decision and its allocation
         id); a retried grant (same workload, same leaf) is reported granted with no new row.
@@ -355,8 +362,10 @@ class LedgerStore:
                     )
                     for r in reservations
                 ]
-            return await self._reserve_in(conn, reservations, outbox)
+            return await self._reserve_in(conn, reservations, outbox, request_ids)
 
+        if request_ids is not None and len(request_ids) != len(reservations):
+            raise LedgerPermanentError("reserve", "one request id per reservation")
         return await self.run("reserve", work)
 
     async def _reserve_in(
@@ -364,7 +373,9 @@ class LedgerStore:
         conn: AsyncConnection,
         reservations: Sequence[Reservation],
         outbox: OutboxBuilder | None,
+        request_ids: Sequence[str] | None = None,
     ) -> list[ReservationResult]:
+        answered = await _answered(conn, reservations, request_ids)
         live = await _live(conn, [r.workload for r in reservations])
         known = await _leaves(conn, {r.quota for r in reservations})
         keys: set[_Key] = set()
@@ -376,9 +387,13 @@ class LedgerStore:
         results: list[ReservationResult] = []
         granted: list[Reservation] = []
         touched: set[_Key] = set()
-        for item in reservations:
+        granted_ids: dict[WorkloadKey, str] = {}
+        for index, item in enumerate(reservations):
             current = live.get(item.workload)
-            if current is not None:
+            if item.workload in answered.get(_request_at(request_ids, index), ()):
+                # Answered before (maybe released since): the first answer stands.
+                results.append(ReservationResult(workload=item.workload, granted=True))
+            elif current is not None:
                 results.append(_already_live(item, current))
             elif item.quota not in known:
                 results.append(_unknown(item))
@@ -392,11 +407,13 @@ class LedgerStore:
                 # A second reservation of the same workload later in the batch is a retry.
                 live[item.workload] = _placeholder(item, "admitted")
                 granted.append(item)
+                if request_ids is not None:
+                    granted_ids[item.workload] = request_ids[index]
                 results.append(ReservationResult(workload=item.workload, granted=True))
 
         if granted:
             stamp = await _stamp(conn)
-            ids = await _insert_allocations(conn, granted, "admitted", stamp)
+            ids = await _insert_allocations(conn, granted, "admitted", stamp, granted_ids)
             await _set_usage(conn, usage, touched)
             if outbox is not None:
                 await _write_outbox(
@@ -1001,6 +1018,7 @@ async def _insert_allocations(
     items: Sequence[Reservation],
     state: AllocationState,
     stamp: datetime,
+    request_ids: dict[WorkloadKey, str] | None = None,
 ) -> dict[WorkloadKey, int]:
     """Insert one live allocation per item; their ids by workload.
 
@@ -1024,6 +1042,7 @@ async def _insert_allocations(
                         "state": state,
                         "reserved_at": stamp,
                         "admitted_at": stamp if state == "admitted" else None,
+                        "request_id": (request_ids or {}).get(item.workload),
                     }
                     for item in chunk
                 ]
@@ -1036,6 +1055,30 @@ async def _insert_allocations(
     if len(ids) != len(items):
         raise _RaceLost
     return ids
+
+
+def _request_at(request_ids: Sequence[str] | None, index: int) -> str | None:
+    return None if request_ids is None else request_ids[index]
+
+
+async def _answered(
+    conn: AsyncConnection,
+    reservations: Sequence[Reservation],
+    request_ids: Sequence[str] | None,
+) -> dict[str | None, set[WorkloadKey]]:
+    """Workloads that already got an allocation (any state) under each of these request ids."""
+    if not request_ids:
+        return {}
+    rows = await conn.execute(
+        select(ALLOCATIONS.c.request_id, ALLOCATIONS.c.workload).where(
+            ALLOCATIONS.c.request_id.in_(set(request_ids)),
+            ALLOCATIONS.c.workload.in_({r.workload for r in reservations}),
+        )
+    )
+    out: dict[str | None, set[WorkloadKey]] = {}
+    for request_id, workload in rows:
+        out.setdefault(request_id, set()).add(WorkloadKey(workload))
+    return out
 
 
 async def _write_outbox(conn: AsyncConnection, outbox: Sequence[OutboxMessage]) -> None:

@@ -124,6 +124,9 @@ class AllocationRow(Base):
     preemptor: Mapped[str | None] = mapped_column(Text, nullable=True)
     """On a victim: the workload its quota was moved to."""
     preempted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    request_id: Mapped[str | None] = mapped_column(Text, nullable=True, index=True)
+    """The reserve request that granted it: a repeat of that request is answered, not granted
+    again (even once the allocation was released)."""
     preempted_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
     """The log's last sequence when the victim was preempted: an observation of it suspended at
     or below this sequence predates the preemption and releases nothing."""

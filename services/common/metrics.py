@@ -1,0 +1,233 @@
+"""Prometheus metrics of a service process: one registry, the metric families, gauge refreshers.
+
+What it does: holds the process's single ``CollectorRegistry`` and every metric family the
+services record into (``Metrics``; ``process_metrics()`` returns the one of this process, so
+services running side by side in one process, as in tests, share it), renders it in the
+standard text exposition format, copies per-queue and per-quota-node figures out of a pure
+engine (``record_engine``) and samples consumer lag now and then (``Sampler``).
+What it must never do: label by workload (cardinality: one series per queue, quota node and
+resource at most), run per-job work on the decision path, or let a metrics failure stop a
+service (samplers log and go on).
+
+Units: seconds for durations, entries for lag; quota amounts in the engine's canonical units
+(cpu in millicores, memory in bytes, other resources as counted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from usher.core.engine import Engine
+
+__all__ = [
+    "CONTENT_TYPE_LATEST",
+    "Metrics",
+    "Sampler",
+    "process_metrics",
+    "record_engine",
+]
+
+_SHORT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+"""Buckets for work measured in milliseconds (a pass, a transaction)."""
+_WAIT = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600)
+"""Buckets for how long a workload waits for admission (a tenth of a second to hours)."""
+
+
+class Metrics:
+    """The registry and the metric families of one process (see the module docstring)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r = self.registry
+        self.queue_pending = Gauge(
+            "usher_queue_pending_workloads",
+            "Pending workloads per queue, as this process's projection sees them.",
+            ["queue"],
+            registry=r,
+        )
+        self.queue_admitted = Gauge(
+            "usher_queue_admitted_workloads",
+            "Admitted workloads per queue, as this process's projection sees them.",
+            ["queue"],
+            registry=r,
+        )
+        self.admission_wait = Histogram(
+            "usher_admission_wait_seconds",
+            "From a workload's creation (or first observation) to its granted reservation.",
+            ["zone"],
+            buckets=_WAIT,
+            registry=r,
+        )
+        self.quota_used = Gauge(
+            "usher_quota_used",
+            "Usage per quota node and resource (canonical units: millicores, bytes).",
+            ["node", "resource"],
+            registry=r,
+        )
+        self.quota_min = Gauge(
+            "usher_quota_min",
+            "Guaranteed minimum per quota node and resource (canonical units).",
+            ["node", "resource"],
+            registry=r,
+        )
+        self.quota_max = Gauge(
+            "usher_quota_max",
+            "Ceiling per quota node and resource (canonical units).",
+            ["node", "resource"],
+            registry=r,
+        )
+        self.preemptions = Counter(
+            "usher_preemptions",
+            "Victims of accepted reclaims, by the reason code of their Preempted decision.",
+            ["reason"],
+            registry=r,
+        )
+        self.pass_seconds = Histogram(
+            "usher_decision_pass_seconds",
+            "CPU time of one decision pass of the core (Engine.decide).",
+            ["zone"],
+            buckets=_SHORT,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "usher_consumer_lag_entries",
+            "Log entries this service has not applied yet (stream last seq - applied seq).",
+            ["service"],
+            registry=r,
+        )
+        self.ledger_seconds = Histogram(
+            "usher_ledger_transaction_seconds",
+            "Ledger transaction latency by operation (reserve, preempt, log batch).",
+            ["operation"],
+            buckets=_SHORT,
+            registry=r,
+        )
+        self.watch_reconnects = Counter(
+            "usher_watch_reconnects",
+            "Kubernetes list/watch streams started again after a failure, by resource.",
+            ["resource"],
+            registry=r,
+        )
+        self.dlq_parked = Counter(
+            "usher_dlq_parked",
+            "Messages parked on the dead-letter queue, by service.",
+            ["service"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "usher_leader",
+            "1 while this process holds the leadership of a single-writer role, else 0.",
+            ["role"],
+            registry=r,
+        )
+        # Label sets written by ``record_engine``, to remove series of queues and quota
+        # nodes that disappeared (a gauge otherwise keeps its last value forever).
+        self._queues: set[str] = set()
+        self._nodes: set[tuple[str, str]] = set()
+
+    def render(self) -> bytes:
+        """The registry in the text exposition format (what ``/metrics`` serves)."""
+        return generate_latest(self.registry)
+
+
+_process: Metrics | None = None
+
+
+def process_metrics() -> Metrics:
+    """The metrics of this process: created on first use, shared by every service in it."""
+    global _process
+    if _process is None:
+        _process = Metrics()
+    return _process
+
+
+def queue_counts(engine: Engine) -> dict[str, tuple[int, int]]:
+    """``{queue: (pending, admitted)}`` in O(queues), without building a view per workload.
+
+    The core has no public per-queue count yet (``Engine.queues()`` lists every pending
+    workload), so this reads two of its indexes directly, read-only: the ordered pending
+    entries of each leaf's queue and the admitted victim keys of each leaf.
+    """
+    out: dict[str, tuple[int, int]] = {}
+    queues: dict[Any, Any] = engine._queues
+    admitted: dict[Any, list[Any]] = engine._leaf_admitted
+    for leaf, queue in queues.items():
+        out[str(queue.name)] = (len(queue.entries), len(admitted.get(leaf, ())))
+    return out
+
+
+def record_engine(metrics: Metrics, engine: Engine) -> None:
+    """Copy per-queue counts and per-node quota (used/min/max) out of ``engine``."""
+    counts = queue_counts(engine)
+    for queue, (pending, admitted) in counts.items():
+        metrics.queue_pending.labels(queue).set(pending)
+        metrics.queue_admitted.labels(queue).set(admitted)
+    for gone in metrics._queues - counts.keys():
+        with contextlib.suppress(KeyError):
+            metrics.queue_pending.remove(gone)
+            metrics.queue_admitted.remove(gone)
+    metrics._queues = set(counts)
+    used = engine.quota_used()
+    nodes: set[tuple[str, str]] = set()
+    for path, (low, high) in engine.quota_nodes().items():
+        node_used = used.get(path, {})
+        for resource in {*low, *high, *node_used}:
+            nodes.add((str(path), resource))
+            metrics.quota_used.labels(path, resource).set(node_used.get(resource, 0))
+            metrics.quota_min.labels(path, resource).set(low.get(resource, 0))
+            metrics.quota_max.labels(path, resource).set(high.get(resource, 0))
+    for gone_node in metrics._nodes - nodes:
+        with contextlib.suppress(KeyError):
+            for gauge in (metrics.quota_used, metrics.quota_min, metrics.quota_max):
+                gauge.remove(*gone_node)
+    metrics._nodes = nodes
+
+
+class Sampler:
+    """Runs ``sample`` every ``every_s`` until stopped; a failing sample is logged, not fatal.
+
+    Lag needs a round-trip to the server (the stream's last sequence), so it is sampled in
+    the background rather than on the decision path or at scrape time (the exposition is
+    synchronous).
+    """
+
+    def __init__(
+        self, sample: Callable[[], Awaitable[None]], log: Any, *, every_s: float = 1.0
+    ) -> None:
+        self._sample = sample
+        self._log = log
+        self._every = every_s
+        self._task: asyncio.Task[None] | None = None
+        self.last_at = 0.0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="metrics-sampler")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _run(self) -> None:
+        failing = False
+        while True:
+            try:
+                await self._sample()
+                failing = False
+            except Exception as exc:
+                # NATS away for a moment, a stream being re-created: the next tick retries.
+                # Logged once per failing streak, not once per second.
+                if not failing:
+                    self._log.warning("metrics sample failed", error=type(exc).__name__)
+                failing = True
+            self.last_at = time.monotonic()
+            await asyncio.sleep(self._every)

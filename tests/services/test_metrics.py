@@ -1,0 +1,183 @@
+"""Metrics and probes over real HTTP: a dequeuer and a ledger in this process, scraped."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+from nats.js import JetStreamContext
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas import Admitted, QuotaTreeApplied, Zone
+from services.common.health import HealthServer
+from services.common.metrics import Metrics, process_metrics
+from services.common.runtime import ServiceContext
+from services.common.settings import ServiceSettings
+from services.dequeuer.service import main as dequeuer_main
+from services.ledger.service import main as ledger_main
+from tests.conftest import Infra
+from tests.services.helpers import CORE, eventually, log_events, observed, publish, running, tree
+from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def _settings(infra: Infra, subjects: Subjects, url: str, zone: str | None) -> ServiceSettings:
+    return ServiceSettings(
+        nats_url=infra.nats_url,
+        database_url=url,
+        prefix=subjects.prefix,
+        zone=Zone(zone) if zone else None,
+        engine=EngineConfig(zones=frozenset({Zone(zone)}) if zone else None),
+        request_timeout_s=2.0,
+        metrics_port=0,  # USHER_METRICS_PORT=0: a free port
+    )
+
+
+async def _scrape(session: aiohttp.ClientSession, base: str) -> tuple[Samples, set[str]]:
+    async with session.get(f"{base}/metrics") as response:
+        assert response.status == 200
+        assert response.headers["Content-Type"].startswith("text/plain")
+        text = await response.text()
+    samples: Samples = {}
+    families: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        families.add(family.name)
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples, families
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
+    infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str
+) -> None:
+    metrics = process_metrics()
+    ledger_settings = _settings(infra, subjects, migrated_url, None)
+    dequeuer_settings = _settings(infra, subjects, migrated_url, "default")
+    contexts: list[ServiceContext] = []
+
+    def ready() -> bool:
+        return len(contexts) == 2 and all(c.ready.is_set() and c.nc.is_connected for c in contexts)
+
+    health = HealthServer(metrics, ready)
+    port = await health.start(dequeuer_settings.metrics_host, dequeuer_settings.metrics_port)
+    assert port is not None and port > 0
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"{base}/healthz") as response:
+                assert response.status == 200
+            async with session.get(f"{base}/readyz") as response:
+                assert response.status == 503  # nothing started yet
+            await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+            async with (
+                running("ledger", ledger_main, ledger_settings, subjects) as ledger,
+                running("dequeuer", dequeuer_main, dequeuer_settings, subjects) as dequeuer,
+            ):
+                contexts.extend([ledger, dequeuer])
+                async with session.get(f"{base}/readyz") as response:
+                    assert response.status == 200
+                # Two workloads in A's queue: 60 cores fit (A's min), the next 50 do not
+                # (the root's 100 would be exceeded), so one admitted and one pending.
+                await publish(
+                    js, subjects.job(Zone("default"), "a1", "first"), observed("a1", "first", 60)
+                )
+                await publish(
+                    js, subjects.job(Zone("default"), "a1", "second"), observed("a1", "second", 50)
+                )
+
+                async def admitted() -> list[object]:
+                    return [e for e in await log_events(js, subjects) if isinstance(e, Admitted)]
+
+                assert await eventually(admitted, timeout_s=10)
+                queue = "root-a-a1"  # leaf root/A with namespace a1, named as kube-queue does
+
+                async def scraped() -> Samples | None:
+                    samples, _ = await _scrape(session, base)
+                    pending = _value(samples, "usher_queue_pending_workloads", queue=queue)
+                    ledger_lag = _value(samples, "usher_consumer_lag_entries", service="ledger")
+                    if pending == 1 and ledger_lag == 0:
+                        return samples
+                    return None
+
+                samples = await eventually(scraped, timeout_s=10, every_s=0.2)
+                assert samples is not None, {
+                    k: v
+                    for k, v in (await _scrape(session, base))[0].items()
+                    if "lag" in k[0] or "pending" in k[0]
+                }
+                _, families = await _scrape(session, base)
+                for family in (
+                    "usher_queue_pending_workloads",
+                    "usher_queue_admitted_workloads",
+                    "usher_admission_wait_seconds",
+                    "usher_quota_used",
+                    "usher_quota_min",
+                    "usher_quota_max",
+                    "usher_preemptions",
+                    "usher_decision_pass_seconds",
+                    "usher_consumer_lag_entries",
+                    "usher_ledger_transaction_seconds",
+                    "usher_watch_reconnects",
+                    "usher_dlq_parked",
+                    "usher_leader",
+                ):
+                    assert family in families, family
+                assert _value(samples, "usher_queue_admitted_workloads", queue=queue) == 1
+                assert _value(samples, "usher_quota_used", node="root/A", resource="cpu") == (
+                    60 * CORE
+                )
+                assert _value(samples, "usher_quota_min", node="root/A", resource="cpu") == (
+                    60 * CORE
+                )
+                assert _value(samples, "usher_quota_max", node="root", resource="cpu") == (
+                    100 * CORE
+                )
+                passes = _value(samples, "usher_decision_pass_seconds_count", zone="default")
+                assert passes is not None and passes >= 1
+                waits = _value(samples, "usher_admission_wait_seconds_count", zone="default")
+                assert waits is not None and waits >= 1
+                reserves = _value(
+                    samples, "usher_ledger_transaction_seconds_count", operation="reserve"
+                )
+                assert reserves is not None and reserves >= 1
+                logs = _value(samples, "usher_ledger_transaction_seconds_count", operation="log")
+                assert logs is not None and logs >= 1
+                lag = _value(samples, "usher_consumer_lag_entries", service="dequeuer-default")
+                assert lag is not None and 0 <= lag <= 5
+                assert _value(samples, "usher_leader", role="dequeuer-default") == 1
+                assert _value(samples, "usher_leader", role="ledger-relay") == 1
+
+                # A poison entry on the log: the dequeuer parks it, the counter says so.
+                parked_before = _value(samples, "usher_dlq_parked_total", service="dequeuer") or 0.0
+                await js.publish(subjects.job(Zone("default"), "x", "junk"), b"\x00 junk")
+
+                async def parked() -> bool:
+                    now, _ = await _scrape(session, base)
+                    value = _value(now, "usher_dlq_parked_total", service="dequeuer") or 0.0
+                    return value >= parked_before + 1
+
+                assert await eventually(parked, timeout_s=10, every_s=0.1)
+                contexts.clear()
+            async with session.get(f"{base}/readyz") as response:
+                assert response.status == 503
+    finally:
+        await health.stop()
+
+
+async def test_a_taken_port_does_not_stop_anything() -> None:
+    first = HealthServer(Metrics(), lambda: True)
+    port = await first.start("127.0.0.1", 0)
+    assert port is not None
+    try:
+        second = HealthServer(Metrics(), lambda: True)
+        assert await second.start("127.0.0.1", port) is None
+        assert await HealthServer(Metrics(), lambda: True).start("127.0.0.1", -1) is None
+    finally:
+        await first.stop()
+    await asyncio.sleep(0)
