@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -104,6 +105,20 @@ class ServiceUnavailable(Exception):
         self.detail = detail
 
 
+def nats_tls_context(settings: ServiceSettings) -> ssl.SSLContext | None:
+    """TLS for NATS from the settings: CA only verifies the server, cert + key add a client
+    certificate (mutual TLS); None (plain, or TLS from a ``tls://`` URL with the system CAs)
+    when neither is set."""
+    if settings.nats_tls_ca is None and settings.nats_tls_cert is None:
+        return None
+    ca = str(settings.nats_tls_ca) if settings.nats_tls_ca is not None else None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca)
+    if settings.nats_tls_cert is not None:
+        key = str(settings.nats_tls_key) if settings.nats_tls_key is not None else None
+        context.load_cert_chain(str(settings.nats_tls_cert), key)
+    return context
+
+
 async def connect(settings: ServiceSettings, name: str, log: Any | None = None) -> Client:
     """Connect with unlimited reconnects: a NATS restart pauses a service, never kills it."""
 
@@ -130,6 +145,7 @@ async def connect(settings: ServiceSettings, name: str, log: Any | None = None) 
         error_cb=on_error,
         disconnected_cb=on_disconnected,
         reconnected_cb=on_reconnected,
+        tls=nats_tls_context(settings),
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from pathlib import Path
@@ -60,6 +61,12 @@ class ServiceSettings:
     """Single-writer roles (dequeuer per zone, preemptor, ledger relay) elect a leader."""
     leader_ttl_s: float = 5.0
     """A leader's key expires this long after its last renewal (renewed every third)."""
+    nats_tls_ca: Path | None = None
+    """CA bundle (PEM) to verify the NATS server with (``USHER_NATS_TLS_CA``); TLS when set."""
+    nats_tls_cert: Path | None = None
+    """Client certificate (PEM) for mutual TLS (``USHER_NATS_TLS_CERT``, with the key)."""
+    nats_tls_key: Path | None = None
+    """Its private key (PEM, ``USHER_NATS_TLS_KEY``)."""
 
     def with_zone(self, zone: Zone) -> ServiceSettings:
         return replace(self, zone=zone)
@@ -137,6 +144,12 @@ def load_settings(
     if leader_ttl <= 0:
         raise SettingsError("leader-ttl", f"must be positive, got {leader_ttl}")
     election = env.get("USHER_LEADER_ELECTION", "on").lower() not in ("off", "0", "false")
+    tls_ca, tls_cert, tls_key = (
+        _tls_file(env, f"USHER_NATS_TLS_{part}") for part in ("CA", "CERT", "KEY")
+    )
+    if (tls_cert is None) != (tls_key is None):
+        missing = "USHER_NATS_TLS_KEY" if tls_key is None else "USHER_NATS_TLS_CERT"
+        raise SettingsError(missing, "mutual TLS needs both USHER_NATS_TLS_CERT and _KEY")
     return ServiceSettings(
         nats_url=nats,
         database_url=database,
@@ -151,7 +164,21 @@ def load_settings(
         instance=env.get("USHER_INSTANCE") or socket.gethostname(),
         leader_election=election,
         leader_ttl_s=leader_ttl,
+        nats_tls_ca=tls_ca,
+        nats_tls_cert=tls_cert,
+        nats_tls_key=tls_key,
     )
+
+
+def _tls_file(env: Mapping[str, str], variable: str) -> Path | None:
+    """A TLS file named by ``variable``: unset or empty is None, a missing file an error."""
+    raw = env.get(variable)
+    if not raw:
+        return None
+    path = Path(raw)
+    if not path.is_file():
+        raise SettingsError(variable, f"no such file: {raw}")
+    return path
 
 
 def _stack(home: Path) -> StackInfo | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import socket
@@ -213,7 +214,35 @@ def test_every_deployment_has_a_disruption_budget(two_zones: list[Manifest]) -> 
         assert budgets[name]["spec"]["selector"]["matchLabels"] == selector
 
 
-def test_two_zones_run_one_dequeuer_each_plus_default(two_zones: list[Manifest]) -> None:
+ELECTED = {"usher-ledger", "usher-preemptor", "usher-dequeuer-default", "usher-dequeuer-a",
+           "usher-dequeuer-b"}  # fmt: skip
+
+
+def test_elected_roles_run_a_standby_and_roll_without_a_gap(two_zones: list[Manifest]) -> None:
+    settings = by_name(two_zones, "ConfigMap")["usher-settings"]["data"]
+    assert settings["USHER_LEADER_ELECTION"] == "on"
+    deployments = by_name(two_zones, "Deployment")
+    budgets = by_name(two_zones, "PodDisruptionBudget")
+    assert ELECTED | {"usher-watcher"} == set(deployments)
+    for name in ELECTED:
+        spec = deployments[name]["spec"]
+        assert spec["replicas"] == 2
+        assert spec["strategy"] == {
+            "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}
+        }  # fmt: skip
+        assert budgets[name]["spec"]["minAvailable"] == 1
+        assert "maxUnavailable" not in budgets[name]["spec"]
+
+
+def test_the_watcher_runs_alone_and_is_recreated(two_zones: list[Manifest]) -> None:
+    spec = by_name(two_zones, "Deployment")["usher-watcher"]["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    budget = by_name(two_zones, "PodDisruptionBudget")["usher-watcher"]["spec"]
+    assert budget["maxUnavailable"] == 1  # a drain may evict it: it resumes from the log
+
+
+def test_two_zones_run_one_dequeuer_deployment_each_plus_default(two_zones: list[Manifest]) -> None:
     deployments = by_name(two_zones, "Deployment")
     assert set(deployments) == {
         "usher-watcher", "usher-ledger", "usher-preemptor",
@@ -252,6 +281,41 @@ def test_the_network_policies_deny_by_default(two_zones: list[Manifest]) -> None
     assert scrape["ports"] == [{"protocol": "TCP", "port": 9102}]
     postgres = policies["usher-to-postgres"]["spec"]["podSelector"]["matchExpressions"][0]
     assert postgres["values"] == ["ledger", "migrate"]
+
+
+def test_the_nats_tls_component_mounts_the_secret_everywhere(tmp_path: Path) -> None:
+    if KUBECTL is None:
+        pytest.skip("kubectl (kustomize) not installed")
+    overlay = tmp_path / "tls"
+    overlay.mkdir()
+    # kustomize wants relative paths (here reaching out of the overlay's root).
+    base = os.path.relpath(DEPLOY / "overlays" / "two-zones", overlay)
+    component = os.path.relpath(DEPLOY / "components" / "nats-tls", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{base}]\ncomponents: [{component}]\n"
+    )
+    out = subprocess.run(
+        [KUBECTL, "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(overlay)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    manifests = [doc for doc in yaml.safe_load_all(out) if doc]
+    examples = [d for d in yaml.safe_load_all((DEPLOY / "secrets.example.yaml").read_text()) if d]
+    (secret,) = [s for s in examples if s["metadata"]["name"] == "usher-nats-tls"]
+    version = kubernetes_validate.latest_version()
+    deployments = of_kind(manifests, "Deployment")
+    assert len(deployments) == 6
+    for deployment in deployments:
+        kubernetes_validate.validate(deployment, version, strict=True)
+        (volume,) = [v for v in pod_spec(deployment)["volumes"] if v["name"] == "nats-tls"]
+        assert volume["secret"]["secretName"] == "usher-nats-tls"
+        (container,) = pod_spec(deployment)["containers"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "nats-tls"]
+        assert mount["readOnly"] is True
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        for variable, key in (("CA", "ca.crt"), ("CERT", "tls.crt"), ("KEY", "tls.key")):
+            assert env[f"USHER_NATS_TLS_{variable}"] == f"{mount['mountPath']}/{key}"
+            assert key in secret["stringData"]
 
 
 # ---------------------------------------------------------------------- the commands run

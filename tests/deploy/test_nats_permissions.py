@@ -3,7 +3,8 @@
 Every user logs in with nats-py; allowed publishes are seen to arrive (stored by JetStream, or
 received by the service that serves the subject), forbidden ones are refused by the server
 with a permissions violation. The JetStream calls the services make at start (streams, the
-ordered consumer, the watcher's durable consumer, snapshots) are run under each user too.
+ordered consumer, the watcher's durable consumer, snapshots) are run under each user too, and
+so is leader election (services/common/leader.py) in the bucket USHER_LEADERS.
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from services.common.leader import Leadership
+from services.common.metrics import Metrics
+from services.common.runtime import ServiceContext
+from services.common.settings import ServiceSettings
 from usher.adapters.embedded.servers import nats_server_binary
+from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
@@ -179,6 +185,17 @@ async def test_a_service_may_append_what_it_owns_to_the_log(
         ("preemptor", "usher.decision.a.preempted.ns.j"),
         ("preemptor", "usher.cluster.quota"),
         ("preemptor", "usher.dlq.watcher"),
+        ("watcher", "$KV.usher_LEADERS.preemptor"),
+        ("ledger", "$KV.usher_LEADERS.preemptor"),
+        ("preemptor", "$KV.usher_LEADERS.ledger-relay"),
+        ("preemptor", "$KV.usher_LEADERS.dequeuer-a"),
+        ("dequeuer-a", "$KV.usher_LEADERS.dequeuer-b"),
+        ("dequeuer-a", "$KV.usher_LEADERS.preemptor"),
+        ("dequeuer-b", "$KV.usher_LEADERS.ledger-relay"),
+        ("dequeuer-a", "$JS.API.STREAM.PURGE.KV_usher_LEADERS"),
+        ("dequeuer-a", "$JS.API.STREAM.DELETE.KV_usher_LEADERS"),
+        ("dequeuer-a", "$JS.API.STREAM.UPDATE.KV_usher_LEADERS"),
+        ("dequeuer-a", "$JS.API.DIRECT.GET.KV_usher_LEADERS.$KV.usher_LEADERS.preemptor"),
     ],
 )
 async def test_a_service_may_not_publish_what_others_own(
@@ -264,3 +281,65 @@ async def test_a_service_saves_and_reads_its_own_snapshot(streams: str, user: st
         info = await store.info(user)
     assert info is not None and info.seq == 7
     assert session.refused == []
+
+
+# ---------------------------------------------------------------------- leader election
+
+ELECTING = {
+    "ledger": "ledger-relay",
+    "preemptor": "preemptor",
+    "dequeuer-default": "dequeuer-default",
+    "dequeuer-a": "dequeuer-a",
+    "dequeuer-b": "dequeuer-b",
+}
+LEADER_TTL_S = 5.0
+
+
+def _context(session: Session, user: str, instance: str) -> ServiceContext:
+    settings = ServiceSettings(
+        nats_url="nats://unused", instance=instance, leader_election=True, leader_ttl_s=LEADER_TTL_S
+    )
+    return ServiceContext(
+        name=user, settings=settings, nc=session.nc, js=session.nc.jetstream(), subjects=SUBJECTS,
+        stop=asyncio.Event(), log=get_logger(service=user), metrics=Metrics(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("user", "role"), list(ELECTING.items()))
+async def test_an_electing_service_acquires_renews_and_releases_its_own_key(
+    streams: str, user: str, role: str
+) -> None:
+    async with login(streams, user) as session:
+        ctx = _context(session, user, f"{user}-pod-1")
+        first = Leadership(ctx, role)
+        assert await first.start(), session.refused
+        revision = first._revision
+        await first._renew()
+        assert first.is_leader and first._revision > revision
+        # A process restarted under the same identity takes its key back (reads the key).
+        again = Leadership(ctx, role)
+        assert await again.start(), session.refused
+        await first.close()  # the old revision: deletes nothing
+        # Another instance waits while the key is held, and takes over once it is released.
+        other = Leadership(_context(session, user, f"{user}-pod-2"), role)
+        assert not await other.start()
+        await again.close()
+        await other._attempt()
+        assert other.is_leader, session.refused
+        await other.close()
+    assert session.refused == []
+
+
+@pytest.mark.parametrize(
+    ("user", "role"),
+    [("dequeuer-a", "dequeuer-b"), ("dequeuer-a", "preemptor"), ("preemptor", "ledger-relay"),
+     ("ledger", "dequeuer-default")],
+)  # fmt: skip
+async def test_an_electing_service_cannot_take_another_roles_key(
+    streams: str, user: str, role: str
+) -> None:
+    async with login(streams, user) as session:
+        leadership = Leadership(_context(session, user, f"{user}-intruder"), role)
+        assert not await leadership.start()
+        await leadership.close()
+    assert any(f"$kv.usher_leaders.{role}" in err.lower() for err in session.refused)

@@ -62,7 +62,8 @@ async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
     # Object Store and KV buckets are the streams OBJ_<bucket> and KV_<bucket>; named here to
     # avoid importing their owners (they name them the same way).
     stem = subjects.prefix.upper().replace("-", "_")
-    buckets = (f"OBJ_{stem}_SNAPSHOTS", f"KV_{stem}_LEADERS")
+    # The leader bucket keeps the prefix's case (services.common.leader.bucket_name).
+    buckets = (f"OBJ_{stem}_SNAPSHOTS", f"KV_{subjects.prefix}_LEADERS")
     for name in (subjects.stream_name, subjects.dlq_stream_name, *buckets):
         with contextlib.suppress(nats.js.errors.NotFoundError):
             await js.delete_stream(name)
