@@ -165,7 +165,11 @@ async def quiesce(
 async def read_stream(
     js: JetStreamContext, subjects: Subjects, upto: int | None = None
 ) -> list[tuple[int, str, Envelope]]:
-    """Every log entry up to sequence ``upto`` (default: the last) as (seq, subject, envelope)."""
+    """Every log entry up to sequence ``upto`` (default: the last) as (seq, subject, envelope).
+
+    The limits suite times this loop as the client's raw read+decode ceiling, so it stays the
+    bare ordered consumer; reports that just need the log use the export adapter's reader.
+    """
     stop = upto if upto is not None else await last_seq(js, subjects.stream_name)
     out: list[tuple[int, str, Envelope]] = []
     if stop <= 0:

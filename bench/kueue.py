@@ -81,18 +81,19 @@ from bench.common import (
     mean,
     prepare_streams,
     quiesce,
-    read_stream,
     start_emulator,
     start_services,
 )
 from schemas import (
     Admitted,
+    Envelope,
     Preempted,
     Released,
     WorkloadFinished,
     WorkloadObserved,
     decode_envelope,
 )
+from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.subjects import Subjects
 
 
@@ -432,7 +433,7 @@ async def measure(servers: Servers, kubeconfig: Path, scale: Scale) -> dict[str,
         cpu["bench-client"] = time.process_time() - client_before
         run_s = time.monotonic() - run_began
         await quiesce(js, subjects.stream_name, quiet_s=1.5, timeout_s=60)
-        entries = await read_stream(js, subjects)
+        entries = await _read_log(js, subjects)
     finally:
         await api.close()
         await nc.drain()
@@ -555,3 +556,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+async def _read_log(js: Any, subjects: Subjects) -> list[tuple[int, str, Envelope]]:
+    """The whole log as (seq, subject, envelope), through the export adapter's reader."""
+    return [
+        (entry.seq, entry.subject, decode_envelope(bytes(entry.envelope)))
+        for entry in await read_entries(js, subjects)
+        if entry.data is None  # not an envelope: nothing this report reads
+    ]
