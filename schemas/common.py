@@ -45,6 +45,7 @@ ReasonCode = Literal[
     "PreemptionInProgress",  # ledger: a victim is still stopping, or the hold awaits it
     "AlreadyAdmitted",  # ledger: the workload already holds a live allocation elsewhere
     "StaleView",  # preemptor/ledger: the proposal was made on state that changed since
+    "VictimsStopping",  # pending: it fits once preempted workloads have stopped
 ]
 
 

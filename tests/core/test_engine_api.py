@@ -384,6 +384,9 @@ def test_reverted_preemptor_holds_the_freed_capacity() -> None:
     engine.decide(Millis(1))
     engine.apply(observed("b1", "claim", 30, created=2), Millis(2))
     engine.decide(Millis(2))
+    # Until the victim is seen stopped, its whole usage counts (the claim carved out of it).
+    assert engine.quota_used()[QuotaPath("root")] == cpu(100)
+    engine.apply(_stopped("a1/borrow", 40), Millis(2))
     engine.revert_admission(key("b1/claim"), Reason(code="QuotaExceeded", message="ledger"))
     engine.apply(observed("a2", "sneaky", 30, created=3), Millis(3))
     assert engine.quota_used()[QuotaPath("root")] == cpu(90)
@@ -403,6 +406,11 @@ def test_held_capacity_is_named_as_held_for_preemptor() -> None:
     engine.apply(observed("a2", "sneaky", 15, created=2), Millis(2))
     engine.decide(Millis(2))
     engine.revert_admission(key("b1/claim"), Reason(code="QuotaExceeded", message="ledger"))
+    reason = engine.reason(key("a2/sneaky"))
+    # The victim still stops: what blocks a2/sneaky is its usage, which will leave.
+    assert reason is not None and reason.code == "VictimsStopping", reason
+    assert reason.used == cpu(100)["cpu"] and reason.limit == cpu(100)["cpu"]
+    engine.apply(_stopped("a1/borrow", 40), Millis(2))
     reason = engine.reason(key("a2/sneaky"))
     assert reason is not None and reason.code == "HeldForPreemptor", reason
     assert reason.blocker == "b1/claim"
@@ -471,7 +479,13 @@ def test_revert_preemption_restores_victims_and_frees_the_preemptor() -> None:
     claim = engine.job_state(key("b1/claim"))
     assert claim is not None and claim.state == "Pending"
     assert claim.reason is not None and claim.reason.code == "StaleView"
-    assert engine.quota_used()[QuotaPath("root")] == cpu(100) != used
+    # The victim never stopped counting (R7), so the reclaim did not lower root's usage...
+    assert used == cpu(100)
+    # ...and the revert leaves exactly the state before the pass: no residual, no group.
+    assert engine.quota_used()[QuotaPath("root")] == cpu(100)
+    assert engine.quota_used()[QuotaPath("root/A")] == cpu(100)
+    assert engine.quota_used()[QuotaPath("root/B")] == {}
+    assert not engine._stops and not engine._stopping
 
 
 def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
@@ -498,12 +512,24 @@ def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
         ),
         Millis(4),
     )
+    # The victim counts until seen stopped; the claim's hold is carved out of it.
+    assert engine.quota_used()[QuotaPath("root")] == cpu(100)
+    assert engine.quota_used()[QuotaPath("root/A")] == cpu(100)
+    assert engine.quota_used()[QuotaPath("root/B")] == cpu(30)
+    engine.apply(_stopped("a1/borrow", 40), Millis(4))
     assert engine.quota_used()[QuotaPath("root")] == cpu(90)
     assert not [d for d in engine.decide(Millis(5)) if isinstance(d, Admitted)]
     reason = engine.reason(key("a2/sneaky"))
     assert reason is not None and reason.code == "HeldForPreemptor"
     engine.apply(_admitted("b1/claim", 30, quota="root/B"), Millis(6))
     assert engine.quota_used()[QuotaPath("root")] == cpu(90)
+
+
+def _stopped(job: str, cores: int, quota: str = "root/A") -> Released:
+    """The ledger's ``Released`` once a preempted victim is seen stopped."""
+    return Released(
+        workload=key(job), quota=QuotaPath(quota), requests=cpu(cores), cause="Preempted"
+    )
 
 
 def _admitted(job: str, cores: int, quota: str = "root/A") -> Admitted:

@@ -856,8 +856,14 @@ def test_reclaim_preview_says_why_not(log: Log, key: str, why: str) -> None:
 
 def test_admission_shortfall_sets_a_held_preemptors_own_hold_aside() -> None:
     engine = Engine(EngineConfig())
-    history.fold(engine, seed_reclaim().history().items[:9])  # preempted, not yet admitted
+    items = seed_reclaim().history().items
+    history.fold(engine, items[:9])  # preempted, victim not seen stopped yet
     urgent = WorkloadKey("user-c/urgent")
+    assert engine.admission_shortfall(urgent, B, {"cpu": 10 * CPU}) is None
+    other = engine.admission_shortfall(WorkloadKey("user-a/big"), A, {"cpu": 40 * CPU})
+    # The victim's pods may still run: its usage counts on its own department until released.
+    assert other is not None and other.code == "QuotaExceeded" and other.node == A
+    history.fold(engine, items[9:10])  # its Released: stopped; the preemptor is not admitted yet
     assert engine.admission_shortfall(urgent, B, {"cpu": 10 * CPU}) is None
     other = engine.admission_shortfall(WorkloadKey("user-a/big"), A, {"cpu": 40 * CPU})
     assert other is not None and other.code == "HeldForPreemptor" and other.blocker == urgent

@@ -31,6 +31,9 @@ class EngineConfig:
     min_runtime_ms: int = 0
     zones: frozenset[Zone] | None = None
     """Zones this engine decides for; ``None`` = all. Other zones' admissions still count."""
+    victims_stop_at_once: bool = False
+    """Scenarios and what-if (SEMANTICS 5): a victim stops the instant it is preempted. A
+    running system (False) keeps a victim's usage counted until its ``Released`` is seen."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

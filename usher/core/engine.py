@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right, insort
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
 from itertools import chain
+from typing import TypeVar
 
 import msgspec
 
@@ -55,10 +56,12 @@ from usher.core.state import (
     PENDING,
     UNMAPPED,
     Job,
+    Placement,
     Queue,
     QuotaNodeInfo,
     Shape,
     SortKey,
+    StopGroup,
     TreeIndex,
     VictimKey,
     remove_sorted,
@@ -74,6 +77,8 @@ infinite (used > 0 where min is 0)."""
 
 OfferKey = tuple[int, Share, SortKey]
 """Interleave preference (section 4): within-min first, lower share, then queue order."""
+
+_K = TypeVar("_K", QuotaPath, Zone)
 
 _ZERO_SHARE: Share = (0, 0.0, 0, 1)
 _INFINITE_SHARE: Share = (1, 0.0, 0, 1)
@@ -126,6 +131,12 @@ class Engine:
         self._pod_fit_cache: dict[tuple[Zone, Shape], int] = {}
         self._held: dict[WorkloadKey, None] = {}
         self._preemptors: dict[WorkloadKey, None] = {}
+        self._stops: dict[WorkloadKey, StopGroup] = {}
+        """Preemptions whose victims still stop, by preemptor (ADMISSION-RULES R7)."""
+        self._stopping: dict[WorkloadKey, WorkloadKey] = {}
+        """Each victim not yet seen stopped -> its preemptor."""
+        self._pass_admitted: set[WorkloadKey] = set()
+        """Admitted by the running pass: never offered as a victim in it (ADMISSION-RULES R6)."""
         self._wakeups: list[tuple[int, int, WorkloadKey]] = []
         self._shapes: dict[Shape, Shape] = {}
         self._share_cache: dict[QuotaPath, Share] = {}
@@ -267,6 +278,7 @@ class Engine:
         job = self._jobs.get(key)
         if job is None or job.state == FINISHED:
             return []
+        self._preemptor_gone(key)
         quota = job.used_path if job.state == ADMITTED else None
         released = self._release(job, "Finished" if succeeded else "Failed")
         if not released:
@@ -280,6 +292,7 @@ class Engine:
         job = self._jobs.get(key)
         if job is None:
             return []
+        self._preemptor_gone(key)
         released = self._release(job, "Deleted")
         if not released and job.state != FINISHED:
             self._unplace(job)
@@ -327,10 +340,13 @@ class Engine:
         job = self._jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
+        assert job.used_path is not None
+        placement: Placement = (job.used_path, job.used_shape, job.zone)
         self._unadmit(job)
         self._classify(job)
         self._set_note(job, decision.reason)
         self._hold_for(decision.preemptor)
+        self._begin_stop(decision.preemptor, job.key, placement)
 
     def _hold_for(self, key: WorkloadKey) -> None:
         """A reclaim decided elsewhere: the freed capacity is held for its preemptor.
@@ -349,6 +365,8 @@ class Engine:
         self._version += 1
 
     def _apply_released(self, decision: Released) -> None:
+        # A victim seen stopped: the rest of its usage leaves now (ADMISSION-RULES R7).
+        self._end_stop(decision.workload)
         job = self._jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
@@ -388,8 +406,11 @@ class Engine:
 
         The victims are admitted again where they were (keeping their admission time, so the
         reclaim order and min-runtime stay as they were) and the preemptor waits again, with
-        no hold: the reclaim did not happen.
+        no hold: the reclaim did not happen. Exact because a pass never offers as a victim a
+        workload it admitted itself (ADMISSION-RULES R6): every victim was admitted before it.
         """
+        for decision in victims:
+            self._end_stop(decision.workload)
         for decision in victims:
             victim = self._jobs.get(decision.workload)
             if victim is None or victim.state == ADMITTED or victim.state == FINISHED:
@@ -455,6 +476,10 @@ class Engine:
     ) -> Reason | None:
         if victim is None or victim.state != ADMITTED or victim.used_path is None:
             return reasons.stale_view(job.key, f"{key} is not admitted", key)
+        if key in self._stops:
+            return reasons.stale_view(
+                job.key, f"{key} is a preemptor whose victims have not stopped yet", key
+            )
         if self._now - victim.admitted_ms < self._min_runtime(victim.used_path):
             return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
         if victim.used_path == job.leaf:
@@ -506,6 +531,10 @@ class Engine:
                 # Admitted (or held) usage keeps counting on the nodes of its recorded path
                 # that still exist.
                 self._account_quota(job.used_path, job.used_shape)
+        for group in self._stops.values():
+            # Stopping victims keep counting on the nodes of their paths that still exist.
+            group.residual = {}
+            self._account_residual(group, self._node_residual(group), group.zone_residual)
         for job in list(self._jobs.values()):
             if job.state in (PENDING, UNMAPPED, INADMISSIBLE):
                 job.state = UNMAPPED
@@ -775,10 +804,14 @@ class Engine:
 
     @staticmethod
     def _within_min(info: QuotaNodeInfo, shape: Shape) -> bool:
+        # Against the claim (used minus stopping victims' residual): a guarantee is judged on
+        # what stays once the victims already chosen have stopped (ADMISSION-RULES R7).
         used = info.used
+        residual = info.residual
         minimum = info.min
         for resource, amount in shape:
-            if used.get(resource, 0) + amount > minimum.get(resource, 0):
+            claim = used.get(resource, 0) - residual.get(resource, 0)
+            if claim + amount > minimum.get(resource, 0):
                 return False
         return True
 
@@ -816,7 +849,10 @@ class Engine:
         self._passes += 1
         decisions: list[Decision] = self._announcements()
         if self._tree.root is not None:
-            _Pass(self, decisions).run()
+            try:
+                _Pass(self, decisions).run()
+            finally:
+                self._pass_admitted = set()
         return decisions
 
     def _announcements(self) -> list[Decision]:
@@ -912,6 +948,8 @@ class Engine:
             return None
         if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
             return None  # no eviction can make a too-large pod fit
+        if self._stops and self._fits_once_stopped(job):
+            return None  # room is coming: preempting more would take what is not needed
         memo = (job.leaf, job.shape, job.priority if lower else 0, job.zone)
         if self._reclaim_failed.get(memo) == self._version:
             return None
@@ -996,6 +1034,8 @@ class Engine:
         for victim_key in heapq.merge(*lists):
             victim = self._jobs[victim_key[3]]
             assert victim.used_path is not None
+            if self._protected(victim):
+                continue
             if self._now - victim.admitted_ms >= self._min_runtime(victim.used_path):
                 yield victim
 
@@ -1007,15 +1047,127 @@ class Engine:
             if victim_key[0] >= job.priority:
                 break  # sorted by priority: nothing further is lower
             victim = self._jobs[victim_key[3]]
-            if self._now - victim.admitted_ms >= runtime:
+            if not self._protected(victim) and self._now - victim.admitted_ms >= runtime:
                 yield victim
+
+    def _protected(self, victim: Job) -> bool:
+        """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
+        preemptor whose own victims still stop (the ledger holds it, it is not admitted).
+        ADMISSION-RULES R6."""
+        return victim.key in self._pass_admitted or victim.key in self._stops
+
+    def _fits_once_stopped(self, job: Job) -> bool:
+        """Whether ``job`` fits on quota once every stopping victim has stopped."""
+        assert job.leaf is not None
+        for info in self._tree.nodes[job.leaf].ancestors:
+            for resource, amount in job.shape:
+                limit = info.cap.get(resource)
+                claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
+                if limit is not None and claim + amount > limit:
+                    return False
+        return True
+
+    # ------------------------------------------------------------------ stopping victims
+
+    def _begin_stop(self, preemptor: WorkloadKey, victim: WorkloadKey, where: Placement) -> None:
+        """``victim`` was preempted for ``preemptor``: its usage counts until it is seen
+        stopped, with the preemptor's hold carved out of it (ADMISSION-RULES R7)."""
+        if self.config.victims_stop_at_once:
+            return
+        group = self._stops.get(preemptor)
+        if group is None:
+            holder = self._jobs.get(preemptor)
+            hold: Placement | None = None
+            if holder is not None and holder.used_path is not None:
+                hold = (holder.used_path, holder.used_shape, holder.zone)
+            group = self._stops[preemptor] = StopGroup(preemptor, hold)
+        self._stopping[victim] = preemptor
+        self._regroup(group, lambda: group.victims.__setitem__(victim, where))
+
+    def _end_stop(self, victim: WorkloadKey) -> None:
+        """``victim`` was seen stopped (or its preemption undone): its residual leaves."""
+        preemptor = self._stopping.pop(victim, None)
+        if preemptor is None:
+            return
+        group = self._stops[preemptor]
+        self._regroup(group, lambda: group.victims.pop(victim, None))
+
+    def _preemptor_gone(self, preemptor: WorkloadKey) -> None:
+        """The preemptor finished or was deleted: its victims count whole until they stop."""
+        group = self._stops.get(preemptor)
+        if group is not None and group.hold is not None:
+
+            def drop() -> None:
+                group.hold = None
+
+            self._regroup(group, drop)
+
+    def _regroup(self, group: StopGroup, change: Callable[[], object]) -> None:
+        """Apply ``change`` to a group, moving its residual from the old to the new value."""
+        self._account_residual(group, {}, {})
+        change()
+        if not group.victims:
+            del self._stops[group.preemptor]
+            return
+        self._account_residual(group, self._node_residual(group), self._zone_residual(group))
+
+    def _node_residual(self, group: StopGroup) -> dict[QuotaPath, dict[str, int]]:
+        victims: dict[QuotaPath, dict[str, int]] = {}
+        for key in sorted(group.victims):
+            path, shape, _ = group.victims[key]
+            for info in self._path_nodes(path):
+                _add_shape(victims.setdefault(info.path, {}), shape)
+        hold: dict[QuotaPath, dict[str, int]] = {}
+        if group.hold is not None:
+            for info in self._path_nodes(group.hold[0]):
+                _add_shape(hold.setdefault(info.path, {}), group.hold[1])
+        return _excess(victims, hold)
+
+    def _zone_residual(self, group: StopGroup) -> dict[Zone, dict[str, int]]:
+        victims: dict[Zone, dict[str, int]] = {}
+        for key in sorted(group.victims):
+            _, shape, zone = group.victims[key]
+            _add_shape(victims.setdefault(zone, {}), shape)
+        hold: dict[Zone, dict[str, int]] = {}
+        if group.hold is not None:
+            _add_shape(hold.setdefault(group.hold[2], {}), group.hold[1])
+        return _excess(victims, hold)
+
+    def _account_residual(
+        self,
+        group: StopGroup,
+        nodes: dict[QuotaPath, dict[str, int]],
+        zones: dict[Zone, dict[str, int]],
+    ) -> None:
+        """Replace what ``group`` counts beyond its hold by ``nodes`` and ``zones``."""
+        for path, amounts in group.residual.items():
+            self._shift_node(path, amounts, -1)
+        for zone, amounts in group.zone_residual.items():
+            _shift(self._zone_used.setdefault(zone, {}), amounts, -1)
+        group.residual, group.zone_residual = nodes, zones
+        for path, amounts in nodes.items():
+            self._shift_node(path, amounts, 1)
+        for zone, amounts in zones.items():
+            _shift(self._zone_used.setdefault(zone, {}), amounts, 1)
+        self._version += 1
+
+    def _shift_node(self, path: QuotaPath, amounts: dict[str, int], sign: int) -> None:
+        info = self._tree.nodes.get(path)
+        if info is None:
+            return  # the node vanished with a tree change: its usage went with it
+        _shift(info.used, amounts, sign)
+        _shift(info.residual, amounts, sign)
+        self._share_cache.pop(path, None)
+        if info.is_leaf:
+            self._dirty.add(path)
 
     def _borrowing_reason(self, job: Job, path: QuotaPath) -> Reason | None:
         """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None."""
         assert job.leaf is not None
         info = self._tree.nodes.get(path)
         for resource, amount in job.shape:
-            used = info.used.get(resource, 0) if info is not None else 0
+            # The claim: victims already stopping do not make a leaf look borrowing again.
+            used = info.used.get(resource, 0) - info.residual.get(resource, 0) if info else 0
             minimum = info.min.get(resource, 0) if info is not None else 0
             if info is None or used > minimum:
                 # A vanished leaf has no guarantee left: all it holds is borrowed.
@@ -1107,6 +1259,8 @@ class Engine:
     def _pending_reason(self, job: Job) -> Reason:
         if job.note is not None and job.note_pass == self._passes:
             return job.note
+        if job.key in self._stopping:
+            return self._still_stopping(job.key)
         if self._passes <= job.arrived_pass:
             return reasons.not_yet_evaluated("arrived after the last decision pass")
         if not self.config.decides_for(job.zone):
@@ -1124,6 +1278,9 @@ class Engine:
         if zone is not None:
             return zone
         return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
+
+    def _still_stopping(self, key: WorkloadKey) -> Reason:
+        return reasons.victim_stopping(key, self._stopping[key])
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
@@ -1144,6 +1301,11 @@ class Engine:
                 if holder is not None:
                     return reasons.held_for_preemptor(
                         info.path, resource, used, amount, cap, holder
+                    )
+                stopping = info.residual.get(resource, 0)
+                if stopping > 0 and used - stopping + amount <= cap:
+                    return reasons.victims_still_stopping(
+                        info.path, resource, used, amount, cap, stopping
                     )
                 return reasons.quota_exceeded(
                     info.path,
@@ -1198,6 +1360,8 @@ class Engine:
             return None
         if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
             return job.announced
+        if key in self._stopping:
+            return self._still_stopping(key)
         if job.held:
             return Reason(
                 code="PreemptionInProgress",
@@ -1416,6 +1580,8 @@ class _Pass:
     def try_candidate(self, job: Job) -> bool:
         """Admit ``job`` if it fits, else after reclaim; False if it stays pending."""
         e = self.e
+        if job.key in e._stopping:
+            return False  # preempted, not seen stopped yet: the ledger would refuse it
         if job.held:
             e._drop_hold(job)  # its own hold is what it may use now
         if e._fits(job):
@@ -1424,9 +1590,11 @@ class _Pass:
         victims = e._reclaim(job)
         if victims is None:
             return False
-        self.preempt(job, victims)
+        placements = self.preempt(job, victims)
         self.admit(job)
         e._preemptors[job.key] = None
+        for victim, where in placements:
+            e._begin_stop(job.key, victim, where)
         self.reopen(victims)
         return True
 
@@ -1438,6 +1606,7 @@ class _Pass:
         queue = e._tree.nodes[leaf].queue
         assert queue is not None
         e._admit(job, leaf, job.shape)
+        e._pass_admitted.add(job.key)
         self.decisions.append(
             Admitted(
                 workload=job.key,
@@ -1449,11 +1618,16 @@ class _Pass:
             )
         )
 
-    def preempt(self, preemptor: Job, victims: list[tuple[Job, Reason]]) -> None:
+    def preempt(
+        self, preemptor: Job, victims: list[tuple[Job, Reason]]
+    ) -> list[tuple[WorkloadKey, Placement]]:
+        """Evict ``victims``; where each counted (it keeps counting until seen stopped)."""
         e = self.e
+        placements: list[tuple[WorkloadKey, Placement]] = []
         for victim, why in victims:
             quota = victim.used_path
             assert quota is not None
+            placements.append((victim.key, (quota, victim.used_shape, victim.zone)))
             info = e._tree.nodes.get(quota)
             queue = info.queue if info is not None and info.queue is not None else QueueName("")
             # Usage was already removed by reclaim; restore it so _unadmit removes it once.
@@ -1471,6 +1645,7 @@ class _Pass:
                     reason=why,
                 )
             )
+        return placements
 
     def reopen(self, victims: list[tuple[Job, Reason]]) -> None:
         """After a preemption: refresh the victims' queues and open any queue it unblocked."""
@@ -1485,6 +1660,31 @@ class _Pass:
 
 def _pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:
     return all(amount <= allocatable.get(resource, 0) for resource, amount in pod)
+
+
+def _add_shape(into: dict[str, int], shape: Shape) -> None:
+    for resource, amount in shape:
+        into[resource] = into.get(resource, 0) + amount
+
+
+def _shift(into: dict[str, int], amounts: dict[str, int], sign: int) -> None:
+    for resource, amount in amounts.items():
+        into[resource] = into.get(resource, 0) + sign * amount
+
+
+def _excess(
+    victims: dict[_K, dict[str, int]], hold: dict[_K, dict[str, int]]
+) -> dict[_K, dict[str, int]]:
+    """Per key and resource, what the victims hold above the hold (``max(v, h) - h``)."""
+    out: dict[_K, dict[str, int]] = {}
+    for key in sorted(victims, key=str):
+        held = hold.get(key, {})
+        extra = {
+            r: a - held.get(r, 0) for r, a in sorted(victims[key].items()) if a > held.get(r, 0)
+        }
+        if extra:
+            out[key] = extra
+    return out
 
 
 def _common_depth(left: list[str], right: list[str]) -> int:

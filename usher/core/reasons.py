@@ -61,6 +61,39 @@ def held_for_preemptor(
     )
 
 
+def victims_still_stopping(
+    node: QuotaPath, resource: str, used: int, requested: int, cap: int, stopping: int
+) -> Reason:
+    """Pending: it fits once preempted workloads still winding down have stopped."""
+    message = (
+        f"{node} {resource} {format_quantity(resource, used)} used + "
+        f"{format_quantity(resource, requested)} requested > {format_quantity(resource, cap)}, "
+        f"of which {format_quantity(resource, stopping)} is held by preempted workloads "
+        "whose pods were not seen stopped yet"
+    )
+    return Reason(
+        code="VictimsStopping",
+        message=message,
+        node=node,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=cap,
+    )
+
+
+def victim_stopping(victim: WorkloadKey, preemptor: WorkloadKey) -> Reason:
+    """Pending: preempted for ``preemptor``; admitted again only once seen stopped."""
+    return Reason(
+        code="PreemptionInProgress",
+        message=(
+            f"{victim} was preempted for {preemptor}; its pods were not seen stopped yet, so "
+            "it cannot be admitted again"
+        ),
+        blocker=preemptor,
+    )
+
+
 def exceeds_max(
     node: QuotaPath, resource: str, requested: int, maximum: int, cap: int, rate: Fraction
 ) -> Reason:

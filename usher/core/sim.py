@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from schemas import (
@@ -476,7 +476,8 @@ def _mapping(raw: object, path: str, errors: _Errors) -> dict[str, object]:
 
 def run(scenario: Scenario) -> SimResult:
     """Play the scenario: setup at t=0, a pass after each group of equal ``at``, wakeups."""
-    engine = Engine(scenario.config)
+    # A scenario's victims stop the instant they are preempted (SEMANTICS 5).
+    engine = Engine(replace(scenario.config, victims_stop_at_once=True))
     decisions: list[SimDecision] = []
     rejections: list[Rejection] = []
 

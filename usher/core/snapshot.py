@@ -32,7 +32,7 @@ Why each piece is encoded or rebuilt (see ``ENCODED`` and ``REBUILT`` below):
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Literal
 
@@ -59,13 +59,15 @@ from usher.core.state import (
     PENDING,
     UNMAPPED,
     Job,
+    Placement,
     Queue,
     Shape,
+    StopGroup,
     TreeIndex,
     VictimKey,
 )
 
-FORMAT = 1
+FORMAT = 2
 """Bumped whenever the encoding changes; a snapshot of another format is refused (replay)."""
 
 ENCODED: frozenset[str] = frozenset(
@@ -78,6 +80,7 @@ ENCODED: frozenset[str] = frozenset(
         "_zone_used",
         "_held",
         "_preemptors",
+        "_stops",  # victims and hold; their residuals are recomputed
         "_wakeups",
         "_reclaim_failed",  # live entries only
         "_version",
@@ -104,6 +107,8 @@ REBUILT: frozenset[str] = frozenset(
         "_low",
         "_leaf_potential",
         "_potential",
+        "_stopping",  # from ``_stops``
+        "_pass_admitted",  # empty between passes, when snapshots are taken
     }
 )
 """Engine attributes ``restore`` recomputes from the encoded ones."""
@@ -149,6 +154,23 @@ class ConfigRecord(msgspec.Struct, frozen=True, array_like=True):
     within_quota: str
     min_runtime_ms: int
     zones: list[str] | None
+    victims_stop_at_once: bool = False
+
+
+class PlacementRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """Where a workload's usage counts: leaf path, shape index, zone."""
+
+    path: str
+    shape: int
+    zone: str
+
+
+class StopRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A preemption whose victims still stop (``state.StopGroup`` without its residuals)."""
+
+    preemptor: str
+    hold: PlacementRecord | None
+    victims: list[tuple[str, PlacementRecord]]
 
 
 class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -229,6 +251,7 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     announce: list[str]
     wakeups: list[tuple[int, int, str]]
     reclaim_failed: list[MemoRecord]
+    stops: list[StopRecord]
 
 
 class _Header(msgspec.Struct):
@@ -252,6 +275,7 @@ def config_record(config: EngineConfig) -> ConfigRecord:
         within_quota=config.within_quota,
         min_runtime_ms=config.min_runtime_ms,
         zones=sorted(config.zones) if config.zones is not None else None,
+        victims_stop_at_once=config.victims_stop_at_once,
     )
 
 
@@ -266,9 +290,10 @@ def fingerprint(config: EngineConfig) -> str:
 def _fingerprint(record: ConfigRecord) -> str:
     numerator, denominator = record.oversell_rate
     zones = "*" if record.zones is None else ",".join(record.zones)
+    stop = ";victims_stop_at_once" if record.victims_stop_at_once else ""
     return (
         f"policy={record.policy};oversell={numerator}/{denominator};"
-        f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}"
+        f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}{stop}"
     )
 
 
@@ -353,6 +378,15 @@ def _record(engine: Engine) -> EngineSnapshot:
         for zone in sorted(engine._nodes)
         for name, record in sorted(engine._nodes[zone].items())
     ]
+    # Before ``shapes`` is listed: the placements may name shapes no job has any more.
+    stops = [
+        StopRecord(
+            str(preemptor),
+            None if group.hold is None else _placement(group.hold, sid),
+            [(str(v), _placement(group.victims[v], sid)) for v in sorted(group.victims)],
+        )
+        for preemptor, group in sorted(engine._stops.items())
+    ]
     return EngineSnapshot(
         format=FORMAT,
         config=config_record(engine.config),
@@ -369,7 +403,17 @@ def _record(engine: Engine) -> EngineSnapshot:
         announce=list(engine._announce),
         wakeups=[(end, seq, key) for end, seq, key in engine._wakeups],
         reclaim_failed=memo,
+        stops=stops,
     )
+
+
+def _placement(where: Placement, sid: Callable[[Shape], int]) -> PlacementRecord:
+    path, shape, zone = where
+    return PlacementRecord(str(path), sid(shape), str(zone))
+
+
+def _placed(record: PlacementRecord, shapes: list[Shape]) -> Placement:
+    return (QuotaPath(record.path), shapes[record.shape], Zone(record.zone))
 
 
 def _sorted(resources: Resources) -> Resources:
@@ -460,9 +504,31 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
         (QuotaPath(m.leaf), shapes[m.shape], m.priority, Zone(m.zone)): counters.version
         for m in record.reclaim_failed
     }
+    _rebuild_stops(engine, record.stops, shapes)
     # The pruning data is recomputed lazily by the next pass, as after a new tree.
     engine._dirty = set(tree.leaves)
     return engine
+
+
+def _rebuild_stops(engine: Engine, records: list[StopRecord], shapes: list[Shape]) -> None:
+    """Groups of stopping victims; ``used`` already counts their residuals, only the
+    per-node ``residual`` split and each group's own residual are recomputed."""
+    for record in records:
+        preemptor = WorkloadKey(record.preemptor)
+        hold = None if record.hold is None else _placed(record.hold, shapes)
+        group = StopGroup(preemptor, hold)
+        for victim, where in record.victims:
+            group.victims[WorkloadKey(victim)] = _placed(where, shapes)
+            engine._stopping[WorkloadKey(victim)] = preemptor
+        if not group.victims:
+            raise ValueError(f"stop group of {preemptor} has no victims")
+        group.residual = engine._node_residual(group)
+        group.zone_residual = engine._zone_residual(group)
+        for path, amounts in group.residual.items():
+            info = engine._tree.nodes[path]
+            for resource, amount in amounts.items():
+                info.residual[resource] = info.residual.get(resource, 0) + amount
+        engine._stops[preemptor] = group
 
 
 def _rebuild_jobs(engine: Engine, records: list[JobRecord], shapes: list[Shape]) -> None:

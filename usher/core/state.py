@@ -53,6 +53,7 @@ class QuotaNodeInfo:
         "parent",
         "path",
         "queue",
+        "residual",
         "used",
         "within_quota",
     )
@@ -70,6 +71,10 @@ class QuotaNodeInfo:
         self.namespaces = list(node.namespaces)
         self.queue: QueueName | None = None
         self.used: dict[str, int] = {}
+        """Everything counted here: admissions, holds, and the residual of stopping victims."""
+        self.residual: dict[str, int] = {}
+        """The part of ``used`` that only stopping victims hold (ADMISSION-RULES R7): it
+        counts for fit, not for ``min`` (borrowing, reclaim) -- it leaves once they stop."""
         self.within_quota: WithinQuota = "Never"
         self.min_runtime_ms = 0
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
@@ -207,6 +212,29 @@ class Job:
     def refresh_victim_key(self) -> None:
         """Recompute the reclaim order key after admission or a priority change."""
         self.victim_key = (self.priority, -self.admitted_ms, -self.admit_seq, self.key)
+
+
+Placement = tuple[QuotaPath, Shape, Zone]
+"""Where a workload's usage counts: its recorded leaf path, its request, its zone."""
+
+
+class StopGroup:
+    """One preemption whose victims have not all been seen stopped (ADMISSION-RULES R7).
+
+    Until a victim's ``Released`` arrives, its pods may still run: its whole usage keeps
+    counting. The preemptor's hold is carved out of it, so on every node and zone the group
+    counts ``max(victims, hold)``: ``residual`` is what the victims add above the hold.
+    """
+
+    __slots__ = ("hold", "preemptor", "residual", "victims", "zone_residual")
+
+    def __init__(self, preemptor: WorkloadKey, hold: Placement | None) -> None:
+        self.preemptor = preemptor
+        self.hold = hold
+        """The preemptor's request where it counts; ``None`` once the preemptor is gone."""
+        self.victims: dict[WorkloadKey, Placement] = {}
+        self.residual: dict[QuotaPath, dict[str, int]] = {}
+        self.zone_residual: dict[Zone, dict[str, int]] = {}
 
 
 class Queue:

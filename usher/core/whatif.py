@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import msgspec
@@ -203,7 +203,8 @@ def _simulate(
     variant: Variant,
     until_ms: Millis | None,
 ) -> _Run:
-    engine = Engine(variant.config)
+    # Replayed inputs carry no ledger releases: victims stop when preempted (as in usher sim).
+    engine = Engine(replace(variant.config, victims_stop_at_once=True))
     run = _Run()
 
     def arrive(item: LogItem) -> None:
