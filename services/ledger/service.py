@@ -57,7 +57,13 @@ async def main(ctx: ServiceContext) -> None:
     """Run the ledger until ``ctx.stop`` is set."""
     engine = create_engine(ctx.settings)
     try:
-        store = LedgerStore(engine, ctx.settings.engine.oversell_rate)
+        config = ctx.settings.engine
+        store = LedgerStore(
+            engine,
+            config.oversell_rate,
+            within_quota=config.within_quota,
+            min_runtime_ms=config.min_runtime_ms,
+        )
         outbox = outbox_builder(ctx.subjects)
         leader = Leadership(ctx, "ledger-relay")
         relay = OutboxRelay(store, ctx.js, ctx.log, ctx.park, leading=leader.acquired)

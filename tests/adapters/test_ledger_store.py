@@ -34,6 +34,8 @@ LEAVES = ("root/Department-a/user-a", "root/Department-a/user-b", "root/Departme
 
 
 def tree(dept_a_max: int = 60) -> QuotaNode:
+    """user-b is guaranteed 50 (it may reclaim); user-a and user-c have no guarantee (all
+    they hold is borrowed, so they are the victims)."""
     return QuotaNode(
         name="root",
         min={"cpu": 100 * CORE},
@@ -41,16 +43,16 @@ def tree(dept_a_max: int = 60) -> QuotaNode:
         children=[
             QuotaNode(
                 name="Department-a",
-                min={"cpu": 40 * CORE},
+                min={"cpu": 50 * CORE},
                 max={"cpu": dept_a_max * CORE},
                 children=[
                     QuotaNode(name="user-a", max={"cpu": 100 * CORE}),
-                    QuotaNode(name="user-b", max={"cpu": 100 * CORE}),
+                    QuotaNode(name="user-b", min={"cpu": 50 * CORE}, max={"cpu": 100 * CORE}),
                 ],
             ),
             QuotaNode(
                 name="Department-b",
-                min={"cpu": 60 * CORE},
+                min={"cpu": 50 * CORE},
                 max={"cpu": 100 * CORE},
                 children=[QuotaNode(name="user-c", max={"cpu": 100 * CORE})],
             ),
@@ -118,10 +120,10 @@ async def test_apply_tree_then_usage_is_zero(store: LedgerStore, engine: AsyncEn
         ).all()
     assert [tuple(r) for r in rows] == [
         ("root", 100 * CORE, 100 * CORE),
-        ("root/Department-a", 40 * CORE, 60 * CORE),
+        ("root/Department-a", 50 * CORE, 60 * CORE),
         ("root/Department-a/user-a", 0, 100 * CORE),
-        ("root/Department-a/user-b", 0, 100 * CORE),
-        ("root/Department-b", 60 * CORE, 100 * CORE),
+        ("root/Department-a/user-b", 50 * CORE, 100 * CORE),
+        ("root/Department-b", 50 * CORE, 100 * CORE),
         ("root/Department-b/user-c", 0, 100 * CORE),
     ]
     await store.apply_tree(tree(), version=1)  # idempotent
@@ -426,14 +428,15 @@ async def test_preempt_moves_usage_to_a_hold(store: LedgerStore) -> None:
     preemptor = res("p", LEAVES[1], 20)
     result = await store.preempt(preemptor, [victim("c1", LEAVES[2])], outbox=builder)
     assert result.granted and result.reason is None
-    # c1's 30 left, p's 20 is held: root 100 - 30 + 20.
+    # c1 runs until seen stopped: its 30 still counts, p's hold of 20 carved out of it where
+    # their paths meet (root: max(30, 20)), added where they do not (Department-a).
     assert cpu(await store.usage()) == ZERO | {
-        "root": 90,
+        "root": 100,
         "root/Department-a": 60,
-        "root/Department-b": 30,
+        "root/Department-b": 60,
         LEAVES[0]: 40,
         LEAVES[1]: 20,
-        LEAVES[2]: 30,
+        LEAVES[2]: 60,
     }
     live: dict[str, LiveAllocation] = {a.workload: a for a in await store.live_allocations()}
     assert states(list(live.values())) == {
@@ -456,15 +459,19 @@ async def test_preempt_moves_usage_to_a_hold(store: LedgerStore) -> None:
     # A retry changes nothing and reports the hold as granted.
     again = await store.preempt(preemptor, [victim("c1", LEAVES[2])], outbox=builder)
     assert again.granted
-    assert cpu(await store.usage())["root"] == 90
+    assert cpu(await store.usage())["root"] == 100
+    # Nothing else fits while c1 stops: the root is full until then.
+    [late] = await store.reserve([res("late", LEAVES[0], 5)])
+    assert not late.granted and late.reason is not None and late.reason.node == "root"
     assert len(await store.pending_outbox(10)) == 1
 
 
 async def test_preempt_refused_when_the_preemptor_would_not_fit(store: LedgerStore) -> None:
     await borrowed(store)
+    await store.apply_tree(tree(dept_a_max=55), version=2)
     before = (await store.usage(), await store.live_allocations())
-    # Without c1 (30) the root has 30 free, but Department-a would reach 40 + 30 > 60.
-    result = await store.preempt(res("p", LEAVES[1], 30), [victim("c1", LEAVES[2])])
+    # Without c1 (30) the root has 30 free, but Department-a would reach 40 + 20 > 55.
+    result = await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])
     assert not result.granted
     assert result.reason is not None
     assert (result.reason.code, result.reason.node, result.reason.used) == (
@@ -494,6 +501,88 @@ async def test_preempt_with_a_stale_victim_is_refused(store: LedgerStore) -> Non
     assert (await store.usage(), await store.live_allocations()) == before
 
 
+def _with_attributes(root: QuotaNode, leaf: str, attributes: dict[str, str]) -> QuotaNode:
+    """``root`` with ``attributes`` set on the node named ``leaf`` (last path part)."""
+    name = leaf.rsplit("/", 1)[-1]
+    children = [_with_attributes(c, leaf, attributes) for c in root.children]
+    own = attributes if root.name == name else dict(root.attributes)
+    return msgspec.structs.replace(root, children=children, attributes=own)
+
+
+@pytest.mark.parametrize(
+    ("case", "setup", "preemptor", "victims", "why"),
+    [
+        # user-b's guarantee is 50: 55 asks beyond it, so no other leaf may pay for it.
+        ("beyond-guarantee", {}, ("p", 1, 55), [("c1", 2)], "asks beyond the guarantee"),
+        # The victim's leaf is within its own guarantee: nothing it holds is borrowed.
+        ("not-borrowing", {"c-min": 60}, ("p", 1, 20), [("c1", 2)], "not borrowing"),
+        # Same leaf needs LowerPriority there and a strictly lower priority.
+        ("same-leaf-never", {}, ("p", 0, 10), [("a1", 0)], "not of lower priority"),
+        ("same-leaf-equal", {"lower": True}, ("p", 0, 10), [("a1", 0)], "not of lower priority"),
+        # Minimum runtime of the victim's leaf (inherited from Department-b).
+        ("min-runtime", {"runtime": True}, ("p", 1, 20), [("c1", 2)], "minimum runtime"),
+    ],
+)
+async def test_the_ledger_refuses_a_reclaim_its_own_rows_do_not_justify(
+    store: LedgerStore,
+    case: str,
+    setup: dict[str, object],
+    preemptor: tuple[str, int, int],
+    victims: list[tuple[str, int]],
+    why: str,
+) -> None:
+    """R5-R7 are checked against the ledger's rows whatever the proposer saw (issue 12)."""
+    root = tree(dept_a_max=100)
+    if setup.get("c-min"):
+        root = msgspec.structs.replace(
+            root,
+            children=[
+                root.children[0],
+                msgspec.structs.replace(
+                    root.children[1],
+                    children=[
+                        msgspec.structs.replace(
+                            root.children[1].children[0], min={"cpu": 60 * CORE}
+                        )
+                    ],
+                ),
+            ],
+        )
+    if setup.get("lower"):
+        root = _with_attributes(root, LEAVES[0], {"usher.io/within-quota": "LowerPriority"})
+    if setup.get("runtime"):
+        root = _with_attributes(root, "Department-b", {"usher.io/min-runtime-seconds": "3600"})
+    await store.apply_tree(root, version=2)
+    await borrowed(store)
+    before = (await store.usage(), await store.live_allocations())
+    name, leaf, cores = preemptor
+    result = await store.preempt(
+        res(name, LEAVES[leaf], cores), [victim(v, LEAVES[i]) for v, i in victims]
+    )
+    assert not result.granted, case
+    assert result.reason is not None and result.reason.code == "StaleView", case
+    assert why in result.reason.message, (case, result.reason.message)
+    assert result.reason.blocker == f"ns/{victims[0][0]}"
+    assert (await store.usage(), await store.live_allocations()) == before
+    assert await store.pending_outbox(10) == []
+
+
+async def test_the_ledger_grants_a_lower_priority_victim_of_the_same_leaf(
+    store: LedgerStore,
+) -> None:
+    root = _with_attributes(
+        tree(dept_a_max=100), LEAVES[0], {"usher.io/within-quota": "LowerPriority"}
+    )
+    await store.apply_tree(root, version=2)
+    await borrowed(store)
+    urgent = msgspec.structs.replace(res("p", LEAVES[0], 10), priority=100)
+    result = await store.preempt(urgent, [victim("a1", LEAVES[0])], outbox=builder)
+    assert result.granted, result.reason
+    # a1 (40) still runs; p's 10 is carved out of it on the same path: usage unchanged.
+    assert cpu(await store.usage())["root"] == 100
+    assert cpu(await store.usage())[LEAVES[0]] == 40
+
+
 async def test_preempt_bad_input_is_a_request_error(store: LedgerStore) -> None:
     with pytest.raises(LedgerRequestError):
         await store.preempt(res("p", LEAVES[1], 1), [])
@@ -513,9 +602,13 @@ async def test_hold_is_admitted_when_the_last_victim_stops(store: LedgerStore) -
     preemptor = res("p", LEAVES[1], 50)
     victims = [victim("c1", LEAVES[2]), victim("c2", LEAVES[2])]
     assert (await store.preempt(preemptor, victims, outbox=builder)).granted
-    assert cpu(await store.usage())["root"] == 90
+    # a1 40 + max(c1 + c2 = 60, p 50): the victims count whole while they stop.
+    assert cpu(await store.usage())["root"] == 100
 
     first = await store.apply_log("ledger", 10, [suspended(10, "c1")], outbox=builder)
+    # c1 stopped: c2 (30) still runs, p's 50 is held: 40 + max(30, 50).
+    assert cpu(await store.usage())["root"] == 90
+    assert cpu(await store.usage())["root/Department-b"] == 30
     assert [r.workload for r in first.released] == ["ns/c1"]
     assert first.released[0].cause == "Preempted"
     assert first.admitted == []
@@ -526,8 +619,9 @@ async def test_hold_is_admitted_when_the_last_victim_stops(store: LedgerStore) -
     assert [a.workload for a in second.admitted] == ["ns/p"]
     assert second.admitted[0].requests == {"cpu": 50 * CORE}
     assert states(await store.live_allocations()) == {"ns/a1": "admitted", "ns/p": "admitted"}
-    # Releasing victims moved no usage: it left at preemption.
+    # The last victim stopped: only the preemptor's 50 counts where they were.
     assert cpu(await store.usage())["root"] == 90
+    assert cpu(await store.usage())["root/Department-b"] == 0
     assert await outbox_kinds(store) == [
         "preempted:ns/c1",
         "preempted:ns/c2",
@@ -581,9 +675,13 @@ async def test_finish_delete_rules(store: LedgerStore) -> None:
         ("ns/p", "Deleted"),
         ("ns/c2", "Finished"),
     ]
-    # The held preemptor's victim stays preempting; its usage already left.
+    # The held preemptor's victim stays preempting: it counts whole until seen stopped.
     assert states(await store.live_allocations()) == {"ns/c1": "preempting"}
-    assert cpu(await store.usage()) == ZERO
+    assert cpu(await store.usage()) == ZERO | {
+        "root": 30,
+        "root/Department-b": 30,
+        LEAVES[2]: 30,
+    }
     # The victim stops: released (cause Deleted when deleted), nobody is admitted.
     later = await store.apply_log(
         "ledger", 10, [Observation(seq=10, workload=WorkloadKey("ns/c1"), change="Deleted")]
@@ -664,17 +762,18 @@ LIMITS = {"root": 100, "root/Department-a": 60, "root/Department-b": 100} | {
 
 
 async def sweep_peaks(engine: AsyncEngine) -> dict[str, int]:
-    """The auditor's check: replay allocation intervals over time, peak cpu per node.
+    """The auditor's check: replay running intervals over time, peak cpu per node.
 
-    A row counts from ``reserved_at`` until ``preempted_at`` (or ``released_at``); intervals
-    are half-open, so at one instant the ends are applied before the starts.
+    A row runs from ``admitted_at`` until ``released_at`` -- a preempted victim until it was
+    seen stopped, not until it was preempted; a hold that was never admitted never ran.
+    Intervals are half-open, so at one instant the ends are applied before the starts.
     """
     async with engine.connect() as conn:
         rows = (
             await conn.execute(
                 text(
-                    "SELECT quota_path, requests, reserved_at, "
-                    "coalesce(preempted_at, released_at) FROM allocations"
+                    "SELECT quota_path, requests, admitted_at, released_at FROM allocations"
+                    " WHERE admitted_at IS NOT NULL"
                 )
             )
         ).all()
@@ -753,12 +852,23 @@ async def test_racing_reserve_preempt_and_release_never_over_commit(
     live = await store.live_allocations()
     assert len({a.workload for a in live}) == len(live)
     expected = dict.fromkeys(ZERO, 0)
+    groups: dict[str, tuple[list[LiveAllocation], list[LiveAllocation]]] = {}
     for alloc in live:
         if alloc.state == "preempting":
-            continue  # its usage left the tree when it was preempted
+            assert alloc.preemptor is not None
+            groups.setdefault(alloc.preemptor, ([], []))[1].append(alloc)
+        elif alloc.state == "held":
+            groups.setdefault(alloc.workload, ([], []))[0].append(alloc)
+        else:
+            for node in expected:
+                if alloc.quota == node or alloc.quota.startswith(node + "/"):
+                    expected[node] += alloc.requests["cpu"]
+    for holds, stopping in groups.values():
+        # A preemption group counts max(victims still stopping, its hold) on each node.
         for node in expected:
-            if alloc.quota == node or alloc.quota.startswith(node + "/"):
-                expected[node] += alloc.requests["cpu"]
+            on = [a.requests["cpu"] for a in stopping if a.quota.startswith(node)]
+            held = [a.requests["cpu"] for a in holds if a.quota.startswith(node)]
+            expected[node] += max(sum(on), sum(held))
     assert {p: r["cpu"] for p, r in (await store.usage()).items()} == expected
     for node, used in expected.items():
         assert used <= LIMITS[node] * CORE, node
@@ -849,3 +959,22 @@ async def test_downgrade_to_0001_keeps_what_counts(
         "ns/a1": "admitted",
         "ns/p": "admitted",
     }
+
+
+async def test_upgrade_to_0003_counts_stopping_victims_and_downgrade_undoes_it(
+    store: LedgerStore, engine: AsyncEngine, migrated_url: str
+) -> None:
+    """0003 recomputes ``used`` from the rows: a victim counts until stopped (R7)."""
+    from usher.adapters.pg.migrate import downgrade_async, upgrade_async
+
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])])).granted
+    now = cpu(await store.usage())
+    await engine.dispose()
+    await downgrade_async(migrated_url, "0002")
+    # The old rule: the victim's 30 left at preemption, the hold's 20 counts whole.
+    old = cpu(await store.usage())
+    assert old["root"] == 90 and old[LEAVES[2]] == 30 and old["root/Department-a"] == 60
+    await upgrade_async(migrated_url)
+    assert cpu(await store.usage()) == now
+    assert now["root"] == 100 and now[LEAVES[2]] == 60

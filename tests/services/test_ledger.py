@@ -307,10 +307,11 @@ async def test_preemption_end_to_end(running: Ledger) -> None:
     found = await wait_decisions(running, 2)
     assert summary(found) == [("Admitted", "ns/v"), ("Preempted", "ns/v")]
     assert found[1].subject == running.subjects.decision(ZONE, "preempted", "ns", "v")
-    # The capacity held for p counts: 60 of the 100 freed are left, not 61.
-    [refused] = (await running.reserve(res("x", "A", 61))).results
+    # The victim still runs until it is seen stopped: all 100 still count (p's 40 carved
+    # out of it), nothing else fits meanwhile.
+    [refused] = (await running.reserve(res("x", "A", 1))).results
     assert not refused.granted
-    assert refused.reason is not None and refused.reason.used == 40 * CORE
+    assert refused.reason is not None and refused.reason.used == 100 * CORE
     # The watcher suspended the victim and saw it stopped.
     stopped = WorkloadObserved(
         workload=WorkloadKey("ns/v"),
@@ -333,6 +334,9 @@ async def test_preemption_end_to_end(running: Ledger) -> None:
     released = found[2].envelope.event
     assert isinstance(released, Released) and released.cause == "Preempted"
     assert await scalar(running.database_url, "root_cpu") == 40 * CORE
+    # Now only p's 40 counts: 60 are free, not 61.
+    [fits, refused] = (await running.reserve(res("y", "A", 60), res("x", "A", 1))).results
+    assert fits.granted and not refused.granted
 
 
 async def test_finished_workload_is_released(running: Ledger) -> None:

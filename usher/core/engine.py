@@ -49,6 +49,7 @@ from schemas import (
 from schemas.events import ClusterEvent
 from usher.core import reasons
 from usher.core.config import EngineConfig
+from usher.core.reclaim import borrowed_resource, within_guarantee
 from usher.core.state import (
     ADMITTED,
     FINISHED,
@@ -804,16 +805,8 @@ class Engine:
 
     @staticmethod
     def _within_min(info: QuotaNodeInfo, shape: Shape) -> bool:
-        # Against the claim (used minus stopping victims' residual): a guarantee is judged on
-        # what stays once the victims already chosen have stopped (ADMISSION-RULES R7).
-        used = info.used
-        residual = info.residual
-        minimum = info.min
-        for resource, amount in shape:
-            claim = used.get(resource, 0) - residual.get(resource, 0)
-            if claim + amount > minimum.get(resource, 0):
-                return False
-        return True
+        # Against the claim (used minus stopping victims' residual): R7.
+        return within_guarantee(info.used, info.residual, info.min, shape)
 
     def _share(self, info: QuotaNodeInfo) -> Share:
         """Dominant share now: max over resources of used/min (section 4, criterion 2)."""
@@ -1165,14 +1158,22 @@ class Engine:
         """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None."""
         assert job.leaf is not None
         info = self._tree.nodes.get(path)
-        for resource, amount in job.shape:
-            # The claim: victims already stopping do not make a leaf look borrowing again.
-            used = info.used.get(resource, 0) - info.residual.get(resource, 0) if info else 0
-            minimum = info.min.get(resource, 0) if info is not None else 0
-            if info is None or used > minimum:
-                # A vanished leaf has no guarantee left: all it holds is borrowed.
-                return reasons.reclaimed(job.key, job.leaf, path, resource, used, minimum, amount)
-        return None
+        if info is None and job.shape:
+            # A vanished leaf has no guarantee left: all it holds is borrowed.
+            resource, amount = job.shape[0]
+            return reasons.reclaimed(job.key, job.leaf, path, resource, 0, 0, amount)
+        if info is None:
+            return None
+        borrowed = borrowed_resource(info.used, info.residual, info.min, job.shape)
+        if borrowed is None:
+            return None
+        resource = borrowed
+        # The claim: victims already stopping do not make a leaf look borrowing again.
+        claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
+        amount = dict(job.shape)[resource]
+        return reasons.reclaimed(
+            job.key, job.leaf, path, resource, claim, info.min.get(resource, 0), amount
+        )
 
     # ------------------------------------------------------------------ time
 

@@ -13,7 +13,8 @@ from fractions import Fraction
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.config import EngineConfig, WithinQuota
-from usher.core.tree import MIN_RUNTIME_ATTRIBUTE, WITHIN_QUOTA_ATTRIBUTE, iter_nodes, queue_name
+from usher.core.reclaim import NodePolicy, node_policy
+from usher.core.tree import iter_nodes, queue_name
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -135,17 +136,12 @@ def _inherited_attributes(
     node: QuotaNode, parent: QuotaNodeInfo | None, config: EngineConfig
 ) -> tuple[WithinQuota, int]:
     """A node's within-quota mode and min runtime: its own attribute, else its parent's."""
-    within: WithinQuota = parent.within_quota if parent is not None else config.within_quota
-    runtime = parent.min_runtime_ms if parent is not None else config.min_runtime_ms
-    raw_within = node.attributes.get(WITHIN_QUOTA_ATTRIBUTE)
-    if raw_within == "Never":
-        within = "Never"
-    elif raw_within == "LowerPriority":
-        within = "LowerPriority"
-    raw_runtime = node.attributes.get(MIN_RUNTIME_ATTRIBUTE)
-    if raw_runtime is not None and raw_runtime.isdigit():
-        runtime = int(raw_runtime) * 1000
-    return within, runtime
+    inherited: NodePolicy = (
+        (parent.within_quota, parent.min_runtime_ms)
+        if parent is not None
+        else (config.within_quota, config.min_runtime_ms)
+    )
+    return node_policy(node.attributes, inherited)
 
 
 class Job:

@@ -3,18 +3,23 @@
 What it does: applies quota trees to ``quota_nodes``/``quota_usage``; grants or refuses batches
 of reservations inside one transaction that locks every ``quota_usage`` row on each path
 root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (SEMANTICS section 3);
-carries out preemptions (victims' usage leaves the tree, the preemptor's capacity is held in
-the same transaction); applies batches of cluster events (finish, delete, observed suspension,
-tree) with the consumer offset; writes the transactional outbox (built by the caller from
-what was decided) in the same transaction as the rows it describes, so redelivered input
-changes nothing (principles 2-3).
+carries out preemptions after re-checking the reclaim rules against its own rows (victims
+admitted, past their minimum runtime, borrowing what the preemptor needs or of lower priority
+in its leaf; the preemptor within its guarantee and fitting without them) and holds the
+preemptor's capacity in the same transaction; applies batches of cluster events (finish,
+delete, observed suspension, tree) with the consumer offset; writes the transactional outbox
+(built by the caller from what was decided) in the same transaction as the rows it describes,
+so redelivered input changes nothing (principles 2-3).
 
-Allocation life cycle: ``admitted`` (counted) -> ``released``; a preemptor is ``held`` (counted,
-not admitted) until its last victim is seen stopped, then ``admitted``; a victim goes
-``admitted`` -> ``preempting`` (no longer counted, still live) -> ``released``. Every stamp is
-``clock_timestamp()`` read once per transaction *after* the usage locks, so the intervals
-[reserved_at, preempted_at or released_at) of the rows on one node follow the lock order and
-never add up above ``max x rate`` at any instant.
+Allocation life cycle: ``admitted`` (counted) -> ``released``; a preemptor is ``held`` (not
+admitted) until its last victim is seen stopped, then ``admitted``; a victim goes ``admitted``
+-> ``preempting`` (still running, still counted) -> ``released``. A preemption *group* (a held
+preemptor and its preempting victims) counts ``max(victims, hold)`` on every (node, resource):
+the victims' whole usage until they stop, the hold carved out of it (docs/admission-rules.md
+R7), so nothing is over-committed while victims wind down. Every stamp is ``clock_timestamp()``
+read once per transaction *after* the usage locks, so the running intervals
+[admitted_at, released_at) of the rows on one node follow the lock order and never add up above
+``max x rate`` at any instant.
 
 What it must never do: decide outside a transaction holding the path's row locks, commit
 row by row, grant a workload twice, evict anything because a tree changed, publish to NATS
@@ -51,7 +56,10 @@ from schemas import (
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.models import Base
-from usher.core.reasons import quota_exceeded
+from usher.core.config import WithinQuota
+from usher.core.reasons import quota_exceeded, stale_view
+from usher.core.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
+from usher.core.state import shape_of
 from usher.core.tree import iter_nodes
 
 T = TypeVar("T")
@@ -88,7 +96,10 @@ _CHUNK: Final = 1000
 AllocationState = Literal["reserved", "admitted", "held", "preempting", "released"]
 
 _COUNTED: Final[frozenset[str]] = frozenset({"reserved", "admitted", "held"})
-"""States whose requests are part of ``quota_usage.used``."""
+"""States of a workload that holds (or is being given) quota: a reservation stands for it."""
+
+_CLAIMING: Final = ("admitted", "held")
+"""States that count toward a leaf's claim (what stays once stopping victims stop)."""
 
 Change = Literal["Finished", "Failed", "Deleted", "Preempted", "Suspended"]
 """What was observed about a workload: a ``ReleaseCause``, or its suspension observed."""
@@ -229,6 +240,21 @@ class _Alloc:
     preemptor: WorkloadKey | None
     preempted_seq: int | None = None
     """Last log sequence that existed when this victim was preempted."""
+    admitted_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class _Group:
+    """A held preemptor (if still held) and its victims still ``preempting``."""
+
+    hold: _Alloc | None
+    victims: dict[WorkloadKey, _Alloc] = field(default_factory=dict)
+
+    def counted(self) -> dict[_Key, int]:
+        """What the group counts on each (node, resource): ``max(victims, hold)`` (R7)."""
+        held = self.hold if self.hold is not None and self.hold.state in _COUNTED else None
+        running = [v for v in self.victims.values() if v.state == "preempting"]
+        return _group_usage(held, running)
 
 
 @dataclass(slots=True)
@@ -265,6 +291,8 @@ class LedgerStore:
         engine: AsyncEngine,
         oversell_rate: Fraction = Fraction(1),
         *,
+        within_quota: WithinQuota = "Never",
+        min_runtime_ms: int = 0,
         max_attempts: int = 6,
         backoff_seconds: float = 0.005,
     ) -> None:
@@ -274,6 +302,8 @@ class LedgerStore:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self._engine = engine
         self._rate = oversell_rate
+        self._default_policy: NodePolicy = (within_quota, min_runtime_ms)
+        """The deployment's within-quota mode and min runtime, for nodes that set none."""
         self._max_attempts = max_attempts
         self._backoff = backoff_seconds
 
@@ -454,12 +484,18 @@ class LedgerStore:
         ``log_seq`` is the log's last sequence before this preemption: a suspended
         observation at or below it was made before the preemption and releases nothing.
 
-        Every victim must hold a live ``admitted`` allocation (else ``StaleView`` naming it);
-        the preemptor must fit on every node root..leaf once the victims' usage has left (else
-        ``QuotaExceeded``, and nothing changes). Granted: victims become ``preempting``, the
-        preemptor gets a ``held`` allocation, ``outbox`` is called with one ``Preempted`` per
-        victim. A preemptor already holding a live allocation on its leaf is reported granted
-        and nothing changes (a retried request).
+        The reclaim rules are checked here, against the ledger's own rows and in the same
+        transaction, whatever the proposer's view was (R5-R7; else ``StaleView`` naming the
+        victim and why): every victim holds a live ``admitted`` allocation and has run its
+        leaf's minimum runtime; a victim of another leaf needs the preemptor within its
+        leaf's ``min`` and the victim's leaf borrowing a resource the preemptor requests (the
+        claims of earlier victims set aside, in order); a victim of the preemptor's own leaf
+        needs ``LowerPriority`` there and a strictly lower priority. The preemptor must fit on
+        every node root..leaf once the victims' usage has left (else ``QuotaExceeded``).
+        Nothing changes on a refusal. Granted: victims become ``preempting`` (still counted
+        until seen stopped), the preemptor gets a ``held`` allocation carved out of them, and
+        ``outbox`` is called with one ``Preempted`` per victim. A preemptor already holding a
+        live allocation on its leaf is reported granted and nothing changes (a retried request).
         """
         check_reservations("preempt", [preemptor])
         _check_victims(preemptor.workload, victims)
@@ -496,16 +532,24 @@ class LedgerStore:
         for row in rows.values():
             keys |= _keys(row.quota, row.requests)
         usage = await _lock_usage(conn, keys)
-        for row in rows.values():
-            _add(usage, row.quota, row.requests, -1)
-        refusal = self._refusal(preemptor, usage)
+        # Read after the locks: the victims' runtimes are measured against this instant.
+        stamp = await _stamp(conn)
+        ordered = [rows[v.workload] for v in victims]
+        refusal = await self._reclaim_refusal(conn, preemptor, ordered, stamp)
+        if refusal is None:
+            for row in ordered:
+                _add(usage, row.quota, row.requests, -1)
+            refusal = self._refusal(preemptor, usage)
         if refusal is not None:
             # Missing usage rows may have been created above; roll them back too.
             raise _Refused(
                 ReservationResult(workload=preemptor.workload, granted=False, reason=refusal)
             )
-        _add(usage, preemptor.quota, preemptor.requests, +1)
-        stamp = await _stamp(conn)
+        # The victims keep counting until seen stopped, the hold carved out of them.
+        hold = _placeholder(preemptor, "held")
+        for key, amount in _group_usage(hold, ordered).items():
+            used, high = usage[key]
+            usage[key] = (used + amount, high)
         # Victims end and the hold starts at the same instant: intervals are half-open.
         await conn.execute(
             update(ALLOCATIONS)
@@ -524,6 +568,54 @@ class LedgerStore:
                 conn, [_preempted_row(outbox, v, rows[v.workload], preemptor) for v in victims]
             )
         return ReservationResult(workload=preemptor.workload, granted=True)
+
+    async def _reclaim_refusal(
+        self, conn: AsyncConnection, preemptor: Reservation, victims: list[_Alloc], now: datetime
+    ) -> Reason | None:
+        """Why this reclaim breaks R5-R7 on the ledger's rows (their usage rows are locked)."""
+        leaves = {preemptor.quota} | {v.quota for v in victims}
+        claims = await _claims(conn, leaves)
+        minimums = await _minimums(conn, leaves)
+        policies = await self._policies(conn, leaves)
+        request = shape_of(preemptor.requests)
+        mine = preemptor.quota
+        within = within_guarantee(claims.get(mine, {}), {}, minimums.get(mine, {}), request)
+        lower = policies[mine][0] == "LowerPriority"
+        present = await _present(conn, leaves)
+        for victim in victims:
+            why = _victim_refusal(
+                victim,
+                preemptor,
+                now=now,
+                runtime_ms=policies[victim.quota][1],
+                within=within,
+                lower=lower,
+                borrowing=victim.quota not in present
+                or borrowed_resource(
+                    claims.get(victim.quota, {}), {}, minimums.get(victim.quota, {}), request
+                )
+                is not None,
+            )
+            if why is not None:
+                return stale_view(preemptor.workload, f"ledger: {why}", victim.workload)
+            claim = claims.setdefault(victim.quota, {})
+            for resource, amount in victim.requests.items():
+                claim[resource] = claim.get(resource, 0) - amount
+        return None
+
+    async def _policies(
+        self, conn: AsyncConnection, leaves: set[QuotaPath]
+    ) -> dict[QuotaPath, NodePolicy]:
+        """Within-quota mode and min runtime of each leaf, inherited down the tree."""
+        prefixes = {p for leaf in leaves for p in path_of(leaf)}
+        rows = await conn.execute(
+            select(NODES.c.path, NODES.c.attributes).where(NODES.c.path.in_(prefixes))
+        )
+        attributes = {QuotaPath(p): dict(a or {}) for p, a in rows}
+        return {
+            leaf: path_policy([attributes.get(p, {}) for p in path_of(leaf)], self._default_policy)
+            for leaf in leaves
+        }
 
     # ------------------------------------------------------------------ cluster events
 
@@ -701,31 +793,37 @@ async def _observe(
 ) -> _Observed:
     """Apply observations in order; the release rules of the ledger.
 
-    * finished/failed/deleted (or an explicit cause) of a counted allocation (admitted, held):
-      usage decremented, ``released`` with that cause; a held preemptor's victims stay as
-      they are.
+    * finished/failed/deleted (or an explicit cause) of an admitted allocation: usage
+      decremented, ``released`` with that cause.
     * any of those, or an observed suspension, of a ``preempting`` victim: ``released`` (cause
-      ``Preempted``, ``Deleted`` if deleted) with no usage change (it left at preemption);
-      then its preemptor, if ``held`` with no other victim still ``preempting``, is admitted.
+      ``Preempted``, ``Deleted`` if deleted); then its preemptor, if ``held`` with no other
+      victim still ``preempting``, is admitted.
+    * finished/failed/deleted of a ``held`` preemptor: ``released``; its victims go on counting
+      until they are seen stopped.
     * an observed suspension of anything else changes nothing: an admitted workload may
       simply not have been unsuspended yet, a held one is suspended until admitted.
+
+    A preemption group's usage is recomputed as a whole (``max(victims, hold)`` per node and
+    resource, R7) before and after the batch: the difference is what leaves the tree.
     """
     if not observations:
         return _Observed([], [], 0)
     rows = await _lock_live(conn, {o.workload for o in observations})
-    preemptors = {r.preemptor for r in rows.values() if r.state == "preempting" and r.preemptor}
-    waiting: dict[WorkloadKey, set[WorkloadKey]] = {}
-    if preemptors:
-        # Second round of allocation locks, for the holds the batch may admit. Only this
-        # consumer locks held rows, so it cannot deadlock with a preemption.
-        rows.update(await _lock_live(conn, preemptors - rows.keys()))
-        waiting = await _victims_of(conn, preemptors)
+    groups = await _lock_groups(conn, rows)
 
     plan = _ObservePlan()
+    before = {p: g.counted() for p, g in sorted(groups.items())}
+    members = {k for g in groups.values() for k in g.victims} | set(groups)
     for observation in observations:
         row = rows.get(observation.workload)
         if row is not None:
-            _plan_observation(plan, row, observation, rows, waiting)
+            _plan_observation(plan, row, observation, groups, counted=row.workload not in members)
+    for preemptor, group in sorted(groups.items()):
+        after = group.counted()
+        for key, amount in before[preemptor].items():
+            left = amount - after.get(key, 0)
+            if left:
+                plan.decrements[key] = plan.decrements.get(key, 0) + left
 
     keys = set(plan.decrements)
     await _lock_usage(conn, keys)
@@ -765,12 +863,44 @@ async def _observe(
     )
 
 
+async def _lock_groups(
+    conn: AsyncConnection, rows: dict[WorkloadKey, _Alloc]
+) -> dict[WorkloadKey, _Group]:
+    """The preemption groups the observed rows belong to, their other rows locked too.
+
+    A second round of allocation locks (holds, then the other victims). Only the ledger's log
+    consumer locks ``held`` and ``preempting`` rows, so this cannot deadlock with a preemption,
+    which locks only ``admitted`` victims.
+    """
+    preemptors = {r.preemptor for r in rows.values() if r.state == "preempting" and r.preemptor}
+    preemptors |= {r.workload for r in rows.values() if r.state == "held"}
+    if not preemptors:
+        return {}
+    rows.update(await _lock_live(conn, preemptors - rows.keys()))
+    found = await conn.execute(
+        select(*_ALLOC_COLUMNS)
+        .where(ALLOCATIONS.c.preemptor.in_(preemptors), ALLOCATIONS.c.state == "preempting")
+        .order_by(ALLOCATIONS.c.id)
+        .with_for_update()
+    )
+    groups: dict[WorkloadKey, _Group] = {}
+    for preemptor in sorted(preemptors):
+        hold = rows.get(preemptor)
+        groups[preemptor] = _Group(hold if hold is not None and hold.state == "held" else None)
+    for raw in found:
+        victim = rows.setdefault(WorkloadKey(raw.workload), _alloc(raw))
+        assert victim.preemptor is not None
+        groups[victim.preemptor].victims[victim.workload] = victim
+    return groups
+
+
 def _plan_observation(
     plan: _ObservePlan,
     row: _Alloc,
     observation: Observation,
-    rows: dict[WorkloadKey, _Alloc],
-    waiting: dict[WorkloadKey, set[WorkloadKey]],
+    groups: dict[WorkloadKey, _Group],
+    *,
+    counted: bool,
 ) -> None:
     change = observation.change
     if row.state == "preempting":
@@ -783,18 +913,17 @@ def _plan_observation(
             # says nothing about its pods having stopped since.
             return
         _plan_release(plan, row, "Deleted" if change == "Deleted" else "Preempted", count=False)
-        preemptor = row.preemptor
-        if preemptor is None:
+        group = groups.get(row.preemptor) if row.preemptor is not None else None
+        if group is None:
             return
-        left = waiting.get(preemptor, set())
-        left.discard(row.workload)
-        hold = rows.get(preemptor)
+        hold = group.hold
+        left = [v for v in group.victims.values() if v.state == "preempting"]
         if not left and hold is not None and hold.state == "held":
             hold.state = "admitted"
             plan.admit.append(hold.id)
             plan.decisions.append((_admitted_row(hold), hold.zone, hold.id))
     elif row.state in _COUNTED and change != "Suspended":
-        _plan_release(plan, row, change, count=True)
+        _plan_release(plan, row, change, count=counted)
 
 
 def _plan_release(plan: _ObservePlan, row: _Alloc, cause: ReleaseCause, *, count: bool) -> None:
@@ -805,6 +934,78 @@ def _plan_release(plan: _ObservePlan, row: _Alloc, cause: ReleaseCause, *, count
     plan.release[row.id] = cause
     decision = Released(workload=row.workload, quota=row.quota, requests=row.requests, cause=cause)
     plan.decisions.append((decision, row.zone, row.id))
+
+
+def _group_usage(hold: _Alloc | None, victims: Iterable[_Alloc]) -> dict[_Key, int]:
+    """``max(victims, hold)`` per (node, resource) of one preemption group (R7)."""
+    running: dict[_Key, int] = {}
+    for victim in victims:
+        for key in _keys(victim.quota, victim.requests):
+            running[key] = running.get(key, 0) + victim.requests[key[1]]
+    held: dict[_Key, int] = {}
+    if hold is not None:
+        held = {key: hold.requests[key[1]] for key in _keys(hold.quota, hold.requests)}
+    return {key: max(running.get(key, 0), held.get(key, 0)) for key in sorted(running | held)}
+
+
+def _victim_refusal(
+    victim: _Alloc,
+    preemptor: Reservation,
+    *,
+    now: datetime,
+    runtime_ms: int,
+    within: bool,
+    lower: bool,
+    borrowing: bool,
+) -> str | None:
+    """Why ``victim`` may not be preempted for ``preemptor`` (R5, R6), or None."""
+    ran_ms = (now - victim.admitted_at).total_seconds() * 1000 if victim.admitted_at else 0.0
+    if ran_ms < runtime_ms:
+        return f"{victim.workload} is within its minimum runtime ({int(ran_ms)} of {runtime_ms} ms)"
+    if victim.quota == preemptor.quota:
+        if lower and victim.priority < preemptor.priority:
+            return None
+        return (
+            f"{victim.workload} is not of lower priority in {victim.quota} "
+            "(or LowerPriority is off there)"
+        )
+    if not within:
+        return f"{preemptor.workload} asks beyond the guarantee of {preemptor.quota}"
+    if not borrowing:
+        return f"{victim.workload} is not borrowing what is asked on {victim.quota}"
+    return None
+
+
+async def _claims(conn: AsyncConnection, leaves: set[QuotaPath]) -> dict[QuotaPath, dict[str, int]]:
+    """Per leaf, the requests of its admitted and held allocations (victims stopping aside)."""
+    rows = await conn.execute(
+        select(ALLOCATIONS.c.quota_path, ALLOCATIONS.c.requests).where(
+            ALLOCATIONS.c.quota_path.in_(leaves), ALLOCATIONS.c.state.in_(_CLAIMING)
+        )
+    )
+    out: dict[QuotaPath, dict[str, int]] = {}
+    for path, requests in rows:
+        claim = out.setdefault(QuotaPath(path), {})
+        for resource, amount in requests.items():
+            claim[resource] = claim.get(resource, 0) + int(amount)
+    return out
+
+
+async def _minimums(
+    conn: AsyncConnection, leaves: set[QuotaPath]
+) -> dict[QuotaPath, dict[str, int]]:
+    rows = await conn.execute(
+        select(USAGE.c.path, USAGE.c.resource, USAGE.c.min).where(USAGE.c.path.in_(leaves))
+    )
+    out: dict[QuotaPath, dict[str, int]] = {}
+    for path, resource, low in rows:
+        out.setdefault(QuotaPath(path), {})[resource] = int(low)
+    return out
+
+
+async def _present(conn: AsyncConnection, paths: set[QuotaPath]) -> set[QuotaPath]:
+    rows = await conn.execute(select(NODES.c.path).where(NODES.c.path.in_(paths), NODES.c.present))
+    return {QuotaPath(p) for p in rows.scalars()}
 
 
 # ---------------------------------------------------------------------- helpers
@@ -899,6 +1100,7 @@ _ALLOC_COLUMNS: Final = (
     ALLOCATIONS.c.state,
     ALLOCATIONS.c.preemptor,
     ALLOCATIONS.c.preempted_seq,
+    ALLOCATIONS.c.admitted_at,
 )
 
 
@@ -914,6 +1116,7 @@ def _alloc(row: Any) -> _Alloc:
         state=row.state,
         preemptor=None if row.preemptor is None else WorkloadKey(row.preemptor),
         preempted_seq=row.preempted_seq,
+        admitted_at=row.admitted_at,
     )
 
 
@@ -942,21 +1145,6 @@ async def _lock_live(
         .with_for_update()
     )
     return {WorkloadKey(row.workload): _alloc(row) for row in rows}
-
-
-async def _victims_of(
-    conn: AsyncConnection, preemptors: Collection[WorkloadKey]
-) -> dict[WorkloadKey, set[WorkloadKey]]:
-    """Victims still ``preempting`` for each of ``preemptors`` (their holds are locked)."""
-    rows = await conn.execute(
-        select(ALLOCATIONS.c.preemptor, ALLOCATIONS.c.workload).where(
-            ALLOCATIONS.c.preemptor.in_(set(preemptors)), ALLOCATIONS.c.state == "preempting"
-        )
-    )
-    out: dict[WorkloadKey, set[WorkloadKey]] = {}
-    for preemptor, workload in rows:
-        out.setdefault(WorkloadKey(preemptor), set()).add(WorkloadKey(workload))
-    return out
 
 
 async def _leaves(conn: AsyncConnection, paths: set[QuotaPath]) -> set[QuotaPath]:
