@@ -1,0 +1,319 @@
+"""Quota safety under load on a tree where departments borrow and reclaim (issue 12).
+
+The seed's tree (Department-a min 60 / max 100, Department-b min 40 / max 100, root 100 cpu),
+so idle guarantees are lent and taken back by preemption. A few hundred jobs of mixed sizes
+(1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus ``default``) are
+created in bursts of 20 per second through kubernetes-asyncio and run by the emulator's
+kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment.
+
+Every run must end with every job completed, reclaim having happened (a run that never
+preempts proves nothing about it), and the checks on the whole log and the ledger: each
+workload admitted once more than it was preempted, never admitted while it still held a live
+allocation, running usage (victims counted until released) within ``max`` at every instant of
+the ledger's history, nothing live, nothing unpublished, and ``usher audit`` exiting 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+from nats.js import JetStreamContext
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from tests.conftest import Infra
+from tests.e2e.checks import history_violations
+from tests.e2e.harness import quiesce, read_log
+from tests.e2e.procs import ServiceProcesses, start_emulator
+from usher.adapters.nats.subjects import Subjects
+
+NAMESPACES = ("user-a", "user-b", "user-c")
+PRIORITIES = {"low": 0, "mid": 100, "high": 1000}
+ZONES = ("a", "b", "default")
+DEMO = Path(__file__).resolve().parents[2] / "usher" / "demo"
+
+
+def seed_tree() -> dict[str, Any]:
+    import yaml
+
+    tree: dict[str, Any] = yaml.safe_load((DEMO / "seed-tree.yaml").read_text())
+    return tree
+
+
+def job(index: int, rng: random.Random) -> tuple[dict[str, Any], str]:
+    """A job of a random size, priority and zone; its namespace/name."""
+    namespace = NAMESPACES[rng.randrange(len(NAMESPACES))]
+    name = f"lg-{index:04d}"
+    cores = rng.randint(1, 10)
+    pods = rng.randint(1, 3)
+    zone = ZONES[rng.randrange(len(ZONES))]
+    labels = {} if zone == "default" else {"usher.io/zone": zone}
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"usher.io/sim-duration": f"{rng.uniform(0.2, 1.2):.2f}"},
+        },
+        "spec": {
+            "suspend": True,
+            "parallelism": pods,
+            "completions": pods,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "priorityClassName": rng.choice(sorted(PRIORITIES)),
+                    "containers": [
+                        {
+                            "name": "w",
+                            "image": "busybox",
+                            "resources": {"requests": {"cpu": str(cores)}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    return manifest, f"{namespace}/{name}"
+
+
+async def _api(kubeconfig: Path) -> client.ApiClient:
+    cfg = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+async def _setup(api: client.ApiClient) -> None:
+    scheduling = client.SchedulingV1Api(api)
+    for name, value in PRIORITIES.items():
+        await scheduling.create_priority_class(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+            }
+        )
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", seed_tree()
+    )
+
+
+async def _submit_bursts(api: client.ApiClient, count: int, seed: int) -> set[str]:
+    """``count`` jobs, 20 per second in bursts of varying size."""
+    rng = random.Random(seed)
+    batch = client.BatchV1Api(api)
+    made: set[str] = set()
+    index = 0
+    while index < count:
+        burst = min(count - index, rng.choice((5, 10, 20, 40)))
+        jobs = [job(index + n, rng) for n in range(burst)]
+        await asyncio.gather(
+            *(batch.create_namespaced_job(m["metadata"]["namespace"], m) for m, _ in jobs)
+        )
+        made |= {key for _, key in jobs}
+        index += burst
+        await asyncio.sleep(burst / 20)
+    return made
+
+
+async def _finished(api: client.ApiClient) -> set[str]:
+    jobs = await client.BatchV1Api(api).list_job_for_all_namespaces()
+    return {
+        f"{j.metadata.namespace}/{j.metadata.name}"
+        for j in jobs.items
+        if any(
+            c.type in ("Complete", "Failed") and c.status == "True"
+            for c in j.status.conditions or []
+        )
+    }
+
+
+async def _wait_all_finished(
+    api: client.ApiClient, jobs: set[str], procs: ServiceProcesses, timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    done: set[str] = set()
+    while time.monotonic() < deadline:
+        done = await _finished(api)
+        if jobs <= done:
+            return
+        await asyncio.sleep(0.5)
+    stuck = sorted(jobs - done)
+    tails = {n: p.log_tail(10) for n, p in procs.procs.items()}
+    raise AssertionError(f"{len(stuck)} jobs never finished, e.g. {stuck[:5]}; logs {tails}")
+
+
+async def _kill_each_once(procs: ServiceProcesses, rng: random.Random, window_s: float) -> None:
+    plan = sorted((rng.uniform(1.0, window_s), name) for name in procs.names)
+    began = time.monotonic()
+    for at, name in plan:
+        await asyncio.sleep(max(0.0, at - (time.monotonic() - began)))
+        procs.kill(name)
+        await asyncio.sleep(0.3)
+        procs.start(name)
+
+
+def _story_checks(entries: list[tuple[int, str, Any]], jobs: set[str]) -> int:
+    """Per-workload checks on the whole log; returns the number of preemptions."""
+    admitted: Counter[str] = Counter()
+    preempted: Counter[str] = Counter()
+    finished_running: set[str] = set()
+    live: set[str] = set()
+    problems: list[str] = []
+    for seq, _, envelope in entries:
+        event = envelope.event
+        kind = type(event).__name__
+        key = str(getattr(event, "workload", ""))
+        if kind == "Admitted":
+            if key in live:
+                problems.append(f"seq {seq}: {key} admitted while it still holds quota")
+            live.add(key)
+            admitted[key] += 1
+            finished_running.discard(key)
+        elif kind == "Preempted":
+            preempted[key] += 1
+        elif kind == "Released":
+            live.discard(key)
+        elif kind == "WorkloadFinished" and admitted[key]:
+            finished_running.add(key)
+    # Each preemption is followed by a new admission, unless the victim's pods completed
+    # before it was suspended (its job finished, maybe before the ledger, which learns of it
+    # from the log, carried out the preemption): then nothing is left to admit.
+    problems += [
+        f"{key}: admitted {admitted[key]}x, preempted {preempted[key]}x"
+        for key in sorted(jobs)
+        if admitted[key] != preempted[key] + 1
+        and not (admitted[key] == preempted[key] and key in finished_running)
+    ]
+    problems += [f"{key} still holds quota at the end" for key in sorted(live)]
+    assert problems == [], problems[:10]
+    return sum(preempted.values())
+
+
+async def _ledger_is_drained(database_url: str) -> tuple[int, int]:
+    engine = create_async_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            live = await conn.scalar(
+                text("SELECT count(*) FROM allocations WHERE state <> 'released'")
+            )
+            unpublished = await conn.scalar(
+                text("SELECT count(*) FROM outbox WHERE published_at IS NULL")
+            )
+    finally:
+        await engine.dispose()
+    return int(live or 0), int(unpublished or 0)
+
+
+async def _audit(procs: ServiceProcesses, subjects: Subjects, database_url: str) -> None:
+    audit = await asyncio.to_thread(
+        subprocess.run,
+        [
+            sys.executable,
+            "-m",
+            "usher.cli",
+            "audit",
+            "--nats",
+            procs.env["USHER_NATS_URL"],
+            "--prefix",
+            subjects.prefix,
+            "--database",
+            database_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "USHER_HOME": procs.env["USHER_HOME"]},
+    )
+    assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-2000:]
+
+
+@pytest.fixture
+async def stack(
+    infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[ServiceProcesses, client.ApiClient]]:
+    kubeconfig = tmp_path / "kubeconfig"
+    emulator = start_emulator(kubeconfig, tmp_path / "emulator.log")
+    procs = ServiceProcesses(
+        env={
+            "USHER_NATS_URL": infra.nats_url,
+            "USHER_DATABASE_URL": migrated_url,
+            "KUBECONFIG": str(kubeconfig),
+            "USHER_PREFIX": subjects.prefix,
+            "USHER_HOME": str(tmp_path / "home"),
+            "USHER_SETTLE_MS": "20",
+        },
+        logs=tmp_path / "logs",
+        zones=ZONES,
+    )
+    api = await _api(kubeconfig)
+    procs.start_all()
+    try:
+        yield procs, api
+    finally:
+        await api.close()
+        procs.stop_all()
+        emulator.stop()
+
+
+async def _run(
+    stack: tuple[ServiceProcesses, client.ApiClient],
+    subjects: Subjects,
+    js: JetStreamContext,
+    database_url: str,
+    *,
+    count: int,
+    seed: int,
+    kill: bool,
+) -> None:
+    procs, api = stack
+    await asyncio.sleep(2.0)  # the services connect and replay the empty log
+    await _setup(api)
+    submit = _submit_bursts(api, count, seed)
+    if kill:
+        jobs, _ = await asyncio.gather(
+            submit, _kill_each_once(procs, random.Random(seed), window_s=count / 20)
+        )
+    else:
+        jobs = await submit
+    await _wait_all_finished(api, jobs, procs, timeout_s=240)
+    await quiesce(js, subjects, quiet_s=1.5, timeout_s=60)
+    entries = await read_log(js, subjects)
+    preemptions = _story_checks(entries, jobs)
+    assert preemptions > 0, "no reclaim happened: this run proves nothing about it"
+    assert await history_violations(database_url, Fraction(1)) == []
+    assert await _ledger_is_drained(database_url) == (0, 0)
+    await _audit(procs, subjects, database_url)
+
+
+async def test_borrowing_tree_under_bursts_ends_clean(
+    stack: tuple[ServiceProcesses, client.ApiClient],
+    subjects: Subjects,
+    js: JetStreamContext,
+    migrated_url: str,
+) -> None:
+    await _run(stack, subjects, js, migrated_url, count=300, seed=20261124, kill=False)
+
+
+async def test_borrowing_tree_with_every_service_killed_once_ends_clean(
+    stack: tuple[ServiceProcesses, client.ApiClient],
+    subjects: Subjects,
+    js: JetStreamContext,
+    migrated_url: str,
+) -> None:
+    await _run(stack, subjects, js, migrated_url, count=300, seed=7, kill=True)
