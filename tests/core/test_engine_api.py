@@ -29,6 +29,7 @@ from schemas import (
     WorkloadObserved,
     Zone,
 )
+from schemas.decisions import ReleaseCause
 from usher.core.config import EngineConfig, format_rate
 from usher.core.engine import Engine
 
@@ -270,8 +271,12 @@ def test_zones_filter_decides_only_its_zone_but_counts_others() -> None:
     assert engine.quota_used()[A] == cpu(60)
 
 
-def test_finish_and_delete_release_at_once() -> None:
-    engine = engine_with(observed("a1", "x", 40), observed("a1", "y", 40, created=1))
+def test_finish_and_delete_release_at_once_in_scenarios() -> None:
+    engine = engine_with(
+        observed("a1", "x", 40),
+        observed("a1", "y", 40, created=1),
+        config=EngineConfig(instant_release=True),
+    )
     engine.decide(Millis(1))
     released = engine.apply(WorkloadFinished(workload=key("a1/x")), Millis(2))
     assert released == [Released(workload=key("a1/x"), quota=A, requests=cpu(40), cause="Finished")]
@@ -280,6 +285,27 @@ def test_finish_and_delete_release_at_once() -> None:
     assert key("a1/y") not in engine.jobs()
     assert engine.jobs()[key("a1/x")].state == "Finished"
     assert engine.quota_used()[A] == {}
+
+
+def test_a_finished_or_deleted_workload_counts_until_the_ledger_releases_it() -> None:
+    """R7: the ledger frees usage when it reads the event; every engine counts what it counts."""
+    engine = engine_with(observed("a1", "x", 40), observed("a1", "y", 40, created=1))
+    engine.decide(Millis(1))
+    engine.apply(WorkloadFinished(workload=key("a1/x")), Millis(2))
+    engine.apply(WorkloadDeleted(workload=key("a1/y")), Millis(3))
+    assert engine.jobs()[key("a1/x")].state == "Finished"
+    assert key("a1/y") not in engine.jobs()
+    assert engine.quota_used()[A] == cpu(80)
+    # Nothing new fits on that usage meanwhile, and nobody can be preempted for it.
+    engine.apply(observed("a1", "z", 30, created=4), Millis(4))
+    assert not [d for d in engine.decide(Millis(4)) if isinstance(d, Admitted)]
+    for name, cause in (("x", "Finished"), ("y", "Deleted")):
+        engine.apply(
+            Released(workload=key(f"a1/{name}"), quota=A, requests=cpu(40), cause=cause),
+            Millis(5),
+        )
+    assert engine.quota_used()[A] == {}
+    assert [d.workload for d in engine.decide(Millis(6)) if isinstance(d, Admitted)] == ["a1/z"]
 
 
 def test_priority_class_event_reorders_pending() -> None:
@@ -333,6 +359,8 @@ def test_zone_capacity_and_no_node_fits_reasons() -> None:
     reason = engine.reason(key("a1/more"))
     assert reason is not None and reason.code == "ZoneCapacity"
     engine.apply(WorkloadFinished(workload=key("a1/big")), Millis(2))
+    # The ledger frees it once it read the finish (R7).
+    engine.apply(_released("a1/big", 40, "Finished"), Millis(2))
     engine.apply(WorkloadDeleted(workload=key("a1/more")), Millis(2))
     engine.apply(
         NodeObserved(
@@ -525,6 +553,10 @@ def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
     assert engine.quota_used()[QuotaPath("root")] == cpu(90)
 
 
+def _released(job: str, cores: int, cause: ReleaseCause, quota: str = "root/A") -> Released:
+    return Released(workload=key(job), quota=QuotaPath(quota), requests=cpu(cores), cause=cause)
+
+
 def _stopped(job: str, cores: int, quota: str = "root/A") -> Released:
     """The ledger's ``Released`` once a preempted victim is seen stopped."""
     return Released(
@@ -547,4 +579,5 @@ def test_zone_relabel_of_an_admitted_workload_moves_its_zone_usage() -> None:
     engine.decide(Millis(1))
     engine.apply(observed("a1", "job", 10, zone="y"), Millis(2))
     engine.apply(WorkloadFinished(workload=key("a1/job")), Millis(3))
+    engine.apply(_released("a1/job", 10, "Finished"), Millis(3))
     assert all(v == 0 for zone in engine._zone_used.values() for v in zone.values())

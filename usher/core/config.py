@@ -31,9 +31,11 @@ class EngineConfig:
     min_runtime_ms: int = 0
     zones: frozenset[Zone] | None = None
     """Zones this engine decides for; ``None`` = all. Other zones' admissions still count."""
-    victims_stop_at_once: bool = False
-    """Scenarios and what-if (SEMANTICS 5): a victim stops the instant it is preempted. A
-    running system (False) keeps a victim's usage counted until its ``Released`` is seen."""
+    instant_release: bool = False
+    """Scenarios and what-if (SEMANTICS 5): a preempted victim stops, and a finished or deleted
+    workload's usage leaves, the instant it happens. A running system (False) keeps any usage
+    counted until the ledger's ``Released`` for it is on the log (docs/admission-rules.md R7):
+    what the engine believes is what the ledger holds."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

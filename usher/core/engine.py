@@ -136,6 +136,9 @@ class Engine:
         """Preemptions whose victims still stop, by preemptor (ADMISSION-RULES R7)."""
         self._stopping: dict[WorkloadKey, WorkloadKey] = {}
         """Each victim not yet seen stopped -> its preemptor."""
+        self._lingering: dict[WorkloadKey, Placement] = {}
+        """Usage of finished or deleted workloads still counted until the ledger's
+        ``Released`` (R7; never with ``instant_release``)."""
         self._pass_admitted: set[WorkloadKey] = set()
         """Admitted by the running pass: never offered as a victim in it (ADMISSION-RULES R6)."""
         self._wakeups: list[tuple[int, int, WorkloadKey]] = []
@@ -279,7 +282,6 @@ class Engine:
         job = self._jobs.get(key)
         if job is None or job.state == FINISHED:
             return []
-        self._preemptor_gone(key)
         quota = job.used_path if job.state == ADMITTED else None
         released = self._release(job, "Finished" if succeeded else "Failed")
         if not released:
@@ -293,7 +295,6 @@ class Engine:
         job = self._jobs.get(key)
         if job is None:
             return []
-        self._preemptor_gone(key)
         released = self._release(job, "Deleted")
         if not released and job.state != FINISHED:
             self._unplace(job)
@@ -304,14 +305,47 @@ class Engine:
         return released
 
     def _release(self, job: Job, cause: ReleaseCause) -> list[Decision]:
-        """Free what an admitted (or held) workload uses; the ``Released`` decision if any."""
+        """Free what an admitted (or held) workload uses; the ``Released`` decision if any.
+
+        In a running system the usage lingers until the ledger's ``Released`` is on the log
+        (R7): the ledger frees it only once it has read the same event, and every engine must
+        count what the ledger counts, or it judges borrowing and room on other numbers.
+        """
         if job.held:
-            self._drop_hold(job)
+            if self.config.instant_release:
+                self._drop_hold(job)
+            else:
+                self._linger(job)
         if job.state != ADMITTED or job.used_path is None:
             return []
         quota, shape = job.used_path, job.used_shape
-        self._unadmit(job)
+        if self.config.instant_release:
+            self._unadmit(job)
+        else:
+            self._linger(job)
         return [Released(workload=job.key, quota=quota, requests=dict(shape), cause=cause)]
+
+    def _linger(self, job: Job) -> None:
+        """Out of the workload, still counted: its usage waits for the ledger's ``Released``."""
+        assert job.used_path is not None
+        if job.state == ADMITTED:
+            self._forget_admitted(job)
+            job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
+        self._preemptors.pop(job.key, None)
+        self._held.pop(job.key, None)
+        self._lingering[job.key] = (job.used_path, job.used_shape, job.zone)
+        job.used_path = None
+        job.used_shape = ()
+        job.held = False  # a held workload stays where it waits; the caller takes it out
+        self._version += 1
+
+    def _end_linger(self, key: WorkloadKey) -> bool:
+        where = self._lingering.pop(key, None)
+        if where is None:
+            return False
+        self._unaccount(*where)
+        self._version += 1
+        return True
 
     # ------------------------------------------------------------------ decisions made elsewhere
 
@@ -366,8 +400,12 @@ class Engine:
         self._version += 1
 
     def _apply_released(self, decision: Released) -> None:
-        # A victim seen stopped: the rest of its usage leaves now (ADMISSION-RULES R7).
+        # The ledger freed it (R7): a victim seen stopped, or a finished, deleted or
+        # preempted workload whose usage lingered until now; a preemptor gone for good.
         self._end_stop(decision.workload)
+        self._preemptor_gone(decision.workload)
+        if self._end_linger(decision.workload):
+            return  # a workload of the same name may exist again: it is not this one
         job = self._jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
@@ -532,6 +570,8 @@ class Engine:
                 # Admitted (or held) usage keeps counting on the nodes of its recorded path
                 # that still exist.
                 self._account_quota(job.used_path, job.used_shape)
+        for path, shape, _ in self._lingering.values():
+            self._account_quota(path, shape)
         for group in self._stops.values():
             # Stopping victims keep counting on the nodes of their paths that still exist.
             group.residual = {}
@@ -1065,8 +1105,9 @@ class Engine:
     def _begin_stop(self, preemptor: WorkloadKey, victim: WorkloadKey, where: Placement) -> None:
         """``victim`` was preempted for ``preemptor``: its usage counts until it is seen
         stopped, with the preemptor's hold carved out of it (ADMISSION-RULES R7)."""
-        if self.config.victims_stop_at_once:
+        if self.config.instant_release:
             return
+        self._end_stop(victim)  # one group per victim, whatever a log says (hostile input)
         group = self._stops.get(preemptor)
         if group is None:
             holder = self._jobs.get(preemptor)

@@ -477,7 +477,7 @@ def _mapping(raw: object, path: str, errors: _Errors) -> dict[str, object]:
 def run(scenario: Scenario) -> SimResult:
     """Play the scenario: setup at t=0, a pass after each group of equal ``at``, wakeups."""
     # A scenario's victims stop the instant they are preempted (SEMANTICS 5).
-    engine = Engine(replace(scenario.config, victims_stop_at_once=True))
+    engine = Engine(replace(scenario.config, instant_release=True))
     decisions: list[SimDecision] = []
     rejections: list[Rejection] = []
 

@@ -81,6 +81,7 @@ ENCODED: frozenset[str] = frozenset(
         "_held",
         "_preemptors",
         "_stops",  # victims and hold; their residuals are recomputed
+        "_lingering",
         "_wakeups",
         "_reclaim_failed",  # live entries only
         "_version",
@@ -154,7 +155,7 @@ class ConfigRecord(msgspec.Struct, frozen=True, array_like=True):
     within_quota: str
     min_runtime_ms: int
     zones: list[str] | None
-    victims_stop_at_once: bool = False
+    instant_release: bool = False
 
 
 class PlacementRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -252,6 +253,7 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     wakeups: list[tuple[int, int, str]]
     reclaim_failed: list[MemoRecord]
     stops: list[StopRecord]
+    lingering: list[tuple[str, PlacementRecord]]
 
 
 class _Header(msgspec.Struct):
@@ -275,7 +277,7 @@ def config_record(config: EngineConfig) -> ConfigRecord:
         within_quota=config.within_quota,
         min_runtime_ms=config.min_runtime_ms,
         zones=sorted(config.zones) if config.zones is not None else None,
-        victims_stop_at_once=config.victims_stop_at_once,
+        instant_release=config.instant_release,
     )
 
 
@@ -290,7 +292,7 @@ def fingerprint(config: EngineConfig) -> str:
 def _fingerprint(record: ConfigRecord) -> str:
     numerator, denominator = record.oversell_rate
     zones = "*" if record.zones is None else ",".join(record.zones)
-    stop = ";victims_stop_at_once" if record.victims_stop_at_once else ""
+    stop = ";instant_release" if record.instant_release else ""
     return (
         f"policy={record.policy};oversell={numerator}/{denominator};"
         f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}{stop}"
@@ -387,6 +389,7 @@ def _record(engine: Engine) -> EngineSnapshot:
         )
         for preemptor, group in sorted(engine._stops.items())
     ]
+    lingering = [(str(k), _placement(w, sid)) for k, w in sorted(engine._lingering.items())]
     return EngineSnapshot(
         format=FORMAT,
         config=config_record(engine.config),
@@ -404,6 +407,7 @@ def _record(engine: Engine) -> EngineSnapshot:
         wakeups=[(end, seq, key) for end, seq, key in engine._wakeups],
         reclaim_failed=memo,
         stops=stops,
+        lingering=lingering,
     )
 
 
@@ -505,6 +509,7 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
         for m in record.reclaim_failed
     }
     _rebuild_stops(engine, record.stops, shapes)
+    engine._lingering = {WorkloadKey(k): _placed(w, shapes) for k, w in record.lingering}
     # The pruning data is recomputed lazily by the next pass, as after a new tree.
     engine._dirty = set(tree.leaves)
     return engine

@@ -204,7 +204,7 @@ def _simulate(
     until_ms: Millis | None,
 ) -> _Run:
     # Replayed inputs carry no ledger releases: victims stop when preempted (as in usher sim).
-    engine = Engine(replace(variant.config, victims_stop_at_once=True))
+    engine = Engine(replace(variant.config, instant_release=True))
     run = _Run()
 
     def arrive(item: LogItem) -> None:
