@@ -398,7 +398,10 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
     if event.cause == "Preempted":
         if mark.preempted_seq is None:
             return f"released as Preempted, but no Preempted decision for it {since}"
-        if not mark.stopped_after_preempt:
+        # Finished or deleted before the ledger read it: the ledger preempted what it still
+        # held, and released it once it read that the pods had stopped (R7).
+        ended = mark.finished or mark.failed or mark.deleted
+        if not mark.stopped_after_preempt and not ended:
             return (
                 "released as Preempted, but it was not seen stopped (suspended or finished) "
                 f"after its Preempted decision at seq {mark.preempted_seq}"

@@ -372,6 +372,14 @@ class Engine:
         self._admit(job, decision.quota, shape)
 
     def _apply_preempted(self, decision: Preempted) -> None:
+        lingering = self._lingering.pop(decision.workload, None)
+        if lingering is not None:
+            # It finished (or was deleted) before the ledger read that: the ledger preempted
+            # what it still held. Its usage now counts as the group's, as in the ledger.
+            self._unaccount(*lingering)
+            self._hold_for(decision.preemptor)
+            self._begin_stop(decision.preemptor, decision.workload, lingering)
+            return
         job = self._jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
@@ -492,40 +500,49 @@ class Engine:
         info = self._tree.nodes[job.leaf]
         within = self._within_min(info, job.shape)
         lower = info.within_quota == "LowerPriority"
-        removed: list[Job] = []
+        removed: list[Placement] = []
         try:
             for key in victims:
                 victim = self._jobs.get(key)
                 refusal = self._victim_refusal(job, victim, key, within=within, lower=lower)
                 if refusal is not None:
                     return refusal
-                assert victim is not None and victim.used_path is not None
-                self._unaccount(victim.used_path, victim.used_shape, victim.zone)
-                removed.append(victim)
+                where = self._victim_placement(victim, key)
+                assert where is not None
+                self._unaccount(*where)
+                removed.append(where)
             if not self._fits(job):
                 return reasons.stale_view(preemptor, "it would not fit without these victims")
             return None
         finally:
-            for victim in reversed(removed):
-                assert victim.used_path is not None
-                self._account(victim.used_path, victim.used_shape, victim.zone)
+            for where in reversed(removed):
+                self._account(*where)
+
+    def _victim_placement(self, victim: Job | None, key: WorkloadKey) -> Placement | None:
+        """Where a victim's usage counts: admitted, or finished and not yet released by the
+        ledger (which still holds it as admitted, R7); None if neither."""
+        if victim is not None and victim.state == ADMITTED and victim.used_path is not None:
+            return (victim.used_path, victim.used_shape, victim.zone)
+        return self._lingering.get(key)
 
     def _victim_refusal(
         self, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
     ) -> Reason | None:
-        if victim is None or victim.state != ADMITTED or victim.used_path is None:
+        where = self._victim_placement(victim, key)
+        if where is None:
             return reasons.stale_view(job.key, f"{key} is not admitted", key)
         if key in self._stops:
             return reasons.stale_view(
                 job.key, f"{key} is a preemptor whose victims have not stopped yet", key
             )
-        if self._now - victim.admitted_ms < self._min_runtime(victim.used_path):
+        path = where[0]
+        if victim is not None and self._now - victim.admitted_ms < self._min_runtime(path):
             return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
-        if victim.used_path == job.leaf:
-            if lower and victim.priority < job.priority:
+        if path == job.leaf:
+            if victim is not None and lower and victim.priority < job.priority:
                 return None
             return reasons.stale_view(job.key, f"{key} is not of lower priority", key)
-        if within and self._borrowing_reason(job, victim.used_path) is not None:
+        if within and self._borrowing_reason(job, path) is not None:
             return None
         return reasons.stale_view(job.key, f"{key} is not borrowing what is asked", key)
 
