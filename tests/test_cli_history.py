@@ -89,8 +89,20 @@ def test_audit_passes_a_good_log_and_names_a_tampered_decision(
     assert "over-quota" in bad.stdout
     doc = json.loads(usher("audit", "--file", str(tampered), "-o", "json").stdout)
     assert [(f["seq"], f["workload"], f["check"]) for f in doc["findings"]] == [
-        (6, "user-a/second", "over-quota")
+        (6, "user-a/second", "over-quota"),
+        (6, "user-a/second", "over-commit"),
+        (6, "user-a/second", "over-commit"),
     ]
+
+
+def test_audit_checks_the_end_of_a_quiescent_log_only_with_quiescent(tmp_path: Path) -> None:
+    stuck = export(seed_round().job(3, "user-c/fits", 10), tmp_path / "stuck.jsonl")
+    moving = usher("audit", "--file", str(stuck))
+    assert moving.returncode == 0, moving.stdout + moving.stderr
+    rested = usher("audit", "--file", str(stuck), "--quiescent")
+    assert rested.returncode == 1, rested.stdout + rested.stderr
+    assert "end" in rested.stdout and "user-c/fits" in rested.stdout
+    assert "stuck: Pending: NotYetEvaluated" in rested.stdout
 
 
 def test_what_if_oversell_two(round_file: Path) -> None:

@@ -369,7 +369,8 @@ TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
     (
         "second admitted although it does not fit",
         lambda: seed_round().admitted(3, "user-a/second", 60),
-        [(6, "over-quota")],
+        # The ledger's view (over-quota), then the running usage on the leaf and the root.
+        [(6, "over-quota"), (6, "over-commit"), (6, "over-commit")],
     ),
     (
         "admitted twice",
@@ -384,7 +385,7 @@ TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
             ),
             id="ledger:admitted:user-a/first:9",
         ),
-        [(6, "not-pending")],
+        [(6, "already-admitted")],
     ),
     (
         "same decision recorded twice",
@@ -531,10 +532,16 @@ def test_audit_since_only_reports_later_decisions_but_folds_everything() -> None
     assert [f.check for f in audit.audit(history_, EngineConfig()).findings] == [
         "wrong-requests",
         "over-quota",
+        "over-commit",
+        "over-commit",
     ]
     since = Millis(BASE_MS + 3000)
     report = audit.audit(history_, EngineConfig(), since_ms=since)
-    assert [(f.seq, f.check) for f in report.findings] == [(5, "over-quota")]
+    assert [(f.seq, f.check) for f in report.findings] == [
+        (5, "over-quota"),
+        (5, "over-commit"),
+        (5, "over-commit"),
+    ]
     assert report.decisions == 1
 
 

@@ -1,8 +1,12 @@
 """Invariants checked after end-to-end runs, from the ledger's history and the log.
 
-What it does: sweeps every allocation's lifetime (from admission or hold until preemption or
-release) over time and reports any instant where a quota node would hold more than
-``max x oversellRate`` of a resource; counts admissions per workload on the log.
+What it does: replays the whole log (read with the export adapter's reader) through the
+core's invariant checker (``usher.core.invariants``: running usage within
+``max x oversellRate``, no admission while live, every preemption justified, nothing stuck at
+the end); sweeps every allocation's lifetime in the ledger (from its admission until its
+release: a preempted victim runs until it is released, a hold is not running) over time and
+reports any instant where a quota node would hold more than ``max x oversellRate`` of a
+resource; counts admissions per workload on the log.
 What it must never do: trust the ``used`` column alone (it only shows the present).
 """
 
@@ -13,10 +17,39 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
+from nats.js import JetStreamContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from usher.adapters.pg.ledger_store import path_of
+from usher.adapters.nats.export import read_entries
+from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
+from usher.core.history import decode_history
+from usher.core.invariants import Violation, check_log, render_violations
+from usher.core.tree import path_nodes
+
+
+async def log_violations(
+    js: JetStreamContext, subjects: Subjects, config: EngineConfig, *, at_end: bool = True
+) -> list[Violation]:
+    """Every invariant the whole log breaks; ``at_end`` only once the log has come to rest."""
+    history = decode_history(await read_entries(js, subjects))
+    # The run's settings, deciding for every zone: the checker sees the whole log.
+    everywhere = EngineConfig(
+        policy=config.policy,
+        oversell_rate=config.oversell_rate,
+        within_quota=config.within_quota,
+        min_runtime_ms=config.min_runtime_ms,
+    )
+    return check_log(history.items, everywhere, at_end=at_end)
+
+
+async def assert_log_invariants(
+    js: JetStreamContext, subjects: Subjects, config: EngineConfig
+) -> None:
+    """The end of every end-to-end run: the quiet log breaks no invariant."""
+    found = await log_violations(js, subjects, config)
+    assert found == [], f"{len(found)} invariant violations:\n{render_violations(found)}"
 
 
 async def history_violations(database_url: str, rate: Fraction) -> list[str]:
@@ -33,10 +66,11 @@ async def history_violations(database_url: str, rate: Fraction) -> list[str]:
             rows = (
                 await conn.execute(
                     text(
+                        # Running from admission until release: a preempted victim runs
+                        # until it is released; a hold never admitted never ran.
                         "SELECT workload, quota_path, requests,"
-                        " COALESCE(admitted_at, reserved_at) AS start,"
-                        " COALESCE(preempted_at, released_at) AS stop"
-                        " FROM allocations"
+                        " admitted_at AS start, released_at AS stop"
+                        " FROM allocations WHERE admitted_at IS NOT NULL"
                     )
                 )
             ).all()
@@ -54,7 +88,7 @@ async def history_violations(database_url: str, rate: Fraction) -> list[str]:
     violations: list[str] = []
     for when, starting, leaf, requests in changes:
         sign = 1 if starting else -1
-        for node in path_of(leaf):  # type: ignore[arg-type]
+        for node in path_nodes(leaf):  # type: ignore[arg-type]
             for resource, amount in requests.items():
                 key = (str(node), resource)
                 used[key] += sign * int(amount)

@@ -41,7 +41,8 @@ from schemas import (
 )
 from schemas.envelope import LogEvent
 from tests.conftest import Infra
-from tests.e2e.harness import InProcessStack, apply_tree, kube_api
+from tests.e2e.checks import assert_log_invariants
+from tests.e2e.harness import InProcessStack, apply_tree, kube_api, quiesce
 from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
@@ -253,9 +254,11 @@ async def test_bad_input_is_rejected_or_parked_and_good_jobs_keep_flowing(
         async with kube_api(emu) as api:
             run = Run(stack, api, js, nc, subjects)
             await _play(run, migrated_url)
+            await quiesce(js, subjects)
         assert stack.failures() == []
     finally:
         await stack.stop()
+    await assert_log_invariants(js, subjects, EngineConfig())
 
 
 async def _play(run: Run, database_url: str) -> None:

@@ -23,6 +23,7 @@ import yaml
 from nats.js import JetStreamContext
 
 from tests.conftest import REPO, Infra
+from tests.e2e.checks import assert_log_invariants
 from tests.e2e.harness import InProcessStack, kube_api, play, quiesce
 from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.nats.log import delete_streams
@@ -48,7 +49,7 @@ def config_of(path: Path) -> EngineConfig:
 async def run_scenario(
     path: Path, infra: Infra, subjects: Subjects, js: JetStreamContext, url: str, emu: KubeEmulator
 ) -> None:
-    """Play the scenario through the four services and wait until the log is quiet."""
+    """Play the scenario through the four services; the quiet log keeps every invariant."""
     stack = InProcessStack(
         nats_url=infra.nats_url,
         database_url=url,
@@ -64,6 +65,7 @@ async def run_scenario(
         assert not stack.failures()
     finally:
         await stack.stop()
+    await assert_log_invariants(js, subjects, config_of(path))
 
 
 async def usher(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -109,7 +111,9 @@ async def test_history_commands_after_a_real_run(
     live = ["--nats", infra.nats_url, "--prefix", subjects.prefix]
     policy = ["--policy", config_of(path).policy]
 
-    audited = await usher(tmp_path, "audit", *live, *policy, "--database", migrated_url)
+    audited = await usher(
+        tmp_path, "audit", *live, *policy, "--database", migrated_url, "--quiescent"
+    )
     assert audited.returncode == 0, audited.stdout + audited.stderr
     assert "ledger: " in audited.stdout and "OK" in audited.stdout
 

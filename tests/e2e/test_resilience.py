@@ -27,10 +27,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import Infra
-from tests.e2e.checks import admissions_per_workload, history_violations
+from tests.e2e.checks import admissions_per_workload, assert_log_invariants, history_violations
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
 
 LEAVES = ("L1", "L2", "L3")
 
@@ -196,6 +197,8 @@ async def _check_run(
     finally:
         await engine.dispose()
     assert (live, rows, unpublished) == (0, count, 0)
+    # The services run with the default settings (no USHER_POLICY, USHER_OVERSELL_RATE, ...).
+    await assert_log_invariants(js, subjects, EngineConfig())
 
 
 async def test_every_service_killed_once_admits_each_workload_exactly_once(
@@ -231,6 +234,7 @@ async def test_every_service_killed_once_admits_each_workload_exactly_once(
             subjects.prefix,
             "--database",
             migrated_url,
+            "--quiescent",
         ],
         capture_output=True,
         text=True,

@@ -16,6 +16,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from tests.conftest import REPO, Infra
+from tests.e2e.checks import assert_log_invariants
 from tests.e2e.harness import (
     InProcessStack,
     Outcome,
@@ -93,6 +94,7 @@ async def test_scenario_through_the_whole_system_matches_sim(
     assert {q: v for q, v in got.queues.items() if v} == {q: v for q, v in want.queues.items() if v}
     assert got.quota == want.quota
     assert got.preempted == want.preempted
+    await assert_log_invariants(js, subjects, config)
 
 
 async def _settled_outcome(api, js, subjects, database_url, config, want: Outcome) -> Outcome:  # type: ignore[no-untyped-def]

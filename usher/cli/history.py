@@ -229,6 +229,11 @@ def replay_command(
     help="Ledger database to compare with (live default: $USHER_DATABASE_URL / stack.json).",
 )
 @click.option("--no-ledger", is_flag=True, help="Skip the comparison with the ledger.")
+@click.option(
+    "--quiescent",
+    is_flag=True,
+    help="The log has come to rest: also check its end (no workload stuck, none unreleased).",
+)
 @OUTPUT
 @_source
 @_engine
@@ -236,15 +241,20 @@ def audit_command(
     since: str | None,
     database_url: str | None,
     no_ledger: bool,
+    quiescent: bool,
     output: str,
     log_file: Path | None,
     **options: Any,
 ) -> None:
     """Re-derive every recorded decision from the log before it; list what is not justified.
 
-    Exit 0 when every decision is justified and the ledger agrees with the log, 1 when there
-    are findings (each names the decision: seq, event id, workload, and why). Offline
-    (--file) the ledger part is skipped unless --database is given.
+    Exit 0 when every decision is justified, the log keeps its invariants and the ledger
+    agrees with the log, 1 when there are findings (each names the decision: seq, event id,
+    workload, and why). Invariants: running usage (preempted victims counted until their
+    Released) never above max x oversell rate at an admission, no admission while live, every
+    preemption justified; with --quiescent also, at the end, every workload finished, admitted,
+    or waiting for a true reason. Offline (--file) the ledger part is skipped unless
+    --database is given.
     """
     log = _load(log_file, database_url=database_url, **options)
     url = None if no_ledger else (database_url or (log.settings.database_url if log.live else None))
@@ -259,6 +269,7 @@ def audit_command(
         _config(log.settings),
         since_ms=_when("--since", since, log.history),
         ledger=ledger,
+        quiescent=quiescent,
     )
     text = auditing.render_audit_json(report) if output == "json" else None
     _print(text or auditing.render_audit_table(report))

@@ -8,19 +8,13 @@ services use (built with the installation's settings), and checks each recorded 
 against the state *just before it*:
 
 * ``Admitted``: the workload was observed and is waiting (pending in its queue, or holding
-  capacity freed for it by a preemption); it holds no live allocation (an ``Admitted`` not yet
-  followed by its ``Released``); the decision's ``quota`` is the workload's leaf and ``queue``
-  that leaf's queue; ``requests`` equal the observed workload's (count x per-pod requests
-  summed over pod sets) and ``zone`` its zone; and ``used + requested <= max x oversellRate``
-  on every node root..leaf (``Engine.admission_shortfall``: its own held capacity set aside,
-  capacity held for another preemptor counted). Zone capacity is not checked: the ledger does
-  not arbitrate it.
-* ``Preempted``: the victims of one preemptor are consecutive on the log (one ledger
-  transaction); each group is checked once with ``Engine.check_preemption`` at the group's
-  time: the preemptor waits, every victim is admitted (on the quota the decision names), past
-  its minimum runtime, and borrowing what the preemptor (within its ``min``) asks for, or of
-  lower priority in the same leaf under ``LowerPriority``; and the preemptor fits once they
-  are gone.
+  capacity freed for it by a preemption); the decision's ``quota`` is the workload's leaf
+  and ``queue`` that leaf's queue; ``requests`` equal the observed workload's (count x
+  per-pod requests summed over pod sets) and ``zone`` its zone; and ``used + requested <= max
+  x oversellRate`` on every node root..leaf (``Engine.admission_shortfall``: its own held
+  capacity set aside, capacity held for another preemptor counted). Zone capacity is not
+  checked: the ledger does not arbitrate it.
+* ``Preempted``: each victim runs on the quota the decision names.
 * ``Released``: something was held (a live ``Admitted``, or a preemption hold), quota and
   requests are those of its ``Admitted``, and its cause is on the log since it was admitted
   (or held): ``Finished``/``Failed`` -> a ``WorkloadFinished`` (succeeded or not),
@@ -31,6 +25,15 @@ against the state *just before it*:
   events are applied, not in passes, so this is exact.
 * A ledger decision (``Admitted``/``Preempted``/``Released``) recorded twice under one event
   id, and an entry that does not decode, are findings too.
+* The log-level invariants of ``usher.core.invariants``, each under its own check name:
+  ``over-commit`` (running usage, preempted victims counted until their ``Released``, above
+  ``max x oversellRate`` at an admission), ``already-admitted`` (an ``Admitted`` while the
+  workload is live), ``preemption-refused`` (a group of ``Preempted``, the victims of one
+  preemptor consecutive on the log, that ``Engine.check_preemption`` refuses on the state
+  before it: the preemptor waits, every victim is admitted, past its minimum runtime, and
+  borrowing what the preemptor within its ``min`` asks for, or of lower priority in the same
+  leaf under ``LowerPriority``; and the preemptor fits once they are gone); and, only with
+  ``quiescent`` (a log that has come to rest), ``stuck`` and ``never-released`` at its end.
 
 Known ways a finding can appear without a bug, so that findings can be judged: the services
 ran with other settings than the audit was given (policy, oversell rate, within-quota, min
@@ -71,6 +74,7 @@ from schemas import (
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import History, LogItem, format_datetime, format_resources, to_datetime
+from usher.core.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.state import shape_of
 
 LEDGER_TYPES = (Admitted, Preempted, Released)
@@ -177,19 +181,11 @@ class _Auditor:
         )
 
     def run(self, items: Sequence[LogItem]) -> None:
-        index = 0
-        while index < len(items):
-            item = items[index]
-            event = item.event
-            if isinstance(event, Preempted):
-                end = index + 1
-                while end < len(items) and _same_group(items[end], event.preemptor):
-                    end += 1
-                self.preempted(items[index:end])
-                index = end
-                continue
-            self.one(item)
-            index += 1
+        for group in log_groups(items):
+            if isinstance(group[0].event, Preempted):
+                self.preempted(group)
+            else:
+                self.one(group[0])
 
     def should_check(self, item: LogItem, *, ledger: bool = True) -> bool:
         """Whether to re-derive ``item``: inside the window, and not a repeat of a decision.
@@ -256,12 +252,11 @@ class _Auditor:
         if view is None or observed is None:
             self.note(item, "not-observed", f"{key} is not on the log before it (or was deleted)")
             return
+        if key in self.live:
+            return  # the invariants report it: already-admitted
         if view.state != "Pending":
             self.note(item, "not-pending", f"{key} was {view.state}, not waiting in a queue")
             return
-        if key in self.live:
-            seq = self.live[key][0]
-            self.note(item, "already-admitted", f"its Admitted at seq {seq} was never released")
         if view.quota != event.quota:
             self.note(item, "wrong-quota", f"quota {event.quota}, but its leaf is {view.quota}")
         elif view.queue != event.queue:
@@ -283,34 +278,22 @@ class _Auditor:
     # -- Preempted
 
     def preempted(self, group: Sequence[LogItem]) -> None:
-        events = [_as_preempted(item) for item in group]
+        events = [as_preempted(item) for item in group]
         preemptor = events[0].preemptor
-        checked = [
-            (item, event)
-            for item, event in zip(group, events, strict=True)
-            if self.should_check(item)
-        ]
-        if checked:
-            self.check_preempted(checked, [e.workload for e in events], group[0].time_ms)
+        for item, event in zip(group, events, strict=True):
+            if self.should_check(item):
+                self.check_preempted(item, event)
         for item, event in zip(group, events, strict=True):
             self.engine.apply(event, item.time_ms)
             self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
         self.held.add(preemptor)
         self.since[preemptor] = _Since()
 
-    def check_preempted(
-        self, checked: list[tuple[LogItem, Preempted]], victims: list[WorkloadKey], now: Millis
-    ) -> None:
-        for item, event in checked:
-            view = self.engine.job_state(event.workload)
-            if view is not None and view.state == "Admitted" and view.quota != event.quota:
-                self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
-        preemptor = checked[0][1].preemptor
-        refusal = self.engine.check_preemption(preemptor, victims, now)
-        if refusal is None:
-            return
-        blamed = next((pair for pair in checked if pair[1].workload == refusal.blocker), checked[0])
-        self.note(blamed[0], "preemption-refused", f"{refusal.code}: {refusal.message}")
+    def check_preempted(self, item: LogItem, event: Preempted) -> None:
+        # Whether the preemption is justified is an invariant (preemption-refused).
+        view = self.engine.job_state(event.workload)
+        if view is not None and view.state == "Admitted" and view.quota != event.quota:
+            self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
 
     # -- Released
 
@@ -365,17 +348,6 @@ class _Auditor:
             self.note(item, "wrong-quota", f"quota {quota}, but its leaf is {view.quota}")
 
 
-def _same_group(item: LogItem, preemptor: WorkloadKey) -> bool:
-    event = item.event
-    return isinstance(event, Preempted) and event.preemptor == preemptor
-
-
-def _as_preempted(item: LogItem) -> Preempted:
-    event = item.event
-    assert isinstance(event, Preempted)
-    return event
-
-
 def _observed_requests(event: WorkloadObserved) -> dict[str, int]:
     total: dict[str, int] = {}
     for pod_set in event.pod_sets:
@@ -410,9 +382,17 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
 
 
 def audit_log(
-    history: History, config: EngineConfig, *, since_ms: Millis | None = None
+    history: History,
+    config: EngineConfig,
+    *,
+    since_ms: Millis | None = None,
+    quiescent: bool = False,
 ) -> tuple[list[Finding], int]:
-    """Findings of the log part (in log order) and how many decisions were re-derived."""
+    """Findings of the log part (in log order) and how many decisions were re-derived.
+
+    The invariants' findings are included (from ``since_ms`` on); ``quiescent`` adds their
+    end-of-log check, after every other finding.
+    """
     auditor = _Auditor(engine=Engine(config), since_ms=since_ms)
     for bad in history.bad:
         auditor.findings.append(
@@ -424,8 +404,31 @@ def audit_log(
             )
         )
     auditor.run(history.items)
-    findings = sorted(auditor.findings, key=lambda f: f.seq or 0)
-    return findings, auditor.decisions
+    violations = check_log(history.items, config, at_end=quiescent)
+    at_entries = [
+        _finding(v) for v in violations if v.seq is not None and _within(v.time_ms, since_ms)
+    ]
+    at_end = [_finding(v) for v in violations if v.seq is None]
+    findings = sorted(auditor.findings + at_entries, key=lambda f: f.seq or 0)
+    return findings + at_end, auditor.decisions
+
+
+def _within(time_ms: Millis | None, since_ms: Millis | None) -> bool:
+    return since_ms is None or time_ms is None or time_ms >= since_ms
+
+
+def _finding(violation: Violation) -> Finding:
+    """An invariant's violation as an audit finding (its numbers are in the message)."""
+    when = violation.time_ms
+    return Finding(
+        check=violation.check,
+        message=violation.message,
+        decision=violation.decision,
+        seq=violation.seq,
+        event_id=violation.event_id,
+        workload=violation.workload,
+        time=to_datetime(when) if when is not None else None,
+    )
 
 
 # ---------------------------------------------------------------------------- the ledger part
@@ -548,9 +551,13 @@ def audit(
     *,
     since_ms: Millis | None = None,
     ledger: LedgerSnapshot | None = None,
+    quiescent: bool = False,
 ) -> AuditReport:
-    """The whole audit: the log part, and the ledger part when a snapshot is given."""
-    findings, decisions = audit_log(history, config, since_ms=since_ms)
+    """The whole audit: the log part, and the ledger part when a snapshot is given.
+
+    ``quiescent``: the log has come to rest, so its end is checked too (nothing stuck).
+    """
+    findings, decisions = audit_log(history, config, since_ms=since_ms, quiescent=quiescent)
     if ledger is not None:
         findings += check_ledger(history, ledger, since_ms=since_ms)
     return AuditReport(

@@ -82,6 +82,12 @@ def iter_nodes(root: QuotaNode) -> Iterator[tuple[QuotaPath, QuotaNode, QuotaPat
         stack.extend((child, path) for child in reversed(node.children))
 
 
+def path_nodes(leaf: QuotaPath) -> list[QuotaPath]:
+    """Every node path root..``leaf`` of a ``/``-joined path (names never contain ``/``)."""
+    parts = leaf.split("/")
+    return [QuotaPath("/".join(parts[: i + 1])) for i in range(len(parts))]
+
+
 def leaf_paths(root: QuotaNode) -> dict[QuotaPath, QuotaNode]:
     """Leaves (nodes without children) by path, in tree order."""
     return {path: node for path, node, _ in iter_nodes(root) if not node.children}
