@@ -34,10 +34,11 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import Infra
-from tests.e2e.checks import history_violations
+from tests.e2e.checks import assert_log_invariants, history_violations
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
 
 NAMESPACES = ("user-a", "user-b", "user-c")
 PRIORITIES = {"low": 0, "mid": 100, "high": 1000}
@@ -234,6 +235,7 @@ async def _audit(procs: ServiceProcesses, subjects: Subjects, database_url: str)
             subjects.prefix,
             "--database",
             database_url,
+            "--quiescent",
         ],
         capture_output=True,
         text=True,
@@ -296,6 +298,9 @@ async def _run(
     entries = await read_log(js, subjects)
     preemptions = _story_checks(entries, jobs)
     assert preemptions > 0, "no reclaim happened: this run proves nothing about it"
+    # At every log entry: running usage within max, nobody admitted while live, every
+    # Preempted justified; at the end nobody pending with a reason saying it fits now.
+    await assert_log_invariants(js, subjects, EngineConfig())
     assert await history_violations(database_url, Fraction(1)) == []
     assert await _ledger_is_drained(database_url) == (0, 0)
     await _audit(procs, subjects, database_url)
