@@ -65,7 +65,7 @@ class Watcher:
         self.kube = kube
         self.options = options
         # The projection only answers queries: its zones filter does not matter.
-        self.view = LogView.empty(Engine(ctx.settings.engine))
+        self.view = LogView.empty(Engine(ctx.settings.engine), ctx.subjects)
         self.cluster = ClusterView()
         self.publisher = Publisher(ctx, self.view, options)
         args = (ctx, kube, self.publisher, self.view, self.cluster, options)

@@ -21,6 +21,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import (
+    LEDGER_SOURCE,
     Admitted,
     DeadLetter,
     Envelope,
@@ -335,17 +336,22 @@ class Harness:
 
         return await self.eventually(found)
 
-    async def decide(self, event: Admitted | Preempted, zone: str = "default") -> None:
-        action = "admitted" if isinstance(event, Admitted) else "preempted"
-        namespace, _, name = event.workload.partition("/")
+    async def decide(
+        self, event: Admitted | Preempted, zone: str | None = None, *, subject: str | None = None,
+        source: str = LEDGER_SOURCE,
+    ) -> None:  # fmt: skip
+        """Publish ``event`` as the ledger's outbox does (or, given ``subject``/``source``,
+        as someone else pretending to be it)."""
         envelope = Envelope(
-            id=EventId(f"test:{action}:{event.workload}:{datetime.now(UTC).timestamp()}"),
+            id=EventId(f"test:{event.workload}:{datetime.now(UTC).timestamp()}"),
             time=datetime.now(UTC),
-            source="usher/test",
+            source=source,
             event=event,
         )
-        subject = self.subjects.decision(Zone(zone), action, namespace, name)
-        await publish_envelope(self.js, subject, envelope)
+        # The ledger publishes an admission on its zone's subject (a preemption: the job's).
+        zone = zone or (event.zone if isinstance(event, Admitted) else "default")
+        at = subject or self.subjects.decision_for(event, Zone(zone))
+        await publish_envelope(self.js, at, envelope)
 
 
 @pytest.fixture
@@ -761,6 +767,51 @@ async def test_garbage_decision_is_parked_and_the_next_is_carried_out(h: Harness
         ("watcher", garbage_subject, b"{not json")
     ]
     assert letters[0].error in ("DecodeError", "ValidationError")
+
+
+async def test_forged_decisions_are_parked_and_never_carried_out(h: Harness) -> None:
+    """Only the ledger admits: an ``Admitted`` on another action's subject, on the subject of
+    another job, to another zone or from another source is parked with why, not obeyed."""
+    await h.kube.create(JOBS, "user-c", job("forge-big", "user-c", cpu="200"))
+    await h.kube.create(JOBS, "user-a", job("pi"))
+    forge = admitted("user-c/forge-big", "default")
+    unmapped = h.subjects.decision(Zone("default"), "unmapped", "user-c", "forge-big")
+    other_job = h.subjects.decision(Zone("default"), "admitted", "user-a", "pi")
+    other_zone = h.subjects.decision(Zone("zone-b"), "admitted", "user-c", "forge-big")
+    async with h.watcher():
+        await h.logged(WorkloadObserved, lambda e: e.name == "pi")
+        await h.logged(WorkloadObserved, lambda e: e.name == "forge-big")
+        await h.decide(forge, subject=unmapped)
+        await h.decide(forge, subject=other_job)
+        await h.decide(forge, subject=other_zone)
+        await h.decide(forge, source="usher/dequeuer/default")
+        await h.decide(preempted("user-a/pi"), subject=unmapped)
+        # A real ledger decision after them all is still carried out.
+        await h.decide(admitted("user-a/pi", "default"))
+
+        async def pi_unsuspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "pi"))["spec"]["suspend"] is False
+
+        await h.eventually(pi_unsuspended)
+
+        async def parked() -> list[DeadLetter] | None:
+            letters = await read_dlq(h.js, h.subjects)
+            return letters if len(letters) >= 5 else None
+
+        letters = await h.eventually(parked)
+        forged = await h.kube.get(JOBS, "user-c", "forge-big")
+    assert forged["spec"]["suspend"] is True
+    assert [(d.service, d.error) for d in letters] == [("watcher", "ForgedDecision")] * 5
+    assert [d.subject for d in letters] == [unmapped, other_job, other_zone, h.subjects.decision(
+        Zone("default"), "admitted", "user-c", "forge-big"), unmapped]  # fmt: skip
+    details = [d.detail for d in letters]
+    assert "'unmapped' subject" in details[0] and "belongs on 'admitted'" in details[0]
+    assert "about user-c/forge-big on the subject of user-a/pi" in details[1]
+    assert "zone 'default' on a subject of zone 'zone-b'" in details[2]
+    assert "from 'usher/dequeuer/default'; only 'usher/ledger'" in details[3]
+    assert "decision.preempted.v1 on a 'unmapped' subject" in details[4]
+    assert all(decode_envelope(d.data).event.workload in ("user-c/forge-big", "user-a/pi")
+               for d in letters)  # fmt: skip
 
 
 async def test_decision_for_a_deleted_or_finished_workload_is_skipped(h: Harness) -> None:
