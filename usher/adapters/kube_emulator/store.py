@@ -150,6 +150,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         ),
     ),
     ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", short_names=("cm",)),
+    ResourceType("", "v1", "limitranges", "limitrange", "LimitRange", short_names=("limits",)),
     ResourceType(
         "batch",
         "v1",
