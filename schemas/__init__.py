@@ -6,7 +6,10 @@ What it must never do: import anything outside the standard library and msgspec.
 
 from schemas.common import FieldError, Reason, ReasonCode, Resources
 from schemas.decisions import (
+    DECISION_ACTIONS,
     DECISION_TYPES,
+    LEDGER_DECISION_TYPES,
+    LEDGER_SOURCE,
     Admitted,
     Decision,
     Inadmissible,
@@ -67,8 +70,11 @@ from schemas.quota import QuotaNode
 
 __all__ = [
     "CLUSTER_EVENT_TYPES",
+    "DECISION_ACTIONS",
     "DECISION_TYPES",
     "DEFAULT_ZONE",
+    "LEDGER_DECISION_TYPES",
+    "LEDGER_SOURCE",
     "SCHEMA_VERSION",
     "Admitted",
     "ClusterEvent",

@@ -7,7 +7,7 @@ What it must never do: hold logic; change a tag once published.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -89,3 +89,21 @@ DECISION_TYPES: tuple[type[_Decision], ...] = (
     Preempted,
     Released,
 )
+
+DECISION_ACTIONS: Final[dict[type[_Decision], str]] = {
+    Admitted: "admitted",
+    Pending: "pending",
+    Inadmissible: "inadmissible",
+    Unmapped: "unmapped",
+    Preempted: "preempted",
+    Released: "released",
+}
+"""The ``<action>`` token of each decision type in ``<p>.decision.<zone>.<action>.<ns>.<name>``:
+the one mapping between subjects and decision types (subjects, outbox, audit and the watcher)."""
+
+LEDGER_DECISION_TYPES: Final = (Admitted, Preempted, Released)
+"""Decisions only the ledger may make (through its outbox): they move quota."""
+
+LEDGER_SOURCE: Final = "usher/ledger"
+"""The envelope ``source`` of the ledger's decisions; a ledger decision from any other source
+is forged and must never be carried out."""

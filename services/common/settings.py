@@ -170,6 +170,41 @@ def load_settings(
     )
 
 
+@dataclass(frozen=True)
+class WebhookSettings:
+    """The admission webhook's settings: it needs no NATS, only the API and its TLS files."""
+
+    kubeconfig: Path
+    tls_cert: Path
+    """Serving certificate (PEM, ``USHER_WEBHOOK_TLS_CERT``; cert-manager's ``tls.crt``)."""
+    tls_key: Path
+    """Its key (PEM, ``USHER_WEBHOOK_TLS_KEY``)."""
+    host: str = "127.0.0.1"
+    """``USHER_WEBHOOK_HOST`` (the deploy sets 0.0.0.0)."""
+    port: int = 9443
+    """``USHER_WEBHOOK_PORT``; 0 picks a free one."""
+    tree_ttl_s: float = 5.0
+    """How long a listing of the quota trees is reused between reviews."""
+
+
+def load_webhook_settings(kubeconfig: str | None = None) -> WebhookSettings:
+    """The webhook's settings from ``kubeconfig`` and ``USHER_*`` variables."""
+    env = os.environ
+    kube = kubeconfig or env.get("USHER_KUBECONFIG") or env.get("KUBECONFIG")
+    if not kube:
+        raise SettingsError("kubeconfig", "the webhook reads namespaces and trees: set one")
+    cert, key = _tls_file(env, "USHER_WEBHOOK_TLS_CERT"), _tls_file(env, "USHER_WEBHOOK_TLS_KEY")
+    if cert is None or key is None:
+        missing = "USHER_WEBHOOK_TLS_CERT" if cert is None else "USHER_WEBHOOK_TLS_KEY"
+        raise SettingsError(missing, "the API server calls webhooks over HTTPS only")
+    try:
+        port = int(env.get("USHER_WEBHOOK_PORT", "9443"))
+    except ValueError as exc:
+        raise SettingsError("USHER_WEBHOOK_PORT", f"not a number: {exc}") from exc
+    host = env.get("USHER_WEBHOOK_HOST", "127.0.0.1")
+    return WebhookSettings(Path(kube), cert, key, host, port)
+
+
 def _tls_file(env: Mapping[str, str], variable: str) -> Path | None:
     """A TLS file named by ``variable``: unset or empty is None, a missing file an error."""
     raw = env.get(variable)

@@ -13,22 +13,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from schemas import Admitted, Envelope, EventId, Preempted, Released, Zone, encode
+from schemas import DECISION_ACTIONS, LEDGER_SOURCE, Envelope, EventId, Zone, encode
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerDecision, OutboxBuilder, OutboxMessage
 
-SOURCE: Final = "usher/ledger"
-
-_ACTIONS: Final[dict[type[LedgerDecision], str]] = {
-    Admitted: "admitted",
-    Preempted: "preempted",
-    Released: "released",
-}
+SOURCE: Final = LEDGER_SOURCE
 
 
 def event_id(decision: LedgerDecision, allocation_id: int) -> EventId:
     """The decision's id: one per (action, allocation), whatever the number of retries."""
-    return EventId(f"ledger:{_ACTIONS[type(decision)]}:{decision.workload}:{allocation_id}")
+    return EventId(f"ledger:{DECISION_ACTIONS[type(decision)]}:{decision.workload}:{allocation_id}")
 
 
 def outbox_builder(
@@ -37,14 +31,12 @@ def outbox_builder(
     """The store's ``OutboxBuilder`` for this installation's subjects."""
 
     def build(decision: LedgerDecision, zone: Zone, allocation_id: int) -> OutboxMessage:
-        action = _ACTIONS[type(decision)]
-        namespace, _, name = decision.workload.partition("/")
         envelope = Envelope(
             id=event_id(decision, allocation_id), time=clock(), source=SOURCE, event=decision
         )
         return OutboxMessage(
             event_id=envelope.id,
-            subject=subjects.decision(zone, action, namespace, name),
+            subject=subjects.decision_for(decision, zone),
             payload=encode(envelope),
         )
 

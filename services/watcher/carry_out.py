@@ -9,10 +9,13 @@ or there was nothing to do: the workload is gone, finished, already in the wante
 decision is stale (a later decision about it, or a newer incarnation of the name, is on the
 log). Conflicts and transient API errors are retried in place with backoff (so order is kept);
 a message that does not decode, or a patch the server refuses for good, is parked on the DLQ
-and acked. Other decisions (``Released``, ``Pending``...) need no Kubernetes change and are
-acked as they come.
+and acked. Only the ledger admits and preempts: a ledger decision (``Admitted``, ``Preempted``,
+``Released``) whose subject names another action, workload or zone, or whose source is not
+the ledger, is forged (``Subjects.ledger_decision_problem``): it is logged, parked with the
+precise reason (``ForgedDecision``) and acked, never carried out. Other decisions
+(``Released``, ``Pending``...) need no Kubernetes change and are acked as they come.
 What it must never do: ack before the patch, patch a finished or deleted workload, carry out a
-stale decision, or stop on one bad message.
+stale or forged decision, or stop on one bad message.
 """
 
 from __future__ import annotations
@@ -48,6 +51,16 @@ def consumer_name(subjects: Subjects) -> str:
 
 class Stopping(Exception):
     """The service was asked to stop while a decision was still being retried."""
+
+
+class ForgedDecision(Exception):
+    """A message claims to be a ledger decision but is not one (permanent: never retried)."""
+
+    def __init__(self, subject: str, decision: str, reason: str) -> None:
+        super().__init__(reason)
+        self.subject = subject
+        self.decision = decision
+        self.reason = reason
 
 
 class DecisionRunner:
@@ -141,6 +154,16 @@ class DecisionRunner:
             await _quietly(msg.ack())
             return
         decision = envelope.event
+        problem = self.ctx.subjects.ledger_decision_problem(msg.subject, envelope)
+        if problem is not None:
+            forged = ForgedDecision(msg.subject, type(decision).__name__, problem)
+            self.ctx.log.warning(
+                "forged decision ignored", subject=msg.subject, decision=forged.decision,
+                source=envelope.source, reason=problem, seq=seq,
+            )  # fmt: skip
+            await self.ctx.park(msg.subject, msg.data, forged, problem, seq)
+            await _quietly(msg.ack())
+            return
         if not isinstance(decision, Admitted | Preempted):
             await _quietly(msg.ack())
             return
@@ -187,6 +210,7 @@ class DecisionRunner:
         resource = self.cluster.workloads.get(key)
         if resource is None:
             return "gone"
+        self.view.note_decision(decision, seq)
         family = self._families[resource.storage]
         namespace, _, name = key.partition("/")
         try:

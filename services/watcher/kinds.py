@@ -374,6 +374,22 @@ PRIORITY_CLASSES = Resource(
 QUOTA_TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree")
 QUEUES = Resource("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
+
+
+def container_defaults(limit_range: JsonObj) -> dict[str, str]:
+    """What a LimitRange gives a container that declares nothing: for each resource its
+    ``defaultRequest``, else its ``default`` (limit), as the API server's LimitRanger does."""
+    defaults: dict[str, str] = {}
+    for item in _list(_spec(limit_range).get("limits")):
+        item = _mapping(item)
+        if item.get("type") != "Container":
+            continue
+        for field in ("defaultRequest", "default"):
+            for resource, quantity in _mapping(item.get(field)).items():
+                if isinstance(quantity, str | int) and resource not in defaults:
+                    defaults[str(resource)] = str(quantity)
+    return defaults
 
 
 def family_of_kind(kind: str) -> JobFamily | None:

@@ -7,9 +7,14 @@ without its resourceVersion, and the object's kind, uid and zone; deleted object
 forgotten), so that after a restart the watcher publishes only what changed and can tell
 which objects were deleted while it was down. It also remembers the stream sequence of the
 latest ``Admitted``/``Preempted`` decision and of the current incarnation of each workload, so
-a stale decision is never carried out. ``synced`` is set once the replay has caught up.
-What it must never do: publish or decide anything, or record a cluster event after the replay
-(from then on the observers, the only publishers of cluster events, record what they publish).
+a stale decision is never carried out, and whether each workload holds a live admission (an
+``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running without one
+can be stopped. Decisions that claim to be the ledger's but are not (wrong subject, wrong
+source: ``Subjects.ledger_decision_problem``) are left out of all of it; the decision runner
+parks them. ``synced`` is set once the replay has caught up.
+What it must never do: publish or decide anything, believe a forged ledger decision, or record
+a cluster event after the replay (from then on the observers, the only publishers of cluster
+events, record what they publish).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from schemas import (
     QuotaNode,
     QuotaTreeApplied,
     QuotaTreeRejected,
+    Released,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
@@ -45,6 +51,7 @@ from schemas.events import ClusterEvent
 from services.common.follower import BadEntry, LogEntry, LogFollower, Projection
 from services.common.runtime import ServiceContext
 from services.watcher.options import WatcherOptions, retrying
+from usher.adapters.nats.subjects import Subjects
 from usher.core.engine import Engine
 
 
@@ -72,6 +79,7 @@ class LogView:
     """The projection and the record of what the log says, shared by the watcher's tasks."""
 
     projection: Projection
+    subjects: Subjects
     workloads: dict[WorkloadKey, Said] = field(default_factory=dict)
     nodes: dict[NodeName, Said] = field(default_factory=dict)
     classes: dict[str, Said] = field(default_factory=dict)
@@ -83,11 +91,15 @@ class LogView:
     born: dict[WorkloadKey, tuple[str, int]] = field(default_factory=dict)
     """``(uid, seq)`` of the first observation of each workload's current incarnation: a
     decision older than that was about a deleted predecessor of the same name."""
+    admissions: dict[WorkloadKey, int] = field(default_factory=dict)
+    """Stream sequence of the latest (ledger) ``Admitted`` of each workload."""
+    withdrawals: dict[WorkloadKey, int] = field(default_factory=dict)
+    """Stream sequence of the latest ``Preempted``/``Released`` of each workload."""
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def empty(cls, engine: Engine) -> LogView:
-        return cls(projection=Projection(engine))
+    def empty(cls, engine: Engine, subjects: Subjects) -> LogView:
+        return cls(projection=Projection(engine), subjects=subjects)
 
     # ------------------------------------------------------------------ what was said
 
@@ -160,6 +172,8 @@ class LogView:
     def apply(self, entry: LogEntry) -> None:
         """One log entry: into the projection; while replaying, into the record too."""
         event: LogEvent = entry.envelope.event
+        if self.subjects.ledger_decision_problem(entry.subject, entry.envelope) is not None:
+            return  # forged: it decided nothing (the decision runner parks it)
         self.projection.apply(entry)
         if isinstance(event, QuotaTreeApplied):
             self.tree = event.root
@@ -169,12 +183,32 @@ class LogView:
             # Decisions about a deleted workload have nothing left to act on.
             self.born.pop(event.workload, None)
             self.latest_decision.pop(event.workload, None)
-        elif isinstance(event, Admitted | Preempted):
-            self.latest_decision[event.workload] = max(
-                entry.seq, self.latest_decision.get(event.workload, 0)
-            )
+            self._forget_decisions(event.workload, entry.seq)
+        elif isinstance(event, Admitted | Preempted | Released):
+            self.note_decision(event, entry.seq)
         if not self.synced.is_set() and not isinstance(event, Admitted | Preempted):
             self._record_replayed(event)
+
+    def note_decision(self, decision: Admitted | Preempted | Released, seq: int) -> None:
+        """A ledger decision at ``seq``. Also called by the decision runner before it carries
+        one out: the job it unsuspends must not look unadmitted until the log follower
+        catches up with the same decision."""
+        key = decision.workload
+        if isinstance(decision, Admitted | Preempted):
+            self.latest_decision[key] = max(seq, self.latest_decision.get(key, 0))
+        held = self.admissions if isinstance(decision, Admitted) else self.withdrawals
+        held[key] = max(seq, held.get(key, 0))
+
+    def admitted(self, workload: WorkloadKey) -> bool:
+        """Whether the ledger admitted ``workload`` and has not preempted or released it."""
+        return self.admissions.get(workload, 0) > self.withdrawals.get(workload, 0)
+
+    def _forget_decisions(self, workload: WorkloadKey, seq: int) -> None:
+        # Only what came before the deletion: the runner may already have noted a later
+        # admission of a new job of the same name.
+        for held in (self.admissions, self.withdrawals):
+            if held.get(workload, seq) < seq:
+                del held[workload]
 
     def _note_incarnation(self, event: WorkloadObserved, seq: int) -> None:
         known = self.born.get(event.workload)

@@ -1,17 +1,22 @@
 """Observe the cluster: list + watch each resource type and publish what changed on the log.
 
 What it does: one ``Observer`` task per resource type (every supported job kind, the job kinds
-Usher rejects as unsupported, Node, PriorityClass, ElasticQuotaTree). Each lists (finding which
-served version to use), publishes an event per object that says something new, publishes the
-deletion of objects the log holds live but the list no longer has (deleted while the watcher
-was down, or during a watch gap), then watches from the list's resourceVersion, resuming from
-the last version seen after each watch ends, listing again after 410 Gone, and reconnecting
-with capped, jittered exponential backoff after any failure. Publishing retries until NATS
-takes the event. It also keeps the ``ClusterView`` (which resource each live workload is, the
-quota tree objects) that carrying out decisions and writing status need.
+Usher rejects as unsupported, Node, PriorityClass, ElasticQuotaTree, LimitRange). Each lists
+(finding which served version to use), publishes an event per object that says something new,
+publishes the deletion of objects the log holds live but the list no longer has (deleted while the
+watcher was down, or during a watch gap), then watches from the list's resourceVersion, resuming
+from the last version seen after each watch ends, listing again after 410 Gone, and reconnecting
+with capped, jittered exponential backoff after any failure. Publishing retries until NATS takes
+the event. It also keeps the ``ClusterView`` (which resource each live workload is, the quota tree
+objects, each namespace's LimitRange defaults) that carrying out decisions, writing status and
+reading jobs need. A job reads with its namespace's LimitRange defaults for the containers that
+declare nothing; one that still requests nothing is rejected unless its branch of the tree says
+``usher.io/allow-zero-requests: "true"``. Second line behind the admission webhook: a managed job
+(its namespace or quota label is mapped by the tree in force) found running without a live ledger
+admission is suspended and rejected with ``not-admitted``.
 What it must never do: publish an event the log already says (a status write of our own must
-not become an event), drop an event because NATS is down, or stop watching a kind because of
-one bad object.
+not become an event), drop an event because NATS is down, stop watching a kind because of
+one bad object, or let a job run that the ledger did not admit.
 """
 
 from __future__ import annotations
@@ -28,12 +33,16 @@ from nats.js.api import PubAck
 from schemas import Envelope, QuotaNode, WorkloadKey, WorkloadRejected, Zone
 from services.common.runtime import ServiceContext
 from services.watcher.kinds import (
+    LIMIT_RANGES,
     NODES,
     PRIORITY_CLASSES,
     QUOTA_TREES,
     JobFamily,
+    container_defaults,
     controlled_by_workload,
     family_of_kind,
+    suspend_flag,
+    suspend_patch,
 )
 from services.watcher.logview import LogView
 from services.watcher.options import Backoff, WatcherOptions, retrying
@@ -51,8 +60,10 @@ from services.watcher.translate import (
     workload_deleted,
     workload_event,
     workload_gone,
+    workload_unadmitted,
 )
 from usher.adapters.kube import (
+    Conflict,
     JsonObj,
     KubeClient,
     KubeError,
@@ -63,7 +74,8 @@ from usher.adapters.kube import (
     WatchExpired,
 )
 from usher.adapters.nats.log import publish_envelope
-from usher.core.workload import ZONE_LABEL
+from usher.core.tree import ALLOW_ZERO_REQUESTS_ATTRIBUTE, inherited_attribute, mapped_branch
+from usher.core.workload import QUOTA_LABEL, ZONE_LABEL, with_container_defaults
 
 SOURCE = "usher/watcher"
 HEALTHY_WATCH_S = 1.0
@@ -90,7 +102,17 @@ class ClusterView:
 
     workloads: dict[WorkloadKey, Resource] = field(default_factory=dict)
     trees: dict[tuple[str, str], TreeObject] = field(default_factory=dict)
+    limit_ranges: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    """Container defaults of each LimitRange, by (namespace, name)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def container_defaults(self, namespace: str) -> dict[str, str]:
+        """The namespace's LimitRange defaults (several: the first by name wins a resource)."""
+        merged: dict[str, str] = {}
+        for (ns, _), defaults in sorted(self.limit_ranges.items()):
+            if ns == namespace:
+                merged = {**defaults, **merged}
+        return merged
 
 
 # --------------------------------------------------------------------------- publishing
@@ -305,12 +327,50 @@ class WorkloadObserver(Observer):
             return
         if self.family.supported:
             self.cluster.workloads[who.key] = resource
-        out = workload_event(resource, self.family, obj, self.ctx.subjects)
         log = self.log.bind(workload=who.key)
+        branch = self._branch(obj, who)
+        if self.family.supported and branch is not None and self._runs_unadmitted(obj, who):
+            await self._stop_unadmitted(resource, obj, log)
+            return
+        allowed = branch is not None and (
+            inherited_attribute(branch, ALLOW_ZERO_REQUESTS_ATTRIBUTE) == "true"
+        )
+        effective = with_container_defaults(obj, self.cluster.container_defaults(who.namespace))
+        assert isinstance(effective, dict)
+        out = workload_event(
+            resource, self.family, effective, self.ctx.subjects, zero_requests_allowed=allowed
+        )
         if await self.publisher.publish(out, log) and isinstance(out.event, WorkloadRejected):
             log.warning(
                 "workload rejected", errors=[f"{e.path}: {e.message}" for e in out.problems]
             )
+
+    def _branch(self, obj: JsonObj, who: Identity) -> list[QuotaNode] | None:
+        """The tree's nodes root..leaf that take this job; None when it is not managed."""
+        if self.view.tree is None:
+            return None
+        labels = _mapping(_mapping(obj.get("metadata")).get("labels"))
+        quota = labels.get(QUOTA_LABEL)
+        quota_name = quota if isinstance(quota, str) and quota else None
+        return mapped_branch(self.view.tree, who.namespace, quota_name)
+
+    def _runs_unadmitted(self, obj: JsonObj, who: Identity) -> bool:
+        running = not suspend_flag(self.family, obj) and self.family.outcome(obj) is None
+        return running and not self.view.admitted(who.key)
+
+    async def _stop_unadmitted(self, resource: Resource, obj: JsonObj, log: Any) -> None:
+        """Suspend a job that bypassed the queue and say why on the log. A conflict or a job
+        gone meanwhile needs nothing: the next watch event looks at it again."""
+        patch = suspend_patch(self.family, obj)
+        who = identity(obj)
+        if patch is not None:
+            try:
+                await self.kube.merge_patch(resource, who.namespace, who.name, patch)
+            except (Conflict, NotFound):
+                return
+        out = workload_unadmitted(resource, self.family, obj, self.ctx.subjects)
+        if await self.publisher.publish(out, log):
+            log.warning("running without admission: suspended", reason=out.problems[0].code)
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         who = identity(obj)
@@ -426,6 +486,32 @@ class QuotaTreeObserver(Observer):
         for key in list(self.cluster.trees):
             if key not in present:
                 del self.cluster.trees[key]
+
+
+class LimitRangeObserver(Observer):
+    """LimitRanges: the container defaults jobs without requests are read with (not logged:
+    they only change how a job reads, and the job's own event carries the result)."""
+
+    @property
+    def candidates(self) -> list[Resource]:
+        return [LIMIT_RANGES]
+
+    async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        who = identity(obj)
+        self.cluster.limit_ranges[(who.namespace, who.name)] = container_defaults(obj)
+
+    async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
+        who = identity(obj)
+        self.cluster.limit_ranges.pop((who.namespace, who.name), None)
+
+    async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
+        for key in list(self.cluster.limit_ranges):
+            if key not in present:
+                del self.cluster.limit_ranges[key]
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def _stub(name: str, zone: Zone | None = None) -> JsonObj:

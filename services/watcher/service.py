@@ -23,6 +23,7 @@ from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
 from services.watcher.logview import LogView, follow_log
 from services.watcher.observe import (
     ClusterView,
+    LimitRangeObserver,
     NodeObserver,
     Observer,
     PriorityClassObserver,
@@ -65,7 +66,7 @@ class Watcher:
         self.kube = kube
         self.options = options
         # The projection only answers queries: its zones filter does not matter.
-        self.view = LogView.empty(Engine(ctx.settings.engine))
+        self.view = LogView.empty(Engine(ctx.settings.engine), ctx.subjects)
         self.cluster = ClusterView()
         self.publisher = Publisher(ctx, self.view, options)
         args = (ctx, kube, self.publisher, self.view, self.cluster, options)
@@ -73,6 +74,7 @@ class Watcher:
             PriorityClassObserver(*args),
             NodeObserver(*args),
             QuotaTreeObserver(*args),
+            LimitRangeObserver(*args),
         ]
         self.workloads: list[Observer] = [WorkloadObserver(f, *args) for f in JOB_FAMILIES]
         # Observed only to be rejected: decisions never wait for (nor act on) these kinds.
@@ -90,7 +92,8 @@ class Watcher:
             await self._tasks_running_until(self.view.synced)
             if self.ctx.stop.is_set():
                 return
-            # Classes, nodes and the tree first: jobs then land on a known tree (less churn).
+            # Classes, nodes, the tree and LimitRanges first: jobs then land on a known tree
+            # and read with their namespace's defaults (less churn).
             for observer in self.references:
                 self._start(observer.name, observer.run())
             await self._tasks_running_until(*(o.attempted for o in self.references))

@@ -6,6 +6,9 @@ from the object: ``<apiVersion>/<Kind>:<namespace>/<name>:<uid>:<resourceVersion
 (cluster-scoped objects have no ``<namespace>/``). The same object at the same version always
 gives the same id, so a re-list after a restart is dropped by JetStream's de-duplication; an
 object found gone after a re-list has ``gone`` in place of the resourceVersion.
+A job whose containers request nothing is rejected too (``no-requests``, naming each
+container) unless its branch of the tree allows it; one found running without an admission
+is rejected with ``not-admitted`` (the observer suspends it).
 What it must never do: read a clock, do I/O, or guess: a manifest the core refuses becomes a
 ``WorkloadRejected`` / ``QuotaTreeRejected`` carrying every field error.
 """
@@ -50,7 +53,12 @@ from usher.adapters.nats.subjects import Subjects
 from usher.core.errors import InputError, TreeInvalid, WorkloadInvalid
 from usher.core.quantity import collect_resources
 from usher.core.tree import parse_tree
-from usher.core.workload import ZONE_LABEL, extract_priority_class, extract_workload
+from usher.core.workload import (
+    ZONE_LABEL,
+    extract_priority_class,
+    extract_workload,
+    unrequested_containers,
+)
 
 GONE = "gone"
 """Stands for the resourceVersion in the id of an object found missing after a re-list."""
@@ -110,10 +118,16 @@ def event_id(kind: str, who: Identity, event: ClusterEvent, version: str | None 
 
 
 def workload_event(
-    resource: Resource, family: JobFamily, obj: JsonObj, subjects: Subjects
+    resource: Resource,
+    family: JobFamily,
+    obj: JsonObj,
+    subjects: Subjects,
+    *,
+    zero_requests_allowed: bool = True,
 ) -> Outgoing:
     """Finished, observed (suspended only without active pods) or rejected, for a job; a job
-    of a kind Usher does not admit is always rejected, with the core's ``unsupported-kind``."""
+    of a kind Usher does not admit is always rejected, with the core's ``unsupported-kind``,
+    and so is one with a container that requests nothing unless ``zero_requests_allowed``."""
     who = identity(obj)
     kind = kind_id(resource)
     subject = subjects.job(who.zone, who.namespace, who.name)
@@ -140,12 +154,37 @@ def workload_event(
         )
         rejected = WorkloadRejected(workload=observed.workload, kind=kind, errors=[error])
         return Outgoing(subject, event_id(kind, who, rejected), rejected, [error])
+    free = [] if zero_requests_allowed else unrequested_containers(obj)
+    if free:
+        rejected = WorkloadRejected(workload=observed.workload, kind=kind, errors=free)
+        return Outgoing(subject, event_id(kind, who, rejected), rejected, free)
     # Suspended means "holds no capacity": the flag is set AND the controller reports no
     # active pods (a preempted job is not released until its pods are gone).
     suspended = observed.suspended and not family.active(obj)
     if suspended != observed.suspended:
         observed = msgspec.structs.replace(observed, suspended=suspended)
     return Outgoing(subject, event_id(kind, who, observed), observed)
+
+
+def workload_unadmitted(
+    resource: Resource, family: JobFamily, obj: JsonObj, subjects: Subjects
+) -> Outgoing:
+    """A managed job found running although the ledger never admitted it (created with its
+    suspend flag false, or unsuspended by someone else): rejected with ``not-admitted``."""
+    who = identity(obj)
+    kind = kind_id(resource)
+    path = ".".join(("spec", *family.suspend_path))
+    error = FieldError(
+        path=path,
+        code="not-admitted",
+        message=(
+            f"{who.key} was running without an admission from Usher ({path} false); "
+            "suspended: it waits in its queue like every other job"
+        ),
+    )
+    rejected = WorkloadRejected(workload=who.key, kind=kind, errors=[error])
+    subject = subjects.job(who.zone, who.namespace, who.name)
+    return Outgoing(subject, event_id(kind, who, rejected), rejected, [error])
 
 
 def workload_deleted(resource: Resource, obj: JsonObj, subjects: Subjects) -> Outgoing:

@@ -107,6 +107,7 @@ async def test_discovery_lists_groups_and_resources(api: client.ApiClient) -> No
     assert by_name["kubeflow.org"] == ["v1", "v2beta1"]
     assert by_name["scheduling.sigs.k8s.io"] == ["v1beta1"]
     assert by_name["coordination.k8s.io"] == ["v1"]
+    assert by_name["admissionregistration.k8s.io"] == ["v1"]
     batch = await client.BatchV1Api(api).get_api_resources()
     assert [(r.name, r.namespaced) for r in batch.resources] == [
         ("jobs", True),
@@ -120,7 +121,23 @@ async def test_discovery_lists_groups_and_resources(api: client.ApiClient) -> No
         "pods": True,
         "events": True,
         "configmaps": True,
+        "limitranges": True,
     }
+
+
+async def test_limit_ranges_are_created_listed_and_read(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    body = {
+        "metadata": {"name": "defaults"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "500m"}}]},
+    }
+    created = await core.create_namespaced_limit_range(NS, body)
+    assert created.metadata.namespace == NS and created.metadata.uid
+    listed = await core.list_namespaced_limit_range(NS)
+    assert [i.metadata.name for i in listed.items] == ["defaults"]
+    read = await core.read_namespaced_limit_range("defaults", NS)
+    assert read.spec.limits[0].default_request == {"cpu": "500m"}
+    assert (await core.list_limit_range_for_all_namespaces()).items[0].metadata.name == "defaults"
 
 
 # --------------------------------------------------------------------------- verbs

@@ -133,6 +133,7 @@ EXPECTED_CLUSTER_RULES = [
     (("ray.io",), ("rayjobs",), JOB_VERBS),
     (("jobset.x-k8s.io",), ("jobsets",), JOB_VERBS),
     (("",), ("nodes",), ["list", "watch"]),
+    (("",), ("limitranges",), ["list", "watch"]),
     (("scheduling.k8s.io",), ("priorityclasses",), ["list", "watch"]),
     (("scheduling.sigs.k8s.io",), ("elasticquotatrees",), ["get", "list", "watch"]),
     (("scheduling.sigs.k8s.io",), ("elasticquotatrees/status",), ["patch"]),

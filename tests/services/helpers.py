@@ -13,6 +13,8 @@ import nats
 from nats.js import JetStreamContext
 
 from schemas import (
+    LEDGER_DECISION_TYPES,
+    LEDGER_SOURCE,
     Envelope,
     EventId,
     LogEvent,
@@ -94,8 +96,10 @@ _counter = iter(range(1, 10**9))
 
 
 async def publish(js: JetStreamContext, subject: str, event: LogEvent) -> None:
+    """Publish ``event`` as its owner would: a ledger decision as from the ledger."""
+    source = LEDGER_SOURCE if isinstance(event, LEDGER_DECISION_TYPES) else "test"
     envelope = Envelope(
-        id=EventId(f"test:{next(_counter)}"), time=datetime.now(UTC), source="test", event=event
+        id=EventId(f"test:{next(_counter)}"), time=datetime.now(UTC), source=source, event=event
     )
     await publish_envelope(js, subject, envelope)
 

@@ -21,6 +21,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import (
+    LEDGER_SOURCE,
     Admitted,
     DeadLetter,
     Envelope,
@@ -87,6 +88,8 @@ NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 XGBOOSTJOBS = Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob")
 PADDLEJOBS = Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob")
 MXJOBS = Resource("kubeflow.org", "v1", "mxjobs", "MXJob")
+LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
+ALLOW_ZERO = "usher.io/allow-zero-requests"
 
 FAST = WatcherOptions(
     watch_timeout_s=30, backoff_base_s=0.05, backoff_cap_s=0.3, fetch_timeout_s=0.2
@@ -104,8 +107,11 @@ def pod(cpu: object = "10", memory: str = "10Gi") -> JsonObj:
 
 
 def job(name: str, namespace: str = "user-a", *, zone: str | None = None, cpu: object = "10",
-        suspend: bool = True, priority_class: str | None = None) -> JsonObj:  # fmt: skip
+        suspend: bool = True, priority_class: str | None = None,
+        resources: JsonObj | None = None) -> JsonObj:  # fmt: skip
     template = pod(cpu)
+    if resources is not None:
+        template["spec"]["containers"][0]["resources"] = resources
     if priority_class:
         template["spec"]["priorityClassName"] = priority_class
     labels = {"usher.io/zone": zone} if zone else {}
@@ -335,17 +341,22 @@ class Harness:
 
         return await self.eventually(found)
 
-    async def decide(self, event: Admitted | Preempted, zone: str = "default") -> None:
-        action = "admitted" if isinstance(event, Admitted) else "preempted"
-        namespace, _, name = event.workload.partition("/")
+    async def decide(
+        self, event: Admitted | Preempted, zone: str | None = None, *, subject: str | None = None,
+        source: str = LEDGER_SOURCE,
+    ) -> None:  # fmt: skip
+        """Publish ``event`` as the ledger's outbox does (or, given ``subject``/``source``,
+        as someone else pretending to be it)."""
         envelope = Envelope(
-            id=EventId(f"test:{action}:{event.workload}:{datetime.now(UTC).timestamp()}"),
+            id=EventId(f"test:{event.workload}:{datetime.now(UTC).timestamp()}"),
             time=datetime.now(UTC),
-            source="usher/test",
+            source=source,
             event=event,
         )
-        subject = self.subjects.decision(Zone(zone), action, namespace, name)
-        await publish_envelope(self.js, subject, envelope)
+        # The ledger publishes an admission on its zone's subject (a preemption: the job's).
+        zone = zone or (event.zone if isinstance(event, Admitted) else "default")
+        at = subject or self.subjects.decision_for(event, Zone(zone))
+        await publish_envelope(self.js, at, envelope)
 
 
 @pytest.fixture
@@ -761,6 +772,119 @@ async def test_garbage_decision_is_parked_and_the_next_is_carried_out(h: Harness
         ("watcher", garbage_subject, b"{not json")
     ]
     assert letters[0].error in ("DecodeError", "ValidationError")
+
+
+async def test_forged_decisions_are_parked_and_never_carried_out(h: Harness) -> None:
+    """Only the ledger admits: an ``Admitted`` on another action's subject, on the subject of
+    another job, to another zone or from another source is parked with why, not obeyed."""
+    await h.kube.create(JOBS, "user-c", job("forge-big", "user-c", cpu="200"))
+    await h.kube.create(JOBS, "user-a", job("pi"))
+    forge = admitted("user-c/forge-big", "default")
+    unmapped = h.subjects.decision(Zone("default"), "unmapped", "user-c", "forge-big")
+    other_job = h.subjects.decision(Zone("default"), "admitted", "user-a", "pi")
+    other_zone = h.subjects.decision(Zone("zone-b"), "admitted", "user-c", "forge-big")
+    async with h.watcher():
+        await h.logged(WorkloadObserved, lambda e: e.name == "pi")
+        await h.logged(WorkloadObserved, lambda e: e.name == "forge-big")
+        await h.decide(forge, subject=unmapped)
+        await h.decide(forge, subject=other_job)
+        await h.decide(forge, subject=other_zone)
+        await h.decide(forge, source="usher/dequeuer/default")
+        await h.decide(preempted("user-a/pi"), subject=unmapped)
+        # A real ledger decision after them all is still carried out.
+        await h.decide(admitted("user-a/pi", "default"))
+
+        async def pi_unsuspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "pi"))["spec"]["suspend"] is False
+
+        await h.eventually(pi_unsuspended)
+
+        async def parked() -> list[DeadLetter] | None:
+            letters = await read_dlq(h.js, h.subjects)
+            return letters if len(letters) >= 5 else None
+
+        letters = await h.eventually(parked)
+        forged = await h.kube.get(JOBS, "user-c", "forge-big")
+    assert forged["spec"]["suspend"] is True
+    assert [(d.service, d.error) for d in letters] == [("watcher", "ForgedDecision")] * 5
+    assert [d.subject for d in letters] == [unmapped, other_job, other_zone, h.subjects.decision(
+        Zone("default"), "admitted", "user-c", "forge-big"), unmapped]  # fmt: skip
+    details = [d.detail for d in letters]
+    assert "'unmapped' subject" in details[0] and "belongs on 'admitted'" in details[0]
+    assert "about user-c/forge-big on the subject of user-a/pi" in details[1]
+    assert "zone 'default' on a subject of zone 'zone-b'" in details[2]
+    assert "from 'usher/dequeuer/default'; only 'usher/ledger'" in details[3]
+    assert "decision.preempted.v1 on a 'unmapped' subject" in details[4]
+    assert all(decode_envelope(d.data).event.workload in ("user-c/forge-big", "user-a/pi")
+               for d in letters)  # fmt: skip
+
+
+async def test_a_managed_job_running_without_admission_is_suspended_with_a_reason(
+    h: Harness,
+) -> None:
+    await h.kube.create(TREES, "kube-system", tree())
+    await h.kube.create(JOBS, "user-a", job("rogue", suspend=False, cpu="500"))
+    await h.kube.create(JOBS, "elsewhere", job("unmanaged", "elsewhere", suspend=False))
+    async with h.watcher():
+        [(entry, rejected)] = await h.logged(
+            WorkloadRejected, lambda e: e.workload == "user-a/rogue"
+        )
+        await h.logged(WorkloadObserved, lambda e: e.name == "rogue" and e.suspended)
+        assert (await h.kube.get(JOBS, "user-a", "rogue"))["spec"]["suspend"] is True
+        # One created running while the watcher watches is caught the same way.
+        await h.kube.create(JOBS, "user-a", job("late", suspend=False))
+        await h.logged(WorkloadRejected, lambda e: e.workload == "user-a/late")
+        await h.logged(WorkloadObserved, lambda e: e.name == "late" and e.suspended)
+        # Once the ledger admits it, it runs and stays running.
+        await h.decide(admitted("user-a/late", "default"))
+        await h.logged(WorkloadObserved, lambda e: e.name == "late" and not e.suspended)
+        await h.kube.create(JOBS, "user-a", job("marker"))
+        await h.logged(WorkloadObserved, lambda e: e.name == "marker")
+        late = await h.kube.get(JOBS, "user-a", "late")
+        unmanaged = await h.kube.get(JOBS, "elsewhere", "unmanaged")
+        rejections = of_type(await h.log(), WorkloadRejected)
+    assert late["spec"]["suspend"] is False
+    assert unmanaged["spec"]["suspend"] is False  # no leaf takes its namespace: not Usher's
+    assert sorted(ev.workload for _, ev in rejections) == ["user-a/late", "user-a/rogue"]
+    assert [(e.path, e.code) for e in rejected.errors] == [("spec.suspend", "not-admitted")]
+    assert "without an admission" in rejected.errors[0].message
+    assert entry.subject == h.subjects.job(Zone("default"), "user-a", "rogue")
+
+
+def zero_request_tree() -> JsonObj:
+    """Zero-request jobs allowed from the root down, except under Department-b."""
+    manifest = tree()
+    root = manifest["spec"]["root"]
+    root["attributes"] = {ALLOW_ZERO: "true"}
+    root["children"][1]["attributes"] = {ALLOW_ZERO: "false"}
+    root["children"][1]["namespaces"] = ["user-c", "user-d"]
+    return manifest
+
+
+async def test_jobs_without_requests_get_limit_range_defaults_or_are_rejected(
+    h: Harness,
+) -> None:
+    await h.kube.create(TREES, "kube-system", zero_request_tree())
+    limit_range = {
+        "metadata": {"name": "defaults"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "2"},
+                             "default": {"cpu": "4", "memory": "1Gi"}}]},
+    }  # fmt: skip
+    await h.kube.create(LIMIT_RANGES, "user-d", limit_range)
+    await h.kube.create(JOBS, "user-a", job("bare", resources={}))
+    await h.kube.create(JOBS, "user-c", job("bare", "user-c", resources={}))
+    await h.kube.create(JOBS, "user-d", job("bare", "user-d", resources={}))
+    await h.kube.create(JOBS, "user-d", job("part", "user-d", resources={"limits": {"cpu": "8"}}))
+    async with h.watcher():
+        [(_, rejected)] = await h.logged(WorkloadRejected, lambda e: e.workload == "user-c/bare")
+        [(_, allowed)] = await h.logged(WorkloadObserved, lambda e: e.workload == "user-a/bare")
+        [(_, defaulted)] = await h.logged(WorkloadObserved, lambda e: e.workload == "user-d/bare")
+        [(_, part)] = await h.logged(WorkloadObserved, lambda e: e.workload == "user-d/part")
+    path = "spec.template.spec.containers[0].resources.requests"
+    assert [(e.path, e.code) for e in rejected.errors] == [(path, "no-requests")]
+    assert allowed.pod_sets[0].requests == {}  # the root's "true" reaches Department-a
+    assert defaulted.pod_sets[0].requests == {"cpu": 2000, "memory": 2**30}
+    assert part.pod_sets[0].requests == {"cpu": 8000, "memory": 2**30}  # the limit is its own
 
 
 async def test_decision_for_a_deleted_or_finished_workload_is_skipped(h: Harness) -> None:

@@ -267,7 +267,7 @@ def sim(files: tuple[Path, ...], as_json: bool, check: bool) -> None:
         sys.exit(EXIT_DIFFERENCES)
 
 
-SERVICES = ("watcher", "ledger", "dequeuer", "preemptor")
+SERVICES = ("watcher", "ledger", "dequeuer", "preemptor", "webhook")
 
 
 @cli.command()
@@ -318,8 +318,16 @@ def run(
     oversell rate and within-quota setting.
     """
     from services.common.runtime import ServiceUnavailable, run_service
-    from services.common.settings import SettingsError, load_settings
+    from services.common.settings import SettingsError, load_settings, load_webhook_settings
 
+    if service == "webhook":
+        # No NATS: it only reads namespaces and trees from the API and answers over HTTPS.
+        try:
+            webhook_settings = load_webhook_settings(kubeconfig)
+        except SettingsError as exc:
+            fail(f"webhook: {exc.name}: {exc.detail}", EXIT_USAGE)
+        importlib.import_module("services.webhook.service").run_webhook(webhook_settings)
+        return
     if service == "dequeuer":
         zone = zone or os.environ.get("USHER_ZONE") or "default"
     try:

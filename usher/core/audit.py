@@ -58,6 +58,8 @@ from datetime import datetime
 import msgspec
 
 from schemas import (
+    DECISION_ACTIONS,
+    LEDGER_DECISION_TYPES,
     Admitted,
     Inadmissible,
     Millis,
@@ -77,8 +79,7 @@ from usher.core.history import History, LogItem, format_datetime, format_resourc
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.state import shape_of
 
-LEDGER_TYPES = (Admitted, Preempted, Released)
-_ACTION_OF: dict[type, str] = {Admitted: "admitted", Preempted: "preempted", Released: "released"}
+LEDGER_TYPES = LEDGER_DECISION_TYPES
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -527,7 +528,7 @@ def _against_allocation(item: LogItem, allocations: dict[int, AllocationRecord])
     row = allocations.get(allocation_id)
     if row is None:
         return finding("no-allocation", f"the ledger has no allocation {allocation_id}")
-    if action != _ACTION_OF[type(event)] or workload != event.workload:
+    if action != DECISION_ACTIONS[type(event)] or workload != event.workload:
         return finding("allocation-mismatch", f"its id does not describe this {action} decision")
     if row.workload != event.workload or row.quota != event.quota:
         return finding(

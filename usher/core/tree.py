@@ -31,6 +31,10 @@ KIND = "ElasticQuotaTree"
 WITHIN_QUOTA_ATTRIBUTE = "usher.io/within-quota"
 MIN_RUNTIME_ATTRIBUTE = "usher.io/min-runtime-seconds"
 WITHIN_QUOTA_VALUES = ("Never", "LowerPriority")
+ALLOW_ZERO_REQUESTS_ATTRIBUTE = "usher.io/allow-zero-requests"
+"""``"true"`` on a node (inherited by every node below unless one says ``"false"``): jobs of
+its leaves may have containers that request nothing."""
+BOOLEAN_VALUES = ("true", "false")
 
 ROOT_FIELD_PATH = "spec.root"
 
@@ -86,6 +90,32 @@ def path_nodes(leaf: QuotaPath) -> list[QuotaPath]:
     """Every node path root..``leaf`` of a ``/``-joined path (names never contain ``/``)."""
     parts = leaf.split("/")
     return [QuotaPath("/".join(parts[: i + 1])) for i in range(len(parts))]
+
+
+def mapped_branch(
+    root: QuotaNode, namespace: str, quota_name: str | None = None
+) -> list[QuotaNode] | None:
+    """The nodes from the root down to the leaf that takes a job of ``namespace`` (or, when the
+    job names one, the leaf called ``quota_name``); None when no leaf takes it."""
+    chains: dict[QuotaPath, list[QuotaNode]] = {}
+    for path, node, parent in iter_nodes(root):
+        chain = [*chains[parent], node] if parent is not None else [node]
+        chains[path] = chain
+        if node.children:
+            continue
+        if (quota_name is not None and node.name == quota_name) or (
+            quota_name is None and namespace in node.namespaces
+        ):
+            return chain
+    return None
+
+
+def inherited_attribute(branch: list[QuotaNode], key: str) -> str | None:
+    """The value of attribute ``key`` set nearest to the leaf of ``branch`` (root first)."""
+    for node in reversed(branch):
+        if key in node.attributes:
+            return node.attributes[key]
+    return None
 
 
 def leaf_paths(root: QuotaNode) -> dict[QuotaPath, QuotaNode]:
@@ -358,6 +388,10 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
     if runtime is not None and not _NON_NEGATIVE_INTEGER.fullmatch(runtime):
         message = f"{MIN_RUNTIME_ATTRIBUTE} must be a whole number of seconds, got {runtime!r}"
         checks.report(f"{path}.{MIN_RUNTIME_ATTRIBUTE}", "invalid-attribute", message)
+    allow_zero = attributes.get(ALLOW_ZERO_REQUESTS_ATTRIBUTE)
+    if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
+        message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
+        checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
 
 
 def _check_min_within_max(labelled: _Labelled, checks: _Checks) -> None:

@@ -17,12 +17,19 @@ Choices where SEMANTICS is silent (Kubernetes' own rules where it has one):
 - JobSet: ``replicas x`` the pod count of its Job template (``min(parallelism, completions)``).
 - Replica types keep their written names (``PS``, ``Worker``); pod set names must be unique.
 
-What it must never do: guess a quantity, silently drop a malformed field, or do I/O.
+It also says where each kind keeps its suspend flag (``suspend_path``, for the admission
+webhook), fills containers that request nothing from a namespace's LimitRange defaults
+(``with_container_defaults``) and names the containers that still request nothing
+(``unrequested_containers``), so such a job is not admitted for free.
+
+What it must never do: guess a quantity, silently drop a malformed field, mutate a manifest it
+was given, or do I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import copy
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from schemas import (
@@ -113,6 +120,73 @@ def extract_workload(
         suspended=suspended,
         resource_version=identity.resource_version,
     )
+
+
+def suspend_path(kind: str) -> tuple[str, ...] | None:
+    """Where a supported ``apiVersion/Kind`` keeps its suspend flag under ``spec``; None for a
+    kind Usher does not admit."""
+    rule = _KIND_RULES.get(kind)
+    return rule.suspend_path if rule is not None else None
+
+
+def _app_containers(manifest: object) -> Iterator[tuple[str, dict[str, object]]]:
+    """``(field path, container)`` of every app container of every pod template of a supported
+    manifest, in pod-set order; what is malformed is skipped (``extract_workload`` reports it)."""
+    if not isinstance(manifest, Mapping):
+        return
+    scratch: Errors = []
+    rule = _KIND_RULES.get(_kind_id(manifest, scratch))
+    spec = manifest.get("spec")
+    if rule is None or not isinstance(spec, Mapping):
+        return
+    for source in rule.pod_sets(spec, scratch):
+        template = source.template
+        pod_spec = template.get("spec") if isinstance(template, Mapping) else None
+        containers = pod_spec.get("containers") if isinstance(pod_spec, Mapping) else None
+        for index, container in enumerate(containers if isinstance(containers, list) else []):
+            if isinstance(container, dict):
+                yield f"{source.template_path}.spec.containers[{index}]", container
+
+
+def _declared(container: Mapping[str, object], field: str) -> Mapping[str, object]:
+    resources = container.get("resources")
+    declared = resources.get(field) if isinstance(resources, Mapping) else None
+    return declared if isinstance(declared, Mapping) else {}
+
+
+def with_container_defaults(manifest: object, defaults: Mapping[str, str]) -> object:
+    """A copy of ``manifest`` where each app container gets ``defaults`` (a namespace's
+    LimitRange ``defaultRequest``, else ``default``) as the request of every resource it
+    neither requests nor limits, as the API server's LimitRanger does to the pods."""
+    if not defaults:
+        return manifest
+    copied = copy.deepcopy(manifest)
+    for _, container in _app_containers(copied):
+        requests = dict(_declared(container, "requests"))
+        limits = _declared(container, "limits")
+        missing = {r: q for r, q in defaults.items() if r not in requests and r not in limits}
+        if not missing:
+            continue
+        resources = container.get("resources")
+        resources = dict(resources) if isinstance(resources, Mapping) else {}
+        resources["requests"] = {**requests, **missing}
+        container["resources"] = resources
+    return copied
+
+
+def unrequested_containers(manifest: object) -> list[FieldError]:
+    """One error per app container that neither requests nor limits anything: it would cost
+    no quota at all."""
+    errors: Errors = []
+    for path, container in _app_containers(manifest):
+        if not _declared(container, "requests") and not _declared(container, "limits"):
+            message = (
+                f"{path} requests no resources: it would run without counting against any "
+                "quota; set resources.requests, give the namespace a LimitRange with defaults, "
+                "or allow it in the quota tree"
+            )
+            errors.append(_error(f"{path}.resources.requests", "no-requests", message))
+    return errors
 
 
 def extract_priority_class(manifest: object) -> tuple[str, int]:

@@ -5,7 +5,8 @@ patch/delete (and the status subresource) for the resources in ``store.RESOURCES
 watches as chunked newline-delimited JSON events (with resume, 410 Expired, bookmarks and
 ``timeoutSeconds``), renders ``Table`` responses for kubectl, binds 127.0.0.1 on a free port and
 writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and kubectl can load.
-Any bearer token (or none) is accepted: there is no authentication or authorization.
+Any bearer token (or none) is accepted: there is no authentication or authorization. Creates
+go through the configured mutating admission webhooks first (``admission``), over real HTTPS.
 What it must never do: keep state of its own besides open watches (the store is the truth);
 block the event loop; listen on anything but the host it was given (127.0.0.1 by default).
 """
@@ -27,6 +28,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from usher.adapters.kube_emulator.admission import Admission, ServiceAddresses
 from usher.adapters.kube_emulator.kubelet import FakeKubelet
 from usher.adapters.kube_emulator.store import (
     RESOURCES,
@@ -337,8 +339,12 @@ class KubeEmulator:
         history_size: int = 1000,
         strict_namespaces: bool = False,
         token: str = "usher-emulator-token",
+        webhook_services: ServiceAddresses | None = None,
     ) -> None:
         self.store = store or Store(history_size=history_size, strict_namespaces=strict_namespaces)
+        self.admission = Admission(self.store, webhook_services)
+        """Mutating webhooks; ``webhook_services`` maps a webhook Service (namespace, name) to
+        the ``host:port`` serving it (the emulator has no cluster DNS)."""
         self.host = host
         self.port = port
         self.bookmark_interval = bookmark_interval
@@ -562,7 +568,8 @@ class KubeEmulator:
         )
 
     async def _create(self, request: web.Request, target: Target) -> JsonObj:
-        return self.store.create(target.rt, target.namespace, await json_body(request))
+        body = await self.admission.mutate(target.rt, target.namespace, await json_body(request))
+        return self.store.create(target.rt, target.namespace, body)
 
     async def _update(self, request: web.Request, target: Target) -> JsonObj:
         assert target.name is not None

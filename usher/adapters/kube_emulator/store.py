@@ -150,6 +150,7 @@ RESOURCES: tuple[ResourceType, ...] = (
         ),
     ),
     ResourceType("", "v1", "configmaps", "configmap", "ConfigMap", short_names=("cm",)),
+    ResourceType("", "v1", "limitranges", "limitrange", "LimitRange", short_names=("limits",)),
     ResourceType(
         "batch",
         "v1",
@@ -169,6 +170,14 @@ RESOURCES: tuple[ResourceType, ...] = (
         short_names=("pc",),
     ),
     ResourceType("coordination.k8s.io", "v1", "leases", "lease", "Lease"),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "mutatingwebhookconfiguration",
+        "MutatingWebhookConfiguration",
+        namespaced=False,
+    ),
     _crd("kubeflow.org", "v1", "tfjobs", "TFJob"),
     _crd("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
     _crd("kubeflow.org", "v1", "mpijobs", "MPIJob"),

@@ -3,14 +3,27 @@
 What it does: names every subject (cluster events, decisions, ledger request/reply, DLQ) under
 one prefix, so tests and parallel installations never see each other's traffic, and escapes
 Kubernetes names into subject tokens.
-What it must never do: talk to a server; it only computes names.
+It is also the one place that ties a decision's subject to its action and type: the builder
+(``decision_for``), the parser (``parse_decision``) and ``ledger_decision_problem``, which says
+why a message that claims to be a ledger decision must not be believed (wrong subject, a
+subject about another workload or zone, or not from the ledger).
+What it must never do: talk to a server; it only computes and compares names.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas import NodeName, Zone
+from schemas import (
+    DECISION_ACTIONS,
+    LEDGER_DECISION_TYPES,
+    LEDGER_SOURCE,
+    Admitted,
+    Decision,
+    Envelope,
+    NodeName,
+    Zone,
+)
 
 # Characters that NATS treats specially inside a subject token, and their escapes. `%` is
 # escaped first so that escaping is reversible and names never collide.
@@ -22,6 +35,25 @@ def token(value: str) -> str:
     for raw, escaped in _ESCAPES:
         value = value.replace(raw, escaped)
     return value or "%00"
+
+
+def untoken(value: str) -> str:
+    """The name ``token`` escaped (its inverse)."""
+    if value == "%00":
+        return ""
+    for raw, escaped in reversed(_ESCAPES):
+        value = value.replace(escaped, raw)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionSubject:
+    """The parts of ``<p>.decision.<zone>.<action>.<ns>.<name>``, unescaped."""
+
+    zone: str
+    action: str
+    namespace: str
+    name: str
 
 
 @dataclass(frozen=True)
@@ -64,6 +96,48 @@ class Subjects:
         return (
             f"{self.prefix}.decision.{token(zone)}.{token(action)}.{token(namespace)}.{token(name)}"
         )
+
+    def decision_for(self, decision: Decision, zone: Zone) -> str:
+        """The subject ``decision`` is published on (its action comes from its type)."""
+        namespace, _, name = decision.workload.partition("/")
+        return self.decision(zone, DECISION_ACTIONS[type(decision)], namespace, name)
+
+    def parse_decision(self, subject: str) -> DecisionSubject | None:
+        """The parts of a decision subject of this installation; None for any other subject."""
+        head = f"{self.prefix}.decision."
+        if not subject.startswith(head):
+            return None
+        parts = subject[len(head) :].split(".")
+        if len(parts) != 4:
+            return None
+        zone, action, namespace, name = (untoken(part) for part in parts)
+        return DecisionSubject(zone, action, namespace, name)
+
+    def ledger_decision_problem(self, subject: str, envelope: Envelope) -> str | None:
+        """Why ``envelope`` on ``subject`` is not a decision of the ledger's; None when it is
+        one (or is no ledger decision type at all). Only the ledger's outbox publishes
+        ``Admitted``/``Preempted``/``Released``, each on the subject naming its own action,
+        workload and (for an admission) zone, with the ledger as source."""
+        decision = envelope.event
+        if not isinstance(decision, LEDGER_DECISION_TYPES):
+            return None
+        tag = type(decision).__struct_config__.tag
+        parsed = self.parse_decision(subject)
+        if parsed is None:
+            return f"a {tag} on {subject!r}, which is not a decision subject of {self.prefix!r}"
+        action = DECISION_ACTIONS[type(decision)]
+        if parsed.action != action:
+            return f"a {tag} on a {parsed.action!r} subject ({subject}); it belongs on {action!r}"
+        if f"{parsed.namespace}/{parsed.name}" != decision.workload:
+            return (
+                f"a {tag} about {decision.workload} on the subject of "
+                f"{parsed.namespace}/{parsed.name} ({subject})"
+            )
+        if isinstance(decision, Admitted) and parsed.zone != decision.zone:
+            return f"a {tag} to zone {decision.zone!r} on a subject of zone {parsed.zone!r}"
+        if envelope.source != LEDGER_SOURCE:
+            return f"a {tag} from {envelope.source!r}; only {LEDGER_SOURCE!r} makes it"
+        return None
 
     @property
     def all_decisions(self) -> str:

@@ -1,0 +1,101 @@
+"""What the webhook answers: an AdmissionReview v1 in, an AdmissionReview v1 out.
+
+What it does: a job of a kind Usher admits (``usher.core.workload.suspend_path``), created in a
+managed namespace (labelled ``usher.io/managed: "true"``, or mapped by a valid quota tree: its
+namespace is a leaf's, or its quota label names a leaf) with its suspend flag not true, gets a
+``JSONPatch`` that sets it true, so it waits for the ledger's admission like every other job.
+Everything else (other kinds, other namespaces, already suspended, a child of another
+controller such as a JobSet's Jobs) is allowed unchanged. A review that is not a CREATE review
+of an object is allowed unchanged too: refusing it would block the cluster, and the watcher
+stops a job that still slips through.
+What it must never do: I/O, deny a request, or change anything but the suspend flag.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from schemas import QuotaNode
+from usher.core.tree import mapped_branch
+from usher.core.workload import QUOTA_LABEL, suspend_path
+
+MANAGED_LABEL = "usher.io/managed"
+"""A namespace labelled ``"true"`` is managed even when no tree maps it (yet)."""
+
+
+def _mapping(value: object) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def kind_of(request: dict[str, Any]) -> str:
+    """``group/version/Kind`` of the reviewed object (``batch/v1/Job``), the core's kind id."""
+    kind = _mapping(request.get("kind"))
+    group, version = kind.get("group") or "", kind.get("version") or ""
+    api_version = f"{group}/{version}" if group else str(version)
+    return f"{api_version}/{kind.get('kind', '')}"
+
+
+def managed(
+    namespace: str, namespace_labels: dict[str, str], obj: dict[str, Any],
+    trees: Iterable[QuotaNode],
+) -> bool:  # fmt: skip
+    """Whether Usher queues jobs of ``namespace`` (or this job's quota label)."""
+    if namespace_labels.get(MANAGED_LABEL) == "true":
+        return True
+    quota = _mapping(_mapping(obj.get("metadata")).get("labels")).get(QUOTA_LABEL)
+    quota_name = quota if isinstance(quota, str) and quota else None
+    return any(mapped_branch(root, namespace, quota_name) is not None for root in trees)
+
+
+def suspend_operations(obj: dict[str, Any], path: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The JSONPatch that sets ``spec.<path>`` true, creating what is missing on the way; empty
+    when it is true already."""
+    node: object = obj
+    pointer = ""
+    for depth, key in enumerate(("spec", *path)):
+        if not isinstance(node, dict):
+            return []  # not an object where one is due: the API server refuses it anyway
+        if key not in node:
+            value: object = True
+            for inner in reversed(("spec", *path)[depth + 1 :]):
+                value = {inner: value}
+            return [{"op": "add", "path": f"{pointer}/{key}", "value": value}]
+        node, pointer = node[key], f"{pointer}/{key}"
+    if node is True:
+        return []
+    return [{"op": "replace", "path": pointer, "value": True}]
+
+
+def controlled(obj: dict[str, Any]) -> bool:
+    """Created by another controller (a JobSet's Jobs...): its owner is what Usher admits."""
+    owners = _mapping(obj.get("metadata")).get("ownerReferences")
+    return any(_mapping(o).get("controller") is True for o in owners or [])
+
+
+def review_response(
+    review: object, namespace_labels: dict[str, str], trees: Iterable[QuotaNode]
+) -> dict[str, Any]:
+    """The AdmissionReview answering ``review``: allowed, with the suspend patch if it needs one."""
+    request = _mapping(_mapping(review).get("request"))
+    response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    operations = patch_for(request, namespace_labels, trees)
+    if operations:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(operations).encode()).decode()
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def patch_for(
+    request: dict[str, Any], namespace_labels: dict[str, str], trees: Iterable[QuotaNode]
+) -> list[dict[str, Any]]:
+    obj = _mapping(request.get("object"))
+    path = suspend_path(kind_of(request))
+    namespace = request.get("namespace")
+    if request.get("operation") != "CREATE" or path is None or not isinstance(namespace, str):
+        return []
+    if controlled(obj) or not managed(namespace, namespace_labels, obj, trees):
+        return []
+    return suspend_operations(obj, path)
