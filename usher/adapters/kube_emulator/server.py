@@ -21,12 +21,12 @@ import asyncio
 import base64
 import hmac
 import ipaddress
-import ssl
 import json
 import os
 import secrets
 import shutil
 import socket
+import ssl
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass

@@ -61,12 +61,15 @@ def _stem(subjects: Subjects) -> str:
 
 
 def _follow_log(subjects: Subjects) -> list[str]:
-    """Look the log up and follow it with an ordered (ephemeral) consumer: every service."""
+    """Look the log up and follow it with an ordered (ephemeral) consumer: every service.
+
+    The ordered consumer asks for its own info when heartbeats stop (CONSUMER.INFO).
+    """
     log, dlq = subjects.stream_name, subjects.dlq_stream_name
     return [
         "$JS.API.INFO",
         f"$JS.API.STREAM.INFO.{log}", f"$JS.API.STREAM.INFO.{dlq}",
-        f"$JS.API.CONSUMER.CREATE.{log}", f"$JS.FC.{log}.>",
+        f"$JS.API.CONSUMER.CREATE.{log}", f"$JS.API.CONSUMER.INFO.{log}.*", f"$JS.FC.{log}.>",
     ]  # fmt: skip
 
 
@@ -305,12 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deploy", type=Path, default=Path("deploy"))
     parser.add_argument("--write", action="store_true", help="write the files (else: check)")
     args = parser.parse_args(argv)
-    stale = []
+    stale: list[Path] = []
     for path, text in deploy_files(args.deploy).items():
         if args.write:
             path.write_text(text)
         elif not path.exists() or path.read_text() != text:
-            stale.append(str(path))
+            stale.append(path)
     for path in stale:
         print(f"{path}: differs from usher/adapters/nats/permissions.py (run with --write)")
     return 1 if stale else 0
