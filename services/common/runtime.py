@@ -1,14 +1,15 @@
 """The process shell of a service: connect, run until SIGTERM, park poison messages.
 
 What it does: configures structlog (JSON), connects to NATS with unlimited reconnects,
-checks that the streams exist (the admin creates and configures them; a service never does), installs SIGTERM/SIGINT handlers that set a stop event, runs
-the service's coroutine, and closes everything in order. ``ServiceContext.park`` puts a
+checks that the streams exist (the admin creates and configures them; a service never
+updates them), installs SIGTERM/SIGINT handlers that set a stop event, runs the service's
+coroutine, and closes everything in order. ``ServiceContext.park`` puts a
 message that cannot be processed on ``<prefix>.dlq.<service>`` with its error, so a loop
 never dies (or spins) on one bad message (and counts it in ``usher_dlq_parked_total``).
 It also serves ``/metrics``, ``/healthz`` and ``/readyz`` (``services.common.health``) from
 before the NATS connection (liveness during a long start) until the service has stopped.
 What it must never do: hold service logic, swallow an error without parking or logging it,
-or log a secret (URLs are redacted).
+reconfigure the log, or log a secret (URLs are redacted).
 """
 
 from __future__ import annotations

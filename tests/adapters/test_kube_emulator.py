@@ -116,9 +116,11 @@ async def test_each_emulator_has_its_own_token_in_an_owner_only_kubeconfig(
         assert other.token != emu.token and len(other.token) >= 32
         assert emu.kubeconfig_path.stat().st_mode & 0o777 == 0o600
         # One emulator's token does not open the other.
-        async with session(other, emu.auth_headers) as http:
-            async with http.get(f"{other.url}/api/v1/nodes") as resp:
-                assert resp.status == 401
+        async with (
+            session(other, emu.auth_headers) as http,
+            http.get(f"{other.url}/api/v1/nodes") as resp,
+        ):
+            assert resp.status == 401
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")

@@ -218,8 +218,10 @@ def render_authorization(
     passwords: Mapping[str, str] | None = None,
 ) -> str:
     """The ``authorization`` block; ``passwords`` None means ``$USHER_<NAME>_NATS_PASSWORD``."""
-    lines = [HEADER.format(prefix=subjects.prefix, log=subjects.stream_name,
-                           dlq=subjects.dlq_stream_name), "authorization {", "  users: ["]  # fmt: skip
+    header = HEADER.format(
+        prefix=subjects.prefix, log=subjects.stream_name, dlq=subjects.dlq_stream_name
+    )
+    lines = [header, "authorization {", "  users: ["]
     for identity in identities(subjects, zones):
         password = (
             f"${identity.password_variable}"
