@@ -402,14 +402,18 @@ class KubeEmulator:
         history_size: int = 1000,
         strict_namespaces: bool = False,
         token: str | None = None,
+        tls_identity: tuple[bytes, bytes] | None = None,
     ) -> None:
         self.store = store or Store(history_size=history_size, strict_namespaces=strict_namespaces)
         self.host = host
         self.port = port
         self.bookmark_interval = bookmark_interval
         self.token = token or secrets.token_urlsafe(32)
-        self.certificate, key = self_signed_certificate(host)
-        self._ssl = server_ssl_context(self.certificate, key)
+        # A server restarted with the same token and certificate is the same server to its
+        # clients (their kubeconfig stays valid), as a real API server across restarts.
+        self.tls_identity = tls_identity or self_signed_certificate(host)
+        self.certificate = self.tls_identity[0]
+        self._ssl = server_ssl_context(*self.tls_identity)
         self.kubelet = FakeKubelet(self.store, speed=kubelet_speed) if kubelet else None
         self._kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else None
         self._tmpdir: Path | None = None
