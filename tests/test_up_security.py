@@ -1,5 +1,7 @@
 """`usher up` keeps its secrets: private home, 0600 files, one identity per process, no trust.
 
+(Started with ``--durable``, which must also give NATS ``sync_interval: always``.)
+
 Against a real `usher up --no-demo`: ``$USHER_HOME`` is 0700 and its secret files 0600, and
 the folders above it are left as they were; no password appears in what it prints or logs;
 each service process has only its own NATS user (the ledger alone the ledger's database role,
@@ -65,8 +67,12 @@ async def _refused(url: str, subject: str) -> bool:
 def test_up_keeps_its_secrets(tmp_path: Path) -> None:
     home = tmp_path / "home"
     parent_mode = _mode(tmp_path)
-    with UpProcess(home) as up:
+    with UpProcess(home, args=("--no-demo", "--durable")) as up:
         info = up.stack()
+        # --durable: the server fsyncs before it acknowledges (README "Durability").
+        assert info["durable"] is True
+        assert "  sync_interval: always\n" in (home / "nats" / "nats.conf").read_text()
+        up.wait_for_output("(fsync before every ack)")
         creds = msgspec.json.decode((home / "credentials.json").read_bytes(), type=Credentials)
         assert _mode(home) == 0o700
         for secret in ("credentials.json", "stack.json", "kubeconfig", "nats/nats.conf"):

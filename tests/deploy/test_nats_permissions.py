@@ -18,6 +18,7 @@ import asyncio
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -189,6 +190,26 @@ async def test_nobody_but_the_admin_may_create_update_delete_or_purge_a_stream(
     async with login(streams, "admin") as admin:
         info = await admin.nc.jetstream().stream_info(SUBJECTS.stream_name)
     assert info.config.subjects == SUBJECTS.log_subjects  # untouched
+
+
+def _usher_streams(url: str, prefix: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "usher.cli", "streams", "--nats", url, "--prefix", prefix]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+async def test_usher_streams_creates_the_log_as_the_admin_and_fails_as_a_service(
+    nats_url: str,
+) -> None:
+    host = nats_url.removeprefix("nats://")
+    refused = _usher_streams(f"nats://usher-ledger:{password('ledger')}@{host}", "usher")
+    assert refused.returncode == 4, refused.stderr
+    assert password("ledger") not in refused.stderr and "usher-ledger:***@" in refused.stderr
+    made = _usher_streams(f"nats://usher-admin:{password('admin')}@{host}", "usher")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == "streams USHER_LOG, USHER_DLQ: 1 replicas"
+    async with login(nats_url, "console") as console:
+        info = await console.nc.jetstream().stream_info(SUBJECTS.stream_name)
+    assert info.config.subjects == SUBJECTS.log_subjects
 
 
 async def test_the_console_reads_the_log_and_publishes_nothing(streams: str) -> None:
