@@ -5,7 +5,8 @@ the log created by ``ensure_streams`` with 3 replicas (what the admin does in de
 USHER_STREAM_REPLICAS is 3). A publisher appends entries with their ``Nats-Msg-Id``, retrying
 each until it is acknowledged; mid-run the stream's leader is SIGKILLed. Publishing goes on
 (a new leader is elected), and every acknowledged entry is read back, once, through a node
-that was not the one killed.
+that was not the one killed. The replica count is a setting (``USHER_STREAM_REPLICAS``, 1 to 5)
+that reaches the stream's config.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from services.common.settings import SettingsError, load_settings
 from usher.adapters.embedded.processes import ManagedProcess, free_port
 from usher.adapters.embedded.servers import HOST, nats_server_binary
-from usher.adapters.nats.log import ensure_streams
+from usher.adapters.nats.log import ensure_streams, log_stream_config
 from usher.adapters.nats.subjects import Subjects
 
 SUBJECTS = Subjects("r3")
@@ -156,3 +158,30 @@ async def test_r3_log_keeps_every_acknowledged_entry_when_its_leader_is_killed(
     got = await _read_all(survivor.url, len(acked))
     assert sorted(got) == acked, "an acknowledged entry is missing or stored twice"
     assert got == acked, "the log's order is the order of acknowledgement"
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(None, 1), ("3", 3), ("5", 5)])
+def test_stream_replicas_are_a_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raw: str | None, expected: int
+) -> None:
+    monkeypatch.setenv("USHER_NATS_URL", "nats://127.0.0.1:4222")
+    monkeypatch.setenv("USHER_HOME", str(tmp_path))
+    if raw is None:
+        monkeypatch.delenv("USHER_STREAM_REPLICAS", raising=False)
+    else:
+        monkeypatch.setenv("USHER_STREAM_REPLICAS", raw)
+    settings = load_settings()
+    assert settings.stream_replicas == expected
+    assert log_stream_config(SUBJECTS, settings.stream_replicas).num_replicas == expected
+
+
+@pytest.mark.parametrize("raw", ["0", "6", "three"])
+def test_a_bad_replica_count_is_refused_naming_the_setting(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, raw: str
+) -> None:
+    monkeypatch.setenv("USHER_NATS_URL", "nats://127.0.0.1:4222")
+    monkeypatch.setenv("USHER_HOME", str(tmp_path))
+    monkeypatch.setenv("USHER_STREAM_REPLICAS", raw)
+    with pytest.raises(SettingsError) as refused:
+        load_settings()
+    assert refused.value.name == "stream-replicas" and repr(raw) in refused.value.detail
