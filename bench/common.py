@@ -88,7 +88,7 @@ def fresh_servers(prefix: str) -> Iterator[Servers]:
             if servers is not None:
                 for proc in reversed(servers.procs):
                     proc.stop(timeout=10)
-            postgres.stop()
+            postgres.stop(remove_data=True)  # a temporary folder: its data goes with it
             nats_server.stop()
 
 

@@ -246,5 +246,5 @@ def run(quick: bool) -> dict[str, float]:
         finally:
             for proc in reversed(procs):
                 proc.stop(timeout=10)
-            postgres.stop()
+            postgres.stop(remove_data=True)  # a temporary folder: its data goes with it
             nats_server.stop()

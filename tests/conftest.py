@@ -51,7 +51,10 @@ def infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
         yield Infra(nats_url=nats_url, database_url=database_url)
     finally:
         for running in reversed(started):
-            running.stop()
+            if isinstance(running, PostgresServer):
+                running.stop(remove_data=True)  # throwaway: as root it lives outside tmp
+            else:
+                running.stop()
 
 
 @pytest.fixture

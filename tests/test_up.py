@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 
 from usher.adapters.embedded.processes import pid_alive
+from usher.adapters.embedded.servers import pg_runtime_root
 
 USHER = [sys.executable, "-m", "usher.cli"]
 T = TypeVar("T")
@@ -154,8 +155,9 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
     up = UpProcess(tmp_path / "home", args=("--interval", "2")).start()
     try:
         info = up.stack()
-        assert str(info["nats_url"]).startswith("nats://127.0.0.1:")
-        assert str(info["database_url"]).startswith("postgresql+asyncpg://usher@127.0.0.1:")
+        # People and scripts get read-only identities: the console user, the audit role.
+        assert str(info["nats_url"]).startswith("nats://usher-console:")
+        assert str(info["database_url"]).startswith("postgresql+asyncpg://usher_audit:")
         assert Path(info["kubeconfig"]).exists()
         assert info["zones"] == ["default", "a", "b"]
         assert set(info["service_pids"]) == {
@@ -218,7 +220,12 @@ def test_up_resumes_from_the_log_and_the_saved_cluster(tmp_path: Path) -> None:
         time.sleep(2)  # the watcher has re-listed everything by now
         assert up.stop() == 0
         assert _log_seq(up.text) == log_seq, "the restart published nothing new"
-    assert (home / "postgres" / "data" / "PG_VERSION").exists()
+    # As root, PostgreSQL's data lives with its unprivileged user (servers.pg_runtime_root).
+    data = home / "postgres" / "data"
+    if os.geteuid() == 0:
+        instance = (home / "postgres" / "instance").read_text().strip()
+        data = pg_runtime_root() / "postgres" / instance / "data"
+    assert (data / "PG_VERSION").exists()
     assert (home / "nats" / "jetstream").exists()
     assert (home / "cluster" / "objects.json").exists()
 

@@ -1,14 +1,15 @@
 """The process shell of a service: connect, run until SIGTERM, park poison messages.
 
 What it does: configures structlog (JSON), connects to NATS with unlimited reconnects,
-makes sure the streams exist, installs SIGTERM/SIGINT handlers that set a stop event, runs
-the service's coroutine, and closes everything in order. ``ServiceContext.park`` puts a
+checks that the streams exist (the admin creates and configures them; a service never
+updates them), installs SIGTERM/SIGINT handlers that set a stop event, runs the service's
+coroutine, and closes everything in order. ``ServiceContext.park`` puts a
 message that cannot be processed on ``<prefix>.dlq.<service>`` with its error, so a loop
 never dies (or spins) on one bad message (and counts it in ``usher_dlq_parked_total``).
 It also serves ``/metrics``, ``/healthz`` and ``/readyz`` (``services.common.health``) from
 before the NATS connection (liveness during a long start) until the service has stopped.
 What it must never do: hold service logic, swallow an error without parking or logging it,
-or log a secret (URLs are redacted).
+reconfigure the log, or log a secret (URLs are redacted).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from services.common.health import HealthServer
 from services.common.metrics import Metrics, process_metrics
 from services.common.settings import ServiceSettings
 from usher.adapters.logs import configure, get_logger, redact_url
-from usher.adapters.nats.log import ensure_streams, park
+from usher.adapters.nats.log import StreamMissing, park, require_streams
 from usher.adapters.nats.subjects import Subjects
 
 
@@ -203,7 +204,10 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
         try:
             js = nc.jetstream()
             subjects = Subjects(settings.prefix)
-            await ensure_streams(js, subjects)
+            try:
+                await require_streams(js, subjects, settings.stream_replicas)
+            except StreamMissing as exc:
+                raise ServiceUnavailable("nats", str(exc)) from exc
             ctx = ServiceContext(name, settings, nc, js, subjects, stop, log)
             started.append(ctx)
             log.info("service starting", nats=redact_url(settings.nats_url), prefix=settings.prefix)

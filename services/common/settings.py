@@ -67,6 +67,10 @@ class ServiceSettings:
     """Client certificate (PEM) for mutual TLS (``USHER_NATS_TLS_CERT``, with the key)."""
     nats_tls_key: Path | None = None
     """Its private key (PEM, ``USHER_NATS_TLS_KEY``)."""
+    stream_replicas: int = 1
+    """Replicas of the log and DLQ streams (``USHER_STREAM_REPLICAS``; the deploy sets 3). Used
+    by whoever creates the streams: the admin (``usher up``, ``usher streams``), or a service
+    on an open server where they are missing."""
 
     def with_zone(self, zone: Zone) -> ServiceSettings:
         return replace(self, zone=zone)
@@ -143,6 +147,7 @@ def load_settings(
         raise SettingsError("metrics-port/leader-ttl", f"not a number: {exc}") from exc
     if leader_ttl <= 0:
         raise SettingsError("leader-ttl", f"must be positive, got {leader_ttl}")
+    replicas = stream_replicas(env.get("USHER_STREAM_REPLICAS", "1"))
     election = env.get("USHER_LEADER_ELECTION", "on").lower() not in ("off", "0", "false")
     tls_ca, tls_cert, tls_key = (
         _tls_file(env, f"USHER_NATS_TLS_{part}") for part in ("CA", "CERT", "KEY")
@@ -167,6 +172,7 @@ def load_settings(
         nats_tls_ca=tls_ca,
         nats_tls_cert=tls_cert,
         nats_tls_key=tls_key,
+        stream_replicas=replicas,
     )
 
 
@@ -203,6 +209,21 @@ def load_webhook_settings(kubeconfig: str | None = None) -> WebhookSettings:
         raise SettingsError("USHER_WEBHOOK_PORT", f"not a number: {exc}") from exc
     host = env.get("USHER_WEBHOOK_HOST", "127.0.0.1")
     return WebhookSettings(Path(kube), cert, key, host, port)
+
+
+MAX_STREAM_REPLICAS = 5
+"""JetStream's own limit on a stream's replicas."""
+
+
+def stream_replicas(raw: str) -> int:
+    """Replicas of the streams: 1 to 5 (JetStream's range); R3 survives one node lost."""
+    try:
+        replicas = int(raw)
+    except ValueError as exc:
+        raise SettingsError("stream-replicas", f"not a whole number: {raw!r}") from exc
+    if not 1 <= replicas <= MAX_STREAM_REPLICAS:
+        raise SettingsError("stream-replicas", f"must be 1 to {MAX_STREAM_REPLICAS}, got {raw!r}")
+    return replicas
 
 
 def _tls_file(env: Mapping[str, str], variable: str) -> Path | None:

@@ -56,6 +56,12 @@ def job(name: str = "", *, suspend: bool = True, **meta: Any) -> dict[str, Any]:
     }
 
 
+def session(emu: KubeEmulator, headers: dict[str, str]) -> aiohttp.ClientSession:
+    """A raw HTTPS client that trusts ``emu``'s certificate and sends ``headers``."""
+    connector = aiohttp.TCPConnector(ssl=emu.client_ssl_context())
+    return aiohttp.ClientSession(headers=headers, connector=connector)
+
+
 @pytest.fixture
 async def emu() -> AsyncIterator[KubeEmulator]:
     async with KubeEmulator(bookmark_interval=0.2) as emulator:
@@ -89,13 +95,62 @@ def summary(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
 # --------------------------------------------------------------------------- kubeconfig
 
 
+async def test_a_missing_or_wrong_token_is_401_unauthorized(emu: KubeEmulator) -> None:
+    url = f"{emu.url}/apis/batch/v1/namespaces/{NS}/jobs"
+    for headers in ({}, {"Authorization": "Bearer guess"}, {"Authorization": emu.token}):
+        async with session(emu, headers) as http, http.get(url) as resp:
+            assert resp.status == 401, headers
+            body = await resp.json()
+        assert body == {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                        "status": "Failure", "message": "Unauthorized",
+                        "reason": "Unauthorized", "code": 401}  # fmt: skip
+    async with session(emu, emu.auth_headers) as http, http.get(url) as resp:
+        assert resp.status == 200
+        assert (await resp.json())["kind"] == "JobList"
+
+
+async def test_each_emulator_has_its_own_token_in_an_owner_only_kubeconfig(
+    emu: KubeEmulator,
+) -> None:
+    async with KubeEmulator() as other:
+        assert other.token != emu.token and len(other.token) >= 32
+        assert emu.kubeconfig_path.stat().st_mode & 0o777 == 0o600
+        # One emulator's token does not open the other.
+        async with (
+            session(other, emu.auth_headers) as http,
+            http.get(f"{other.url}/api/v1/nodes") as resp,
+        ):
+            assert resp.status == 401
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+async def test_kubectl_with_the_kubeconfig_works_and_without_the_token_is_refused(
+    emu: KubeEmulator, tmp_path: Path
+) -> None:
+    kubectl = [str(shutil.which("kubectl")), "--kubeconfig", str(emu.kubeconfig_path)]
+    ok = await asyncio.create_subprocess_exec(
+        *kubectl, "get", "nodes", "-o", "name", stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _, err = await ok.communicate()
+    assert ok.returncode == 0, err.decode()
+    stolen = tmp_path / "kubeconfig"
+    stolen.write_text(emu.kubeconfig_path.read_text().replace(emu.token, "guess"))
+    refused = await asyncio.create_subprocess_exec(
+        str(shutil.which("kubectl")), "--kubeconfig", str(stolen), "get", "nodes",
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    _, err = await refused.communicate()
+    assert refused.returncode != 0
+    assert "Unauthorized" in err.decode() or "provide credentials" in err.decode()
+
+
 async def test_kubeconfig_is_loadable_and_version_is_served(emu: KubeEmulator) -> None:
     configuration = client.Configuration()
     await config.load_kube_config(
         config_file=str(emu.kubeconfig_path), client_configuration=configuration
     )
     assert configuration.host == emu.url
-    assert configuration.api_key["BearerToken"] == "Bearer usher-emulator-token"
+    assert configuration.api_key["BearerToken"] == f"Bearer {emu.token}"
     async with client.ApiClient(configuration) as api_client:
         version = await client.VersionApi(api_client).get_code()
     assert (version.major, version.minor) == ("1", "32")
@@ -208,7 +263,7 @@ async def test_errors_are_status_objects(api: client.ApiClient) -> None:
 
 
 async def test_unknown_route_and_method_errors(emu: KubeEmulator) -> None:
-    async with aiohttp.ClientSession() as http:
+    async with session(emu, emu.auth_headers) as http:
         async with http.get(f"{emu.url}/apis/batch/v1/cronjobs") as resp:
             assert resp.status == 404
             assert (await resp.json())["reason"] == "NotFound"
@@ -518,7 +573,7 @@ async def test_watch_from_compacted_version_raises_410(
     )
     assert gone.value.reason == f"Expired: {expected}"
 
-    async with aiohttp.ClientSession() as http:
+    async with session(emu, emu.auth_headers) as http:
         url = f"{emu.url}/apis/batch/v1/namespaces/{NS}/jobs"
         params = {"watch": "1", "resourceVersion": early.metadata.resource_version}
         async with http.get(url, params=params) as resp:
@@ -788,9 +843,10 @@ async def test_module_runs_until_sigterm(tmp_path: Path) -> None:
     assert proc.stdout is not None
     try:
         url = (await asyncio.wait_for(proc.stdout.readline(), 15)).decode().strip()
-        assert url.startswith("http://127.0.0.1:")
+        assert url.startswith("https://127.0.0.1:")
         assert f"server: {url}" in kubeconfig.read_text()
-        async with aiohttp.ClientSession() as http, http.get(f"{url}/version") as resp:
+        # /version is public (as on a real server); the certificate is checked elsewhere.
+        async with aiohttp.ClientSession() as http, http.get(f"{url}/version", ssl=False) as resp:
             assert (await resp.json())["major"] == "1"
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -406,4 +406,5 @@ def test_the_nats_users_match_the_dequeuer_zones(two_zones: list[Manifest]) -> N
     conf = (DEPLOY / "nats" / "usher-auth.conf").read_text()
     users = set(re.findall(r"user: (usher-[\w-]+)", conf))
     zones = {name.removeprefix("usher-") for name in by_name(two_zones, "Deployment")}
-    assert users == {f"usher-{z}" for z in zones}
+    # Plus the read-only console and the admin that creates the streams.
+    assert users == {f"usher-{z}" for z in zones} | {"usher-console", "usher-admin"}

@@ -1,10 +1,15 @@
-"""deploy/nats/usher-auth.conf on a real nats-server: each service may publish what it owns.
+"""NATS permissions on a real nats-server: each identity may publish only what it owns.
 
-Every user logs in with nats-py; allowed publishes are seen to arrive (stored by JetStream, or
-received by the service that serves the subject), forbidden ones are refused by the server
-with a permissions violation. The JetStream calls the services make at start (streams, the
-ordered consumer, the watcher's durable consumer, snapshots) are run under each user too, and
-so is leader election (services/common/leader.py) in the bucket USHER_LEADERS.
+Every test runs twice: with deploy/nats/usher-auth.conf (passwords from the environment, as
+the Helm chart gives them) and with the local stack's own server (``NatsServer`` of
+``usher up``, literal passwords). Both come from usher/adapters/nats/permissions.py, and the
+deploy files must equal what it renders. Every user logs in with nats-py; allowed publishes
+are seen to arrive (stored by JetStream, or received by the service that serves the subject),
+forbidden ones are refused by the server with a permissions violation: a forged Admitted,
+Preempted or Released from any identity but the ledger's, a stream created, updated, deleted
+or purged by anyone but the admin. The JetStream calls the services make at start (stream
+look-up, the ordered consumer, the watcher's durable consumer, snapshots) are run under each
+user too, and so is leader election (services/common/leader.py) in the bucket usher_LEADERS.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,23 +33,40 @@ from services.common.leader import Leadership
 from services.common.metrics import Metrics
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
-from usher.adapters.embedded.servers import nats_server_binary
+from usher.adapters.embedded.servers import NatsServer, nats_server_binary
 from usher.adapters.logs import get_logger
-from usher.adapters.nats.log import ensure_streams
+from usher.adapters.nats.log import ensure_streams, require_streams
+from usher.adapters.nats.permissions import deploy_files, identities, password_variable
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
 
-AUTH_CONF = Path(__file__).resolve().parents[2] / "deploy" / "nats" / "usher-auth.conf"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+AUTH_CONF = DEPLOY / "nats" / "usher-auth.conf"
 SUBJECTS = Subjects("usher")
 USERS = ("watcher", "ledger", "preemptor", "dequeuer-default", "dequeuer-a", "dequeuer-b")
+EVERYONE = (*USERS, "console", "admin")
+NOT_THE_LEDGER = tuple(user for user in EVERYONE if user not in ("ledger", "admin"))
+NOT_THE_ADMIN = tuple(user for user in EVERYONE if user != "admin")
 
 
 def password(user: str) -> str:
     return f"secret-{user}"
 
 
-def password_variable(user: str) -> str:
-    return f"USHER_{user.upper().replace('-', '_')}_NATS_PASSWORD"
+def test_the_deploy_files_are_what_the_permissions_module_renders() -> None:
+    for path, text in deploy_files(DEPLOY).items():
+        assert path.read_text() == text, f"{path}: run python -m usher.adapters.nats.permissions"
+    assert {i.name for i in identities(SUBJECTS)} == set(EVERYONE)
+
+
+def test_the_deploy_values_ask_for_three_replicas_and_fsync_before_ack() -> None:
+    import yaml
+
+    values = yaml.safe_load((DEPLOY / "nats-values.yaml").read_text())
+    assert values["config"]["cluster"] == {"enabled": True, "replicas": 3}
+    assert values["config"]["jetstream"]["merge"] == {"sync_interval": "always"}
+    settings = yaml.safe_load((DEPLOY / "base" / "settings.yaml").read_text().split("---")[0])
+    assert settings["data"]["USHER_STREAM_REPLICAS"] == "3"
 
 
 def _free_port() -> int:
@@ -52,8 +75,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+@pytest.fixture(scope="module", params=["deploy", "local"])
+def nats_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A real nats-server with deploy/'s users, or the local stack's (``usher up``'s) own."""
+    if request.param == "local":
+        server = NatsServer(tmp_path_factory.mktemp("nats-local"),
+                            passwords={user: password(user) for user in EVERYONE})  # fmt: skip
+        try:
+            yield server.start()
+        finally:
+            server.stop()
+        return
     home = tmp_path_factory.mktemp("nats-auth")
     shutil.copy(AUTH_CONF, home / "usher-auth.conf")
     port = _free_port()
@@ -62,7 +96,7 @@ def nats_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         f'jetstream {{ store_dir: "{home / "store"}" }}\n'
         "include ./usher-auth.conf\n"
     )
-    env = {password_variable(user): password(user) for user in USERS}
+    env = {password_variable(user): password(user) for user in EVERYONE}
     log = (home / "nats.log").open("w")
     process = subprocess.Popen(
         [str(nats_server_binary()), "-c", str(home / "nats.conf")], env=env, stdout=log, stderr=log
@@ -125,10 +159,79 @@ async def login(url: str, user: str) -> AsyncIterator[Session]:
 
 @pytest.fixture(scope="module")
 async def streams(nats_url: str) -> str:
-    """The log and DLQ streams, created as the ledger (every service may create them)."""
-    async with login(nats_url, "ledger") as ledger:
-        await ensure_streams(ledger.nc.jetstream(), SUBJECTS)
+    """The log and DLQ streams, created (then updated) by the admin, as `usher up` does."""
+    async with login(nats_url, "admin") as admin:
+        await ensure_streams(admin.nc.jetstream(), SUBJECTS)
+        await ensure_streams(admin.nc.jetstream(), SUBJECTS)
+    assert admin.refused == []
     return nats_url
+
+
+@pytest.mark.parametrize("user", NOT_THE_LEDGER)
+async def test_a_forged_decision_of_the_ledger_is_refused_from_anyone_else(
+    nats_url: str, user: str
+) -> None:
+    async with login(nats_url, user) as session:
+        for zone in ("default", "a", "b"):
+            for action in ("admitted", "preempted", "released"):
+                subject = f"usher.decision.{zone}.{action}.user-c.forge-big"
+                assert await session.is_refused(subject), f"{user} may publish {subject}"
+
+
+@pytest.mark.parametrize("user", NOT_THE_ADMIN)
+async def test_nobody_but_the_admin_may_create_update_delete_or_purge_a_stream(
+    streams: str, user: str
+) -> None:
+    async with login(streams, user) as session:
+        for operation in ("CREATE", "UPDATE", "DELETE", "PURGE"):
+            for stream in (SUBJECTS.stream_name, SUBJECTS.dlq_stream_name):
+                subject = f"$JS.API.STREAM.{operation}.{stream}"
+                assert await session.is_refused(subject), f"{user} may {operation} {stream}"
+    async with login(streams, "admin") as admin:
+        info = await admin.nc.jetstream().stream_info(SUBJECTS.stream_name)
+    assert info.config.subjects == SUBJECTS.log_subjects  # untouched
+
+
+def _usher_streams(url: str, prefix: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "usher.cli", "streams", "--nats", url, "--prefix", prefix]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+async def test_usher_streams_creates_the_log_as_the_admin_and_fails_as_a_service(
+    nats_url: str,
+) -> None:
+    host = nats_url.removeprefix("nats://")
+    refused = _usher_streams(f"nats://usher-ledger:{password('ledger')}@{host}", "usher")
+    assert refused.returncode == 4, refused.stderr
+    assert password("ledger") not in refused.stderr and "usher-ledger:***@" in refused.stderr
+    made = _usher_streams(f"nats://usher-admin:{password('admin')}@{host}", "usher")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == "streams USHER_LOG, USHER_DLQ: 1 replicas"
+    async with login(nats_url, "console") as console:
+        info = await console.nc.jetstream().stream_info(SUBJECTS.stream_name)
+    assert info.config.subjects == SUBJECTS.log_subjects
+
+
+async def test_the_console_reads_the_log_and_publishes_nothing(streams: str) -> None:
+    async with login(streams, "ledger") as ledger:
+        await ledger.nc.jetstream().publish("usher.decision.a.admitted.ns.console", b"{}")
+    async with login(streams, "console") as console:
+        js = console.nc.jetstream()
+        got: asyncio.Queue[str] = asyncio.Queue()
+
+        async def on_entry(msg: Msg) -> None:
+            await got.put(msg.subject)
+
+        sub = await js.subscribe(
+            "usher.>", stream=SUBJECTS.stream_name, cb=on_entry, ordered_consumer=True,
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        )  # fmt: skip
+        seen = {await asyncio.wait_for(got.get(), 5) for _ in range(1)}
+        await sub.unsubscribe()
+        assert seen and all(subject.startswith("usher.") for subject in seen)
+        for subject in ("usher.cluster.quota", "usher.decision.a.inadmissible.ns.j",
+                        "usher.ledger.reserve", "usher.dlq.console"):  # fmt: skip
+            assert await console.is_refused(subject), subject
 
 
 async def test_a_wrong_password_is_refused(nats_url: str) -> None:
@@ -243,7 +346,7 @@ async def test_requests_reach_their_server_and_are_answered(
 async def test_every_service_can_start_and_follow_the_log(streams: str, user: str) -> None:
     async with login(streams, user) as session:
         js = session.nc.jetstream()
-        await ensure_streams(js, SUBJECTS)
+        await require_streams(js, SUBJECTS)  # what services/common/runtime.py does at start
         got: asyncio.Queue[int] = asyncio.Queue()
 
         async def on_entry(msg: Msg) -> None:

@@ -679,7 +679,10 @@ async def test_410_gone_relists_and_finds_what_the_watch_missed(h: Harness, tmp_
         store.delete(resource("batch", "v1", "jobs"), "user-a", "b")
         store.create(resource("batch", "v1", "jobs"), "user-a", job("c"))
         store.compact(keep_last=0)
-        again = KubeEmulator(port=h.emu.port, store=store, kubeconfig_path=h.emu.kubeconfig_path)
+        again = KubeEmulator(
+            port=h.emu.port, store=store, kubeconfig_path=h.emu.kubeconfig_path,
+            token=h.emu.token, tls_identity=h.emu.tls_identity,
+        )  # fmt: skip
         async with again:
             [(gone, _)] = await h.logged(WorkloadDeleted, lambda e: e.workload == "user-a/b")
             await h.logged(WorkloadObserved, lambda e: e.name == "c")

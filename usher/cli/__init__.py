@@ -8,6 +8,7 @@ What it must never do: hold decision logic, or show a traceback for bad input.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import os
@@ -85,6 +86,11 @@ def cli() -> None:
     default=0.0,
     help="Seconds an admitted job is protected from reclaim.",
 )
+@click.option(
+    "--durable",
+    is_flag=True,
+    help="NATS fsyncs every entry before acknowledging it (sync_interval: always).",
+)
 @click.option("--seed", type=int, default=7, show_default=True, help="Demo randomness.")
 @click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
 @click.option(
@@ -103,6 +109,7 @@ def up(
     oversell_rate: str,
     within_quota: str,
     min_runtime_s: float,
+    durable: bool,
     seed: int,
     plain: bool,
     interval_s: float,
@@ -139,6 +146,7 @@ def up(
         oversell_rate=oversell_rate,
         within_quota=within_quota,
         min_runtime_s=min_runtime_s,
+        durable=durable,
     )
     system = EmbeddedSystem(home, options)
     stopping = threading.Event()
@@ -155,7 +163,8 @@ def up(
         fail(f"{exc.name} did not start: {exc.reason} (logs in {home / 'logs'})", EXIT_UNAVAILABLE)
         return
     click.echo(f"Usher is up (data in {info.home})")
-    click.echo(f"  NATS JetStream  {info.nats_url}")
+    sync = "fsync before every ack" if info.durable else "default fsync interval"
+    click.echo(f"  NATS JetStream  {redact_url(info.nats_url)} ({sync})")
     click.echo(f"  PostgreSQL      {redact_url(info.database_url)}")
     click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
     click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
@@ -183,6 +192,58 @@ def up(
         click.echo("Stopped.")
     if reason is not None:
         fail(reason, EXIT_UNAVAILABLE)
+
+
+@cli.command("streams")
+@click.option(
+    "--nats",
+    "nats_url",
+    default=None,
+    help="The admin identity's NATS URL (default: $USHER_ADMIN_NATS_URL, else stack.json's).",
+)
+@click.option("--prefix", default=None, help="Subject prefix of the installation (usher).")
+@click.option(
+    "--replicas",
+    default=None,
+    help="Replicas of the log and DLQ (default: $USHER_STREAM_REPLICAS, else 1).",
+)
+@click.option("--home", type=click.Path(path_type=Path), default=None, help="Data folder.")
+def streams_command(
+    nats_url: str | None, prefix: str | None, replicas: str | None, home: Path | None
+) -> None:
+    """Create or update the log and DLQ streams, as the admin (services never may)."""
+    from services.common.settings import SettingsError, stream_replicas
+    from usher.adapters.embedded.stack import prepare_streams
+    from usher.adapters.nats.subjects import Subjects
+
+    try:
+        count = stream_replicas(replicas or os.environ.get("USHER_STREAM_REPLICAS") or "1")
+    except SettingsError as exc:
+        fail(f"--replicas: {exc.detail}", EXIT_USAGE)
+    url = nats_url or os.environ.get("USHER_ADMIN_NATS_URL")
+    stack = None
+    with contextlib.suppress(FileNotFoundError, msgspec.DecodeError):
+        stack = read_stack_info(home or usher_home())
+    url = url or (stack.admin_nats_url if stack else None)
+    if not url:
+        fail("no admin NATS URL: pass --nats or set USHER_ADMIN_NATS_URL", EXIT_USAGE)
+    subjects = Subjects(
+        prefix or os.environ.get("USHER_PREFIX") or (stack.prefix if stack else "usher")
+    )
+    try:
+        asyncio.run(prepare_streams(url, subjects, count))
+    except (OSError, TimeoutError, nats_errors()) as exc:
+        fail(
+            f"streams not created at {redact_url(url)}: {type(exc).__name__}: {exc}",
+            EXIT_UNAVAILABLE,
+        )
+    click.echo(f"streams {subjects.stream_name}, {subjects.dlq_stream_name}: {count} replicas")
+
+
+def nats_errors() -> type[Exception]:
+    import nats.errors
+
+    return nats.errors.Error
 
 
 _ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")

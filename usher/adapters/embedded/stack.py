@@ -1,11 +1,17 @@
 """The embedded one-machine stack: NATS JetStream + PostgreSQL, migrated and with streams.
 
-What it does: starts both servers under ``$USHER_HOME`` (default ``~/.usher``), applies the
-Alembic migrations, creates the JetStream streams, and writes ``stack.json`` (atomically) so
-that every other ``usher`` command finds the running stack. Starting again reuses the data
-(resume). ``usher.adapters.embedded.system`` adds the Kubernetes API emulator and the services
-on top and records them in the same file.
-What it must never do: leave a server running after ``stop`` or write a secret to disk.
+What it does: makes ``$USHER_HOME`` (default ``~/.usher``) private (0700), loads or makes its
+credentials (``credentials.json``, 0600), starts both servers under it with authentication
+(NATS: one user per identity with the deploy's permissions; PostgreSQL: scram passwords, the
+ledger and audit roles), applies the Alembic migrations and the roles as the set-up superuser,
+creates the JetStream streams as the admin (with the configured replicas), and writes
+``stack.json`` (atomically, 0600) so that every other ``usher`` command finds the running stack:
+it holds the read-only ``console`` NATS URL and the ``usher_audit`` database URL, plus the
+admin's NATS URL for ``usher import``. Starting again reuses the data (resume).
+``usher.adapters.embedded.system`` adds the Kubernetes API emulator and the services on top and
+records them in the same file.
+What it must never do: leave a server running after ``stop``, write a secret to a file others
+can read, or print one.
 """
 
 from __future__ import annotations
@@ -19,8 +25,14 @@ from pathlib import Path
 import msgspec
 import nats
 
-from usher.adapters.embedded.servers import NatsServer, PostgresServer
+from usher.adapters.embedded.credentials import (
+    load_credentials,
+    make_private_home,
+    write_private,
+)
+from usher.adapters.embedded.servers import PG_AUDIT, PG_LEDGER, NatsServer, PostgresServer
 from usher.adapters.nats.log import ensure_streams
+from usher.adapters.nats.permissions import ADMIN, CONSOLE, DEFAULT_ZONES, identities
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade
 
@@ -36,7 +48,9 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
 
     home: str
     nats_url: str
+    """The read-only ``console`` identity's URL (with its password: the file is 0600)."""
     database_url: str
+    """The read-only ``usher_audit`` role's URL."""
     prefix: str
     pids: dict[str, int]
     """Infrastructure processes by name: ``nats``, ``postgres``, ``kube-emulator``."""
@@ -51,6 +65,11 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     oversell_rate: str = "1"
     within_quota: str = "Never"
     min_runtime_s: float = 0.0
+    admin_nats_url: str = ""
+    """The admin identity's URL: creates streams, imports a log (``usher import``)."""
+    stream_replicas: int = 1
+    durable: bool = False
+    """``usher up --durable``: NATS fsyncs before it acknowledges (``sync_interval: always``)."""
 
     def all_pids(self) -> dict[str, int]:
         """Every process of the system, infrastructure and services."""
@@ -69,17 +88,14 @@ def read_stack_info(home: Path) -> StackInfo:
 
 def write_stack_info(home: Path, info: StackInfo) -> None:
     """Write ``stack.json`` atomically (readers never see half a file)."""
-    path = home / STACK_FILE
-    partial = path.with_name(f".{STACK_FILE}.partial")
-    partial.write_bytes(msgspec.json.format(msgspec.json.encode(info)))
-    os.replace(partial, path)
+    write_private(home / STACK_FILE, msgspec.json.format(msgspec.json.encode(info)))
 
 
-async def prepare_streams(nats_url: str, subjects: Subjects) -> None:
-    """Create or update the log and DLQ streams of ``subjects.prefix``."""
+async def prepare_streams(nats_url: str, subjects: Subjects, replicas: int = 1) -> None:
+    """Create or update the log and DLQ streams of ``subjects.prefix`` (as the admin)."""
     nc = await nats.connect(nats_url, connect_timeout=5, max_reconnect_attempts=3)
     try:
-        await ensure_streams(nc.jetstream(), subjects)
+        await ensure_streams(nc.jetstream(), subjects, replicas)
     finally:
         await nc.close()
 
@@ -87,31 +103,64 @@ async def prepare_streams(nats_url: str, subjects: Subjects) -> None:
 class EmbeddedStack:
     """Start/stop the embedded infrastructure as one unit."""
 
-    def __init__(self, home: Path, *, prefix: str = "usher", durable: bool = True) -> None:
+    def __init__(
+        self,
+        home: Path,
+        *,
+        prefix: str = "usher",
+        durable: bool = True,
+        zones: tuple[str, ...] = DEFAULT_ZONES,
+        sync_always: bool = False,
+        stream_replicas: int = 1,
+    ) -> None:
         self.home = home
         self.subjects = Subjects(prefix)
-        self.nats = NatsServer(home)
+        self.zones = zones
+        self.stream_replicas = stream_replicas
+        self.sync_always = sync_always
+        self.nats = NatsServer(home, sync_always=sync_always, prefix=prefix, zones=zones)
         self.postgres = PostgresServer(home, durable=durable)
         self.info: StackInfo | None = None
+
+    def _load_credentials(self) -> None:
+        names = [i.name for i in identities(self.subjects, self.zones)]
+        creds = load_credentials(self.home, names)
+        self.nats.passwords = creds.nats
+        self.postgres.superuser_password = creds.pg_superuser
+        self.postgres.role_passwords = {PG_LEDGER: creds.pg_ledger, PG_AUDIT: creds.pg_audit}
+
+    def nats_url_for(self, identity: str) -> str:
+        """``identity``'s NATS URL with its password (for that process's environment only)."""
+        return self.nats.url_for(identity)
+
+    def database_url_for(self, role: str) -> str:
+        """``role``'s (``usher_ledger``, ``usher_audit``) database URL with its password."""
+        return self.postgres.url_as(role, self.postgres.role_passwords[role])
 
     def start(self, *, write_file: bool = True) -> StackInfo:
         """Start everything; on any failure stop what was started and re-raise.
 
         ``write_file=False`` leaves ``stack.json`` to a caller that starts more on top.
         """
-        self.home.mkdir(parents=True, exist_ok=True)
+        make_private_home(self.home)
+        self._load_credentials()
         try:
-            nats_url = self.nats.start()
-            database_url = self.postgres.start()
-            upgrade(database_url)
-            asyncio.run(prepare_streams(nats_url, self.subjects))
+            self.nats.start()
+            superuser_url = self.postgres.start()
+            upgrade(superuser_url)
+            self.postgres.set_up_roles()
+            admin_url = self.nats_url_for(ADMIN)
+            asyncio.run(prepare_streams(admin_url, self.subjects, self.stream_replicas))
         except BaseException:
             self.stop()
             raise
         self.info = StackInfo(
             home=str(self.home),
-            nats_url=nats_url,
-            database_url=database_url,
+            nats_url=self.nats_url_for(CONSOLE),
+            database_url=self.database_url_for(PG_AUDIT),
+            admin_nats_url=admin_url,
+            stream_replicas=self.stream_replicas,
+            durable=self.sync_always,
             prefix=self.subjects.prefix,
             pids={
                 "nats": self.nats.process.pid or 0 if self.nats.process else 0,

@@ -25,6 +25,7 @@ from pathlib import Path
 import msgspec
 
 from usher.adapters.embedded.processes import ManagedProcess, ServerStartError
+from usher.adapters.embedded.servers import PG_LEDGER
 from usher.adapters.embedded.stack import (
     STACK_FILE,
     EmbeddedStack,
@@ -52,6 +53,10 @@ class SystemOptions:
     min_runtime_s: float = 0.0
     kubelet_speed: float = 1.0
     settle_ms: int = 20
+    durable: bool = False
+    """NATS fsyncs before acknowledging (``sync_interval: always``): survives a machine crash."""
+    stream_replicas: int = 1
+    """Replicas of the log (one local server: 1; deploy/ uses 3)."""
 
     @property
     def served_zones(self) -> tuple[str, ...]:
@@ -83,7 +88,13 @@ class EmbeddedSystem:
     info: StackInfo | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
-        self.stack = EmbeddedStack(self.home, prefix=self.prefix)
+        self.stack = EmbeddedStack(
+            self.home,
+            prefix=self.prefix,
+            zones=self.options.served_zones,
+            sync_always=self.options.durable,
+            stream_replicas=self.options.stream_replicas,
+        )
 
     @property
     def kubeconfig(self) -> Path:
@@ -97,15 +108,15 @@ class EmbeddedSystem:
 
     def start(self, timeout_s: float = 30.0) -> StackInfo:
         """Start everything; on any failure stop what was started and re-raise."""
-        self.home.mkdir(parents=True, exist_ok=True)
         try:
             base = self.stack.start(write_file=False)
             self._start_emulator(timeout_s)
-            env = self._service_env(base)
+            env = self._service_env()
             watcher_log = self.logs / "watcher.log"
             offset = watcher_log.stat().st_size if watcher_log.exists() else 0
             for name, argv in self._service_commands():
-                process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=env)
+                own = {**env, **self._credentials_of(name)}
+                process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=own)
                 process.start()
                 self.services[name] = Supervised(name, argv, process)
             self._check_services_alive(grace_s=0.5)
@@ -145,15 +156,28 @@ class EmbeddedSystem:
                 )
             time.sleep(0.05)
 
-    def _service_env(self, base: StackInfo) -> dict[str, str]:
+    def _credentials_of(self, service: str) -> dict[str, str]:
+        """Only this service's own secrets: its NATS user; the ledger's database role; the
+        watcher's kubeconfig. Nobody else gets the ledger's role or the cluster's token."""
+        own = {"USHER_NATS_URL": self.stack.nats_url_for(service)}
+        if service == "ledger":
+            own["USHER_DATABASE_URL"] = self.stack.database_url_for(PG_LEDGER)
+        if service == "watcher":
+            own["USHER_KUBECONFIG"] = str(self.kubeconfig)
+        return own
+
+    def _service_env(self) -> dict[str, str]:
         options = self.options
+        inherited = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("USHER_NATS_URL", "USHER_DATABASE_URL", "USHER_KUBECONFIG", "KUBECONFIG")
+        }
         return {
-            **os.environ,
+            **inherited,
             "USHER_HOME": str(self.home),
-            "USHER_NATS_URL": base.nats_url,
-            "USHER_DATABASE_URL": base.database_url,
-            "USHER_KUBECONFIG": str(self.kubeconfig),
             "USHER_PREFIX": self.prefix,
+            "USHER_STREAM_REPLICAS": str(options.stream_replicas),
             "USHER_POLICY": options.policy,
             "USHER_OVERSELL_RATE": options.oversell_rate,
             "USHER_WITHIN_QUOTA": options.within_quota,
@@ -209,11 +233,8 @@ class EmbeddedSystem:
 
     def _info(self, base: StackInfo) -> StackInfo:
         options = self.options
-        return StackInfo(
-            home=base.home,
-            nats_url=base.nats_url,
-            database_url=base.database_url,
-            prefix=base.prefix,
+        return msgspec.structs.replace(
+            base,
             pids={**base.pids, EMULATOR: self.emulator.pid or 0 if self.emulator else 0},
             started_at=datetime.now(UTC),
             kubeconfig=str(self.kubeconfig),

@@ -5,8 +5,14 @@ patch/delete (and the status subresource) for the resources in ``store.RESOURCES
 watches as chunked newline-delimited JSON events (with resume, 410 Expired, bookmarks and
 ``timeoutSeconds``), renders ``Table`` responses for kubectl, binds 127.0.0.1 on a free port and
 writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and kubectl can load.
-Any bearer token (or none) is accepted: there is no authentication or authorization. Creates
-go through the configured mutating admission webhooks first (``admission``), over real HTTPS.
+Authentication as the real server does it for a bearer token: every request must carry
+``Authorization: Bearer <token>`` with the emulator's token (random unless given, written to the
+kubeconfig); a missing or wrong one is answered ``401 Unauthorized`` with a ``Status``, and no
+request is looked at further. There is no authorization beyond that (one user, all verbs).
+It serves HTTPS with a self-signed certificate made at start (for 127.0.0.1), given to clients
+as the kubeconfig's ``certificate-authority-data``: kubectl sends a token only over TLS.
+Creates go through the configured mutating admission webhooks first (``admission``),
+over real HTTPS.
 What it must never do: keep state of its own besides open watches (the store is the truth);
 block the event loop; listen on anything but the host it was given (127.0.0.1 by default).
 """
@@ -14,13 +20,19 @@ block the event loop; listen on anything but the host it was given (127.0.0.1 by
 from __future__ import annotations
 
 import asyncio
+import base64
+import hmac
+import ipaddress
 import json
+import os
+import secrets
 import shutil
 import socket
+import ssl
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -319,6 +331,60 @@ def api_resource_list(group: str, version: str) -> JsonObj | None:
 # --------------------------------------------------------------------------- the emulator
 
 
+def self_signed_certificate(host: str) -> tuple[bytes, bytes]:
+    """A fresh key and a one-year certificate for ``host`` (an IP), both PEM; it is its own CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "usher-kube-emulator")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(days=365))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def server_ssl_context(cert_pem: bytes, key_pem: bytes) -> ssl.SSLContext:
+    """A TLS server context from PEM bytes (``ssl`` loads only files: a private temp dir)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    folder = Path(tempfile.mkdtemp(prefix="usher-kube-tls-"))  # mode 0700
+    try:
+        (folder / "cert.pem").write_bytes(cert_pem)
+        key = os.open(folder / "key.pem", os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(key, "wb") as handle:
+            handle.write(key_pem)
+        context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return context
+
+
+PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
+"""What a real server's default RBAC (system:public-info-viewer) shows anyone."""
+
+
 class KubeEmulator:
     """A Kubernetes API server on 127.0.0.1 backed by a :class:`Store` (+ optional kubelet).
 
@@ -338,7 +404,8 @@ class KubeEmulator:
         bookmark_interval: float = 60.0,
         history_size: int = 1000,
         strict_namespaces: bool = False,
-        token: str = "usher-emulator-token",
+        token: str | None = None,
+        tls_identity: tuple[bytes, bytes] | None = None,
         webhook_services: ServiceAddresses | None = None,
     ) -> None:
         self.store = store or Store(history_size=history_size, strict_namespaces=strict_namespaces)
@@ -348,7 +415,12 @@ class KubeEmulator:
         self.host = host
         self.port = port
         self.bookmark_interval = bookmark_interval
-        self.token = token
+        self.token = token or secrets.token_urlsafe(32)
+        # A server restarted with the same token and certificate is the same server to its
+        # clients (their kubeconfig stays valid), as a real API server across restarts.
+        self.tls_identity = tls_identity or self_signed_certificate(host)
+        self.certificate = self.tls_identity[0]
+        self._ssl = server_ssl_context(*self.tls_identity)
         self.kubelet = FakeKubelet(self.store, speed=kubelet_speed) if kubelet else None
         self._kubeconfig_path = Path(kubeconfig_path) if kubeconfig_path else None
         self._tmpdir: Path | None = None
@@ -361,7 +433,7 @@ class KubeEmulator:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return f"https://{self.host}:{self.port}"
 
     @property
     def kubeconfig_path(self) -> Path:
@@ -378,7 +450,7 @@ class KubeEmulator:
             self.app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock, ssl_context=self._ssl).start()
         self._write_kubeconfig()
         if self.kubelet is not None:
             self.kubelet.start()
@@ -407,12 +479,29 @@ class KubeEmulator:
     ) -> None:
         await self.stop()
 
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """What a client trusts to talk to this emulator (its own certificate)."""
+        return ssl.create_default_context(cadata=self.certificate.decode())
+
+    @property
+    def auth_headers(self) -> dict[str, str]:
+        """The header a client presents (what the kubeconfig's user does)."""
+        return {"Authorization": f"Bearer {self.token}"}
+
     def kubeconfig(self) -> JsonObj:
         """A kubeconfig with one cluster, one token user and the current context."""
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": CLUSTER_NAME, "cluster": {"server": self.url}}],
+            "clusters": [
+                {
+                    "name": CLUSTER_NAME,
+                    "cluster": {
+                        "server": self.url,
+                        "certificate-authority-data": base64.b64encode(self.certificate).decode(),
+                    },
+                }
+            ],
             "users": [{"name": CLUSTER_NAME, "user": {"token": self.token}}],
             "contexts": [
                 {
@@ -433,11 +522,25 @@ class KubeEmulator:
             self._tmpdir = Path(tempfile.mkdtemp(prefix="usher-kube-"))
             self._kubeconfig_path = self._tmpdir / "kubeconfig"
         self._kubeconfig_path.parent.mkdir(parents=True, exist_ok=True)
-        self._kubeconfig_path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        # It holds the token: only its owner may read it, from the first byte on.
+        partial = self._kubeconfig_path.with_name(f".{self._kubeconfig_path.name}.partial")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        os.replace(partial, self._kubeconfig_path)
 
     # ---- dispatch
 
+    def _authenticated(self, request: web.Request) -> bool:
+        scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), self.token.encode()
+        )
+
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        if request.path not in PUBLIC_PATHS and not self._authenticated(request):
+            # What kube-apiserver answers for a missing or unknown token.
+            return error_response(ApiError(401, "Unauthorized", "Unauthorized"))
         try:
             return await self._route(request)
         except ApiError as err:

@@ -1,6 +1,8 @@
 """The Usher log on NATS JetStream: streams, publishing envelopes, parking dead letters.
 
-What it does: creates (or updates) the log and DLQ streams of an installation, publishes
+What it does: creates (or updates) the log and DLQ streams of an installation (the admin's
+job: ``ensure_streams``, with the configured replicas), lets a service check they exist
+(``require_streams``: a service never reconfigures the log), publishes
 envelopes with deterministic ``Nats-Msg-Id`` and CloudEvents headers, and parks messages that
 could not be processed on ``<prefix>.dlq.<service>`` with the error.
 What it must never do: decide anything, or drop a message silently.
@@ -22,7 +24,16 @@ DUPLICATE_WINDOW_S = 120.0
 DLQ_MAX_AGE_S = 14 * 24 * 3600.0
 
 
-def log_stream_config(subjects: Subjects) -> StreamConfig:
+class StreamMissing(Exception):
+    """A service found no ``stream`` and may not (or could not) create it: the admin must."""
+
+    def __init__(self, stream: str, detail: str) -> None:
+        super().__init__(f"stream {stream} does not exist and was not created: {detail}")
+        self.stream = stream
+        self.detail = detail
+
+
+def log_stream_config(subjects: Subjects, replicas: int = 1) -> StreamConfig:
     """The log keeps everything (it is the source of truth); dedup by ``Nats-Msg-Id``."""
     return StreamConfig(
         name=subjects.stream_name,
@@ -32,10 +43,11 @@ def log_stream_config(subjects: Subjects) -> StreamConfig:
         discard=DiscardPolicy.OLD,
         duplicate_window=DUPLICATE_WINDOW_S,
         allow_direct=True,
+        num_replicas=replicas,
     )
 
 
-def dlq_stream_config(subjects: Subjects) -> StreamConfig:
+def dlq_stream_config(subjects: Subjects, replicas: int = 1) -> StreamConfig:
     """Dead letters are kept two weeks for an operator to inspect and replay."""
     return StreamConfig(
         name=subjects.dlq_stream_name,
@@ -43,18 +55,46 @@ def dlq_stream_config(subjects: Subjects) -> StreamConfig:
         retention=RetentionPolicy.LIMITS,
         storage=StorageType.FILE,
         max_age=DLQ_MAX_AGE_S,
+        num_replicas=replicas,
     )
 
 
-async def ensure_streams(js: JetStreamContext, subjects: Subjects) -> None:
-    """Create the streams, or bring an existing stream's config up to date (idempotent)."""
-    for config in (log_stream_config(subjects), dlq_stream_config(subjects)):
+def stream_configs(subjects: Subjects, replicas: int = 1) -> tuple[StreamConfig, StreamConfig]:
+    return log_stream_config(subjects, replicas), dlq_stream_config(subjects, replicas)
+
+
+async def ensure_streams(js: JetStreamContext, subjects: Subjects, replicas: int = 1) -> None:
+    """Create the streams, or bring an existing stream's config up to date (idempotent).
+
+    The admin's call (``usher up``, ``usher streams``): it needs STREAM.CREATE/UPDATE, which
+    no service identity has (usher/adapters/nats/permissions.py).
+    """
+    for config in stream_configs(subjects, replicas):
         try:
             await js.stream_info(config.name or "")
         except nats.js.errors.NotFoundError:
             await js.add_stream(config)
         else:
             await js.update_stream(config)
+
+
+async def require_streams(js: JetStreamContext, subjects: Subjects, replicas: int = 1) -> None:
+    """A service's start: the streams must exist; it never updates them.
+
+    A missing stream is created where the identity may (an open test server); under the
+    deploy's or ``usher up``'s permissions the admin created it first, and a refusal (the
+    server drops the request: no answer) raises ``StreamMissing``.
+    """
+    for config in stream_configs(subjects, replicas):
+        try:
+            await js.stream_info(config.name or "")
+        except nats.js.errors.NotFoundError:
+            try:
+                await js.add_stream(config)
+            except nats.js.errors.BadRequestError:
+                pass  # created by another service meanwhile
+            except (TimeoutError, nats.errors.Error) as exc:
+                raise StreamMissing(config.name or "", type(exc).__name__) from exc
 
 
 async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:

@@ -1,0 +1,325 @@
+"""Who may publish and subscribe to what on NATS: the one source of every Usher identity.
+
+What it does: lists, per identity of one installation (watcher, ledger, preemptor, one
+dequeuer per zone, a read-only ``console`` for people and audits, and the ``admin`` that
+creates and configures the streams), the subjects it may publish and subscribe to, and renders
+them as a nats-server ``authorization`` block: with ``$USHER_<NAME>_NATS_PASSWORD`` variables
+for ``deploy/nats/usher-auth.conf`` (and the Helm values ``deploy/nats-values.yaml``), or with
+literal passwords for the local stack (``usher up``). ``python -m usher.adapters.nats.permissions
+--write`` regenerates the deploy files; a test checks they equal what this module renders.
+Only the ledger may publish ``Admitted``/``Preempted``/``Released``; a dequeuer only its own
+zone's ``Inadmissible``/``Unmapped``; only the admin may create, update, delete or purge a
+stream (services look the log up, they never reconfigure it).
+What it must never do: talk to a server, read a file, or hold a password it was not given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from usher.adapters.nats.subjects import Subjects, token
+
+DEFAULT_ZONES = ("default", "a", "b")
+ADMIN = "admin"
+CONSOLE = "console"
+LEDGER = "ledger"
+DECISIONS_OF_THE_LEDGER = ("admitted", "preempted", "released")
+DECISIONS_OF_A_DEQUEUER = ("inadmissible", "unmapped")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One NATS user: its name (``ledger``, ``dequeuer-a``...) and its allow lists."""
+
+    name: str
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...] = ("_INBOX.>",)
+    allow_responses: bool = False
+
+    @property
+    def user(self) -> str:
+        return f"usher-{self.name}"
+
+    @property
+    def password_variable(self) -> str:
+        return password_variable(self.name)
+
+
+def password_variable(name: str) -> str:
+    """``USHER_<NAME>_NATS_PASSWORD``: where the deploy's server config reads the password."""
+    return f"USHER_{name.upper().replace('-', '_')}_NATS_PASSWORD"
+
+
+def _stem(subjects: Subjects) -> str:
+    return subjects.prefix.upper().replace("-", "_")
+
+
+def _follow_log(subjects: Subjects) -> list[str]:
+    """Look the log up and follow it with an ordered (ephemeral) consumer: every service.
+
+    The ordered consumer asks for its own info when heartbeats stop (CONSUMER.INFO).
+    """
+    log, dlq = subjects.stream_name, subjects.dlq_stream_name
+    return [
+        "$JS.API.INFO",
+        f"$JS.API.STREAM.INFO.{log}", f"$JS.API.STREAM.INFO.{dlq}",
+        f"$JS.API.CONSUMER.CREATE.{log}", f"$JS.API.CONSUMER.INFO.{log}.*", f"$JS.FC.{log}.>",
+    ]  # fmt: skip
+
+
+def _snapshots(subjects: Subjects, owner: str) -> list[str]:
+    """The engine snapshot bucket (an object store, not the log), own meta subject only."""
+    bucket = f"{_stem(subjects)}_SNAPSHOTS"
+    meta = base64.urlsafe_b64encode(owner.encode()).decode()
+    return [
+        f"$JS.API.STREAM.INFO.OBJ_{bucket}", f"$JS.API.STREAM.CREATE.OBJ_{bucket}",
+        f"$JS.API.STREAM.MSG.GET.OBJ_{bucket}", f"$JS.API.STREAM.PURGE.OBJ_{bucket}",
+        f"$JS.API.DIRECT.GET.OBJ_{bucket}.>",
+        f"$JS.API.CONSUMER.CREATE.OBJ_{bucket}", f"$JS.FC.OBJ_{bucket}.>",
+        f"$O.{bucket}.C.>", f"$O.{bucket}.M.{meta}",
+    ]  # fmt: skip
+
+
+def _leader_key(subjects: Subjects, key: str) -> list[str]:
+    """The leader bucket ``<prefix>_LEADERS`` (case kept): only this role's own key."""
+    bucket = f"{subjects.prefix}_LEADERS"
+    return [
+        f"$KV.{bucket}.{key}",
+        f"$JS.API.STREAM.INFO.KV_{bucket}", f"$JS.API.STREAM.CREATE.KV_{bucket}",
+        f"$JS.API.STREAM.MSG.GET.KV_{bucket}",
+        f"$JS.API.DIRECT.GET.KV_{bucket}.$KV.{bucket}.{key}",
+    ]  # fmt: skip
+
+
+def watcher(subjects: Subjects) -> Identity:
+    log, p = subjects.stream_name, subjects.prefix
+    durable = f"{p}-watcher"
+    return Identity("watcher", (
+        f"{p}.cluster.>", subjects.dlq("watcher"), *_follow_log(subjects),
+        f"$JS.API.CONSUMER.INFO.{log}.{durable}",
+        f"$JS.API.CONSUMER.CREATE.{log}.{durable}", f"$JS.API.CONSUMER.CREATE.{log}.{durable}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{log}.{durable}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{log}.{durable}", f"$JS.ACK.{log}.{durable}.>",
+    ))  # fmt: skip
+
+
+def ledger(subjects: Subjects) -> Identity:
+    p = subjects.prefix
+    decisions = [f"{p}.decision.*.{action}.>" for action in DECISIONS_OF_THE_LEDGER]
+    return Identity(
+        LEDGER,
+        (*decisions, subjects.dlq(LEDGER), *_follow_log(subjects),
+         *_leader_key(subjects, "ledger-relay")),
+        subscribe=("_INBOX.>", subjects.ledger_reserve, subjects.ledger_preempt),
+        allow_responses=True,
+    )  # fmt: skip
+
+
+def preemptor(subjects: Subjects) -> Identity:
+    return Identity(
+        "preemptor",
+        (subjects.ledger_preempt, subjects.dlq("preemptor"), *_follow_log(subjects),
+         *_snapshots(subjects, "preemptor"), *_leader_key(subjects, "preemptor")),
+        subscribe=("_INBOX.>", subjects.preempt_request),
+        allow_responses=True,
+    )  # fmt: skip
+
+
+def dequeuer(subjects: Subjects, zone: str) -> Identity:
+    p, name = subjects.prefix, f"dequeuer-{zone}"
+    decisions = [f"{p}.decision.{token(zone)}.{action}.>" for action in DECISIONS_OF_A_DEQUEUER]
+    return Identity(name, (
+        *decisions, subjects.ledger_reserve, subjects.preempt_request, subjects.dlq("dequeuer"),
+        *_follow_log(subjects), *_snapshots(subjects, name), *_leader_key(subjects, name),
+    ))  # fmt: skip
+
+
+def console(subjects: Subjects) -> Identity:
+    """People, ``usher.client``, the live view and audits: read the log and the DLQ, only."""
+    log, dlq = subjects.stream_name, subjects.dlq_stream_name
+    return Identity(CONSOLE, (
+        *_follow_log(subjects), f"$JS.API.CONSUMER.CREATE.{dlq}", f"$JS.FC.{dlq}.>",
+        f"$JS.API.STREAM.MSG.GET.{log}", f"$JS.API.STREAM.MSG.GET.{dlq}",
+        f"$JS.API.DIRECT.GET.{log}", f"$JS.API.DIRECT.GET.{log}.>",
+    ))  # fmt: skip
+
+
+def admin() -> Identity:
+    """Creates and configures the streams (``usher up``, the deploy's set-up Job), imports."""
+    return Identity(ADMIN, (">",), subscribe=(">",))
+
+
+def identities(subjects: Subjects, zones: Sequence[str] = DEFAULT_ZONES) -> list[Identity]:
+    """Every identity of the installation ``subjects.prefix`` whose dequeuers serve ``zones``."""
+    return [
+        watcher(subjects), ledger(subjects), preemptor(subjects),
+        *(dequeuer(subjects, zone) for zone in zones), console(subjects), admin(),
+    ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------- rendering
+
+HEADER = """\
+# NATS users of one Usher installation (subject prefix `{prefix}`). GENERATED by
+# `python -m usher.adapters.nats.permissions --write` from usher/adapters/nats/permissions.py
+# (the one source of these lists; `usher up` renders the same with its own passwords).
+# Do not edit by hand: tests/deploy/test_nats_permissions.py compares this file with the module.
+#
+#   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
+#   ledger     {prefix}.decision.*.{{admitted,preempted,released}}.>  + replies to requests
+#   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped}}.>  (its own zone only)
+#              requests {prefix}.ledger.reserve, {prefix}.preempt.request
+#   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
+#   console    reads the log and the DLQ (people, usher.client, audits); publishes nothing
+#   admin      everything: creates and updates the streams ({log}, {dlq}), imports logs
+#   services   {prefix}.dlq.<service>, STREAM.INFO (never CREATE/UPDATE/DELETE/PURGE) of the
+#              log, an ordered consumer on it, their snapshot and leader keys
+#
+# Passwords come from the environment (NATS config variables): set them from Secrets.
+# Adding a zone: add it to ZONES in deploy (`--zones`) and regenerate.
+"""
+
+
+def _quoted(items: Sequence[str]) -> str:
+    return ", ".join(json.dumps(item) for item in items)
+
+
+def _user_block(identity: Identity, password: str) -> list[str]:
+    lines = [
+        "    {",
+        f"      user: {identity.user}",
+        f"      password: {password}",
+        "      permissions: {",
+        "        publish: {",
+        "          allow: [",
+    ]
+    lines += [f"            {json.dumps(s)}{',' if i < len(identity.publish) - 1 else ''}"
+              for i, s in enumerate(identity.publish)]  # fmt: skip
+    lines += [
+        "          ]",
+        "        }",
+        f"        subscribe: {{ allow: [{_quoted(identity.subscribe)}] }}",
+    ]
+    if identity.allow_responses:
+        lines.append("        allow_responses: true")
+    lines += ["      }", "    }"]
+    return lines
+
+
+def render_authorization(
+    subjects: Subjects,
+    zones: Sequence[str] = DEFAULT_ZONES,
+    passwords: Mapping[str, str] | None = None,
+) -> str:
+    """The ``authorization`` block; ``passwords`` None means ``$USHER_<NAME>_NATS_PASSWORD``."""
+    header = HEADER.format(
+        prefix=subjects.prefix, log=subjects.stream_name, dlq=subjects.dlq_stream_name
+    )
+    lines = [header, "authorization {", "  users: ["]
+    for identity in identities(subjects, zones):
+        password = (
+            f"${identity.password_variable}"
+            if passwords is None
+            else json.dumps(passwords[identity.name])
+        )
+        lines += _user_block(identity, password)
+    lines += ["  ]", "}", ""]
+    return "\n".join(lines)
+
+
+SYNC_INTERVAL = "always"
+"""The deploy's choice: a publish is acknowledged only once fsynced on a quorum of replicas."""
+STREAM_REPLICAS = 3
+
+VALUES_HEADER = """\
+# Values for the official NATS Helm chart (1.x). GENERATED by
+# `python -m usher.adapters.nats.permissions --write` (usher/adapters/nats/permissions.py);
+# tests/deploy/test_nats_permissions.py compares it with the module.
+#
+# A 3-node JetStream cluster on file storage; Usher's streams are created with
+# USHER_STREAM_REPLICAS={replicas} (deploy/base/settings.yaml, by the admin in the usher-migrate
+# Job), so every entry of the log is on 3 nodes and an acknowledged publish is on a quorum (2).
+# sync_interval: {sync}: the server fsyncs before it acknowledges, so an acknowledged entry also
+# survives the machines of a quorum losing power together (the default, a 2-minute fsync
+# interval, would lose up to 2 minutes of acknowledged decisions then). It costs a disk flush
+# per publish batch; the decisions rate of one cluster is far below what that allows.
+#
+# The users of deploy/nats/usher-auth.conf are included from a ConfigMap, their passwords
+# from a Secret as environment variables:
+#   kubectl create namespace nats
+#   kubectl create configmap nats-usher-auth -n nats --from-file=deploy/nats/usher-auth.conf
+#   kubectl create secret generic nats-usher-passwords -n nats \\
+#     --from-literal=USHER_WATCHER_NATS_PASSWORD=... (one per user, see container.env)
+#   helm repo add nats https://nats-io.github.io/k8s/helm/charts/
+#   helm upgrade --install nats nats/nats -n nats -f deploy/nats-values.yaml
+"""
+
+
+def render_nats_values(
+    subjects: Subjects,
+    zones: Sequence[str] = DEFAULT_ZONES,
+    *,
+    replicas: int = STREAM_REPLICAS,
+    sync: str = SYNC_INTERVAL,
+) -> str:
+    """``deploy/nats-values.yaml``: cluster, JetStream sync, the users' password variables."""
+    lines = [VALUES_HEADER.format(replicas=replicas, sync=sync).rstrip("\n"), "config:",
+             "  cluster:", "    enabled: true", f"    replicas: {replicas}",
+             "  jetstream:", "    enabled: true", "    fileStore:", "      enabled: true",
+             "      dir: /data", "      pvc:", "        enabled: true", "        size: 20Gi",
+             "    merge:", f"      sync_interval: {sync}", "  merge:",
+             "    # nats.conf gets `include usher/usher-auth.conf` (relative to /etc/nats-config).",
+             "    00$include: usher/usher-auth.conf", "container:", "  env:"]  # fmt: skip
+    for identity in identities(subjects, zones):
+        variable = identity.password_variable
+        lines += [
+            f"    {variable}:",
+            "      valueFrom:",
+            f"        secretKeyRef: {{name: nats-usher-passwords, key: {variable}}}",
+        ]
+    lines += [
+        "  patch:", "    - op: add", "      path: /volumeMounts/-",
+        "      value: {name: usher-auth, mountPath: /etc/nats-config/usher, readOnly: true}",
+        "podTemplate:", "  patch:", "    - op: add", "      path: /spec/volumes/-",
+        "      value: {name: usher-auth, configMap: {name: nats-usher-auth}}", "",
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+DEPLOY_AUTH = Path("nats") / "usher-auth.conf"
+DEPLOY_VALUES = Path("nats-values.yaml")
+
+
+def deploy_files(deploy: Path) -> dict[Path, str]:
+    """What ``deploy/`` must hold, by path: the users and the Helm values."""
+    subjects = Subjects("usher")
+    return {
+        deploy / DEPLOY_AUTH: render_authorization(subjects),
+        deploy / DEPLOY_VALUES: render_nats_values(subjects),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m usher.adapters.nats.permissions")
+    parser.add_argument("--deploy", type=Path, default=Path("deploy"))
+    parser.add_argument("--write", action="store_true", help="write the files (else: check)")
+    args = parser.parse_args(argv)
+    stale: list[Path] = []
+    for path, text in deploy_files(args.deploy).items():
+        if args.write:
+            path.write_text(text)
+        elif not path.exists() or path.read_text() != text:
+            stale.append(path)
+    for path in stale:
+        print(f"{path}: differs from usher/adapters/nats/permissions.py (run with --write)")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
