@@ -327,7 +327,8 @@ async def run_up(
 ) -> str | None:
     """The running part of ``usher up``: view + demo + process watch until ``stopping``.
 
-    Returns why it stopped on its own (a server died), or None when asked to stop.
+    Returns why it stopped on its own (a server keeps dying, the emulator died), or None when
+    asked to stop.
     """
     stop = asyncio.Event()
     console = Console()
@@ -350,9 +351,8 @@ async def run_up(
                 await asyncio.sleep(0.2)
                 for line in system.supervise():
                     view.note(line)
-                down = system.infrastructure_down()
-                if down is not None:
-                    reason = f"{down} exited unexpectedly; stopping"
+                reason = system.infrastructure_down()
+                if reason is not None:
                     break
         finally:
             stop.set()

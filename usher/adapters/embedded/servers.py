@@ -69,6 +69,13 @@ class NatsServer:
         return f"nats://{HOST}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> str:
+        """Start and wait for the port; the URL."""
+        process = self.launch()
+        process.wait_for_port(HOST, self.port, timeout)
+        return self.url
+
+    def launch(self) -> ManagedProcess:
+        """Start the server process without waiting (a restart reuses port, store, config)."""
         store = self.home / "nats"
         store.mkdir(parents=True, exist_ok=True)
         self.port = self.port or free_port(HOST)
@@ -87,8 +94,7 @@ class NatsServer:
             stop_signal=signal.SIGTERM,
         )
         self.process.start()
-        self.process.wait_for_port(HOST, self.port, timeout)
-        return self.url
+        return self.process
 
     def stop(self) -> None:
         if self.process is not None:
@@ -175,6 +181,18 @@ class PostgresServer:
             raise ServerStartError("postgres", "initdb failed", result.stdout + result.stderr)
 
     def start(self, timeout: float = 30.0) -> str:
+        """Initialise once, start, wait for sessions and create the database; the URL."""
+        process = self.launch()
+        process.wait_for_port(HOST, self.port, timeout)
+        self._create_database(postgres_bin_dir(), self._run_as())
+        return self.url
+
+    def launch(self) -> ManagedProcess:
+        """Start the server process without waiting (a restart reuses port, data, settings).
+
+        After a crash PostgreSQL replays its WAL first: the port opens, then sessions are
+        refused with SQLSTATE 57P03 until recovery ends (clients retry that).
+        """
         user = self._run_as()
         bindir = postgres_bin_dir()
         data, sockets = self._prepare_dirs(user)
@@ -200,9 +218,7 @@ class PostgresServer:
             entry = pwd.getpwnam(user)
             os.chown(log, entry.pw_uid, entry.pw_gid)
         self.process.start()
-        self.process.wait_for_port(HOST, self.port, timeout)
-        self._create_database(bindir, user)
-        return self.url
+        return self.process
 
     def _create_database(self, bindir: Path, user: str | None) -> None:
         """Create the ``usher`` database once; an existing one is kept (restart resumes)."""
