@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import signal
 import socket
 import time
@@ -151,6 +152,11 @@ async def test_jobs_all_finish_when_nats_then_postgres_are_killed(tmp_path: Path
         assert "nats exited (code -9); restarting it on port" in text
         assert "postgres exited (code -9); restarting it on port" in text
         assert "keeps dying" not in text
+        exits = [line for line in text.splitlines() if " exited (code " in line]
+        assert len(exits) == 2, f"only the killed servers exited: {exits}"
+        # The live view follows the log through the restarts: decisions after them show.
+        after = text.split("postgres is back", 1)[1]
+        assert re.search(r"^\S+ (admit|release) ", after, re.MULTILINE), after[-2000:]
         code = await asyncio.to_thread(up.stop)
     finally:
         if up.proc is not None and up.proc.poll() is None:

@@ -337,7 +337,8 @@ async def run_up(
         f"kubectl --kubeconfig {info.kubeconfig} get queue -n kube-queue; "
         "Ctrl-C stops everything"
     )
-    async with AsyncClient(target_of_stack(info)) as client:
+    # The view follows the log for as long as the system runs: through NATS restarts too.
+    async with AsyncClient(target_of_stack(info), reconnect=True) as client:
         view = LiveView(client, console, header=header, plain=plain, interval_s=interval_s)
         tasks = [asyncio.create_task(_guard(view.run(stop), view.note), name="live-view")]
         if demo:
