@@ -41,6 +41,7 @@ DEFAULT_ZONE = "default"
 EMULATOR = "kube-emulator"
 RESTART_PAUSE_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 WATCHER_READY = b'"carrying out decisions"'
+"""What the watcher logs once every kind is listed and decisions flow (its readiness)."""
 SERVER_RESTART_PAUSE_S = (0.2, 1.0, 2.0, 4.0, 8.0)
 SERVER_READY_TIMEOUT_S = 60.0
 """A restarted server that accepts no connection by then counts as a failed restart."""
@@ -48,7 +49,6 @@ SERVER_STABLE_S = 30.0
 """A server up this long after a restart is healthy again: its failure count starts over."""
 SERVER_MAX_FAILURES = 5
 """Restarts in a row that died (or never listened) before ``SERVER_STABLE_S``: then give up."""
-"""What the watcher logs once every kind is listed and decisions flow (its readiness)."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,8 @@ class ServerWatch:
         if self.down_since is None:
             code = process.popen.returncode if process.popen else None
             self._count_failure(now)
-            notes.append(
-                f"{self.name} exited (code {code}); restarting it on port {self.server.port}"
-            )
+            then = "giving up" if self.gave_up else f"restarting it on port {self.server.port}"
+            notes.append(f"{self.name} exited (code {code}); {then}")
         return self._restart_if_due(now, notes)
 
     def _while_running(self, now: float, process: ManagedProcess) -> tuple[list[str], bool]:
