@@ -3,7 +3,10 @@
 What it does: reads the log stream from a start sequence with an ordered consumer (the
 fastest way nats-py reads a stream, and it recovers gaps by itself), hands the service
 batches of decoded entries as they arrive together, parks entries that do not decode, and
-says when the replay has caught up with the stream's end as it was at start.
+says when the replay has caught up with the stream's end as it was at start. The server
+keeps an ordered consumer in memory only: after a NATS restart the client re-creates it
+from the next sequence once ``HEARTBEAT_S`` heartbeats in a row are missed, and entries that a
+re-created consumer delivers again are dropped here, so a service sees each entry once.
 What it must never do: decide anything, ack anything (ordered consumers need no acks), or
 skip an entry silently.
 """
@@ -25,6 +28,10 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from schemas import Envelope, Millis, decode_envelope
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine import Engine
+
+HEARTBEAT_S = 1.0
+"""Idle heartbeat of the ordered consumer: two missed ones make the client re-create it (the
+default, 5 s, left every service deaf for 10-15 s after a NATS restart)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +110,9 @@ class LogFollower:
         self._filter = filter_subject or f"{subjects.prefix}.>"
         self._max_batch = max_batch
         self._pause_collector = pause_collector
-        self._buffer: list[Msg] = []
+        self._buffer: list[tuple[int, Msg]] = []
+        self._received = self._start - 1
+        """Highest stream sequence received: a re-created consumer may deliver it again."""
         self._ready = asyncio.Event()
         self._woken = False
         self._sub: object | None = None
@@ -132,6 +141,7 @@ class LogFollower:
             stream=self._subjects.stream_name,
             cb=self._on_message,
             ordered_consumer=True,
+            idle_heartbeat=HEARTBEAT_S,
             config=config,
             # A long replay may outrun the service for a moment; never drop, just buffer.
             pending_msgs_limit=-1,
@@ -162,7 +172,12 @@ class LogFollower:
         self._ready.set()
 
     async def _on_message(self, msg: Msg) -> None:
-        self._buffer.append(msg)
+        seq = _stream_seq(msg)
+        if seq <= self._received:
+            return  # repeated by a re-created consumer (nats-py restarts it from seq 1 when
+            # it had delivered nothing yet), or before our start
+        self._received = seq
+        self._buffer.append((seq, msg))
         self._ready.set()
 
     async def stop(self) -> None:
@@ -213,7 +228,7 @@ class LogFollower:
                 del self._buffer[: len(taken)]
                 if not taken:
                     continue
-                batch = [self._decode(msg) for msg in taken]
+                batch = [self._decode(seq, msg) for seq, msg in taken]
                 if paused and self.caught_up:
                     # Before handing out the last batch of the replay: a consumer that stops
                     # iterating now must not leave the collector paused.
@@ -225,8 +240,7 @@ class LogFollower:
             if paused:
                 _resume_collector()
 
-    def _decode(self, msg: Msg) -> LogEntry | BadEntry:
-        seq = _stream_seq(msg)
+    def _decode(self, seq: int, msg: Msg) -> LogEntry | BadEntry:
         self.last_seq = max(self.last_seq, seq)
         try:
             return LogEntry(seq=seq, subject=msg.subject, envelope=decode_envelope(msg.data))

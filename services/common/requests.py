@@ -15,11 +15,8 @@ import msgspec
 import nats.errors
 
 from schemas import LedgerError, ReserveReply, encode
+from services.common.retry import Stopping
 from services.common.runtime import ServiceContext, wait_or_stop
-
-
-class Stopping(Exception):
-    """The service is stopping; the request was not answered."""
 
 
 class PermanentReplyError(Exception):

@@ -52,6 +52,7 @@ from services.common.follower import BadEntry, LogEntry, LogFollower, Projection
 from services.common.leader import Leadership, LeadershipLost
 from services.common.metrics import Sampler, record_engine
 from services.common.requests import PermanentReplyError, Stopping, ask
+from services.common.retry import Backoff, retrying
 from services.common.runtime import ServiceContext, to_utc, wall_ms
 from services.common.snapshots import EngineSnapshots
 from usher.adapters.nats.log import publish_envelope
@@ -379,8 +380,18 @@ class Dequeuer:
                 source=f"{SOURCE}/{self.zone}",
                 event=decision,
             )
-            await publish_envelope(
-                self.ctx.js, subjects.decision(self.zone, action, namespace, name), envelope
+            subject = subjects.decision(self.zone, action, namespace, name)
+
+            async def publish(subject: str = subject, envelope: Envelope = envelope) -> object:
+                return await publish_envelope(self.ctx.js, subject, envelope)
+
+            # The same id on every attempt: an ack lost in a NATS restart is not a duplicate.
+            await retrying(
+                publish,
+                f"announcing {envelope.id}",
+                self.ctx.log,
+                Backoff(0.05, 2.0),
+                self.ctx.stop,
             )
 
 

@@ -35,7 +35,7 @@ from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
 from services.watcher.logview import LogView
 from services.watcher.observe import SOURCE, ClusterView
-from services.watcher.options import Backoff, WatcherOptions, retrying
+from services.watcher.options import WatcherOptions, retrying
 from services.watcher.translate import workload_event
 from usher.adapters.kube import Conflict, KubeClient, KubeError, NotFound, Resource, Transient
 from usher.adapters.nats.log import publish_envelope
@@ -187,7 +187,7 @@ class DecisionRunner:
     async def _carry_out_with_retries(
         self, decision: Admitted | Preempted, seq: int, msg: Msg, log: Any
     ) -> Result:
-        backoff = Backoff.of(self.options)
+        backoff = self.options.backoff()
         while True:
             try:
                 return await self.carry_out(decision, seq)

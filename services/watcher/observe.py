@@ -45,7 +45,7 @@ from services.watcher.kinds import (
     suspend_patch,
 )
 from services.watcher.logview import LogView
-from services.watcher.options import Backoff, WatcherOptions, retrying
+from services.watcher.options import WatcherOptions, retrying
 from services.watcher.translate import (
     Identity,
     Outgoing,
@@ -186,7 +186,7 @@ class Observer(ABC):
 
     async def run(self) -> None:
         """Observe until cancelled."""
-        backoff = Backoff.of(self.options)
+        backoff = self.options.backoff()
         version: str | None = None
         while True:
             try:

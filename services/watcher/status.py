@@ -24,7 +24,7 @@ from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import NAMESPACES, QUEUES, QUOTA_TREES
 from services.watcher.logview import LogView
 from services.watcher.observe import ClusterView, TreeObject
-from services.watcher.options import Backoff, WatcherOptions
+from services.watcher.options import WatcherOptions
 from usher.adapters.kube import (
     AlreadyExists,
     JsonObj,
@@ -133,7 +133,7 @@ class StatusWriter:
         """Write status until cancelled; never before the log has been replayed."""
         await self.view.synced.wait()
         loop = asyncio.get_running_loop()
-        backoff = Backoff.of(self.options)
+        backoff = self.options.backoff()
         resync_at = loop.time()
         while True:
             if loop.time() >= resync_at:

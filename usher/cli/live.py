@@ -327,7 +327,8 @@ async def run_up(
 ) -> str | None:
     """The running part of ``usher up``: view + demo + process watch until ``stopping``.
 
-    Returns why it stopped on its own (a server died), or None when asked to stop.
+    Returns why it stopped on its own (a server keeps dying, the emulator died), or None when
+    asked to stop.
     """
     stop = asyncio.Event()
     console = Console()
@@ -336,7 +337,8 @@ async def run_up(
         f"kubectl --kubeconfig {info.kubeconfig} get queue -n kube-queue; "
         "Ctrl-C stops everything"
     )
-    async with AsyncClient(target_of_stack(info)) as client:
+    # The view follows the log for as long as the system runs: through NATS restarts too.
+    async with AsyncClient(target_of_stack(info), reconnect=True) as client:
         view = LiveView(client, console, header=header, plain=plain, interval_s=interval_s)
         tasks = [asyncio.create_task(_guard(view.run(stop), view.note), name="live-view")]
         if demo:
@@ -350,9 +352,8 @@ async def run_up(
                 await asyncio.sleep(0.2)
                 for line in system.supervise():
                     view.note(line)
-                down = system.infrastructure_down()
-                if down is not None:
-                    reason = f"{down} exited unexpectedly; stopping"
+                reason = system.infrastructure_down()
+                if reason is not None:
                     break
         finally:
             stop.set()

@@ -123,12 +123,17 @@ class AsyncClient:
         nats_url: str | None = None,
         prefix: str | None = None,
         timeout_s: float = 30.0,
+        reconnect: bool = False,
     ) -> None:
+        """``reconnect=True`` keeps the NATS connection through server restarts (a client
+        that follows the log for long, like the live view); otherwise a lost server is an
+        error at once."""
         self.target = target or resolve_target(
             home=home, kubeconfig=kubeconfig, nats_url=nats_url, prefix=prefix
         )
         self.subjects = Subjects(self.target.prefix)
         self.timeout_s = timeout_s
+        self._reconnect = reconnect
         self._kube: KubeClient | None = None
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
@@ -166,15 +171,19 @@ class AsyncClient:
         if self._js is None:
             url = self.target.need_nats()
             try:
-                self._nc = await nats.connect(
-                    url,
-                    connect_timeout=3,
-                    allow_reconnect=False,
-                    # 0 would retry the first connect forever (nats-py): one attempt only.
-                    max_reconnect_attempts=1,
-                    reconnect_time_wait=0.1,
-                    error_cb=_quiet,
-                    name="usher-client",
+                self._nc = await asyncio.wait_for(
+                    nats.connect(
+                        url,
+                        connect_timeout=3,
+                        allow_reconnect=self._reconnect,
+                        # 0 would retry the first connect forever (nats-py); -1 (unlimited)
+                        # too, which is why the first connect has its own deadline here.
+                        max_reconnect_attempts=-1 if self._reconnect else 1,
+                        reconnect_time_wait=0.5 if self._reconnect else 0.1,
+                        error_cb=_quiet,
+                        name="usher-client",
+                    ),
+                    timeout=self.timeout_s,
                 )
             except (OSError, TimeoutError, nats.errors.Error) as exc:
                 raise NotRunning(

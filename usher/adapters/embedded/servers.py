@@ -114,6 +114,13 @@ class NatsServer:
         return text
 
     def start(self, timeout: float = 20.0) -> str:
+        """Start and wait for the port; the URL."""
+        process = self.launch()
+        process.wait_for_port(HOST, self.port, timeout)
+        return self.url
+
+    def launch(self) -> ManagedProcess:
+        """Start the server process without waiting (a restart reuses port, store, config)."""
         store = self.home / "nats"
         store.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
         self.port = self.port or free_port(HOST)
@@ -126,8 +133,7 @@ class NatsServer:
             stop_signal=signal.SIGTERM,
         )
         self.process.start()
-        self.process.wait_for_port(HOST, self.port, timeout)
-        return self.url
+        return self.process
 
     def stop(self) -> None:
         if self.process is not None:
@@ -324,6 +330,18 @@ class PostgresServer:
             raise ServerStartError("postgres", "initdb failed", result.stdout + result.stderr)
 
     def start(self, timeout: float = 30.0) -> str:
+        """Initialise once, start, wait for sessions and create the database; the URL."""
+        process = self.launch()
+        process.wait_for_port(HOST, self.port, timeout)
+        self._create_database()
+        return self.url
+
+    def launch(self) -> ManagedProcess:
+        """Start the server process without waiting (a restart reuses port, data, settings).
+
+        After a crash PostgreSQL replays its WAL first: the port opens, then sessions are
+        refused with SQLSTATE 57P03 until recovery ends (clients retry that).
+        """
         user = self._run_as()
         bindir = postgres_bin_dir()
         if user is not None:
@@ -348,10 +366,8 @@ class PostgresServer:
             run_as=as_user(user),
         )
         self.process.start()
-        self.process.wait_for_port(HOST, self.port, timeout)
         self.bindir = bindir
-        self._create_database()
-        return self.url
+        return self.process
 
     def _psql(self, database: str, sql: str) -> subprocess.CompletedProcess[str]:
         """Run ``sql`` (on stdin, never argv) as the superuser; password in the environment."""

@@ -5,7 +5,10 @@ What it does: starts, in order, the embedded NATS JetStream and PostgreSQL
 ``$USHER_HOME/cluster``, kubeconfig at ``$USHER_HOME/kubeconfig``), and the services as
 ``python -m usher run ...`` processes: ledger, preemptor, one dequeuer per zone, watcher. It
 writes ``$USHER_HOME/stack.json`` once everything is up, restarts a service that died (with a
-growing pause, recorded in ``stack.json``), and stops everything in the reverse order:
+growing pause, recorded in ``stack.json``), restarts a NATS or PostgreSQL that died on the
+same port with the same data and configuration (with a growing pause; after
+``SERVER_MAX_FAILURES`` restarts in a row that did not stay up it gives up and says so), and
+stops everything in the reverse order:
 services first, then the emulator, PostgreSQL, NATS. Every child is started with
 ``PR_SET_PDEATHSIG``, so even a SIGKILL of the parent leaves nothing behind.
 What it must never do: signal a process it did not start, put a URL with a secret on a
@@ -24,8 +27,8 @@ from pathlib import Path
 
 import msgspec
 
-from usher.adapters.embedded.processes import ManagedProcess, ServerStartError
-from usher.adapters.embedded.servers import PG_LEDGER
+from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, port_open
+from usher.adapters.embedded.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
 from usher.adapters.embedded.stack import (
     STACK_FILE,
     EmbeddedStack,
@@ -39,6 +42,13 @@ EMULATOR = "kube-emulator"
 RESTART_PAUSE_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 WATCHER_READY = b'"carrying out decisions"'
 """What the watcher logs once every kind is listed and decisions flow (its readiness)."""
+SERVER_RESTART_PAUSE_S = (0.2, 1.0, 2.0, 4.0, 8.0)
+SERVER_READY_TIMEOUT_S = 60.0
+"""A restarted server that accepts no connection by then counts as a failed restart."""
+SERVER_STABLE_S = 30.0
+"""A server up this long after a restart is healthy again: its failure count starts over."""
+SERVER_MAX_FAILURES = 5
+"""Restarts in a row that died (or never listened) before ``SERVER_STABLE_S``: then give up."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,75 @@ class Supervised:
 
 
 @dataclass
+class ServerWatch:
+    """A NATS or PostgreSQL server under watch: its restarts and where it stands."""
+
+    name: str
+    server: NatsServer | PostgresServer
+    failures: int = 0
+    """Restarts in a row that did not stay up ``SERVER_STABLE_S``."""
+    down_since: float | None = None
+    starting_since: float | None = None
+    """Set from a restart until the port accepts connections."""
+    up_since: float | None = None
+    gave_up: str | None = None
+
+    def check(self, now: float) -> tuple[list[str], bool]:
+        """One look: restart if due; (what happened, whether its pid changed)."""
+        process = self.server.process
+        if process is None or self.gave_up is not None:
+            return [], False
+        if process.running():
+            return self._while_running(now, process)
+        notes: list[str] = []
+        if self.down_since is None:
+            code = process.popen.returncode if process.popen else None
+            self._count_failure(now)
+            then = "giving up" if self.gave_up else f"restarting it on port {self.server.port}"
+            notes.append(f"{self.name} exited (code {code}); {then}")
+        return self._restart_if_due(now, notes)
+
+    def _while_running(self, now: float, process: ManagedProcess) -> tuple[list[str], bool]:
+        if self.starting_since is None:
+            if self.up_since is not None and now - self.up_since >= SERVER_STABLE_S:
+                self.failures = 0
+            return [], False
+        if port_open(HOST, self.server.port):
+            self.starting_since, self.up_since = None, now
+            return [f"{self.name} is back (pid {process.pid}, port {self.server.port})"], False
+        if now - self.starting_since < SERVER_READY_TIMEOUT_S:
+            return [], False
+        process.stop(timeout=5.0)  # never listened: the next look restarts it again
+        return [f"{self.name} did not listen within {SERVER_READY_TIMEOUT_S:g}s"], False
+
+    def _count_failure(self, now: float) -> None:
+        self.down_since, self.starting_since = now, None
+        stayed_up = self.up_since is not None and now - self.up_since >= SERVER_STABLE_S
+        self.failures = 1 if stayed_up else self.failures + 1
+        if self.failures > SERVER_MAX_FAILURES:
+            self.gave_up = (
+                f"{self.name} keeps dying ({SERVER_MAX_FAILURES} restarts in a row did not stay"
+                f" up {SERVER_STABLE_S:g}s; see logs/{self.name}.log); stopping"
+            )
+
+    def _restart_if_due(self, now: float, notes: list[str]) -> tuple[list[str], bool]:
+        if self.gave_up is not None:
+            return notes, False
+        assert self.down_since is not None
+        pause = SERVER_RESTART_PAUSE_S[min(self.failures, len(SERVER_RESTART_PAUSE_S)) - 1]
+        if now - self.down_since < pause:
+            return notes, False
+        try:
+            self.server.launch()
+        except (OSError, ServerStartError) as exc:
+            self._count_failure(now)
+            notes.append(f"{self.name} could not be started again: {exc}")
+            return notes, False
+        self.down_since, self.starting_since, self.up_since = None, now, None
+        return notes, True
+
+
+@dataclass
 class EmbeddedSystem:
     """Start, watch over and stop the one-machine system as one unit."""
 
@@ -85,6 +164,7 @@ class EmbeddedSystem:
     stack: EmbeddedStack = field(init=False)
     emulator: ManagedProcess | None = field(default=None, init=False)
     services: dict[str, Supervised] = field(default_factory=dict, init=False)
+    servers: list[ServerWatch] = field(default_factory=list, init=False)
     info: StackInfo | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -95,6 +175,10 @@ class EmbeddedSystem:
             sync_always=self.options.durable,
             stream_replicas=self.options.stream_replicas,
         )
+        self.servers = [
+            ServerWatch("nats", self.stack.nats),
+            ServerWatch("postgres", self.stack.postgres),
+        ]
 
     @property
     def kubeconfig(self) -> Path:
@@ -249,19 +333,23 @@ class EmbeddedSystem:
     # ------------------------------------------------------------------ watching over
 
     def infrastructure_down(self) -> str | None:
-        """The name of a server or the emulator that is no longer running, if any."""
-        for name, server in (("nats", self.stack.nats), ("postgres", self.stack.postgres)):
-            if server.process is not None and not server.process.running():
-                return name
+        """Why the system cannot go on (a server that keeps dying, the emulator gone), if so."""
+        for watch in self.servers:
+            if watch.gave_up is not None:
+                return watch.gave_up
         if self.emulator is not None and not self.emulator.running():
-            return EMULATOR
+            return f"{EMULATOR} exited unexpectedly; stopping"
         return None
 
     def supervise(self) -> list[str]:
-        """Restart services that exited (after a growing pause); returns what happened."""
+        """Restart servers and services that exited (after a growing pause); what happened."""
         notes: list[str] = []
         now = time.monotonic()
         changed = False
+        for watch in self.servers:
+            said, restarted = watch.check(now)
+            notes.extend(said)
+            changed = changed or restarted
         for service in self.services.values():
             if service.process.running():
                 continue
@@ -278,7 +366,10 @@ class EmbeddedSystem:
             changed = True
         if changed and self.info is not None:
             pids = {n: s.process.pid or 0 for n, s in self.services.items()}
-            self.info = msgspec.structs.replace(self.info, service_pids=pids)
+            servers = {w.name: w.server.process.pid or 0 for w in self.servers if w.server.process}
+            self.info = msgspec.structs.replace(
+                self.info, pids={**self.info.pids, **servers}, service_pids=pids
+            )
             write_stack_info(self.home, self.info)
         return notes
 

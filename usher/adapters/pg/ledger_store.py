@@ -80,8 +80,12 @@ _TRANSIENT_SQLSTATES: Final = frozenset(
         "40P01",  # deadlock_detected
         "55P03",  # lock_not_available
         "57P01",  # admin_shutdown (server restarting)
+        "57P02",  # crash_shutdown (another backend crashed: the server restarts)
+        "57P03",  # cannot_connect_now (starting up, e.g. crash recovery after a restart)
         "08000",  # connection_exception
+        "08001",  # sqlclient_unable_to_establish_sqlconnection
         "08003",  # connection_does_not_exist
+        "08004",  # sqlserver_rejected_establishment_of_sqlconnection
         "08006",  # connection_failure
     }
 )
