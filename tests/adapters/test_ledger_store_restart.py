@@ -13,6 +13,7 @@ import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from urllib.parse import quote
 
 import asyncpg
 import pytest
@@ -110,7 +111,8 @@ async def test_the_pool_drops_connections_to_the_dead_server(
     await store.apply_tree(tree(), version=1)
     await _fill_pool(store)
     await asyncio.to_thread(_crash_and_relaunch, server)
-    dsn = f"postgresql://usher@{HOST}:{server.port}/usher"
+    password = quote(server.superuser_password, safe="")
+    dsn = f"postgresql://usher:{password}@{HOST}:{server.port}/usher"
     deadline = time.monotonic() + 30
     while True:  # a session of our own: the server has finished its recovery
         try:
