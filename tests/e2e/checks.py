@@ -105,3 +105,42 @@ def admissions_per_workload(entries: list[tuple[int, str, Any]]) -> Counter[str]
         if type(envelope.event).__name__ == "Admitted":
             seen[str(envelope.event.workload)] += 1
     return seen
+
+
+def story_checks(entries: list[tuple[int, str, Any]], jobs: set[str]) -> int:
+    """Each job's story on the whole log: admitted once more than preempted (or as often, if
+    it finished before the ledger carried the preemption out), never while it held quota, and
+    holding none at the end. Returns the number of preemptions."""
+    admitted: Counter[str] = Counter()
+    preempted: Counter[str] = Counter()
+    finished_running: set[str] = set()
+    live: set[str] = set()
+    problems: list[str] = []
+    for seq, _, envelope in entries:
+        event = envelope.event
+        kind = type(event).__name__
+        key = str(getattr(event, "workload", ""))
+        if kind == "Admitted":
+            if key in live:
+                problems.append(f"seq {seq}: {key} admitted while it still holds quota")
+            live.add(key)
+            admitted[key] += 1
+            finished_running.discard(key)
+        elif kind == "Preempted":
+            preempted[key] += 1
+        elif kind == "Released":
+            live.discard(key)
+        elif kind == "WorkloadFinished" and admitted[key]:
+            finished_running.add(key)
+    # Each preemption is followed by a new admission, unless the victim's pods completed
+    # before it was suspended (its job finished, maybe before the ledger, which learns of it
+    # from the log, carried out the preemption): then nothing is left to admit.
+    problems += [
+        f"{key}: admitted {admitted[key]}x, preempted {preempted[key]}x"
+        for key in sorted(jobs)
+        if admitted[key] != preempted[key] + 1
+        and not (admitted[key] == preempted[key] and key in finished_running)
+    ]
+    problems += [f"{key} still holds quota at the end" for key in sorted(live)]
+    assert problems == [], problems[:10]
+    return sum(preempted.values())

@@ -21,7 +21,6 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter
 from collections.abc import AsyncIterator
 from fractions import Fraction
 from pathlib import Path
@@ -34,7 +33,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import Infra
-from tests.e2e.checks import assert_log_invariants, history_violations
+from tests.e2e.checks import assert_log_invariants, history_violations, story_checks
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from usher.adapters.nats.subjects import Subjects
@@ -169,43 +168,6 @@ async def _kill_each_once(procs: ServiceProcesses, rng: random.Random, window_s:
         procs.start(name)
 
 
-def _story_checks(entries: list[tuple[int, str, Any]], jobs: set[str]) -> int:
-    """Per-workload checks on the whole log; returns the number of preemptions."""
-    admitted: Counter[str] = Counter()
-    preempted: Counter[str] = Counter()
-    finished_running: set[str] = set()
-    live: set[str] = set()
-    problems: list[str] = []
-    for seq, _, envelope in entries:
-        event = envelope.event
-        kind = type(event).__name__
-        key = str(getattr(event, "workload", ""))
-        if kind == "Admitted":
-            if key in live:
-                problems.append(f"seq {seq}: {key} admitted while it still holds quota")
-            live.add(key)
-            admitted[key] += 1
-            finished_running.discard(key)
-        elif kind == "Preempted":
-            preempted[key] += 1
-        elif kind == "Released":
-            live.discard(key)
-        elif kind == "WorkloadFinished" and admitted[key]:
-            finished_running.add(key)
-    # Each preemption is followed by a new admission, unless the victim's pods completed
-    # before it was suspended (its job finished, maybe before the ledger, which learns of it
-    # from the log, carried out the preemption): then nothing is left to admit.
-    problems += [
-        f"{key}: admitted {admitted[key]}x, preempted {preempted[key]}x"
-        for key in sorted(jobs)
-        if admitted[key] != preempted[key] + 1
-        and not (admitted[key] == preempted[key] and key in finished_running)
-    ]
-    problems += [f"{key} still holds quota at the end" for key in sorted(live)]
-    assert problems == [], problems[:10]
-    return sum(preempted.values())
-
-
 async def _ledger_is_drained(database_url: str) -> tuple[int, int]:
     engine = create_async_engine(database_url)
     try:
@@ -296,7 +258,7 @@ async def _run(
     await _wait_all_finished(api, jobs, procs, timeout_s=240)
     await quiesce(js, subjects, quiet_s=1.5, timeout_s=60)
     entries = await read_log(js, subjects)
-    preemptions = _story_checks(entries, jobs)
+    preemptions = story_checks(entries, jobs)
     assert preemptions > 0, "no reclaim happened: this run proves nothing about it"
     # At every log entry: running usage within max, nobody admitted while live, every
     # Preempted justified; at the end nobody pending with a reason saying it fits now.

@@ -1,10 +1,13 @@
 """The services as separate processes under stress: crashes and racing zone dequeuers.
 
+Both on a tree where every leaf is guaranteed a third of the root and may borrow all of it, with
+jobs of 1-3 cpu, so borrowing and reclaim happen all the time:
+
 * 1,000 workloads over 3 leaves and 2 zones while every service is SIGKILLed once at a
-  random (seeded) moment and restarted: each workload is admitted exactly once, the ledger's
-  history never shows a node above ``max x oversellRate``, and no event is lost.
-* Two dequeuers (zones a and b) racing on one tight tree over 2,000 workloads: zero
-  over-commit at any instant.
+  random (seeded) moment and restarted: each workload is admitted once more than it was
+  preempted and never while it held quota, the ledger's running history never shows a node
+  above ``max x oversellRate``, no event is lost, the log breaks no invariant.
+* Two dequeuers (zones a and b) racing on one tight tree over 2,000 workloads: the same.
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import Infra
-from tests.e2e.checks import admissions_per_workload, assert_log_invariants, history_violations
+from tests.e2e.checks import (
+    admissions_per_workload,
+    assert_log_invariants,
+    history_violations,
+    story_checks,
+)
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from usher.adapters.nats.subjects import Subjects
@@ -37,6 +45,8 @@ LEAVES = ("L1", "L2", "L3")
 
 
 def tree(leaf_cpu: int) -> dict[str, Any]:
+    """Each leaf is guaranteed ``leaf_cpu`` and may borrow the whole root: borrowing and
+    reclaim both happen (a tree where nothing borrows proves nothing about them)."""
     total = str(leaf_cpu * len(LEAVES))
     return {
         "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
@@ -51,7 +61,7 @@ def tree(leaf_cpu: int) -> dict[str, Any]:
                     {
                         "name": leaf,
                         "min": {"cpu": str(leaf_cpu)},
-                        "max": {"cpu": str(leaf_cpu)},
+                        "max": {"cpu": total},
                         "namespaces": [leaf.lower()],
                     }
                     for leaf in LEAVES
@@ -79,7 +89,12 @@ def job(index: int, zone: str, duration: float) -> dict[str, Any]:
                 "spec": {
                     "restartPolicy": "Never",
                     "containers": [
-                        {"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
+                        {
+                            "name": "w",
+                            "image": "busybox",
+                            # Mixed sizes: 1, 2 or 3 cpu, so borrowers and reclaims vary.
+                            "resources": {"requests": {"cpu": str(1 + index % 3)}},
+                        }
                     ],
                 }
             },
@@ -172,10 +187,9 @@ async def _check_run(
 ) -> None:
     await quiesce(js, subjects, quiet_s=1.0, timeout_s=60)
     entries = await read_log(js, subjects)
-    admitted = admissions_per_workload(entries)
     workloads = {f"{LEAVES[i % 3].lower()}/w{i:05d}" for i in range(count)}
-    assert set(admitted) == workloads, f"missing {sorted(workloads - set(admitted))[:5]}"
-    assert [w for w, n in admitted.items() if n != 1] == []
+    preemptions = story_checks(entries, workloads)
+    assert preemptions > 0, "no reclaim happened: the run proves nothing about it"
     kinds: dict[str, set[str]] = {}
     for _, _, envelope in entries:
         kinds.setdefault(type(envelope.event).__name__, set()).add(
@@ -196,12 +210,14 @@ async def _check_run(
             )
     finally:
         await engine.dispose()
-    assert (live, rows, unpublished) == (0, count, 0)
+    assert (live, unpublished) == (0, 0)
+    # Every allocation the ledger ever made has its one Admitted on the log, and no more.
+    assert rows == sum(admissions_per_workload(entries).values())
     # The services run with the default settings (no USHER_POLICY, USHER_OVERSELL_RATE, ...).
     await assert_log_invariants(js, subjects, EngineConfig())
 
 
-async def test_every_service_killed_once_admits_each_workload_exactly_once(
+async def test_every_service_killed_once_on_a_borrowing_tree_ends_clean(
     cluster: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
     js: JetStreamContext,
@@ -244,7 +260,7 @@ async def test_every_service_killed_once_admits_each_workload_exactly_once(
     assert audit.returncode == 0, audit.stdout + audit.stderr
 
 
-async def test_two_zone_dequeuers_racing_never_over_commit(
+async def test_two_zone_dequeuers_racing_on_a_borrowing_tree_never_over_commit(
     cluster: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
     js: JetStreamContext,
