@@ -239,3 +239,12 @@ async def test_audit_window_is_the_log_time_and_rejected_entries_do_not_fail_it(
     assert doc["decisions"] == 1  # the Admitted of x was stored before the window
     relative = await usher(tmp_path, "audit", "--since", "-30s", *live)
     assert [f["seq"] for f in json.loads(relative.stdout)["findings"]] == [forged]
+    # An export keeps the stored times: offline, the window means the same.
+    exported = tmp_path / "forged.jsonl"
+    source = ("--nats", infra.nats_url, "--prefix", subjects.prefix)
+    assert (await usher(tmp_path, "log", "export", str(exported), *source)).returncode == 0
+    offline = await usher(
+        tmp_path, "audit", "--since", window, "--file", str(exported), "-o", "json"
+    )
+    assert [f["seq"] for f in json.loads(offline.stdout)["findings"]] == [forged]
+    assert json.loads(offline.stdout)["decisions"] == 1

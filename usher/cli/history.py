@@ -454,7 +454,7 @@ def log_group() -> None:
 @click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL).")
 @click.option("--prefix", default=None, help="Subject prefix of the installation.")
 def export_command(file: Path, nats_url: str | None, prefix: str | None) -> None:
-    """Write every log entry (seq, subject, raw envelope) to FILE, one JSON line each."""
+    """Write every log entry (seq, subject, stored time, envelope) to FILE, a JSON line each."""
     settings = _settings(live=True, nats_url=nats_url, prefix=prefix)
     subjects = Subjects(settings.prefix)
     try:
