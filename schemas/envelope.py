@@ -45,7 +45,16 @@ class DeadLetter(msgspec.Struct, frozen=True, kw_only=True, tag="dlq.v1"):
     detail: str
     """Its message, naming what is wrong (field path from msgspec)."""
     data: bytes
+    """The message as received; only its first bytes when ``truncated``."""
     stream_seq: int | None = None
+    """Its sequence on the log stream, when it came from there (the log keeps it whole)."""
+    size: int | None = None
+    """Bytes of the whole message (``data`` may hold only its head)."""
+    sha256: str | None = None
+    """Hex SHA-256 of the whole message, to recognise it on the log or among other letters."""
+    truncated: bool = False
+    """The whole letter would exceed the server's max_payload: ``data`` is the message's head
+    (and ``detail`` cut short), a reference rather than a copy (``size``, ``sha256``)."""
 
 
 T = TypeVar("T")
@@ -61,12 +70,24 @@ def encode(message: msgspec.Struct) -> bytes:
 
 def decode_envelope(data: bytes) -> Envelope:
     """Decode log bytes; raises ``msgspec.DecodeError``/``ValidationError`` naming the field."""
-    return _envelope_decoder.decode(data)
+    try:
+        return _envelope_decoder.decode(data)
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(exc) from exc
 
 
 def decode(data: bytes, type_: type[T]) -> T:
     """Decode bytes into ``type_``; raises only msgspec's errors."""
-    return msgspec.json.decode(data, type=type_)
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(exc) from exc
+
+
+def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
+    """msgspec lets a bad byte in a tag value escape as ``UnicodeDecodeError``; callers (which
+    park what does not decode) catch msgspec's errors only, so it becomes one of them."""
+    return msgspec.DecodeError(f"invalid UTF-8 at byte {exc.start}: {exc.reason}")
 
 
 def cloudevent_headers(envelope: Envelope) -> dict[str, str]:

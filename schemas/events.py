@@ -84,6 +84,17 @@ class QuotaTreeRejected(_Event, frozen=True, kw_only=True, tag="quota.rejected.v
     resource_version: str = ""
 
 
+class QuotaTreeDeleted(_Event, frozen=True, kw_only=True, tag="quota.deleted.v1"):
+    """The ElasticQuotaTree object was deleted. Nothing changes: the last valid tree stays in
+    force (admissions go on under it, nothing is evicted) until another tree is applied; this
+    event says so on the log, for people (``usher quota``) and the audit trail."""
+
+    namespace: str = ""
+    name: str = ""
+    """Empty when the watcher found the tree gone at a relist after a restart (it keeps no
+    names of objects across restarts)."""
+
+
 class NodeObserved(_Event, frozen=True, kw_only=True, tag="node.observed.v1"):
     """A Kubernetes Node with its allocatable resources."""
 
@@ -120,6 +131,7 @@ ClusterEvent = (
     | WorkloadRejected
     | QuotaTreeApplied
     | QuotaTreeRejected
+    | QuotaTreeDeleted
     | NodeObserved
     | NodeRemoved
     | PriorityClassObserved
@@ -133,6 +145,7 @@ CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
     WorkloadRejected,
     QuotaTreeApplied,
     QuotaTreeRejected,
+    QuotaTreeDeleted,
     NodeObserved,
     NodeRemoved,
     PriorityClassObserved,

@@ -161,6 +161,7 @@ def test_explain(tmp_path: Path) -> None:
         (["replay", "--until", "yesterday"], 2, "--until 'yesterday'"),
         (["replay", "--until", "-1m", "--seq", "3"], 2, "not both"),
         (["audit", "--since", "soon"], 2, "--since 'soon'"),
+        (["audit", "--since", "-1m"], 3, "--since: this export has no log times"),
         (["what-if"], 2, "nothing to compare"),
         (["what-if", "--oversell", "-1"], 2, "oversell-rate"),
     ],

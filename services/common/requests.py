@@ -79,7 +79,8 @@ async def ask(
 def _decode(subject: str, data: bytes) -> ReserveReply | LedgerError:
     try:
         reply: ReserveReply | LedgerError = _reply_decoder.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError, UnicodeDecodeError) as exc:
+        # UnicodeDecodeError: msgspec lets a bad byte in a tag value escape as one.
         raise PermanentReplyError(subject, "bad-reply", str(exc)) from exc
     return reply
 

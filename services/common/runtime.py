@@ -3,9 +3,10 @@
 What it does: configures structlog (JSON), connects to NATS with unlimited reconnects,
 checks that the streams exist (the admin creates and configures them; a service never
 updates them), installs SIGTERM/SIGINT handlers that set a stop event, runs the service's
-coroutine, and closes everything in order. ``ServiceContext.park`` puts a
-message that cannot be processed on ``<prefix>.dlq.<service>`` with its error, so a loop
-never dies (or spins) on one bad message (and counts it in ``usher_dlq_parked_total``).
+coroutine, and closes everything in order. ``ServiceContext.park`` puts a message that cannot
+be processed on ``<prefix>.dlq.<service>`` with its error (as a reference: size, digest and
+head, when it is too large to travel whole), so a loop never dies (or spins) on one bad
+message (and counts it in ``usher_dlq_parked_total``).
 It also serves ``/metrics``, ``/healthz`` and ``/readyz`` (``services.common.health``) from
 before the NATS connection (liveness during a long start) until the service has stopped.
 What it must never do: hold service logic, swallow an error without parking or logging it,
@@ -85,9 +86,15 @@ class ServiceContext:
         )
         self.metrics.dlq_parked.labels(self.name).inc()
         self.log.warning(
-            "message parked", subject=subject, error=kind, detail=text, stream_seq=stream_seq
+            "message parked",
+            subject=subject,
+            error=kind,
+            detail=text[:500],
+            stream_seq=stream_seq,
+            size=len(data),
         )
         try:
+            # A message too large to fit in a letter is parked as a reference (adapter).
             await park(self.nc, self.subjects, letter)
         except (nats.errors.Error, TimeoutError) as exc:
             # The DLQ itself is unreachable: the log line above is the record of last resort.

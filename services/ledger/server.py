@@ -24,7 +24,15 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from schemas import LedgerError, PreemptRequest, RequestId, ReserveReply, ReserveRequest, encode
+from schemas import (
+    LedgerError,
+    PreemptRequest,
+    RequestId,
+    ReserveReply,
+    ReserveRequest,
+    decode,
+    encode,
+)
 from services.common.runtime import ServiceContext
 from usher.adapters.pg.ledger_store import (
     LedgerPermanentError,
@@ -36,9 +44,6 @@ from usher.adapters.pg.ledger_store import (
 )
 
 QUEUE_GROUP: Final = "ledger"
-
-_reserve_decoder = msgspec.json.Decoder(ReserveRequest)
-_preempt_decoder = msgspec.json.Decoder(PreemptRequest)
 
 
 class _RequestIdOnly(msgspec.Struct):
@@ -146,10 +151,10 @@ class RequestServer:
         try:
             request: ReserveRequest | PreemptRequest
             if msg.subject == self._ctx.subjects.ledger_preempt:
-                request = _preempt_decoder.decode(msg.data)
+                request = decode(msg.data, PreemptRequest)
                 check_reservations("preempt", [request.preemptor])
             else:
-                request = _reserve_decoder.decode(msg.data)
+                request = decode(msg.data, ReserveRequest)
                 check_reservations("reserve", request.reservations)
         except (msgspec.DecodeError, msgspec.ValidationError, LedgerRequestError) as exc:
             await self._bad_request(msg, exc)

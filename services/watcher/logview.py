@@ -36,6 +36,7 @@ from schemas import (
     PriorityClassObserved,
     QuotaNode,
     QuotaTreeApplied,
+    QuotaTreeDeleted,
     QuotaTreeRejected,
     Released,
     WorkloadDeleted,
@@ -86,6 +87,9 @@ class LogView:
     quota: Said | None = None
     tree: QuotaNode | None = None
     """The quota tree in force (the last ``QuotaTreeApplied`` on the log)."""
+    tree_deleted: bool = False
+    """The log's latest word on the tree object is ``QuotaTreeDeleted`` (``tree`` stays in
+    force all the same)."""
     latest_decision: dict[WorkloadKey, int] = field(default_factory=dict)
     """Stream sequence of the latest ``Admitted``/``Preempted`` of each workload."""
     born: dict[WorkloadKey, tuple[str, int]] = field(default_factory=dict)
@@ -112,7 +116,7 @@ class LogView:
                 return self.nodes.get(event.node)
             case PriorityClassObserved() | PriorityClassDeleted():
                 return self.classes.get(event.name)
-            case QuotaTreeApplied() | QuotaTreeRejected():
+            case QuotaTreeApplied() | QuotaTreeRejected() | QuotaTreeDeleted():
                 return self.quota
         return None
 
@@ -150,8 +154,9 @@ class LogView:
                 self.nodes[event.node] = said
             case PriorityClassObserved():
                 self.classes[event.name] = said
-            case QuotaTreeApplied() | QuotaTreeRejected():
+            case QuotaTreeApplied() | QuotaTreeRejected() | QuotaTreeDeleted():
                 self.quota = said
+                self.tree_deleted = isinstance(event, QuotaTreeDeleted)
 
     def _forget(self, event: ClusterEvent) -> bool:
         """A deletion: nothing to remember about a gone object (memory stays bounded by what
@@ -232,7 +237,8 @@ class LogView:
             | PriorityClassObserved
             | PriorityClassDeleted
             | QuotaTreeApplied
-            | QuotaTreeRejected,
+            | QuotaTreeRejected
+            | QuotaTreeDeleted,
         ):
             self.record(event)
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from nats.js.api import PubAck
 
-from schemas import Envelope, QuotaNode, WorkloadKey, WorkloadRejected, Zone
+from schemas import Envelope, QuotaNode, QuotaTreeDeleted, WorkloadKey, WorkloadRejected, Zone
 from services.common.runtime import ServiceContext
 from services.watcher.kinds import (
     LIMIT_RANGES,
@@ -56,6 +56,7 @@ from services.watcher.translate import (
     priority_class_deleted,
     priority_class_observed,
     priority_class_problems,
+    tree_deleted,
     tree_event,
     workload_deleted,
     workload_event,
@@ -479,13 +480,28 @@ class QuotaTreeObserver(Observer):
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         who = identity(obj)
         self.cluster.trees.pop((who.namespace, who.name), None)
-        # No event: the last valid tree stays in force (SEMANTICS 1), nothing is evicted.
-        self.log.info("quota tree deleted; the last valid tree stays in force", name=who.name)
+        await self._announce(tree_deleted(obj, self.ctx.subjects))
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
-        for key in list(self.cluster.trees):
-            if key not in present:
-                del self.cluster.trees[key]
+        gone = [key for key in self.cluster.trees if key not in present]
+        for namespace, name in gone:
+            del self.cluster.trees[(namespace, name)]
+            stub = {"metadata": {"namespace": namespace, "name": name}}
+            await self._announce(tree_deleted(stub, self.ctx.subjects, gone=True))
+        if not present and not gone and not self.view.tree_deleted:
+            # Deleted while no watcher ran: the log still has a tree whose object is gone.
+            await self._announce(tree_deleted({}, self.ctx.subjects, gone=True))
+
+    async def _announce(self, out: Outgoing) -> None:
+        """Say on the log that the tree object is gone. Nothing else changes: the last valid
+        tree stays in force and admissions go on under it (README, "Admission rules")."""
+        if self.view.tree is None:
+            return  # no tree was ever in force: nothing to say
+        deleted = out.event
+        assert isinstance(deleted, QuotaTreeDeleted)
+        log = self.log.bind(quota=f"{deleted.namespace}/{deleted.name}")
+        if await self.publisher.publish(out, log):
+            log.warning("quota tree deleted; the last valid tree stays in force")
 
 
 class LimitRangeObserver(Observer):

@@ -31,6 +31,7 @@ from schemas import (
     PriorityClassDeleted,
     PriorityClassObserved,
     QuotaTreeApplied,
+    QuotaTreeDeleted,
     QuotaTreeRejected,
     WorkloadDeleted,
     WorkloadFinished,
@@ -275,6 +276,15 @@ def tree_event(obj: JsonObj, subjects: Subjects) -> Outgoing:
         problems = invalid.errors
         event = QuotaTreeRejected(errors=invalid.errors, resource_version=who.version)
     return Outgoing(subjects.quota, event_id(kind_id(QUOTA_TREES), who, event), event, problems)
+
+
+def tree_deleted(obj: JsonObj, subjects: Subjects, *, gone: bool = False) -> Outgoing:
+    """``QuotaTreeDeleted`` for a tree object the watch saw deleted (``gone``: found missing
+    by a relist instead, so without its last resourceVersion)."""
+    who = identity(obj)
+    deleted = QuotaTreeDeleted(namespace=who.namespace, name=who.name)
+    version = GONE if gone else None
+    return Outgoing(subjects.quota, event_id(kind_id(QUOTA_TREES), who, deleted, version), deleted)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -18,7 +20,7 @@ from schemas import (
     decode,
     decode_envelope,
 )
-from usher.adapters.nats.log import ensure_streams, park, publish_envelope
+from usher.adapters.nats.log import PARK_HEAD_BYTES, ensure_streams, park, publish_envelope
 from usher.adapters.nats.subjects import Subjects, token
 
 
@@ -83,6 +85,42 @@ async def test_dead_letters_are_parked_with_their_error(
         data=b'{"workload": 1}',
         stream_seq=7,
     )
-    await park(nc, subjects, letter)
+    parked = await park(nc, subjects, letter)
     msg = await js.get_last_msg(subjects.dlq_stream_name, subjects.dlq("ledger"))
-    assert decode(msg.data or b"", DeadLetter) == letter
+    assert decode(msg.data or b"", DeadLetter) == parked
+    whole = msgspec.structs.replace(
+        letter, size=15, sha256=hashlib.sha256(letter.data).hexdigest(), truncated=False
+    )
+    assert parked == whole
+
+
+async def test_a_message_too_large_to_park_whole_is_parked_as_a_reference(
+    nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    # ~900 KB fits max_payload (1 MB) on its own, but not base64-encoded inside a letter.
+    data = bytes(range(256)) * 3600
+    assert len(data) < nc.max_payload < len(data) * 4 // 3
+    seq = (await js.publish(subjects.job(Zone("default"), "ns", "big"), data)).seq
+    letter = DeadLetter(
+        service="watcher",
+        subject=subjects.job(Zone("default"), "ns", "big"),
+        error="DecodeError",
+        detail="JSON is malformed: invalid character (byte 0)",
+        data=data,
+        stream_seq=seq,
+    )
+    await park(nc, subjects, letter)
+    msg = await js.get_last_msg(subjects.dlq_stream_name, subjects.dlq("watcher"))
+    parked = decode(msg.data or b"", DeadLetter)
+    assert parked.truncated
+    assert (parked.size, parked.sha256) == (len(data), hashlib.sha256(data).hexdigest())
+    assert parked.data == data[:PARK_HEAD_BYTES] and 1024 <= PARK_HEAD_BYTES <= 16384
+    assert (parked.subject, parked.stream_seq, parked.error, parked.detail) == (
+        letter.subject,
+        seq,
+        "DecodeError",
+        letter.detail,
+    )
+    # The reference leads to the whole message, kept on the log.
+    kept = await js.get_msg(subjects.stream_name, seq)
+    assert hashlib.sha256(kept.data or b"").hexdigest() == parked.sha256

@@ -545,7 +545,7 @@ def test_audit_since_only_reports_later_decisions_but_folds_everything() -> None
     assert report.decisions == 1
 
 
-def test_undecodable_entries_are_findings() -> None:
+def test_undecodable_entries_are_reported_apart_not_as_findings() -> None:
     entries = [
         history.exported_entry(
             1, "usher.cluster.quota", msgspec.json.encode(Log().tree().entries[0][1])
@@ -553,7 +553,57 @@ def test_undecodable_entries_are_findings() -> None:
         history.exported_entry(2, "usher.cluster.x", b'{"type": "envelope.v1"}'),
     ]
     report = audit.audit(history.decode_history(entries), EngineConfig())
-    assert [(f.seq, f.check, f.decision) for f in report.findings] == [(2, "undecodable", "entry")]
+    assert report.findings == []
+    assert [(b.seq, b.subject, b.error) for b in report.rejected] == [
+        (2, "usher.cluster.x", "ValidationError")
+    ]
+    table = audit.render_audit_table(report)
+    assert "rejected input, not findings: 1 entry not valid envelopes" in table
+    assert "seq 2     usher.cluster.x" in table
+    assert table.rstrip().endswith("OK: every decision is justified by the log before it")
+    doc = msgspec.json.decode(audit.render_audit_json(report))
+    assert (doc["findings"], doc["rejected"][0]["seq"]) == ([], 2)
+
+
+def _stored(log: Log, stored_s: list[float]) -> history.History:
+    """``log`` as read from a stream that stored entry i at ``BASE + stored_s[i]``."""
+    return history.decode_history(
+        history.exported_entry(
+            i,
+            subject,
+            msgspec.json.encode(envelope),
+            history.to_datetime(BASE_MS + int(stored_s[i - 1] * 1000)),
+        )
+        for i, (subject, envelope) in enumerate(log.entries, start=1)
+    )
+
+
+def test_audit_since_is_the_log_time_not_the_envelope_time() -> None:
+    # The second admission is over quota and claims (forges) a time long before the window;
+    # the first claims one inside it, but the log stored them the other way round.
+    log = Log().tree(0).job(1, "user-a/x", 60).admitted(99, "user-a/x", 60)
+    log.job(3, "user-a/y", 60).admitted(-999, "user-a/y", 60)
+    stored = _stored(log, [0, 1, 2, 3, 100])
+    since = Millis(BASE_MS + 50_000)
+    report = audit.audit(stored, EngineConfig(), since_ms=since)
+    # Only the second admission is in the window: the ledger's rule (over-quota) and the
+    # running-usage invariant (over-commit, once per node over its cap) both name it.
+    assert {(f.seq, f.workload) for f in report.findings} == {(5, "user-a/y")}
+    assert {f.check for f in report.findings} == {"over-quota", "over-commit"}
+    assert report.decisions == 1
+    # The relative base is the log's last stored time too (-60s from 100 s, not from 99 s).
+    assert (stored.log_end_ms, stored.end_ms) == (BASE_MS + 100_000, BASE_MS - 999_000)
+    relative = history.parse_time("-60s", stored.log_end_ms)
+    assert {f.seq for f in audit.audit(stored, EngineConfig(), since_ms=relative).findings} == {5}
+    # Entries with no recorded log time are never hidden by a window.
+    unknown = history.decode_history(
+        history.exported_entry(i, subject, msgspec.json.encode(envelope))
+        for i, (subject, envelope) in enumerate(log.entries, start=1)
+    )
+    assert not unknown.log_times_known and stored.log_times_known
+    found = audit.audit(unknown, EngineConfig(), since_ms=Millis(BASE_MS + 10**9)).findings
+    assert {f.seq for f in found} == {5}
+    assert audit.audit(unknown, EngineConfig(), since_ms=Millis(BASE_MS + 10**9)).decisions == 2
 
 
 def _allocation(

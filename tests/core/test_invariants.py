@@ -242,7 +242,9 @@ def test_a_decision_recorded_twice_is_one_decision() -> None:
 def test_the_audit_reports_the_invariants_and_the_end_check_only_when_asked() -> None:
     history_ = over_commit_while_the_victim_stops().history()
     checks = [(f.seq, f.check) for f in audit.audit(history_, EngineConfig()).findings]
-    assert checks == [(11, "over-commit")]
+    # Two independent checks name the same admission: the ledger's rule on the state before
+    # it (the victim still counts until released, R7) and the running-usage invariant.
+    assert checks == [(11, "over-quota"), (11, "over-commit")]
     stuck = seed_round().job(3, "user-c/fits", 10).history()
     assert audit.audit(stuck, EngineConfig()).findings == []
     [finding] = audit.audit(stuck, EngineConfig(), quiescent=True).findings

@@ -33,6 +33,48 @@ async def _as_role(url: str, role: str, statement: str) -> None:
         await conn.close()
 
 
+async def _fetch_as(url: str, role: str, query: str) -> list[asyncpg.Record]:
+    """Rows of ``query`` read with the privileges of ``role``."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        async with conn.transaction():
+            await conn.execute(f"SET LOCAL ROLE {role}")
+            return list(await conn.fetch(query))
+    finally:
+        await conn.close()
+
+
+GRANTS = """
+SELECT grantee, table_name, privilege_type FROM information_schema.role_table_grants
+ WHERE grantee IN ('usher_ledger', 'usher_audit') AND table_schema = 'public'
+UNION ALL
+SELECT r.rolname, c.relname, p.privilege_type
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+  CROSS JOIN pg_roles r
+  CROSS JOIN (VALUES ('USAGE'), ('SELECT'), ('UPDATE')) AS p(privilege_type)
+ WHERE n.nspname = 'public' AND c.relkind = 'S' AND r.rolname IN ('usher_ledger', 'usher_audit')
+   AND has_sequence_privilege(r.rolname, c.oid, p.privilege_type)
+UNION ALL
+SELECT 'default:' || pg_get_userbyid(d.defaclrole), d.defaclobjtype::text, d.defaclacl::text
+  FROM pg_default_acl d
+UNION ALL
+SELECT 'database', datname, datacl::text FROM pg_database WHERE datname = current_database()
+UNION ALL
+SELECT 'schema', nspname, nspacl::text FROM pg_namespace WHERE nspname = 'public'
+ORDER BY 1, 2, 3
+"""
+"""Every privilege the roles file gives: on tables, sequences, future objects, the database
+and the schema (ACLs as text, so a grant given twice or lost shows as a difference)."""
+
+
+async def _grants(url: str) -> list[tuple[str, str, str]]:
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        return [(r[0], r[1], r[2]) for r in await conn.fetch(GRANTS)]
+    finally:
+        await conn.close()
+
+
 async def _apply_roles(url: str) -> None:
     conn = await asyncpg.connect(_dsn(url))
     try:
@@ -56,6 +98,16 @@ async def granted_url(request: pytest.FixtureRequest, database_url: str) -> str:
 async def test_the_ledger_role_writes_allocations(granted_url: str) -> None:
     await _as_role(granted_url, "usher_ledger", INSERT_ALLOCATION)
     await _as_role(granted_url, "usher_ledger", "UPDATE allocations SET state = 'released'")
+    read = "SELECT workload, quota_path, state FROM allocations"
+    # The row the ledger wrote is there, updated, for the ledger and for the audit to read.
+    for role in ("usher_ledger", "usher_audit"):
+        rows = await _fetch_as(granted_url, role, read)
+        assert [tuple(r) for r in rows] == [("ns/job", "root/a", "released")], role
+    # ... and the same writes are refused to the audit role.
+    for statement in (INSERT_ALLOCATION, "UPDATE allocations SET state = 'admitted'"):
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await _as_role(granted_url, "usher_audit", statement)
+    assert len(await _fetch_as(granted_url, "usher_ledger", read)) == 1
 
 
 async def test_the_audit_role_reads_but_cannot_write(granted_url: str) -> None:
@@ -78,4 +130,12 @@ async def test_the_ledger_role_cannot_change_the_schema(granted_url: str) -> Non
 
 
 async def test_the_roles_file_can_be_applied_twice(granted_url: str) -> None:
+    before = await _grants(granted_url)
+    ledger_tables = {table for who, table, _ in before if who == "usher_ledger"}
+    assert {"allocations", "outbox", "quota_usage"} <= ledger_tables
     await _apply_roles(granted_url)
+    assert await _grants(granted_url) == before
+    # Still usable as before: the ledger writes, the audit reads.
+    await _as_role(granted_url, "usher_ledger", INSERT_ALLOCATION)
+    rows = await _fetch_as(granted_url, "usher_audit", "SELECT count(*) FROM allocations")
+    assert rows[0][0] == 1

@@ -4,15 +4,17 @@ emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger -> watcher -> emul
 services in this process (``harness.InProcessStack``). While good jobs are being admitted the
 test injects a malformed Job, a job of a kind Usher does not support, an invalid
 ElasticQuotaTree update, and garbage bytes on the log (a job subject and a decision subject) and
-on the ledger's and the preemptor's request subjects. Each must end up where the services
-README says (``WorkloadRejected`` / ``QuotaTreeRejected`` on the log, a ``DeadLetter`` on the
-DLQ, a ``LedgerError`` reply), the previous tree must stay in force, every good job created
-before and after must be admitted, and no service may crash.
+on the ledger's and the preemptor's request subjects; then ~900 KB of garbage (parked as a
+reference) and the tree's deletion (the last tree stays in force). Each must end up where the
+services README says (``WorkloadRejected`` / ``QuotaTreeRejected`` on the log, a ``DeadLetter``
+on the DLQ, a ``LedgerError`` reply), the previous tree must stay in force, every good job
+created before and after must be admitted, and no service may crash.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -30,9 +32,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from schemas import (
     Admitted,
     DeadLetter,
+    Inadmissible,
     LedgerError,
     QuotaPath,
     QuotaTreeApplied,
+    QuotaTreeDeleted,
     QuotaTreeRejected,
     WorkloadRejected,
     Zone,
@@ -352,3 +356,42 @@ async def _play(run: Run, database_url: str) -> None:
     assert len(of_type(entries, QuotaTreeApplied)) == 1
     usage = await ledger_usage(database_url)
     assert usage[LEAF] == {"cpu": 14000, "memory": 5 * 2**30}
+
+    # (e) ~900 KB of garbage on a job subject: too large to park whole (base64 inside a letter
+    # exceeds max_payload), so every projection parks a reference to it.
+    huge = bytes(range(256)) * 3600
+    huge_seq = (await run.js.publish(job_subject, huge)).seq
+
+    async def referenced() -> list[DeadLetter] | None:
+        letters = [d for d in await dead_letters(run.js, subjects) if d.stream_seq == huge_seq]
+        return letters if len(letters) == len(PROJECTIONS) else None
+
+    for letter in await run.eventually(referenced, "references to the huge message"):
+        assert letter.truncated and letter.size == len(huge), letter.service
+        assert letter.sha256 == hashlib.sha256(huge).hexdigest()
+        assert huge.startswith(letter.data) and 0 < len(letter.data) < 10_000
+
+    # (f) The tree is deleted: the log says so, and admissions go on under the last tree.
+    await custom.delete_namespaced_custom_object(
+        group, version, "kube-system", "elasticquotatrees", tree["metadata"]["name"]
+    )
+
+    async def tree_deleted() -> QuotaTreeDeleted | None:
+        events = of_type(await log_entries(run.js, subjects), QuotaTreeDeleted)
+        return events[-1] if events else None
+
+    deleted = await run.eventually(tree_deleted, "tree deletion on the log")
+    assert (deleted.namespace, deleted.name) == ("kube-system", tree["metadata"]["name"])
+    await run.create_job(job("after-delete", cpu="5"))
+    good.append("after-delete")
+    await run.eventually(lambda: run.all_admitted(good), "admitted under the last tree")
+    # Its limits still hold: more than max 100 cpu of the deleted tree is never admitted.
+    await run.create_job(job("too-big", cpu="101"))
+
+    async def inadmissible() -> Inadmissible | None:
+        events = of_type(await log_entries(run.js, subjects), Inadmissible)
+        return next((e for e in events if e.workload == f"{NAMESPACE}/too-big"), None)
+
+    refused = await run.eventually(inadmissible, "too-big inadmissible under the last tree")
+    assert refused.reason.code == "ExceedsMax", refused.reason
+    assert (await ledger_usage(database_url))[LEAF] == {"cpu": 19000, "memory": 6 * 2**30}

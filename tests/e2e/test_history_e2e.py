@@ -198,3 +198,57 @@ async def test_log_import_into_another_installation(
         assert missing.returncode == 4 and "no log stream NOBODY_LOG" in missing.stderr
     finally:
         await delete_streams(js, other)
+
+
+async def test_audit_window_is_the_log_time_and_rejected_entries_do_not_fail_it(
+    infra: Infra, subjects: Subjects, js: JetStreamContext, tmp_path: Path
+) -> None:
+    """On a real stream: garbage on a log subject is listed apart (exit 0), and ``--since``
+    reads when the stream stored a decision, not the time its (forged) envelope claims."""
+    from datetime import UTC, datetime
+
+    from schemas import Admitted, WorkloadKey
+    from tests.core.test_history import Log
+    from usher.adapters.nats.log import publish_envelope
+
+    async def publish(log: Log, start: int) -> list[int]:
+        seqs = []
+        for _, envelope in log.entries[start:]:
+            kind = "decision" if isinstance(envelope.event, Admitted) else "cluster"
+            ack = await publish_envelope(js, f"{subjects.prefix}.{kind}.test", envelope)
+            seqs.append(ack.seq)
+        return seqs
+
+    live = ("--nats", infra.nats_url, "--prefix", subjects.prefix, "--no-ledger", "-o", "json")
+    log = Log().tree(0).job(1, "user-a/x", 60).admitted(2, "user-a/x", 60).job(3, "user-a/y", 60)
+    await publish(log, 0)
+    garbage = (await js.publish(f"{subjects.prefix}.cluster.test", b"\x00 not an envelope")).seq
+    clean = await usher(tmp_path, "audit", *live)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    doc = json.loads(clean.stdout)
+    assert doc["findings"] == [] and [r["seq"] for r in doc["rejected"]] == [garbage]
+
+    await asyncio.sleep(0.05)
+    window = datetime.now(UTC).isoformat()
+    await asyncio.sleep(0.05)
+    # An over-quota Admitted whose envelope claims a time 24 years before the window.
+    log.admitted(-24 * 365 * 86400, "user-a/y", 60)
+    [forged] = await publish(log, len(log.entries) - 1)
+    caught = await usher(tmp_path, "audit", "--since", window, *live)
+    assert caught.returncode == 1, caught.stdout + caught.stderr
+    doc = json.loads(caught.stdout)
+    assert [(f["seq"], f["workload"], f["check"]) for f in doc["findings"]] == [
+        (forged, str(WorkloadKey("user-a/y")), "over-quota")
+    ]
+    assert doc["decisions"] == 1  # the Admitted of x was stored before the window
+    relative = await usher(tmp_path, "audit", "--since", "-30s", *live)
+    assert [f["seq"] for f in json.loads(relative.stdout)["findings"]] == [forged]
+    # An export keeps the stored times: offline, the window means the same.
+    exported = tmp_path / "forged.jsonl"
+    source = ("--nats", infra.nats_url, "--prefix", subjects.prefix)
+    assert (await usher(tmp_path, "log", "export", str(exported), *source)).returncode == 0
+    offline = await usher(
+        tmp_path, "audit", "--since", window, "--file", str(exported), "-o", "json"
+    )
+    assert [f["seq"] for f in json.loads(offline.stdout)["findings"]] == [forged]
+    assert json.loads(offline.stdout)["decisions"] == 1

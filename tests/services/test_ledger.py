@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -385,6 +386,37 @@ async def test_bad_requests_get_an_error_and_are_parked(running: Ledger) -> None
         ("ledger", subject, _reserve(negative)),
     ]
     assert letters[1].error == "ValidationError" and "$.reservations[0]" in letters[1].detail
+    # ... and the service goes on serving.
+    assert (await running.reserve(res("ok", "A", 1))).results[0].granted
+
+
+async def test_an_oversized_or_non_utf8_request_is_answered_and_parked(running: Ledger) -> None:
+    subject = running.subjects.ledger_reserve
+    big = b'{"request_id":"big","pad":"' + b"x" * 900_000 + b'"}'
+    non_utf8 = b'{"type":"\x80edger.reserve.v1"}'
+    for data in (big, non_utf8):
+        error = decode((await running.nc.request(subject, data, timeout=5)).data, LedgerError)
+        assert (error.code, error.transient) == ("bad-request", False)
+
+    async def parked() -> list[DeadLetter]:
+        info = await running.js.stream_info(running.subjects.dlq_stream_name)
+        return [
+            decode((await running.js.get_msg(running.subjects.dlq_stream_name, seq)).data or b"",
+                   DeadLetter)
+            for seq in range(int(info.state.first_seq), int(info.state.last_seq) + 1)
+        ] if int(info.state.messages) >= 2 else []  # fmt: skip
+
+    reference, letter = await eventually(parked)
+    assert (reference.service, reference.subject, reference.error) == (
+        "ledger",
+        subject,
+        "ValidationError",
+    )
+    assert reference.truncated and reference.size == len(big)
+    assert reference.sha256 == hashlib.sha256(big).hexdigest()
+    assert big.startswith(reference.data) and 0 < len(reference.data) < 10_000
+    assert (letter.data, letter.error, letter.truncated) == (non_utf8, "DecodeError", False)
+    assert "invalid UTF-8" in letter.detail
     # ... and the service goes on serving.
     assert (await running.reserve(res("ok", "A", 1))).results[0].granted
 

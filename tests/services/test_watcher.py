@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from schemas import (
     QueueName,
     QuotaPath,
     QuotaTreeApplied,
+    QuotaTreeDeleted,
     QuotaTreeRejected,
     Reason,
     WorkloadDeleted,
@@ -59,6 +61,7 @@ from services.watcher.kinds import (
 from services.watcher.options import WatcherOptions
 from services.watcher.service import main, run
 from tests.conftest import Infra
+from tests.test_cli_history import usher
 from usher.adapters.kube import (
     Conflict,
     Invalid,
@@ -74,6 +77,8 @@ from usher.adapters.kube_emulator.store import merge_patch
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.client.state import read_state
+from usher.core.config import EngineConfig
 from usher.core.errors import WorkloadInvalid
 from usher.core.workload import SUPPORTED_KINDS, extract_workload
 
@@ -1031,6 +1036,74 @@ async def test_queues_and_tree_usage_follow_the_log(h: Harness) -> None:
             return [i["metadata"]["name"] for i in listed.items] == ["root-department-a-user-a"]
 
         await h.eventually(b_gone)
+
+
+async def test_a_deleted_tree_stays_in_force_and_the_log_says_so(h: Harness) -> None:
+    await h.kube.create(TREES, "kube-system", tree())
+    await h.kube.create(JOBS, "user-a", job("pi"))
+    async with h.watcher():
+        await h.logged(QuotaTreeApplied)
+        await h.eventually(_queue_with(h, 1))
+        await h.kube.delete(TREES, "kube-system", "elasticquotatree")
+        [(entry, deleted)] = await h.logged(QuotaTreeDeleted)
+        assert (deleted.namespace, deleted.name) == ("kube-system", "elasticquotatree")
+        assert entry.subject == h.subjects.quota
+        # Nothing changes but that: the queues stay and an admission is carried out.
+        await h.decide(admitted("user-a/pi", "default"))
+
+        async def unsuspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "pi"))["spec"].get("suspend") is False
+
+        await h.eventually(unsuspended)
+        listed = await h.kube.list(QUEUES, namespace="kube-queue")
+        assert sorted(i["metadata"]["name"] for i in listed.items) == [
+            "root-department-a-user-a",
+            "root-department-b-user-c",
+        ]
+    # A restart does not say it again.
+    async with h.watcher():
+        await h.kube.create(JOBS, "user-a", job("marker"))
+        await h.logged(WorkloadObserved, lambda e: e.name == "marker")
+    assert len(of_type(await h.log(), QuotaTreeDeleted)) == 1
+    view = (await read_state(h.js, h.subjects, EngineConfig())).view(reasons_too=False)
+    assert view.tree_deleted is not None
+    assert view.tree_deleted.tree == "kube-system/elasticquotatree"
+    assert "the last tree stays in force" in view.tree_deleted.describe()
+    assert [q.path for q in view.quota][:2] == ["root", "root/Department-a"]
+    # `usher quota` says so above the tree still in force (on stderr for scripts' formats).
+    target = ("--nats", h.infra.nats_url, "--prefix", h.subjects.prefix, "--home", "/nonexistent")
+    table = await asyncio.to_thread(usher, "quota", *target)
+    assert table.returncode == 0, table.stderr
+    first, *rest = table.stdout.splitlines()
+    assert first.startswith("ElasticQuotaTree kube-system/elasticquotatree deleted at ")
+    assert first.endswith(": the last tree stays in force and admissions go on under it; "
+                          "apply a tree to change it")  # fmt: skip
+    assert rest[0].split()[0] == "NODE" and rest[1].split()[0] == "root"
+    as_json = await asyncio.to_thread(usher, "quota", "-o", "json", *target)
+    assert json.loads(as_json.stdout)[0]["path"] == "root"
+    assert as_json.stderr.startswith("usher: ElasticQuotaTree kube-system/elasticquotatree deleted")
+
+    # Applied again, then deleted while no watcher runs: said at the next start, unnamed.
+    async with h.watcher():
+        await h.kube.create(TREES, "kube-system", tree())
+        await h.eventually(_logged_times(h, QuotaTreeApplied, 2))
+    await h.kube.delete(TREES, "kube-system", "elasticquotatree")
+    async with h.watcher():
+        later = (await h.eventually(_logged_times(h, QuotaTreeDeleted, 2)))[1]
+    assert (later[1].namespace, later[1].name) == ("", "")
+    assert ":gone:quota.deleted.v1" in later[0].envelope.id
+    view = (await read_state(h.js, h.subjects, EngineConfig())).view(reasons_too=False)
+    assert view.tree_deleted is not None and view.tree_deleted.tree == ""
+
+
+def _logged_times(
+    h: Harness, kind: type[T], count: int
+) -> Callable[[], Awaitable[list[tuple[Logged, T]] | None]]:
+    async def check() -> list[tuple[Logged, T]] | None:
+        found = of_type(await h.log(), kind)
+        return found if len(found) == count else None
+
+    return check
 
 
 def _queue_with(h: Harness, count: int) -> Callable[[], Awaitable[JsonObj | None]]:

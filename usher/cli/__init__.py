@@ -22,15 +22,14 @@ from typing import Any, NoReturn
 
 import click
 import msgspec
-import yaml
 
 from usher.adapters.embedded.processes import ServerStartError, pid_alive
 from usher.adapters.embedded.stack import read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
+from usher.client.errors import BadInput
+from usher.client.manifests import parse_yaml
 from usher.core import sim as simulator
 from usher.core.errors import InputError
-
-_YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 EXIT_OK = 0
 EXIT_DIFFERENCES = 1
@@ -276,12 +275,12 @@ def load_yaml_file(path: Path) -> Any:
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         fail(f"{path}: cannot read ({exc.__class__.__name__})", EXIT_BAD_INPUT)
     try:
-        return yaml.load(text, Loader=_YamlLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or exc.__class__.__name__
-        fail(f"{path}:{where}: invalid YAML: {problem}", EXIT_BAD_INPUT)
+        documents = parse_yaml(text, str(path))
+    except BadInput as exc:
+        fail(exc.message, EXIT_BAD_INPUT)
+    if len(documents) > 1:
+        fail(f"{path}: expected one YAML document, found {len(documents)}", EXIT_BAD_INPUT)
+    return documents[0] if documents else None
 
 
 def report_input_error(source: str, exc: InputError) -> None:

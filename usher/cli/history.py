@@ -186,12 +186,29 @@ def _config(settings: ServiceSettings) -> EngineConfig:
 
 
 def _when(option: str, text: str | None, history: hist.History) -> Millis | None:
+    return _time(option, text, history.end_ms)
+
+
+def _time(option: str, text: str | None, end_ms: Millis | None) -> Millis | None:
     if text is None:
         return None
     try:
-        return hist.parse_time(text, history.end_ms)
+        return hist.parse_time(text, end_ms)
     except hist.TimeError as exc:
         fail(f"{option} {exc.text!r}: {exc.detail}", EXIT_USAGE)
+
+
+def _log_time(option: str, text: str | None, history: hist.History) -> Millis | None:
+    """A TIME in the log's own time (when the stream stored each entry), which no sender can
+    forge; relative to the log's last entry."""
+    _time(option, text, Millis(0))  # a malformed TIME is a usage error first
+    if text is not None and not history.log_times_known:
+        fail(
+            f"{option}: this export has no log times (written by an older usher); "
+            "export the log again",
+            EXIT_BAD_INPUT,
+        )
+    return _time(option, text, history.log_end_ms)
 
 
 def _print(text: str) -> None:
@@ -232,7 +249,9 @@ def replay_command(
 
 
 @cli.command("audit")
-@click.option("--since", metavar="TIME", default=None, help="Report decisions from TIME on.")
+@click.option(
+    "--since", metavar="TIME", default=None, help="Report decisions the log stored from TIME on."
+)
 @click.option(
     "--database",
     "database_url",
@@ -265,7 +284,9 @@ def audit_command(
     Released) never above max x oversell rate at an admission, no admission while live, every
     preemption justified; with --quiescent also, at the end, every workload finished, admitted,
     or waiting for a true reason. Offline (--file) the ledger part is skipped unless
-    --database is given.
+    --database is given. Entries that are not valid envelopes are listed apart and do not
+    change the exit code. --since is the log's own time (when the stream stored each entry),
+    never the time an envelope claims.
     """
     log = _load(log_file, database_url=database_url, **options)
     url = None if no_ledger else (database_url or (log.settings.database_url if log.live else None))
@@ -278,7 +299,7 @@ def audit_command(
     report = auditing.audit(
         log.history,
         _config(log.settings),
-        since_ms=_when("--since", since, log.history),
+        since_ms=_log_time("--since", since, log.history),
         ledger=ledger,
         quiescent=quiescent,
     )
@@ -455,7 +476,7 @@ def log_group() -> None:
 @click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL).")
 @click.option("--prefix", default=None, help="Subject prefix of the installation.")
 def export_command(file: Path, nats_url: str | None, prefix: str | None) -> None:
-    """Write every log entry (seq, subject, raw envelope) to FILE, one JSON line each."""
+    """Write every log entry (seq, subject, stored time, envelope) to FILE, a JSON line each."""
     settings = _settings(live=True, nats_url=nats_url, prefix=prefix)
     subjects = Subjects(settings.prefix)
     try:

@@ -126,6 +126,8 @@ def render(view: StateView, header: str, notes: list[str]) -> RenderableType:
         top.append(f"\n{note}", style="yellow")
     if view.tree_rejected:
         top.append(f"\nquota tree rejected: {view.tree_rejected[0]}", style="red")
+    if view.tree_deleted is not None:
+        top.append(f"\n{view.tree_deleted.describe()}", style="yellow")
     return Group(
         Panel(top, box=box.ROUNDED, padding=(0, 1)),
         _queues_table(view),

@@ -43,6 +43,7 @@ from usher.client import (
     QueueInfo,
     QuotaInfo,
     Refused,
+    StateView,
     WaitTimeout,
 )
 from usher.client.manifests import KINDS, read_yaml_documents
@@ -512,11 +513,16 @@ def queue(name: str, output: str, **options: Any) -> None:
 @target_options
 def quota(output: str, **options: Any) -> None:
     """The quota tree in force: used / min / max of every node and resource."""
-    found: list[QuotaInfo] = run(options, lambda client: client.quota())
+    view: StateView = run(options, lambda client: client.view())
+    found: list[QuotaInfo] = view.quota
+    deleted = view.tree_deleted.describe() if view.tree_deleted is not None else None
+    if deleted is not None and output != "table":
+        click.echo(f"usher: {deleted}", err=True)  # stdout stays the documented list
 
     def table() -> str:
         if not found:
             return "No quota tree is in force (usher apply -f a tree)."
+        note = [deleted] if deleted is not None else []
         resources: list[str] = []
         for node in found:
             resources.extend(r for r in node.max if r not in resources)
@@ -532,6 +538,6 @@ def quota(output: str, **options: Any) -> None:
             cells.append(node.queue or "")
             rows.append(cells)
         headers = ["NODE", *[f"{r.upper()} used/min/max" for r in resources], "QUEUE"]
-        return render_table(headers, rows)
+        return "\n".join([*note, render_table(headers, rows)])
 
     emit(found, output, table)

@@ -25,6 +25,7 @@ from usher.client.state import (
     QueueInfo,
     QuotaInfo,
     StateView,
+    TreeDeletion,
 )
 from usher.client.target import Target, resolve_target, target_of_stack
 
@@ -47,6 +48,7 @@ __all__ = [
     "StateView",
     "Submitted",
     "Target",
+    "TreeDeletion",
     "WaitTimeout",
     "job_manifest",
     "resolve_target",

@@ -139,13 +139,79 @@ def read_yaml_documents(path: Path) -> list[object]:
         raise BadInput(f"{path}: no such file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise BadInput(f"{path}: cannot read ({type(exc).__name__})") from None
+    return parse_yaml(text, str(path))
+
+
+def parse_yaml(text: str, source: str) -> list[object]:
+    """Every document of a YAML text (empty ones dropped), refusing what YAML allows but no
+    manifest needs: an alias inside its own anchor (a recursive structure every later walk
+    would loop on) and aliases that expand past ``MAX_YAML_NODES`` (a "billion laughs" bomb,
+    small on disk, exponential to walk). ``BadInput`` names the line or document."""
+    loader = _YamlLoader(text)
+    documents: list[object] = []
     try:
-        return [doc for doc in yaml.load_all(text, Loader=_YamlLoader) if doc is not None]
+        while loader.check_node():
+            node = loader.get_node()
+            _check_aliases(node, f"{source}: document {len(documents) + 1}")
+            data = loader.construct_document(node)
+            if data is not None:
+                documents.append(data)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}:" if mark is not None else ""
         problem = getattr(exc, "problem", None) or type(exc).__name__
-        raise BadInput(f"{path}:{where} invalid YAML: {problem}") from None
+        raise BadInput(f"{source}:{where} invalid YAML: {problem}") from None
+    except RecursionError:
+        raise BadInput(f"{source}: invalid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+    return documents
+
+
+MAX_YAML_NODES = 1_000_000
+"""Nodes a YAML document may have once its aliases are expanded."""
+
+
+def _yaml_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_aliases(root: yaml.Node, where: str) -> None:
+    """``BadInput`` for a node that contains itself, or aliases that expand too far.
+
+    An alias is the same node object as its anchor, so the document is a graph: a walk that
+    meets a node already on its path found a cycle, and sizes are summed once per node
+    (iterative, so neither a cycle nor a deep document exhausts the stack)."""
+    sizes: dict[int, int] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key = id(node)
+        if finished:
+            on_path.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in _yaml_children(node))
+            if sizes[key] > MAX_YAML_NODES:
+                raise BadInput(
+                    f"{where}: YAML aliases expand to more than {MAX_YAML_NODES:,} nodes "
+                    "(an alias bomb?); write the values out instead"
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in on_path:
+            mark = node.start_mark
+            raise BadInput(
+                f"{where}: line {mark.line + 1} column {mark.column + 1}: recursive YAML "
+                "alias: the node anchored here contains an alias to itself"
+            )
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _yaml_children(node) if id(child) not in sizes)
 
 
 def load_documents(path: Path) -> list[Document]:
@@ -276,7 +342,10 @@ def apply_patch(document: Document, current: JsonObj) -> JsonObj | None:
         return None
     new_last = _last_applied(document.manifest)
     if annotations.get(LAST_APPLIED) != new_last:
-        patch.setdefault("metadata", {}).setdefault("annotations", {})[LAST_APPLIED] = new_last
+        meta = patch.setdefault("metadata", {})
+        # The annotations may already be in the patch (keys to remove): add ours to them.
+        keep = meta.get("annotations")
+        meta["annotations"] = {**(keep if isinstance(keep, dict) else {}), LAST_APPLIED: new_last}
     return patch
 
 
@@ -307,8 +376,17 @@ def _three_way(last: Mapping[str, Any], current: Mapping[str, Any], desired: Jso
                 patch[key] = sub
         elif key not in current or have != want:
             patch[key] = want
-    for key in last:
-        if key not in desired and key in current:
+    for key, before in last.items():
+        if key in desired or key not in current:
+            continue
+        have = current[key]
+        if isinstance(before, dict) and isinstance(have, dict):
+            # A map the last apply set and this one drops: remove only the keys it set, not
+            # what others added (kubectl's last-applied keeps ``"annotations": {}``).
+            sub = _three_way(before, have, {})
+            if sub:
+                patch[key] = sub
+        else:
             patch[key] = None
     return patch
 

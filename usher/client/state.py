@@ -32,6 +32,7 @@ from schemas import (
     Preempted,
     QuotaNode,
     QuotaTreeApplied,
+    QuotaTreeDeleted,
     QuotaTreeRejected,
     Reason,
     Released,
@@ -141,6 +142,23 @@ class DecisionInfo(msgspec.Struct, frozen=True, kw_only=True):
     preemptor: str | None = None
 
 
+class TreeDeletion(msgspec.Struct, frozen=True, kw_only=True):
+    """The ElasticQuotaTree object was deleted after the tree in force was applied."""
+
+    tree: str
+    """``namespace/name``; empty when the watcher found it gone after a restart."""
+    at: datetime
+    """When the watcher saw it gone."""
+
+    def describe(self) -> str:
+        """One line for people: what happened and what it means."""
+        stamp = self.at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        return (
+            f"ElasticQuotaTree {self.tree or '(name unknown)'} deleted at {stamp}: the last tree "
+            "stays in force and admissions go on under it; apply a tree to change it"
+        )
+
+
 class StateView(msgspec.Struct, frozen=True, kw_only=True):
     """Everything at one log sequence."""
 
@@ -151,6 +169,8 @@ class StateView(msgspec.Struct, frozen=True, kw_only=True):
     decisions: list[DecisionInfo]
     tree_rejected: list[str] = msgspec.field(default_factory=list)
     """Field errors of the last rejected tree, if it came after the one in force."""
+    tree_deleted: TreeDeletion | None = None
+    """Set when the tree object was deleted after the tree in force was applied."""
     policy: str = "Round"
 
 
@@ -185,6 +205,7 @@ class LogState:
     decisions: deque[DecisionInfo] = field(default_factory=lambda: deque(maxlen=MAX_DECISIONS))
     tree: QuotaNode | None = None
     tree_rejected: list[str] = field(default_factory=list)
+    tree_deleted: TreeDeletion | None = None
     unreadable: int = 0
     """Entries that did not decode or that the core refused (skipped, as services park them)."""
 
@@ -226,6 +247,10 @@ class LogState:
             case QuotaTreeApplied():
                 self.tree = event.root
                 self.tree_rejected = []
+                self.tree_deleted = None
+            case QuotaTreeDeleted() if self.tree is not None:
+                name = f"{event.namespace}/{event.name}" if event.name else ""
+                self.tree_deleted = TreeDeletion(tree=name, at=at)
             case QuotaTreeRejected():
                 self.tree_rejected = [f"{e.path}: {e.message} [{e.code}]" for e in event.errors]
             case Admitted():
@@ -375,6 +400,7 @@ class LogState:
             quota=self._quota(),
             decisions=list(self.decisions),
             tree_rejected=list(self.tree_rejected),
+            tree_deleted=self.tree_deleted,
             policy=self.config.policy,
         )
 

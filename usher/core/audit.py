@@ -24,7 +24,7 @@ against the state *just before it*:
   (same state and reason code; same quota for ``Inadmissible``). Classification happens when
   events are applied, not in passes, so this is exact.
 * A ledger decision (``Admitted``/``Preempted``/``Released``) recorded twice under one event
-  id, and an entry that does not decode, are findings too.
+  id is a finding too.
 * The log-level invariants of ``usher.core.invariants``, each under its own check name:
   ``over-commit`` (running usage, preempted victims counted until their ``Released``, above
   ``max x oversellRate`` at an admission), ``already-admitted`` (an ``Admitted`` while the
@@ -34,6 +34,17 @@ against the state *just before it*:
   borrowing what the preemptor within its ``min`` asks for, or of lower priority in the same
   leaf under ``LowerPriority``; and the preemptor fits once they are gone); and, only with
   ``quiescent`` (a log that has come to rest), ``stuck`` and ``never-released`` at its end.
+
+Entries of the log that are not valid envelopes are reported apart (``rejected``), not as
+findings: they carry no decision and change no state (every reader decodes with the same
+schema and parks what does not decode, so no service acted on them), and the log is
+append-only, so a finding for one could never be cleared: anyone able to publish garbage on a
+log subject would make the audit fail for ever. Forged entries that do decode are audited like
+any other (a decision not written by the ledger's outbox stays a finding).
+
+The window (``since_ms``) is in the log's own time: when the stream stored each entry
+(``LogItem.log_ms``), never the envelope's ``time``, which its sender chooses. An entry whose
+log time is unknown (an export from before it was recorded) is always checked.
 
 Known ways a finding can appear without a bug, so that findings can be judged: the services
 ran with other settings than the audit was given (policy, oversell rate, within-quota, min
@@ -75,7 +86,14 @@ from schemas import (
 )
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-from usher.core.history import History, LogItem, format_datetime, format_resources, to_datetime
+from usher.core.history import (
+    BadItem,
+    History,
+    LogItem,
+    format_datetime,
+    format_resources,
+    to_datetime,
+)
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.state import shape_of
 
@@ -138,6 +156,8 @@ class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
     """Allocations compared with the log; ``None`` when the ledger was not checked."""
     since: datetime | None
     findings: list[Finding]
+    rejected: list[BadItem] = msgspec.field(default_factory=list)
+    """Entries that are not valid envelopes: listed apart, not findings (module docstring)."""
 
 
 # ---------------------------------------------------------------------------- the log part
@@ -195,7 +215,7 @@ class _Auditor:
         already on the log is a finding (``duplicate``) instead of being checked again.
         """
         first = self.seen_ids.setdefault(item.envelope.id, item.seq) if ledger else item.seq
-        if self.since_ms is not None and item.time_ms < self.since_ms:
+        if not in_window(item, self.since_ms):
             return False
         self.decisions += 1
         if first != item.seq:
@@ -382,6 +402,12 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
     return None
 
 
+def in_window(item: LogItem, since_ms: Millis | None) -> bool:
+    """At or after ``since_ms`` by the log's own time (an envelope's time can be forged); an
+    entry whose log time is unknown is checked rather than hidden."""
+    return since_ms is None or item.log_ms is None or item.log_ms >= since_ms
+
+
 def audit_log(
     history: History,
     config: EngineConfig,
@@ -395,27 +421,18 @@ def audit_log(
     end-of-log check, after every other finding.
     """
     auditor = _Auditor(engine=Engine(config), since_ms=since_ms)
-    for bad in history.bad:
-        auditor.findings.append(
-            Finding(
-                check="undecodable",
-                message=f"{bad.error}: {bad.detail}",
-                decision="entry",
-                seq=bad.seq,
-            )
-        )
     auditor.run(history.items)
     violations = check_log(history.items, config, at_end=quiescent)
+    # The window is the log's own time (never the envelope's, which its sender chooses).
+    by_seq = {item.seq: item for item in history.items}
     at_entries = [
-        _finding(v) for v in violations if v.seq is not None and _within(v.time_ms, since_ms)
+        _finding(v)
+        for v in violations
+        if v.seq is not None and (v.seq not in by_seq or in_window(by_seq[v.seq], since_ms))
     ]
     at_end = [_finding(v) for v in violations if v.seq is None]
     findings = sorted(auditor.findings + at_entries, key=lambda f: f.seq or 0)
     return findings + at_end, auditor.decisions
-
-
-def _within(time_ms: Millis | None, since_ms: Millis | None) -> bool:
-    return since_ms is None or time_ms is None or time_ms >= since_ms
 
 
 def _finding(violation: Violation) -> Finding:
@@ -487,7 +504,7 @@ def check_ledger(
             )
     allocations = {row.id: row for row in ledger.allocations}
     for item in on_log.values():
-        if since_ms is None or item.time_ms >= since_ms:
+        if in_window(item, since_ms):
             findings.extend(_against_allocation(item, allocations))
     for outbox in ledger.unpublished:
         findings.append(
@@ -567,6 +584,7 @@ def audit(
         allocations=len(ledger.allocations) if ledger is not None else None,
         since=to_datetime(since_ms) if since_ms is not None else None,
         findings=findings,
+        rejected=list(history.bad),
     )
 
 
@@ -597,6 +615,14 @@ def render_audit_table(report: AuditReport) -> str:
         ident = f"  ({finding.event_id})" if finding.event_id else ""
         lines.append(f"  {where:<9} {what:<12} {finding.workload or '-'}{ident}".rstrip())
         lines.append(f"      {finding.check}: {finding.message}")
+    if report.rejected:
+        lines.append(
+            f"rejected input, not findings: {_count(len(report.rejected), 'entry', 'entries')} "
+            "not valid envelopes (no service acted on them; their readers parked them)"
+        )
+    for bad in report.rejected:
+        lines.append(f"  seq {bad.seq:<5} {bad.subject}")
+        lines.append(f"      {bad.error}: {bad.detail}")
     if report.findings:
         lines.append(_count(len(report.findings), "finding", "findings"))
     else:
@@ -613,6 +639,7 @@ __all__ = [
     "audit",
     "audit_log",
     "check_ledger",
+    "in_window",
     "parse_ledger_id",
     "render_audit_json",
     "render_audit_table",

@@ -1,12 +1,12 @@
 """The log as history: its export format, decoding, points in time, and replay.
 
 What it does: defines the export file (``usher log export``: JSON Lines, a header then one
-``ExportedEntry`` per log entry with its stream sequence, subject and the envelope exactly as
-stored), decodes entries into ``LogItem`` values (or ``BadItem`` for what does not decode),
-parses the ``TIME`` arguments of the history commands, and rebuilds the queue state at any
-point of the log (``usher replay``): the same ``Engine`` the services use folds every entry,
-cluster events and recorded decisions alike, up to that point; no decision pass runs, so
-reasons come from ``Engine.reason_now``.
+``ExportedEntry`` per log entry with its stream sequence, subject, the time the stream stored
+it and the envelope exactly as stored), decodes entries into ``LogItem`` values (or ``BadItem``
+for what does not decode), parses the ``TIME`` arguments of the history commands, and rebuilds
+the queue state at any point of the log (``usher replay``): the same ``Engine`` the services
+use folds every entry, cluster events and recorded decisions alike, up to that point; no
+decision pass runs, so reasons come from ``Engine.reason_now``.
 What it must never do: read files, sockets or a clock (the caller passes bytes and ``now``),
 or change what an entry says.
 """
@@ -63,6 +63,9 @@ class ExportedEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """The stored envelope JSON; ``null`` when the payload was not JSON (see ``data``)."""
     data: bytes | None = None
     """A payload that is not one line of JSON, base64 in the file (kept so nothing is lost)."""
+    stored: datetime | None = None
+    """When the log stream stored it (the JetStream message timestamp): the log's own time,
+    which no publisher can set. ``None`` in exports written before it was recorded."""
 
 
 class ExportFormatError(Exception):
@@ -80,7 +83,9 @@ _entry_decoder = msgspec.json.Decoder(ExportedEntry)
 _encoder = msgspec.json.Encoder()
 
 
-def exported_entry(seq: int, subject: str, data: bytes) -> ExportedEntry:
+def exported_entry(
+    seq: int, subject: str, data: bytes, stored: datetime | None = None
+) -> ExportedEntry:
     """Wrap one stored message; a payload that is not one line of JSON goes to ``data``."""
     if b"\n" not in data and b"\r" not in data:
         try:
@@ -88,8 +93,10 @@ def exported_entry(seq: int, subject: str, data: bytes) -> ExportedEntry:
         except msgspec.DecodeError:
             pass
         else:
-            return ExportedEntry(seq=seq, subject=subject, envelope=msgspec.Raw(data))
-    return ExportedEntry(seq=seq, subject=subject, envelope=_NULL, data=data)
+            return ExportedEntry(
+                seq=seq, subject=subject, envelope=msgspec.Raw(data), stored=stored
+            )
+    return ExportedEntry(seq=seq, subject=subject, envelope=_NULL, data=data, stored=stored)
 
 
 def payload(entry: ExportedEntry) -> bytes:
@@ -141,6 +148,10 @@ class LogItem(msgspec.Struct, frozen=True, kw_only=True):
     subject: str
     envelope: Envelope
     time_ms: Millis
+    """The envelope's time: what its sender says (the engine folds it at this time)."""
+    log_ms: Millis | None = None
+    """When the log stored it (``ExportedEntry.stored``); ``None`` when not recorded. Windows
+    that must not trust the sender (``usher audit --since``) use this one."""
 
     @property
     def event(self) -> LogEvent:
@@ -174,6 +185,16 @@ class History:
         """Time of the last decoded entry (the log's "now" when read offline)."""
         return self.items[-1].time_ms if self.items else None
 
+    @property
+    def log_end_ms(self) -> Millis | None:
+        """The log's own time of its last entry (what a relative audit window counts from)."""
+        return max((i.log_ms for i in self.items if i.log_ms is not None), default=None)
+
+    @property
+    def log_times_known(self) -> bool:
+        """Whether every decoded entry carries the time the log stored it."""
+        return all(item.log_ms is not None for item in self.items)
+
 
 def envelope_ms(envelope: Envelope) -> Millis:
     """An envelope's time in integer milliseconds since the epoch."""
@@ -194,26 +215,27 @@ def decode_history(entries: Iterable[ExportedEntry]) -> History:
                 )
             )
             continue
+        stored = Millis(int(entry.stored.timestamp() * 1000)) if entry.stored else None
         items.append(
             LogItem(
                 seq=entry.seq,
                 subject=entry.subject,
                 envelope=envelope,
                 time_ms=envelope_ms(envelope),
+                log_ms=stored,
             )
         )
     return History(items=items, bad=bad)
 
 
 def history_of(envelopes: Sequence[tuple[str, Envelope]]) -> History:
-    """A history from envelopes in order (seq 1, 2, ...): for logs built in memory."""
-    return History(
-        items=[
-            LogItem(seq=i, subject=subject, envelope=envelope, time_ms=envelope_ms(envelope))
-            for i, (subject, envelope) in enumerate(envelopes, start=1)
-        ],
-        bad=[],
-    )
+    """A history from envelopes in order (seq 1, 2, ...): for logs built in memory, which
+    have no server, so each entry is taken as stored at its own time."""
+    items: list[LogItem] = []
+    for i, (subject, envelope) in enumerate(envelopes, start=1):
+        at = envelope_ms(envelope)
+        items.append(LogItem(seq=i, subject=subject, envelope=envelope, time_ms=at, log_ms=at))
+    return History(items=items, bad=[])
 
 
 # ---------------------------------------------------------------------------- time

@@ -3,12 +3,13 @@
 What it does: ``read_log`` reads every entry of an installation's log stream with an ordered
 consumer (push delivery with flow control: the fastest way nats-py reads a stream; no acks,
 no durable state left behind) up to the last sequence the stream had when reading started,
-keeping each payload byte for byte. ``export_log`` writes it to a file in the format of
-``usher.core.history`` (JSON Lines: a header, then seq, subject and the raw envelope per
-entry); ``import_log`` publishes a file's entries, in order, into an installation's log
-stream, rewriting the subject prefix to its own and preserving each envelope's id as
-``Nats-Msg-Id`` (so the server drops what it already has within its duplicate window). It
-refuses a stream that already holds entries unless ``force`` is given.
+keeping each payload byte for byte and the time the stream stored it. ``export_log`` writes
+it to a file in the format of ``usher.core.history`` (JSON Lines: a header, then seq, subject,
+stored time and the raw envelope per entry); ``import_log`` publishes a file's entries, in
+order, into an installation's log stream, rewriting the subject prefix to its own and
+preserving each envelope's id as ``Nats-Msg-Id`` (so the server drops what it already has
+within its duplicate window; the importing stream stores them at import time, so their log
+times are the import's). It refuses a stream that already holds entries unless ``force`` is given.
 What it must never do: change a payload, publish out of order, create consumers that outlive
 the call, or leak a NATS exception past its typed errors.
 """
@@ -140,7 +141,8 @@ async def read_entries(
     async def on_message(msg: Msg) -> None:
         seq = int(msg.metadata.sequence.stream)
         if not entries or seq > entries[-1].seq:
-            entries.append(exported_entry(seq, msg.subject, msg.data))
+            # The stream's timestamp, not the envelope's: the log's own time for windows.
+            entries.append(exported_entry(seq, msg.subject, msg.data, msg.metadata.timestamp))
         progress.set()
         if seq >= last:
             done.set()

@@ -4,14 +4,18 @@ What it does: creates (or updates) the log and DLQ streams of an installation (t
 job: ``ensure_streams``, with the configured replicas), lets a service check they exist
 (``require_streams``: a service never reconfigures the log), publishes
 envelopes with deterministic ``Nats-Msg-Id`` and CloudEvents headers, and parks messages that
-could not be processed on ``<prefix>.dlq.<service>`` with the error.
+could not be processed on ``<prefix>.dlq.<service>`` with the error: whole when the letter fits
+the server's ``max_payload``, else as a reference (size, SHA-256 and the first
+``PARK_HEAD_BYTES`` bytes; a message of the log stays whole there, at ``stream_seq``).
 What it must never do: decide anything, or drop a message silently.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 
+import msgspec
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -22,6 +26,8 @@ from usher.adapters.nats.subjects import Subjects
 
 DUPLICATE_WINDOW_S = 120.0
 DLQ_MAX_AGE_S = 14 * 24 * 3600.0
+PARK_HEAD_BYTES = 4096
+"""How much of a message too large to park whole is kept in its dead letter."""
 
 
 class StreamMissing(Exception):
@@ -114,7 +120,36 @@ async def publish_envelope(js: JetStreamContext, subject: str, envelope: Envelop
     return await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
 
 
-async def park(nc: Client, subjects: Subjects, letter: DeadLetter) -> None:
-    """Park an unprocessable message with its error on the service's DLQ subject."""
+def with_digest(letter: DeadLetter) -> DeadLetter:
+    """The letter with the size and SHA-256 of its message (computed once, on the whole)."""
+    if letter.sha256 is not None:
+        return letter
+    digest = hashlib.sha256(letter.data).hexdigest()
+    return msgspec.structs.replace(letter, size=len(letter.data), sha256=digest)
+
+
+def as_reference(letter: DeadLetter) -> DeadLetter:
+    """A letter that points at its message instead of carrying it: size, digest and head."""
+    whole = with_digest(letter)
+    return msgspec.structs.replace(
+        whole,
+        data=whole.data[:PARK_HEAD_BYTES],
+        detail=whole.detail[:PARK_HEAD_BYTES],
+        truncated=True,
+    )
+
+
+async def park(nc: Client, subjects: Subjects, letter: DeadLetter) -> DeadLetter:
+    """Park an unprocessable message with its error on the service's DLQ subject.
+
+    A message that fills most of ``max_payload`` cannot travel inside a letter (its bytes
+    are base64 there): it is parked as a reference instead. Returns the letter parked.
+    """
     js = nc.jetstream()
-    await js.publish(subjects.dlq(letter.service), encode(letter))
+    parked = with_digest(letter)
+    body = encode(parked)
+    if len(body) > nc.max_payload:
+        parked = as_reference(parked)
+        body = encode(parked)
+    await js.publish(subjects.dlq(letter.service), body)
+    return parked
