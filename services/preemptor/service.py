@@ -26,7 +26,15 @@ import contextlib
 import msgspec
 from nats.aio.msg import Msg
 
-from schemas import PreemptRequest, Reason, RequestId, ReservationResult, ReserveReply, encode
+from schemas import (
+    PreemptRequest,
+    Reason,
+    RequestId,
+    ReservationResult,
+    ReserveReply,
+    decode,
+    encode,
+)
 from schemas.ledger import LedgerError
 from services.common.follower import BadEntry, LogFollower, Projection, stream_last_seq
 from services.common.leader import Leadership
@@ -37,8 +45,6 @@ from services.common.snapshots import EngineSnapshots
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-
-_request_decoder = msgspec.json.Decoder(PreemptRequest)
 
 CATCH_UP_S = 2.0
 """How long a proposal waits for this projection to reach the proposer's log position."""
@@ -151,7 +157,7 @@ class Preemptor:
 
     async def handle(self, data: bytes, subject: str) -> ReserveReply | LedgerError:
         try:
-            request = _request_decoder.decode(data)
+            request = decode(data, PreemptRequest)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             await self.ctx.park(subject, data, exc)
             return LedgerError(
