@@ -139,7 +139,13 @@ async def _run(up: UpProcess, count: int) -> None:
         assert done == wanted, f"never finished: {sorted(wanted - done)}\n{up.text[-3000:]}"
     finally:
         await api.close()
-    audit = await asyncio.to_thread(usher, up.home, "audit", timeout=120.0)
+    # --quiescent adds the end-of-log invariants (nobody stuck, every finished job released);
+    # the last releases may still be on their way through the outbox: give them a few tries.
+    for _ in range(10):
+        audit = await asyncio.to_thread(usher, up.home, "audit", "--quiescent", timeout=120.0)
+        if audit.returncode == 0:
+            break
+        await asyncio.sleep(1.0)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     assert pid_alive(int(after_pg["pids"]["postgres"]))
 
