@@ -4,7 +4,8 @@ The seed's tree (Department-a min 60 / max 100, Department-b min 40 / max 100, r
 so idle guarantees are lent and taken back by preemption. A few hundred jobs of mixed sizes
 (1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus ``default``) are
 created in bursts of 20 per second through kubernetes-asyncio and run by the emulator's
-kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment.
+kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment;
+one seed in ``make test``, several in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
 
 Every run must end with every job completed, reclaim having happened (a run that never
 preempts proves nothing about it), and the checks on the whole log and the ledger: each
@@ -268,19 +269,27 @@ async def _run(
     await _audit(procs, subjects, database_url)
 
 
+SEEDS = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "20261124").split(",")]
+"""Seeds of the job mixes (and kill moments); ``make test-long`` runs several."""
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 async def test_borrowing_tree_under_bursts_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
     js: JetStreamContext,
     migrated_url: str,
+    seed: int,
 ) -> None:
-    await _run(stack, subjects, js, migrated_url, count=300, seed=20261124, kill=False)
+    await _run(stack, subjects, js, migrated_url, count=300, seed=seed, kill=False)
 
 
+@pytest.mark.parametrize("seed", SEEDS)
 async def test_borrowing_tree_with_every_service_killed_once_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
     js: JetStreamContext,
     migrated_url: str,
+    seed: int,
 ) -> None:
-    await _run(stack, subjects, js, migrated_url, count=300, seed=7, kill=True)
+    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + 1, kill=True)
