@@ -1,6 +1,7 @@
 """`make bench`: run every benchmark suite, print a table, write ``bench/results/<ts>.json``.
 
-What it does: runs the suites in order -- ``core`` (the pure decision core), ``limits`` (what
+What it does: runs the suites in order -- ``core`` (the pure decision core), ``cli`` (how long
+``usher --version``, ``usher jobs`` and ``usher queues`` take to answer), ``limits`` (what
 this machine's NATS JetStream and PostgreSQL can do without Usher), ``stack`` (job events on
 the log -> committed decisions, services as processes), ``replay`` (rebuilding a service from
 the log, with and without a snapshot), ``kueue`` (Kueue's scheduler baseline through the whole
@@ -46,9 +47,12 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("kueue", "speedup_medium"): (10, ">="),
     ("kueue", "speedup_large"): (10, ">="),
     ("kueue", "history_violations"): (0, "<="),
+    ("cli", "version_s"): (0.3, "<="),
+    ("cli", "jobs_s"): (0.3, "<="),
+    ("cli", "queues_s"): (0.3, "<="),
 }
 
-SUITES = ("core", "limits", "stack", "replay", "kueue")
+SUITES = ("core", "cli", "limits", "stack", "replay", "kueue")
 """Run order; ``replay`` only when ``bench/replay.py`` is present."""
 
 
@@ -125,6 +129,12 @@ def notes(chosen: list[str], quick: bool) -> dict[str, str]:
         from bench import kueue
 
         out["kueue"] = kueue.notes(quick)
+    if "cli" in chosen:
+        out["cli"] = (
+            "each command a new process of the usher console script, median of runs; *_s wall"
+            " seconds (a person's wait), *_cpu_s user+system (not inflated by a busy machine);"
+            " jobs/queues read a log of a tree and 200 pending jobs on a fresh NATS"
+        )
     if "limits" in chosen:
         out["limits"] = (
             "fresh embedded NATS (default sync) and PostgreSQL (durable, fsync on);"

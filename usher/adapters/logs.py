@@ -13,8 +13,6 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any, TextIO, cast
 
-import structlog
-
 _CONFIGURED = False
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]*@", re.I)
 _SECRET_KEYS = {"password", "token", "secret", "authorization", "creds", "credentials"}
@@ -52,6 +50,8 @@ class _CurrentStderr:
 
 def configure(level: str = "INFO", *, json: bool | None = None) -> None:
     """Configure structlog and stdlib logging; idempotent. ``json=None``: JSON unless a TTY."""
+    import structlog  # here, not at the top: a command that never logs skips its 0.1 s
+
     global _CONFIGURED
     use_json = (not sys.stderr.isatty()) if json is None else json
     renderer: Any = (
@@ -80,6 +80,8 @@ def configure(level: str = "INFO", *, json: bool | None = None) -> None:
 
 def get_logger(**bound: Any) -> Any:
     """A structlog logger with ``bound`` ids (service, workload, queue, quota...)."""
+    import structlog
+
     if not _CONFIGURED:
         configure()
     return structlog.get_logger().bind(**bound)

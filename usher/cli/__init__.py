@@ -7,7 +7,6 @@ What it must never do: hold decision logic, or show a traceback for bad input.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import logging
@@ -23,12 +22,9 @@ from typing import Any, NoReturn
 import click
 import msgspec
 
-from usher.adapters.embedded.processes import ServerStartError, pid_alive
-from usher.adapters.embedded.stack import read_stack_info, usher_home
+from usher.adapters.embedded.stack_file import read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
 from usher.client.errors import BadInput
-from usher.client.manifests import parse_yaml
-from usher.core import sim as simulator
 from usher.core.errors import InputError
 
 EXIT_OK = 0
@@ -38,13 +34,57 @@ EXIT_BAD_INPUT = 3
 EXIT_UNAVAILABLE = 4
 
 
+def import_nats_without_websockets(nats_url: str | None) -> None:
+    """Import nats-py without its WebSocket transport when ``nats_url`` does not need it.
+
+    nats-py imports aiohttp at start in case a ``ws://`` URL comes (0.2 s and more, most of
+    a short command's start-up, TLS contexts included); ``nats://`` and ``tls://`` never use
+    it. aiohttp is hidden only while nats-py's transport module loads: a later import (a
+    Kubernetes call) finds it as usual. Does nothing for a ``ws(s)://`` URL or once loaded.
+    """
+    if nats_url is not None and nats_url.lower().startswith(("ws://", "wss://")):
+        return
+    if "nats.aio.transport" in sys.modules or "aiohttp" in sys.modules:
+        return
+    sys.modules["aiohttp"] = None  # type: ignore[assignment]  # makes `import aiohttp` fail
+    try:
+        importlib.import_module("nats.aio.transport")
+    finally:
+        del sys.modules["aiohttp"]
+
+
 def fail(message: str, code: int) -> NoReturn:
     """Print one line on stderr and exit with ``code`` (no traceback)."""
     click.echo(f"usher: {message}", err=True)
     sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "usher.cli.people": ("apply", "submit", "wait", "jobs", "queues", "queue", "quota"),
+    "usher.cli.history": ("replay", "audit", "what-if", "explain", "log"),
+}
+"""Where the commands not defined here live; a module is imported only when one of its
+commands runs (or for ``--help``), so ``usher --version`` and ``usher jobs`` skip the others'
+imports. A command missing from this table still works: an unknown name loads every module."""
+
+
+class LazyCommands(click.Group):
+    """The ``usher`` group: imports a command's module when that command is asked for."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            modules = [m for m, names in COMMAND_MODULES.items() if cmd_name in names]
+            for module in modules or COMMAND_MODULES:
+                importlib.import_module(module)
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        for module in COMMAND_MODULES:
+            importlib.import_module(module)
+        return super().list_commands(ctx)
+
+
+@click.group(cls=LazyCommands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="usher")
 def cli() -> None:
     """Usher: an event-sourced, multi-tenant job queue for Kubernetes batch work."""
@@ -121,6 +161,9 @@ def up(
     and three scenarios are played, then a steady mixed workload. Ctrl-C or SIGTERM stops
     everything in order: services, emulator, PostgreSQL, NATS.
     """
+    import asyncio
+
+    from usher.adapters.embedded.processes import ServerStartError
     from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
     from usher.cli.live import run_up
 
@@ -211,6 +254,8 @@ def streams_command(
     nats_url: str | None, prefix: str | None, replicas: str | None, home: Path | None
 ) -> None:
     """Create or update the log and DLQ streams, as the admin (services never may)."""
+    import asyncio
+
     from services.common.settings import SettingsError, stream_replicas
     from usher.adapters.embedded.stack import prepare_streams
     from usher.adapters.nats.subjects import Subjects
@@ -250,6 +295,8 @@ _ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 def _refuse_second_start(home: Path) -> None:
     """One system per home: refuse while another ``usher up`` runs there; forget a stale file."""
+    from usher.adapters.embedded.processes import pid_alive
+
     try:
         info = read_stack_info(home)
     except FileNotFoundError:
@@ -274,6 +321,8 @@ def load_yaml_file(path: Path) -> Any:
         fail(f"{path}: no such file", EXIT_BAD_INPUT)
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         fail(f"{path}: cannot read ({exc.__class__.__name__})", EXIT_BAD_INPUT)
+    from usher.client.manifests import parse_yaml  # YAML and the core: not for every command
+
     try:
         documents = parse_yaml(text, str(path))
     except BadInput as exc:
@@ -301,6 +350,8 @@ def sim(files: tuple[Path, ...], as_json: bool, check: bool) -> None:
     Exit 0 when every file ran (and, with --check, matched its expect: block); 1 when some
     outcome differs from expect:; 3 when a file is missing or malformed.
     """
+    from usher.core import sim as simulator
+
     differing = 0
     for path in files:
         data = load_yaml_file(path)
@@ -427,7 +478,3 @@ def run(
 def main() -> None:
     """Console entry point."""
     cli()
-
-
-from usher.cli import history as _history  # noqa: E402,F401
-from usher.cli import people as _people  # noqa: E402,F401

@@ -29,7 +29,7 @@ import msgspec
 
 from schemas import Millis, WorkloadKey
 from services.common.settings import ServiceSettings, SettingsError, load_settings, parse_rate
-from usher.adapters.embedded.stack import read_stack_info, usher_home
+from usher.adapters.embedded.stack_file import read_stack_info, usher_home
 from usher.adapters.nats.export import (
     ExportFileError,
     LogStreamMissing,

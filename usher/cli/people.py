@@ -19,11 +19,10 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import msgspec
-import yaml
 
 from usher.cli import (
     EXIT_BAD_INPUT,
@@ -32,21 +31,14 @@ from usher.cli import (
     EXIT_USAGE,
     cli,
     fail,
+    import_nats_without_websockets,
 )
-from usher.client import (
-    AsyncClient,
-    BadInput,
-    ClientError,
-    JobInfo,
-    NotFound,
-    NotRunning,
-    QueueInfo,
-    QuotaInfo,
-    Refused,
-    StateView,
-    WaitTimeout,
-)
-from usher.client.manifests import KINDS, read_yaml_documents
+from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
+from usher.client.target import resolve_target
+
+if TYPE_CHECKING:
+    # Imported where used (``_client``): a command's start-up is what it imports.
+    from usher.client import AsyncClient, JobInfo, QueueInfo, QuotaInfo, StateView
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -101,12 +93,16 @@ def output_option(command: F) -> F:
 
 
 def _client(options: dict[str, Any]) -> AsyncClient:
-    return AsyncClient(
+    target = resolve_target(
         home=options.get("home"),
         kubeconfig=options.get("kubeconfig"),
         nats_url=options.get("nats_url"),
         prefix=options.get("prefix"),
     )
+    import_nats_without_websockets(target.nats_url)
+    from usher.client.client import AsyncClient  # NATS and the core: imported when used
+
+    return AsyncClient(target)
 
 
 def run(options: dict[str, Any], work: Callable[[AsyncClient], Coroutine[Any, Any, T]]) -> T:
@@ -141,6 +137,8 @@ def emit(data: object, output: str, table: Callable[[], str]) -> None:
     if output == "json":
         click.echo(msgspec.json.format(msgspec.json.encode(data), indent=2).decode())
     elif output == "yaml":
+        import yaml
+
         click.echo(yaml.safe_dump(msgspec.to_builtins(data), sort_keys=False).rstrip())
     else:
         click.echo(table())
@@ -349,6 +347,8 @@ def submit(
 
 
 def _workload_documents(path: Path) -> list[dict[str, Any]]:
+    from usher.client.manifests import KINDS, read_yaml_documents
+
     try:
         documents = read_yaml_documents(path)
     except BadInput as exc:

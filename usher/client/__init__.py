@@ -14,20 +14,52 @@ failures typed ``ClientError``s. By default it talks to the running ``usher up``
 What it must never do: decide anything or publish on the log (it is a client like kubectl).
 """
 
-from usher.client.client import Applied, AsyncClient, Client, Submitted
+from typing import TYPE_CHECKING, Any
+
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
-from usher.client.manifests import JobRequest, job_manifest
-from usher.client.state import (
-    DecisionInfo,
-    JobInfo,
-    LogState,
-    QueuedJob,
-    QueueInfo,
-    QuotaInfo,
-    StateView,
-    TreeDeletion,
-)
-from usher.client.target import Target, resolve_target, target_of_stack
+
+if TYPE_CHECKING:
+    from usher.client.client import Applied, AsyncClient, Client, Submitted
+    from usher.client.manifests import JobRequest, job_manifest
+    from usher.client.state import (
+        DecisionInfo,
+        JobInfo,
+        LogState,
+        QueuedJob,
+        QueueInfo,
+        QuotaInfo,
+        StateView,
+        TreeDeletion,
+    )
+    from usher.client.target import Target, resolve_target, target_of_stack
+
+_LAZY = {
+    "usher.client.client": ("Applied", "AsyncClient", "Client", "Submitted"),
+    "usher.client.manifests": ("JobRequest", "job_manifest"),
+    "usher.client.state": (
+        "DecisionInfo",
+        "JobInfo",
+        "LogState",
+        "QueuedJob",
+        "QueueInfo",
+        "QuotaInfo",
+        "StateView",
+        "TreeDeletion",
+    ),
+    "usher.client.target": ("Target", "resolve_target", "target_of_stack"),
+}
+"""Names imported on first use (PEP 562): the errors alone must not pull NATS, YAML and the
+core in (the CLI catches them in every command, ``usher --version`` included)."""
+
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    for module, names in _LAZY.items():
+        if name in names:
+            return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Applied",

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import nats
@@ -34,7 +34,6 @@ from usher.adapters.kube import (
     Conflict,
     Invalid,
     JsonObj,
-    KubeClient,
     KubeConfigError,
     KubeError,
     NotFound,
@@ -68,6 +67,11 @@ from usher.client.state import (
     read_state,
 )
 from usher.client.target import Target, resolve_target
+
+if TYPE_CHECKING:
+    # Imported where it is used: kubernetes_asyncio is a quarter of a second that reading the
+    # log (``usher jobs``, ``usher queues``) does not need.
+    from usher.adapters.kube.client import KubeClient
 
 T = TypeVar("T")
 REASON_EVERY_S = 1.0
@@ -158,6 +162,8 @@ class AsyncClient:
 
     async def kube(self) -> KubeClient:
         if self._kube is None:
+            from usher.adapters.kube.client import KubeClient
+
             path = self.target.need_kubernetes()
             try:
                 self._kube = await KubeClient.from_kubeconfig(

@@ -18,77 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
-import msgspec
 import nats
 
-from usher.adapters.embedded.credentials import (
-    load_credentials,
-    make_private_home,
-    write_private,
-)
+from usher.adapters.embedded.credentials import load_credentials, make_private_home
 from usher.adapters.embedded.servers import PG_AUDIT, PG_LEDGER, NatsServer, PostgresServer
+from usher.adapters.embedded.stack_file import (
+    STACK_FILE,
+    StackInfo,
+    write_stack_info,
+)
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.permissions import ADMIN, CONSOLE, DEFAULT_ZONES, identities
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade
-
-STACK_FILE = "stack.json"
-
-
-class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``stack.json`` says about a running embedded stack.
-
-    Fields after ``started_at`` came with the whole one-machine system (``usher up``); they
-    have defaults so that a file written by the bare stack still decodes.
-    """
-
-    home: str
-    nats_url: str
-    """The read-only ``console`` identity's URL (with its password: the file is 0600)."""
-    database_url: str
-    """The read-only ``usher_audit`` role's URL."""
-    prefix: str
-    pids: dict[str, int]
-    """Infrastructure processes by name: ``nats``, ``postgres``, ``kube-emulator``."""
-    started_at: datetime
-    kubeconfig: str = ""
-    """Kubeconfig of the Kubernetes API (the emulator's, under ``$USHER_HOME``)."""
-    zones: list[str] = msgspec.field(default_factory=list)
-    """Zones served by a dequeuer each (``default`` takes jobs without ``usher.io/zone``)."""
-    service_pids: dict[str, int] = msgspec.field(default_factory=dict)
-    """Service processes by name: ``ledger``, ``preemptor``, ``dequeuer-<zone>``, ``watcher``."""
-    policy: str = "Round"
-    oversell_rate: str = "1"
-    within_quota: str = "Never"
-    min_runtime_s: float = 0.0
-    admin_nats_url: str = ""
-    """The admin identity's URL: creates streams, imports a log (``usher import``)."""
-    stream_replicas: int = 1
-    durable: bool = False
-    """``usher up --durable``: NATS fsyncs before it acknowledges (``sync_interval: always``)."""
-
-    def all_pids(self) -> dict[str, int]:
-        """Every process of the system, infrastructure and services."""
-        return {**self.pids, **self.service_pids}
-
-
-def usher_home() -> Path:
-    """``$USHER_HOME``, else ``~/.usher``."""
-    return Path(os.environ.get("USHER_HOME") or Path.home() / ".usher").expanduser()
-
-
-def read_stack_info(home: Path) -> StackInfo:
-    """The running stack's info; ``FileNotFoundError`` when none was started there."""
-    return msgspec.json.decode((home / STACK_FILE).read_bytes(), type=StackInfo)
-
-
-def write_stack_info(home: Path, info: StackInfo) -> None:
-    """Write ``stack.json`` atomically (readers never see half a file)."""
-    write_private(home / STACK_FILE, msgspec.json.format(msgspec.json.encode(info)))
 
 
 async def prepare_streams(nats_url: str, subjects: Subjects, replicas: int = 1) -> None:

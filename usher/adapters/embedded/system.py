@@ -29,12 +29,8 @@ import msgspec
 
 from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, port_open
 from usher.adapters.embedded.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
-from usher.adapters.embedded.stack import (
-    STACK_FILE,
-    EmbeddedStack,
-    StackInfo,
-    write_stack_info,
-)
+from usher.adapters.embedded.stack import EmbeddedStack
+from usher.adapters.embedded.stack_file import STACK_FILE, StackInfo, write_stack_info
 
 DEFAULT_ZONES = ("a", "b")
 DEFAULT_ZONE = "default"

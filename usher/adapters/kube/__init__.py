@@ -4,16 +4,14 @@ What it does: a thin typed client over ``kubernetes_asyncio`` (list, watch, get,
 patch, status replace, delete on any resource), typed errors built from the server's ``Status``
 objects, and merge-patch computation.
 What it must never do: decide anything, retry by itself, or log credentials.
+
+``KubeClient`` is imported on first use: ``kubernetes_asyncio`` and ``aiohttp`` take a quarter
+of a second, and a command that only names a resource or catches a ``KubeError`` (``usher
+jobs``) must not pay for them.
 """
 
-from usher.adapters.kube.client import (
-    KubeClient,
-    KubeConfigError,
-    ListResult,
-    Resource,
-    WatchEvent,
-    WatchEventType,
-)
+from typing import TYPE_CHECKING, Any
+
 from usher.adapters.kube.errors import (
     AlreadyExists,
     Cause,
@@ -28,6 +26,16 @@ from usher.adapters.kube.errors import (
     error_from_status,
 )
 from usher.adapters.kube.patch import merge_diff
+from usher.adapters.kube.types import (
+    KubeConfigError,
+    ListResult,
+    Resource,
+    WatchEvent,
+    WatchEventType,
+)
+
+if TYPE_CHECKING:
+    from usher.adapters.kube.client import KubeClient
 
 __all__ = [
     "AlreadyExists",
@@ -49,3 +57,12 @@ __all__ = [
     "error_from_status",
     "merge_diff",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """``KubeClient`` on first use (PEP 562), so that importing the package stays light."""
+    if name == "KubeClient":
+        from usher.adapters.kube.client import KubeClient
+
+        return KubeClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
-from urllib.parse import quote
 
 import aiohttp
 from kubernetes_asyncio import config as kube_config
@@ -34,8 +31,12 @@ from usher.adapters.kube.errors import (
     error_from_body,
     error_from_status,
 )
-
-WatchEventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK"]
+from usher.adapters.kube.types import (
+    KubeConfigError,
+    ListResult,
+    Resource,
+    WatchEvent,
+)
 
 DEFAULT_REQUEST_TIMEOUT_S = 30.0
 DEFAULT_PAGE_SIZE = 500
@@ -44,64 +45,6 @@ WATCH_READ_SLACK_S = 30.0
 server-side timeout should have closed it."""
 
 MERGE_PATCH = "application/merge-patch+json"
-
-
-class KubeConfigError(Exception):
-    """The kubeconfig is missing or unusable; the message says which file and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    """One served resource: where it lives in the API and what kind its objects are."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    @property
-    def storage(self) -> tuple[str, str]:
-        """``(group, plural)``: every version of one resource shows the same objects."""
-        return (self.group, self.plural)
-
-    def path(
-        self, namespace: str | None = None, name: str | None = None, subresource: str | None = None
-    ) -> str:
-        """The URL path: a collection (all namespaces when ``namespace`` is None) or an object."""
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace:
-            base += f"/namespaces/{quote(namespace, safe='')}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{quote(name, safe='')}"
-            if subresource is not None:
-                base += f"/{subresource}"
-        return base
-
-
-@dataclass(frozen=True, slots=True)
-class ListResult:
-    """A complete list (all pages) and the resourceVersion to watch from."""
-
-    items: list[JsonObj]
-    resource_version: str
-
-
-@dataclass(frozen=True, slots=True)
-class WatchEvent:
-    """One watch event; a ``BOOKMARK`` carries only ``metadata.resourceVersion``."""
-
-    type: WatchEventType
-    object: JsonObj
-
-    @property
-    def resource_version(self) -> str:
-        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
 
 
 _WATCH_TYPES: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})

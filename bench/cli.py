@@ -1,0 +1,143 @@
+"""CLI benchmark: how long ``usher --version``, ``usher jobs`` and ``usher queues`` take to answer.
+
+What it does: starts a fresh embedded NATS JetStream in a temporary folder, creates the log
+streams and publishes a small log (a quota tree of 2 departments x 5 leaves and ``JOBS`` pending
+jobs), then runs each command as a person does -- the ``usher`` console script as a new process,
+``--nats`` naming that server, ``USHER_HOME`` an empty folder -- ``RUNS`` times after one warm-up,
+and reports the median wall seconds of each (``<command>_s``) and its median CPU seconds
+(``<command>_cpu_s``, user + system: on a busy machine wall time waits for a core, CPU time
+does not), beside the bare interpreter's (``python -c pass``): start-up (imports, click,
+connecting, reading and folding the log) is nearly all of it. Byte-code caching is left on for
+the commands (the warm-up writes the caches, as a person's first run does). Every run's exit
+code and output are checked (a command that failed fast would look fast).
+What it must never do: print, pass or fail on a number, or leave the server running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import nats
+
+from bench.core import build_tree, workloads
+from schemas import (
+    ClusterEvent,
+    Envelope,
+    EventId,
+    QuotaTreeApplied,
+    Zone,
+    cloudevent_headers,
+    encode,
+)
+from usher.adapters.embedded.servers import NatsServer
+from usher.adapters.nats.log import ensure_streams
+from usher.adapters.nats.subjects import Subjects
+
+JOBS = 200
+"""Pending jobs in the log the commands read (a busy demo's order of magnitude)."""
+DEPARTMENTS, LEAVES = 2, 5
+IGNORED_ENV = ("USHER_NATS_URL", "USHER_KUBECONFIG", "KUBECONFIG", "USHER_PREFIX")
+"""Settings of the caller's own installation, which must not redirect the commands."""
+
+
+async def publish_log(nats_url: str, subjects: Subjects) -> None:
+    """Streams, then one tree and ``JOBS`` pending jobs, each acknowledged by JetStream."""
+    nc = await nats.connect(nats_url, connect_timeout=5)
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js, subjects)
+        now = datetime.now(UTC)
+        tree = QuotaTreeApplied(root=build_tree(DEPARTMENTS, LEAVES, root_cores=40))
+        events: list[tuple[str, ClusterEvent]] = [(subjects.quota, tree)]
+        for job in workloads(JOBS, DEPARTMENTS, LEAVES, seed=7):
+            events.append((subjects.job(Zone("default"), job.namespace, job.name), job))
+        for n, (subject, event) in enumerate(events):
+            envelope = Envelope(id=EventId(f"bench-cli:{n}"), time=now, source="bench", event=event)
+            await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
+    finally:
+        await nc.drain()
+
+
+def usher_command() -> list[str]:
+    """The ``usher`` console script next to this interpreter (what a person runs)."""
+    script = Path(sys.executable).parent / "usher"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "usher"]
+
+
+def timed_runs(
+    argv: Sequence[str], env: dict[str, str], runs: int, expect: str
+) -> tuple[float, float]:
+    """Median wall and CPU seconds of ``runs`` runs after a warm-up; each must print ``expect``
+    and exit 0."""
+    times: list[tuple[float, float]] = []
+    for attempt in range(runs + 1):
+        cpu_before = _children_cpu_s()
+        began = time.perf_counter()
+        done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60)
+        elapsed = time.perf_counter() - began
+        cpu = _children_cpu_s() - cpu_before
+        if done.returncode != 0 or expect not in done.stdout:
+            raise RuntimeError(
+                f"{' '.join(argv)} exited {done.returncode}, expected {expect!r} in its output:"
+                f"\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+            )
+        if attempt:
+            times.append((elapsed, cpu))
+    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times)
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(quick: bool) -> dict[str, float]:
+    """Start NATS, publish the log, time each command, stop NATS."""
+    runs = 5 if quick else 15
+    with tempfile.TemporaryDirectory(prefix="usher-bench-cli-") as folder:
+        home = Path(folder)
+        (home / "usher-home").mkdir()
+        server = NatsServer(home)
+        try:
+            url = server.start()
+            subjects = Subjects("benchcli")
+            asyncio.run(publish_log(url, subjects))
+            env = {**os.environ, "USHER_HOME": str(home / "usher-home")}
+            for name in (*IGNORED_ENV, "PYTHONDONTWRITEBYTECODE"):
+                env.pop(name, None)
+            usher = usher_command()
+            target = ["--nats", url, "--prefix", subjects.prefix]
+            commands = {
+                "python_floor": ([sys.executable, "-c", "pass"], ""),
+                "version": ([*usher, "--version"], "version"),
+                "jobs": ([*usher, "jobs", *target], "ns-"),
+                "queues": ([*usher, "queues", *target], "leaf-"),
+            }
+            numbers: dict[str, float] = {}
+            for name, (argv, expect) in commands.items():
+                wall, cpu = timed_runs(argv, env, runs, expect)
+                numbers[f"{name}_s"], numbers[f"{name}_cpu_s"] = wall, cpu
+            return numbers
+        finally:
+            server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    quick = "--quick" in (argv if argv is not None else sys.argv[1:])
+    for key, value in run(quick).items():
+        print(f"{key:<16} {value:>8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
