@@ -128,6 +128,8 @@ def render(view: StateView, header: str, notes: list[str]) -> RenderableType:
         top.append(f"\nquota tree rejected: {view.tree_rejected[0]}", style="red")
     if view.tree_deleted is not None:
         top.append(f"\n{view.tree_deleted.describe()}", style="yellow")
+    for head in view.skipped_heads:
+        top.append(f"\n{head.describe()}", style="magenta")
     return Group(
         Panel(top, box=box.ROUNDED, padding=(0, 1)),
         _queues_table(view),
@@ -227,7 +229,7 @@ class LiveView:
         self.header = header
         self.plain = plain
         self.interval_s = interval_s
-        self.state = LogState(client.target.engine)
+        self.state = LogState(client.target.engine, track_skips=True)
         self.notes: deque[str] = deque(maxlen=20)
         self._printed_seq = 0
         self._pending = 0
@@ -242,6 +244,10 @@ class LiveView:
     def backlog(self) -> int:
         """Jobs waiting now (for the demo's pacing)."""
         return self._pending
+
+    def quota(self) -> list[QuotaInfo]:
+        """The quota tree's usage now (for the demo's reclaim bursts)."""
+        return self.state.view(now_ms(), reasons_too=False).quota
 
     async def run(self, stop: asyncio.Event) -> None:
         js = await self.client.jetstream()
@@ -314,6 +320,7 @@ class LiveView:
         for queue in view.queues:
             lines.extend(queue_lines(queue))
         lines.extend(quota_line(node) for node in view.quota)
+        lines.extend(head.describe() for head in view.skipped_heads)
         print("\n".join(lines), flush=True)
 
 
@@ -345,7 +352,12 @@ async def run_up(
         tasks = [asyncio.create_task(_guard(view.run(stop), view.note), name="live-view")]
         if demo:
             driver = DemoDriver(
-                client, seed=seed, zones=tuple(info.zones), say=view.note, backlog=view.backlog
+                client,
+                seed=seed,
+                zones=tuple(info.zones),
+                say=view.note,
+                backlog=view.backlog,
+                quota=view.quota,
             )
             tasks.append(asyncio.create_task(_guard(driver.run(stop), view.note), name="demo"))
         reason: str | None = None

@@ -159,6 +159,33 @@ class TreeDeletion(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class SkippedHead(msgspec.Struct, frozen=True, kw_only=True):
+    """A job at the head of its queue that later jobs were admitted past (Round skips a job
+    that does not fit; a large one can wait there long)."""
+
+    job: str
+    queue: str
+    requests: dict[str, str]
+    """Total over all pods, in Kubernetes notation."""
+    skipped: int
+    """Jobs of its queue admitted past it while it was at the head."""
+    waited_s: float
+    """Seconds since it was first passed over at the head."""
+
+    def describe(self) -> str:
+        size = ", ".join(f"{v} {k}" for k, v in self.requests.items())
+        return (
+            f"{self.job} ({size}) has waited {_duration(self.waited_s)} at the head of "
+            f"{self.queue}: {self.skipped} later job{'s' if self.skipped != 1 else ''} "
+            "admitted past it (Round skips a job that does not fit)"
+        )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
 class StateView(msgspec.Struct, frozen=True, kw_only=True):
     """Everything at one log sequence."""
 
@@ -172,13 +199,33 @@ class StateView(msgspec.Struct, frozen=True, kw_only=True):
     tree_deleted: TreeDeletion | None = None
     """Set when the tree object was deleted after the tree in force was applied."""
     policy: str = "Round"
+    skipped_heads: list[SkippedHead] = msgspec.field(default_factory=list)
+    """Heads of queues passed over for at least ``LONG_AT_HEAD_S`` (``track_skips`` only)."""
 
 
 # --------------------------------------------------------------------------- the fold
 
+LONG_AT_HEAD_S = 60.0
+"""How long a passed-over head of a queue waits before the live view names it."""
+
+
+@dataclass
+class _Skips:
+    first_ms: int
+    count: int = 0
+
 
 def now_ms() -> Millis:
     return Millis(int(time.time() * 1000))
+
+
+def _total(observed: WorkloadObserved) -> dict[str, int]:
+    """What all the pods of a workload request together, in canonical units."""
+    totals: dict[str, int] = {}
+    for pod_set in observed.pod_sets:
+        for resource, amount in pod_set.requests.items():
+            totals[resource] = totals.get(resource, 0) + amount * pod_set.count
+    return totals
 
 
 def _quantities(amounts: dict[str, int]) -> dict[str, str]:
@@ -208,6 +255,9 @@ class LogState:
     tree_deleted: TreeDeletion | None = None
     unreadable: int = 0
     """Entries that did not decode or that the core refused (skipped, as services park them)."""
+    track_skips: bool = False
+    """Count admissions past the head of each queue (the live view); off for one-off reads."""
+    skips: dict[WorkloadKey, _Skips] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.config)
@@ -221,6 +271,8 @@ class LogState:
             self.unreadable += 1
             return
         event = item.envelope.event
+        if self.track_skips and isinstance(event, Admitted):
+            self._note_skip(event.workload, item.time_ms)
         try:
             self.engine.apply(event, item.time_ms)
         except Exception:  # the core refused it; services park such entries and go on
@@ -228,8 +280,42 @@ class LogState:
             return
         self._record(item, event)
 
+    def _note_skip(self, admitted: WorkloadKey, at_ms: int) -> None:
+        """``admitted`` is about to leave its queue: if it was not first, the head was passed."""
+        view = self.engine.job_state(admitted)
+        if view is None or view.state != PENDING or view.queue is None or (view.position or 1) <= 1:
+            return
+        entries = self.engine.queues().get(view.queue)
+        if not entries:
+            return
+        skips = self.skips.setdefault(entries[0].job, _Skips(first_ms=at_ms))
+        skips.count += 1
+
+    def _skipped_heads(self, queues: list[QueueInfo], now: Millis) -> list[SkippedHead]:
+        out: list[SkippedHead] = []
+        for queue in queues:
+            head = queue.pending[0].job if queue.pending else None
+            skips = self.skips.get(WorkloadKey(head)) if head else None
+            if head is None or skips is None or now - skips.first_ms < LONG_AT_HEAD_S * 1000:
+                continue
+            observed = self.observed.get(WorkloadKey(head))
+            requests = _quantities(_total(observed)) if observed is not None else {}
+            waited = (now - skips.first_ms) / 1000
+            out.append(
+                SkippedHead(
+                    job=head,
+                    queue=queue.name,
+                    requests=requests,
+                    skipped=skips.count,
+                    waited_s=waited,
+                )
+            )
+        return out
+
     def _record(self, item: LogEntry, event: object) -> None:
         at = item.envelope.time
+        if isinstance(event, Admitted | WorkloadDeleted | WorkloadFinished):
+            self.skips.pop(event.workload, None)  # no longer waiting: nothing to tell
         match event:
             case WorkloadObserved():
                 self.observed[event.workload] = event
@@ -355,11 +441,7 @@ class LogState:
             reason = why[wkey]
         message, code = _reason_text(reason)
         namespace, _, name = key.partition("/")
-        totals: dict[str, int] = {}
-        if observed is not None:
-            for pod_set in observed.pod_sets:
-                for resource, amount in pod_set.requests.items():
-                    totals[resource] = totals.get(resource, 0) + amount * pod_set.count
+        totals = _total(observed) if observed is not None else {}
         created = None
         if observed is not None:
             created = datetime.fromtimestamp(observed.created_ms / 1000, tz=UTC)
@@ -393,15 +475,17 @@ class LogState:
             if key not in views and (info := self.job(key)) is not None
         )
         jobs.sort(key=lambda j: j.job)
+        queues = self._queues(views, why)
         return StateView(
             seq=self.applied_seq,
             jobs=jobs,
-            queues=self._queues(views, why),
+            queues=queues,
             quota=self._quota(),
             decisions=list(self.decisions),
             tree_rejected=list(self.tree_rejected),
             tree_deleted=self.tree_deleted,
             policy=self.config.policy,
+            skipped_heads=self._skipped_heads(queues, now or now_ms()),
         )
 
     def _queues(

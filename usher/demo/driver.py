@@ -2,7 +2,8 @@
 
 What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses, plays the
 seed's three scenarios step by step, then submits a steady, seeded-random mix of jobs until
-``stop`` is set, telling what it does through ``say``.
+``stop`` is set, telling what it does through ``say``; every ``BURST_EVERY`` ticks a reclaim
+burst is due, sent once the quota tree (``quota``) shows it can only be admitted by reclaiming.
 What it must never do: raise for a job that already exists (a restart replays the script),
 or keep submitting while more than ``max_backlog`` jobs wait.
 """
@@ -12,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from usher.client import AsyncClient, BadInput, ClientError
+from usher.client import AsyncClient, BadInput, ClientError, QuotaInfo
 
 T = TypeVar("T")
 DEMO_DIR = Path(__file__).resolve().parent
@@ -51,7 +52,55 @@ SEED_SCRIPT: tuple[SeedJob, ...] = (
 )
 
 NAMESPACES = (("user-a", 4), ("user-b", 3), ("user-c", 3))
+RECLAIMER = "user-c"
+"""The namespace of the reclaim bursts (Department-b's, guaranteed 40 cpu by the seed tree)."""
+BURST_EVERY = 20
+"""A reclaim burst is due every this many steady ticks; it goes out once it can reclaim."""
+CORE, GI = 1000, 1024**3
 PRIORITY_CLASSES = ((None, 6), ("priority-2", 3), ("priority-3", 1))
+
+
+@dataclass(frozen=True)
+class Burst:
+    """A reclaim burst's shape, as ``usher submit`` options (per replica)."""
+
+    replicas: int
+    cpu: str
+    memory: str | None
+
+
+def reclaim_burst(quota: Sequence[QuotaInfo]) -> Burst | None:
+    """A job for ``RECLAIMER``'s leaf that is admitted only by reclaiming, or None for now.
+
+    A job may take victims only while its request stays within its leaf's guarantee (R5:
+    ``used + request <= min`` on every resource it asks for), so the burst asks for at most
+    what is left of the leaf's ``min`` -- cpu, and memory no more than that leaves -- and for
+    more cpu than the cluster has free, so that it fits only once a borrower is preempted.
+    None while no other leaf borrows cpu, or the cluster could take the burst as it is.
+    """
+    leaf = next((n for n in quota if n.leaf and RECLAIMER in n.namespaces), None)
+    root = next((n for n in quota if n.depth == 0), None)
+    if leaf is None or root is None:
+        return None
+    if not any(n.leaf and n is not leaf and _borrows(n, "cpu") for n in quota):
+        return None
+    cores = _left(leaf.min_units, leaf.used_units, "cpu") // CORE
+    replicas = min(3, cores)
+    if replicas == 0:
+        return None
+    per_replica = cores // replicas
+    if per_replica * replicas * CORE <= _left(root.max_units, root.used_units, "cpu"):
+        return None  # it would fit without anyone giving way
+    memory_gi = min(per_replica, _left(leaf.min_units, leaf.used_units, "memory") // replicas // GI)
+    return Burst(replicas, str(per_replica), f"{memory_gi}Gi" if memory_gi > 0 else None)
+
+
+def _left(limit: dict[str, int], used: dict[str, int], resource: str) -> int:
+    return max(0, limit.get(resource, 0) - used.get(resource, 0))
+
+
+def _borrows(node: QuotaInfo, resource: str) -> bool:
+    return node.used_units.get(resource, 0) > node.min_units.get(resource, 0)
 
 
 class DemoDriver:
@@ -65,6 +114,7 @@ class DemoDriver:
         zones: tuple[str, ...] = (),
         say: Callable[[str], None] = lambda _line: None,
         backlog: Callable[[], int] = lambda: 0,
+        quota: Callable[[], Sequence[QuotaInfo]] = lambda: (),
         tree_in_force: Callable[[], bool] = lambda: True,
         max_backlog: int = 12,
         pace_s: float = 3.0,
@@ -74,6 +124,7 @@ class DemoDriver:
         self.zones = tuple(z for z in zones if z != "default")
         self.say = say
         self.backlog = backlog
+        self.quota = quota
         self.tree_in_force = tree_in_force
         self.max_backlog = max_backlog
         self.pace_s = pace_s
@@ -95,12 +146,16 @@ class DemoDriver:
             await self._step(stop, self._seed_job(job))
         if await _sleep(stop, 5.0):
             return
-        tick = 0
+        tick, burst_due = 0, False
         while not stop.is_set():
             tick += 1
-            if self.backlog() < self.max_backlog:
-                burst = tick % 20 == 0
-                await self._step(stop, self._steady_job(reclaim=burst))
+            burst_due = burst_due or tick % BURST_EVERY == 0
+            burst = reclaim_burst(self.quota()) if burst_due else None
+            if burst is not None:
+                burst_due = False
+                await self._step(stop, self._burst(burst))
+            elif self.backlog() < self.max_backlog:
+                await self._step(stop, self._steady_job())
             if await _sleep(stop, self.pace_s * self.rng.uniform(0.5, 1.5)):
                 return
 
@@ -136,26 +191,45 @@ class DemoDriver:
             raise
         self.say(f"demo: {submitted.label} submitted ({job.note})")
 
-    async def _steady_job(self, *, reclaim: bool) -> None:
+    async def _steady_job(self) -> None:
         rng = self.rng
-        priority: str | None
-        if reclaim:
-            namespace, replicas, cpu, priority = "user-c", 3, 10, "priority-3"
-        else:
-            namespace = _weighted(rng, NAMESPACES)
-            replicas = rng.choice((1, 1, 2, 2, 3, 4))
-            cpu = rng.choice((1, 2, 2, 4, 4, 8))
-            priority = _weighted(rng, PRIORITY_CLASSES)
-        gpu = "1" if not reclaim and rng.random() < 0.15 else None
+        namespace = _weighted(rng, NAMESPACES)
+        replicas = rng.choice((1, 1, 2, 2, 3, 4))
+        cpu = rng.choice((1, 2, 2, 4, 4, 8))
+        priority = _weighted(rng, PRIORITY_CLASSES)
+        gpu = "1" if rng.random() < 0.15 else None
+        memory = f"{cpu * rng.choice((1, 2))}Gi"
         zone = rng.choice(self.zones) if self.zones else None
-        duration = rng.randint(10, 50)
+        what = f"{replicas}x{cpu} cpu" + (" +gpu" if gpu else "")
+        await self._submit(namespace, replicas, str(cpu), memory, gpu, priority, zone, what)
+
+    async def _burst(self, burst: Burst) -> None:
+        # No zone, like the seed's scenario 3: a zone's node full of jobs that are not the
+        # victims would stop it where the quota would not.
+        what = f"{burst.replicas}x{burst.cpu} cpu, reclaim"
+        await self._submit(
+            RECLAIMER, burst.replicas, burst.cpu, burst.memory, None, "priority-3", None, what
+        )
+
+    async def _submit(
+        self,
+        namespace: str,
+        replicas: int,
+        cpu: str,
+        memory: str | None,
+        gpu: str | None,
+        priority: str | None,
+        zone: str | None,
+        what: str,
+    ) -> None:
+        duration = self.rng.randint(10, 50)
         team = {"user-a": "train", "user-b": "etl", "user-c": "eval"}[namespace]
         submitted = await self.client.submit(
             None,
             namespace=namespace,
             image=f"registry.local/{team}:latest",
-            cpu=str(cpu),
-            memory=f"{cpu * rng.choice((1, 2))}Gi",
+            cpu=cpu,
+            memory=memory,
             gpu=gpu,
             replicas=replicas,
             priority_class=priority,
@@ -164,8 +238,7 @@ class DemoDriver:
             check_namespace=False,
         )
         self.submitted += 1
-        what = f"{replicas}x{cpu} cpu" + (" +gpu" if gpu else "") + f", {duration}s"
-        self.say(f"demo: {submitted.job} submitted ({what}{', reclaim' if reclaim else ''})")
+        self.say(f"demo: {submitted.job} submitted ({what}, {duration}s)")
 
 
 def _weighted(rng: random.Random, options: tuple[tuple[T, int], ...]) -> T:
