@@ -1,0 +1,265 @@
+"""Every command the README shows runs as shown, from the repository's root, and prints what
+the README pasted.
+
+The README's fenced blocks are read in order. A ``$ command`` line is run with bash (so
+``$USHER_HOME`` and pipes work as a person's shell does them) in a folder that looks like a
+fresh clone (``usher/`` and ``tests/`` of this checkout, nothing else, so files a command
+writes land there), with the ``usher`` of this checkout first on PATH; the lines after it, up
+to the next ``$``, are what it must print. Both sides are compared after masking what differs
+from run to run (clock times, ages and durations, ports, uids, resourceVersions, generated
+names, the data folder) and runs of spaces. A command that only reads is retried for a while:
+the README's outputs were taken once the system had caught up, as a person reads them.
+
+An HTML comment just before a block tells what the block needs (``<!-- readme-test: ... -->``):
+``skip: <why>`` (a real cluster, or ``make``), ``restart <usher up args>`` (Ctrl-C, then
+``usher up`` again on the same data), ``fresh <home> <usher up args>`` (a new data folder),
+``python`` (run the block with this checkout's Python; the next block is its output),
+``progress`` (a "fits now" progress line may be missed by a fast run: left out on both sides).
+``$ usher up ...`` in a block starts the system itself; its banner is compared.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+from tests.test_up import UpProcess, clean_env
+
+pytestmark = pytest.mark.e2e
+
+README = REPO / "README.md"
+MARKER = re.compile(r"<!--\s*readme-test:\s*(.*?)\s*-->")
+READ_ONLY = ("usher jobs", "usher queues", "usher queue ", "usher quota", "usher explain")
+READ_ONLY_PREFIXES = (*READ_ONLY, "usher replay", "usher audit", "usher what-if", "kubectl")
+RETRY_S = 30.0
+
+
+@dataclass
+class Command:
+    text: str
+    output: list[str]
+
+
+@dataclass
+class Block:
+    line: int
+    lang: str
+    marker: str
+    body: list[str]
+    commands: list[Command] = field(default_factory=list)
+
+
+def read_blocks(text: str) -> list[Block]:
+    """Fenced blocks in order, each with the marker written just before it (if any)."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    marker, i = "", 0
+    while i < len(lines):
+        found = MARKER.search(lines[i])
+        if found:
+            marker = found.group(1)
+        if lines[i].startswith("```") and len(lines[i]) > 3:
+            start, lang, body = i + 1, lines[i][3:].strip(), []
+            i += 1
+            while not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            blocks.append(Block(start, lang, marker, body, _commands(body)))
+            marker = ""
+        i += 1
+    return blocks
+
+
+def _commands(body: list[str]) -> list[Command]:
+    out: list[Command] = []
+    for line in body:
+        if line.startswith("$ "):
+            out.append(Command(_without_comment(line[2:]), []))
+        elif out and not line.lstrip().startswith("# "):
+            out[-1].output.append(line)
+    for command in out:
+        while command.output and not command.output[-1].strip():
+            command.output.pop()
+    return out
+
+
+def _without_comment(command: str) -> str:
+    """``cmd   # why``: the command (a ``#`` after two spaces starts a comment)."""
+    return re.split(r"\s{2,}#\s", command, maxsplit=1)[0].strip()
+
+
+MASKS = (
+    (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?"), "<TS>"),
+    (re.compile(r"\b\d\d:\d\d:\d\d\b"), "<TIME>"),
+    (re.compile(r"[+-]?\b\d+(\.\d+)?(ms|s|m|h|d)\b"), "<DUR>"),
+    (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<PORT>"),
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<UID>"),
+    (re.compile(r'resourceVersion: "\d+"'), 'resourceVersion: "<RV>"'),
+    (re.compile(r"\b(python|pi)-[a-z0-9]{5}\b(?<!pi-8k5pn)(?<!pi-2xtcj)(?<!pi-6nsc7)"), r"\1-<N>"),
+    (re.compile(r" {2,}"), " "),
+)
+
+
+def normalise(lines: list[str], progress: bool = False) -> list[str]:
+    out = []
+    for line in lines:
+        if progress and "fits now" in line:
+            continue
+        for pattern, replacement in MASKS:
+            line = pattern.sub(replacement, line)
+        out.append(line.rstrip())
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+@dataclass
+class Session:
+    """The folder commands run in, the running ``usher up`` and the README's name for its home."""
+
+    work: Path
+    root: Path
+    up: UpProcess | None = None
+    readme_home: str = ""
+    homes: int = 0
+
+    @property
+    def env(self) -> dict[str, str]:
+        assert self.up is not None, "a command needs `usher up`: add a marker before its block"
+        env = clean_env(self.up.home)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        return env
+
+    def start(self, args: list[str], *, fresh: bool) -> str:
+        """``usher up ARGS``; its banner (up to "Press Ctrl-C") with the README's home."""
+        if self.up is not None:
+            assert self.up.stop() == 0, self.up.text
+        home = self.up.home if self.up is not None and not fresh else None
+        if home is None:
+            self.homes += 1
+            home = self.root / f"home{self.homes}"
+        self.up = UpProcess(home, tuple(args))
+        before = len(self.up.text) if self.up.output.exists() else 0
+        self.up.start()
+        self.up.stack()
+        self.up.wait_for_output("Press Ctrl-C to stop.")
+        return self.up.text[before:].split("Press Ctrl-C to stop.")[0] + "Press Ctrl-C to stop."
+
+    def local(self, text: str) -> str:
+        """The actual data folder written as the README writes it."""
+        if self.up is not None and self.readme_home:
+            return text.replace(str(self.up.home), self.readme_home)
+        return text
+
+    def run(self, command: str) -> subprocess.CompletedProcess[str]:
+        if command.startswith("usher submit"):
+            time.sleep(1.05 - time.time() % 1.0)  # Kubernetes stamps creation in whole seconds
+        return subprocess.run(
+            ["bash", "-c", command],
+            cwd=self.work,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def stop(self) -> None:
+        if self.up is not None:
+            self.up.stop()
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[Session]:
+    work = tmp_path / "clone"
+    work.mkdir()
+    for name in ("usher", "tests"):
+        (work / name).symlink_to(REPO / name)
+    state = Session(work=work, root=tmp_path)
+    try:
+        yield state
+    finally:
+        state.stop()
+
+
+def check_output(session: Session, block: Block, command: Command, progress: bool) -> str | None:
+    """None when ``command`` prints what the README shows, else what differs."""
+    expected = normalise(command.output, progress)
+    retry = command.text.startswith(READ_ONLY_PREFIXES)
+    deadline = time.monotonic() + (RETRY_S if retry else 0)
+    while True:
+        done = session.run(command.text)
+        actual = normalise(session.local(done.stdout + done.stderr).splitlines(), progress)
+        if actual == expected or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if actual == expected:
+        return None
+    return (
+        f"README line {block.line}: `{command.text}` (exit {done.returncode}) printed\n"
+        + "\n".join(actual)
+        + "\n--- but the README shows\n"
+        + "\n".join(expected)
+    )
+
+
+def test_every_readme_command_runs_as_shown(session: Session) -> None:
+    blocks = read_blocks(README.read_text())
+    ran = 0
+    skip_next = False
+    differences: list[str] = []
+    for index, block in enumerate(blocks):
+        if skip_next:
+            skip_next = False
+            continue
+        marker = block.marker
+        if marker.startswith("skip:"):
+            continue
+        if marker.startswith("restart "):
+            session.start(shlex.split(marker.removeprefix("restart "))[2:], fresh=False)
+        elif marker.startswith("fresh "):
+            home, *up = shlex.split(marker.removeprefix("fresh "))
+            session.readme_home = home
+            session.start(up[2:], fresh=True)
+        if marker == "python":
+            done = subprocess.run(
+                [sys.executable, "-c", "\n".join(block.body)],
+                cwd=session.work,
+                env=session.env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            wanted = normalise(blocks[index + 1].body, progress=True)
+            printed = normalise(done.stdout.splitlines(), progress=True)
+            if printed != wanted:
+                differences.append(f"README line {block.line}: the Python example printed\n")
+                differences[-1] += "\n".join(printed) + "\n--- but the README shows\n"
+                differences[-1] += "\n".join(wanted)
+            skip_next, ran = True, ran + 1
+            continue
+        for command in block.commands:
+            ran += 1
+            if command.text.startswith("export USHER_HOME="):
+                session.readme_home = command.text.split("=", 1)[1]
+                continue
+            if command.text.startswith("usher up"):
+                banner = session.start(shlex.split(command.text)[2:], fresh=True)
+                actual = normalise(session.local(banner).splitlines())
+                assert actual == normalise(command.output), "\n".join(actual)
+                continue
+            difference = check_output(session, block, command, progress=marker == "progress")
+            if difference is not None:
+                differences.append(difference)
+    assert ran >= 30  # the README's walkthrough, not an empty match
+    assert not differences, "\n\n".join(differences)
