@@ -350,6 +350,10 @@ class Engine:
     # ------------------------------------------------------------------ decisions made elsewhere
 
     def _apply_admitted(self, decision: Admitted) -> None:
+        if decision.workload in self._lingering:
+            # This engine admitted it and saw it end before the ledger's grant came back: the
+            # lingering usage is that very allocation (one live allocation per workload, R8).
+            return
         job = self._jobs.get(decision.workload)
         if job is None:
             namespace, _, name = decision.workload.partition("/")
