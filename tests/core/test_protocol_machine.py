@@ -504,7 +504,7 @@ class ProtocolMachine(RuleBasedStateMachine):
 
 ProtocolMachine.TestCase.settings = settings(
     max_examples=5000 if LONG else 500,
-    stateful_step_count=80 if LONG else 30,
+    stateful_step_count=80 if LONG else 50,
     deadline=None,
     report_multiple_bugs=False,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
