@@ -301,6 +301,8 @@ class Dequeuer:
             request_id=self._request_id(),
             zone=self.zone,
             reservations=[reservation_of(a) for a in admissions],
+            # What this pass saw: the ledger refuses a workload it saw end after that (R8).
+            log_seq=self.projection.applied_seq,
         )
         try:
             reply = await ask(self.ctx, self.ctx.subjects.ledger_reserve, request)
