@@ -774,8 +774,12 @@ class Engine:
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
 
-    def _admit(self, job: Job, quota: QuotaPath, shape: Shape) -> None:
-        """Record ``job`` as admitted on ``quota`` (counts as used at once)."""
+    def _admit(self, job: Job, quota: QuotaPath, shape: Shape, *, in_pass: bool = False) -> None:
+        """Record ``job`` as admitted on ``quota`` (counts as used at once).
+
+        ``in_pass``: admitted by the running pass, so not a reclaim candidate before it ends
+        (R6); it joins its leaf's candidate list then, and no reclaim walks past it meanwhile.
+        """
         self._seq += 1
         job.state = ADMITTED
         job.admitted_ms = self._now
@@ -785,7 +789,10 @@ class Engine:
         job.announced = None
         self._account(quota, shape, job.zone)
         job.refresh_victim_key()
-        insort(self._leaf_admitted.setdefault(quota, []), job.victim_key)
+        if in_pass:
+            self._pass_admitted.add(job.key)
+        else:
+            insort(self._leaf_admitted.setdefault(quota, []), job.victim_key)
         runtime = self._min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self._wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
@@ -804,6 +811,7 @@ class Engine:
 
     def _forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
+        self._pass_admitted.discard(job.key)
         admitted = self._leaf_admitted.get(job.used_path)
         if admitted is not None:
             remove_sorted(admitted, job.victim_key)
@@ -906,7 +914,7 @@ class Engine:
             try:
                 _Pass(self, decisions).run()
             finally:
-                self._pass_admitted = set()
+                self._end_pass_admissions()
         return decisions
 
     def _announcements(self) -> list[Decision]:
@@ -1103,6 +1111,14 @@ class Engine:
             victim = self._jobs[victim_key[3]]
             if not self._protected(victim) and self._now - victim.admitted_ms >= runtime:
                 yield victim
+
+    def _end_pass_admissions(self) -> None:
+        """The pass is over: its admissions become reclaim candidates like any other."""
+        for key in sorted(self._pass_admitted):
+            job = self._jobs.get(key)
+            if job is not None and job.state == ADMITTED and job.used_path is not None:
+                insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
+        self._pass_admitted = set()
 
     def _protected(self, victim: Job) -> bool:
         """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
@@ -1668,8 +1684,7 @@ class _Pass:
         e._note_shapes(leaf, e._queues[leaf].remove(job))
         queue = e._tree.nodes[leaf].queue
         assert queue is not None
-        e._admit(job, leaf, job.shape)
-        e._pass_admitted.add(job.key)
+        e._admit(job, leaf, job.shape, in_pass=True)
         self.decisions.append(
             Admitted(
                 workload=job.key,
