@@ -22,7 +22,7 @@ import pytest
 from usher.adapters.embedded.processes import pid_alive
 from usher.adapters.embedded.servers import pg_runtime_root
 
-USHER = [sys.executable, "-m", "usher.cli"]
+USHER = [sys.executable, "-m", "usher"]
 T = TypeVar("T")
 
 
