@@ -110,7 +110,7 @@ def test_client_errors_are_typed(system: EmbeddedSystem, tmp_path: Path) -> None
     with Client(home=system.home) as usher:
         with pytest.raises(BadInput, match="belongs to no leaf of the quota tree"):
             usher.submit(namespace="nowhere", image="x", cpu=1)
-        with pytest.raises(BadInput, match="--memory: "):
+        with pytest.raises(BadInput, match=r"^memory: "):  # the parameter, not a CLI flag
             usher.submit(namespace="user-a", image="x", memory="lots")
         with pytest.raises(NotFound, match="no job user-a/never-submitted"):
             usher.job("user-a/never-submitted")
