@@ -287,14 +287,14 @@ spec:
             {},
             ["submit", "-n", "user-a", "--image", "x", "--cpu", "ten"],
             3,
-            "usher: --cpu: quantity 'ten' is not Kubernetes notation (e.g. 100, 500m, 1.5, 10Gi, "
+            "usher: cpu: quantity 'ten' is not Kubernetes notation (e.g. 100, 500m, 1.5, 10Gi, "
             "1e3)",
         ),
         (
             {},
             ["submit", "-n", "user-a", "--image", "x"],
             3,
-            "usher: a job must request something: give --cpu, --memory or --gpu",
+            "usher: a job must request something: give cpu, memory or gpu",
         ),
         (
             {},

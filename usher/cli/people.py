@@ -32,6 +32,7 @@ from usher.cli import (
     EXIT_USAGE,
     cli,
     fail,
+    home_option,
 )
 from usher.client import (
     AsyncClient,
@@ -65,12 +66,7 @@ def target_options(command: F) -> F:
     """``--home``, ``--kubeconfig``, ``--nats``, ``--prefix``: which Usher to talk to."""
     for option in reversed(
         (
-            click.option(
-                "--home",
-                type=click.Path(path_type=Path),
-                default=None,
-                help="Folder of the running `usher up` (default $USHER_HOME).",
-            ),
+            home_option("Folder of the running `usher up` (default $USHER_HOME)."),
             click.option(
                 "--kubeconfig",
                 default=None,
@@ -252,7 +248,7 @@ def _finish_wait(job: JobInfo, until: str) -> None:
     fail(f"job {job.job} {what}", EXIT_JOB_FAILED)
 
 
-@cli.command(context_settings={"allow_interspersed_args": False})
+@cli.command()
 @click.argument("args", nargs=-1)
 @click.option("--name", default=None, help="Job name (default: generated from the image).")
 @click.option("-n", "--namespace", default="default", show_default=True)
@@ -342,7 +338,7 @@ def submit(
             click.echo(f"{item.label} created")
         if wait:
             for item in submitted:
-                final = await client.wait(item.job, timeout_s=timeout, on_change=_show_progress)
+                final = await client.wait(item.job, timeout=timeout, on_change=_show_progress)
                 _finish_wait(final, "done")
 
     run(options, work)
@@ -391,10 +387,30 @@ def wait_command(
 
     async def work(client: AsyncClient) -> JobInfo:
         return await client.wait(
-            job, namespace, until=until, timeout_s=timeout, on_change=_show_progress
+            job, namespace, until=until, timeout=timeout, on_change=_show_progress
         )
 
     _finish_wait(run(options, work), until)
+
+
+@click.command("delete")
+@click.argument("job", metavar="NS/NAME")
+@click.option("-n", "--namespace", default=None, help="When JOB is a bare name.")
+@click.option(
+    "--kind", default=None, help="Job, TFJob, PyTorchJob... (only when two kinds share NAME)."
+)
+@target_options
+def delete_command(job: str, namespace: str | None, kind: str | None, **options: Any) -> None:
+    """Delete (cancel) a job of any kind Usher admits; Usher releases its quota.
+
+    Like kubectl delete: a pending job leaves its queue, a running one stops.
+    """
+    deleted = run(options, lambda client: client.delete(job, namespace, kind=kind))
+    click.echo(f"{deleted.label} deleted")
+
+
+cli.add_command(delete_command)
+cli.add_command(delete_command, "cancel")
 
 
 # --------------------------------------------------------------------------- reading
@@ -429,7 +445,8 @@ def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options:
 
     def table() -> str:
         if not found:
-            return f"No jobs{f' in namespace {namespace}' if namespace else ''}."
+            which = f"{' or '.join(states)} jobs" if states else "jobs"
+            return f"No {which}{f' in namespace {namespace}' if namespace else ''}."
         rows = [
             [
                 j.namespace,

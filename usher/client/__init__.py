@@ -14,7 +14,7 @@ failures typed ``ClientError``s. By default it talks to the running ``usher up``
 What it must never do: decide anything or publish on the log (it is a client like kubectl).
 """
 
-from usher.client.client import Applied, AsyncClient, Client, Submitted
+from usher.client.client import Applied, AsyncClient, Client, Deleted, Submitted
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.manifests import JobRequest, job_manifest
 from usher.client.state import (
@@ -36,6 +36,7 @@ __all__ = [
     "Client",
     "ClientError",
     "DecisionInfo",
+    "Deleted",
     "JobInfo",
     "JobRequest",
     "LogState",

@@ -84,6 +84,14 @@ class Submitted(msgspec.Struct, frozen=True, kw_only=True):
     """kubectl's name for it: ``job.batch/pi-8k5pn``."""
 
 
+class Deleted(msgspec.Struct, frozen=True, kw_only=True):
+    """A job the Kubernetes API deleted (Usher releases its quota when the log says so)."""
+
+    job: str
+    kind: str
+    label: str
+
+
 class Applied(msgspec.Struct, frozen=True, kw_only=True):
     """What ``apply`` did with one manifest: ``created``, ``configured`` or ``unchanged``."""
 
@@ -423,6 +431,44 @@ class AsyncClient:
             label=kind.label, namespace=namespace, name=document.name, action="configured"
         )
 
+    async def delete(
+        self, job: str, namespace: str | None = None, *, kind: str | None = None
+    ) -> Deleted:
+        """Delete one job of any kind Usher admits (``kubectl delete``); ``kind`` (``Job``,
+        ``TFJob``... or kubectl's ``job.batch``) only when two kinds share the name.
+
+        Raises ``NotFound`` when no job has that name, ``BadInput`` for an unknown ``kind``
+        or a name two kinds share.
+        """
+        key = _key(job, namespace)
+        ns, name = key.split("/", 1)
+        if not ns or not name or "/" in name:
+            raise BadInput(f"job {key!r}: expected NAMESPACE/NAME")
+        kinds = _workload_kinds(kind)
+        kube = await self.kube()
+        found: list[Kind] = []
+        for candidate in kinds:
+            try:
+                await kube.get(candidate.resource, ns, name)
+            except NotFound:  # no such object, or the kind is not served by this API
+                continue
+            except KubeError as exc:
+                raise _kube_failure(exc, f"{candidate.label}/{name}") from exc
+            found.append(candidate)
+        if not found:
+            raise UnknownObject(f"no job {key} ({', '.join(k.resource.kind for k in kinds)})")
+        if len(found) > 1:
+            labels = ", ".join(f"{k.label}/{name}" for k in found)
+            raise BadInput(f"{key} names {len(found)} jobs ({labels}): pass kind to say which")
+        chosen = found[0]
+        try:
+            await kube.delete(chosen.resource, ns, name)
+        except NotFound as exc:
+            raise UnknownObject(f"no job {key}: it was deleted meanwhile") from exc
+        except KubeError as exc:
+            raise _kube_failure(exc, f"{chosen.label}/{name}") from exc
+        return Deleted(job=key, kind=chosen.resource.kind, label=f"{chosen.label}/{name}")
+
     # ------------------------------------------------------------------ waiting
 
     async def wait(
@@ -431,14 +477,14 @@ class AsyncClient:
         namespace: str | None = None,
         *,
         until: str = "done",
-        timeout_s: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the CLI's --timeout, by its name)
         on_change: Callable[[JobInfo], None] | None = None,
     ) -> JobInfo:
         """Follow one job on the log until it is done (``until="done"``: finished, rejected
         or inadmissible) or admitted (``until="admitted"``); returns its last state.
 
         ``on_change`` is called with every new state, position or reason. Raises
-        ``WaitTimeout`` (carrying the last state) when ``timeout_s`` passes first, and
+        ``WaitTimeout`` (carrying the last state) when ``timeout`` seconds pass first, and
         ``NotFound`` when the job is deleted meanwhile.
         """
         if until not in ("done", "admitted"):
@@ -450,7 +496,7 @@ class AsyncClient:
             follower = await catch_up(state, js, self.subjects, timeout_s=self.timeout_s)
         except TimeoutError as exc:
             raise NotRunning(str(exc)) from exc
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
         stop = asyncio.Event()
         last_seen: tuple[object, ...] | None = None
         latest: JobInfo | None = None
@@ -487,7 +533,7 @@ class AsyncClient:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(
                         f"job {key} is still {latest.state if latest else 'not seen by Usher'}"
-                        f" after {timeout_s:g}s",
+                        f" after {timeout:g}s",
                         latest,
                     )
                 batch = await anext(batches)
@@ -496,6 +542,32 @@ class AsyncClient:
         finally:
             stop.set()
             await follower.stop()
+
+
+def _workload_kinds(kind: str | None) -> list[Kind]:
+    """The job kinds Usher admits (one per stored resource), or the one ``kind`` names."""
+    kinds: dict[tuple[str, str], Kind] = {}
+    for candidate in KINDS.values():
+        if candidate.is_workload:
+            kinds.setdefault(candidate.resource.storage, candidate)
+    if kind is None:
+        return list(kinds.values())
+    wanted = kind.lower()
+    chosen = [
+        k
+        for k in kinds.values()
+        if wanted
+        in (
+            k.resource.kind.lower(),
+            k.label,
+            k.resource.plural,
+            f"{k.resource.plural}.{k.resource.group}",
+        )
+    ]
+    if not chosen:
+        known = ", ".join(k.resource.kind for k in kinds.values())
+        raise BadInput(f"kind {kind!r} is not a job kind Usher admits (kinds: {known})")
+    return chosen
 
 
 def _key(job: str, namespace: str | None) -> str:
@@ -514,14 +586,31 @@ class Client:
     runs (Jupyter): calls go to the client's own loop in a background thread.
     """
 
-    def __init__(self, target: Target | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        target: Target | None = None,
+        *,
+        home: Path | None = None,
+        kubeconfig: str | Path | None = None,
+        nats_url: str | None = None,
+        prefix: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        """Arguments as ``AsyncClient``'s: which installation, and how long a request may take."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="usher-client", daemon=True
         )
         self._thread.start()
         try:
-            self._client = AsyncClient(target, **options)
+            self._client = AsyncClient(
+                target,
+                home=home,
+                kubeconfig=kubeconfig,
+                nats_url=nats_url,
+                prefix=prefix,
+                timeout_s=timeout_s,
+            )
         except BaseException:
             self._shutdown()
             raise
@@ -551,18 +640,68 @@ class Client:
     def target(self) -> Target:
         return self._client.target
 
-    def submit(self, name: str | None = None, **options: Any) -> Submitted:
+    def submit(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str,
+        image: str,
+        cpu: str | int | float | None = None,
+        memory: str | None = None,
+        gpu: str | int | None = None,
+        replicas: int = 1,
+        priority_class: str | None = None,
+        zone: str | None = None,
+        duration: float | None = None,
+        command: Iterable[str] = (),
+        labels: dict[str, str] | None = None,
+        check_namespace: bool = True,
+    ) -> Submitted:
         """See ``AsyncClient.submit``."""
-        return self._run(self._client.submit(name, **options))
+        return self._run(
+            self._client.submit(
+                name,
+                namespace=namespace,
+                image=image,
+                cpu=cpu,
+                memory=memory,
+                gpu=gpu,
+                replicas=replicas,
+                priority_class=priority_class,
+                zone=zone,
+                duration=duration,
+                command=command,
+                labels=labels,
+                check_namespace=check_namespace,
+            )
+        )
 
-    def submit_manifest(self, manifest: JsonObj, **options: Any) -> Submitted:
-        return self._run(self._client.submit_manifest(manifest, **options))
+    def submit_manifest(
+        self,
+        manifest: JsonObj,
+        *,
+        check_namespace: bool = True,
+        source: str = "manifest",
+        index: int = 1,
+    ) -> Submitted:
+        """See ``AsyncClient.submit_manifest``."""
+        return self._run(
+            self._client.submit_manifest(
+                manifest, check_namespace=check_namespace, source=source, index=index
+            )
+        )
 
     def apply(self, path: Path | str) -> list[Applied]:
         return self._run(self._client.apply(path))
 
-    def list_jobs(self, namespace: str | None = None, **options: Any) -> list[JobInfo]:
-        return self._run(self._client.list_jobs(namespace, **options))
+    def delete(self, job: str, namespace: str | None = None, *, kind: str | None = None) -> Deleted:
+        """See ``AsyncClient.delete``."""
+        return self._run(self._client.delete(job, namespace, kind=kind))
+
+    def list_jobs(
+        self, namespace: str | None = None, *, states: Iterable[str] | None = None
+    ) -> list[JobInfo]:
+        return self._run(self._client.list_jobs(namespace, states=states))
 
     def job(self, job: str, namespace: str | None = None) -> JobInfo:
         return self._run(self._client.job(job, namespace))
@@ -579,6 +718,16 @@ class Client:
     def view(self) -> StateView:
         return self._run(self._client.view())
 
-    def wait(self, job: str, namespace: str | None = None, **options: Any) -> JobInfo:
+    def wait(
+        self,
+        job: str,
+        namespace: str | None = None,
+        *,
+        until: str = "done",
+        timeout: float | None = None,
+        on_change: Callable[[JobInfo], None] | None = None,
+    ) -> JobInfo:
         """See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."""
-        return self._run(self._client.wait(job, namespace, **options))
+        return self._run(
+            self._client.wait(job, namespace, until=until, timeout=timeout, on_change=on_change)
+        )

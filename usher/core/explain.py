@@ -14,6 +14,7 @@ anything: the engine it queries is thrown away afterwards.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -215,8 +216,30 @@ def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str
 
 
 def render_explain_json(explanation: Explanation) -> str:
-    """One JSON object (reasons carry their numbers in canonical units)."""
-    return msgspec.json.format(msgspec.json.encode(explanation).decode(), indent=2) + "\n"
+    """One JSON object in the words of ``usher jobs -o json``: ``job`` (never ``workload``)
+    and quantities in Kubernetes notation (``"70"`` cpu, ``"16Gi"``), not canonical units."""
+    data = _for_people(msgspec.to_builtins(explanation))
+    return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
+
+
+_AMOUNTS = ("used", "requested", "limit")
+_RENAMED = {"workload": "job", "blocker": "blocking_job", "preemptor": "preempting_job"}
+
+
+def _for_people(value: Any) -> Any:
+    """``value`` (builtins) with job keys renamed and a reason's amounts as quantities."""
+    if isinstance(value, list):
+        return [_for_people(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    resource = value.get("resource")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _AMOUNTS and isinstance(resource, str) and isinstance(item, int):
+            out[key] = format_quantity(resource, item)
+        else:
+            out[_RENAMED.get(str(key), str(key))] = _for_people(item)
+    return out
 
 
 def _limit(reason: Reason) -> str | None:
