@@ -158,6 +158,16 @@ def no_node_fits(zone: Zone) -> Reason:
     return Reason(code="NoNodeFits", message=message)
 
 
+def zone_not_served(zone: Zone, served: list[Zone]) -> Reason:
+    """Pending: no dequeuer serves the workload's zone, so nothing will ever admit it there."""
+    known = ", ".join(served) if served else "none"
+    message = (
+        f"no dequeuer serves zone {zone} (served zones: {known}); it is admitted once a "
+        f"dequeuer of zone {zone} starts, or set label usher.io/zone to a served zone"
+    )
+    return Reason(code="ZoneNotServed", message=message)
+
+
 def blocked_by_head(head: WorkloadKey, queue: str) -> Reason:
     """Pending, Block policy: an earlier workload of the queue does not fit."""
     message = f"Block policy: {head} at the head of queue {queue} does not fit yet"
