@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from schemas import QuotaPath, Reason, WorkloadKey, Zone
+from schemas import FieldError, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.config import format_rate
 from usher.core.quantity import format_quantity
 
@@ -177,6 +177,12 @@ def blocked_by_head(head: WorkloadKey, queue: str) -> Reason:
 def not_yet_evaluated(message: str) -> Reason:
     """Pending: no decision pass has looked at the workload in its current situation."""
     return Reason(code="NotYetEvaluated", message=message)
+
+
+def rejected(errors: list[FieldError]) -> Reason:
+    """Rejected: the job's manifest could not be turned into a workload; never queued."""
+    detail = "; ".join(f"{e.path}: {e.message} [{e.code}]" for e in errors)
+    return Reason(code="Rejected", message=detail or "invalid manifest")
 
 
 def no_tree() -> Reason:
