@@ -336,14 +336,14 @@ class LogState:
         if wkey in self.rejected:
             rejected = self.rejected[wkey]
             namespace, _, name = key.partition("/")
-            why = reasons.rejected(rejected.errors)
+            rejection = reasons.rejected(rejected.errors)
             return JobInfo(
                 job=key,
                 namespace=namespace,
                 name=name,
                 state=REJECTED,
-                reason=why.message,
-                reason_code=why.code,
+                reason=rejection.message,
+                reason_code=rejection.code,
                 kind=rejected.kind or None,
             )
         view = views.get(wkey) if views is not None else self.engine.job_state(wkey)
