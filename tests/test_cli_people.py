@@ -343,6 +343,31 @@ spec:
             "usher: job.yaml: document 1 (Job j): spec.template.spec.containers[0].resources."
             "requests.cpu: ",
         ),
+        (
+            {},
+            [
+                "submit",
+                "-n",
+                "user-c",
+                "--name",
+                "zoned",
+                "--image",
+                "x",
+                "--cpu",
+                "1",
+                "--zone",
+                "zzz",
+            ],
+            3,
+            "usher: zone 'zzz' has no dequeuer, so nothing would ever admit the job (served "
+            "zones: a, b, default)",
+        ),
+        (
+            {},
+            ["wait", "user-a/nosuch"],
+            3,
+            "usher: no job user-a/nosuch is known to Usher (not seen within 5s)",
+        ),
     ],
     ids=[
         "submit-unknown-namespace",
@@ -358,6 +383,8 @@ spec:
         "unknown-kind",
         "submit-a-tree",
         "invalid-job",
+        "submit-unserved-zone",
+        "wait-unknown-job",
     ],
 )
 def test_bad_input_gets_one_clear_line(
@@ -379,6 +406,36 @@ def test_bad_input_gets_one_clear_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) >= 1
     assert lines[0].replace(f"{tmp_path}/", "").startswith(message), lines
+
+
+def test_a_job_of_a_zone_nobody_serves_says_so_and_never_looks_admissible(running: Path) -> None:
+    # Issue 14 item 2: it stayed "NotYetEvaluated: fits now" for ever.
+    job = ["--name", "zoned-any", "-n", "user-c", "--image", "x", "--cpu", "1", "--zone", "zzz"]
+    assert ok(running, "submit", *job, "--any-zone").strip() == "job.batch/zoned-any created"
+    shown = poll(
+        lambda: next(
+            (j for j in usher_json(running, "jobs") if j["job"] == "user-c/zoned-any"), None
+        )
+    )
+    assert shown["state"] == "Pending"
+    assert shown["reason_code"] == "ZoneNotServed"
+    assert shown["reason"].startswith("no dequeuer serves zone zzz (served zones: a, b, default)")
+    waited = usher(running, "wait", "user-c/zoned-any", "--for", "admitted", "--timeout", "2")
+    assert waited.returncode == 5
+    assert "ZoneNotServed" in waited.stdout
+    explained = ok(running, "explain", "user-c/zoned-any")
+    assert "why:      ZoneNotServed: no dequeuer serves zone zzz" in explained
+    _delete_job(running, "user-c", "zoned-any")  # it would wait in user-c's queue for ever
+
+
+def _delete_job(home: Path, namespace: str, name: str) -> None:
+    stack = json.loads((home / "stack.json").read_text())
+
+    async def delete() -> None:
+        async with await KubeClient.from_kubeconfig(Path(stack["kubeconfig"])) as kube:
+            await kube.delete(Resource("batch", "v1", "jobs", "Job"), namespace, name)
+
+    asyncio.run(delete())
 
 
 def test_a_second_submit_of_the_same_name_is_refused(running: Path) -> None:

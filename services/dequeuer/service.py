@@ -6,7 +6,8 @@ each batch of entries that arrived together (and at min-runtime wakeups) it runs
 pass of the core. The pass's admissions become one ``ReserveRequest`` to the ledger, its
 reclaims one ``PreemptRequest`` per preemptor to the preemptor service; refusals are reverted
 in the engine with the ledger's reason. Inadmissible and unmapped workloads of its zone are
-announced on the log.
+announced on the log, and so is the zone itself at start (``ZoneServed``: people's views and
+``usher submit --zone`` learn from it which zones have a dequeuer).
 High availability: several replicas of one zone's dequeuer may run; they elect a leader
 (``services.common.leader``, key ``dequeuer-<zone>``). Every replica follows the log (a warm
 standby takes over within about the TTL); only the leader runs passes and saves snapshots.
@@ -47,6 +48,7 @@ from schemas import (
     WorkloadKey,
     WorkloadObserved,
     Zone,
+    ZoneServed,
 )
 from services.common.follower import BadEntry, LogEntry, LogFollower, Projection, stream_last_seq
 from services.common.leader import Leadership, LeadershipLost
@@ -147,6 +149,7 @@ class Dequeuer:
         sampler = Sampler(self._sample, self.ctx.log)
         consistent = True
         try:
+            await self._announce_zone()
             self.projection = await self.snapshots.open()
             self.engine = self.projection.engine
             self.follower = self.snapshots.follower(self.projection)
@@ -197,6 +200,25 @@ class Dequeuer:
                 zone=self.zone,
             )
             raise LeadershipLost(f"dequeuer-{self.zone}")
+
+    async def _announce_zone(self) -> None:
+        """Say on the log that this zone is served (every replica, at every start)."""
+        envelope = Envelope(
+            id=EventId(f"dequeuer:{self.zone}:served:{self._instance}"),
+            time=to_utc(wall_ms()),
+            source=f"{SOURCE}/{self.zone}",
+            event=ZoneServed(zone=self.zone, replica=self._instance),
+        )
+        await self._publish(self.ctx.subjects.zone_served(self.zone), envelope)
+
+    async def _publish(self, subject: str, envelope: Envelope) -> None:
+        async def publish() -> object:
+            return await publish_envelope(self.ctx.js, subject, envelope)
+
+        # The same id on every attempt: an ack lost in a NATS restart is not a duplicate.
+        await retrying(
+            publish, f"announcing {envelope.id}", self.ctx.log, Backoff(0.05, 2.0), self.ctx.stop
+        )
 
     async def _halt_on_stop_or_loss(self, halt: asyncio.Event) -> None:
         stop = asyncio.ensure_future(self.ctx.stop.wait())
@@ -382,19 +404,7 @@ class Dequeuer:
                 source=f"{SOURCE}/{self.zone}",
                 event=decision,
             )
-            subject = subjects.decision(self.zone, action, namespace, name)
-
-            async def publish(subject: str = subject, envelope: Envelope = envelope) -> object:
-                return await publish_envelope(self.ctx.js, subject, envelope)
-
-            # The same id on every attempt: an ack lost in a NATS restart is not a duplicate.
-            await retrying(
-                publish,
-                f"announcing {envelope.id}",
-                self.ctx.log,
-                Backoff(0.05, 2.0),
-                self.ctx.stop,
-            )
+            await self._publish(subjects.decision(self.zone, action, namespace, name), envelope)
 
 
 async def main(ctx: ServiceContext) -> None:

@@ -35,6 +35,7 @@ from usher.cli import (
     home_option,
 )
 from usher.client import (
+    UNKNOWN_GRACE_S,
     AsyncClient,
     BadInput,
     ClientError,
@@ -266,6 +267,11 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 @click.option("--priority-class", default=None)
 @click.option("--zone", default=None, help="Label usher.io/zone (default: zone default).")
 @click.option(
+    "--any-zone",
+    is_flag=True,
+    help="Accept a zone no dequeuer serves yet (the job waits ZoneNotServed until one does).",
+)
+@click.option(
     "--duration",
     type=float,
     default=None,
@@ -286,6 +292,7 @@ def submit(
     replicas: int,
     priority_class: str | None,
     zone: str | None,
+    any_zone: bool,
     duration: float | None,
     labels: tuple[str, ...],
     wait: bool,
@@ -327,11 +334,12 @@ def submit(
                     duration=duration,
                     command=args,
                     labels=label_map,
+                    check_zone=not any_zone,
                 )
             ]
         else:
             submitted = [
-                await client.submit_manifest(m, source=args[0], index=i)
+                await client.submit_manifest(m, source=args[0], index=i, check_zone=not any_zone)
                 for i, m in enumerate(manifests, start=1)
             ]
         for item in submitted:
@@ -379,15 +387,32 @@ def _workload_documents(path: Path) -> list[dict[str, Any]]:
     help="Until the job finishes, or until it is admitted.",
 )
 @click.option("--timeout", type=float, default=None, help="Seconds to wait at most.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=UNKNOWN_GRACE_S,
+    show_default=True,
+    help="Seconds to wait for a job Usher has not seen yet before saying it is unknown (exit 3).",
+)
 @target_options
 def wait_command(
-    job: str, namespace: str | None, until: str, timeout: float | None, **options: Any
+    job: str,
+    namespace: str | None,
+    until: str,
+    timeout: float | None,
+    grace: float,
+    **options: Any,
 ) -> None:
     """Follow JOB (namespace/name) and exit 0 when it succeeded (or was admitted)."""
 
     async def work(client: AsyncClient) -> JobInfo:
         return await client.wait(
-            job, namespace, until=until, timeout=timeout, on_change=_show_progress
+            job,
+            namespace,
+            until=until,
+            timeout=timeout,
+            on_change=_show_progress,
+            grace=grace,
         )
 
     _finish_wait(run(options, work), until)

@@ -14,7 +14,14 @@ failures typed ``ClientError``s. By default it talks to the running ``usher up``
 What it must never do: decide anything or publish on the log (it is a client like kubectl).
 """
 
-from usher.client.client import Applied, AsyncClient, Client, Deleted, Submitted
+from usher.client.client import (
+    UNKNOWN_GRACE_S,
+    Applied,
+    AsyncClient,
+    Client,
+    Deleted,
+    Submitted,
+)
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.manifests import JobRequest, job_manifest
 from usher.client.state import (
@@ -30,6 +37,7 @@ from usher.client.state import (
 from usher.client.target import Target, resolve_target, target_of_stack
 
 __all__ = [
+    "UNKNOWN_GRACE_S",
     "Applied",
     "AsyncClient",
     "BadInput",

@@ -68,9 +68,13 @@ from usher.client.state import (
     read_state,
 )
 from usher.client.target import Target, resolve_target
+from usher.core.workload import ZONE_LABEL
 
 T = TypeVar("T")
 REASON_EVERY_S = 1.0
+UNKNOWN_GRACE_S = 5.0
+"""How long ``wait`` waits for a job Usher has not seen yet (one just created) before it says
+the job is unknown."""
 """A waiting job's reason is recomputed (a trial pass on a copy) at most this often."""
 
 
@@ -286,12 +290,14 @@ class AsyncClient:
         command: Iterable[str] = (),
         labels: dict[str, str] | None = None,
         check_namespace: bool = True,
+        check_zone: bool = True,
     ) -> Submitted:
         """Create a suspended batch/v1 Job of ``replicas`` identical pods; Usher admits it.
 
         ``duration`` (seconds) sets ``usher.io/sim-duration`` for the emulator's kubelet.
         With ``check_namespace`` a namespace that no leaf of the quota tree takes is refused
-        (``BadInput``) instead of waiting ``Unmapped``.
+        (``BadInput``) instead of waiting ``Unmapped``; with ``check_zone`` a ``zone`` no
+        dequeuer serves is refused instead of waiting ``ZoneNotServed``.
         """
         request = JobRequest(
             namespace=namespace,
@@ -308,8 +314,9 @@ class AsyncClient:
             labels=dict(labels or {}),
         )
         manifest = job_manifest(request)
-        if check_namespace:
-            await self._check_namespace(namespace)
+        await self._check_target(
+            namespace if check_namespace else None, zone if check_zone else None
+        )
         return await self._create(manifest, JOB)
 
     async def submit_manifest(
@@ -317,10 +324,14 @@ class AsyncClient:
         manifest: JsonObj,
         *,
         check_namespace: bool = True,
+        check_zone: bool = True,
         source: str = "manifest",
         index: int = 1,
     ) -> Submitted:
-        """Create one workload manifest, suspended (whatever it said), like ``kubectl create``."""
+        """Create one workload manifest, suspended (whatever it said), like ``kubectl create``.
+
+        ``check_namespace`` and ``check_zone`` (its ``usher.io/zone`` label) as in ``submit``.
+        """
         kind = None
         if isinstance(manifest, dict):
             kind = KINDS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
@@ -332,25 +343,23 @@ class AsyncClient:
         problems = check_document(document)
         if problems:
             raise BadInput(problems[0], problems)
-        if check_namespace and document.namespace:
-            await self._check_namespace(document.namespace)
+        await self._check_target(
+            (document.namespace or None) if check_namespace else None,
+            _zone_label(manifest) if check_zone else None,
+        )
         return await self._create(
             for_create(Document(source, index, suspended(manifest, kind), kind)), kind
         )
 
-    async def _check_namespace(self, namespace: str) -> None:
-        if self.target.nats_url is None:
-            return  # no log to ask: the job will say Unmapped if no leaf takes it
+    async def _check_target(self, namespace: str | None, zone: str | None) -> None:
+        """Refuse a namespace no queue takes, or a zone no dequeuer serves (None: unchecked)."""
+        if self.target.nats_url is None or (namespace is None and zone is None):
+            return  # no log to ask: the job will say Unmapped or ZoneNotServed
         state = await self.state()
-        if state.tree is None:
-            return
-        taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
-        if namespace not in taken:
-            known = ", ".join(sorted(taken)) or "none"
-            raise BadInput(
-                f"namespace {namespace!r} belongs to no leaf of the quota tree, so no queue "
-                f"takes its jobs (namespaces with a queue: {known})"
-            )
+        if namespace is not None:
+            _check_namespace(state, namespace)
+        if zone is not None:
+            _check_zone(state, zone)
 
     async def _create(self, manifest: JsonObj, kind: Kind) -> Submitted:
         kube = await self.kube()
@@ -479,13 +488,16 @@ class AsyncClient:
         until: str = "done",
         timeout: float | None = None,  # noqa: ASYNC109 (the CLI's --timeout, by its name)
         on_change: Callable[[JobInfo], None] | None = None,
+        grace: float = UNKNOWN_GRACE_S,
     ) -> JobInfo:
         """Follow one job on the log until it is done (``until="done"``: finished, rejected
         or inadmissible) or admitted (``until="admitted"``); returns its last state.
 
         ``on_change`` is called with every new state, position or reason. Raises
         ``WaitTimeout`` (carrying the last state) when ``timeout`` seconds pass first, and
-        ``NotFound`` when the job is deleted meanwhile.
+        ``NotFound`` when the job is deleted meanwhile, or when Usher has still not seen it
+        ``grace`` seconds after the wait began (a job just created reaches the log
+        within that grace; a misspelt one never does).
         """
         if until not in ("done", "admitted"):
             raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
@@ -497,6 +509,7 @@ class AsyncClient:
         except TimeoutError as exc:
             raise NotRunning(str(exc)) from exc
         deadline = None if timeout is None else time.monotonic() + timeout
+        unknown_after = time.monotonic() + grace
         stop = asyncio.Event()
         last_seen: tuple[object, ...] | None = None
         latest: JobInfo | None = None
@@ -520,6 +533,10 @@ class AsyncClient:
                         )
                 if info is None and seen:
                     raise UnknownObject(f"job {key} was deleted")
+                if info is None and time.monotonic() >= unknown_after:
+                    raise UnknownObject(
+                        f"no job {key} is known to Usher (not seen within {grace:g}s)"
+                    )
                 if info is not None:
                     seen = True
                     latest = info
@@ -568,6 +585,35 @@ def _workload_kinds(kind: str | None) -> list[Kind]:
         known = ", ".join(k.resource.kind for k in kinds.values())
         raise BadInput(f"kind {kind!r} is not a job kind Usher admits (kinds: {known})")
     return chosen
+
+
+def _check_namespace(state: LogState, namespace: str) -> None:
+    if state.tree is None:
+        return
+    taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
+    if namespace not in taken:
+        known = ", ".join(sorted(taken)) or "none"
+        raise BadInput(
+            f"namespace {namespace!r} belongs to no leaf of the quota tree, so no queue "
+            f"takes its jobs (namespaces with a queue: {known})"
+        )
+
+
+def _check_zone(state: LogState, zone: str) -> None:
+    served = state.engine.served_zones()
+    # None served on the log at all: a log older than ZoneServed, nothing to check against.
+    if served and zone not in served:
+        raise BadInput(
+            f"zone {zone!r} has no dequeuer, so nothing would ever admit the job "
+            f"(served zones: {', '.join(served)})"
+        )
+
+
+def _zone_label(manifest: JsonObj) -> str | None:
+    meta = manifest.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    zone = labels.get(ZONE_LABEL) if isinstance(labels, dict) else None
+    return zone if isinstance(zone, str) else None
 
 
 def _key(job: str, namespace: str | None) -> str:
@@ -726,8 +772,11 @@ class Client:
         until: str = "done",
         timeout: float | None = None,
         on_change: Callable[[JobInfo], None] | None = None,
+        grace: float = UNKNOWN_GRACE_S,
     ) -> JobInfo:
         """See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."""
         return self._run(
-            self._client.wait(job, namespace, until=until, timeout=timeout, on_change=on_change)
+            self._client.wait(
+                job, namespace, until=until, timeout=timeout, on_change=on_change, grace=grace
+            )
         )

@@ -336,14 +336,14 @@ class LogState:
         if wkey in self.rejected:
             rejected = self.rejected[wkey]
             namespace, _, name = key.partition("/")
-            text = "; ".join(f"{e.path}: {e.message} [{e.code}]" for e in rejected.errors)
+            rejection = reasons.rejected(rejected.errors)
             return JobInfo(
                 job=key,
                 namespace=namespace,
                 name=name,
                 state=REJECTED,
-                reason=text,
-                reason_code="Rejected",
+                reason=rejection.message,
+                reason_code=rejection.code,
                 kind=rejected.kind or None,
             )
         view = views.get(wkey) if views is not None else self.engine.job_state(wkey)

@@ -45,6 +45,7 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
     Zone,
+    ZoneServed,
 )
 from schemas.events import ClusterEvent
 from usher.core import reasons
@@ -130,6 +131,9 @@ class Engine:
         self._zone_cap: dict[Zone, dict[str, int]] = {}
         self._zone_used: dict[Zone, dict[str, int]] = {}
         self._pod_fit_cache: dict[tuple[Zone, Shape], int] = {}
+        self._served: dict[Zone, None] | None = None
+        """Zones some dequeuer announced (``ZoneServed``); None until the first announcement,
+        when nobody can tell which zones are served."""
         self._held: dict[WorkloadKey, None] = {}
         self._preemptors: dict[WorkloadKey, None] = {}
         self._stops: dict[WorkloadKey, StopGroup] = {}
@@ -181,6 +185,8 @@ class Engine:
                 self._set_priority_class(event.name, event.value)
             case PriorityClassDeleted():
                 self._set_priority_class(event.name, None)
+            case ZoneServed():
+                self._serve(event.zone)
             case Admitted():
                 self._apply_admitted(event)
             case Preempted():
@@ -622,6 +628,34 @@ class Engine:
         if not nodes:
             del self._nodes[event.zone]
         self._nodes_changed(event.zone)
+
+    def _serve(self, zone: Zone) -> None:
+        if self._served is None:
+            self._served = {}
+        if zone not in self._served:
+            self._served[zone] = None
+            self._version += 1  # its workloads may be decided (and reclaim for) from now on
+
+    def _serves(self, zone: Zone) -> bool:
+        """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
+        (a dequeuer serves its zone before its own announcement is back from the log)."""
+        if self._served is None or zone in self._served:
+            return True
+        return self.config.zones is not None and zone in self.config.zones
+
+    def _decides(self, zone: Zone) -> bool:
+        """Whether a pass of this engine decides for ``zone``: one of its zones, and served
+        (an engine deciding for every zone, as people's views do, skips unserved ones)."""
+        return self.config.decides_for(zone) and self._serves(zone)
+
+    def served_zones(self) -> list[Zone]:
+        """The zones dequeuers announced, sorted (empty when none ever did)."""
+        return sorted(self._served or {})
+
+    def _not_served(self, job: Job) -> Reason | None:
+        if self._serves(job.zone):
+            return None
+        return reasons.zone_not_served(job.zone, self.served_zones())
 
     def _nodes_changed(self, zone: Zone) -> None:
         total: dict[str, int] = {}
@@ -1340,6 +1374,9 @@ class Engine:
             return job.note
         if job.key in self._stopping:
             return self._still_stopping(job.key)
+        unserved = self._not_served(job)
+        if unserved is not None:
+            return unserved
         if self._passes <= job.arrived_pass:
             return reasons.not_yet_evaluated("arrived after the last decision pass")
         if not self.config.decides_for(job.zone):
@@ -1363,7 +1400,7 @@ class Engine:
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
-            if self.config.decides_for(self._jobs[key].zone):
+            if self._decides(self._jobs[key].zone):
                 return key
         return None
 
@@ -1441,6 +1478,9 @@ class Engine:
             return job.announced
         if key in self._stopping:
             return self._still_stopping(key)
+        unserved = self._not_served(job)
+        if unserved is not None:
+            return unserved
         if job.held:
             return Reason(
                 code="PreemptionInProgress",
@@ -1630,7 +1670,7 @@ class _Pass:
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
         jobs = self.e._jobs
-        decides_for = self.e.config.decides_for
+        decides_for = self.e._decides
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]

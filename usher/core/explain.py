@@ -35,6 +35,7 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
 )
+from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
@@ -84,7 +85,8 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
 
     workload: WorkloadKey
     state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped`` or ``Deleted``."""
+    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped``, ``Rejected``
+    (its manifest could not be read, and it was not deleted since) or ``Deleted``."""
     queue: QueueName | None = None
     quota: QuotaPath | None = None
     position: int | None = None
@@ -104,10 +106,17 @@ def explain(
     lines: list[HistoryLine] = []
     requests: dict[str, int] = {}
     previous: WorkloadObserved | None = None
+    rejected: WorkloadRejected | None = None
     for item in history.items:
         event = item.event
         if isinstance(event, WorkloadObserved) and event.workload == key:
             requests = _requests(event)
+        if isinstance(event, WorkloadObserved | WorkloadRejected | WorkloadDeleted) and (
+            event.workload == key
+        ):
+            # The latest word on the object: a rejected manifest stays rejected until the
+            # object is read again or deleted (as ``usher jobs`` shows it).
+            rejected = event if isinstance(event, WorkloadRejected) else None
         line = _line(item, key, previous)
         if line is not None:
             lines.append(line)
@@ -115,10 +124,20 @@ def explain(
                 previous = event
     if not lines:
         raise UnknownWorkload(key)
+    last = history.items[-1]
+    if rejected is not None:
+        return Explanation(
+            workload=key,
+            state="Rejected",
+            requests=quantities(requests),
+            reason=reasons.rejected(rejected.errors),
+            history=lines,
+            as_of_seq=last.seq,
+            as_of=to_datetime(last.time_ms),
+        )
     engine = Engine(config)
     fold(engine, history.items)
     view = engine.job_state(key)
-    last = history.items[-1]
     reclaim = (
         _reclaim(engine, key, now_ms) if view is not None and view.state == "Pending" else None
     )
