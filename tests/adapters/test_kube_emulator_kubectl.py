@@ -12,14 +12,16 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from usher.adapters.kube_emulator import KubeEmulator
+from tests.services.helpers import eventually
+from usher.adapters.kube_emulator import KubeEmulator, resource
+from usher.adapters.kube_emulator.printers import human_duration
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_PI = REPO / "usher" / "demo" / "seed-pi.yaml"
@@ -125,3 +127,109 @@ async def test_openapi_v2_serves_json_and_refuses_protobuf_only(emu: KubeEmulato
     protobuf = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
     status, body = await get_json(emu, "/openapi/v2", accept=protobuf)
     assert (status, body["reason"]) == (406, "NotAcceptable")
+
+
+# --------------------------------------------------------------------------- pods and tables
+
+
+def _job(name: str, *, seconds: float | None, zone: str = "a") -> dict[str, Any]:
+    annotations = {"usher.io/sim-duration": str(seconds)} if seconds is not None else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "team", "annotations": annotations},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": {
+                "spec": {
+                    "nodeSelector": {"usher.io/zone": zone},
+                    "containers": [{"name": "main", "image": "busybox"}],
+                    "restartPolicy": "Never",
+                }
+            },
+        },
+    }
+
+
+def _pods(emu: KubeEmulator) -> list[dict[str, Any]]:
+    return emu.store.objects(resource("", "v1", "pods"))
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    async def checked() -> bool:
+        return check()
+
+    assert await eventually(checked, timeout_s=10.0), "timed out"
+
+
+async def test_the_kubelet_runs_a_jobs_pods_then_leaves_them_completed(emu: KubeEmulator) -> None:
+    node = {"metadata": {"name": "node-a", "labels": {"usher.io/zone": "a"}}}
+    emu.store.create(resource("", "v1", "nodes"), None, node)
+    jobs = resource("batch", "v1", "jobs")
+    created = emu.store.create(jobs, "team", _job("train", seconds=0.5))
+    await _until(lambda: len(_pods(emu)) == 2)
+    pods = _pods(emu)
+    for pod in pods:
+        assert pod["metadata"]["name"].startswith("train-")
+        assert pod["metadata"]["labels"]["batch.kubernetes.io/job-name"] == "train"
+        [owner] = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["uid"], owner["controller"]) == (
+            "Job", created["metadata"]["uid"], True
+        )  # fmt: skip
+    await _until(lambda: all(p["status"]["phase"] == "Running" for p in _pods(emu)))
+    running = _pods(emu)[0]
+    assert running["spec"]["nodeName"] == "node-a"
+    [container] = running["status"]["containerStatuses"]
+    assert container["ready"] is True and "running" in container["state"]
+    await _until(lambda: all(p["status"]["phase"] == "Succeeded" for p in _pods(emu)))
+    [ended] = _pods(emu)[0]["status"]["containerStatuses"]
+    assert ended["state"]["terminated"]["reason"] == "Completed" and ended["ready"] is False
+    emu.store.delete(jobs, "team", "train")
+    await _until(lambda: not _pods(emu))  # the garbage collector's part
+
+
+async def test_suspending_a_job_deletes_its_pods_and_no_node_leaves_them_pending(
+    emu: KubeEmulator,
+) -> None:
+    jobs = resource("batch", "v1", "jobs")
+    emu.store.create(jobs, "team", _job("nowhere", seconds=None, zone="zzz"))
+    await _until(lambda: len(_pods(emu)) == 2)
+    await asyncio.sleep(0.2)
+    for pod in _pods(emu):
+        assert pod["status"]["phase"] == "Pending" and "nodeName" not in pod["spec"]
+        [scheduled] = pod["status"]["conditions"]
+        assert (scheduled["type"], scheduled["reason"]) == ("PodScheduled", "Unschedulable")
+    job = emu.store.get(jobs, "team", "nowhere")
+    job["spec"]["suspend"] = True
+    emu.store.update(jobs, "team", "nowhere", job)
+    await _until(lambda: not _pods(emu))
+
+
+@needs_kubectl
+async def test_kubectl_shows_the_printer_columns_of_jobs_and_pods(
+    emu: KubeEmulator, tmp_path: Path
+) -> None:
+    node = {"metadata": {"name": "node-a", "labels": {"usher.io/zone": "a"}}}
+    emu.store.create(resource("", "v1", "nodes"), None, node)
+    emu.store.create(resource("batch", "v1", "jobs"), "team", _job("train", seconds=None))
+    await _until(lambda: len(_pods(emu)) == 2)
+    await _until(lambda: all(p["status"]["phase"] == "Running" for p in _pods(emu)))
+    code, jobs = await kubectl(emu, tmp_path, "get", "jobs", "-n", "team")
+    assert code == 0, jobs
+    header, row = jobs.splitlines()
+    assert header.split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert row.split()[:3] == ["train", "Running", "0/2"]
+    code, pods = await kubectl(emu, tmp_path, "get", "pods", "-n", "team", "-o", "wide")
+    assert code == 0, pods
+    lines = pods.splitlines()
+    assert lines[0].split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    for line in lines[1:]:
+        cells = line.split()
+        assert cells[1:4] == ["1/1", "Running", "0"] and cells[6] == "node-a"
+
+
+def test_durations_are_written_as_kubernetes_writes_them() -> None:
+    cases = {0: "0s", 119: "119s", 125: "2m5s", 600: "10m", 3 * 3600 + 5 * 60: "3h5m",
+             30 * 3600: "30h", 3 * 86400 + 4 * 3600: "3d4h", 20 * 86400: "20d"}  # fmt: skip
+    assert {s: human_duration(s) for s in cases} == cases

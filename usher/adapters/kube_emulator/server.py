@@ -5,8 +5,9 @@ What it does: serves discovery (``/api``, ``/apis``, ``/version``, ``/openapi/v2
 warns about them, as kubectl's default validation expects), list/get/create/update/
 patch/delete (and the status subresource) for the resources in ``store.RESOURCES``, streams
 watches as chunked newline-delimited JSON events (with resume, 410 Expired, bookmarks and
-``timeoutSeconds``), renders ``Table`` responses for kubectl, binds 127.0.0.1 on a free port and
-writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and kubectl can load.
+``timeoutSeconds``), renders ``Table`` responses for kubectl (``printers``), binds 127.0.0.1 on
+a free port and writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and
+kubectl can load.
 Authentication as the real server does it for a bearer token: every request must carry
 ``Authorization: Bearer <token>`` with the emulator's token (random unless given, written to the
 kubeconfig); a missing or wrong one is answered ``401 Unauthorized`` with a ``Status``, and no
@@ -42,6 +43,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from usher.adapters.kube_emulator import printers
 from usher.adapters.kube_emulator.admission import Admission, ServiceAddresses
 from usher.adapters.kube_emulator.kubelet import FakeKubelet
 from usher.adapters.kube_emulator.openapi import (
@@ -230,59 +232,6 @@ def json_response(
 
 def error_response(err: ApiError) -> web.Response:
     return json_response(err.status(), status=err.code)
-
-
-def human_age(created: str, now: datetime) -> str:
-    """``5s``/``3m``/``2h``/``4d`` like kubectl's AGE column."""
-    try:
-        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
-    except ValueError:
-        return "<unknown>"
-    seconds = max(int((now - then).total_seconds()), 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * 2 or (unit == "m" and seconds >= 120):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def as_table(rt: ResourceType, items: list[JsonObj], metadata: JsonObj, now: datetime) -> JsonObj:
-    """A ``meta.k8s.io/v1`` Table with Name and Age (what a CRD without printer columns gives)."""
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
-        "columnDefinitions": [
-            {
-                "name": "Name",
-                "type": "string",
-                "format": "name",
-                "description": "Name must be unique within a namespace.",
-                "priority": 0,
-            },
-            {
-                "name": "Age",
-                "type": "string",
-                "format": "",
-                "description": "CreationTimestamp is a timestamp representing the server time "
-                "when this object was created.",
-                "priority": 0,
-            },
-        ],
-        "rows": [
-            {
-                "cells": [
-                    o["metadata"]["name"],
-                    human_age(o["metadata"].get("creationTimestamp", ""), now),
-                ],
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": o["metadata"],
-                },
-            }
-            for o in items
-        ],
-    }
 
 
 def openapi_response(request: web.Request, rest: list[str]) -> web.Response:
@@ -711,7 +660,7 @@ class KubeEmulator:
     ) -> web.Response:
         if wants_table(request):
             meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-            table = as_table(rt, [obj], meta, self.store.now())
+            table = printers.table(rt, [obj], meta, self.store.now())
             return json_response(table, content_type=TABLE_CONTENT_TYPE)
         return json_response(present(rt, obj))
 
@@ -732,7 +681,7 @@ class KubeEmulator:
             meta["continue"] = result.continue_token
             meta["remainingItemCount"] = result.remaining
         if wants_table(request):
-            table = as_table(target.rt, result.items, meta, self.store.now())
+            table = printers.table(target.rt, result.items, meta, self.store.now())
             return json_response(table, content_type=TABLE_CONTENT_TYPE)
         return json_response(
             {
