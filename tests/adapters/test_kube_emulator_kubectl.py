@@ -21,6 +21,7 @@ import pytest
 
 from tests.services.helpers import eventually
 from usher.adapters.kube_emulator import KubeEmulator, resource
+from usher.adapters.kube_emulator.kubelet import FakeKubelet
 from usher.adapters.kube_emulator.printers import human_duration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -233,3 +234,26 @@ def test_durations_are_written_as_kubernetes_writes_them() -> None:
     cases = {0: "0s", 119: "119s", 125: "2m5s", 600: "10m", 3 * 3600 + 5 * 60: "3h5m",
              30 * 3600: "30h", 3 * 86400 + 4 * 3600: "3d4h", 20 * 86400: "20d"}  # fmt: skip
     assert {s: human_duration(s) for s in cases} == cases
+
+
+async def test_a_restarted_kubelet_removes_the_pods_of_a_job_deleted_while_it_was_down(
+    emu: KubeEmulator,
+) -> None:
+    node = {"metadata": {"name": "node-a", "labels": {"usher.io/zone": "a"}}}
+    emu.store.create(resource("", "v1", "nodes"), None, node)
+    jobs = resource("batch", "v1", "jobs")
+    emu.store.create(jobs, "team", _job("gone", seconds=None))
+    emu.store.create(jobs, "team", _job("kept", seconds=None))
+    await _until(lambda: len(_pods(emu)) == 4)
+    assert emu.kubelet is not None
+    emu.kubelet.stop()
+    emu.store.delete(jobs, "team", "gone")
+    again = FakeKubelet(emu.store)
+    again.start()
+    try:
+        await _until(lambda: len(_pods(emu)) == 2)
+        await asyncio.sleep(0.2)  # and no pod is created twice for the job that stayed
+        names = sorted(p["metadata"]["name"] for p in _pods(emu))
+        assert len(names) == 2 and all(n.startswith("kept-") for n in names)
+    finally:
+        again.stop()

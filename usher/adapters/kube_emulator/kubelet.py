@@ -19,7 +19,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from usher.adapters.kube_emulator.pods import sync_job_pods
+from usher.adapters.kube_emulator.pods import JobPods
 from usher.adapters.kube_emulator.store import (
     RESOURCES,
     ApiError,
@@ -393,12 +393,16 @@ class FakeKubelet:
         self._timers: dict[ObjKey, asyncio.TimerHandle] = {}
         self._pending: dict[ObjKey, asyncio.Handle] = {}
         self._unsubscribe: Callable[[], None] | None = None
+        self.pods = JobPods(store)
 
     def start(self) -> None:
         """Subscribe, then reconcile every workload already stored."""
         if self._unsubscribe is not None:
             return
         self._unsubscribe = self.store.subscribe(self._on_event)
+        self.pods.adopt()
+        for namespace, name in self.pods.jobs():  # pods of jobs deleted meanwhile go too
+            self._schedule((JOBS, namespace, name))
         for storage_key in DRIVERS:
             for obj in self.store.objects(storage_resource(storage_key)):
                 meta = obj["metadata"]
@@ -435,7 +439,7 @@ class FakeKubelet:
         self._pending.pop(key, None)
         self._drive(key)
         if key[0] == JOBS:
-            sync_job_pods(self.store, key[1], key[2])
+            self.pods.sync(key[1], key[2])
 
     def _drive(self, key: ObjKey) -> None:
         loaded = self._load(key)
@@ -481,7 +485,7 @@ class FakeKubelet:
         now = rfc3339(self.store.now())
         self._write_status(rt, obj, driver.finish(obj, now, sim_fails(obj)))
         if key[0] == JOBS:
-            sync_job_pods(self.store, key[1], key[2])
+            self.pods.sync(key[1], key[2])
 
     def _write_status(self, rt: ResourceType, obj: JsonObj, status: JsonObj) -> None:
         meta = obj["metadata"]

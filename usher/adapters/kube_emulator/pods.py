@@ -18,9 +18,7 @@ from typing import Any
 from usher.adapters.kube_emulator.store import (
     RESOURCES,
     ApiError,
-    Filter,
     JsonObj,
-    LabelSelector,
     Store,
     rfc3339,
 )
@@ -50,13 +48,6 @@ def job_phase(job: JsonObj) -> str:
     if conditions.get("Suspended") == "True" or not status.get("active"):
         return "stopped"
     return "running"
-
-
-def pods_of(store: Store, namespace: str, job_name: str, uid: str | None = None) -> list[JsonObj]:
-    """The job's pods (those its controller owns; any owner uid when ``uid`` is None)."""
-    selector = LabelSelector.parse(f"{JOB_NAME_LABEL}={job_name}")
-    pods = store.objects(PODS, Filter(namespace=namespace, labels=selector))
-    return [p for p in pods if uid is None or _owner_uid(p) == uid]
 
 
 def _owner_uid(pod: JsonObj) -> str:
@@ -175,29 +166,62 @@ def _container_status(pod: JsonObj, container: Any, phase: str, started: str, no
     }
 
 
-def sync_job_pods(store: Store, namespace: str, name: str) -> None:
-    """Make the job's pods what a cluster shows for the job as it is now (or gone)."""
-    job = store.find(_JOBS, namespace, name)
-    if job is None:
-        for pod in pods_of(store, namespace, name):  # the garbage collector's part
-            _delete(store, pod)
-        return
-    uid = job["metadata"]["uid"]
-    pods = pods_of(store, namespace, name, uid)
-    phase = job_phase(job)
-    if phase == "stopped":
+class JobPods:
+    """The pods of every Job, indexed by job so that a sync costs the job's pods, not all."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._names: dict[tuple[str, str], list[str]] = {}
+
+    def adopt(self) -> None:
+        """Index the Job pods already stored (a kubelet started on an existing store)."""
+        self._names.clear()
+        for pod in self.store.objects(PODS):
+            job = (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
+            if job and _owner_uid(pod):
+                key = (pod["metadata"]["namespace"], job)
+                self._names.setdefault(key, []).append(pod["metadata"]["name"])
+
+    def jobs(self) -> list[tuple[str, str]]:
+        """(namespace, name) of every job with pods, gone ones included."""
+        return list(self._names)
+
+    def pods_of(self, namespace: str, job_name: str) -> list[JsonObj]:
+        """The job's pods that still exist (copies)."""
+        names = self._names.get((namespace, job_name), [])
+        found = [self.store.find(PODS, namespace, n) for n in names]
+        pods = [p for p in found if p is not None]
+        self._names[(namespace, job_name)] = [p["metadata"]["name"] for p in pods]
+        return pods
+
+    def sync(self, namespace: str, name: str) -> None:
+        """Make the job's pods what a cluster shows for the job as it is now (or gone)."""
+        job = self.store.find(_JOBS, namespace, name)
+        pods = self.pods_of(namespace, name)
+        if job is None:
+            for pod in pods:  # the garbage collector's part
+                _delete(self.store, pod)
+            self._names.pop((namespace, name), None)
+            return
+        stale = [p for p in pods if _owner_uid(p) != job["metadata"]["uid"]]
+        for pod in stale:  # a job of the same name deleted and created again
+            _delete(self.store, pod)
+        pods = [p for p in pods if p not in stale]
+        phase = job_phase(job)
+        if phase == "stopped":
+            for pod in pods:
+                if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                    _delete(self.store, pod)
+            return
+        now = rfc3339(self.store.now())
+        if phase == "running":
+            wanted = int((job.get("status") or {}).get("active") or 0)
+            for index in range(len(pods), wanted):
+                node = _node_for(self.store, job, index)
+                pods.append(self.store.create(PODS, namespace, pod_manifest(job, node)))
+            self._names[(namespace, name)] = [p["metadata"]["name"] for p in pods]
         for pod in pods:
-            if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                _delete(store, pod)
-        return
-    now = rfc3339(store.now())
-    if phase == "running":
-        wanted = int((job.get("status") or {}).get("active") or 0)
-        for index in range(len(pods), wanted):
-            node = _node_for(store, job, index)
-            pods.append(store.create(PODS, namespace, pod_manifest(job, node)))
-    for pod in pods:
-        _write_status(store, pod, phase, now)
+            _write_status(self.store, pod, phase, now)
 
 
 def _write_status(store: Store, pod: JsonObj, phase: str, now: str) -> None:
