@@ -92,6 +92,12 @@ async def test_kubectl_strict_validation_names_an_unknown_field(
     # Told not to validate (fieldValidation=Ignore), the server creates it.
     ignored = await kubectl(emu, tmp_path, "create", "--validate=false", "-f", "-", stdin=misspelt)
     assert ignored[0] == 0, ignored[1]
+    # Warn creates it too, and says which field the server did not know.
+    code, warned = await kubectl(
+        emu, tmp_path, "create", "--validate=warn", "-f", "-", stdin=misspelt
+    )
+    assert code == 0, warned
+    assert 'Warning: unknown field "spec.parallelizm"' in warned
 
 
 async def test_openapi_v3_discovery_points_at_every_group_version(emu: KubeEmulator) -> None:
