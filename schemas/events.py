@@ -82,6 +82,9 @@ class QuotaTreeRejected(_Event, frozen=True, kw_only=True, tag="quota.rejected.v
 
     errors: list[FieldError]
     resource_version: str = ""
+    namespace: str = ""
+    name: str = ""
+    """The tree object's name (empty in entries written before it was recorded)."""
 
 
 class QuotaTreeDeleted(_Event, frozen=True, kw_only=True, tag="quota.deleted.v1"):

@@ -242,6 +242,43 @@ def test_apply_creates_configures_and_leaves_unchanged(running: Path, tmp_path: 
     assert asyncio.run(read())["data"] == {"owner": "b"}  # the dropped key is removed
 
 
+TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree")
+
+
+def _patch_tree(home: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch the seed tree's spec as a user with kubectl would; the object as written."""
+    stack = json.loads((home / "stack.json").read_text())
+
+    async def patch() -> dict[str, Any]:
+        async with await KubeClient.from_kubeconfig(Path(stack["kubeconfig"])) as kube:
+            await kube.merge_patch(TREES, "kube-system", "elasticquotatree", {"spec": spec})
+            return await kube.get(TREES, "kube-system", "elasticquotatree")
+
+    return asyncio.run(patch())
+
+
+def test_quota_shows_a_rejected_tree_and_the_tree_still_in_force(running: Path) -> None:
+    """Issue 14, item 3: `usher quota` said nothing about a tree the watcher rejected."""
+    good = yaml.safe_load(TREE.read_text())["spec"]
+    bad = json.loads(json.dumps(good))
+    bad["root"]["children"][1]["min"]["cpu"] = "140"  # Department-b: min above its max
+    try:
+        _patch_tree(running, bad)
+        table = poll(lambda: out if "rejected" in (out := ok(running, "quota")) else None)
+        first, *rest = table.splitlines()
+        assert first.startswith("ElasticQuotaTree kube-system/elasticquotatree rejected at ")
+        assert "(the previous tree stays in force)" in first
+        assert "spec.root.children[1](Department-b).min.cpu: min 140 > max 100" in first
+        kept = [line.split() for line in rest if line.split()[:1] == ["Department-b"]]
+        assert kept and kept[0][1].endswith("/40/100"), table  # the old min 40 is in force
+        as_json = usher(running, "quota", "-o", "json")
+        assert as_json.returncode == 0 and json.loads(as_json.stdout)  # stdout: the list only
+        assert as_json.stderr.startswith("usher: ElasticQuotaTree kube-system/elasticquotatree")
+    finally:
+        _patch_tree(running, good)
+    poll(lambda: True if "rejected" not in ok(running, "quota") else None)
+
+
 BAD_JOB = """apiVersion: batch/v1
 kind: Job
 metadata: {name: j, namespace: user-a}

@@ -557,14 +557,17 @@ def quota(output: str, **options: Any) -> None:
     """The quota tree in force: used / min / max of every node and resource."""
     view: StateView = run(options, lambda client: client.view())
     found: list[QuotaInfo] = view.quota
-    deleted = view.tree_deleted.describe() if view.tree_deleted is not None else None
-    if deleted is not None and output != "table":
-        click.echo(f"usher: {deleted}", err=True)  # stdout stays the documented list
+    notes = [
+        event.describe() for event in (view.tree_rejection, view.tree_deleted) if event is not None
+    ]
+    if output != "table":
+        for note in notes:
+            click.echo(f"usher: {note}", err=True)  # stdout stays the documented list
 
     def table() -> str:
         if not found:
-            return "No quota tree is in force (usher apply -f a tree)."
-        note = [deleted] if deleted is not None else []
+            return "\n".join([*notes, "No quota tree is in force (usher apply -f a tree)."])
+        note = notes
         resources: list[str] = []
         for node in found:
             resources.extend(r for r in node.max if r not in resources)

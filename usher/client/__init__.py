@@ -33,6 +33,7 @@ from usher.client.state import (
     QuotaInfo,
     StateView,
     TreeDeletion,
+    TreeRejection,
 )
 from usher.client.target import Target, resolve_target, target_of_stack
 
@@ -58,6 +59,7 @@ __all__ = [
     "Submitted",
     "Target",
     "TreeDeletion",
+    "TreeRejection",
     "WaitTimeout",
     "job_manifest",
     "resolve_target",

@@ -159,6 +159,27 @@ class TreeDeletion(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class TreeRejection(msgspec.Struct, frozen=True, kw_only=True):
+    """The last ElasticQuotaTree applied was invalid (after the tree in force, if any)."""
+
+    tree: str
+    """``namespace/name``; empty for log entries written before the name was recorded."""
+    at: datetime
+    errors: list[str]
+    """``path: message [code]`` of every problem."""
+    kept: bool
+    """Whether a previous tree stays in force (else none is)."""
+
+    def describe(self) -> str:
+        """One line for people: which tree, when, why, and what is in force instead."""
+        stamp = self.at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        instead = "the previous tree stays in force" if self.kept else "no tree is in force"
+        return (
+            f"ElasticQuotaTree {self.tree or '(name unknown)'} rejected at {stamp} ({instead}): "
+            + "; ".join(self.errors)
+        )
+
+
 class StateView(msgspec.Struct, frozen=True, kw_only=True):
     """Everything at one log sequence."""
 
@@ -171,7 +192,14 @@ class StateView(msgspec.Struct, frozen=True, kw_only=True):
     """Field errors of the last rejected tree, if it came after the one in force."""
     tree_deleted: TreeDeletion | None = None
     """Set when the tree object was deleted after the tree in force was applied."""
+    tree_rejection: TreeRejection | None = None
+    """Set when the last tree applied was rejected (``tree_rejected`` are its errors)."""
     policy: str = "Round"
+
+    def tree_notes(self) -> list[str]:
+        """What people must know about the tree beyond the tree in force (one line each)."""
+        events = (self.tree_rejection, self.tree_deleted)
+        return [event.describe() for event in events if event is not None]
 
 
 # --------------------------------------------------------------------------- the fold
@@ -205,6 +233,7 @@ class LogState:
     decisions: deque[DecisionInfo] = field(default_factory=lambda: deque(maxlen=MAX_DECISIONS))
     tree: QuotaNode | None = None
     tree_rejected: list[str] = field(default_factory=list)
+    tree_rejection: TreeRejection | None = None
     tree_deleted: TreeDeletion | None = None
     unreadable: int = 0
     """Entries that did not decode or that the core refused (skipped, as services park them)."""
@@ -247,12 +276,17 @@ class LogState:
             case QuotaTreeApplied():
                 self.tree = event.root
                 self.tree_rejected = []
+                self.tree_rejection = None
                 self.tree_deleted = None
             case QuotaTreeDeleted() if self.tree is not None:
                 name = f"{event.namespace}/{event.name}" if event.name else ""
                 self.tree_deleted = TreeDeletion(tree=name, at=at)
             case QuotaTreeRejected():
                 self.tree_rejected = [f"{e.path}: {e.message} [{e.code}]" for e in event.errors]
+                name = f"{event.namespace}/{event.name}" if event.name else ""
+                self.tree_rejection = TreeRejection(
+                    tree=name, at=at, errors=self.tree_rejected, kept=self.tree is not None
+                )
             case Admitted():
                 self._decision(item.seq, at, "admit", event.workload, quota=event.quota)
             case Preempted():
@@ -401,6 +435,7 @@ class LogState:
             decisions=list(self.decisions),
             tree_rejected=list(self.tree_rejected),
             tree_deleted=self.tree_deleted,
+            tree_rejection=self.tree_rejection,
             policy=self.config.policy,
         )
 
