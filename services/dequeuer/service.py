@@ -149,7 +149,6 @@ class Dequeuer:
         sampler = Sampler(self._sample, self.ctx.log)
         consistent = True
         try:
-            await self._announce_zone()
             self.projection = await self.snapshots.open()
             self.engine = self.projection.engine
             self.follower = self.snapshots.follower(self.projection)
@@ -166,6 +165,7 @@ class Dequeuer:
                 # The snapshot covers the whole log (or the log is empty): no entry will come
                 # to trigger the first pass, so run it now.
                 self._replay_done()
+                await self._announce_zone()
                 if self.leader.holds():
                     consistent = False
                     await self.decide()
@@ -175,6 +175,7 @@ class Dequeuer:
                 if self.follower.caught_up:
                     if not self._replayed:
                         self._replay_done()
+                        await self._announce_zone()
                     # Checked per batch: leadership lost meanwhile means no pass at all.
                     if self.leader.holds():
                         consistent = False  # until every request of the pass is answered
@@ -202,9 +203,14 @@ class Dequeuer:
             raise LeadershipLost(f"dequeuer-{self.zone}")
 
     async def _announce_zone(self) -> None:
-        """Say on the log that this zone is served (every replica, at every start)."""
+        """Say on the log that this zone is served, once the replay shows it was never said.
+
+        After the replay, so that a restart publishes nothing new (the log already says it).
+        """
+        if self.zone in self.engine.served_zones():
+            return
         envelope = Envelope(
-            id=EventId(f"dequeuer:{self.zone}:served:{self._instance}"),
+            id=EventId(f"dequeuer:{self.zone}:served"),
             time=to_utc(wall_ms()),
             source=f"{SOURCE}/{self.zone}",
             event=ZoneServed(zone=self.zone, replica=self._instance),
