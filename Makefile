@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup test lint typecheck run schemas bench bench-quick clean
+.PHONY: setup test test-long lint typecheck run schemas bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ typecheck: setup
 
 test: lint typecheck
 	$(BIN)/pytest
+
+# Nightly-style: the admission-protocol state machine with many more, longer examples.
+test-long: setup
+	USHER_LONG_TESTS=1 $(BIN)/pytest tests/core/test_protocol_machine.py
+	USHER_LOAD_SEEDS=11,12,13,14,15 $(BIN)/pytest tests/e2e/test_borrowing_load.py
 
 run: setup
 	$(BIN)/usher up

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import nats
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
@@ -116,7 +117,7 @@ class AdmissionClock:
         self.seen: dict[str, float] = {}
         self.changed = asyncio.Event()
 
-    async def on_message(self, msg: nats.aio.msg.Msg) -> None:
+    async def on_message(self, msg: Msg) -> None:
         envelope = decode_envelope(msg.data)
         self.seen.setdefault(str(getattr(envelope.event, "workload", "")), time.perf_counter())
         self.changed.set()

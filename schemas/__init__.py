@@ -44,6 +44,7 @@ from schemas.events import (
     WorkloadFinished,
     WorkloadObserved,
     WorkloadRejected,
+    ZoneServed,
 )
 from schemas.ids import (
     DEFAULT_ZONE,
@@ -122,6 +123,7 @@ __all__ = [
     "WorkloadObserved",
     "WorkloadRejected",
     "Zone",
+    "ZoneServed",
     "cloudevent_headers",
     "decode",
     "decode_envelope",

@@ -46,6 +46,8 @@ ReasonCode = Literal[
     "AlreadyAdmitted",  # ledger: the workload already holds a live allocation elsewhere
     "StaleView",  # preemptor/ledger: the proposal was made on state that changed since
     "VictimsStopping",  # pending: it fits once preempted workloads have stopped
+    "ZoneNotServed",  # pending: no dequeuer serves the workload's zone
+    "Rejected",  # the manifest could not be read (explain of a rejected job)
 ]
 
 

@@ -82,6 +82,9 @@ class QuotaTreeRejected(_Event, frozen=True, kw_only=True, tag="quota.rejected.v
 
     errors: list[FieldError]
     resource_version: str = ""
+    namespace: str = ""
+    name: str = ""
+    """The tree object's name (empty in entries written before it was recorded)."""
 
 
 class QuotaTreeDeleted(_Event, frozen=True, kw_only=True, tag="quota.deleted.v1"):
@@ -118,6 +121,20 @@ class PriorityClassObserved(_Event, frozen=True, kw_only=True, tag="priorityclas
     value: int
 
 
+class ZoneServed(_Event, frozen=True, kw_only=True, tag="zone.served.v1"):
+    """A dequeuer serves ``zone``: it decides for that zone's workloads from now on.
+
+    Not seen in Kubernetes: each dequeuer replica announces its zone when it starts (on
+    ``<prefix>.decision.<zone>.zone.served``). A zone stays served once announced: a stopped
+    dequeuer is expected back, and its zone's workloads wait for it. Until the log holds a
+    first ``ZoneServed`` (a log written before these events existed) nobody knows which zones
+    are served, and no workload is said to be in an unserved one."""
+
+    zone: Zone
+    replica: str = ""
+    """Which process announced it (for people reading the log)."""
+
+
 class PriorityClassDeleted(_Event, frozen=True, kw_only=True, tag="priorityclass.deleted.v1"):
     """A PriorityClass was removed; workloads naming it fall back to ``spec.priority`` or 0."""
 
@@ -136,6 +153,7 @@ ClusterEvent = (
     | NodeRemoved
     | PriorityClassObserved
     | PriorityClassDeleted
+    | ZoneServed
 )
 
 CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
@@ -150,4 +168,5 @@ CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
     NodeRemoved,
     PriorityClassObserved,
     PriorityClassDeleted,
+    ZoneServed,
 )

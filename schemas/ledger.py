@@ -32,6 +32,9 @@ class ReserveRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.rese
     request_id: RequestId
     zone: Zone
     reservations: list[Reservation]
+    log_seq: int | None = None
+    """The last log sequence the proposer had applied: a workload the ledger saw end after it
+    (finished or deleted) is refused, not granted for ever (docs/admission-rules.md R8)."""
 
 
 class ReservationResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -156,7 +156,7 @@ def test_explain(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "code", "needle"),
     [
-        (["explain", "user-a/nobody"], 3, "unknown workload user-a/nobody"),
+        (["explain", "user-a/nobody"], 3, "unknown job user-a/nobody"),
         (["explain", "no-slash"], 2, "expected NAMESPACE/NAME"),
         (["replay", "--until", "yesterday"], 2, "--until 'yesterday'"),
         (["replay", "--until", "-1m", "--seq", "3"], 2, "not both"),

@@ -242,6 +242,43 @@ def test_apply_creates_configures_and_leaves_unchanged(running: Path, tmp_path: 
     assert asyncio.run(read())["data"] == {"owner": "b"}  # the dropped key is removed
 
 
+TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree")
+
+
+def _patch_tree(home: Path, spec: dict[str, Any]) -> dict[str, Any]:
+    """Merge-patch the seed tree's spec as a user with kubectl would; the object as written."""
+    stack = json.loads((home / "stack.json").read_text())
+
+    async def patch() -> dict[str, Any]:
+        async with await KubeClient.from_kubeconfig(Path(stack["kubeconfig"])) as kube:
+            await kube.merge_patch(TREES, "kube-system", "elasticquotatree", {"spec": spec})
+            return await kube.get(TREES, "kube-system", "elasticquotatree")
+
+    return asyncio.run(patch())
+
+
+def test_quota_shows_a_rejected_tree_and_the_tree_still_in_force(running: Path) -> None:
+    """Issue 14, item 3: `usher quota` said nothing about a tree the watcher rejected."""
+    good = yaml.safe_load(TREE.read_text())["spec"]
+    bad = json.loads(json.dumps(good))
+    bad["root"]["children"][1]["min"]["cpu"] = "140"  # Department-b: min above its max
+    try:
+        _patch_tree(running, bad)
+        table = poll(lambda: out if "rejected" in (out := ok(running, "quota")) else None)
+        first, *rest = table.splitlines()
+        assert first.startswith("ElasticQuotaTree kube-system/elasticquotatree rejected at ")
+        assert "(the previous tree stays in force)" in first
+        assert "spec.root.children[1](Department-b).min.cpu: min 140 > max 100" in first
+        kept = [line.split() for line in rest if line.split()[:1] == ["Department-b"]]
+        assert kept and kept[0][1].endswith("/40/100"), table  # the old min 40 is in force
+        as_json = usher(running, "quota", "-o", "json")
+        assert as_json.returncode == 0 and json.loads(as_json.stdout)  # stdout: the list only
+        assert as_json.stderr.startswith("usher: ElasticQuotaTree kube-system/elasticquotatree")
+    finally:
+        _patch_tree(running, good)
+    poll(lambda: True if "rejected" not in ok(running, "quota") else None)
+
+
 BAD_JOB = """apiVersion: batch/v1
 kind: Job
 metadata: {name: j, namespace: user-a}
@@ -287,14 +324,14 @@ spec:
             {},
             ["submit", "-n", "user-a", "--image", "x", "--cpu", "ten"],
             3,
-            "usher: --cpu: quantity 'ten' is not Kubernetes notation (e.g. 100, 500m, 1.5, 10Gi, "
+            "usher: cpu: quantity 'ten' is not Kubernetes notation (e.g. 100, 500m, 1.5, 10Gi, "
             "1e3)",
         ),
         (
             {},
             ["submit", "-n", "user-a", "--image", "x"],
             3,
-            "usher: a job must request something: give --cpu, --memory or --gpu",
+            "usher: a job must request something: give cpu, memory or gpu",
         ),
         (
             {},
@@ -343,6 +380,31 @@ spec:
             "usher: job.yaml: document 1 (Job j): spec.template.spec.containers[0].resources."
             "requests.cpu: ",
         ),
+        (
+            {},
+            [
+                "submit",
+                "-n",
+                "user-c",
+                "--name",
+                "zoned",
+                "--image",
+                "x",
+                "--cpu",
+                "1",
+                "--zone",
+                "zzz",
+            ],
+            3,
+            "usher: zone 'zzz' has no dequeuer, so nothing would ever admit the job (served "
+            "zones: a, b, default)",
+        ),
+        (
+            {},
+            ["wait", "user-a/nosuch"],
+            3,
+            "usher: no job user-a/nosuch is known to Usher (not seen within 5s)",
+        ),
     ],
     ids=[
         "submit-unknown-namespace",
@@ -358,6 +420,8 @@ spec:
         "unknown-kind",
         "submit-a-tree",
         "invalid-job",
+        "submit-unserved-zone",
+        "wait-unknown-job",
     ],
 )
 def test_bad_input_gets_one_clear_line(
@@ -379,6 +443,36 @@ def test_bad_input_gets_one_clear_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) >= 1
     assert lines[0].replace(f"{tmp_path}/", "").startswith(message), lines
+
+
+def test_a_job_of_a_zone_nobody_serves_says_so_and_never_looks_admissible(running: Path) -> None:
+    # Issue 14 item 2: it stayed "NotYetEvaluated: fits now" for ever.
+    job = ["--name", "zoned-any", "-n", "user-c", "--image", "x", "--cpu", "1", "--zone", "zzz"]
+    assert ok(running, "submit", *job, "--any-zone").strip() == "job.batch/zoned-any created"
+    shown = poll(
+        lambda: next(
+            (j for j in usher_json(running, "jobs") if j["job"] == "user-c/zoned-any"), None
+        )
+    )
+    assert shown["state"] == "Pending"
+    assert shown["reason_code"] == "ZoneNotServed"
+    assert shown["reason"].startswith("no dequeuer serves zone zzz (served zones: a, b, default)")
+    waited = usher(running, "wait", "user-c/zoned-any", "--for", "admitted", "--timeout", "2")
+    assert waited.returncode == 5
+    assert "ZoneNotServed" in waited.stdout
+    explained = ok(running, "explain", "user-c/zoned-any")
+    assert "why:      ZoneNotServed: no dequeuer serves zone zzz" in explained
+    _delete_job(running, "user-c", "zoned-any")  # it would wait in user-c's queue for ever
+
+
+def _delete_job(home: Path, namespace: str, name: str) -> None:
+    stack = json.loads((home / "stack.json").read_text())
+
+    async def delete() -> None:
+        async with await KubeClient.from_kubeconfig(Path(stack["kubeconfig"])) as kube:
+            await kube.delete(Resource("batch", "v1", "jobs", "Job"), namespace, name)
+
+    asyncio.run(delete())
 
 
 def test_a_second_submit_of_the_same_name_is_refused(running: Path) -> None:

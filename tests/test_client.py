@@ -69,7 +69,7 @@ def test_the_blocking_client_submits_lists_and_waits(system: EmbeddedSystem) -> 
         assert job.job == "user-a/train-1"
         assert job.label == "job.batch/train-1"
         seen: list[str] = []
-        final = usher.wait(job.job, timeout_s=30, on_change=lambda j: seen.append(j.state))
+        final = usher.wait(job.job, timeout=30, on_change=lambda j: seen.append(j.state))
         assert isinstance(final, JobInfo)
         assert final.state == "Finished" and final.succeeded is True
         assert "Admitted" in seen
@@ -84,10 +84,10 @@ def test_the_async_client_shows_positions_and_reasons(system: EmbeddedSystem) ->
     async def scenario() -> tuple[JobInfo, JobInfo]:
         async with AsyncClient(home=system.home) as usher:
             big = await usher.submit("hold", namespace="user-c", image="x", cpu=90)
-            await usher.wait(big.job, until="admitted", timeout_s=30)
+            await usher.wait(big.job, until="admitted", timeout=30)
             small = await usher.submit("next", namespace="user-c", image="x", cpu=20)
             with pytest.raises(WaitTimeout) as timed_out:
-                await usher.wait(small.job, until="admitted", timeout_s=2)
+                await usher.wait(small.job, until="admitted", timeout=2)
             waiting = timed_out.value.job
             assert isinstance(waiting, JobInfo)
             queue = await usher.queue("root-department-b-user-c")
@@ -110,7 +110,7 @@ def test_client_errors_are_typed(system: EmbeddedSystem, tmp_path: Path) -> None
     with Client(home=system.home) as usher:
         with pytest.raises(BadInput, match="belongs to no leaf of the quota tree"):
             usher.submit(namespace="nowhere", image="x", cpu=1)
-        with pytest.raises(BadInput, match="--memory: "):
+        with pytest.raises(BadInput, match=r"^memory: "):  # the parameter, not a CLI flag
             usher.submit(namespace="user-a", image="x", memory="lots")
         with pytest.raises(NotFound, match="no job user-a/never-submitted"):
             usher.job("user-a/never-submitted")
@@ -161,7 +161,7 @@ def test_job_manifest_names_every_bad_option() -> None:
         "and ending with a letter or digit, at most 63 characters)",
         "image must not be empty",
         "replicas must be at least 1, got 0",
-        "--cpu: quantity '-1' is negative",
+        "cpu: quantity '-1' is negative",
     ]
 
 

@@ -51,7 +51,7 @@ def seed_round(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSys
                     replicas=6,
                     command=["sleep", "1d"],
                 )
-            usher.wait("user-a/pi-8k5pn", until="admitted", timeout_s=30)
+            usher.wait("user-a/pi-8k5pn", until="admitted", timeout=30)
         yield system
     finally:
         system.stop()

@@ -30,6 +30,7 @@ import nats.js.errors
 from nats.js.kv import KeyValue
 
 from services.common.runtime import ServiceContext, wait_or_stop
+from services.common.tasks import cancel_tasks
 
 __all__ = ["Leadership", "LeadershipLost", "bucket_name"]
 
@@ -95,9 +96,8 @@ class Leadership:
         self._closing.set()
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for error in (await cancel_tasks([task])).values():
+                raise error
         if self.enabled and self.is_leader and self._kv is not None:
             with contextlib.suppress(*_NATS_ERRORS):
                 # Only our own revision: never delete a key a successor already holds.

@@ -24,6 +24,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from services.common.tasks import cancel_tasks
 from usher.core.engine import Engine
 
 __all__ = [
@@ -213,9 +214,8 @@ class Sampler:
     async def stop(self) -> None:
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            for error in (await cancel_tasks([task])).values():
+                raise error
 
     async def _run(self) -> None:
         failing = False

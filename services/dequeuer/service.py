@@ -6,7 +6,8 @@ each batch of entries that arrived together (and at min-runtime wakeups) it runs
 pass of the core. The pass's admissions become one ``ReserveRequest`` to the ledger, its
 reclaims one ``PreemptRequest`` per preemptor to the preemptor service; refusals are reverted
 in the engine with the ledger's reason. Inadmissible and unmapped workloads of its zone are
-announced on the log.
+announced on the log, and so is the zone itself at start (``ZoneServed``: people's views and
+``usher submit --zone`` learn from it which zones have a dequeuer).
 High availability: several replicas of one zone's dequeuer may run; they elect a leader
 (``services.common.leader``, key ``dequeuer-<zone>``). Every replica follows the log (a warm
 standby takes over within about the TTL); only the leader runs passes and saves snapshots.
@@ -47,6 +48,7 @@ from schemas import (
     WorkloadKey,
     WorkloadObserved,
     Zone,
+    ZoneServed,
 )
 from services.common.follower import BadEntry, LogEntry, LogFollower, Projection, stream_last_seq
 from services.common.leader import Leadership, LeadershipLost
@@ -163,6 +165,7 @@ class Dequeuer:
                 # The snapshot covers the whole log (or the log is empty): no entry will come
                 # to trigger the first pass, so run it now.
                 self._replay_done()
+                await self._announce_zone()
                 if self.leader.holds():
                     consistent = False
                     await self.decide()
@@ -172,6 +175,7 @@ class Dequeuer:
                 if self.follower.caught_up:
                     if not self._replayed:
                         self._replay_done()
+                        await self._announce_zone()
                     # Checked per batch: leadership lost meanwhile means no pass at all.
                     if self.leader.holds():
                         consistent = False  # until every request of the pass is answered
@@ -197,6 +201,30 @@ class Dequeuer:
                 zone=self.zone,
             )
             raise LeadershipLost(f"dequeuer-{self.zone}")
+
+    async def _announce_zone(self) -> None:
+        """Say on the log that this zone is served, once the replay shows it was never said.
+
+        After the replay, so that a restart publishes nothing new (the log already says it).
+        """
+        if self.zone in self.engine.served_zones():
+            return
+        envelope = Envelope(
+            id=EventId(f"dequeuer:{self.zone}:served"),
+            time=to_utc(wall_ms()),
+            source=f"{SOURCE}/{self.zone}",
+            event=ZoneServed(zone=self.zone, replica=self._instance),
+        )
+        await self._publish(self.ctx.subjects.zone_served(self.zone), envelope)
+
+    async def _publish(self, subject: str, envelope: Envelope) -> None:
+        async def publish() -> object:
+            return await publish_envelope(self.ctx.js, subject, envelope)
+
+        # The same id on every attempt: an ack lost in a NATS restart is not a duplicate.
+        await retrying(
+            publish, f"announcing {envelope.id}", self.ctx.log, Backoff(0.05, 2.0), self.ctx.stop
+        )
 
     async def _halt_on_stop_or_loss(self, halt: asyncio.Event) -> None:
         stop = asyncio.ensure_future(self.ctx.stop.wait())
@@ -301,6 +329,8 @@ class Dequeuer:
             request_id=self._request_id(),
             zone=self.zone,
             reservations=[reservation_of(a) for a in admissions],
+            # What this pass saw: the ledger refuses a workload it saw end after that (R8).
+            log_seq=self.projection.applied_seq,
         )
         try:
             reply = await ask(self.ctx, self.ctx.subjects.ledger_reserve, request)
@@ -380,19 +410,7 @@ class Dequeuer:
                 source=f"{SOURCE}/{self.zone}",
                 event=decision,
             )
-            subject = subjects.decision(self.zone, action, namespace, name)
-
-            async def publish(subject: str = subject, envelope: Envelope = envelope) -> object:
-                return await publish_envelope(self.ctx.js, subject, envelope)
-
-            # The same id on every attempt: an ack lost in a NATS restart is not a duplicate.
-            await retrying(
-                publish,
-                f"announcing {envelope.id}",
-                self.ctx.log,
-                Backoff(0.05, 2.0),
-                self.ctx.stop,
-            )
+            await self._publish(subjects.decision(self.zone, action, namespace, name), envelope)
 
 
 async def main(ctx: ServiceContext) -> None:

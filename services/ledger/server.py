@@ -166,9 +166,12 @@ class RequestServer:
         request_ids = [
             str(_reserve(call).request_id) for call in group for _ in _reserve(call).reservations
         ]
+        views = [_reserve(call).log_seq for call in group for _ in _reserve(call).reservations]
         try:
             started = time.perf_counter()
-            results = await self._store.reserve(items, outbox=self._outbox, request_ids=request_ids)
+            results = await self._store.reserve(
+                items, outbox=self._outbox, request_ids=request_ids, views=views
+            )
             self._ctx.metrics.ledger_seconds.labels("reserve").observe(
                 time.perf_counter() - started
             )

@@ -42,6 +42,7 @@ from services.common.metrics import Sampler
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
+from services.common.tasks import cancel_tasks
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -90,9 +91,7 @@ class Preemptor:
         try:
             await self.ctx.stop.wait()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_tasks(tasks)
             await sampler.stop()
             await self.leader.close()
             await self.follower.stop()

@@ -375,6 +375,7 @@ QUOTA_TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees",
 QUEUES = Resource("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
+EVENTS = Resource("", "v1", "events", "Event")
 
 
 def container_defaults(limit_range: JsonObj) -> dict[str, str]:

@@ -30,7 +30,15 @@ from typing import Any
 
 from nats.js.api import PubAck
 
-from schemas import Envelope, QuotaNode, QuotaTreeDeleted, WorkloadKey, WorkloadRejected, Zone
+from schemas import (
+    Envelope,
+    FieldError,
+    QuotaNode,
+    QuotaTreeDeleted,
+    WorkloadKey,
+    WorkloadRejected,
+    Zone,
+)
 from services.common.runtime import ServiceContext
 from services.watcher.kinds import (
     LIMIT_RANGES,
@@ -95,6 +103,11 @@ class TreeObject:
     root: QuotaNode | None
     """None when the tree is invalid."""
     status: JsonObj
+    uid: str = ""
+    generation: int = 0
+    """``metadata.generation``: what ``status.conditions[].observedGeneration`` refers to."""
+    errors: list[FieldError] = field(default_factory=list)
+    """Why the tree is invalid (empty when it is valid)."""
 
 
 @dataclass
@@ -467,8 +480,15 @@ class QuotaTreeObserver(Observer):
         out = tree_event(obj, self.ctx.subjects)
         root = getattr(out.event, "root", None)
         status = obj.get("status")
+        generation = obj["metadata"].get("generation")
         self.cluster.trees[(who.namespace, who.name)] = TreeObject(
-            who.namespace, who.name, root, status if isinstance(status, dict) else {}
+            who.namespace,
+            who.name,
+            root,
+            status if isinstance(status, dict) else {},
+            uid=who.uid,
+            generation=generation if isinstance(generation, int) else 0,
+            errors=list(out.problems),
         )
         self.cluster.changed.set()
         log = self.log.bind(quota=f"{who.namespace}/{who.name}")

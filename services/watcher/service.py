@@ -18,6 +18,7 @@ from typing import Any
 
 from services.common.runtime import ServiceContext
 from services.common.settings import SettingsError
+from services.common.tasks import cancel_tasks
 from services.watcher.carry_out import DecisionRunner
 from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
 from services.watcher.logview import LogView, follow_log
@@ -127,12 +128,9 @@ class Watcher:
                 waiter.cancel()
 
     async def _cancel_all(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        results = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for task, result in zip(self._tasks, results, strict=True):
-            if isinstance(result, Exception):
-                self.ctx.log.error("task failed", task=task.get_name(), error=repr(result))
+        failures = await cancel_tasks(self._tasks)
+        for task, error in failures.items():
+            self.ctx.log.error("task failed", task=task.get_name(), error=repr(error))
         self._tasks.clear()
         self.ctx.log.info("watcher stopped")
 

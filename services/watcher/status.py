@@ -9,19 +9,26 @@ as kube-queue did: label ``create-by-kubequeue: "true"``, annotation
 ``backoff`` stays empty). Queues of leaves that vanished are deleted (only ours, by label). The
 ElasticQuotaTree whose spec is the tree in force gets ``status.used``: quota path -> resource ->
 quantity in Kubernetes notation, for every node of the tree, through the status subresource
-(or a plain merge patch when the CRD has none).
+(or a plain merge patch when the CRD has none). Every ElasticQuotaTree gets the condition
+``Accepted`` (metav1.Condition, with ``observedGeneration``): True once its spec is the tree in
+force, False with reason ``InvalidSpec`` and every field path and error when it is invalid (the
+previous tree stays in force); a tree newly found invalid also gets a ``Warning`` core/v1 Event,
+as ``kubectl describe`` shows it. A valid tree not yet in force keeps its condition until the
+log says so.
 What it must never do: write before the log has been replayed (an empty projection would delete
-every queue), touch Queue objects it did not create, or write when nothing changed.
+every queue), touch Queue objects it did not create, or write when nothing changed; decide
+whether a tree is valid (the translation did) or in force (the log says).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from datetime import UTC, datetime
 
 from schemas import QueueName, QuotaNode, QuotaPath
 from services.common.runtime import ServiceContext, wait_or_stop
-from services.watcher.kinds import NAMESPACES, QUEUES, QUOTA_TREES
+from services.watcher.kinds import EVENTS, NAMESPACES, QUEUES, QUOTA_TREES
 from services.watcher.logview import LogView
 from services.watcher.observe import ClusterView, TreeObject
 from services.watcher.options import WatcherOptions
@@ -41,6 +48,9 @@ QUEUE_NAMESPACE = "kube-queue"
 CREATED_BY_LABEL = "create-by-kubequeue"
 QUOTA_ANNOTATION = "kube-queue/quota-fullname"
 OURS = f"{CREATED_BY_LABEL}=true"
+ACCEPTED = "Accepted"
+INVALID_SPEC = "InvalidSpec"
+EVENT_COMPONENT = "usher-watcher"
 
 
 # --------------------------------------------------------------------------- what it should be
@@ -90,6 +100,82 @@ def tree_usage(tree: QuotaNode, used: dict[QuotaPath, dict[str, int]]) -> JsonOb
         path: {r: format_quantity(r, amount) for r, amount in sorted(used.get(path, {}).items())}
         for path, _, _ in iter_nodes(tree)
     }
+
+
+def accepted(tree: TreeObject, in_force: QuotaNode | None) -> tuple[bool, str, str] | None:
+    """``(status, reason, message)`` of the tree's ``Accepted`` condition; None while a valid
+    tree is not (yet) the one in force: the log has not said it, so nothing is claimed."""
+    if tree.root is None:
+        problems = "; ".join(f"{e.path}: {e.message}" for e in tree.errors)
+        return False, INVALID_SPEC, f"{problems}; the previous tree stays in force"
+    if tree.root == in_force:
+        return True, "Applied", "the tree is in force"
+    return None
+
+
+def with_condition(
+    conditions: object, kind: str, value: tuple[bool, str, str], generation: int, now: str
+) -> list[JsonObj]:
+    """``conditions`` with ``kind`` set; ``lastTransitionTime`` moves only when status does."""
+    given = [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
+    true, reason, message = value
+    status = "True" if true else "False"
+    before = next((c for c in given if c.get("type") == kind), None)
+    since = before.get("lastTransitionTime") if before and before.get("status") == status else None
+    condition = {
+        "type": kind,
+        "status": status,
+        "observedGeneration": generation,
+        "lastTransitionTime": since or now,
+        "reason": reason,
+        "message": message,
+    }
+    return [condition if c is before else c for c in given] if before else [*given, condition]
+
+
+def newly_rejected(before: object, after: list[JsonObj]) -> JsonObj | None:
+    """The ``Accepted=False`` condition of ``after`` when ``before`` did not already say it
+    for that generation (one Event per rejected generation, across restarts)."""
+    new = next((c for c in after if c.get("type") == ACCEPTED), None)
+    if new is None or new.get("status") != "False":
+        return None
+    old = [c for c in before if isinstance(c, dict)] if isinstance(before, list) else []
+    said = any(
+        c.get("type") == ACCEPTED
+        and c.get("status") == "False"
+        and c.get("observedGeneration") == new["observedGeneration"]
+        for c in old
+    )
+    return None if said else new
+
+
+def rejection_event(tree: TreeObject, condition: JsonObj, now: str) -> JsonObj:
+    """A core/v1 ``Warning`` Event about the tree, as a controller records one."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{tree.name}.", "namespace": tree.namespace},
+        "involvedObject": {
+            "apiVersion": QUOTA_TREES.api_version,
+            "kind": QUOTA_TREES.kind,
+            "namespace": tree.namespace,
+            "name": tree.name,
+            "uid": tree.uid,
+        },
+        "type": "Warning",
+        "reason": condition["reason"],
+        "message": condition["message"],
+        "source": {"component": EVENT_COMPONENT},
+        "reportingComponent": EVENT_COMPONENT,
+        "reportingInstance": EVENT_COMPONENT,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _owned_part(obj: JsonObj) -> JsonObj:
@@ -179,11 +265,9 @@ class StatusWriter:
             self._queues_missing = True
         else:
             self._queues_missing = False
-        if self.view.tree is not None:
-            usage = tree_usage(self.view.tree, engine.quota_used())
-            for tree in list(self.cluster.trees.values()):
-                if tree.root == self.view.tree:
-                    await self._write_tree_status(tree, usage)
+        usage = tree_usage(self.view.tree, engine.quota_used()) if self.view.tree else None
+        for tree in list(self.cluster.trees.values()):
+            await self._write_tree_status(tree, usage if tree.root == self.view.tree else None)
 
     # ------------------------------------------------------------------ queues
 
@@ -247,11 +331,23 @@ class StatusWriter:
 
     # ------------------------------------------------------------------ the tree
 
-    async def _write_tree_status(self, tree: TreeObject, usage: JsonObj) -> None:
-        patch = merge_diff(tree.status.get("used") or {}, usage)
-        if patch is None:
+    async def _write_tree_status(self, tree: TreeObject, usage: JsonObj | None) -> None:
+        """The tree's ``Accepted`` condition, and its usage when it is the tree in force."""
+        status: JsonObj = {}
+        used = merge_diff(tree.status.get("used") or {}, usage) if usage is not None else None
+        if used is not None:
+            status["used"] = used
+        condition = accepted(tree, self.view.tree)
+        conditions: list[JsonObj] = []
+        if condition is not None:
+            before = tree.status.get("conditions")
+            conditions = with_condition(before, ACCEPTED, condition, tree.generation, _now())
+            if conditions != before:
+                status["conditions"] = conditions
+        if not status:
             return
-        body = {"status": {"used": patch}}
+        rejected = newly_rejected(tree.status.get("conditions"), conditions)
+        body = {"status": status}
         try:
             written = await self._patch_tree_status(tree, body)
         except NotFound:
@@ -262,8 +358,19 @@ class StatusWriter:
             self.log.warning("tree status not written", quota=f"{tree.namespace}/{tree.name}",
                              error=type(exc).__name__, detail=exc.message)  # fmt: skip
             return
-        status = written.get("status")
-        tree.status = status if isinstance(status, dict) else {}
+        written_status = written.get("status")
+        tree.status = written_status if isinstance(written_status, dict) else {}
+        if rejected is not None:
+            await self._record_event(tree, rejected)
+
+    async def _record_event(self, tree: TreeObject, condition: JsonObj) -> None:
+        """Best effort, as a controller's event recorder: a lost Event loses no state (the
+        condition says it), so a refusal is logged and not retried."""
+        try:
+            await self.kube.create(EVENTS, tree.namespace, rejection_event(tree, condition, _now()))
+        except KubeError as exc:
+            self.log.warning("event not recorded", quota=f"{tree.namespace}/{tree.name}",
+                             error=type(exc).__name__, detail=exc.message)  # fmt: skip
 
     async def _patch_tree_status(self, tree: TreeObject, body: JsonObj) -> JsonObj:
         if not self._status_via_main:

@@ -274,7 +274,12 @@ def tree_event(obj: JsonObj, subjects: Subjects) -> Outgoing:
         event = QuotaTreeApplied(root=parse_tree(obj), resource_version=who.version)
     except TreeInvalid as invalid:
         problems = invalid.errors
-        event = QuotaTreeRejected(errors=invalid.errors, resource_version=who.version)
+        event = QuotaTreeRejected(
+            errors=invalid.errors,
+            resource_version=who.version,
+            namespace=who.namespace,
+            name=who.name,
+        )
     return Outgoing(subjects.quota, event_id(kind_id(QUOTA_TREES), who, event), event, problems)
 
 

@@ -978,3 +978,29 @@ async def test_upgrade_to_0003_counts_stopping_victims_and_downgrade_undoes_it(
     await upgrade_async(migrated_url)
     assert cpu(await store.usage()) == now
     assert now["root"] == 100 and now[LEAVES[2]] == 60
+
+
+async def test_a_workload_seen_ended_after_the_proposal_is_refused_not_granted_for_ever(
+    store: LedgerStore,
+) -> None:
+    """R8: a dequeuer that had not read a deletion yet proposes the deleted job; nothing
+    would ever release that grant. A job created again later under the name is granted."""
+    gone = Observation(seq=10, workload=WorkloadKey("ns/gone"), change="Deleted")
+    await store.apply_log("ledger", 10, [gone])
+    [stale] = await store.reserve([res("gone", LEAVES[0], 5)], views=[9])
+    assert not stale.granted and stale.reason is not None
+    assert (stale.reason.code, stale.reason.blocker) == ("StaleView", "ns/gone")
+    assert "log entry 10" in stale.reason.message and "entry 9" in stale.reason.message
+    assert await store.live_allocations() == []
+    # The same name again, proposed on a view that saw its new observation (after the end).
+    [again] = await store.reserve([res("gone", LEAVES[0], 5)], views=[12])
+    assert again.granted
+    await store.release(WorkloadKey("ns/gone"), "Finished")
+    # A preemptor that ended after the proposer's view gets no hold either.
+    await borrowed(store)
+    done = Observation(seq=20, workload=WorkloadKey("ns/p"), change="Finished")
+    await store.apply_log("ledger", 20, [done])
+    refused = await store.preempt(res("p", LEAVES[1], 20), [victim("c1", LEAVES[2])], log_seq=15)
+    assert not refused.granted and refused.reason is not None
+    assert refused.reason.code == "StaleView"
+    assert states(await store.live_allocations())["ns/c1"] == "admitted"

@@ -17,6 +17,7 @@ LEDGER_TABLES = {
     "outbox",
     "quota_nodes",
     "quota_usage",
+    "ended_workloads",
 }
 
 

@@ -28,6 +28,7 @@ from schemas import (
     WorkloadKey,
     WorkloadObserved,
     Zone,
+    ZoneServed,
 )
 from schemas.decisions import ReleaseCause
 from usher.core.config import EngineConfig, format_rate
@@ -269,6 +270,44 @@ def test_zones_filter_decides_only_its_zone_but_counts_others() -> None:
         Millis(2),
     )
     assert engine.quota_used()[A] == cpu(60)
+
+
+def test_a_zone_no_dequeuer_serves_is_named_and_decided_once_one_appears() -> None:
+    # Issue 14 item 2: an engine deciding for every zone (people's views) admitted a job of a
+    # zone nobody serves, so its reason said "fits now" while nothing would ever admit it.
+    engine = engine_with(
+        ZoneServed(zone=Zone("default")),
+        ZoneServed(zone=Zone("east")),
+        observed("a1", "zoned", 10, zone="zzz"),
+        observed("a1", "plain", 10, created=1),
+    )
+    decisions = engine.decide(Millis(1))
+    assert [d.workload for d in decisions] == ["a1/plain"]
+    for why in (engine.reason(key("a1/zoned")), engine.reason_now(key("a1/zoned"))):
+        assert why is not None and why.code == "ZoneNotServed"
+        assert "zone zzz" in why.message and "served zones: default, east" in why.message
+    assert engine.served_zones() == [Zone("default"), Zone("east")]
+    engine.apply(ZoneServed(zone=Zone("zzz")), Millis(2))
+    assert [d.workload for d in engine.decide(Millis(3))] == ["a1/zoned"]
+
+
+def test_served_zones_are_unknown_until_the_first_announcement() -> None:
+    # A log written before ZoneServed existed: no zone is called unserved.
+    engine = engine_with(observed("a1", "zoned", 10, zone="zzz"))
+    assert [d.workload for d in engine.decide(Millis(1))] == ["a1/zoned"]
+
+
+def test_a_dequeuer_serves_its_own_zone_before_its_announcement_is_read() -> None:
+    config = EngineConfig(zones=frozenset({Zone("z1")}))
+    engine = engine_with(
+        ZoneServed(zone=Zone("default")),
+        observed("a1", "mine", 10, zone="z1"),
+        observed("a1", "lost", 10, zone="z9", created=1),
+        config=config,
+    )
+    assert [d.workload for d in engine.decide(Millis(1))] == ["a1/mine"]
+    lost = engine.reason(key("a1/lost"))
+    assert lost is not None and lost.code == "ZoneNotServed"
 
 
 def test_finish_and_delete_release_at_once_in_scenarios() -> None:

@@ -14,6 +14,7 @@ from schemas import (
     Admitted,
     Envelope,
     EventId,
+    FieldError,
     Inadmissible,
     LogEvent,
     Millis,
@@ -31,7 +32,9 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadRejected,
     Zone,
+    ZoneServed,
 )
 from schemas.events import CLUSTER_EVENT_TYPES
 from usher.core import audit, explain, history, whatif
@@ -871,6 +874,68 @@ def test_explain_the_preemptor_shows_whom_it_preempted() -> None:
     )
     assert e.state == "Admitted" and e.reclaim is None
     assert [line.what for line in e.history] == ["observed", "preempts", "Admitted"]
+
+
+def _rejected(key: str) -> WorkloadRejected:
+    error = FieldError(
+        path="spec.template.spec.containers[0].resources.requests.cpu",
+        code="invalid-quantity",
+        message="quantity 'ten' is not Kubernetes notation",
+    )
+    return WorkloadRejected(workload=WorkloadKey(key), kind="batch/v1/Job", errors=[error])
+
+
+@pytest.mark.parametrize("observed_first", [False, True])
+def test_explain_a_rejected_job_that_still_exists_says_rejected(observed_first: bool) -> None:
+    # Issue 14 item 8: it said Deleted (the engine never queued it, or forgot nothing).
+    log = Log().tree()
+    if observed_first:
+        log.job(1, "user-a/bad", 10)
+    log.add(2, _rejected("user-a/bad"))
+    e = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-a/bad"), Millis(0))
+    assert e.state == "Rejected"
+    assert e.reason is not None and e.reason.code == "Rejected"
+    assert e.reason.message == (
+        "spec.template.spec.containers[0].resources.requests.cpu: quantity 'ten' is not "
+        "Kubernetes notation [invalid-quantity]"
+    )
+    assert e.queue is None and e.reclaim is None
+    assert [line.what for line in e.history][-1] == "rejected"
+    assert "user-a/bad  Rejected" in explain.render_explain_table(e)
+
+
+def test_explain_a_rejected_job_then_deleted_or_fixed() -> None:
+    log = (
+        Log()
+        .tree()
+        .add(1, _rejected("user-a/bad"))
+        .add(2, WorkloadDeleted(workload=WorkloadKey("user-a/bad")))
+    )
+    e = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-a/bad"), Millis(0))
+    assert e.state == "Deleted"
+    log.job(3, "user-a/bad", 10)
+    e = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-a/bad"), Millis(0))
+    assert e.state == "Pending" and e.queue is not None
+
+
+def test_explain_names_a_zone_no_dequeuer_serves() -> None:
+    log = Log().tree().add(0.5, ZoneServed(zone=Zone("default")))
+    log.add(
+        1,
+        WorkloadObserved(
+            workload=WorkloadKey("user-c/zoned"),
+            namespace="user-c",
+            name="zoned",
+            kind="batch/v1/Job",
+            zone=Zone("zzz"),
+            created_ms=Millis(BASE_MS + 1000),
+            pod_sets=[PodSet(name="main", count=1, requests={"cpu": CPU})],
+        ),
+    )
+    e = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-c/zoned"), Millis(0))
+    assert e.state == "Pending"
+    assert e.reason is not None and e.reason.code == "ZoneNotServed"
+    assert "(served zones: default)" in e.reason.message
 
 
 def test_explain_a_workload_that_may_reclaim_leaves_the_engine_unchanged() -> None:

@@ -41,6 +41,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     Zone,
+    ZoneServed,
 )
 from tests.core.test_engine_api import observed
 from tests.core.test_properties import CORE, Op, _leaves, _paths, configs, creates, trees
@@ -115,6 +116,7 @@ extra_steps = st.one_of(
     st.builds(Step, kind=st.just("node-removed"), a=st.integers(0, 2), zone=ZONES),
     st.builds(Step, kind=st.just("class"), a=st.integers(0, 1), b=st.integers(-2, 5)),
     st.builds(Step, kind=st.just("class-deleted"), a=st.integers(0, 1)),
+    st.builds(Step, kind=st.just("served"), zone=ZONES),
     st.builds(Step, kind=st.just("tree"), flag=st.booleans()),
     st.builds(Step, kind=st.just("tree-rejected")),
     st.builds(Step, kind=st.just("refuse"), a=small),
@@ -228,6 +230,8 @@ class World:
                 return list(engine.apply(removed, now))
             case "class":
                 return list(engine.apply(PriorityClassObserved(name=f"pc{op.a}", value=op.b), now))
+            case "served":
+                return list(engine.apply(ZoneServed(zone=Zone(op.zone)), now))
             case "class-deleted":
                 return list(engine.apply(PriorityClassDeleted(name=f"pc{op.a}"), now))
             case "tree":

@@ -195,6 +195,7 @@ EXPECTED_CLUSTER_RULES = [
     (("scheduling.k8s.io",), ("priorityclasses",), ["list", "watch"]),
     (("scheduling.sigs.k8s.io",), ("elasticquotatrees",), ["get", "list", "watch"]),
     (("scheduling.sigs.k8s.io",), ("elasticquotatrees/status",), ["patch"]),
+    (("",), ("events",), ["create"]),  # a Warning Event when a tree is rejected
 ]
 EXPECTED_QUEUE_RULES = [
     (("scheduling.x-k8s.io",), ("queues",), ["create", "get", "list", "patch", "delete"]),

@@ -12,6 +12,10 @@ What it must never do: trust the ``used`` column alone (it only shows the presen
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from datetime import datetime
 from fractions import Fraction
@@ -144,3 +148,17 @@ def story_checks(entries: list[tuple[int, str, Any]], jobs: set[str]) -> int:
     problems += [f"{key} still holds quota at the end" for key in sorted(live)]
     assert problems == [], problems[:10]
     return sum(preempted.values())
+
+
+async def assert_audit_clean(env: dict[str, str], prefix: str, database_url: str) -> None:
+    """``usher audit --quiescent`` over the whole log and the ledger exits 0."""
+    audit = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "usher.cli", "audit", "--nats", env["USHER_NATS_URL"],
+         "--prefix", prefix, "--database", database_url, "--quiescent"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ, "USHER_HOME": env["USHER_HOME"]},
+    )  # fmt: skip
+    assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-2000:]

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from fractions import Fraction
@@ -34,7 +32,12 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.conftest import Infra
-from tests.e2e.checks import assert_log_invariants, history_violations, story_checks
+from tests.e2e.checks import (
+    assert_audit_clean,
+    assert_log_invariants,
+    history_violations,
+    story_checks,
+)
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from usher.adapters.nats.subjects import Subjects
@@ -184,30 +187,6 @@ async def _ledger_is_drained(database_url: str) -> tuple[int, int]:
     return int(live or 0), int(unpublished or 0)
 
 
-async def _audit(procs: ServiceProcesses, subjects: Subjects, database_url: str) -> None:
-    audit = await asyncio.to_thread(
-        subprocess.run,
-        [
-            sys.executable,
-            "-m",
-            "usher.cli",
-            "audit",
-            "--nats",
-            procs.env["USHER_NATS_URL"],
-            "--prefix",
-            subjects.prefix,
-            "--database",
-            database_url,
-            "--quiescent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env={**os.environ, "USHER_HOME": procs.env["USHER_HOME"]},
-    )
-    assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-2000:]
-
-
 @pytest.fixture
 async def stack(
     infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str, tmp_path: Path
@@ -266,7 +245,7 @@ async def _run(
     await assert_log_invariants(js, subjects, EngineConfig())
     assert await history_violations(database_url, Fraction(1)) == []
     assert await _ledger_is_drained(database_url) == (0, 0)
-    await _audit(procs, subjects, database_url)
+    await assert_audit_clean(procs.env, subjects.prefix, database_url)
 
 
 SEEDS = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "20261124").split(",")]
@@ -274,22 +253,13 @@ SEEDS = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "20261124").sp
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("kill", [False, True], ids=["no-fault", "each-service-killed"])
 async def test_borrowing_tree_under_bursts_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
     js: JetStreamContext,
     migrated_url: str,
     seed: int,
+    kill: bool,
 ) -> None:
-    await _run(stack, subjects, js, migrated_url, count=300, seed=seed, kill=False)
-
-
-@pytest.mark.parametrize("seed", SEEDS)
-async def test_borrowing_tree_with_every_service_killed_once_ends_clean(
-    stack: tuple[ServiceProcesses, client.ApiClient],
-    subjects: Subjects,
-    js: JetStreamContext,
-    migrated_url: str,
-    seed: int,
-) -> None:
-    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + 1, kill=True)
+    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + kill, kill=kill)

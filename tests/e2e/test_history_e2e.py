@@ -164,7 +164,7 @@ async def _explain_the_victim(home: Path, live: list[str]) -> None:
     whats = [line["what"] for line in doc["history"]]
     assert "Preempted" in whats and "Released" in whats
     unknown = await usher(home, "explain", "user-b/nobody", *live)
-    assert unknown.returncode == 3 and "unknown workload" in unknown.stderr
+    assert unknown.returncode == 3 and "unknown job" in unknown.stderr
 
 
 async def test_log_import_into_another_installation(

@@ -13,10 +13,7 @@ jobs of 1-3 cpu, so borrowing and reclaim happen all the time:
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from fractions import Fraction
@@ -32,6 +29,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from tests.conftest import Infra
 from tests.e2e.checks import (
     admissions_per_workload,
+    assert_audit_clean,
     assert_log_invariants,
     history_violations,
     story_checks,
@@ -237,27 +235,7 @@ async def test_every_service_killed_once_on_a_borrowing_tree_ends_clean(
     await _wait_finished(api, count, procs, timeout_s=240)
     await _check_run(js, subjects, migrated_url, count)
     # The auditor's view of the same history: every decision justified, ledger == log.
-    audit = await asyncio.to_thread(
-        subprocess.run,
-        [
-            sys.executable,
-            "-m",
-            "usher.cli",
-            "audit",
-            "--nats",
-            procs.env["USHER_NATS_URL"],
-            "--prefix",
-            subjects.prefix,
-            "--database",
-            migrated_url,
-            "--quiescent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "USHER_HOME": procs.env["USHER_HOME"]},
-    )
-    assert audit.returncode == 0, audit.stdout + audit.stderr
+    await assert_audit_clean(procs.env, subjects.prefix, migrated_url)
 
 
 async def test_two_zone_dequeuers_racing_on_a_borrowing_tree_never_over_commit(

@@ -90,6 +90,7 @@ TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "Elas
 QUEUES = Resource("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue")
 CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+EVENTS = Resource("", "v1", "events", "Event")
 XGBOOSTJOBS = Resource("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob")
 PADDLEJOBS = Resource("kubeflow.org", "v1", "paddlejobs", "PaddleJob")
 MXJOBS = Resource("kubeflow.org", "v1", "mxjobs", "MXJob")
@@ -651,6 +652,65 @@ async def test_invalid_tree_is_rejected_with_its_errors(h: Harness) -> None:
     messages = " ".join(f"{e.path} {e.message}" for e in rejected.errors)
     assert "Department-a" in messages and "cpu" in messages
     assert rejected.resource_version
+
+
+def _accepted(obj: JsonObj) -> JsonObj | None:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Accepted"), None)
+
+
+async def test_tree_status_says_accepted_or_why_not_and_a_rejection_is_an_event(
+    h: Harness,
+) -> None:
+    """Item 3 of issue 14: a bad tree applied with kubectl is no longer silently ignored."""
+    await h.kube.create(TREES, "kube-system", tree())
+
+    def condition(status: str, generation: int) -> Callable[[], Awaitable[JsonObj | None]]:
+        async def check() -> JsonObj | None:
+            found = _accepted(await h.kube.get(TREES, "kube-system", "elasticquotatree"))
+            ok = found and (found["status"], found["observedGeneration"]) == (status, generation)
+            return found if ok else None
+
+        return check
+
+    async def warnings() -> list[JsonObj]:
+        listed = await h.kube.list(EVENTS, namespace="kube-system")
+        return [e for e in listed.items if e["involvedObject"]["name"] == "elasticquotatree"]
+
+    async with h.watcher():
+        applied = await h.eventually(condition("True", 1))
+        assert (applied["reason"], applied["message"]) == ("Applied", "the tree is in force")
+        current = await h.kube.get(TREES, "kube-system", "elasticquotatree")
+        await h.kube.merge_patch(
+            TREES, "kube-system", "elasticquotatree", {"spec": tree(a_min="50")["spec"]}
+        )
+        [(_, rejected)] = await h.logged(QuotaTreeRejected)
+        assert (rejected.namespace, rejected.name) == ("kube-system", "elasticquotatree")
+        refused = await h.eventually(condition("False", 2))
+        assert refused["reason"] == "InvalidSpec"
+        assert "spec.root.children[0](Department-a).min.cpu: min 50 > max 40" in refused["message"]
+        assert refused["message"].endswith("the previous tree stays in force")
+        assert refused["lastTransitionTime"] >= applied["lastTransitionTime"]
+        [event] = await h.eventually(warnings)
+        assert (event["type"], event["reason"], event["message"]) == (
+            "Warning", "InvalidSpec", refused["message"]
+        )  # fmt: skip
+        assert event["involvedObject"]["uid"] == current["metadata"]["uid"]
+        assert event["involvedObject"]["kind"] == "ElasticQuotaTree"
+        # A label is not the spec: same generation, same condition, no second event.
+        await h.kube.merge_patch(
+            TREES, "kube-system", "elasticquotatree", {"metadata": {"labels": {"team": "x"}}}
+        )
+        labelled = await h.kube.get(TREES, "kube-system", "elasticquotatree")
+        assert labelled["metadata"]["generation"] == 2
+        await asyncio.sleep(0.5)
+    async with h.watcher():  # a restart says nothing twice
+        await h.eventually(condition("False", 2))
+        await asyncio.sleep(0.5)
+        assert len(await warnings()) == 1
+        # Fixed, the tree is in force again and the condition says so for generation 3.
+        await h.kube.merge_patch(TREES, "kube-system", "elasticquotatree", {"spec": tree()["spec"]})
+        await h.eventually(condition("True", 3))
 
 
 async def test_finished_job_is_reported_once(h: Harness) -> None:

@@ -15,23 +15,28 @@ import re
 import signal
 import sys
 import threading
-from fractions import Fraction
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 import msgspec
 
-from usher.adapters.embedded.stack_file import read_stack_info, usher_home
+from usher.adapters.embedded.processes import ServerStartError, pid_alive
+from usher.adapters.embedded.stack_file import home_problem, read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
 from usher.client.errors import BadInput
 from usher.core.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK = 0
 EXIT_DIFFERENCES = 1
 EXIT_USAGE = 2
 EXIT_BAD_INPUT = 3
 EXIT_UNAVAILABLE = 4
+EXIT_INTERRUPTED = 130
+"""Ctrl-C: stopped on the user's request (128 + SIGINT, as shells report it)."""
 
 
 def import_nats_without_websockets(nats_url: str | None) -> None:
@@ -59,9 +64,40 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def _check_home(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """``--home``: a folder, or a path where one can be made (one line and exit 2 if not)."""
+    if value is not None and (problem := home_problem(value)) is not None:
+        fail(f"--home: {problem}", EXIT_USAGE)
+    return value
+
+
+def home_option(
+    help_text: str = "Data folder (default $USHER_HOME or ~/.usher).",
+) -> Callable[[F], F]:
+    """The ``--home`` option every command that finds the stack takes."""
+    return click.option(
+        "--home",
+        type=click.Path(path_type=Path),
+        default=None,
+        callback=_check_home,
+        help=help_text,
+    )
+
+
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "usher.cli.people": ("apply", "submit", "wait", "jobs", "queues", "queue", "quota"),
+    "usher.cli.people": (
+        "apply",
+        "submit",
+        "wait",
+        "delete",
+        "cancel",
+        "jobs",
+        "queues",
+        "queue",
+        "quota",
+    ),
     "usher.cli.history": ("replay", "audit", "what-if", "explain", "log"),
+    "usher.cli.stack": ("status", "down"),
 }
 """Where the commands not defined here live; a module is imported only when one of its
 commands runs (or for ``--help``), so ``usher --version`` and ``usher jobs`` skip the others'
@@ -88,15 +124,12 @@ class LazyCommands(click.Group):
 @click.version_option(package_name="usher")
 def cli() -> None:
     """Usher: an event-sourced, multi-tenant job queue for Kubernetes batch work."""
+    if os.environ.get("USHER_HOME") and (problem := home_problem(usher_home())) is not None:
+        fail(f"USHER_HOME: {problem}", EXIT_USAGE)
 
 
 @cli.command()
-@click.option(
-    "--home",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Data folder (default $USHER_HOME or ~/.usher).",
-)
+@home_option()
 @click.option("--no-demo", is_flag=True, help="Start empty: no seed tree, no demo jobs.")
 @click.option(
     "--zones",
@@ -163,7 +196,6 @@ def up(
     """
     import asyncio
 
-    from usher.adapters.embedded.processes import ServerStartError
     from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
     from usher.cli.live import run_up
 
@@ -177,10 +209,10 @@ def up(
                 f"--zones: {zone!r} is not a valid zone name (letters, digits, '-', '_', '.')",
                 EXIT_USAGE,
             )
-    try:
-        Fraction(oversell_rate)
-    except (ValueError, ZeroDivisionError):
-        fail(f"--oversell-rate: not a number: {oversell_rate!r}", EXIT_USAGE)
+    if interval_s <= 0:
+        fail(f"--interval: must be positive, got {interval_s:g}", EXIT_USAGE)
+    if min_runtime_s < 0:
+        fail(f"--min-runtime: must be 0 or more seconds, got {min_runtime_s:g}", EXIT_USAGE)
     _refuse_second_start(home)
     options = SystemOptions(
         zones=zone_list,
@@ -190,20 +222,19 @@ def up(
         min_runtime_s=min_runtime_s,
         durable=durable,
     )
-    system = EmbeddedSystem(home, options)
-    stopping = threading.Event()
-
-    def request_stop(signum: int, _frame: Any) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGINT, request_stop)
-    signal.signal(signal.SIGTERM, request_stop)
+    _check_service_settings(home, options)
+    system = EmbeddedSystem(home, options, up_pid=os.getpid())
+    stop = _UpStop()
+    stop.install(raising=True)  # while starting, a signal unwinds the start (which cleans up)
     click.echo(f"Starting Usher in {home} ...")
     try:
         info = system.start()
     except ServerStartError as exc:
-        fail(f"{exc.name} did not start: {exc.reason} (logs in {home / 'logs'})", EXIT_UNAVAILABLE)
-        return
+        fail(_start_failure(exc, home), EXIT_UNAVAILABLE)
+    except KeyboardInterrupt:
+        click.echo("Stopped before it was up.")
+        sys.exit(stop.exit_code())
+    stop.install(raising=False)
     click.echo(f"Usher is up (data in {info.home})")
     sync = "fsync before every ack" if info.durable else "default fsync interval"
     click.echo(f"  NATS JetStream  {redact_url(info.nats_url)} ({sync})")
@@ -211,16 +242,16 @@ def up(
     click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
     click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
     click.echo(f"  stack file      {home / 'stack.json'}")
-    click.echo("Press Ctrl-C to stop.")
+    click.echo("Press Ctrl-C to stop (or run `usher down`).")
     sys.stdout.flush()
     reason: str | None = None
     try:
-        if not stopping.is_set():
+        if not stop.requested.is_set():
             reason = asyncio.run(
                 run_up(
                     system,
                     info,
-                    stopping,
+                    stop.requested,
                     demo=not no_demo,
                     seed=seed,
                     plain=plain or not sys.stdout.isatty(),
@@ -228,12 +259,86 @@ def up(
                 )
             )
     finally:
-        signal.signal(signal.SIGINT, request_stop)  # a second Ctrl-C must not cut the stop
+        stop.install(raising=False)  # a second Ctrl-C must not cut the stop
         click.echo("Stopping: services, emulator, PostgreSQL, NATS ...")
         system.stop()
         click.echo("Stopped.")
     if reason is not None:
         fail(reason, EXIT_UNAVAILABLE)
+    sys.exit(stop.exit_code())
+
+
+class _UpStop:
+    """How ``usher up`` reacts to Ctrl-C and SIGTERM: a clean stop, then exit 130 for Ctrl-C
+    (0 for SIGTERM, which is how ``usher down`` asks)."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.signals: list[int] = []
+
+    def install(self, *, raising: bool) -> None:
+        """``raising``: the first signal raises ``KeyboardInterrupt`` (to unwind a start)."""
+        handler = self._raise if raising else self._note
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGTERM, handler)
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        self.signals.append(signum)
+        self.requested.set()
+
+    def _raise(self, signum: int, frame: Any) -> None:
+        self._note(signum, frame)
+        self.install(raising=False)  # only once: the clean-up that follows must finish
+        raise KeyboardInterrupt
+
+    def exit_code(self) -> int:
+        return EXIT_INTERRUPTED if signal.SIGINT in self.signals else EXIT_OK
+
+
+def _check_service_settings(home: Path, options: Any) -> None:
+    """Resolve every setting the services will resolve (same values, same environment)
+    before anything starts: a bad one is one line and exit 2, with nothing started."""
+    from services.common.settings import SettingsError, load_settings
+
+    try:
+        load_settings(
+            nats_url="nats://127.0.0.1:4222",  # a placeholder: every service gets its own
+            home=home,
+            policy=options.policy,
+            oversell_rate=options.oversell_rate,
+            within_quota=options.within_quota,
+            min_runtime_s=options.min_runtime_s,
+            settle_ms=options.settle_ms,
+        )
+    except SettingsError as exc:
+        name = (
+            f"--{exc.name}" if exc.name in ("oversell-rate", "policy", "within-quota") else exc.name
+        )
+        fail(f"{name}: {exc.detail}", EXIT_USAGE)
+    except ValueError as exc:  # a USHER_* variable that is not a number
+        fail(f"settings: {exc}", EXIT_USAGE)
+
+
+def _start_failure(exc: ServerStartError, home: Path) -> str:
+    """``<name> did not start: <reason>: <its last error line> (logs in ...)``."""
+    last = last_error_line(exc.log)
+    said = f": {last}" if last else ""
+    return f"{exc.name} did not start: {exc.reason}{said} (logs in {home / 'logs'})"
+
+
+def last_error_line(log: str) -> str | None:
+    """The last thing a process said before it died: its last error event (JSON logs), else
+    its last non-empty line (a one-line failure, or a traceback's exception line)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        try:
+            event = msgspec.json.decode(line)
+        except msgspec.DecodeError:
+            continue
+        if isinstance(event, dict) and event.get("level") in ("error", "critical"):
+            details = [f"{k}={v}" for k, v in event.items() if k in ("error", "detail", "reason")]
+            return " ".join([str(event.get("event", "")), *details]).strip()
+    return lines[-1] if lines else None
 
 
 @cli.command("streams")
@@ -249,7 +354,7 @@ def up(
     default=None,
     help="Replicas of the log and DLQ (default: $USHER_STREAM_REPLICAS, else 1).",
 )
-@click.option("--home", type=click.Path(path_type=Path), default=None, help="Data folder.")
+@home_option()
 def streams_command(
     nats_url: str | None, prefix: str | None, replicas: str | None, home: Path | None
 ) -> None:
@@ -295,8 +400,6 @@ _ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 
 def _refuse_second_start(home: Path) -> None:
     """One system per home: refuse while another ``usher up`` runs there; forget a stale file."""
-    from usher.adapters.embedded.processes import pid_alive
-
     try:
         info = read_stack_info(home)
     except FileNotFoundError:
@@ -476,5 +579,14 @@ def run(
 
 
 def main() -> None:
-    """Console entry point."""
-    cli()
+    """Console entry point: click's own failures are one line too (no usage block)."""
+    try:
+        code = cli.main(prog_name="usher", standalone_mode=False)
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "usher"
+        fail(f"{exc.format_message()} (see {where} --help)", EXIT_USAGE)
+    except click.ClickException as exc:
+        fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        fail("interrupted", EXIT_INTERRUPTED)
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -1,5 +1,5 @@
 """``python -m usher.cli``: the same command line as the ``usher`` console script."""
 
-from usher.cli import main
+from usher.entry import main
 
 main()

@@ -16,6 +16,7 @@ print a traceback for an expected failure.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 
 import click
 import msgspec
+import yaml
 
 from schemas import Millis, WorkloadKey
 from services.common.settings import ServiceSettings, SettingsError, load_settings, parse_rate
@@ -49,6 +51,7 @@ from usher.cli import (
     EXIT_USAGE,
     cli,
     fail,
+    home_option,
     load_yaml_file,
     report_input_error,
 )
@@ -65,10 +68,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 OUTPUT = click.option(
     "-o",
     "--output",
-    type=click.Choice(["table", "json"]),
+    type=click.Choice(["table", "json", "yaml"]),
     default="table",
     show_default=True,
-    help="Table for people, JSON for scripts.",
+    help="table for people, json or yaml for scripts.",
 )
 
 
@@ -85,6 +88,7 @@ def _source(command: F) -> F:
             ),
             click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL)."),
             click.option("--prefix", default=None, help="Subject prefix of the installation."),
+            home_option("Folder of the running `usher up` (default $USHER_HOME)."),
         )
     ):
         command = option(command)
@@ -109,10 +113,10 @@ def _engine(command: F) -> F:
     return command
 
 
-def _stack_admin_url() -> str | None:
+def _stack_admin_url(home: Path | None) -> str | None:
     """The running ``usher up``'s admin URL (``stack.json``), if any."""
     try:
-        return read_stack_info(usher_home()).admin_nats_url or None
+        return read_stack_info(home or usher_home()).admin_nats_url or None
     except (FileNotFoundError, msgspec.DecodeError):
         return None
 
@@ -131,6 +135,7 @@ def _settings(
     live: bool,
     nats_url: str | None,
     prefix: str | None,
+    home: Path | None = None,
     database_url: str | None = None,
     policy: str | None = None,
     oversell_rate: str | None = None,
@@ -147,6 +152,7 @@ def _settings(
             oversell_rate=oversell_rate,
             within_quota=within_quota,
             min_runtime_s=min_runtime_s,
+            home=home,
         )
     except SettingsError as exc:
         if exc.name == "nats":
@@ -215,6 +221,16 @@ def _print(text: str) -> None:
     click.echo(text, nl=False)
 
 
+def _show(output: str, as_json: Callable[[], str], as_table: Callable[[], str]) -> None:
+    """The table, the JSON, or the same JSON as YAML (one vocabulary for both)."""
+    if output == "table":
+        _print(as_table())
+    elif output == "json":
+        _print(as_json())
+    else:
+        _print(yaml.safe_dump(json.loads(as_json()), sort_keys=False))
+
+
 # ---------------------------------------------------------------------------- replay
 
 
@@ -242,7 +258,7 @@ def replay_command(
         until_ms=_when("--until", until, log.history),
         until_seq=until_seq,
     )
-    _print(hist.render_replay_json(state) if output == "json" else hist.render_replay_table(state))
+    _show(output, lambda: hist.render_replay_json(state), lambda: hist.render_replay_table(state))
 
 
 # ---------------------------------------------------------------------------- audit
@@ -303,8 +319,11 @@ def audit_command(
         ledger=ledger,
         quiescent=quiescent,
     )
-    text = auditing.render_audit_json(report) if output == "json" else None
-    _print(text or auditing.render_audit_table(report))
+    _show(
+        output,
+        lambda: auditing.render_audit_json(report),
+        lambda: auditing.render_audit_table(report),
+    )
     if report.findings:
         sys.exit(EXIT_DIFFERENCES)
 
@@ -394,6 +413,7 @@ def what_if_command(
     log_file: Path | None,
     nats_url: str | None,
     prefix: str | None,
+    home: Path | None,
 ) -> None:
     """Replay the recorded inputs with other settings and compare with the baseline.
 
@@ -419,7 +439,7 @@ def what_if_command(
         min_runtime_s if min_runtime_s is not None else baseline_min_runtime,
     )
     alternative = _tree(tree) if tree is not None else whatif.Variant(config=changed)
-    log = _load(log_file, nats_url=nats_url, prefix=prefix)
+    log = _load(log_file, nats_url=nats_url, prefix=prefix, home=home)
     spec = whatif.WhatIfSpec(
         baseline=whatif.Variant(config=base),
         changed=replace(alternative, config=changed),
@@ -429,8 +449,11 @@ def what_if_command(
         limit=limit,
     )
     report = whatif.what_if(log.history, spec)
-    json_out = output == "json"
-    _print(whatif.render_whatif_json(report) if json_out else whatif.render_whatif_table(report))
+    _show(
+        output,
+        lambda: whatif.render_whatif_json(report),
+        lambda: whatif.render_whatif_table(report),
+    )
 
 
 # ---------------------------------------------------------------------------- explain
@@ -458,9 +481,12 @@ def explain_command(workload: str, output: str, log_file: Path | None, **options
             log.history, _config(log.settings), WorkloadKey(workload), now
         )
     except explaining.UnknownWorkload as exc:
-        fail(f"unknown workload {exc.workload}: it does not appear on the log", EXIT_BAD_INPUT)
-    text = explaining.render_explain_json(explanation) if output == "json" else None
-    _print(text or explaining.render_explain_table(explanation))
+        fail(f"unknown job {exc.workload}: it does not appear on the log", EXIT_BAD_INPUT)
+    _show(
+        output,
+        lambda: explaining.render_explain_json(explanation),
+        lambda: explaining.render_explain_table(explanation),
+    )
 
 
 # ---------------------------------------------------------------------------- log export/import
@@ -475,9 +501,10 @@ def log_group() -> None:
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--nats", "nats_url", default=None, help="NATS URL ($USHER_NATS_URL).")
 @click.option("--prefix", default=None, help="Subject prefix of the installation.")
-def export_command(file: Path, nats_url: str | None, prefix: str | None) -> None:
+@home_option("Folder of the running `usher up` (default $USHER_HOME).")
+def export_command(file: Path, nats_url: str | None, prefix: str | None, home: Path | None) -> None:
     """Write every log entry (seq, subject, stored time, envelope) to FILE, a JSON line each."""
-    settings = _settings(live=True, nats_url=nats_url, prefix=prefix)
+    settings = _settings(live=True, nats_url=nats_url, prefix=prefix, home=home)
     subjects = Subjects(settings.prefix)
     try:
         header = asyncio.run(export_log(settings.nats_url, subjects, file))
@@ -503,13 +530,16 @@ def export_command(file: Path, nats_url: str | None, prefix: str | None) -> None
     help="The admin's NATS URL ($USHER_ADMIN_NATS_URL; else the running stack's admin).",
 )
 @click.option("--prefix", default=None, help="Subject prefix of the installation.")
-def import_command(file: Path, force: bool, nats_url: str | None, prefix: str | None) -> None:
+@home_option("Folder of the running `usher up` (default $USHER_HOME).")
+def import_command(
+    file: Path, force: bool, nats_url: str | None, prefix: str | None, home: Path | None
+) -> None:
     """Publish FILE's entries into the log, in order, keeping each id as Nats-Msg-Id.
 
     Writing the log (and creating its streams) is the admin identity's right only.
     """
-    admin = nats_url or os.environ.get("USHER_ADMIN_NATS_URL") or _stack_admin_url()
-    settings = _settings(live=True, nats_url=admin, prefix=prefix)
+    admin = nats_url or os.environ.get("USHER_ADMIN_NATS_URL") or _stack_admin_url(home)
+    settings = _settings(live=True, nats_url=admin, prefix=prefix, home=home)
     subjects = Subjects(settings.prefix)
     try:
         result = asyncio.run(import_log(settings.nats_url, subjects, file, force=force))

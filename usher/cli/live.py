@@ -124,8 +124,8 @@ def render(view: StateView, header: str, notes: list[str]) -> RenderableType:
     top.append(f"\n{summary_line(view)}", style="")
     for note in notes[-3:]:
         top.append(f"\n{note}", style="yellow")
-    if view.tree_rejected:
-        top.append(f"\nquota tree rejected: {view.tree_rejected[0]}", style="red")
+    if view.tree_rejection is not None:
+        top.append(f"\n{view.tree_rejection.describe()}", style="red")
     if view.tree_deleted is not None:
         top.append(f"\n{view.tree_deleted.describe()}", style="yellow")
     for head in view.skipped_heads:
@@ -320,6 +320,7 @@ class LiveView:
         for queue in view.queues:
             lines.extend(queue_lines(queue))
         lines.extend(quota_line(node) for node in view.quota)
+        lines.extend(view.tree_notes())
         lines.extend(head.describe() for head in view.skipped_heads)
         print("\n".join(lines), flush=True)
 

@@ -31,10 +31,12 @@ from usher.cli import (
     EXIT_USAGE,
     cli,
     fail,
+    home_option,
     import_nats_without_websockets,
 )
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
+from usher.client.timing import UNKNOWN_GRACE_S
 
 if TYPE_CHECKING:
     # Imported where used (``_client``): a command's start-up is what it imports.
@@ -57,12 +59,7 @@ def target_options(command: F) -> F:
     """``--home``, ``--kubeconfig``, ``--nats``, ``--prefix``: which Usher to talk to."""
     for option in reversed(
         (
-            click.option(
-                "--home",
-                type=click.Path(path_type=Path),
-                default=None,
-                help="Folder of the running `usher up` (default $USHER_HOME).",
-            ),
+            home_option("Folder of the running `usher up` (default $USHER_HOME)."),
             click.option(
                 "--kubeconfig",
                 default=None,
@@ -250,7 +247,7 @@ def _finish_wait(job: JobInfo, until: str) -> None:
     fail(f"job {job.job} {what}", EXIT_JOB_FAILED)
 
 
-@cli.command(context_settings={"allow_interspersed_args": False})
+@cli.command()
 @click.argument("args", nargs=-1)
 @click.option("--name", default=None, help="Job name (default: generated from the image).")
 @click.option("-n", "--namespace", default="default", show_default=True)
@@ -267,6 +264,11 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 )
 @click.option("--priority-class", default=None)
 @click.option("--zone", default=None, help="Label usher.io/zone (default: zone default).")
+@click.option(
+    "--any-zone",
+    is_flag=True,
+    help="Accept a zone no dequeuer serves yet (the job waits ZoneNotServed until one does).",
+)
 @click.option(
     "--duration",
     type=float,
@@ -288,6 +290,7 @@ def submit(
     replicas: int,
     priority_class: str | None,
     zone: str | None,
+    any_zone: bool,
     duration: float | None,
     labels: tuple[str, ...],
     wait: bool,
@@ -329,18 +332,19 @@ def submit(
                     duration=duration,
                     command=args,
                     labels=label_map,
+                    check_zone=not any_zone,
                 )
             ]
         else:
             submitted = [
-                await client.submit_manifest(m, source=args[0], index=i)
+                await client.submit_manifest(m, source=args[0], index=i, check_zone=not any_zone)
                 for i, m in enumerate(manifests, start=1)
             ]
         for item in submitted:
             click.echo(f"{item.label} created")
         if wait:
             for item in submitted:
-                final = await client.wait(item.job, timeout_s=timeout, on_change=_show_progress)
+                final = await client.wait(item.job, timeout=timeout, on_change=_show_progress)
                 _finish_wait(final, "done")
 
     run(options, work)
@@ -383,18 +387,55 @@ def _workload_documents(path: Path) -> list[dict[str, Any]]:
     help="Until the job finishes, or until it is admitted.",
 )
 @click.option("--timeout", type=float, default=None, help="Seconds to wait at most.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=UNKNOWN_GRACE_S,
+    show_default=True,
+    help="Seconds to wait for a job Usher has not seen yet before saying it is unknown (exit 3).",
+)
 @target_options
 def wait_command(
-    job: str, namespace: str | None, until: str, timeout: float | None, **options: Any
+    job: str,
+    namespace: str | None,
+    until: str,
+    timeout: float | None,
+    grace: float,
+    **options: Any,
 ) -> None:
     """Follow JOB (namespace/name) and exit 0 when it succeeded (or was admitted)."""
 
     async def work(client: AsyncClient) -> JobInfo:
         return await client.wait(
-            job, namespace, until=until, timeout_s=timeout, on_change=_show_progress
+            job,
+            namespace,
+            until=until,
+            timeout=timeout,
+            on_change=_show_progress,
+            grace=grace,
         )
 
     _finish_wait(run(options, work), until)
+
+
+@click.command("delete")
+@click.argument("job", metavar="NS/NAME")
+@click.option("-n", "--namespace", default=None, help="When JOB is a bare name.")
+@click.option(
+    "--kind", default=None, help="Job, TFJob, PyTorchJob... (only when two kinds share NAME)."
+)
+@target_options
+def delete_command(job: str, namespace: str | None, kind: str | None, **options: Any) -> None:
+    """Delete (cancel) a job of any kind Usher admits; Usher releases its quota.
+
+    Like kubectl delete: a pending job leaves its queue, a running one stops.
+    """
+    deleted = run(options, lambda client: client.delete(job, namespace, kind=kind))
+    click.echo(f"{deleted.label} deleted")
+
+
+cli.add_command(delete_command)
+cli.add_command(delete_command, "cancel")
 
 
 # --------------------------------------------------------------------------- reading
@@ -429,7 +470,8 @@ def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options:
 
     def table() -> str:
         if not found:
-            return f"No jobs{f' in namespace {namespace}' if namespace else ''}."
+            which = f"{' or '.join(states)} jobs" if states else "jobs"
+            return f"No {which}{f' in namespace {namespace}' if namespace else ''}."
         rows = [
             [
                 j.namespace,
@@ -515,14 +557,17 @@ def quota(output: str, **options: Any) -> None:
     """The quota tree in force: used / min / max of every node and resource."""
     view: StateView = run(options, lambda client: client.view())
     found: list[QuotaInfo] = view.quota
-    deleted = view.tree_deleted.describe() if view.tree_deleted is not None else None
-    if deleted is not None and output != "table":
-        click.echo(f"usher: {deleted}", err=True)  # stdout stays the documented list
+    notes = [
+        event.describe() for event in (view.tree_rejection, view.tree_deleted) if event is not None
+    ]
+    if output != "table":
+        for note in notes:
+            click.echo(f"usher: {note}", err=True)  # stdout stays the documented list
 
     def table() -> str:
         if not found:
-            return "No quota tree is in force (usher apply -f a tree)."
-        note = [deleted] if deleted is not None else []
+            return "\n".join([*notes, "No quota tree is in force (usher apply -f a tree)."])
+        note = notes
         resources: list[str] = []
         for node in found:
             resources.extend(r for r in node.max if r not in resources)

@@ -17,9 +17,10 @@ What it must never do: decide anything or publish on the log (it is a client lik
 from typing import TYPE_CHECKING, Any
 
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
+from usher.client.timing import UNKNOWN_GRACE_S
 
 if TYPE_CHECKING:
-    from usher.client.client import Applied, AsyncClient, Client, Submitted
+    from usher.client.client import Applied, AsyncClient, Client, Deleted, Submitted
     from usher.client.manifests import JobRequest, job_manifest
     from usher.client.state import (
         DecisionInfo,
@@ -30,11 +31,18 @@ if TYPE_CHECKING:
         QuotaInfo,
         StateView,
         TreeDeletion,
+        TreeRejection,
     )
     from usher.client.target import Target, resolve_target, target_of_stack
 
 _LAZY = {
-    "usher.client.client": ("Applied", "AsyncClient", "Client", "Submitted"),
+    "usher.client.client": (
+        "Applied",
+        "AsyncClient",
+        "Client",
+        "Deleted",
+        "Submitted",
+    ),
     "usher.client.manifests": ("JobRequest", "job_manifest"),
     "usher.client.state": (
         "DecisionInfo",
@@ -45,6 +53,7 @@ _LAZY = {
         "QuotaInfo",
         "StateView",
         "TreeDeletion",
+        "TreeRejection",
     ),
     "usher.client.target": ("Target", "resolve_target", "target_of_stack"),
 }
@@ -62,12 +71,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "UNKNOWN_GRACE_S",
     "Applied",
     "AsyncClient",
     "BadInput",
     "Client",
     "ClientError",
     "DecisionInfo",
+    "Deleted",
     "JobInfo",
     "JobRequest",
     "LogState",
@@ -81,6 +92,7 @@ __all__ = [
     "Submitted",
     "Target",
     "TreeDeletion",
+    "TreeRejection",
     "WaitTimeout",
     "job_manifest",
     "resolve_target",

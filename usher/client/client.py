@@ -67,6 +67,8 @@ from usher.client.state import (
     read_state,
 )
 from usher.client.target import Target, resolve_target
+from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.workload import ZONE_LABEL
 
 if TYPE_CHECKING:
     # Imported where it is used: kubernetes_asyncio is a quarter of a second that reading the
@@ -74,8 +76,6 @@ if TYPE_CHECKING:
     from usher.adapters.kube.client import KubeClient
 
 T = TypeVar("T")
-REASON_EVERY_S = 1.0
-"""A waiting job's reason is recomputed (a trial pass on a copy) at most this often."""
 
 
 class Submitted(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,6 +86,14 @@ class Submitted(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     label: str
     """kubectl's name for it: ``job.batch/pi-8k5pn``."""
+
+
+class Deleted(msgspec.Struct, frozen=True, kw_only=True):
+    """A job the Kubernetes API deleted (Usher releases its quota when the log says so)."""
+
+    job: str
+    kind: str
+    label: str
 
 
 class Applied(msgspec.Struct, frozen=True, kw_only=True):
@@ -284,12 +292,14 @@ class AsyncClient:
         command: Iterable[str] = (),
         labels: dict[str, str] | None = None,
         check_namespace: bool = True,
+        check_zone: bool = True,
     ) -> Submitted:
         """Create a suspended batch/v1 Job of ``replicas`` identical pods; Usher admits it.
 
         ``duration`` (seconds) sets ``usher.io/sim-duration`` for the emulator's kubelet.
         With ``check_namespace`` a namespace that no leaf of the quota tree takes is refused
-        (``BadInput``) instead of waiting ``Unmapped``.
+        (``BadInput``) instead of waiting ``Unmapped``; with ``check_zone`` a ``zone`` no
+        dequeuer serves is refused instead of waiting ``ZoneNotServed``.
         """
         request = JobRequest(
             namespace=namespace,
@@ -306,8 +316,9 @@ class AsyncClient:
             labels=dict(labels or {}),
         )
         manifest = job_manifest(request)
-        if check_namespace:
-            await self._check_namespace(namespace)
+        await self._check_target(
+            namespace if check_namespace else None, zone if check_zone else None
+        )
         return await self._create(manifest, JOB)
 
     async def submit_manifest(
@@ -315,10 +326,14 @@ class AsyncClient:
         manifest: JsonObj,
         *,
         check_namespace: bool = True,
+        check_zone: bool = True,
         source: str = "manifest",
         index: int = 1,
     ) -> Submitted:
-        """Create one workload manifest, suspended (whatever it said), like ``kubectl create``."""
+        """Create one workload manifest, suspended (whatever it said), like ``kubectl create``.
+
+        ``check_namespace`` and ``check_zone`` (its ``usher.io/zone`` label) as in ``submit``.
+        """
         kind = None
         if isinstance(manifest, dict):
             kind = KINDS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
@@ -330,25 +345,23 @@ class AsyncClient:
         problems = check_document(document)
         if problems:
             raise BadInput(problems[0], problems)
-        if check_namespace and document.namespace:
-            await self._check_namespace(document.namespace)
+        await self._check_target(
+            (document.namespace or None) if check_namespace else None,
+            _zone_label(manifest) if check_zone else None,
+        )
         return await self._create(
             for_create(Document(source, index, suspended(manifest, kind), kind)), kind
         )
 
-    async def _check_namespace(self, namespace: str) -> None:
-        if self.target.nats_url is None:
-            return  # no log to ask: the job will say Unmapped if no leaf takes it
+    async def _check_target(self, namespace: str | None, zone: str | None) -> None:
+        """Refuse a namespace no queue takes, or a zone no dequeuer serves (None: unchecked)."""
+        if self.target.nats_url is None or (namespace is None and zone is None):
+            return  # no log to ask: the job will say Unmapped or ZoneNotServed
         state = await self.state()
-        if state.tree is None:
-            return
-        taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
-        if namespace not in taken:
-            known = ", ".join(sorted(taken)) or "none"
-            raise BadInput(
-                f"namespace {namespace!r} belongs to no leaf of the quota tree, so no queue "
-                f"takes its jobs (namespaces with a queue: {known})"
-            )
+        if namespace is not None:
+            _check_namespace(state, namespace)
+        if zone is not None:
+            _check_zone(state, zone)
 
     async def _create(self, manifest: JsonObj, kind: Kind) -> Submitted:
         kube = await self.kube()
@@ -429,6 +442,44 @@ class AsyncClient:
             label=kind.label, namespace=namespace, name=document.name, action="configured"
         )
 
+    async def delete(
+        self, job: str, namespace: str | None = None, *, kind: str | None = None
+    ) -> Deleted:
+        """Delete one job of any kind Usher admits (``kubectl delete``); ``kind`` (``Job``,
+        ``TFJob``... or kubectl's ``job.batch``) only when two kinds share the name.
+
+        Raises ``NotFound`` when no job has that name, ``BadInput`` for an unknown ``kind``
+        or a name two kinds share.
+        """
+        key = _key(job, namespace)
+        ns, name = key.split("/", 1)
+        if not ns or not name or "/" in name:
+            raise BadInput(f"job {key!r}: expected NAMESPACE/NAME")
+        kinds = _workload_kinds(kind)
+        kube = await self.kube()
+        found: list[Kind] = []
+        for candidate in kinds:
+            try:
+                await kube.get(candidate.resource, ns, name)
+            except NotFound:  # no such object, or the kind is not served by this API
+                continue
+            except KubeError as exc:
+                raise _kube_failure(exc, f"{candidate.label}/{name}") from exc
+            found.append(candidate)
+        if not found:
+            raise UnknownObject(f"no job {key} ({', '.join(k.resource.kind for k in kinds)})")
+        if len(found) > 1:
+            labels = ", ".join(f"{k.label}/{name}" for k in found)
+            raise BadInput(f"{key} names {len(found)} jobs ({labels}): pass kind to say which")
+        chosen = found[0]
+        try:
+            await kube.delete(chosen.resource, ns, name)
+        except NotFound as exc:
+            raise UnknownObject(f"no job {key}: it was deleted meanwhile") from exc
+        except KubeError as exc:
+            raise _kube_failure(exc, f"{chosen.label}/{name}") from exc
+        return Deleted(job=key, kind=chosen.resource.kind, label=f"{chosen.label}/{name}")
+
     # ------------------------------------------------------------------ waiting
 
     async def wait(
@@ -437,15 +488,18 @@ class AsyncClient:
         namespace: str | None = None,
         *,
         until: str = "done",
-        timeout_s: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (the CLI's --timeout, by its name)
         on_change: Callable[[JobInfo], None] | None = None,
+        grace: float = UNKNOWN_GRACE_S,
     ) -> JobInfo:
         """Follow one job on the log until it is done (``until="done"``: finished, rejected
         or inadmissible) or admitted (``until="admitted"``); returns its last state.
 
         ``on_change`` is called with every new state, position or reason. Raises
-        ``WaitTimeout`` (carrying the last state) when ``timeout_s`` passes first, and
-        ``NotFound`` when the job is deleted meanwhile.
+        ``WaitTimeout`` (carrying the last state) when ``timeout`` seconds pass first, and
+        ``NotFound`` when the job is deleted meanwhile, or when Usher has still not seen it
+        ``grace`` seconds after the wait began (a job just created reaches the log
+        within that grace; a misspelt one never does).
         """
         if until not in ("done", "admitted"):
             raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
@@ -456,7 +510,8 @@ class AsyncClient:
             follower = await catch_up(state, js, self.subjects, timeout_s=self.timeout_s)
         except TimeoutError as exc:
             raise NotRunning(str(exc)) from exc
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        deadline = None if timeout is None else time.monotonic() + timeout
+        unknown_after = time.monotonic() + grace
         stop = asyncio.Event()
         last_seen: tuple[object, ...] | None = None
         latest: JobInfo | None = None
@@ -480,6 +535,10 @@ class AsyncClient:
                         )
                 if info is None and seen:
                     raise UnknownObject(f"job {key} was deleted")
+                if info is None and time.monotonic() >= unknown_after:
+                    raise UnknownObject(
+                        f"no job {key} is known to Usher (not seen within {grace:g}s)"
+                    )
                 if info is not None:
                     seen = True
                     latest = info
@@ -493,7 +552,7 @@ class AsyncClient:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(
                         f"job {key} is still {latest.state if latest else 'not seen by Usher'}"
-                        f" after {timeout_s:g}s",
+                        f" after {timeout:g}s",
                         latest,
                     )
                 batch = await anext(batches)
@@ -502,6 +561,61 @@ class AsyncClient:
         finally:
             stop.set()
             await follower.stop()
+
+
+def _workload_kinds(kind: str | None) -> list[Kind]:
+    """The job kinds Usher admits (one per stored resource), or the one ``kind`` names."""
+    kinds: dict[tuple[str, str], Kind] = {}
+    for candidate in KINDS.values():
+        if candidate.is_workload:
+            kinds.setdefault(candidate.resource.storage, candidate)
+    if kind is None:
+        return list(kinds.values())
+    wanted = kind.lower()
+    chosen = [
+        k
+        for k in kinds.values()
+        if wanted
+        in (
+            k.resource.kind.lower(),
+            k.label,
+            k.resource.plural,
+            f"{k.resource.plural}.{k.resource.group}",
+        )
+    ]
+    if not chosen:
+        known = ", ".join(k.resource.kind for k in kinds.values())
+        raise BadInput(f"kind {kind!r} is not a job kind Usher admits (kinds: {known})")
+    return chosen
+
+
+def _check_namespace(state: LogState, namespace: str) -> None:
+    if state.tree is None:
+        return
+    taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
+    if namespace not in taken:
+        known = ", ".join(sorted(taken)) or "none"
+        raise BadInput(
+            f"namespace {namespace!r} belongs to no leaf of the quota tree, so no queue "
+            f"takes its jobs (namespaces with a queue: {known})"
+        )
+
+
+def _check_zone(state: LogState, zone: str) -> None:
+    served = state.engine.served_zones()
+    # None served on the log at all: a log older than ZoneServed, nothing to check against.
+    if served and zone not in served:
+        raise BadInput(
+            f"zone {zone!r} has no dequeuer, so nothing would ever admit the job "
+            f"(served zones: {', '.join(served)})"
+        )
+
+
+def _zone_label(manifest: JsonObj) -> str | None:
+    meta = manifest.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    zone = labels.get(ZONE_LABEL) if isinstance(labels, dict) else None
+    return zone if isinstance(zone, str) else None
 
 
 def _key(job: str, namespace: str | None) -> str:
@@ -520,14 +634,31 @@ class Client:
     runs (Jupyter): calls go to the client's own loop in a background thread.
     """
 
-    def __init__(self, target: Target | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        target: Target | None = None,
+        *,
+        home: Path | None = None,
+        kubeconfig: str | Path | None = None,
+        nats_url: str | None = None,
+        prefix: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        """Arguments as ``AsyncClient``'s: which installation, and how long a request may take."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="usher-client", daemon=True
         )
         self._thread.start()
         try:
-            self._client = AsyncClient(target, **options)
+            self._client = AsyncClient(
+                target,
+                home=home,
+                kubeconfig=kubeconfig,
+                nats_url=nats_url,
+                prefix=prefix,
+                timeout_s=timeout_s,
+            )
         except BaseException:
             self._shutdown()
             raise
@@ -557,18 +688,68 @@ class Client:
     def target(self) -> Target:
         return self._client.target
 
-    def submit(self, name: str | None = None, **options: Any) -> Submitted:
+    def submit(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str,
+        image: str,
+        cpu: str | int | float | None = None,
+        memory: str | None = None,
+        gpu: str | int | None = None,
+        replicas: int = 1,
+        priority_class: str | None = None,
+        zone: str | None = None,
+        duration: float | None = None,
+        command: Iterable[str] = (),
+        labels: dict[str, str] | None = None,
+        check_namespace: bool = True,
+    ) -> Submitted:
         """See ``AsyncClient.submit``."""
-        return self._run(self._client.submit(name, **options))
+        return self._run(
+            self._client.submit(
+                name,
+                namespace=namespace,
+                image=image,
+                cpu=cpu,
+                memory=memory,
+                gpu=gpu,
+                replicas=replicas,
+                priority_class=priority_class,
+                zone=zone,
+                duration=duration,
+                command=command,
+                labels=labels,
+                check_namespace=check_namespace,
+            )
+        )
 
-    def submit_manifest(self, manifest: JsonObj, **options: Any) -> Submitted:
-        return self._run(self._client.submit_manifest(manifest, **options))
+    def submit_manifest(
+        self,
+        manifest: JsonObj,
+        *,
+        check_namespace: bool = True,
+        source: str = "manifest",
+        index: int = 1,
+    ) -> Submitted:
+        """See ``AsyncClient.submit_manifest``."""
+        return self._run(
+            self._client.submit_manifest(
+                manifest, check_namespace=check_namespace, source=source, index=index
+            )
+        )
 
     def apply(self, path: Path | str) -> list[Applied]:
         return self._run(self._client.apply(path))
 
-    def list_jobs(self, namespace: str | None = None, **options: Any) -> list[JobInfo]:
-        return self._run(self._client.list_jobs(namespace, **options))
+    def delete(self, job: str, namespace: str | None = None, *, kind: str | None = None) -> Deleted:
+        """See ``AsyncClient.delete``."""
+        return self._run(self._client.delete(job, namespace, kind=kind))
+
+    def list_jobs(
+        self, namespace: str | None = None, *, states: Iterable[str] | None = None
+    ) -> list[JobInfo]:
+        return self._run(self._client.list_jobs(namespace, states=states))
 
     def job(self, job: str, namespace: str | None = None) -> JobInfo:
         return self._run(self._client.job(job, namespace))
@@ -585,6 +766,19 @@ class Client:
     def view(self) -> StateView:
         return self._run(self._client.view())
 
-    def wait(self, job: str, namespace: str | None = None, **options: Any) -> JobInfo:
+    def wait(
+        self,
+        job: str,
+        namespace: str | None = None,
+        *,
+        until: str = "done",
+        timeout: float | None = None,
+        on_change: Callable[[JobInfo], None] | None = None,
+        grace: float = UNKNOWN_GRACE_S,
+    ) -> JobInfo:
         """See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."""
-        return self._run(self._client.wait(job, namespace, **options))
+        return self._run(
+            self._client.wait(
+                job, namespace, until=until, timeout=timeout, on_change=on_change, grace=grace
+            )
+        )

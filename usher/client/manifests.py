@@ -424,7 +424,8 @@ def _check_name(value: str, what: str, problems: list[str]) -> None:
 
 
 def job_manifest(request: JobRequest) -> JsonObj:
-    """The suspended Job for ``request``; ``BadInput`` naming every bad option."""
+    """The suspended Job for ``request``; ``BadInput`` naming every bad parameter (by its name
+    in ``JobRequest`` and ``Client.submit``, which the CLI's options share)."""
     problems: list[str] = []
     _check_name(request.namespace, "namespace", problems)
     if request.name is not None:
@@ -437,9 +438,9 @@ def job_manifest(request: JobRequest) -> JsonObj:
         problems.append(f"duration must not be negative, got {request.duration_s}")
     resources: dict[str, str] = {}
     for option, resource, value in (
-        ("--cpu", "cpu", request.cpu),
-        ("--memory", "memory", request.memory),
-        ("--gpu", "nvidia.com/gpu", request.gpu),
+        ("cpu", "cpu", request.cpu),
+        ("memory", "memory", request.memory),
+        ("gpu", "nvidia.com/gpu", request.gpu),
     ):
         if value is None:
             continue
@@ -450,7 +451,7 @@ def job_manifest(request: JobRequest) -> JsonObj:
             continue
         resources[resource] = str(value)
     if not resources and not problems:
-        problems.append("a job must request something: give --cpu, --memory or --gpu")
+        problems.append("a job must request something: give cpu, memory or gpu")
     if problems:
         raise BadInput(problems[0], problems)
     labels = dict(request.labels)

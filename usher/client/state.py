@@ -186,6 +186,27 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+class TreeRejection(msgspec.Struct, frozen=True, kw_only=True):
+    """The last ElasticQuotaTree applied was invalid (after the tree in force, if any)."""
+
+    tree: str
+    """``namespace/name``; empty for log entries written before the name was recorded."""
+    at: datetime
+    errors: list[str]
+    """``path: message [code]`` of every problem."""
+    kept: bool
+    """Whether a previous tree stays in force (else none is)."""
+
+    def describe(self) -> str:
+        """One line for people: which tree, when, why, and what is in force instead."""
+        stamp = self.at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        instead = "the previous tree stays in force" if self.kept else "no tree is in force"
+        return (
+            f"ElasticQuotaTree {self.tree or '(name unknown)'} rejected at {stamp} ({instead}): "
+            + "; ".join(self.errors)
+        )
+
+
 class StateView(msgspec.Struct, frozen=True, kw_only=True):
     """Everything at one log sequence."""
 
@@ -198,9 +219,16 @@ class StateView(msgspec.Struct, frozen=True, kw_only=True):
     """Field errors of the last rejected tree, if it came after the one in force."""
     tree_deleted: TreeDeletion | None = None
     """Set when the tree object was deleted after the tree in force was applied."""
+    tree_rejection: TreeRejection | None = None
+    """Set when the last tree applied was rejected (``tree_rejected`` are its errors)."""
     policy: str = "Round"
     skipped_heads: list[SkippedHead] = msgspec.field(default_factory=list)
     """Heads of queues passed over for at least ``LONG_AT_HEAD_S`` (``track_skips`` only)."""
+
+    def tree_notes(self) -> list[str]:
+        """What people must know about the tree beyond the tree in force (one line each)."""
+        events = (self.tree_rejection, self.tree_deleted)
+        return [event.describe() for event in events if event is not None]
 
 
 # --------------------------------------------------------------------------- the fold
@@ -252,6 +280,7 @@ class LogState:
     decisions: deque[DecisionInfo] = field(default_factory=lambda: deque(maxlen=MAX_DECISIONS))
     tree: QuotaNode | None = None
     tree_rejected: list[str] = field(default_factory=list)
+    tree_rejection: TreeRejection | None = None
     tree_deleted: TreeDeletion | None = None
     unreadable: int = 0
     """Entries that did not decode or that the core refused (skipped, as services park them)."""
@@ -333,12 +362,17 @@ class LogState:
             case QuotaTreeApplied():
                 self.tree = event.root
                 self.tree_rejected = []
+                self.tree_rejection = None
                 self.tree_deleted = None
             case QuotaTreeDeleted() if self.tree is not None:
                 name = f"{event.namespace}/{event.name}" if event.name else ""
                 self.tree_deleted = TreeDeletion(tree=name, at=at)
             case QuotaTreeRejected():
                 self.tree_rejected = [f"{e.path}: {e.message} [{e.code}]" for e in event.errors]
+                name = f"{event.namespace}/{event.name}" if event.name else ""
+                self.tree_rejection = TreeRejection(
+                    tree=name, at=at, errors=self.tree_rejected, kept=self.tree is not None
+                )
             case Admitted():
                 self._decision(item.seq, at, "admit", event.workload, quota=event.quota)
             case Preempted():
@@ -422,14 +456,14 @@ class LogState:
         if wkey in self.rejected:
             rejected = self.rejected[wkey]
             namespace, _, name = key.partition("/")
-            text = "; ".join(f"{e.path}: {e.message} [{e.code}]" for e in rejected.errors)
+            rejection = reasons.rejected(rejected.errors)
             return JobInfo(
                 job=key,
                 namespace=namespace,
                 name=name,
                 state=REJECTED,
-                reason=text,
-                reason_code="Rejected",
+                reason=rejection.message,
+                reason_code=rejection.code,
                 kind=rejected.kind or None,
             )
         view = views.get(wkey) if views is not None else self.engine.job_state(wkey)
@@ -484,6 +518,7 @@ class LogState:
             decisions=list(self.decisions),
             tree_rejected=list(self.tree_rejected),
             tree_deleted=self.tree_deleted,
+            tree_rejection=self.tree_rejection,
             policy=self.config.policy,
             skipped_heads=self._skipped_heads(queues, now or now_ms()),
         )

@@ -45,6 +45,7 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
     Zone,
+    ZoneServed,
 )
 from schemas.events import ClusterEvent
 from usher.core import reasons
@@ -130,6 +131,9 @@ class Engine:
         self._zone_cap: dict[Zone, dict[str, int]] = {}
         self._zone_used: dict[Zone, dict[str, int]] = {}
         self._pod_fit_cache: dict[tuple[Zone, Shape], int] = {}
+        self._served: dict[Zone, None] | None = None
+        """Zones some dequeuer announced (``ZoneServed``); None until the first announcement,
+        when nobody can tell which zones are served."""
         self._held: dict[WorkloadKey, None] = {}
         self._preemptors: dict[WorkloadKey, None] = {}
         self._stops: dict[WorkloadKey, StopGroup] = {}
@@ -181,6 +185,8 @@ class Engine:
                 self._set_priority_class(event.name, event.value)
             case PriorityClassDeleted():
                 self._set_priority_class(event.name, None)
+            case ZoneServed():
+                self._serve(event.zone)
             case Admitted():
                 self._apply_admitted(event)
             case Preempted():
@@ -350,6 +356,10 @@ class Engine:
     # ------------------------------------------------------------------ decisions made elsewhere
 
     def _apply_admitted(self, decision: Admitted) -> None:
+        if decision.workload in self._lingering:
+            # This engine admitted it and saw it end before the ledger's grant came back: the
+            # lingering usage is that very allocation (one live allocation per workload, R8).
+            return
         job = self._jobs.get(decision.workload)
         if job is None:
             namespace, _, name = decision.workload.partition("/")
@@ -619,6 +629,34 @@ class Engine:
             del self._nodes[event.zone]
         self._nodes_changed(event.zone)
 
+    def _serve(self, zone: Zone) -> None:
+        if self._served is None:
+            self._served = {}
+        if zone not in self._served:
+            self._served[zone] = None
+            self._version += 1  # its workloads may be decided (and reclaim for) from now on
+
+    def _serves(self, zone: Zone) -> bool:
+        """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
+        (a dequeuer serves its zone before its own announcement is back from the log)."""
+        if self._served is None or zone in self._served:
+            return True
+        return self.config.zones is not None and zone in self.config.zones
+
+    def _decides(self, zone: Zone) -> bool:
+        """Whether a pass of this engine decides for ``zone``: one of its zones, and served
+        (an engine deciding for every zone, as people's views do, skips unserved ones)."""
+        return self.config.decides_for(zone) and self._serves(zone)
+
+    def served_zones(self) -> list[Zone]:
+        """The zones dequeuers announced, sorted (empty when none ever did)."""
+        return sorted(self._served or {})
+
+    def _not_served(self, job: Job) -> Reason | None:
+        if self._serves(job.zone):
+            return None
+        return reasons.zone_not_served(job.zone, self.served_zones())
+
     def _nodes_changed(self, zone: Zone) -> None:
         total: dict[str, int] = {}
         for name in sorted(self._nodes.get(zone, {})):
@@ -770,8 +808,12 @@ class Engine:
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
 
-    def _admit(self, job: Job, quota: QuotaPath, shape: Shape) -> None:
-        """Record ``job`` as admitted on ``quota`` (counts as used at once)."""
+    def _admit(self, job: Job, quota: QuotaPath, shape: Shape, *, in_pass: bool = False) -> None:
+        """Record ``job`` as admitted on ``quota`` (counts as used at once).
+
+        ``in_pass``: admitted by the running pass, so not a reclaim candidate before it ends
+        (R6); it joins its leaf's candidate list then, and no reclaim walks past it meanwhile.
+        """
         self._seq += 1
         job.state = ADMITTED
         job.admitted_ms = self._now
@@ -781,7 +823,10 @@ class Engine:
         job.announced = None
         self._account(quota, shape, job.zone)
         job.refresh_victim_key()
-        insort(self._leaf_admitted.setdefault(quota, []), job.victim_key)
+        if in_pass:
+            self._pass_admitted.add(job.key)
+        else:
+            insort(self._leaf_admitted.setdefault(quota, []), job.victim_key)
         runtime = self._min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self._wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
@@ -800,6 +845,7 @@ class Engine:
 
     def _forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
+        self._pass_admitted.discard(job.key)
         admitted = self._leaf_admitted.get(job.used_path)
         if admitted is not None:
             remove_sorted(admitted, job.victim_key)
@@ -902,7 +948,7 @@ class Engine:
             try:
                 _Pass(self, decisions).run()
             finally:
-                self._pass_admitted = set()
+                self._end_pass_admissions()
         return decisions
 
     def _announcements(self) -> list[Decision]:
@@ -1099,6 +1145,14 @@ class Engine:
             victim = self._jobs[victim_key[3]]
             if not self._protected(victim) and self._now - victim.admitted_ms >= runtime:
                 yield victim
+
+    def _end_pass_admissions(self) -> None:
+        """The pass is over: its admissions become reclaim candidates like any other."""
+        for key in sorted(self._pass_admitted):
+            job = self._jobs.get(key)
+            if job is not None and job.state == ADMITTED and job.used_path is not None:
+                insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
+        self._pass_admitted = set()
 
     def _protected(self, victim: Job) -> bool:
         """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
@@ -1320,6 +1374,9 @@ class Engine:
             return job.note
         if job.key in self._stopping:
             return self._still_stopping(job.key)
+        unserved = self._not_served(job)
+        if unserved is not None:
+            return unserved
         if self._passes <= job.arrived_pass:
             return reasons.not_yet_evaluated("arrived after the last decision pass")
         if not self.config.decides_for(job.zone):
@@ -1343,7 +1400,7 @@ class Engine:
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
-            if self.config.decides_for(self._jobs[key].zone):
+            if self._decides(self._jobs[key].zone):
                 return key
         return None
 
@@ -1421,6 +1478,9 @@ class Engine:
             return job.announced
         if key in self._stopping:
             return self._still_stopping(key)
+        unserved = self._not_served(job)
+        if unserved is not None:
+            return unserved
         if job.held:
             return Reason(
                 code="PreemptionInProgress",
@@ -1610,7 +1670,7 @@ class _Pass:
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
         jobs = self.e._jobs
-        decides_for = self.e.config.decides_for
+        decides_for = self.e._decides
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
@@ -1664,8 +1724,7 @@ class _Pass:
         e._note_shapes(leaf, e._queues[leaf].remove(job))
         queue = e._tree.nodes[leaf].queue
         assert queue is not None
-        e._admit(job, leaf, job.shape)
-        e._pass_admitted.add(job.key)
+        e._admit(job, leaf, job.shape, in_pass=True)
         self.decisions.append(
             Admitted(
                 workload=job.key,

@@ -14,6 +14,7 @@ anything: the engine it queries is thrown away afterwards.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -34,6 +35,7 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
 )
+from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
@@ -83,7 +85,8 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
 
     workload: WorkloadKey
     state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped`` or ``Deleted``."""
+    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped``, ``Rejected``
+    (its manifest could not be read, and it was not deleted since) or ``Deleted``."""
     queue: QueueName | None = None
     quota: QuotaPath | None = None
     position: int | None = None
@@ -103,10 +106,17 @@ def explain(
     lines: list[HistoryLine] = []
     requests: dict[str, int] = {}
     previous: WorkloadObserved | None = None
+    rejected: WorkloadRejected | None = None
     for item in history.items:
         event = item.event
         if isinstance(event, WorkloadObserved) and event.workload == key:
             requests = _requests(event)
+        if isinstance(event, WorkloadObserved | WorkloadRejected | WorkloadDeleted) and (
+            event.workload == key
+        ):
+            # The latest word on the object: a rejected manifest stays rejected until the
+            # object is read again or deleted (as ``usher jobs`` shows it).
+            rejected = event if isinstance(event, WorkloadRejected) else None
         line = _line(item, key, previous)
         if line is not None:
             lines.append(line)
@@ -114,10 +124,20 @@ def explain(
                 previous = event
     if not lines:
         raise UnknownWorkload(key)
+    last = history.items[-1]
+    if rejected is not None:
+        return Explanation(
+            workload=key,
+            state="Rejected",
+            requests=quantities(requests),
+            reason=reasons.rejected(rejected.errors),
+            history=lines,
+            as_of_seq=last.seq,
+            as_of=to_datetime(last.time_ms),
+        )
     engine = Engine(config)
     fold(engine, history.items)
     view = engine.job_state(key)
-    last = history.items[-1]
     reclaim = (
         _reclaim(engine, key, now_ms) if view is not None and view.state == "Pending" else None
     )
@@ -215,8 +235,30 @@ def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str
 
 
 def render_explain_json(explanation: Explanation) -> str:
-    """One JSON object (reasons carry their numbers in canonical units)."""
-    return msgspec.json.format(msgspec.json.encode(explanation).decode(), indent=2) + "\n"
+    """One JSON object in the words of ``usher jobs -o json``: ``job`` (never ``workload``)
+    and quantities in Kubernetes notation (``"70"`` cpu, ``"16Gi"``), not canonical units."""
+    data = _for_people(msgspec.to_builtins(explanation))
+    return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
+
+
+_AMOUNTS = ("used", "requested", "limit")
+_RENAMED = {"workload": "job", "blocker": "blocking_job", "preemptor": "preempting_job"}
+
+
+def _for_people(value: Any) -> Any:
+    """``value`` (builtins) with job keys renamed and a reason's amounts as quantities."""
+    if isinstance(value, list):
+        return [_for_people(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    resource = value.get("resource")
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _AMOUNTS and isinstance(resource, str) and isinstance(item, int):
+            out[key] = format_quantity(resource, item)
+        else:
+            out[_RENAMED.get(str(key), str(key))] = _for_people(item)
+    return out
 
 
 def _limit(reason: Reason) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from schemas import QuotaPath, Reason, WorkloadKey, Zone
+from schemas import FieldError, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.config import format_rate
 from usher.core.quantity import format_quantity
 
@@ -158,6 +158,16 @@ def no_node_fits(zone: Zone) -> Reason:
     return Reason(code="NoNodeFits", message=message)
 
 
+def zone_not_served(zone: Zone, served: list[Zone]) -> Reason:
+    """Pending: no dequeuer serves the workload's zone, so nothing will ever admit it there."""
+    known = ", ".join(served) if served else "none"
+    message = (
+        f"no dequeuer serves zone {zone} (served zones: {known}); it is admitted once a "
+        f"dequeuer of zone {zone} starts, or set label usher.io/zone to a served zone"
+    )
+    return Reason(code="ZoneNotServed", message=message)
+
+
 def blocked_by_head(head: WorkloadKey, queue: str) -> Reason:
     """Pending, Block policy: an earlier workload of the queue does not fit."""
     message = f"Block policy: {head} at the head of queue {queue} does not fit yet"
@@ -167,6 +177,12 @@ def blocked_by_head(head: WorkloadKey, queue: str) -> Reason:
 def not_yet_evaluated(message: str) -> Reason:
     """Pending: no decision pass has looked at the workload in its current situation."""
     return Reason(code="NotYetEvaluated", message=message)
+
+
+def rejected(errors: list[FieldError]) -> Reason:
+    """Rejected: the job's manifest could not be turned into a workload; never queued."""
+    detail = "; ".join(f"{e.path}: {e.message} [{e.code}]" for e in errors)
+    return Reason(code="Rejected", message=detail or "invalid manifest")
 
 
 def no_tree() -> Reason:

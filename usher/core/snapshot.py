@@ -2,7 +2,7 @@
 
 What it does: ``snapshot(engine)`` encodes everything the engine's future decisions and
 answers depend on (every workload with every field, the tree in force and the usage counted
-on each of its nodes, nodes, priority classes, holds, preemptors, min-runtime wakeups,
+on each of its nodes, nodes, served zones, priority classes, holds, preemptors, min-runtime wakeups,
 pending announcements, the counters, and the live part of the reclaim memo) as msgspec
 Structs in msgpack, tagged with a format number and the ``EngineConfig`` it was made under.
 ``restore(data, config)`` builds an engine that decides exactly as the original would from
@@ -77,6 +77,7 @@ ENCODED: frozenset[str] = frozenset(
         "_announce",
         "_priority_values",
         "_nodes",
+        "_served",
         "_zone_used",
         "_held",
         "_preemptors",
@@ -254,6 +255,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     reclaim_failed: list[MemoRecord]
     stops: list[StopRecord]
     lingering: list[tuple[str, PlacementRecord]]
+    served: list[str] | None = None
+    """Zones dequeuers announced; None before the first announcement."""
 
 
 class _Header(msgspec.Struct):
@@ -408,6 +411,7 @@ def _record(engine: Engine) -> EngineSnapshot:
         reclaim_failed=memo,
         stops=stops,
         lingering=lingering,
+        served=None if engine._served is None else list(engine._served),
     )
 
 
@@ -494,6 +498,8 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     for zone, nodes in engine._nodes.items():
         engine._zone_cap[zone] = _zone_capacity(nodes)
     engine._zone_used = {Zone(zone): dict(used) for zone, used in record.zone_used}
+    if record.served is not None:
+        engine._served = {Zone(zone): None for zone in record.served}
     jobs = engine._jobs
     for key in record.held:
         if key not in jobs:

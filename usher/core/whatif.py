@@ -57,6 +57,7 @@ from schemas import (
     WorkloadKey,
     WorkloadObserved,
     WorkloadRejected,
+    ZoneServed,
 )
 from schemas.events import ClusterEvent
 from usher.core.config import EngineConfig, format_rate
@@ -80,6 +81,7 @@ _INPUTS = (
     NodeRemoved,
     PriorityClassObserved,
     PriorityClassDeleted,
+    ZoneServed,
 )
 """The recorded inputs a run replays: every cluster event type (decisions are left out)."""
 

@@ -109,7 +109,8 @@ def save_state(path: Path, store: PersistentStore) -> None:
 
 
 def node_manifest(zone: str) -> JsonObj:
-    """One schedulable node of ``zone`` (the fake kubelet runs no pods; capacity is counted)."""
+    """One schedulable node of ``zone`` (the fake kubelet binds a Job's pods to it; capacity
+    is counted by Usher from the node, never from the pods)."""
     return {
         "apiVersion": "v1",
         "kind": "Node",

@@ -52,6 +52,9 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     stream_replicas: int = 1
     durable: bool = False
     """``usher up --durable``: NATS fsyncs before it acknowledges (``sync_interval: always``)."""
+    up_pid: int = 0
+    """The ``usher up`` process that owns the system (``usher down`` sends it SIGTERM); 0
+    when the system was started otherwise (a test, a library)."""
 
     def all_pids(self) -> dict[str, int]:
         """Every process of the system, infrastructure and services."""
@@ -61,6 +64,17 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
 def usher_home() -> Path:
     """``$USHER_HOME``, else ``~/.usher``."""
     return Path(os.environ.get("USHER_HOME") or Path.home() / ".usher").expanduser()
+
+
+def home_problem(home: Path) -> str | None:
+    """Why ``home`` cannot be Usher's data folder (a file, or below one), or None if it can."""
+    for part in (home, *home.parents):
+        if part.is_dir():
+            return None
+        if part.exists():
+            below = "" if part == home else f" ({home} would be inside it)"
+            return f"{part} is a file, not a folder{below}"
+    return None
 
 
 def read_stack_info(home: Path) -> StackInfo:

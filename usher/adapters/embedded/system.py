@@ -157,6 +157,8 @@ class EmbeddedSystem:
     home: Path
     options: SystemOptions = field(default_factory=SystemOptions)
     prefix: str = "usher"
+    up_pid: int = 0
+    """The process to signal to stop everything (``usher up`` itself), for ``stack.json``."""
     stack: EmbeddedStack = field(init=False)
     emulator: ManagedProcess | None = field(default=None, init=False)
     services: dict[str, Supervised] = field(default_factory=dict, init=False)
@@ -324,6 +326,7 @@ class EmbeddedSystem:
             oversell_rate=options.oversell_rate,
             within_quota=options.within_quota,
             min_runtime_s=options.min_runtime_s,
+            up_pid=self.up_pid,
         )
 
     # ------------------------------------------------------------------ watching over

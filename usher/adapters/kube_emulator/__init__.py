@@ -2,9 +2,11 @@
 
 What it does: serves the real Kubernetes REST and watch protocol (discovery, list/get/create/
 update/patch/delete, status subresource, chunked watches with resume, 410 Expired and
-bookmarks) on 127.0.0.1 from an in-memory store, writes a kubeconfig for ``kubernetes_asyncio``
-and kubectl, calls configured mutating admission webhooks on create (``admission``), and can
-run a fake kubelet that moves unsuspended jobs to completion.
+bookmarks, OpenAPI v2/v3 with field validation (``openapi``), Table printer columns
+(``printers``)) on 127.0.0.1 from an in-memory store, writes a kubeconfig for
+``kubernetes_asyncio`` and kubectl, calls configured mutating admission webhooks on create
+(``admission``), and can run a fake kubelet that moves unsuspended jobs to completion and keeps
+a batch Job's pods (``pods``).
 What it must never do: pretend to be a production API server (no auth, no validating admission,
 no persistence) or listen on a public interface by default.
 """

@@ -1,4 +1,4 @@
-"""A fake kubelet + workload controllers for the emulator: runs jobs on timers, no pods.
+"""A fake kubelet + workload controllers for the emulator: runs jobs on timers.
 
 What it does: follows the store's change feed and, like the Job controller, the Kubeflow
 training/MPI operators, KubeRay and JobSet would, writes the status of a batch Job, TFJob,
@@ -6,8 +6,10 @@ PyTorchJob, MPIJob, RayJob or JobSet through the status subresource (so watchers
 events): running when not suspended, suspended (with the controllers' condition) when suspended,
 succeeded (or failed) after the ``usher.io/sim-duration`` seconds of annotation divided by
 ``speed`` (no annotation: runs forever). ``usher.io/sim-result: Failed`` makes it fail instead.
-What it must never do: touch spec or metadata; create pods or any other object; write a status
-that does not change (no event storms); block the event loop or run outside it.
+A batch Job's pods are kept as a cluster shows them (``pods``): created running when it runs,
+left Succeeded/Failed when it ends, deleted when it is suspended or deleted.
+What it must never do: touch spec or metadata; create objects other than a Job's pods; write a
+status that does not change (no event storms); block the event loop or run outside it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import copy
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
+from usher.adapters.kube_emulator.pods import JobPods
 from usher.adapters.kube_emulator.store import (
     RESOURCES,
     ApiError,
@@ -32,6 +35,7 @@ SIM_DURATION = "usher.io/sim-duration"
 SIM_RESULT = "usher.io/sim-result"
 Phase = Literal["new", "running", "suspended", "finished"]
 ObjKey = tuple[tuple[str, str], str, str]  # (storage key, namespace, name)
+JOBS = ("batch", "jobs")
 
 
 # --------------------------------------------------------------------------- conditions
@@ -389,12 +393,16 @@ class FakeKubelet:
         self._timers: dict[ObjKey, asyncio.TimerHandle] = {}
         self._pending: dict[ObjKey, asyncio.Handle] = {}
         self._unsubscribe: Callable[[], None] | None = None
+        self.pods = JobPods(store)
 
     def start(self) -> None:
         """Subscribe, then reconcile every workload already stored."""
         if self._unsubscribe is not None:
             return
         self._unsubscribe = self.store.subscribe(self._on_event)
+        self.pods.adopt()
+        for namespace, name in self.pods.jobs():  # pods of jobs deleted meanwhile go too
+            self._schedule((JOBS, namespace, name))
         for storage_key in DRIVERS:
             for obj in self.store.objects(storage_resource(storage_key)):
                 meta = obj["metadata"]
@@ -429,6 +437,11 @@ class FakeKubelet:
 
     def _reconcile(self, key: ObjKey) -> None:
         self._pending.pop(key, None)
+        self._drive(key)
+        if key[0] == JOBS:
+            self.pods.sync(key[1], key[2])
+
+    def _drive(self, key: ObjKey) -> None:
         loaded = self._load(key)
         if loaded is None:
             self._cancel_timer(key)
@@ -471,6 +484,8 @@ class FakeKubelet:
             return
         now = rfc3339(self.store.now())
         self._write_status(rt, obj, driver.finish(obj, now, sim_fails(obj)))
+        if key[0] == JOBS:
+            self.pods.sync(key[1], key[2])
 
     def _write_status(self, rt: ResourceType, obj: JsonObj, status: JsonObj) -> None:
         meta = obj["metadata"]

@@ -1,10 +1,13 @@
 """HTTP front of the Kubernetes API emulator: the real REST + watch protocol over aiohttp.
 
-What it does: serves discovery (``/api``, ``/apis``, ``/version``), list/get/create/update/
+What it does: serves discovery (``/api``, ``/apis``, ``/version``, ``/openapi/v2`` and
+``/openapi/v3`` from ``openapi``; ``fieldValidation=Strict`` refuses unknown fields and ``Warn``
+warns about them, as kubectl's default validation expects), list/get/create/update/
 patch/delete (and the status subresource) for the resources in ``store.RESOURCES``, streams
 watches as chunked newline-delimited JSON events (with resume, 410 Expired, bookmarks and
-``timeoutSeconds``), renders ``Table`` responses for kubectl, binds 127.0.0.1 on a free port and
-writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and kubectl can load.
+``timeoutSeconds``), renders ``Table`` responses for kubectl (``printers``), binds 127.0.0.1 on
+a free port and writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and
+kubectl can load.
 Authentication as the real server does it for a bearer token: every request must carry
 ``Authorization: Bearer <token>`` with the emulator's token (random unless given, written to the
 kubeconfig); a missing or wrong one is answered ``401 Unauthorized`` with a ``Status``, and no
@@ -40,8 +43,15 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from usher.adapters.kube_emulator import printers
 from usher.adapters.kube_emulator.admission import Admission, ServiceAddresses
 from usher.adapters.kube_emulator.kubelet import FakeKubelet
+from usher.adapters.kube_emulator.openapi import (
+    unknown_fields,
+    v2_document,
+    v3_discovery,
+    v3_document,
+)
 from usher.adapters.kube_emulator.store import (
     RESOURCES,
     ApiError,
@@ -75,6 +85,7 @@ PATCH_TYPES: dict[str, PatchType] = {
     "application/strategic-merge-patch+json": "strategic",
 }
 TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
 TRUE_VALUES = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 CLUSTER_NAME = "usher-emulator"
 
@@ -171,6 +182,16 @@ def patch_type(content_type: str) -> PatchType:
 
 
 async def json_body(request: web.Request) -> Any:
+    media = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if media and "json" not in media:
+        # Protobuf (kubectl's typed clients) is not decoded here; 415 makes client-go retry
+        # the request in JSON, as it does against a server that serves only JSON.
+        raise ApiError(
+            415,
+            "UnsupportedMediaType",
+            f"the body of the request was in an unknown format - accepted media types "
+            f"include: application/json, {', '.join(PATCH_TYPES)}",
+        )
     raw = await request.read()
     try:
         return json.loads(raw or b"null")
@@ -213,57 +234,51 @@ def error_response(err: ApiError) -> web.Response:
     return json_response(err.status(), status=err.code)
 
 
-def human_age(created: str, now: datetime) -> str:
-    """``5s``/``3m``/``2h``/``4d`` like kubectl's AGE column."""
-    try:
-        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=now.tzinfo)
-    except ValueError:
-        return "<unknown>"
-    seconds = max(int((now - then).total_seconds()), 0)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * 2 or (unit == "m" and seconds >= 120):
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+def openapi_response(request: web.Request, rest: list[str]) -> web.Response:
+    """``/openapi/v2`` (JSON only: a client asking for protobuf alone gets 406) and
+    ``/openapi/v3`` with one document per group/version, as kube-apiserver serves them."""
+    if rest == ["v2"]:
+        accept = request.headers.get("Accept", "")
+        if accept and "json" not in accept and "*/*" not in accept:
+            raise ApiError(406, "NotAcceptable", f"only application/json is served, not {accept}")
+        return web.Response(body=v2_document(), headers={"Content-Type": "application/json"})
+    if rest == ["v3"]:
+        return json_response(v3_discovery())
+    parts = split_api_path(rest[1:]) if rest[:1] == ["v3"] else None
+    document = v3_document(parts[0], parts[1]) if parts is not None and not parts[2] else None
+    if document is None:
+        raise route_not_found()
+    return web.Response(body=document, headers={"Content-Type": "application/json"})
 
 
-def as_table(rt: ResourceType, items: list[JsonObj], metadata: JsonObj, now: datetime) -> JsonObj:
-    """A ``meta.k8s.io/v1`` Table with Name and Age (what a CRD without printer columns gives)."""
-    return {
-        "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
-        "metadata": metadata,
-        "columnDefinitions": [
-            {
-                "name": "Name",
-                "type": "string",
-                "format": "name",
-                "description": "Name must be unique within a namespace.",
-                "priority": 0,
-            },
-            {
-                "name": "Age",
-                "type": "string",
-                "format": "",
-                "description": "CreationTimestamp is a timestamp representing the server time "
-                "when this object was created.",
-                "priority": 0,
-            },
-        ],
-        "rows": [
-            {
-                "cells": [
-                    o["metadata"]["name"],
-                    human_age(o["metadata"].get("creationTimestamp", ""), now),
-                ],
-                "object": {
-                    "kind": "PartialObjectMetadata",
-                    "apiVersion": "meta.k8s.io/v1",
-                    "metadata": o["metadata"],
-                },
-            }
-            for o in items
-        ],
-    }
+def field_directive(query: Any) -> str:
+    """The request's ``fieldValidation`` (empty when not given: unknown fields are dropped)."""
+    value = str(query.get("fieldValidation", ""))
+    if value and value not in FIELD_VALIDATION:
+        raise bad_request(
+            f"fieldValidation parameter unsupported: {value}; "
+            f"must be one of {', '.join(FIELD_VALIDATION)}"
+        )
+    return value
+
+
+def check_fields(rt: ResourceType, body: Any, directive: str) -> list[str]:
+    """What the server says about fields the schema does not know: ``Strict`` refuses them
+    (400, as a real server's strict decoding), ``Warn`` returns them as warnings."""
+    if directive not in ("Strict", "Warn") or not isinstance(body, dict):
+        return []
+    unknown = [f for f in unknown_fields(rt, body) if "$" not in f]  # patch directives
+    messages = [f'unknown field "{f}"' for f in unknown]
+    if messages and directive == "Strict":
+        raise bad_request(f"strict decoding error: {', '.join(messages)}")
+    return messages
+
+
+def warning_headers(messages: list[str]) -> dict[str, str]:
+    """RFC 7234 ``Warning`` headers as kube-apiserver sends them (code 299, agent ``-``)."""
+    if not messages:
+        return {}
+    return {"Warning": ", ".join('299 - "' + m.replace('"', '\\"') + '"' for m in messages)}
 
 
 def watch_line(kind: str, obj: JsonObj) -> bytes:
@@ -550,7 +565,7 @@ class KubeEmulator:
         segments = [s for s in request.path.split("/") if s]
         if request.method != "GET" and not split_api_path(segments):
             raise method_not_allowed()
-        discovery = self._discovery(segments)
+        discovery = self._discovery(request, segments)
         if discovery is not None:
             if request.method != "GET":
                 raise method_not_allowed()
@@ -563,10 +578,12 @@ class KubeEmulator:
             raise bad_request("dryRun is not supported by the emulator")
         return await self._serve(request, target)
 
-    def _discovery(self, segments: list[str]) -> web.StreamResponse | None:
+    def _discovery(self, request: web.Request, segments: list[str]) -> web.StreamResponse | None:
         """Answers for ``/version``, ``/healthz``, ``/api``, ``/apis`` and group/version roots."""
         if segments == ["version"]:
             return json_response(KUBE_VERSION)
+        if segments[:1] == ["openapi"]:
+            return openapi_response(request, segments[1:])
         if len(segments) == 1 and segments[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok", content_type="text/plain")
         if segments == ["api"]:
@@ -614,8 +631,13 @@ class KubeEmulator:
             obj = self.store.get(target.rt, target.namespace, target.name)
             return self._object_response(request, target.rt, obj)
         handler = self._write_handler(method, target)
+        warnings: list[str] = []
+        if method in ("POST", "PUT", "PATCH"):
+            warnings = check_fields(target.rt, await json_body(request), field_directive(q))
         written = await handler(request, target)
-        return json_response(present(target.rt, written), 201 if method == "POST" else 200)
+        response = json_response(present(target.rt, written), 201 if method == "POST" else 200)
+        response.headers.update(warning_headers(warnings))
+        return response
 
     def _write_handler(self, method: str, target: Target) -> Callable[[web.Request, Target], Any]:
         """Which write a method means on this URL (405 when none)."""
@@ -638,7 +660,7 @@ class KubeEmulator:
     ) -> web.Response:
         if wants_table(request):
             meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
-            table = as_table(rt, [obj], meta, self.store.now())
+            table = printers.table(rt, [obj], meta, self.store.now())
             return json_response(table, content_type=TABLE_CONTENT_TYPE)
         return json_response(present(rt, obj))
 
@@ -659,7 +681,7 @@ class KubeEmulator:
             meta["continue"] = result.continue_token
             meta["remainingItemCount"] = result.remaining
         if wants_table(request):
-            table = as_table(target.rt, result.items, meta, self.store.now())
+            table = printers.table(target.rt, result.items, meta, self.store.now())
             return json_response(table, content_type=TABLE_CONTENT_TYPE)
         return json_response(
             {

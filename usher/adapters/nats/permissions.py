@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from schemas import Zone
 from usher.adapters.nats.subjects import Subjects, token
 
 DEFAULT_ZONES = ("default", "a", "b")
@@ -135,7 +136,8 @@ def dequeuer(subjects: Subjects, zone: str) -> Identity:
     p, name = subjects.prefix, f"dequeuer-{zone}"
     decisions = [f"{p}.decision.{token(zone)}.{action}.>" for action in DECISIONS_OF_A_DEQUEUER]
     return Identity(name, (
-        *decisions, subjects.ledger_reserve, subjects.preempt_request, subjects.dlq("dequeuer"),
+        *decisions, subjects.zone_served(Zone(zone)), subjects.ledger_reserve,
+        subjects.preempt_request, subjects.dlq("dequeuer"),
         *_follow_log(subjects), *_snapshots(subjects, name), *_leader_key(subjects, name),
     ))  # fmt: skip
 
@@ -174,6 +176,7 @@ HEADER = """\
 #   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
 #   ledger     {prefix}.decision.*.{{admitted,preempted,released}}.>  + replies to requests
 #   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped}}.>  (its own zone only)
+#              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
 #              requests {prefix}.ledger.reserve, {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
 #   console    reads the log and the DLQ (people, usher.client, audits); publishes nothing

@@ -102,6 +102,23 @@ class Subjects:
         namespace, _, name = decision.workload.partition("/")
         return self.decision(zone, DECISION_ACTIONS[type(decision)], namespace, name)
 
+    def zone_served(self, zone: Zone) -> str:
+        """Where a dequeuer announces that it serves ``zone`` (``ZoneServed``)."""
+        return f"{self.prefix}.decision.{token(zone)}.zone.served"
+
+    @property
+    def zones_served(self) -> str:
+        """Filter matching every zone's ``ZoneServed`` subject."""
+        return f"{self.prefix}.decision.*.zone.served"
+
+    def served_zone(self, subject: str) -> Zone | None:
+        """The zone of a ``zone_served`` subject; None for any other subject."""
+        head, tail = f"{self.prefix}.decision.", ".zone.served"
+        if not subject.startswith(head) or not subject.endswith(tail):
+            return None
+        middle = subject[len(head) : -len(tail)]
+        return None if not middle or "." in middle else Zone(untoken(middle))
+
     def parse_decision(self, subject: str) -> DecisionSubject | None:
         """The parts of a decision subject of this installation; None for any other subject."""
         head = f"{self.prefix}.decision."

@@ -69,6 +69,11 @@ USAGE: Final[Table] = Base.metadata.tables["quota_usage"]
 ALLOCATIONS: Final[Table] = Base.metadata.tables["allocations"]
 OFFSETS: Final[Table] = Base.metadata.tables["consumer_offsets"]
 OUTBOX: Final[Table] = Base.metadata.tables["outbox"]
+ENDED: Final[Table] = Base.metadata.tables["ended_workloads"]
+
+_ENDS_LOCK: Final = text("hashtext('usher.ended_workloads')")
+"""Recording ends (exclusive) against reserving on a view (shared): a reservation that
+checked no end yet commits before the end is recorded, so the end releases it (R8)."""
 
 DEFAULT_STREAM: Final = "usher"
 """Stream name written to ``consumer_offsets.stream`` when the caller names none."""
@@ -365,8 +370,13 @@ class LedgerStore:
         stream_seq: int | None = None,
         stream: str = DEFAULT_STREAM,
         request_ids: Sequence[str] | None = None,
+        views: Sequence[int | None] | None = None,
     ) -> list[ReservationResult]:
         """Grant or refuse each reservation, in order, in one transaction.
+
+        ``views`` (one per reservation): the last log sequence its proposer had applied. A
+        workload the ledger saw finish or be deleted after that is refused (``StaleView``): a
+        grant for it would never be released (R8).
 
         ``request_ids`` (one per reservation) make a repeated request idempotent even after
         the grant was released: a reservation whose workload already got an allocation under
@@ -396,10 +406,12 @@ class LedgerStore:
                     )
                     for r in reservations
                 ]
-            return await self._reserve_in(conn, reservations, outbox, request_ids)
+            return await self._reserve_in(conn, reservations, outbox, request_ids, views)
 
         if request_ids is not None and len(request_ids) != len(reservations):
             raise LedgerPermanentError("reserve", "one request id per reservation")
+        if views is not None and len(views) != len(reservations):
+            raise LedgerPermanentError("reserve", "one view per reservation")
         return await self.run("reserve", work)
 
     async def _reserve_in(
@@ -408,7 +420,12 @@ class LedgerStore:
         reservations: Sequence[Reservation],
         outbox: OutboxBuilder | None,
         request_ids: Sequence[str] | None = None,
+        views: Sequence[int | None] | None = None,
     ) -> list[ReservationResult]:
+        ended: dict[WorkloadKey, int] = {}
+        if views is not None and any(v is not None for v in views):
+            await conn.execute(select(func.pg_advisory_xact_lock_shared(_ENDS_LOCK)))
+            ended = await _ended(conn, [r.workload for r in reservations])
         answered = await _answered(conn, reservations, request_ids)
         live = await _live(conn, [r.workload for r in reservations])
         known = await _leaves(conn, {r.quota for r in reservations})
@@ -429,6 +446,10 @@ class LedgerStore:
                 results.append(ReservationResult(workload=item.workload, granted=True))
             elif current is not None:
                 results.append(_already_live(item, current))
+            elif (gone := _ended_after(item.workload, ended, views, index)) is not None:
+                results.append(
+                    ReservationResult(workload=item.workload, granted=False, reason=gone)
+                )
             elif item.quota not in known:
                 results.append(_unknown(item))
             elif (refusal := self._refusal(item, usage)) is not None:
@@ -523,6 +544,12 @@ class LedgerStore:
         current = (await _live(conn, [preemptor.workload])).get(preemptor.workload)
         if current is not None:
             return _already_live(preemptor, current)
+        if log_seq is not None:
+            await conn.execute(select(func.pg_advisory_xact_lock_shared(_ENDS_LOCK)))
+            ended = await _ended(conn, [preemptor.workload])
+            gone = _ended_after(preemptor.workload, ended, [log_seq], 0)
+            if gone is not None:
+                return ReservationResult(workload=preemptor.workload, granted=False, reason=gone)
         if preemptor.quota not in await _leaves(conn, {preemptor.quota}):
             return _unknown(preemptor)
         # Allocation rows first, then usage rows: the same order as the release path, so a
@@ -812,6 +839,7 @@ async def _observe(
     """
     if not observations:
         return _Observed([], [], 0)
+    await _record_ends(conn, observations)
     rows = await _lock_live(conn, {o.workload for o in observations})
     groups = await _lock_groups(conn, rows)
 
@@ -864,6 +892,63 @@ async def _observe(
         released=[d for d, _, _ in plan.decisions if isinstance(d, Released)],
         admitted=[d for d, _, _ in plan.decisions if isinstance(d, Admitted)],
         outbox_rows=written,
+    )
+
+
+_ENDING: Final = frozenset({"Finished", "Failed", "Deleted"})
+
+
+async def _record_ends(conn: AsyncConnection, observations: Sequence[Observation]) -> None:
+    """Remember at which log sequence each workload finished or went (R8)."""
+    ends: dict[WorkloadKey, Observation] = {}
+    for observation in observations:
+        if observation.change in _ENDING and observation.seq > 0:
+            ends[observation.workload] = observation
+    if not ends:
+        return
+    # Exclusive: waits for reservations that checked no end yet (they hold it shared), so
+    # whatever they grant is committed, and released below, before the end is recorded.
+    await conn.execute(select(func.pg_advisory_xact_lock(_ENDS_LOCK)))
+    insert = pg_insert(ENDED)
+    await conn.execute(
+        insert.on_conflict_do_update(
+            index_elements=[ENDED.c.workload],
+            set_={
+                "seq": func.greatest(ENDED.c.seq, insert.excluded.seq),
+                "cause": insert.excluded.cause,
+            },
+        ),
+        [{"workload": key, "seq": o.seq, "cause": o.change} for key, o in sorted(ends.items())],
+    )
+
+
+async def _ended(conn: AsyncConnection, workloads: Sequence[WorkloadKey]) -> dict[WorkloadKey, int]:
+    if not workloads:
+        return {}
+    rows = await conn.execute(
+        select(ENDED.c.workload, ENDED.c.seq).where(ENDED.c.workload.in_(set(workloads)))
+    )
+    return {WorkloadKey(w): int(seq) for w, seq in rows}
+
+
+def _ended_after(
+    workload: WorkloadKey,
+    ended: dict[WorkloadKey, int],
+    views: Sequence[int | None] | None,
+    index: int,
+) -> Reason | None:
+    """``StaleView`` when the ledger saw ``workload`` end after its proposer's view."""
+    view = None if views is None else views[index]
+    end = ended.get(workload)
+    if view is None or end is None or end <= view:
+        return None
+    return Reason(
+        code="StaleView",
+        message=(
+            f"{workload} finished or was deleted at log entry {end}, after the proposal's "
+            f"view (entry {view})"
+        ),
+        blocker=workload,
     )
 
 

@@ -164,6 +164,20 @@ class ConsumerOffsetRow(Base):
     )
 
 
+class EndedWorkloadRow(Base):
+    """A workload the ledger saw finish or be deleted, and at which log sequence (R8).
+
+    A reservation proposed on a view of the log older than that end is refused: it would be
+    a grant nobody ever releases. A job created again under the same name is proposed on a
+    view that has seen its new observation, after the end, and is granted."""
+
+    __tablename__ = "ended_workloads"
+
+    workload: Mapped[str] = mapped_column(Text, primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    cause: Mapped[str] = mapped_column(Text)
+
+
 class OutboxRow(Base):
     """A decision to publish; written with the rows it describes, published by the relay."""
 

@@ -1,0 +1,151 @@
+"""``usher status`` and ``usher down``: the one-machine stack that ``usher up`` runs.
+
+What it does: reads ``$USHER_HOME/stack.json``; ``status`` shows every process of the stack
+(alive or not), its addresses with passwords hidden, zones and settings; ``down`` asks the
+``usher up`` that owns the stack to stop (SIGTERM, as Ctrl-C would), waits until it and every
+process it started are gone, and says so.
+Exit codes: 0 done (status: every process alive); 1 status: some process is not alive (being
+restarted, or the stack is stale); 4 no stack in that folder, or ``down`` could not stop it.
+What it must never do: signal a process that is not the ``usher up`` named in
+``stack.json``, or print a secret.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+
+import click
+import msgspec
+
+from usher.adapters.embedded.processes import pid_alive
+from usher.adapters.embedded.stack_file import StackInfo, read_stack_info, usher_home
+from usher.adapters.logs import redact_url
+from usher.cli import EXIT_DIFFERENCES, EXIT_UNAVAILABLE, cli, fail, home_option
+from usher.cli.people import emit, output_option, render_table
+
+UP = "usher up"
+
+
+class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    pid: int
+    alive: bool
+
+
+class StackStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``usher status -o json`` prints (no password anywhere)."""
+
+    home: str
+    started_at: datetime
+    processes: list[ProcessStatus]
+    nats_url: str
+    database_url: str
+    kubeconfig: str
+    zones: list[str]
+    policy: str
+    oversell_rate: str
+    within_quota: str
+    min_runtime_s: float
+    durable: bool
+
+
+def _stack_of(home: Path) -> StackInfo:
+    try:
+        return read_stack_info(home)
+    except FileNotFoundError:
+        fail(f"no Usher is running in {home} (no stack.json): start one with `usher up`", 4)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        fail(f"{home / 'stack.json'} is unreadable ({exc}); remove it", EXIT_UNAVAILABLE)
+
+
+def _is_usher_up(pid: int) -> bool:
+    """Whether ``pid`` still is an ``usher up`` (not a stranger that reused the number)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return pid_alive(pid) and b"up" in argv and any(b"usher" in part for part in argv)
+
+
+def status_of(info: StackInfo) -> StackStatus:
+    pids = {UP: info.up_pid} if info.up_pid else {}
+    pids.update(info.all_pids())
+    return StackStatus(
+        home=info.home,
+        started_at=info.started_at,
+        processes=[
+            ProcessStatus(name=name, pid=pid, alive=bool(pid) and pid_alive(pid))
+            for name, pid in pids.items()
+        ],
+        nats_url=redact_url(info.nats_url),
+        database_url=redact_url(info.database_url),
+        kubeconfig=info.kubeconfig,
+        zones=list(info.zones),
+        policy=info.policy,
+        oversell_rate=info.oversell_rate,
+        within_quota=info.within_quota,
+        min_runtime_s=info.min_runtime_s,
+        durable=info.durable,
+    )
+
+
+@cli.command("status")
+@output_option
+@home_option()
+def status_command(output: str, home: Path | None) -> None:
+    """The running stack: every process (alive or not), its addresses, zones and settings."""
+    status = status_of(_stack_of(home or usher_home()))
+
+    def table() -> str:
+        rows = [
+            [p.name, str(p.pid), "running" if p.alive else "not running"] for p in status.processes
+        ]
+        return "\n".join(
+            [
+                f"Usher in {status.home}, started {status.started_at:%Y-%m-%d %H:%M:%S %Z}",
+                render_table(["PROCESS", "PID", "STATE"], rows),
+                f"NATS JetStream  {status.nats_url}",
+                f"PostgreSQL      {status.database_url}",
+                f"Kubernetes API  kubeconfig {status.kubeconfig}",
+                f"Zones           {', '.join(status.zones)}",
+                f"Settings        policy {status.policy}, oversell rate {status.oversell_rate}, "
+                f"within quota {status.within_quota}, min runtime {status.min_runtime_s:g}s"
+                f"{', durable' if status.durable else ''}",
+            ]
+        )
+
+    emit(status, output, table)
+    if not all(p.alive for p in status.processes):
+        raise SystemExit(EXIT_DIFFERENCES)
+
+
+@cli.command("down")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for everything to stop.",
+)
+@home_option()
+def down_command(timeout: float, home: Path | None) -> None:
+    """Stop the `usher up` running in the data folder, as Ctrl-C would, and wait for it."""
+    folder = home or usher_home()
+    info = _stack_of(folder)
+    if not info.up_pid or not _is_usher_up(info.up_pid):
+        alive = [f"{n} (pid {p})" for n, p in info.all_pids().items() if p and pid_alive(p)]
+        left = f"; still alive: {', '.join(alive)}" if alive else ""
+        fail(f"no `usher up` is running in {folder} (stale stack.json){left}", EXIT_UNAVAILABLE)
+    others = [p for p in info.all_pids().values() if p]
+    click.echo(f"Stopping Usher in {folder} (usher up pid {info.up_pid}) ...")
+    os.kill(info.up_pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in [info.up_pid, *others]):
+        if time.monotonic() >= deadline:
+            fail(f"Usher in {folder} is still stopping after {timeout:g}s", EXIT_UNAVAILABLE)
+        time.sleep(0.2)
+    click.echo(f"Stopped: usher up and its {len(others)} processes.")
