@@ -43,6 +43,9 @@ READ_ONLY = ("usher jobs", "usher queues", "usher queue ", "usher quota", "usher
 READ_ONLY_PREFIXES = (*READ_ONLY, "usher replay", "usher audit", "usher what-if", "kubectl")
 RETRY_S = 30.0
 
+BANNER_END = "Press Ctrl-C to stop (or run `usher down`)."
+"""The last line of ``usher up``'s banner."""
+
 
 @dataclass
 class Command:
@@ -99,11 +102,12 @@ def _without_comment(command: str) -> str:
 
 
 MASKS = (
+    # UIDs first: a part of one can look like a duration (4d5s).
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<UID>"),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z?"), "<TS>"),
     (re.compile(r"\b\d\d:\d\d:\d\d\b"), "<TIME>"),
     (re.compile(r"[+-]?\b\d+(\.\d+)?(ms|s|m|h|d)\b"), "<DUR>"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<PORT>"),
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"), "<UID>"),
     (re.compile(r'resourceVersion: "\d+"'), 'resourceVersion: "<RV>"'),
     (re.compile(r"\b(python|pi)-[a-z0-9]{5}\b(?<!pi-8k5pn)(?<!pi-2xtcj)(?<!pi-6nsc7)"), r"\1-<N>"),
     (re.compile(r" {2,}"), " "),
@@ -141,7 +145,7 @@ class Session:
         return env
 
     def start(self, args: list[str], *, fresh: bool) -> str:
-        """``usher up ARGS``; its banner (up to "Press Ctrl-C") with the README's home."""
+        """``usher up ARGS``; its banner (up to its last line) with the README's home."""
         if self.up is not None:
             assert self.up.stop() == 0, self.up.text
         home = self.up.home if self.up is not None and not fresh else None
@@ -152,8 +156,8 @@ class Session:
         before = len(self.up.text) if self.up.output.exists() else 0
         self.up.start()
         self.up.stack()
-        self.up.wait_for_output("Press Ctrl-C to stop.")
-        return self.up.text[before:].split("Press Ctrl-C to stop.")[0] + "Press Ctrl-C to stop."
+        self.up.wait_for_output(BANNER_END)
+        return self.up.text[before:].split(BANNER_END)[0] + BANNER_END
 
     def local(self, text: str) -> str:
         """The actual data folder written as the README writes it."""
