@@ -1,6 +1,6 @@
 """Decision events: what Usher decided about a workload, and why.
 
-What it does: one frozen, tagged, versioned Struct per decision (SEMANTICS section 7). Other
+What it does: one frozen, tagged, versioned Struct per decision (D1, docs/admission-rules.md). Other
 systems subscribe to these; they are published as JSON with CloudEvents-style headers.
 What it must never do: hold logic; change a tag once published.
 """

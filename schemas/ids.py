@@ -16,7 +16,7 @@ QuotaPath = NewType("QuotaPath", str)
 """Path of a quota tree node from the root, ``/``-separated, e.g. ``root/Department-a``."""
 
 QueueName = NewType("QueueName", str)
-"""Name of a leaf's queue, e.g. ``root-department-a-user-a`` (SEMANTICS section 1)."""
+"""Name of a leaf's queue, e.g. ``root-department-a-user-a`` (T5, docs/admission-rules.md)."""
 
 Zone = NewType("Zone", str)
 """Node zone (label ``usher.io/zone``); one dequeuer serves each zone."""

@@ -1,7 +1,7 @@
 """The quota tree as it travels on the wire.
 
 What it does: a recursive ``QuotaNode`` carrying canonical integer quantities, the shape of a
-validated ElasticQuotaTree (SEMANTICS section 1).
+validated ElasticQuotaTree (T1, docs/admission-rules.md).
 What it must never do: validate or parse Kubernetes notation (that is the core's job).
 """
 

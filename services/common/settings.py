@@ -49,7 +49,7 @@ class ServiceSettings:
     """How often the watcher may rewrite Queue and ElasticQuotaTree status."""
     settle_ms: int = 20
     """A dequeuer waits this long after an event for more before it runs a pass, so events
-    that arrive together are decided together (SEMANTICS section 6)."""
+    that arrive together are decided together (C1, docs/admission-rules.md)."""
     metrics_host: str = "127.0.0.1"
     """Where ``/metrics``, ``/healthz`` and ``/readyz`` listen (the deploy sets 0.0.0.0)."""
     metrics_port: int = 9102

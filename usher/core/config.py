@@ -1,4 +1,4 @@
-"""Deployment settings of the decision core (SEMANTICS sections 3-5).
+"""Deployment settings of the decision core (docs/admission-rules.md R2-R7).
 
 What it does: one frozen ``EngineConfig`` holding the admission policy, the exact oversell
 rate, the default within-quota preemption mode and minimum runtime, and the zones one engine
@@ -32,7 +32,7 @@ class EngineConfig:
     zones: frozenset[Zone] | None = None
     """Zones this engine decides for; ``None`` = all. Other zones' admissions still count."""
     instant_release: bool = False
-    """Scenarios and what-if (SEMANTICS 5): a preempted victim stops, and a finished or deleted
+    """Scenarios and what-if (R7, S1): a preempted victim stops, and a finished or deleted
     workload's usage leaves, the instant it happens. A running system (False) keeps any usage
     counted until the ledger's ``Released`` for it is on the log (docs/admission-rules.md R7):
     what the engine believes is what the ledger holds."""

@@ -30,7 +30,7 @@ class QuantityError(InputError):
 
 
 class TreeInvalid(InputError):
-    """An ElasticQuotaTree broke one or more rules of SEMANTICS section 1; rejected whole."""
+    """An ElasticQuotaTree broke one or more rules of T1 (docs/admission-rules.md); rejected."""
 
 
 class WorkloadInvalid(InputError):

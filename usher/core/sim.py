@@ -1,4 +1,4 @@
-"""The scenario simulator (SEMANTICS section 8): plays already-loaded scenario data.
+"""The scenario simulator (docs/admission-rules.md S1): plays already-loaded scenario data.
 
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
@@ -476,7 +476,7 @@ def _mapping(raw: object, path: str, errors: _Errors) -> dict[str, object]:
 
 def run(scenario: Scenario) -> SimResult:
     """Play the scenario: setup at t=0, a pass after each group of equal ``at``, wakeups."""
-    # A scenario's victims stop the instant they are preempted (SEMANTICS 5).
+    # A scenario's victims stop the instant they are preempted (R7, S1).
     engine = Engine(replace(scenario.config, instant_release=True))
     decisions: list[SimDecision] = []
     rejections: list[Rejection] = []
@@ -543,7 +543,7 @@ def _seconds(at_ms: int) -> int | float:
 
 
 def _decision_record(record: SimDecision) -> dict[str, object] | None:
-    """One entry of ``decisions`` (SEMANTICS section 8); None for decisions it does not list."""
+    """One entry of ``decisions`` (S1); None for decisions it does not list."""
     decision = record.decision
     if isinstance(decision, Unmapped):
         queue, quota = None, None
@@ -580,7 +580,7 @@ def _used_quantities(result: SimResult, path: QuotaPath) -> dict[str, str]:
 
 
 def render_json(result: SimResult) -> str:
-    """One JSON object (SEMANTICS section 8); byte-identical for the same scenario."""
+    """One JSON object (S1, D3); byte-identical for the same scenario."""
     jobs: dict[str, dict[str, object]] = {}
     for key, view in result.jobs.items():
         entry: dict[str, object] = {"state": view.state, "queue": view.queue}

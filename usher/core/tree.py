@@ -1,11 +1,11 @@
 """The ElasticQuotaTree: parsing a manifest into a validated ``QuotaNode`` tree, and walking it.
 
 What it does: turns an ``ElasticQuotaTree`` manifest (a dict loaded from YAML) into a typed tree
-with canonical integer quantities, checks every rule of SEMANTICS section 1 and reports ALL
+with canonical integer quantities, checks every rule of T1 (docs/admission-rules.md) and reports ALL
 violations at once (each ``FieldError`` names the node and the resource), and offers the walks
 the engine needs (node paths, leaves, queue names).
 
-Choices where SEMANTICS is silent:
+Choices T1 writes down where SEMANTICS is silent:
 - ``min`` may be omitted (empty: a guarantee of nothing); ``max`` may be omitted on a non-root
   node (no limit there), but the root needs both. Every key of ``min`` must still be in ``max``.
 - A node name may not contain ``/`` (it separates quota paths); two leaves may not map to the
@@ -62,7 +62,7 @@ def parse_tree(manifest: object) -> QuotaNode:
 
 
 def validate_tree(root: QuotaNode) -> list[FieldError]:
-    """Every violation of the SEMANTICS section 1 rules in an already typed tree (empty = valid).
+    """Every violation of the T1 rules in an already typed tree (empty = valid).
 
     Used for trees that arrive over the wire; paths are labelled like the manifest's
     (``spec.root.children[0](Department-a).min.cpu``).
