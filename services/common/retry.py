@@ -30,13 +30,15 @@ class Backoff:
         self._base = base_s
         self._cap = cap_s
         self._attempts = 0
-        self._rng = rng or random.Random()
+        # The shared generator unless one is given: seeding a new Random reads os.urandom,
+        # and a Backoff is made per request while most never wait (2% of the watcher's CPU).
+        self._uniform = rng.uniform if rng is not None else random.uniform
 
     def next_delay(self) -> float:
         delay = min(self._cap, self._base * 2.0 ** min(self._attempts, 30))
         self._attempts += 1
         # Jitter keeps many watchers (or many kinds) from reconnecting in lockstep.
-        return delay / 2 + self._rng.uniform(0, delay / 2)
+        return delay / 2 + self._uniform(0, delay / 2)
 
     def reset(self) -> None:
         self._attempts = 0

@@ -20,8 +20,10 @@ from pathlib import Path
 from types import TracebackType
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import config as kube_config
 from kubernetes_asyncio.client import ApiClient
+from yarl import URL
 
 from usher.adapters.kube.errors import (
     JsonObj,
@@ -70,6 +72,7 @@ class KubeClient:
             raise KubeConfigError(
                 f"kubeconfig {path} is unusable: {type(exc).__name__}: {exc}"
             ) from exc
+        _look_up_the_environment_once(api)
         return cls(api, request_timeout_s=request_timeout_s)
 
     async def close(self) -> None:
@@ -230,6 +233,41 @@ class KubeClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _connection_error(method, path, exc) from exc
         return response
+
+
+def _look_up_the_environment_once(api: ApiClient) -> None:
+    """Resolve the proxy from the environment now, not on every request.
+
+    kubernetes_asyncio's session trusts the environment, so aiohttp looks up the proxy and
+    ``~/.netrc`` for every request, each time in a worker thread (about 5% of the watcher's
+    CPU, parsing the netrc file at every call). The API server does not change, so the proxy
+    it needs (``HTTPS_PROXY``/``NO_PROXY``, as aiohttp reads them) is resolved once; the
+    session is rebuilt on the same connection pool without the per-request lookups. A netrc
+    login never applied: Kubernetes requests carry their own credentials.
+    """
+    rest = api.rest_client
+    if not rest.proxy:
+        try:
+            proxy, auth = get_env_proxy_for_url(URL(str(api.configuration.host or "")))
+        except LookupError:
+            pass
+        else:
+            rest.proxy = str(proxy)
+            if auth is not None:
+                rest.proxy_headers = {
+                    **(rest.proxy_headers or {}),
+                    "Proxy-Authorization": auth.encode(),
+                }
+    session: aiohttp.ClientSession = rest.pool_manager
+    connector = session.connector
+    session.detach()  # the pool stays open; only the old session lets go of it
+    rest.pool_manager = aiohttp.ClientSession(
+        connector=connector, trust_env=False, read_bufsize=_READ_BUFSIZE
+    )
+
+
+_READ_BUFSIZE = 2**21
+"""Watch events of large objects exceed aiohttp's default buffer (kubernetes_asyncio's value)."""
 
 
 def _with_type(resource: Resource, item: JsonObj) -> JsonObj:
