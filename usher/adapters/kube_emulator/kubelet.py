@@ -15,7 +15,6 @@ status that does not change (no event storms); block the event loop or run outsi
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
@@ -27,6 +26,7 @@ from usher.adapters.kube_emulator.store import (
     ResourceType,
     Store,
     StoreEvent,
+    clone,
     find_resource,
     rfc3339,
 )
@@ -87,7 +87,7 @@ def set_condition(
 
 
 def _status(obj: JsonObj) -> JsonObj:
-    return copy.deepcopy(obj.get("status") or {})
+    return clone(obj.get("status") or {})
 
 
 def _spec(obj: JsonObj) -> JsonObj:

@@ -64,6 +64,7 @@ from usher.adapters.kube_emulator.store import (
     Store,
     StoreEvent,
     bad_request,
+    encode_json,
     find_resource,
 )
 
@@ -224,7 +225,7 @@ def json_response(
     body: Any, status: int = 200, content_type: str = "application/json"
 ) -> web.Response:
     return web.Response(
-        body=json.dumps(body, separators=(",", ":")).encode(),
+        body=encode_json(body),
         status=status,
         headers={"Content-Type": content_type},
     )
@@ -282,7 +283,7 @@ def warning_headers(messages: list[str]) -> dict[str, str]:
 
 
 def watch_line(kind: str, obj: JsonObj) -> bytes:
-    return (json.dumps({"type": kind, "object": obj}, separators=(",", ":")) + "\n").encode()
+    return encode_json({"type": kind, "object": obj}) + b"\n"
 
 
 def bookmark(rt: ResourceType, rv: int, *, initial_events_end: bool = False) -> JsonObj:

@@ -14,7 +14,6 @@ write that changes nothing.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import re
 import secrets
@@ -23,12 +22,30 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
+
+import msgspec
 
 JsonObj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 PatchType = Literal["merge", "json", "strategic"]
+
+_T = TypeVar("_T")
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder()
+
+
+def clone(obj: _T) -> _T:
+    """A deep copy of JSON data (what the store holds): a msgspec round trip is about six times
+    faster than ``copy.deepcopy``, which was a quarter of the emulator's CPU under load."""
+    return cast(_T, _DECODER.decode(_ENCODER.encode(obj)))
+
+
+def encode_json(obj: Any) -> bytes:
+    """Compact JSON for responses and watch lines (msgspec: several times faster than json)."""
+    return _ENCODER.encode(obj)
+
 
 DEFAULT_HISTORY = 1000
 GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s utilrand: no vowels, no 0/1/3
@@ -545,7 +562,7 @@ def check_identity(rt: ResourceType, body: JsonObj) -> None:
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386 JSON merge patch (``null`` deletes, objects merge, anything else replaces)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -637,19 +654,19 @@ def _apply_operation(doc: Any, op: Any) -> Any:
     if kind in ("add", "replace", "test") and "value" not in op:
         raise JsonPatchError(f"missing value for {kind} at {path}")
     if kind == "add":
-        return _add(doc, path, copy.deepcopy(op["value"]))
+        return _add(doc, path, clone(op["value"]))
     if kind == "remove":
         return _remove(doc, path)
     if kind == "replace":
         _get(doc, path)
-        return _add(_remove(doc, path), path, copy.deepcopy(op["value"])) if path else op["value"]
+        return _add(_remove(doc, path), path, clone(op["value"])) if path else op["value"]
     if kind in ("move", "copy"):
         source = op.get("from")
         if not isinstance(source, str):
             raise JsonPatchError(f"missing from for {kind} at {path}")
         if kind == "move" and path.startswith(source + "/"):
             raise JsonPatchError(f"cannot move {source} into its own child {path}")
-        value = copy.deepcopy(_get(doc, source))
+        value = clone(_get(doc, source))
         if kind == "move":
             doc = _remove(doc, source)
         return _add(doc, path, value)
@@ -662,7 +679,7 @@ def _apply_operation(doc: Any, op: Any) -> Any:
 
 def json_patch(doc: Any, operations: list[Any]) -> Any:
     """RFC 6902 JSON patch: add/remove/replace/move/copy/test, all or nothing."""
-    result = copy.deepcopy(doc)
+    result = clone(doc)
     for op in operations:
         result = _apply_operation(result, op)
     return result
@@ -782,12 +799,12 @@ class Store:
         obj = self._bucket(rt).get(self._key(rt, namespace, name))
         if obj is None:
             raise not_found(rt, name)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def find(self, rt: ResourceType, namespace: str | None, name: str) -> JsonObj | None:
         """A copy of the object, or None."""
         obj = self._bucket(rt).get(self._key(rt, namespace, name))
-        return None if obj is None else copy.deepcopy(obj)
+        return None if obj is None else clone(obj)
 
     def objects(self, rt: ResourceType, flt: Filter | None = None) -> list[JsonObj]:
         """The stored objects matching ``flt``, in key order (namespace, name); do not mutate."""
@@ -896,13 +913,13 @@ class Store:
         meta["resourceVersion"] = str(self._next_rv())
         bucket[key] = obj
         self._record("ADDED", rt, obj, None)
-        return copy.deepcopy(obj)
+        return clone(obj)
 
     def _prepare_create(self, rt: ResourceType, namespace: str | None, body: JsonObj) -> JsonObj:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         check_identity(rt, body)
-        obj = copy.deepcopy(body)
+        obj = clone(body)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -1002,7 +1019,7 @@ class Store:
                     )
                 ],
             )
-        return self._replace(rt, current, copy.deepcopy(body), rv, subresource)
+        return self._replace(rt, current, clone(body), rv, subresource)
 
     def patch(
         self,
@@ -1044,20 +1061,20 @@ class Store:
             raise stale_conflict(rt, name)
         merged = self._merge_for(rt, current, new, subresource)
         if merged == current:
-            return copy.deepcopy(current)  # a no-op write: no new resourceVersion, no event
+            return clone(current)  # a no-op write: no new resourceVersion, no event
         if _spec_part(merged) != _spec_part(current):
             merged["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         merged["metadata"]["resourceVersion"] = str(self._next_rv())
         self._bucket(rt)[self._key(rt, current["metadata"].get("namespace"), name)] = merged
         self._record("MODIFIED", rt, merged, current)
-        return copy.deepcopy(merged)
+        return clone(merged)
 
     def _merge_for(
         self, rt: ResourceType, current: JsonObj, new: JsonObj, subresource: str | None
     ) -> JsonObj:
         """The object to store: a status write keeps all but status, a main write keeps status."""
         if subresource == "status":
-            merged = copy.deepcopy(current)
+            merged = clone(current)
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -1091,10 +1108,10 @@ class Store:
         current = self._current(rt, namespace, name)
         self._check_preconditions(rt, current, preconditions or {})
         del self._bucket(rt)[self._key(rt, current["metadata"].get("namespace"), name)]
-        final = copy.deepcopy(current)
+        final = clone(current)
         final["metadata"]["resourceVersion"] = str(self._next_rv())
         self._record("DELETED", rt, final, current)
-        return copy.deepcopy(current)
+        return clone(current)
 
     def _check_preconditions(
         self, rt: ResourceType, current: JsonObj, preconditions: Mapping[str, Any]
