@@ -460,9 +460,13 @@ async def test_preempt_moves_usage_to_a_hold(store: LedgerStore) -> None:
     again = await store.preempt(preemptor, [victim("c1", LEAVES[2])], outbox=builder)
     assert again.granted
     assert cpu(await store.usage())["root"] == 100
-    # Nothing else fits while c1 stops: the root is full until then.
-    [late] = await store.reserve([res("late", LEAVES[0], 5)])
+    # Nothing else fits while c1 stops: the root is full until then (Department-b is not).
+    [late] = await store.reserve([res("late", LEAVES[2], 5)])
     assert not late.granted and late.reason is not None and late.reason.node == "root"
+    # Department-a is full as well (a1 and the hold): the nearest full node is named.
+    [near] = await store.reserve([res("near", LEAVES[0], 5)])
+    assert not near.granted and near.reason is not None
+    assert near.reason.node == "root/Department-a"
     assert len(await store.pending_outbox(10)) == 1
 
 

@@ -22,9 +22,9 @@ from schemas import (
     WorkloadFinished,
 )
 from tests.core.test_engine_api import observed
+from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-from usher.core.state import effective_cap
 
 CORE = 1000
 

@@ -49,6 +49,7 @@ from schemas import (
 )
 from schemas.events import ClusterEvent
 from usher.core import reasons
+from usher.core.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig
 from usher.core.reclaim import borrowed_resource, within_guarantee
 from usher.core.state import (
@@ -1407,32 +1408,18 @@ class Engine:
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None
         # Nearest node first: the leaf or department a person can act on.
-        for info in reversed(self._tree.nodes[job.leaf].ancestors):
-            for resource, amount in job.shape:
-                cap = info.cap.get(resource)
-                used = info.used.get(resource, 0)
-                if cap is None or used + amount <= cap:
-                    continue
-                holder = self._holder_on(info.path, job.key)
-                if holder is not None:
-                    return reasons.held_for_preemptor(
-                        info.path, resource, used, amount, cap, holder
-                    )
-                stopping = info.residual.get(resource, 0)
-                if stopping > 0 and used - stopping + amount <= cap:
-                    return reasons.victims_still_stopping(
-                        info.path, resource, used, amount, cap, stopping
-                    )
-                return reasons.quota_exceeded(
-                    info.path,
-                    resource,
-                    used,
-                    amount,
-                    info.max[resource],
-                    cap,
-                    self.config.oversell_rate,
-                )
-        return None
+        short = first_shortfall(self._tree.nodes[job.leaf].ancestors, job.shape)
+        if short is None:
+            return None
+        numbers = (short.node, short.resource, short.used, short.requested, short.cap)
+        holder = self._holder_on(short.node, job.key)
+        if holder is not None:
+            return reasons.held_for_preemptor(*numbers, holder)
+        # Full only until victims already chosen have stopped: say so, not "exceeded".
+        stopping = self._tree.nodes[short.node].residual.get(short.resource, 0)
+        if stopping > 0 and short.used - stopping + short.requested <= short.cap:
+            return reasons.victims_still_stopping(*numbers, stopping)
+        return quota_exceeded(short, self.config.oversell_rate)
 
     def _holder_on(self, path: QuotaPath, asking: WorkloadKey) -> WorkloadKey | None:
         for key in sorted(self._held):
@@ -1515,21 +1502,18 @@ class Engine:
         if job is not None and job.held and job.used_path is not None:
             own_paths = {node.path for node in self._path_nodes(job.used_path)}
             own = dict(job.used_shape)
-        for info in reversed(self._path_nodes(quota)):
-            mine = own if info.path in own_paths else {}
-            for resource, amount in shape_of(requests):
-                cap = info.cap.get(resource)
-                used = info.used.get(resource, 0) - mine.get(resource, 0)
-                if cap is None or used + amount <= cap:
-                    continue
-                path, holder = info.path, self._holder_on(info.path, key)
-                if holder is not None:
-                    return reasons.held_for_preemptor(path, resource, used, amount, cap, holder)
-                rate = self.config.oversell_rate
-                return reasons.quota_exceeded(
-                    path, resource, used, amount, info.max[resource], cap, rate
-                )
-        return None
+        path: list[NodeLoad] = [
+            _set_aside(info, own) if info.path in own_paths else info
+            for info in self._path_nodes(quota)
+        ]
+        short = first_shortfall(path, shape_of(requests))
+        if short is None:
+            return None
+        holder = self._holder_on(short.node, key)
+        if holder is not None:
+            numbers = (short.node, short.resource, short.used, short.requested, short.cap)
+            return reasons.held_for_preemptor(*numbers, holder)
+        return quota_exceeded(short, self.config.oversell_rate)
 
     def reclaim_preview(self, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
         """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
@@ -1774,6 +1758,12 @@ class _Pass:
         for leaf in self.e._viable_leaves():
             if leaf not in self.live:
                 self.offer(leaf)
+
+
+def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
+    """``info`` as the fit check sees it once ``own`` (a held preemptor's capacity) is left out."""
+    used = {r: info.used.get(r, 0) - own.get(r, 0) for r in info.used.keys() | own.keys()}
+    return Load(path=info.path, used=used, max=info.max, cap=info.cap)
 
 
 def _pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:

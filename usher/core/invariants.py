@@ -45,10 +45,10 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core import reasons
+from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import LogItem, format_time
-from usher.core.state import effective_cap
 from usher.core.tree import iter_nodes, path_nodes
 
 LEDGER_DECISIONS = (Admitted, Preempted, Released)

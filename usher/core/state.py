@@ -9,9 +9,9 @@ clock, or iterate an unordered collection where order matters.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from fractions import Fraction
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig, WithinQuota
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.tree import iter_nodes, queue_name
@@ -125,11 +125,6 @@ class TreeIndex:
                 self.queue_leaf[info.queue] = path
                 for namespace in node.namespaces:
                     self.leaf_of_namespace[namespace] = path
-
-
-def effective_cap(maximum: int, rate: Fraction) -> int:
-    """``floor(max x rate)``: with integer usage, ``used <= max x rate`` iff ``used <= cap``."""
-    return (maximum * rate.numerator) // rate.denominator
 
 
 def _inherited_attributes(

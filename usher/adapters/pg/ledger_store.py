@@ -11,12 +11,14 @@ delete, observed suspension, tree) with the consumer offset; writes the transact
 (built by the caller from what was decided) in the same transaction as the rows it describes,
 so redelivered input changes nothing (principles 2-3).
 
-Allocation life cycle: ``admitted`` (counted) -> ``released``; a preemptor is ``held`` (not
-admitted) until its last victim is seen stopped, then ``admitted``; a victim goes ``admitted``
--> ``preempting`` (still running, still counted) -> ``released``. A preemption *group* (a held
-preemptor and its preempting victims) counts ``max(victims, hold)`` on every (node, resource):
-the victims' whole usage until they stop, the hold carved out of it (docs/admission-rules.md
-R7), so nothing is over-committed while victims wind down. Every stamp is ``clock_timestamp()``
+Allocation life cycle (the states, their transitions and the release rules are the core's,
+``usher/core/arbitration.py``): ``admitted`` (counted) -> ``released``; a preemptor is ``held``
+(not admitted) until its last victim is seen stopped, then ``admitted``; a victim goes
+``admitted`` -> ``preempting`` (still running, still counted) -> ``released``. A preemption
+*group* (a held preemptor and its preempting victims) counts ``max(victims, hold)`` on every
+(node, resource) (docs/admission-rules.md R7), so nothing is over-committed while victims wind
+down. The fit check (R2, nearest failing node named) is the core's too: this store keeps the
+SQL and maps its rows to the core's inputs. Every stamp is ``clock_timestamp()``
 read once per transaction *after* the usage locks, so the running intervals
 [admitted_at, released_at) of the rows on one node follow the lock order and never add up above
 ``max x rate`` at any instant.
@@ -34,7 +36,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
 import msgspec
 from sqlalchemy import Table, bindparam, func, select, text, tuple_, update
@@ -56,8 +58,20 @@ from schemas import (
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.models import Base
+from usher.core.arbitration import (
+    CLAIMING,
+    COUNTED,
+    AllocationState,
+    Change,
+    Load,
+    advance,
+    first_shortfall,
+    group_usage,
+    quota_exceeded,
+    release_cause,
+)
 from usher.core.config import WithinQuota
-from usher.core.reasons import quota_exceeded, stale_view
+from usher.core.reasons import stale_view
 from usher.core.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
 from usher.core.state import shape_of
 from usher.core.tree import iter_nodes
@@ -113,16 +127,10 @@ _INSERT_ALLOCATION: Final = (
     .returning(ALLOCATIONS.c.id, ALLOCATIONS.c.workload)
 )
 
-AllocationState = Literal["reserved", "admitted", "held", "preempting", "released"]
-
-_COUNTED: Final[frozenset[str]] = frozenset({"reserved", "admitted", "held"})
-"""States of a workload that holds (or is being given) quota: a reservation stands for it."""
-
-_CLAIMING: Final = ("admitted", "held")
-"""States that count toward a leaf's claim (what stays once stopping victims stop)."""
-
-Change = Literal["Finished", "Failed", "Deleted", "Preempted", "Suspended"]
-"""What was observed about a workload: a ``ReleaseCause``, or its suspension observed."""
+_ADMITTED: Final = AllocationState.ADMITTED
+_HELD: Final = AllocationState.HELD
+_PREEMPTING: Final = AllocationState.PREEMPTING
+_RELEASED: Final = AllocationState.RELEASED
 
 LedgerDecision = Admitted | Preempted | Released
 
@@ -256,7 +264,7 @@ class _Alloc:
     queue: QueueName
     requests: Resources
     priority: int
-    state: str
+    state: AllocationState
     preemptor: WorkloadKey | None
     preempted_seq: int | None = None
     """Last log sequence that existed when this victim was preempted."""
@@ -272,8 +280,8 @@ class _Group:
 
     def counted(self) -> dict[_Key, int]:
         """What the group counts on each (node, resource): ``max(victims, hold)`` (R7)."""
-        held = self.hold if self.hold is not None and self.hold.state in _COUNTED else None
-        running = [v for v in self.victims.values() if v.state == "preempting"]
+        held = self.hold if self.hold is not None and self.hold.state in COUNTED else None
+        running = [v for v in self.victims.values() if v.state == _PREEMPTING]
         return _group_usage(held, running)
 
 
@@ -413,7 +421,7 @@ class LedgerStore:
                 return [
                     ReservationResult(
                         workload=r.workload,
-                        granted=r.workload in live and live[r.workload].state in _COUNTED,
+                        granted=r.workload in live and live[r.workload].state in COUNTED,
                     )
                     for r in reservations
                 ]
@@ -471,7 +479,7 @@ class LedgerStore:
                 _add(usage, item.quota, item.requests, +1)
                 touched |= _keys(item.quota, item.requests)
                 # A second reservation of the same workload later in the batch is a retry.
-                live[item.workload] = _placeholder(item, "admitted")
+                live[item.workload] = _placeholder(item, _ADMITTED)
                 granted.append(item)
                 if request_ids is not None:
                     granted_ids[item.workload] = request_ids[index]
@@ -479,7 +487,7 @@ class LedgerStore:
 
         if granted:
             stamp = await _stamp(conn)
-            ids = await _insert_allocations(conn, granted, "admitted", stamp, granted_ids)
+            ids = await _insert_allocations(conn, granted, _ADMITTED, stamp, granted_ids)
             await _set_usage(conn, usage, touched)
             if outbox is not None:
                 await _write_outbox(
@@ -491,19 +499,9 @@ class LedgerStore:
     def _refusal(
         self, item: Reservation, usage: dict[_Key, tuple[int, int | None]]
     ) -> Reason | None:
-        # Root first, then down the path: the reason names the most general node that is full.
-        for node in path_of(item.quota):
-            for resource in sorted(item.requests):
-                requested = item.requests[resource]
-                if requested == 0:
-                    continue
-                used, high = usage[(node, resource)]
-                if high is None:
-                    continue
-                cap = high * self._rate.numerator // self._rate.denominator
-                if used + requested > cap:
-                    return quota_exceeded(node, resource, used, requested, high, cap, self._rate)
-        return None
+        """``QuotaExceeded`` naming the nearest node ``item`` would overfill (R2), or None."""
+        short = first_shortfall(_loads(item, usage, self._rate), shape_of(item.requests))
+        return None if short is None else quota_exceeded(short, self._rate)
 
     # ------------------------------------------------------------------ preempt
 
@@ -568,7 +566,7 @@ class LedgerStore:
         rows = await _lock_live(conn, [v.workload for v in victims])
         for victim in victims:
             row = rows.get(victim.workload)
-            if row is None or row.state != "admitted":
+            if row is None or row.state != _ADMITTED:
                 return _stale(preemptor, victim.workload, row)
         keys = _keys(preemptor.quota, preemptor.requests)
         for row in rows.values():
@@ -588,22 +586,24 @@ class LedgerStore:
                 ReservationResult(workload=preemptor.workload, granted=False, reason=refusal)
             )
         # The victims keep counting until seen stopped, the hold carved out of them.
-        hold = _placeholder(preemptor, "held")
+        hold = _placeholder(preemptor, _HELD)
         for key, amount in _group_usage(hold, ordered).items():
             used, high = usage[key]
             usage[key] = (used + amount, high)
+        for row in ordered:
+            row.state = advance(row.state, _PREEMPTING)
         # Victims end and the hold starts at the same instant: intervals are half-open.
         await conn.execute(
             update(ALLOCATIONS)
             .where(ALLOCATIONS.c.id.in_([row.id for row in rows.values()]))
             .values(
-                state="preempting",
+                state=_PREEMPTING.value,
                 preemptor=preemptor.workload,
                 preempted_at=stamp,
                 preempted_seq=log_seq,
             )
         )
-        await _insert_allocations(conn, [preemptor], "held", stamp)
+        await _insert_allocations(conn, [preemptor], _HELD, stamp)
         await _set_usage(conn, usage, keys)
         if outbox is not None:
             await _write_outbox(
@@ -876,13 +876,13 @@ async def _observe(
         await conn.execute(
             update(ALLOCATIONS)
             .where(ALLOCATIONS.c.id.in_(plan.admit))
-            .values(state="admitted", admitted_at=stamp)
+            .values(state=_ADMITTED.value, admitted_at=stamp)
         )
     if plan.release:
         await conn.execute(
             update(ALLOCATIONS)
             .where(ALLOCATIONS.c.id == bindparam("a_id"))
-            .values(state="released", released_at=stamp, release_cause=bindparam("a_cause")),
+            .values(state=_RELEASED.value, released_at=stamp, release_cause=bindparam("a_cause")),
             [{"a_id": i, "a_cause": cause} for i, cause in plan.release.items()],
         )
     if keys:
@@ -972,21 +972,21 @@ async def _lock_groups(
     consumer locks ``held`` and ``preempting`` rows, so this cannot deadlock with a preemption,
     which locks only ``admitted`` victims.
     """
-    preemptors = {r.preemptor for r in rows.values() if r.state == "preempting" and r.preemptor}
-    preemptors |= {r.workload for r in rows.values() if r.state == "held"}
+    preemptors = {r.preemptor for r in rows.values() if r.state == _PREEMPTING and r.preemptor}
+    preemptors |= {r.workload for r in rows.values() if r.state == _HELD}
     if not preemptors:
         return {}
     rows.update(await _lock_live(conn, preemptors - rows.keys()))
     found = await conn.execute(
         select(*_ALLOC_COLUMNS)
-        .where(ALLOCATIONS.c.preemptor.in_(preemptors), ALLOCATIONS.c.state == "preempting")
+        .where(ALLOCATIONS.c.preemptor.in_(preemptors), ALLOCATIONS.c.state == _PREEMPTING.value)
         .order_by(ALLOCATIONS.c.id)
         .with_for_update()
     )
     groups: dict[WorkloadKey, _Group] = {}
     for preemptor in sorted(preemptors):
         hold = rows.get(preemptor)
-        groups[preemptor] = _Group(hold if hold is not None and hold.state == "held" else None)
+        groups[preemptor] = _Group(hold if hold is not None and hold.state == _HELD else None)
     for raw in found:
         victim = rows.setdefault(WorkloadKey(raw.workload), _alloc(raw))
         assert victim.preemptor is not None
@@ -1002,50 +1002,46 @@ def _plan_observation(
     *,
     counted: bool,
 ) -> None:
-    change = observation.change
-    if row.state == "preempting":
-        if (
-            change == "Suspended"
-            and row.preempted_seq is not None
-            and observation.seq <= row.preempted_seq
-        ):
-            # Seen suspended before it was preempted (e.g. before it was ever started): that
-            # says nothing about its pods having stopped since.
-            return
-        _plan_release(plan, row, "Deleted" if change == "Deleted" else "Preempted", count=False)
-        group = groups.get(row.preemptor) if row.preemptor is not None else None
-        if group is None:
-            return
-        hold = group.hold
-        left = [v for v in group.victims.values() if v.state == "preempting"]
-        if not left and hold is not None and hold.state == "held":
-            hold.state = "admitted"
-            plan.admit.append(hold.id)
-            plan.decisions.append((_admitted_row(hold), hold.zone, hold.id))
-    elif row.state in _COUNTED and change != "Suspended":
-        _plan_release(plan, row, change, count=counted)
+    # Seen before it was preempted (e.g. suspended before it ever started): see release_cause.
+    before = row.preempted_seq is not None and observation.seq <= row.preempted_seq
+    cause = release_cause(row.state, observation.change, before_preemption=before)
+    if cause is None:
+        return
+    if row.state != _PREEMPTING:
+        _plan_release(plan, row, cause, count=counted)
+        return
+    _plan_release(plan, row, cause, count=False)
+    group = groups.get(row.preemptor) if row.preemptor is not None else None
+    if group is None:
+        return
+    hold = group.hold
+    left = [v for v in group.victims.values() if v.state == _PREEMPTING]
+    if not left and hold is not None and hold.state == _HELD:
+        hold.state = advance(hold.state, _ADMITTED)
+        plan.admit.append(hold.id)
+        plan.decisions.append((_admitted_row(hold), hold.zone, hold.id))
 
 
 def _plan_release(plan: _ObservePlan, row: _Alloc, cause: ReleaseCause, *, count: bool) -> None:
     if count:
         for key in _keys(row.quota, row.requests):
             plan.decrements[key] = plan.decrements.get(key, 0) + row.requests[key[1]]
-    row.state = "released"
+    row.state = advance(row.state, _RELEASED)
     plan.release[row.id] = cause
     decision = Released(workload=row.workload, quota=row.quota, requests=row.requests, cause=cause)
     plan.decisions.append((decision, row.zone, row.id))
 
 
 def _group_usage(hold: _Alloc | None, victims: Iterable[_Alloc]) -> dict[_Key, int]:
-    """``max(victims, hold)`` per (node, resource) of one preemption group (R7)."""
-    running: dict[_Key, int] = {}
-    for victim in victims:
-        for key in _keys(victim.quota, victim.requests):
-            running[key] = running.get(key, 0) + victim.requests[key[1]]
-    held: dict[_Key, int] = {}
-    if hold is not None:
-        held = {key: hold.requests[key[1]] for key in _keys(hold.quota, hold.requests)}
-    return {key: max(running.get(key, 0), held.get(key, 0)) for key in sorted(running | held)}
+    """What one preemption group counts on each (node, resource): the core's rule (R7)."""
+    return group_usage(
+        None if hold is None else _counts(hold), [_counts(victim) for victim in victims]
+    )
+
+
+def _counts(row: _Alloc) -> dict[_Key, int]:
+    """What ``row`` alone counts on each (node, resource) of its path."""
+    return {key: row.requests[key[1]] for key in _keys(row.quota, row.requests)}
 
 
 def _victim_refusal(
@@ -1080,7 +1076,8 @@ async def _claims(conn: AsyncConnection, leaves: set[QuotaPath]) -> dict[QuotaPa
     """Per leaf, the requests of its admitted and held allocations (victims stopping aside)."""
     rows = await conn.execute(
         select(ALLOCATIONS.c.quota_path, ALLOCATIONS.c.requests).where(
-            ALLOCATIONS.c.quota_path.in_(leaves), ALLOCATIONS.c.state.in_(_CLAIMING)
+            ALLOCATIONS.c.quota_path.in_(leaves),
+            ALLOCATIONS.c.state.in_([s.value for s in CLAIMING]),
         )
     )
     out: dict[QuotaPath, dict[str, int]] = {}
@@ -1136,6 +1133,23 @@ def _check_victims(preemptor: WorkloadKey, victims: Sequence[Preempted]) -> None
 
 def _keys(leaf: QuotaPath, requests: Resources) -> set[_Key]:
     return {(node, r) for node in path_of(leaf) for r, amount in requests.items() if amount}
+
+
+def _loads(
+    item: Reservation, usage: dict[_Key, tuple[int, int | None]], rate: Fraction
+) -> list[Load]:
+    """The locked usage rows of ``item``'s path (root..leaf) as the core's fit check reads them."""
+    loads = []
+    for node in path_of(item.quota):
+        used: dict[str, int] = {}
+        limits: dict[str, int] = {}
+        for resource, amount in item.requests.items():
+            if amount:
+                used[resource], high = usage[(node, resource)]
+                if high is not None:
+                    limits[resource] = high
+        loads.append(Load.of_limits(node, used, limits, rate))
+    return loads
 
 
 def _add(
@@ -1213,7 +1227,7 @@ def _alloc(row: Any) -> _Alloc:
         queue=QueueName(row.queue),
         requests=_resources(row.requests),
         priority=int(row.priority),
-        state=row.state,
+        state=AllocationState(row.state),
         preemptor=None if row.preemptor is None else WorkloadKey(row.preemptor),
         preempted_seq=row.preempted_seq,
         admitted_at=row.admitted_at,
@@ -1312,6 +1326,7 @@ async def _insert_allocations(
     Raises ``_RaceLost`` when a concurrent transaction committed a live allocation for one of
     them after we read: our decisions counted on its absence, so the batch is replayed.
     """
+    state = advance(None, state)
     ids: dict[WorkloadKey, int] = {}
     if not items:
         return ids
@@ -1325,9 +1340,9 @@ async def _insert_allocations(
                 "queue": item.queue,
                 "requests": dict(item.requests),
                 "priority": item.priority,
-                "state": state,
+                "state": state.value,
                 "reserved_at": stamp,
-                "admitted_at": stamp if state == "admitted" else None,
+                "admitted_at": stamp if state == _ADMITTED else None,
                 "request_id": (request_ids or {}).get(item.workload),
             }
             for item in items
@@ -1425,7 +1440,7 @@ def _preempted_row(
 
 
 def _already_live(item: Reservation, current: _Alloc) -> ReservationResult:
-    if current.state == "preempting":
+    if current.state == _PREEMPTING:
         return ReservationResult(
             workload=item.workload,
             granted=False,

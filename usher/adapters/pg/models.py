@@ -27,6 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from usher.core.arbitration import AllocationState
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -35,12 +37,10 @@ NAMING = {
     "pk": "pk_%(table_name)s",
 }
 
-ALLOCATION_STATES = ("reserved", "admitted", "held", "preempting", "released")
-"""``held``: capacity held for a preemptor (usage counted, not admitted yet); ``preempting``: a
-victim whose usage already left the tree but whose pods were not seen stopped yet (still live).
-"""
+ALLOCATION_STATES = tuple(state.value for state in AllocationState)
+"""The values ``allocations.state`` may hold: the core's states, their meaning and moves there."""
 
-_STATE_CHECK = "state IN ('reserved', 'admitted', 'held', 'preempting', 'released')"
+_STATE_CHECK = f"state IN ({', '.join(repr(state) for state in ALLOCATION_STATES)})"
 
 
 class Base(DeclarativeBase):
