@@ -60,8 +60,8 @@ from services.watcher.kinds import (
 )
 from services.watcher.options import WatcherOptions
 from services.watcher.service import main, run
+from tests.cli.history_cli import usher
 from tests.conftest import Infra
-from tests.test_cli_history import usher
 from usher.adapters.kube import (
     Conflict,
     Invalid,

@@ -23,13 +23,13 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.test_up import UpProcess, poll, usher
+from tests.cli.stack_process import UpProcess, poll, usher
 from usher.adapters.embedded import system as embedded_system
 from usher.adapters.embedded.processes import pid_alive
 from usher.adapters.embedded.servers import NatsServer
 from usher.adapters.embedded.system import ServerWatch
 
-DEMO = Path(__file__).resolve().parent.parent / "usher" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "usher" / "demo"
 NAMESPACES = ("user-a", "user-b", "user-c")
 PRIORITIES = (None, "priority-2", "priority-3")
 
