@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from tests.core.test_history import Log
+from tests.builders.log import Log
 from usher.core import history
 
 ENV_KEYS = ("USHER_NATS_URL", "USHER_DATABASE_URL", "USHER_PREFIX", "USHER_POLICY")

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.builders.log import seed_reclaim
 from tests.cli.history_cli import export
 from tests.cli.stack_process import UpProcess, descendants, poll, usher
-from tests.core.test_history import seed_reclaim
 from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, pid_alive
 from usher.client import AsyncClient, Client
 

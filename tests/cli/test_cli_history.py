@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.builders.log import seed_reclaim, seed_round
 from tests.cli.history_cli import export, usher
-from tests.core.test_history import seed_reclaim, seed_round
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
