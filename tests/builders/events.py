@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from schemas import (
+    Admitted,
     Millis,
     PodSet,
     QueueName,
@@ -80,4 +81,23 @@ def reservation(name: str, leaf: str, cores: int, **extra: int) -> Reservation:
         quota=QuotaPath(leaf),
         zone=Zone("default"),
         requests={"cpu": cores * CORE, **extra},
+    )
+
+
+def admitted(
+    key: str,
+    cores: int,
+    *,
+    quota: str = "root/A",
+    queue: str = "q",
+    zone: str = "default",
+    memory_gi: int = 0,
+) -> Admitted:
+    """The ledger's admission of ``key`` on ``quota`` for ``cores`` cpu (and memory)."""
+    return Admitted(
+        workload=WorkloadKey(key),
+        queue=QueueName(queue),
+        quota=QuotaPath(quota),
+        zone=Zone(zone),
+        requests=resources(cores, memory_gi),
     )

@@ -28,7 +28,7 @@ from schemas import (
     ZoneServed,
 )
 from schemas.decisions import ReleaseCause
-from tests.builders.events import cpu, observed
+from tests.builders.events import admitted, cpu, observed
 from tests.builders.trees import two_leaf_tree
 from usher.core.config import EngineConfig, format_rate
 from usher.core.engine import Engine
@@ -437,8 +437,8 @@ def test_check_preemption_accepts_what_the_pass_decided() -> None:
     checker = engine_with(observed("a1", "base", 60), observed("a1", "borrow", 40, created=1))
     for decision in proposer.decide(Millis(1)):
         checker.apply(decision, Millis(1))
-    checker.apply(_admitted("a1/base", 60), Millis(1))
-    checker.apply(_admitted("a1/borrow", 40), Millis(1))
+    checker.apply(admitted("a1/base", 60), Millis(1))
+    checker.apply(admitted("a1/borrow", 40), Millis(1))
     checker.apply(observed("b1", "claim", 30, created=2), Millis(2))
     before = checker.quota_used()
     assert checker.check_preemption(key("b1/claim"), [key("a1/borrow")], Millis(3)) is None
@@ -462,7 +462,7 @@ def test_check_preemption_refuses_stale_proposals(
         observed("a1", "small", 5, created=1),
     )
     for job, cores in (("a1/base", 60), ("a1/borrow", 35), ("a1/small", 5)):
-        checker.apply(_admitted(job, cores), Millis(1))
+        checker.apply(admitted(job, cores), Millis(1))
     checker.apply(observed("b1", "claim", 30, created=2), Millis(2))
     reason = checker.check_preemption(key("b1/claim"), [key(v) for v in victims], Millis(3))
     assert reason is not None and reason.code == "StaleView" and detail in reason.message, name
@@ -470,7 +470,7 @@ def test_check_preemption_refuses_stale_proposals(
 
 def test_check_preemption_refuses_a_victim_that_is_not_borrowing() -> None:
     checker = engine_with(observed("a1", "base", 50), observed("b1", "claim", 30, created=2))
-    checker.apply(_admitted("a1/base", 50), Millis(1))
+    checker.apply(admitted("a1/base", 50), Millis(1))
     reason = checker.check_preemption(key("b1/claim"), [key("a1/base")], Millis(3))
     assert reason is not None and "not borrowing" in reason.message
 
@@ -503,8 +503,8 @@ def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
         observed("a1", "borrow", 40, created=1),
         config=EngineConfig(zones=frozenset({Zone("default")})),
     )
-    engine.apply(_admitted("a1/base", 60), Millis(1))
-    engine.apply(_admitted("a1/borrow", 40), Millis(1))
+    engine.apply(admitted("a1/base", 60), Millis(1))
+    engine.apply(admitted("a1/borrow", 40), Millis(1))
     engine.apply(observed("b1", "claim", 30, created=2, zone="b"), Millis(2))
     engine.apply(observed("a2", "sneaky", 30, created=3), Millis(3))
     engine.apply(
@@ -526,7 +526,7 @@ def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
     assert not [d for d in engine.decide(Millis(5)) if isinstance(d, Admitted)]
     reason = engine.reason(key("a2/sneaky"))
     assert reason is not None and reason.code == "HeldForPreemptor"
-    engine.apply(_admitted("b1/claim", 30, quota="root/B"), Millis(6))
+    engine.apply(admitted("b1/claim", 30, quota="root/B"), Millis(6))
     assert engine.quota_used()[QuotaPath("root")] == cpu(90)
 
 
@@ -538,16 +538,6 @@ def _stopped(job: str, cores: int, quota: str = "root/A") -> Released:
     """The ledger's ``Released`` once a preempted victim is seen stopped."""
     return Released(
         workload=key(job), quota=QuotaPath(quota), requests=cpu(cores), cause="Preempted"
-    )
-
-
-def _admitted(job: str, cores: int, quota: str = "root/A") -> Admitted:
-    return Admitted(
-        workload=key(job),
-        queue=QueueName("q"),
-        quota=QuotaPath(quota),
-        zone=Zone("default"),
-        requests=cpu(cores),
     )
 
 

@@ -20,9 +20,8 @@ from schemas import (
     Reason,
     Released,
     WorkloadKey,
-    Zone,
 )
-from tests.builders.events import CORE, observed_key
+from tests.builders.events import CORE, admitted, observed_key
 from tests.builders.events import resources as res
 from usher.core import reasons
 from usher.core.engine import Engine
@@ -30,16 +29,6 @@ from usher.core.engine import Engine
 
 def leaf(name: str, minimum: dict[str, int], namespace: str) -> QuotaNode:
     return QuotaNode(name=name, min=minimum, max=res(100, 100), namespaces=[namespace], children=[])
-
-
-def admitted(key: str, quota: str, cpu: int, memory_gi: int = 0) -> Admitted:
-    return Admitted(
-        workload=WorkloadKey(key),
-        queue=quota.lower().replace("/", "-"),  # type: ignore[arg-type]
-        quota=QuotaPath(quota),
-        zone=Zone("default"),
-        requests=res(cpu, memory_gi),
-    )
 
 
 def released(key: str, quota: str, cpu: int, cause: str = "Preempted") -> Released:
@@ -77,11 +66,11 @@ def phantom_setup() -> Engine:
     engine.apply(QuotaTreeApplied(root=tree), Millis(0))
     for event in (
         observed_key("a/base", 50),
-        admitted("a/base", "root/A", 50),
+        admitted("a/base", 50, quota="root/A", queue="root-a"),
         observed_key("b/mem", 1, 10),
-        admitted("b/mem", "root/B", 1, 10),
+        admitted("b/mem", 1, quota="root/B", queue="root-b", memory_gi=10),
         observed_key("c/v", 20),
-        admitted("c/v", "root/C", 20),
+        admitted("c/v", 20, quota="root/C", queue="root-c"),
         observed_key("a/x", 20, created=1),
     ):
         engine.apply(event, Millis(0))  # type: ignore[arg-type]
