@@ -18,6 +18,7 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from tests.builders.manifests import batch_job, container, pod_template
 from usher.adapters.kube_emulator import KubeEmulator, resource
 from usher.adapters.kube_emulator.store import (
     ApiError,
@@ -36,24 +37,15 @@ QUEUE = ("scheduling.x-k8s.io", "v1alpha1", "queues")
 
 
 def job(name: str = "", *, suspend: bool = True, **meta: Any) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name} if name else {}
-    metadata.update(meta)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "suspend": suspend,
-            "parallelism": 2,
-            "completions": 4,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "busybox"}],
-                }
-            },
-        },
-    }
+    manifest = batch_job(
+        name or None,
+        template=pod_template(container()),
+        suspend=suspend,
+        parallelism=2,
+        completions=4,
+    )
+    manifest["metadata"].update(meta)
+    return manifest
 
 
 def session(emu: KubeEmulator, headers: dict[str, str]) -> aiohttp.ClientSession:

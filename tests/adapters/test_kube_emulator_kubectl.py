@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.builders.manifests import batch_job, container, pod_template
 from tests.services.helpers import eventually
 from usher.adapters.kube_emulator import KubeEmulator, resource
 from usher.adapters.kube_emulator.kubelet import FakeKubelet
@@ -141,22 +142,15 @@ async def test_openapi_v2_serves_json_and_refuses_protobuf_only(emu: KubeEmulato
 
 def _job(name: str, *, seconds: float | None, zone: str = "a") -> dict[str, Any]:
     annotations = {"usher.io/sim-duration": str(seconds)} if seconds is not None else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": "team", "annotations": annotations},
-        "spec": {
-            "parallelism": 2,
-            "completions": 2,
-            "template": {
-                "spec": {
-                    "nodeSelector": {"usher.io/zone": zone},
-                    "containers": [{"name": "main", "image": "busybox"}],
-                    "restartPolicy": "Never",
-                }
-            },
-        },
-    }
+    return batch_job(
+        name,
+        "team",
+        template=pod_template(container(), node_selector={"usher.io/zone": zone}),
+        suspend=None,
+        parallelism=2,
+        completions=2,
+        annotations=annotations,
+    )
 
 
 def _pods(emu: KubeEmulator) -> list[dict[str, Any]]:

@@ -13,8 +13,11 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from schemas import Admitted, Preempted, QuotaNode, QuotaPath, Reason, Released, Reservation
+from schemas import Admitted, Preempted, QuotaNode, QuotaPath, Reason, Released
 from schemas.ids import QueueName, WorkloadKey, Zone
+from tests.builders.events import CORE
+from tests.builders.events import reservation as res
+from tests.builders.trees import users_tree as tree
 from usher.adapters.pg.ledger_store import (
     Change,
     LedgerDecision,
@@ -28,46 +31,7 @@ from usher.adapters.pg.ledger_store import (
     TreeUpdate,
 )
 
-CORE = 1000  # millicores
-
 LEAVES = ("root/Department-a/user-a", "root/Department-a/user-b", "root/Department-b/user-c")
-
-
-def tree(dept_a_max: int = 60) -> QuotaNode:
-    """user-b is guaranteed 50 (it may reclaim); user-a and user-c have no guarantee (all
-    they hold is borrowed, so they are the victims)."""
-    return QuotaNode(
-        name="root",
-        min={"cpu": 100 * CORE},
-        max={"cpu": 100 * CORE},
-        children=[
-            QuotaNode(
-                name="Department-a",
-                min={"cpu": 50 * CORE},
-                max={"cpu": dept_a_max * CORE},
-                children=[
-                    QuotaNode(name="user-a", max={"cpu": 100 * CORE}),
-                    QuotaNode(name="user-b", min={"cpu": 50 * CORE}, max={"cpu": 100 * CORE}),
-                ],
-            ),
-            QuotaNode(
-                name="Department-b",
-                min={"cpu": 50 * CORE},
-                max={"cpu": 100 * CORE},
-                children=[QuotaNode(name="user-c", max={"cpu": 100 * CORE})],
-            ),
-        ],
-    )
-
-
-def res(name: str, leaf: str, cpu: int, **extra: int) -> Reservation:
-    return Reservation(
-        workload=WorkloadKey(f"ns/{name}"),
-        queue=QueueName("q"),
-        quota=QuotaPath(leaf),
-        zone=Zone("default"),
-        requests={"cpu": cpu * CORE, **extra},
-    )
 
 
 def builder(decision: LedgerDecision, zone: Zone, alloc_id: int) -> OutboxMessage:

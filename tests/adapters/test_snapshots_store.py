@@ -13,7 +13,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from schemas import Millis, QuotaNode, QuotaTreeApplied
-from tests.core.test_engine_api import observed
+from tests.builders.events import observed
 from usher.adapters.nats.snapshots import CHUNK_BYTES, SnapshotStore, bucket_name
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig

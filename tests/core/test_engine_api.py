@@ -12,11 +12,9 @@ from schemas import (
     Millis,
     NodeName,
     NodeObserved,
-    PodSet,
     Preempted,
     PriorityClassObserved,
     QueueName,
-    QuotaNode,
     QuotaPath,
     QuotaTreeApplied,
     QuotaTreeRejected,
@@ -26,74 +24,14 @@ from schemas import (
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
-    WorkloadObserved,
     Zone,
     ZoneServed,
 )
 from schemas.decisions import ReleaseCause
+from tests.builders.events import admitted, cpu, observed
+from tests.builders.trees import two_leaf_tree
 from usher.core.config import EngineConfig, format_rate
 from usher.core.engine import Engine
-
-CORE = 1000
-
-
-def cpu(cores: int) -> dict[str, int]:
-    return {"cpu": cores * CORE}
-
-
-def two_leaf_tree(
-    a_min: int = 60,
-    a_max: int = 100,
-    b_min: int = 40,
-    b_max: int = 100,
-    total: int = 100,
-    a_attributes: dict[str, str] | None = None,
-) -> QuotaTreeApplied:
-    return QuotaTreeApplied(
-        root=QuotaNode(
-            name="root",
-            min=cpu(total),
-            max=cpu(total),
-            children=[
-                QuotaNode(
-                    name="A",
-                    min=cpu(a_min),
-                    max=cpu(a_max),
-                    namespaces=["a1", "a2"],
-                    attributes=a_attributes or {},
-                ),
-                QuotaNode(name="B", min=cpu(b_min), max=cpu(b_max), namespaces=["b1"]),
-            ],
-        )
-    )
-
-
-def observed(
-    namespace: str,
-    name: str,
-    cores: int,
-    *,
-    created: int = 0,
-    count: int = 1,
-    priority: int | None = None,
-    priority_class: str | None = None,
-    zone: str = "default",
-    quota_name: str | None = None,
-) -> WorkloadObserved:
-    per_pod = cores * CORE // count
-    return WorkloadObserved(
-        workload=WorkloadKey(f"{namespace}/{name}"),
-        namespace=namespace,
-        name=name,
-        kind="batch/v1/Job",
-        zone=Zone(zone),
-        priority=priority,
-        priority_class=priority_class,
-        created_ms=Millis(created),
-        pod_sets=[PodSet(name="main", count=count, requests={"cpu": per_pod})],
-        quota_name=quota_name,
-    )
-
 
 A = QuotaPath("root/A")
 QA = QueueName("root-a-a1")
@@ -101,7 +39,7 @@ QA = QueueName("root-a-a1")
 
 def engine_with(*events: object, config: EngineConfig | None = None) -> Engine:
     engine = Engine(config)
-    engine.apply(two_leaf_tree(), Millis(0))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(("a1", "a2"))), Millis(0))
     for event in events:
         engine.apply(event, Millis(0))  # type: ignore[arg-type]
     return engine
@@ -156,7 +94,7 @@ def test_pending_reasons(
     fields: dict[str, object],
 ) -> None:
     engine = Engine(config)
-    engine.apply(two_leaf_tree(), Millis(0))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(("a1", "a2"))), Millis(0))
     for namespace, job, cores, created in jobs:
         engine.apply(observed(namespace, job, cores, created=created), Millis(created))
     engine.decide(Millis(5))
@@ -209,7 +147,7 @@ def test_no_tree_yet_is_unmapped() -> None:
     engine.apply(observed("a1", "x", 1), Millis(0))
     decisions = engine.decide(Millis(0))
     assert isinstance(decisions[0], Unmapped) and decisions[0].reason.code == "NoTree"
-    engine.apply(two_leaf_tree(), Millis(1))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(("a1", "a2"))), Millis(1))
     assert [type(d) for d in engine.decide(Millis(1))] == [Admitted]
 
 
@@ -375,7 +313,7 @@ def test_reobserving_keeps_state_and_place() -> None:
 
 def test_next_wakeup_is_the_end_of_min_runtime() -> None:
     engine = Engine(EngineConfig(min_runtime_ms=60_000))
-    engine.apply(two_leaf_tree(), Millis(0))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(("a1", "a2"))), Millis(0))
     engine.apply(observed("a1", "x", 10), Millis(0))
     assert engine.next_wakeup() is None
     engine.decide(Millis(1000))
@@ -499,8 +437,8 @@ def test_check_preemption_accepts_what_the_pass_decided() -> None:
     checker = engine_with(observed("a1", "base", 60), observed("a1", "borrow", 40, created=1))
     for decision in proposer.decide(Millis(1)):
         checker.apply(decision, Millis(1))
-    checker.apply(_admitted("a1/base", 60), Millis(1))
-    checker.apply(_admitted("a1/borrow", 40), Millis(1))
+    checker.apply(admitted("a1/base", 60), Millis(1))
+    checker.apply(admitted("a1/borrow", 40), Millis(1))
     checker.apply(observed("b1", "claim", 30, created=2), Millis(2))
     before = checker.quota_used()
     assert checker.check_preemption(key("b1/claim"), [key("a1/borrow")], Millis(3)) is None
@@ -524,7 +462,7 @@ def test_check_preemption_refuses_stale_proposals(
         observed("a1", "small", 5, created=1),
     )
     for job, cores in (("a1/base", 60), ("a1/borrow", 35), ("a1/small", 5)):
-        checker.apply(_admitted(job, cores), Millis(1))
+        checker.apply(admitted(job, cores), Millis(1))
     checker.apply(observed("b1", "claim", 30, created=2), Millis(2))
     reason = checker.check_preemption(key("b1/claim"), [key(v) for v in victims], Millis(3))
     assert reason is not None and reason.code == "StaleView" and detail in reason.message, name
@@ -532,7 +470,7 @@ def test_check_preemption_refuses_stale_proposals(
 
 def test_check_preemption_refuses_a_victim_that_is_not_borrowing() -> None:
     checker = engine_with(observed("a1", "base", 50), observed("b1", "claim", 30, created=2))
-    checker.apply(_admitted("a1/base", 50), Millis(1))
+    checker.apply(admitted("a1/base", 50), Millis(1))
     reason = checker.check_preemption(key("b1/claim"), [key("a1/base")], Millis(3))
     assert reason is not None and "not borrowing" in reason.message
 
@@ -565,8 +503,8 @@ def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
         observed("a1", "borrow", 40, created=1),
         config=EngineConfig(zones=frozenset({Zone("default")})),
     )
-    engine.apply(_admitted("a1/base", 60), Millis(1))
-    engine.apply(_admitted("a1/borrow", 40), Millis(1))
+    engine.apply(admitted("a1/base", 60), Millis(1))
+    engine.apply(admitted("a1/borrow", 40), Millis(1))
     engine.apply(observed("b1", "claim", 30, created=2, zone="b"), Millis(2))
     engine.apply(observed("a2", "sneaky", 30, created=3), Millis(3))
     engine.apply(
@@ -588,7 +526,7 @@ def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
     assert not [d for d in engine.decide(Millis(5)) if isinstance(d, Admitted)]
     reason = engine.reason(key("a2/sneaky"))
     assert reason is not None and reason.code == "HeldForPreemptor"
-    engine.apply(_admitted("b1/claim", 30, quota="root/B"), Millis(6))
+    engine.apply(admitted("b1/claim", 30, quota="root/B"), Millis(6))
     assert engine.quota_used()[QuotaPath("root")] == cpu(90)
 
 
@@ -600,16 +538,6 @@ def _stopped(job: str, cores: int, quota: str = "root/A") -> Released:
     """The ledger's ``Released`` once a preempted victim is seen stopped."""
     return Released(
         workload=key(job), quota=QuotaPath(quota), requests=cpu(cores), cause="Preempted"
-    )
-
-
-def _admitted(job: str, cores: int, quota: str = "root/A") -> Admitted:
-    return Admitted(
-        workload=key(job),
-        queue=QueueName("q"),
-        quota=QuotaPath(quota),
-        zone=Zone("default"),
-        requests=cpu(cores),
     )
 
 

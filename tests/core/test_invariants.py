@@ -13,7 +13,8 @@ from fractions import Fraction
 import pytest
 
 from schemas import Admitted, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
-from tests.core.test_history import CPU, QA, QB, Log, seed_reclaim, seed_round, tree
+from tests.builders.log import CPU, QA, QB, Log, seed_reclaim, seed_round
+from tests.builders.trees import departments_tree
 from usher.core import audit, invariants
 from usher.core.config import EngineConfig
 
@@ -91,7 +92,8 @@ def readmitted_after_release() -> Log:
 
 def tree_shrinks_then_admits(key: str, quota: QuotaPath) -> Log:
     log = Log().tree(0).job(1, "user-a/x", 60).admitted(1.1, "user-a/x", 60)
-    log.add(2, QuotaTreeApplied(root=tree(a_max=50)))  # seq 4: A now caps at 50, x keeps 60
+    # seq 4: A now caps at 50, x keeps 60
+    log.add(2, QuotaTreeApplied(root=departments_tree(a_max=50)))
     return log.job(3, key, 5).admitted(4, key, 5, quota)  # seq 5, 6
 
 

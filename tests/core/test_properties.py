@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from fractions import Fraction
-
 import msgspec
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from schemas import (
     Admitted,
@@ -21,105 +17,11 @@ from schemas import (
     WorkloadDeleted,
     WorkloadFinished,
 )
-from tests.core.test_engine_api import observed
+from tests.builders.events import observed
+from tests.builders.generated import Op, configs, leaves_of, ops, paths_of, trees
 from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-
-CORE = 1000
-
-
-@st.composite
-def trees(draw: st.DrawFn) -> QuotaNode:
-    total = draw(st.integers(20, 80))
-    departments = draw(st.integers(1, 3))
-    deep = draw(st.booleans())
-    children = []
-    left = total
-    leaf_number = 0
-    for d in range(departments):
-        d_min = left if d == departments - 1 else draw(st.integers(0, left))
-        left -= d_min
-        d_max = draw(st.integers(max(d_min, 1), total * 3 // 2))
-        if deep:
-            kids = []
-            k_left = d_min
-            count = draw(st.integers(1, 3))
-            for k in range(count):
-                k_min = k_left if k == count - 1 else draw(st.integers(0, k_left))
-                k_left -= k_min
-                k_max = draw(st.integers(max(k_min, 1), total * 3 // 2))
-                kids.append(
-                    QuotaNode(
-                        name=f"L{leaf_number}",
-                        min={"cpu": k_min * CORE},
-                        max={"cpu": k_max * CORE},
-                        namespaces=[f"ns{leaf_number}"],
-                    )
-                )
-                leaf_number += 1
-            children.append(
-                QuotaNode(
-                    name=f"D{d}",
-                    min={"cpu": d_min * CORE},
-                    max={"cpu": d_max * CORE},
-                    children=kids,
-                )
-            )
-        else:
-            children.append(
-                QuotaNode(
-                    name=f"L{leaf_number}",
-                    min={"cpu": d_min * CORE},
-                    max={"cpu": d_max * CORE},
-                    namespaces=[f"ns{leaf_number}"],
-                )
-            )
-            leaf_number += 1
-    return QuotaNode(
-        name="root", min={"cpu": total * CORE}, max={"cpu": total * CORE}, children=children
-    )
-
-
-@dataclass(frozen=True)
-class Op:
-    kind: str  # create | finish | delete | pass
-    index: int
-    cores: int = 0
-    priority: int = 0
-    zone: str = "default"
-
-
-creates = st.builds(
-    Op,
-    kind=st.just("create"),
-    index=st.integers(0, 8),
-    cores=st.integers(1, 25),
-    priority=st.integers(0, 3),
-    zone=st.sampled_from(["default", "z2"]),
-)
-ops = st.lists(
-    st.one_of(
-        creates,
-        creates,
-        creates,
-        st.builds(Op, kind=st.sampled_from(["finish", "delete"]), index=st.integers(0, 60)),
-        st.builds(Op, kind=st.just("pass"), index=st.just(0)),
-    ),
-    min_size=8,
-    max_size=40,
-)
-configs = st.builds(
-    EngineConfig,
-    policy=st.sampled_from(["Round", "Block"]),
-    oversell_rate=st.sampled_from([Fraction(1), Fraction(3, 2), Fraction(2)]),
-    within_quota=st.sampled_from(["Never", "LowerPriority"]),
-    min_runtime_ms=st.sampled_from([0, 3000]),
-    # The rules of SEMANTICS as scenarios state them: no ledger here, so a victim stops and a
-    # finished workload releases at once. The running system's rule (R7: usage leaves with
-    # the ledger's Released) is driven by tests/core/test_protocol_machine.py.
-    instant_release=st.just(True),
-)
 
 
 def play(
@@ -127,7 +29,7 @@ def play(
 ) -> list[Decision]:
     engine = Engine(config)
     engine.apply(QuotaTreeApplied(root=tree), Millis(0))
-    namespaces = [n.namespaces[0] for n in _leaves(tree)] + ["orphan"]
+    namespaces = [n.namespaces[0] for n in leaves_of(tree)] + ["orphan"]
     created: list[str] = []
     decisions: list[Decision] = []
     for step, op in enumerate(stream):
@@ -155,26 +57,12 @@ def play(
     return decisions
 
 
-def _leaves(node: QuotaNode) -> list[QuotaNode]:
-    if not node.children:
-        return [node]
-    return [leaf for child in node.children for leaf in _leaves(child)]
-
-
-def _paths(node: QuotaNode, prefix: str = "") -> dict[QuotaPath, QuotaNode]:
-    path = QuotaPath(f"{prefix}/{node.name}" if prefix else node.name)
-    out = {path: node}
-    for child in node.children:
-        out.update(_paths(child, path))
-    return out
-
-
 @settings(max_examples=200, deadline=None)
 @given(configs, trees(), ops)
 def test_no_node_is_ever_over_committed_and_every_pending_has_a_reason(
     config: EngineConfig, tree: QuotaNode, stream: list[Op]
 ) -> None:
-    nodes = _paths(tree)
+    nodes = paths_of(tree)
 
     def verify(engine: Engine, made: list[Decision]) -> None:
         used = engine.quota_used()
@@ -194,7 +82,7 @@ def test_no_node_is_ever_over_committed_and_every_pending_has_a_reason(
 def test_reclaim_takes_only_from_borrowers_and_preemptor_stays_within_min(
     config: EngineConfig, tree: QuotaNode, stream: list[Op]
 ) -> None:
-    nodes = _paths(tree)
+    nodes = paths_of(tree)
     decisions = play(config, tree, [*stream, Op("pass", 0)])
     shadow: dict[str, dict[str, int]] = {}
     requests: dict[str, tuple[str, dict[str, int]]] = {}

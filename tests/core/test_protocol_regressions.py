@@ -13,7 +13,6 @@ from schemas import (
     Admitted,
     Decision,
     Millis,
-    PodSet,
     Preempted,
     QuotaNode,
     QuotaPath,
@@ -21,48 +20,15 @@ from schemas import (
     Reason,
     Released,
     WorkloadKey,
-    WorkloadObserved,
-    Zone,
 )
+from tests.builders.events import CORE, admitted, observed_key
+from tests.builders.events import resources as res
 from usher.core import reasons
 from usher.core.engine import Engine
-
-CORE = 1000
-GI = 1 << 30
-
-
-def res(cpu: int, memory_gi: int = 0) -> dict[str, int]:
-    out = {"cpu": cpu * CORE}
-    if memory_gi:
-        out["memory"] = memory_gi * GI
-    return out
-
-
-def observed(key: str, cpu: int, memory_gi: int = 0, *, created: int = 0) -> WorkloadObserved:
-    namespace, _, name = key.partition("/")
-    return WorkloadObserved(
-        workload=WorkloadKey(key),
-        namespace=namespace,
-        name=name,
-        kind="batch/v1/Job",
-        zone=Zone("default"),
-        created_ms=Millis(created),
-        pod_sets=[PodSet(name="main", count=1, requests=res(cpu, memory_gi))],
-    )
 
 
 def leaf(name: str, minimum: dict[str, int], namespace: str) -> QuotaNode:
     return QuotaNode(name=name, min=minimum, max=res(100, 100), namespaces=[namespace], children=[])
-
-
-def admitted(key: str, quota: str, cpu: int, memory_gi: int = 0) -> Admitted:
-    return Admitted(
-        workload=WorkloadKey(key),
-        queue=quota.lower().replace("/", "-"),  # type: ignore[arg-type]
-        quota=QuotaPath(quota),
-        zone=Zone("default"),
-        requests=res(cpu, memory_gi),
-    )
 
 
 def released(key: str, quota: str, cpu: int, cause: str = "Preempted") -> Released:
@@ -99,13 +65,13 @@ def phantom_setup() -> Engine:
     )
     engine.apply(QuotaTreeApplied(root=tree), Millis(0))
     for event in (
-        observed("a/base", 50),
-        admitted("a/base", "root/A", 50),
-        observed("b/mem", 1, 10),
-        admitted("b/mem", "root/B", 1, 10),
-        observed("c/v", 20),
-        admitted("c/v", "root/C", 20),
-        observed("a/x", 20, created=1),
+        observed_key("a/base", 50),
+        admitted("a/base", 50, quota="root/A", queue="root-a"),
+        observed_key("b/mem", 1, 10),
+        admitted("b/mem", 1, quota="root/B", queue="root-b", memory_gi=10),
+        observed_key("c/v", 20),
+        admitted("c/v", 20, quota="root/C", queue="root-c"),
+        observed_key("a/x", 20, created=1),
     ):
         engine.apply(event, Millis(0))  # type: ignore[arg-type]
     # Another zone's dequeuer reclaimed c/v for a/x: the ledger holds a/x's 20; c/v stops.
@@ -120,7 +86,7 @@ def phantom_setup() -> Engine:
         Millis(1),
     )
     engine.apply(released("c/v", "root/C", 20), Millis(2))
-    engine.apply(observed("b/y", 30, created=3), Millis(3))
+    engine.apply(observed_key("b/y", 30, created=3), Millis(3))
     return engine
 
 
@@ -171,13 +137,13 @@ def test_a_victim_counts_until_it_is_seen_stopped() -> None:
     )
     engine.apply(QuotaTreeApplied(root=tree), Millis(0))
     for key, cpu, created in (("b/fill", 40, 0), ("a/base", 40, 0), ("b/big", 20, 1)):
-        engine.apply(observed(key, cpu, created=created), Millis(0))
+        engine.apply(observed_key(key, cpu, created=created), Millis(0))
     engine.decide(Millis(1))  # root 100: b borrows 20
-    engine.apply(observed("a/claim", 8, created=2), Millis(2))
+    engine.apply(observed_key("a/claim", 8, created=2), Millis(2))
     admits, victims = split(engine.decide(Millis(2)))
     assert victims == [("b/big", "a/claim")] and admits == ["a/claim"]
-    engine.apply(observed("a/next", 12, created=3), Millis(3))
-    engine.apply(observed("b/other", 4, created=3), Millis(3))
+    engine.apply(observed_key("a/next", 12, created=3), Millis(3))
+    engine.apply(observed_key("b/other", 4, created=3), Millis(3))
     # b/big still runs: root counts 40 + 40 + max(20, 8) = 100; nothing else fits.
     assert engine.quota_used()[QuotaPath("root")] == res(100)
     assert split(engine.decide(Millis(4)))[0] == []

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.builders.manifests import batch_job, container, pod_template
 from usher.core.errors import ScenarioError
 from usher.core.sim import check, load_scenario, render_json, render_table, run
 
@@ -28,26 +29,15 @@ TREE: dict[str, Any] = {
 
 
 def job(name: str | None, cpu: str = "4", generate: bool = False) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"namespace": "a"}
-    if generate:
-        metadata["generateName"] = "pi-"
-    else:
-        metadata["name"] = name
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "containers": [
-                        {"name": "w", "image": "x", "resources": {"requests": {"cpu": cpu}}}
-                    ]
-                }
-            },
-        },
-    }
+    manifest = batch_job(
+        None,
+        "a",
+        template=pod_template(container("w", "x", cpu=cpu), restart_policy=None),
+        generate_name="pi-" if generate else None,
+    )
+    if not generate:
+        manifest["metadata"]["name"] = name
+    return manifest
 
 
 def scenario(**overrides: Any) -> dict[str, Any]:

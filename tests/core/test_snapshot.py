@@ -43,8 +43,8 @@ from schemas import (
     Zone,
     ZoneServed,
 )
-from tests.core.test_engine_api import observed
-from tests.core.test_properties import CORE, Op, _leaves, _paths, configs, creates, trees
+from tests.builders.events import CORE, observed
+from tests.builders.generated import Op, configs, creates, leaves_of, paths_of, trees
 from usher.core import reasons
 from usher.core.config import EngineConfig, Policy, WithinQuota
 from usher.core.engine import Engine
@@ -149,8 +149,8 @@ class World:
 
     def __init__(self, tree: QuotaNode, alternative: QuotaNode) -> None:
         self.trees = (tree, alternative)
-        self.namespaces = [n.namespaces[0] for n in _leaves(tree)] + ["orphan"]
-        self.leaves = [QuotaPath(p) for p, n in _paths(tree).items() if not n.children]
+        self.namespaces = [n.namespaces[0] for n in leaves_of(tree)] + ["orphan"]
+        self.leaves = [QuotaPath(p) for p, n in paths_of(tree).items() if not n.children]
         self.created: list[WorkloadKey] = []
         self.last_pass: list[Decision] = []
 

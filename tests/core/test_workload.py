@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import Millis, PodSet, WorkloadObserved
+from tests.builders.manifests import batch_job
 from usher.core.errors import InputError, WorkloadInvalid
 from usher.core.workload import SUPPORTED_KINDS, extract_priority_class, extract_workload
 
@@ -52,12 +53,7 @@ def pod(cpu: str, memory: str | None = None, **spec: Any) -> dict[str, Any]:
 
 
 def job(**spec: Any) -> Manifest:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "j", "namespace": "ns"},
-        "spec": {"template": pod("1"), **spec},
-    }
+    return batch_job("j", "ns", template=pod("1"), suspend=None, spec=spec)
 
 
 def extract(manifest: object, name: str | None = None) -> WorkloadObserved:

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,21 +23,11 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from tests.deploy.rendered import DEPLOY, KUBECTL, Manifest, by_name, of_kind, render
+
 REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
 BIN = Path(sys.executable).parent
-KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl (kustomize) not installed")
-
-Manifest = dict[str, Any]
-
-
-def render(path: Path) -> list[Manifest]:
-    assert KUBECTL is not None
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(path)], check=True, capture_output=True, text=True
-    ).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
 
 
 @pytest.fixture(scope="module")
@@ -53,14 +42,6 @@ def migrate() -> list[Manifest]:
     if KUBECTL is None:
         pytest.skip("kubectl (kustomize) not installed")
     return render(DEPLOY / "migrate")
-
-
-def of_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
-    return [m for m in manifests if m["kind"] == kind]
-
-
-def by_name(manifests: list[Manifest], kind: str) -> dict[str, Manifest]:
-    return {m["metadata"]["name"]: m for m in of_kind(manifests, kind)}
 
 
 def pod_spec(workload: Manifest) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import kubernetes_validate
 import pytest
 
 from services.watcher.kinds import JOB_FAMILIES
-from tests.deploy.test_manifests import DEPLOY, KUBECTL, Manifest, by_name, render
+from tests.deploy.rendered import DEPLOY, KUBECTL, Manifest, by_name, render
 
 CERT_MANAGER = "cert-manager.io/v1"
 

@@ -44,6 +44,7 @@ from schemas import (
     decode_envelope,
 )
 from schemas.envelope import LogEvent
+from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
 from tests.conftest import Infra
 from tests.e2e.checks import assert_log_invariants
 from tests.e2e.harness import InProcessStack, apply_tree, kube_api, quiesce
@@ -73,23 +74,8 @@ async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
 
 def job(name: str, cpu: str = "1") -> dict[str, Any]:
     """A suspended batch Job in ``user-a`` (Department-a) asking for ``cpu`` and 1Gi."""
-    container = {
-        "name": "main",
-        "image": "busybox",
-        "command": ["sleep", "1d"],
-        "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}},
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "suspend": True,
-            "parallelism": 1,
-            "completions": 1,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
-        },
-    }
+    main = container(cpu=cpu, memory="1Gi", command=["sleep", "1d"])
+    return batch_job(name, NAMESPACE, template=pod_template(main), parallelism=1, completions=1)
 
 
 def xgboost_job(name: str) -> dict[str, Any]:
@@ -129,12 +115,7 @@ def quota_tree(a_min_cpu: str = "60", a_max_cpu: str = "100") -> dict[str, Any]:
             node("Department-b", ("0", "100"), "0", namespaces=["user-c"]),
         ],
     )
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": root},
-    }
+    return elastic_quota_tree(root)
 
 
 # --------------------------------------------------------------------------- reading back

@@ -31,6 +31,7 @@ from nats.js import JetStreamContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.builders.manifests import batch_job, container, pod_template
 from tests.conftest import Infra
 from tests.e2e.checks import (
     assert_audit_clean,
@@ -64,34 +65,17 @@ def job(index: int, rng: random.Random) -> tuple[dict[str, Any], str]:
     pods = rng.randint(1, 3)
     zone = ZONES[rng.randrange(len(ZONES))]
     labels = {} if zone == "default" else {"usher.io/zone": zone}
-    manifest = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {"usher.io/sim-duration": f"{rng.uniform(0.2, 1.2):.2f}"},
-        },
-        "spec": {
-            "suspend": True,
-            "parallelism": pods,
-            "completions": pods,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "priorityClassName": rng.choice(sorted(PRIORITIES)),
-                    "containers": [
-                        {
-                            "name": "w",
-                            "image": "busybox",
-                            "resources": {"requests": {"cpu": str(cores)}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
+    duration = f"{rng.uniform(0.2, 1.2):.2f}"
+    priority = rng.choice(sorted(PRIORITIES))
+    manifest = batch_job(
+        name,
+        namespace,
+        template=pod_template(container("w", cpu=str(cores)), priority_class=priority),
+        parallelism=pods,
+        completions=pods,
+        labels=labels,
+        annotations={"usher.io/sim-duration": duration},
+    )
     return manifest, f"{namespace}/{name}"
 
 

@@ -208,7 +208,7 @@ async def test_audit_window_is_the_log_time_and_rejected_entries_do_not_fail_it(
     from datetime import UTC, datetime
 
     from schemas import Admitted, WorkloadKey
-    from tests.core.test_history import Log
+    from tests.builders.log import Log
     from usher.adapters.nats.log import publish_envelope
 
     async def publish(log: Log, start: int) -> list[int]:

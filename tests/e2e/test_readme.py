@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli.stack_process import UpProcess, clean_env
 from tests.conftest import REPO
-from tests.test_up import UpProcess, clean_env
 
 pytestmark = pytest.mark.e2e
 

@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
 from tests.conftest import Infra
 from tests.e2e.checks import (
     admissions_per_workload,
@@ -46,58 +47,32 @@ def tree(leaf_cpu: int) -> dict[str, Any]:
     """Each leaf is guaranteed ``leaf_cpu`` and may borrow the whole root: borrowing and
     reclaim both happen (a tree where nothing borrows proves nothing about them)."""
     total = str(leaf_cpu * len(LEAVES))
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "min": {"cpu": total},
-                "max": {"cpu": total},
-                "children": [
-                    {
-                        "name": leaf,
-                        "min": {"cpu": str(leaf_cpu)},
-                        "max": {"cpu": total},
-                        "namespaces": [leaf.lower()],
-                    }
-                    for leaf in LEAVES
-                ],
-            }
-        },
-    }
+    children = [
+        {
+            "name": leaf,
+            "min": {"cpu": str(leaf_cpu)},
+            "max": {"cpu": total},
+            "namespaces": [leaf.lower()],
+        }
+        for leaf in LEAVES
+    ]
+    return elastic_quota_tree(
+        {"name": "root", "min": {"cpu": total}, "max": {"cpu": total}, "children": children}
+    )
 
 
 def job(index: int, zone: str, duration: float) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": f"w{index:05d}",
-            "namespace": LEAVES[index % len(LEAVES)].lower(),
-            "labels": {"usher.io/zone": zone},
-            "annotations": {"usher.io/sim-duration": str(duration)},
-        },
-        "spec": {
-            "suspend": True,
-            "parallelism": 1,
-            "completions": 1,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {
-                            "name": "w",
-                            "image": "busybox",
-                            # Mixed sizes: 1, 2 or 3 cpu, so borrowers and reclaims vary.
-                            "resources": {"requests": {"cpu": str(1 + index % 3)}},
-                        }
-                    ],
-                }
-            },
-        },
-    }
+    # Mixed sizes: 1, 2 or 3 cpu, so borrowers and reclaims vary.
+    main = container("w", cpu=str(1 + index % 3))
+    return batch_job(
+        f"w{index:05d}",
+        LEAVES[index % len(LEAVES)].lower(),
+        template=pod_template(main),
+        parallelism=1,
+        completions=1,
+        labels={"usher.io/zone": zone},
+        annotations={"usher.io/sim-duration": str(duration)},
+    )
 
 
 async def _api(kubeconfig: Path) -> client.ApiClient:

@@ -18,12 +18,6 @@ from schemas import (
     Envelope,
     EventId,
     LogEvent,
-    Millis,
-    PodSet,
-    QuotaNode,
-    WorkloadKey,
-    WorkloadObserved,
-    Zone,
     decode_envelope,
 )
 from services.common.runtime import ServiceContext, ServiceMain
@@ -31,8 +25,6 @@ from services.common.settings import ServiceSettings
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
-
-CORE = 1000
 
 
 @contextlib.asynccontextmanager
@@ -63,33 +55,6 @@ async def running(
         ctx.stop.set()
         await asyncio.wait_for(task, timeout=10)
         await nc.drain()
-
-
-def tree(a_min: int = 60, b_min: int = 40, total: int = 100) -> QuotaNode:
-    cpu = lambda cores: {"cpu": cores * CORE}  # noqa: E731
-    return QuotaNode(
-        name="root",
-        min=cpu(total),
-        max=cpu(total),
-        children=[
-            QuotaNode(name="A", min=cpu(a_min), max=cpu(total), namespaces=["a1"]),
-            QuotaNode(name="B", min=cpu(b_min), max=cpu(total), namespaces=["b1"]),
-        ],
-    )
-
-
-def observed(
-    namespace: str, name: str, cores: int, *, created: int = 0, zone: str = "default"
-) -> WorkloadObserved:
-    return WorkloadObserved(
-        workload=WorkloadKey(f"{namespace}/{name}"),
-        namespace=namespace,
-        name=name,
-        kind="batch/v1/Job",
-        zone=Zone(zone),
-        created_ms=Millis(created),
-        pod_sets=[PodSet(name="main", count=1, requests={"cpu": cores * CORE})],
-    )
 
 
 _counter = iter(range(1, 10**9))

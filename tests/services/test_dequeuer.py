@@ -20,8 +20,10 @@ from schemas import (
 )
 from services.common.settings import ServiceSettings
 from services.dequeuer.service import PassPlan, main, plan_pass
+from tests.builders.events import observed
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.services.helpers import eventually, log_events, observed, publish, running, tree
+from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -40,7 +42,7 @@ def _settings(infra: Infra, subjects: Subjects, zone: str) -> ServiceSettings:
 async def test_replays_the_log_then_announces_only_its_zone(
     infra: Infra, subjects: Subjects, js: JetStreamContext
 ) -> None:
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     # Written before the dequeuer starts: it must find them by replaying.
     await publish(
         js, subjects.job(Zone("a"), "nowhere", "lost"), observed("nowhere", "lost", 1, zone="a")
@@ -72,7 +74,7 @@ async def test_poison_entry_is_parked_and_the_loop_goes_on(
     infra: Infra, subjects: Subjects, js: JetStreamContext
 ) -> None:
     dlq = await js.subscribe(subjects.dlq("dequeuer"), stream=subjects.dlq_stream_name)
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     await js.publish(subjects.job(Zone("a"), "x", "garbage"), b"\x00 not an envelope")
     async with running("dequeuer", main, _settings(infra, subjects, "a"), subjects):
         letter = decode((await dlq.next_msg(timeout=5)).data, DeadLetter)
@@ -91,7 +93,7 @@ async def test_poison_entry_is_parked_and_the_loop_goes_on(
 
 def test_plan_pass_groups_victims_with_their_preemptor() -> None:
     engine = Engine()
-    engine.apply(QuotaTreeApplied(root=tree()), Millis(0))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(0))
     engine.apply(observed("a1", "base", 60), Millis(0))
     engine.apply(observed("a1", "borrow", 40, created=1), Millis(0))
     first = plan_pass(engine.decide(Millis(1)))

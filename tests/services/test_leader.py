@@ -14,8 +14,10 @@ import pytest
 from nats.js import JetStreamContext
 
 from schemas import Admitted, QuotaTreeApplied, Zone
+from tests.builders.events import observed
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.services.helpers import eventually, log_events, observed, publish, tree
+from tests.services.helpers import eventually, log_events, publish
 from usher.adapters.embedded.processes import ManagedProcess
 from usher.adapters.nats.subjects import Subjects
 
@@ -63,7 +65,7 @@ async def test_one_dequeuer_decides_and_a_standby_takes_over_after_a_kill(
         "USHER_METRICS_PORT": "0",
         "USHER_SNAPSHOTS": "off",
     }
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     ledger = _process("ledger", ["ledger"], env, tmp_path, "ledger-1")
     first = _process("dequeuer-1", ["dequeuer", "--zone", "a"], env, tmp_path, "dq-1")
     second = _process("dequeuer-2", ["dequeuer", "--zone", "a"], env, tmp_path, "dq-2")

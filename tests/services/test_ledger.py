@@ -30,7 +30,6 @@ from schemas import (
     Preempted,
     PreemptRequest,
     QueueName,
-    QuotaNode,
     QuotaPath,
     QuotaTreeApplied,
     Reason,
@@ -50,6 +49,7 @@ from schemas import (
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings, SettingsError
 from services.ledger.service import create_engine, main
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
@@ -60,17 +60,6 @@ ZONE = Zone("default")
 T = TypeVar("T")
 
 _ids = itertools.count(1)
-
-
-def tree() -> QuotaNode:
-    return QuotaNode(
-        name="root",
-        max={"cpu": 100 * CORE},
-        children=[
-            QuotaNode(name="A", min={"cpu": 60 * CORE}, max={"cpu": 100 * CORE}),
-            QuotaNode(name="B", min={"cpu": 40 * CORE}, max={"cpu": 100 * CORE}),
-        ],
-    )
 
 
 def res(name: str, leaf: str, cores: int) -> Reservation:
@@ -155,7 +144,9 @@ async def running(
     infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str, nc: Client
 ) -> AsyncIterator[Ledger]:
     async with ledger(infra, subjects, js, migrated_url, nc) as service:
-        seq = await service.publish(subjects.quota, QuotaTreeApplied(root=tree()))
+        seq = await service.publish(
+            subjects.quota, QuotaTreeApplied(root=two_leaf_tree((), (), guaranteed_root=False))
+        )
         await service.applied(seq)
         yield service
 
@@ -453,7 +444,11 @@ async def test_restart_resumes_after_the_offset(
     infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str, nc: Client
 ) -> None:
     async with ledger(infra, subjects, js, migrated_url, nc) as first:
-        await first.applied(await first.publish(subjects.quota, QuotaTreeApplied(root=tree())))
+        await first.applied(
+            await first.publish(
+                subjects.quota, QuotaTreeApplied(root=two_leaf_tree((), (), guaranteed_root=False))
+            )
+        )
         assert (await first.reserve(res("w", "A", 10))).results[0].granted
         finished = WorkloadFinished(workload=WorkloadKey("ns/w"))
         await first.applied(await first.publish(subjects.job(ZONE, "ns", "w"), finished))

@@ -15,8 +15,10 @@ from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
 from services.dequeuer.service import main as dequeuer_main
 from services.ledger.service import main as ledger_main
+from tests.builders.events import CORE, observed
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.services.helpers import CORE, eventually, log_events, observed, publish, running, tree
+from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 
@@ -74,7 +76,7 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                 assert response.status == 200
             async with session.get(f"{base}/readyz") as response:
                 assert response.status == 503  # nothing started yet
-            await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+            await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
             async with (
                 running("ledger", ledger_main, ledger_settings, subjects) as ledger,
                 running("dequeuer", dequeuer_main, dequeuer_settings, subjects) as dequeuer,

@@ -29,7 +29,8 @@ from services.common.follower import LogEntry, LogFollower
 from services.common.retry import Backoff, Stopping, retrying
 from services.common.runtime import connect
 from services.common.settings import ServiceSettings
-from tests.services.helpers import log_events, publish, tree
+from tests.builders.trees import two_leaf_tree
+from tests.services.helpers import log_events, publish
 from usher.adapters.embedded.servers import HOST, NatsServer
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import ensure_streams, publish_envelope
@@ -75,7 +76,7 @@ async def _publish_retrying(js: JetStreamContext, subjects: Subjects) -> None:
     deadline = time.monotonic() + 20
     while True:
         try:
-            await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+            await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
             return
         except Exception:
             assert time.monotonic() < deadline
@@ -95,7 +96,7 @@ async def test_followers_resume_after_a_nats_restart_with_each_entry_once(
     js = nc.jetstream()
     await ensure_streams(js, subjects)
     for _ in range(3):
-        await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+        await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     stop = asyncio.Event()
     had_entries: list[int] = []
     had_none: list[int] = []
@@ -132,7 +133,7 @@ async def test_a_publish_retried_through_a_restart_lands_once(
         id=EventId("retry:once"),
         time=datetime.now(UTC),
         source="test",
-        event=QuotaTreeApplied(root=tree()),
+        event=QuotaTreeApplied(root=two_leaf_tree()),
     )
 
     async def once() -> object:

@@ -25,8 +25,10 @@ from schemas import (
 )
 from services.common.settings import ServiceSettings
 from services.preemptor.service import main
+from tests.builders.events import CORE, observed
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.services.helpers import CORE, observed, publish, running, tree
+from tests.services.helpers import publish, running
 from usher.adapters.nats.subjects import Subjects
 
 
@@ -57,7 +59,7 @@ def _request(victim: str, log_seq: int) -> PreemptRequest:
 async def test_stale_proposal_is_refused_with_the_reason(
     infra: Infra, subjects: Subjects, js: JetStreamContext, nc: Client
 ) -> None:
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     for name, cores in (("base", 60), ("borrow", 40)):
         await publish(js, subjects.job(Zone("default"), "a1", name), observed("a1", name, cores))
         await publish(

@@ -23,8 +23,10 @@ from services.common.snapshots import (
     SnapshotPolicy,
 )
 from services.dequeuer.service import main as dequeuer_main
+from tests.builders.events import observed
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.services.helpers import eventually, log_events, observed, publish, running, tree
+from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import delete_streams, ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
@@ -51,7 +53,7 @@ async def ctx(
 
 
 async def _fill(js: JetStreamContext, subjects: Subjects, count: int) -> None:
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     for n in range(count):
         await publish(js, subjects.job(Zone("a"), "a1", f"j{n}"), observed("a1", f"j{n}", 1))
 
@@ -121,7 +123,7 @@ async def test_a_snapshot_is_saved_on_stop_even_mid_replay(
     snapshots = EngineSnapshots(ctx, "dequeuer-a", CONFIG, EVERY_ENTRY)
     projection = await snapshots.open()
     engine = projection.engine
-    engine.apply(QuotaTreeApplied(root=tree()), Millis(0))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(0))
     projection.applied_seq = 1  # stopped after the first entry, before any boundary
     await snapshots.close(projection)
     info = await snapshots.store.info("dequeuer-a")
@@ -198,7 +200,7 @@ async def test_a_restarted_dequeuer_resumes_from_its_snapshot(
         engine=CONFIG,
         request_timeout_s=1.0,
     )
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     for name in ("lost", "gone"):
         await publish(
             js, subjects.job(Zone("a"), "nowhere", name), observed("nowhere", name, 1, zone="a")

@@ -60,8 +60,10 @@ from services.watcher.kinds import (
 )
 from services.watcher.options import WatcherOptions
 from services.watcher.service import main, run
+from tests.builders import events
+from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
+from tests.cli.history_cli import usher
 from tests.conftest import Infra
-from tests.test_cli_history import usher
 from usher.adapters.kube import (
     Conflict,
     Invalid,
@@ -107,26 +109,24 @@ T = TypeVar("T")
 
 
 def pod(cpu: object = "10", memory: str = "10Gi") -> JsonObj:
-    resources = {"requests": {"cpu": cpu, "memory": memory}}
-    container = {"name": "main", "image": "busybox", "resources": resources}
-    return {"spec": {"restartPolicy": "Never", "containers": [container]}}
+    return pod_template(container(cpu=cpu, memory=memory))
 
 
 def job(name: str, namespace: str = "user-a", *, zone: str | None = None, cpu: object = "10",
         suspend: bool = True, priority_class: str | None = None,
         resources: JsonObj | None = None) -> JsonObj:  # fmt: skip
-    template = pod(cpu)
+    main = container(cpu=cpu, memory="10Gi")
     if resources is not None:
-        template["spec"]["containers"][0]["resources"] = resources
-    if priority_class:
-        template["spec"]["priorityClassName"] = priority_class
-    labels = {"usher.io/zone": zone} if zone else {}
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {"suspend": suspend, "parallelism": 1, "completions": 1, "template": template},
-    }
+        main["resources"] = resources
+    return batch_job(
+        name,
+        namespace,
+        template=pod_template(main, priority_class=priority_class or None),
+        suspend=suspend,
+        parallelism=1,
+        completions=1,
+        labels={"usher.io/zone": zone} if zone else {},
+    )
 
 
 def tfjob(name: str, namespace: str = "user-a") -> JsonObj:
@@ -209,19 +209,13 @@ def tree(*, department_b: bool = True, a_min: str = "40") -> JsonObj:
                 "namespaces": ["user-c"],
             }
         )
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "min": {"cpu": "40", "memory": "40Gi"},
-                "max": {"cpu": "40", "memory": "40Gi"},
-                "children": children,
-            }
-        },
+    root = {
+        "name": "root",
+        "min": {"cpu": "40", "memory": "40Gi"},
+        "max": {"cpu": "40", "memory": "40Gi"},
+        "children": children,
     }
+    return elastic_quota_tree(root)
 
 
 def node(name: str, zone: str = "zone-a") -> JsonObj:
@@ -390,12 +384,13 @@ def h(
 
 
 def admitted(key: str, zone: str = "zone-a") -> Admitted:
-    return Admitted(
-        workload=WorkloadKey(key),
-        queue=QueueName("root-department-a-user-a"),
-        quota=QuotaPath("root/Department-a"),
-        zone=Zone(zone),
-        requests={"cpu": 10000, "memory": 10 * 2**30},
+    return events.admitted(
+        key,
+        10,
+        quota="root/Department-a",
+        queue="root-department-a-user-a",
+        zone=zone,
+        memory_gi=10,
     )
 
 

@@ -25,6 +25,7 @@ from schemas import (
 )
 from services.common.settings import ServiceSettings
 from services.watcher.service import main
+from tests.builders.manifests import batch_job, container, pod_template
 from tests.conftest import Infra
 from tests.e2e.harness import kube_api, read_log
 from tests.services.helpers import eventually, publish, running
@@ -41,22 +42,8 @@ async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
 
 
 def suspended_job() -> dict[str, object]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "victim", "namespace": "user-a"},
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
-                    ],
-                }
-            },
-        },
-    }
+    main = container("w", cpu="1")
+    return batch_job("victim", "user-a", template=pod_template(main))
 
 
 async def test_preempted_before_it_ran_is_reported_stopped_after_the_preemption(

@@ -24,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.common.settings import WebhookSettings
 from services.webhook.service import serve
+from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
 from usher.adapters.kube_emulator import KubeEmulator, resource
 
 OPENSSL = shutil.which("openssl")
@@ -57,7 +58,7 @@ def free_port() -> int:
 def tree() -> dict[str, Any]:
     leaf = {"name": "a", "max": {"cpu": "10"}, "namespaces": ["user-a"]}
     root = {"name": "root", "min": {"cpu": "10"}, "max": {"cpu": "10"}, "children": [leaf]}
-    return {"metadata": {"name": "tree", "namespace": "kube-system"}, "spec": {"root": root}}
+    return elastic_quota_tree(root, name="tree")
 
 
 def configuration(name: str, client_config: dict[str, Any], policy: str) -> dict[str, Any]:
@@ -83,12 +84,7 @@ def configuration(name: str, client_config: dict[str, Any], policy: str) -> dict
 
 
 def job(name: str, suspend: bool | None = False) -> dict[str, Any]:
-    container = {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}
-    spec: dict[str, Any] = {"template": {"spec": {"restartPolicy": "Never",
-                                                   "containers": [container]}}}  # fmt: skip
-    if suspend is not None:
-        spec["suspend"] = suspend
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+    return batch_job(name, template=pod_template(container(cpu="1")), suspend=suspend)
 
 
 @asynccontextmanager

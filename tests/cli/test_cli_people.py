@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_up import UpProcess, next_second, poll, usher, usher_json
+from tests.cli.stack_process import UpProcess, next_second, poll, usher, usher_json
 from usher.adapters.kube import KubeClient, Resource
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "tests" / "scenarios"
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
 CLASSES = REPO / "usher" / "demo" / "priority-classes.yaml"

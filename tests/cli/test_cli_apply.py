@@ -24,7 +24,7 @@ from kubernetes_asyncio import client, config
 from usher.adapters.kube_emulator import KubeEmulator
 from usher.client.manifests import LAST_APPLIED, MAX_YAML_NODES, parse_yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
 GROUP, VERSION, PLURAL = "scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees"
 HEAD = """apiVersion: scheduling.sigs.k8s.io/v1beta1

@@ -3,43 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-import msgspec
 import pytest
 
-from tests.core.test_history import Log, seed_reclaim, seed_round
-from usher.core import history
-
-ENV_KEYS = ("USHER_NATS_URL", "USHER_DATABASE_URL", "USHER_PREFIX", "USHER_POLICY")
-
-
-def usher(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
-    if home is not None:
-        env["USHER_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "usher.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-    )
-
-
-def export(log: Log, path: Path) -> Path:
-    entries = [
-        history.exported_entry(i, subject, msgspec.json.encode(envelope))
-        for i, (subject, envelope) in enumerate(log.entries, start=1)
-    ]
-    header = history.ExportHeader(
-        prefix="usher", stream="USHER_LOG", entries=len(entries), first_seq=1, last_seq=len(entries)
-    )
-    path.write_bytes(history.encode_export(header, entries))
-    return path
+from tests.builders.log import seed_reclaim, seed_round
+from tests.cli.history_cli import export, usher
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:

@@ -28,10 +28,10 @@ import msgspec
 import nats
 import pytest
 
-from tests.test_up import UpProcess, clean_env
+from tests.cli.stack_process import UpProcess, clean_env
 from usher.adapters.embedded.credentials import Credentials
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")
 
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from schemas import QuotaTreeApplied, Zone
+from tests.builders.events import observed
+from tests.builders.trees import two_leaf_tree
 from tests.conftest import REPO, Infra
-from tests.services.helpers import observed, publish, tree
+from tests.services.helpers import publish
 from usher.adapters.nats.subjects import Subjects
 
 HEAVY = {
@@ -71,7 +73,7 @@ def test_version_imports_nothing_heavy() -> None:
 async def test_jobs_and_queues_read_the_log_without_heavy_imports(
     infra: Infra, js: JetStreamContext, subjects: Subjects, tmp_path: Path
 ) -> None:
-    await publish(js, subjects.quota, QuotaTreeApplied(root=tree()))
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
     await publish(js, subjects.job(Zone("default"), "a1", "train"), observed("a1", "train", 10))
     target = ("--nats", infra.nats_url, "--prefix", subjects.prefix, "--home", str(tmp_path))
 

@@ -23,13 +23,14 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client, config
 
-from tests.test_up import UpProcess, poll, usher
+from tests.builders.manifests import batch_job, container, pod_template
+from tests.cli.stack_process import UpProcess, poll, usher
 from usher.adapters.embedded import system as embedded_system
 from usher.adapters.embedded.processes import pid_alive
 from usher.adapters.embedded.servers import NatsServer
 from usher.adapters.embedded.system import ServerWatch
 
-DEMO = Path(__file__).resolve().parent.parent / "usher" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "usher" / "demo"
 NAMESPACES = ("user-a", "user-b", "user-c")
 PRIORITIES = (None, "priority-2", "priority-3")
 
@@ -37,35 +38,19 @@ PRIORITIES = (None, "priority-2", "priority-3")
 def job(index: int, rng: random.Random) -> dict[str, Any]:
     """A job of 1-10 cpu x 1-3 pods, any priority, running 0.5-2 s once admitted."""
     pods = rng.randint(1, 3)
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [
-            {
-                "name": "w",
-                "image": "busybox",
-                "resources": {"requests": {"cpu": str(rng.randint(1, 10))}},
-            }
-        ],
-    }
+    main = container("w", cpu=str(rng.randint(1, 10)))
     priority = rng.choice(PRIORITIES)
-    if priority is not None:
-        spec["priorityClassName"] = priority
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": f"j{index:03d}",
-            "namespace": rng.choice(NAMESPACES),
-            "labels": {"usher.io/zone": "ab"[index % 2]},
-            "annotations": {"usher.io/sim-duration": f"{rng.uniform(0.5, 2.0):.2f}"},
-        },
-        "spec": {
-            "suspend": True,
-            "parallelism": pods,
-            "completions": pods,
-            "template": {"spec": spec},
-        },
-    }
+    namespace = rng.choice(NAMESPACES)
+    duration = f"{rng.uniform(0.5, 2.0):.2f}"
+    return batch_job(
+        f"j{index:03d}",
+        namespace,
+        template=pod_template(main, priority_class=priority),
+        parallelism=pods,
+        completions=pods,
+        labels={"usher.io/zone": "ab"[index % 2]},
+        annotations={"usher.io/sim-duration": duration},
+    )
 
 
 async def _api(kubeconfig: str) -> client.ApiClient:

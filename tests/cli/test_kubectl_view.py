@@ -24,7 +24,7 @@ from usher.client import Client
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
 
 

@@ -28,7 +28,7 @@ from usher.client import (
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
 CLASSES = REPO / "usher" / "demo" / "priority-classes.yaml"
 

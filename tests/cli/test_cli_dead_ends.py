@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.core.test_history import seed_reclaim
-from tests.test_cli_history import export
-from tests.test_up import UpProcess, descendants, poll, usher
+from tests.builders.log import seed_reclaim
+from tests.cli.history_cli import export
+from tests.cli.stack_process import UpProcess, descendants, poll, usher
 from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, pid_alive
 from usher.client import AsyncClient, Client
 
-TREE = Path(__file__).resolve().parent.parent / "usher" / "demo" / "seed-tree.yaml"
+TREE = Path(__file__).resolve().parents[2] / "usher" / "demo" / "seed-tree.yaml"
 
 
 def one_line(result: object, code: int) -> str:

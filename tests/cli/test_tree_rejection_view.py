@@ -20,7 +20,7 @@ from schemas import (
     QuotaTreeRejected,
 )
 from services.common.follower import LogEntry
-from tests.services.helpers import CORE
+from tests.builders.events import CORE
 from usher.cli.live import render
 from usher.client.state import LogState
 

@@ -1,0 +1,166 @@
+"""A log written by hand in memory (``Log``: envelopes as the services would record them) and
+the seed scenarios recorded that way. Pure values; never touches a server or the clock."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from schemas import (
+    Admitted,
+    Envelope,
+    EventId,
+    LogEvent,
+    Millis,
+    PodSet,
+    Preempted,
+    QueueName,
+    QuotaNode,
+    QuotaPath,
+    QuotaTreeApplied,
+    Reason,
+    ReleaseCause,
+    Released,
+    WorkloadFinished,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+)
+from tests.builders.trees import departments_tree
+from usher.core import history
+
+BASE = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+BASE_MS = int(BASE.timestamp() * 1000)
+CPU = 1000  # one cpu in millicores
+A = QuotaPath("root/Department-a")
+B = QuotaPath("root/Department-b")
+QA = QueueName("root-department-a-user-a")
+QB = QueueName("root-department-b-user-c")
+
+
+class Log:
+    """A log written by hand: every entry at ``at`` seconds after BASE."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, Envelope]] = []
+        self.allocations: dict[WorkloadKey, int] = {}
+        self._ids = 0
+
+    def add(self, at: float, event: LogEvent, *, id: str | None = None) -> Log:
+        self._ids += 1
+        envelope = Envelope(
+            id=EventId(id or f"e{self._ids}"),
+            time=BASE + timedelta(seconds=at),
+            source="test",
+            event=event,
+        )
+        self.entries.append((f"usher.test.{self._ids}", envelope))
+        return self
+
+    def tree(self, at: float = 0, root: QuotaNode | None = None) -> Log:
+        return self.add(at, QuotaTreeApplied(root=root or departments_tree()))
+
+    def job(
+        self,
+        at: float,
+        key: str,
+        cpu: int,
+        *,
+        priority: int = 0,
+        suspended: bool = True,
+        pods: int = 1,
+    ) -> Log:
+        namespace, name = key.split("/")
+        return self.add(
+            at,
+            WorkloadObserved(
+                workload=WorkloadKey(key),
+                namespace=namespace,
+                name=name,
+                kind="batch/v1/Job",
+                zone=Zone("default"),
+                priority=priority,
+                created_ms=Millis(BASE_MS + int(at * 1000)),
+                pod_sets=[PodSet(name="main", count=pods, requests={"cpu": cpu * CPU // pods})],
+                suspended=suspended,
+            ),
+        )
+
+    def admitted(
+        self, at: float, key: str, cpu: int, quota: QuotaPath = A, *, priority: int = 0
+    ) -> Log:
+        workload = WorkloadKey(key)
+        number = self.allocations.setdefault(workload, len(self.allocations) + 1)
+        queue = QA if quota == A else QB
+        return self.add(
+            at,
+            Admitted(
+                workload=workload,
+                queue=queue,
+                quota=quota,
+                zone=Zone("default"),
+                requests={"cpu": cpu * CPU},
+                priority=priority,
+            ),
+            id=f"ledger:admitted:{key}:{number}",
+        )
+
+    def preempted(self, at: float, key: str, by: str, quota: QuotaPath = A) -> Log:
+        workload = WorkloadKey(key)
+        reason = Reason(code="Reclaim", message=f"{by} reclaims", blocker=WorkloadKey(by))
+        return self.add(
+            at,
+            Preempted(
+                workload=workload,
+                queue=QA if quota == A else QB,
+                quota=quota,
+                preemptor=WorkloadKey(by),
+                reason=reason,
+            ),
+            id=f"ledger:preempted:{key}:{self.allocations.get(workload, 0)}",
+        )
+
+    def released(
+        self, at: float, key: str, cpu: int, cause: ReleaseCause, quota: QuotaPath = A
+    ) -> Log:
+        workload = WorkloadKey(key)
+        return self.add(
+            at,
+            Released(workload=workload, quota=quota, requests={"cpu": cpu * CPU}, cause=cause),
+            id=f"ledger:released:{key}:{self.allocations.get(workload, 0)}",
+        )
+
+    def finished(self, at: float, key: str, *, succeeded: bool = True) -> Log:
+        return self.add(at, WorkloadFinished(workload=WorkloadKey(key), succeeded=succeeded))
+
+    def history(self) -> history.History:
+        return history.history_of(self.entries)
+
+
+def seed_round() -> Log:
+    """Seed scenario 1 as the services record it: one 60-cpu job admitted, one waits."""
+    return (
+        Log()
+        .tree(0)
+        .job(1, "user-a/first", 60)
+        .admitted(1.1, "user-a/first", 60)
+        .job(1.2, "user-a/first", 60, suspended=False)
+        .job(2, "user-a/second", 60)
+    )
+
+
+def seed_reclaim() -> Log:
+    """Seed scenario 3 as recorded: borrow is preempted for urgent, then released."""
+    return (
+        Log()
+        .tree(0)
+        .job(1, "user-a/big", 60)
+        .admitted(1.1, "user-a/big", 60)
+        .job(2, "user-b/borrow", 40)
+        .admitted(2.1, "user-b/borrow", 40)
+        .job(2.2, "user-b/borrow", 40, suspended=False)
+        .job(3, "user-c/urgent", 10, priority=3)
+        .preempted(3.1, "user-b/borrow", "user-c/urgent")
+        .job(3.2, "user-b/borrow", 40, suspended=True)
+        .released(3.3, "user-b/borrow", 40, "Preempted")
+        .admitted(3.3, "user-c/urgent", 10, B, priority=3)
+    )

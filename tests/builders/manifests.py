@@ -1,0 +1,99 @@
+"""Builders of the Kubernetes objects tests hand to the emulator, the watcher, the webhook or the
+scenario loader: containers, pod templates, batch Jobs and ElasticQuotaTrees, as plain dicts.
+Only what a caller asks for is set (an omitted field stays absent, never defaulted here), so
+each test states the shape it depends on. Pure values; never talks to a cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+JsonObj = dict[str, Any]
+
+TREE_API = "scheduling.sigs.k8s.io/v1beta1"
+
+
+def container(
+    name: str = "main",
+    image: str | None = "busybox",
+    *,
+    cpu: object = None,
+    memory: str | None = None,
+    command: list[str] | None = None,
+) -> JsonObj:
+    """A container requesting ``cpu`` and ``memory`` when given (no resources otherwise)."""
+    out: JsonObj = {"name": name}
+    if image is not None:
+        out["image"] = image
+    if command is not None:
+        out["command"] = command
+    requests = {k: v for k, v in (("cpu", cpu), ("memory", memory)) if v is not None}
+    if requests:
+        out["resources"] = {"requests": requests}
+    return out
+
+
+def pod_template(
+    *containers: JsonObj,
+    restart_policy: str | None = "Never",
+    priority_class: str | None = None,
+    node_selector: dict[str, str] | None = None,
+) -> JsonObj:
+    """``{"spec": ...}`` of a pod running ``containers``."""
+    spec: JsonObj = {}
+    if node_selector is not None:
+        spec["nodeSelector"] = node_selector
+    if restart_policy is not None:
+        spec["restartPolicy"] = restart_policy
+    spec["containers"] = list(containers)
+    if priority_class is not None:
+        spec["priorityClassName"] = priority_class
+    return {"spec": spec}
+
+
+def batch_job(
+    name: str | None,
+    namespace: str | None = None,
+    *,
+    template: JsonObj,
+    suspend: bool | None = True,
+    parallelism: int | None = None,
+    completions: int | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    generate_name: str | None = None,
+    spec: JsonObj | None = None,
+) -> JsonObj:
+    """A ``batch/v1`` Job; ``suspend=None`` leaves the field out, ``spec`` adds fields."""
+    metadata: JsonObj = {}
+    if name is not None:
+        metadata["name"] = name
+    if generate_name is not None:
+        metadata["generateName"] = generate_name
+    if namespace is not None:
+        metadata["namespace"] = namespace
+    if labels is not None:
+        metadata["labels"] = labels
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    job_spec: JsonObj = {}
+    if suspend is not None:
+        job_spec["suspend"] = suspend
+    if parallelism is not None:
+        job_spec["parallelism"] = parallelism
+    if completions is not None:
+        job_spec["completions"] = completions
+    job_spec["template"] = template
+    job_spec.update(spec or {})
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
+
+
+def elastic_quota_tree(
+    root: JsonObj, name: str = "elasticquotatree", namespace: str = "kube-system"
+) -> JsonObj:
+    """An ElasticQuotaTree object whose spec holds ``root``."""
+    return {
+        "apiVersion": TREE_API,
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"root": root},
+    }
