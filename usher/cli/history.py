@@ -101,9 +101,7 @@ def _engine(command: F) -> F:
         (
             click.option("--policy", type=click.Choice(POLICIES), default=None),
             click.option("--oversell-rate", default=None, help="max x rate is the cap."),
-            click.option(
-                "--within-quota", type=click.Choice(WITHIN_QUOTA_MODES), default=None
-            ),
+            click.option("--within-quota", type=click.Choice(WITHIN_QUOTA_MODES), default=None),
             click.option(
                 "--min-runtime", "min_runtime_s", type=float, default=None, help="Seconds."
             ),

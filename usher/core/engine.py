@@ -98,6 +98,68 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     reason: Reason | None = None
 
 
+class PassPreview(msgspec.Struct, frozen=True, kw_only=True):
+    """What a pass would do, asked without running it (``Engine.preview_pass``)."""
+
+    decisions: list[Decision]
+    """The decisions, in the order ``decide`` would return them."""
+    waiting: dict[WorkloadKey, JobView]
+    """Every workload that waited before the pass, as the pass would leave it."""
+
+
+PASS_WRITES_FLAT: tuple[str, ...] = (
+    "_outside",
+    "_announce",
+    "_pod_fit_cache",
+    "_held",
+    "_preemptors",
+    "_stopping",
+    "_lingering",
+    "_pass_admitted",
+    "_wakeups",
+    "_shapes",
+    "_share_cache",
+    "_dirty",
+    "_low",
+    "_leaf_potential",
+    "_potential",
+    "_reclaim_failed",
+)
+"""Engine containers a pass may write whose items are immutable: a flat copy is a copy."""
+
+PASS_WRITES: tuple[str, ...] = (
+    "_queues",
+    "_jobs",
+    "_leaf_admitted",
+    "_zone_used",
+    "_stops",
+    *PASS_WRITES_FLAT,
+    "_version",
+    "_passes",
+    "_seq",
+    "_now",
+    "_last_pass_now",
+)
+"""Every engine attribute a pass may write (besides the usage on the tree's nodes): what
+``preview_pass`` sets aside. The others (tree, nodes, priority classes, config) a pass only
+reads."""
+
+PASS_READS: tuple[str, ...] = (
+    "config",
+    "_policy",
+    "_tree",  # its nodes' usage excepted: ``preview_pass`` sets that aside too
+    "_priority_values",
+    "_class_users",
+    "_nodes",
+    "_zone_cap",
+    "_served",
+)
+"""Engine attributes a pass only reads (the tests check every attribute is classified)."""
+
+_TrialKept = tuple[dict[str, object], list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int]]]]
+"""What ``preview_pass`` set aside: the engine's attributes, and each node's usage dicts."""
+
+
 class _NodeRecord(msgspec.Struct, frozen=True):
     allocatable: dict[str, int]
     unschedulable: bool
@@ -943,6 +1005,50 @@ class Engine:
                 self._end_pass_admissions()
         return decisions
 
+    def preview_pass(self, now: Millis) -> PassPreview:
+        """What a pass at ``now`` would decide, and how it would leave each waiting workload.
+
+        Nothing is decided: the pass runs on working copies of exactly what a pass writes
+        (``PASS_WRITES``: the records of workloads, queues and stopping groups, the usage of
+        every node and zone, counters and caches), one level deep -- shapes, reasons, the tree
+        and the nodes are shared, never copied -- and the engine's own containers are put back
+        afterwards, untouched. The answer is the one ``decide`` would give on this state.
+        """
+        waiting = sorted(key for key, job in self._jobs.items() if job.state == PENDING)
+        kept = self._set_aside_for_trial()
+        try:
+            decisions = self.decide(now)
+            after: dict[WorkloadKey, JobView] = {}
+            for key in waiting:
+                view = self.job_state(key)
+                if view is not None:
+                    after[key] = view
+        finally:
+            self._put_back_after_trial(kept)
+        return PassPreview(decisions=decisions, waiting=after)
+
+    def _set_aside_for_trial(self) -> _TrialKept:
+        """Swap in working copies of what a pass writes; return the originals."""
+        kept = {name: getattr(self, name) for name in PASS_WRITES}
+        self._queues = {leaf: queue.copy() for leaf, queue in self._queues.items()}
+        self._jobs = {key: job.copy() for key, job in self._jobs.items()}
+        self._leaf_admitted = {path: list(keys) for path, keys in self._leaf_admitted.items()}
+        self._zone_used = {zone: dict(used) for zone, used in self._zone_used.items()}
+        self._stops = {key: group.copy() for key, group in self._stops.items()}
+        for name in PASS_WRITES_FLAT:
+            setattr(self, name, getattr(self, name).copy())
+        usage = [(info, info.used, info.residual) for info in self._tree.nodes.values()]
+        for info, used, residual in usage:
+            info.used, info.residual = dict(used), dict(residual)
+        return kept, usage
+
+    def _put_back_after_trial(self, kept: _TrialKept) -> None:
+        attributes, usage = kept
+        for name, value in attributes.items():
+            setattr(self, name, value)
+        for info, used, residual in usage:
+            info.used, info.residual = used, residual
+
     def _announcements(self) -> list[Decision]:
         out: list[Decision] = []
         for key in self._announce:
@@ -1305,6 +1411,13 @@ class Engine:
                 for i, (neg, _, key) in enumerate(queue.entries)
             ]
         return out
+
+    def queue_counts(self) -> dict[QueueName, tuple[int, int]]:
+        """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""
+        return {
+            queue.name: (len(queue.entries), len(self._leaf_admitted.get(leaf, ())))
+            for leaf, queue in self._queues.items()
+        }
 
     def job_state(self, key: WorkloadKey) -> JobView | None:
         """What the engine knows about one workload, or None if unknown (or deleted)."""

@@ -97,6 +97,7 @@ ENCODED: frozenset[str] = frozenset(
 REBUILT: frozenset[str] = frozenset(
     {
         "config",  # given to ``restore`` and checked against the snapshot's
+        "_policy",  # the seam of ``config.policy``
         "_queues",
         "_leaf_admitted",
         "_outside",
