@@ -75,7 +75,11 @@ class DecisionPass:
         tried and fail, which changes nothing.
         """
         e = self.e
-        root = e._tree.nodes[QuotaPath(e._tree.root.name)] if e._tree.root is not None else None
+        root = (
+            e.state.tree.nodes[QuotaPath(e.state.tree.root.name)]
+            if e.state.tree.root is not None
+            else None
+        )
         if root is None or e._potential.get(root.path, 0):
             return False
         room = {r: cap - root.used.get(r, 0) for r, cap in root.cap.items()}
@@ -88,7 +92,7 @@ class DecisionPass:
         job = self.next_untried(leaf)
         if job is None:
             return
-        info = self.e._tree.nodes[leaf]
+        info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
         key: OfferKey = (
             0 if self.e._within_min(info, () if job.held else job.shape) else 1,
@@ -105,7 +109,7 @@ class DecisionPass:
         cursor = self.cursor.get(leaf)
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
-        jobs = self.e._jobs
+        jobs = self.e.state.jobs
         decides_for = self.e._decides
         while index < len(entries):
             key = entries[index][2]
@@ -119,7 +123,7 @@ class DecisionPass:
         """Whether some untried workload of the queue fits now or could preempt."""
         e = self.e
         queue = e._queues[leaf]
-        info = e._tree.nodes[leaf]
+        info = e.state.tree.nodes[leaf]
         cursor = self.cursor.get(leaf)
         for shape, group in queue.shapes.items():
             if cursor is not None and group[-1] <= cursor:
@@ -130,7 +134,7 @@ class DecisionPass:
             return False
         if info.within_quota == "LowerPriority" and leaf in e._leaf_admitted:
             return True
-        return any(e._jobs[k].leaf == leaf for k in e._held)
+        return any(e.state.jobs[k].leaf == leaf for k in e.state.held)
 
     def try_candidate(self, job: Job) -> bool:
         """Admit ``job`` if it fits, else after reclaim; False if it stays pending."""
@@ -147,7 +151,7 @@ class DecisionPass:
             return False
         placements = self.preempt(job, victims)
         self.admit(job)
-        e._preemptors[job.key] = None
+        e.state.preemptors[job.key] = None
         for victim, where in placements:
             e._begin_stop(job.key, victim, where)
         self.reopen(victims)
@@ -158,7 +162,7 @@ class DecisionPass:
         assert job.leaf is not None
         leaf = job.leaf
         e._note_shapes(leaf, e._queues[leaf].remove(job))
-        queue = e._tree.nodes[leaf].queue
+        queue = e.state.tree.nodes[leaf].queue
         assert queue is not None
         e._admit(job, leaf, job.shape, in_pass=True)
         self.decisions.append(
@@ -182,7 +186,7 @@ class DecisionPass:
             quota = victim.used_path
             assert quota is not None
             placements.append((victim.key, (quota, victim.used_shape, victim.zone)))
-            info = e._tree.nodes.get(quota)
+            info = e.state.tree.nodes.get(quota)
             queue = info.queue if info is not None and info.queue is not None else QueueName("")
             # Usage was already removed by reclaim; restore it so _unadmit removes it once.
             e._account(quota, victim.used_shape, victim.zone)

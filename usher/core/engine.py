@@ -51,6 +51,7 @@ from schemas.events import ClusterEvent
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.decision_pass import DecisionPass, Share, combine_lowest, low_fits, lowest
+from usher.core.engine_state import EngineState, NodeCapacity
 from usher.core.policy import seam_for
 from usher.core.reclaim import borrowed_resource, within_guarantee
 from usher.core.state import (
@@ -64,6 +65,7 @@ from usher.core.state import (
     Queue,
     QuotaNodeInfo,
     Shape,
+    SortKey,
     StopGroup,
     TreeIndex,
     VictimKey,
@@ -107,62 +109,33 @@ class PassPreview(msgspec.Struct, frozen=True, kw_only=True):
     """Every workload that waited before the pass, as the pass would leave it."""
 
 
-PASS_WRITES_FLAT: tuple[str, ...] = (
+DERIVED_WRITTEN_BY_A_PASS: tuple[str, ...] = (
+    "_queues",  # copied queue by queue
+    "_leaf_admitted",  # copied list by list
     "_outside",
-    "_announce",
     "_pod_fit_cache",
-    "_held",
-    "_preemptors",
     "_stopping",
-    "_lingering",
     "_pass_admitted",
-    "_wakeups",
     "_shapes",
     "_share_cache",
     "_dirty",
     "_low",
     "_leaf_potential",
     "_potential",
-    "_reclaim_failed",
 )
-"""Engine containers a pass may write whose items are immutable: a flat copy is a copy."""
+"""Engine attributes besides ``state`` that a pass may write: what ``preview_pass`` sets
+aside (with ``state`` itself and the tree's per-node usage)."""
 
-PASS_WRITES: tuple[str, ...] = (
-    "_queues",
-    "_jobs",
-    "_leaf_admitted",
-    "_zone_used",
-    "_stops",
-    *PASS_WRITES_FLAT,
-    "_version",
-    "_passes",
-    "_seq",
-    "_now",
-    "_last_pass_now",
-)
-"""Every engine attribute a pass may write (besides the usage on the tree's nodes): what
-``preview_pass`` sets aside. The others (tree, nodes, priority classes, config) a pass only
-reads."""
+READ_BY_A_PASS: tuple[str, ...] = ("config", "_policy", "_class_users", "_zone_cap")
+"""Engine attributes besides ``state`` a pass only reads (the tests check every attribute
+is classified)."""
 
-PASS_READS: tuple[str, ...] = (
-    "config",
-    "_policy",
-    "_tree",  # its nodes' usage excepted: ``preview_pass`` sets that aside too
-    "_priority_values",
-    "_class_users",
-    "_nodes",
-    "_zone_cap",
-    "_served",
-)
-"""Engine attributes a pass only reads (the tests check every attribute is classified)."""
-
-_TrialKept = tuple[dict[str, object], list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int]]]]
-"""What ``preview_pass`` set aside: the engine's attributes, and each node's usage dicts."""
-
-
-class _NodeRecord(msgspec.Struct, frozen=True):
-    allocatable: dict[str, int]
-    unschedulable: bool
+_TrialKept = tuple[
+    EngineState,
+    dict[str, object],
+    list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int]]],
+]
+"""What ``preview_pass`` set aside: the state, the derived attributes, each node's usage."""
 
 
 class Engine:
@@ -171,47 +144,110 @@ class Engine:
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config if config is not None else EngineConfig()
         self._policy = seam_for(self.config.policy)
-        self._tree = TreeIndex(None, self.config)
+        self.state = EngineState(self.config)
+        """What a snapshot stores; everything below is derived from it (``rebuild_derived``)."""
         self._queues: dict[QuotaPath, Queue] = {}
-        self._jobs: dict[WorkloadKey, Job] = {}
         self._leaf_admitted: dict[QuotaPath, list[VictimKey]] = {}
         """Admitted workloads per recorded leaf path, sorted in reclaim order."""
         self._outside: dict[WorkloadKey, None] = {}
         """Unmapped and inadmissible workloads, re-examined when the tree or nodes change."""
-        self._announce: dict[WorkloadKey, None] = {}
-        self._priority_values: dict[str, int] = {}
         self._class_users: dict[str, dict[WorkloadKey, None]] = {}
-        self._nodes: dict[Zone, dict[NodeName, _NodeRecord]] = {}
         self._zone_cap: dict[Zone, dict[str, int]] = {}
-        self._zone_used: dict[Zone, dict[str, int]] = {}
         self._pod_fit_cache: dict[tuple[Zone, Shape], int] = {}
-        self._served: dict[Zone, None] | None = None
-        """Zones some dequeuer announced (``ZoneServed``); None until the first announcement,
-        when nobody can tell which zones are served."""
-        self._held: dict[WorkloadKey, None] = {}
-        self._preemptors: dict[WorkloadKey, None] = {}
-        self._stops: dict[WorkloadKey, StopGroup] = {}
-        """Preemptions whose victims still stop, by preemptor (ADMISSION-RULES R7)."""
         self._stopping: dict[WorkloadKey, WorkloadKey] = {}
         """Each victim not yet seen stopped -> its preemptor."""
-        self._lingering: dict[WorkloadKey, Placement] = {}
-        """Usage of finished or deleted workloads still counted until the ledger's
-        ``Released`` (R7; never with ``instant_release``)."""
         self._pass_admitted: set[WorkloadKey] = set()
         """Admitted by the running pass: never offered as a victim in it (ADMISSION-RULES R6)."""
-        self._wakeups: list[tuple[int, int, WorkloadKey]] = []
         self._shapes: dict[Shape, Shape] = {}
         self._share_cache: dict[QuotaPath, Share] = {}
         self._dirty: set[QuotaPath] = set()
         self._low: dict[QuotaPath, dict[str, int] | None] = {}
         self._leaf_potential: dict[QuotaPath, int] = {}
         self._potential: dict[QuotaPath, int] = {}
-        self._reclaim_failed: dict[tuple[QuotaPath, Shape, int, Zone], int] = {}
-        self._version = 0
-        self._passes = 0
-        self._seq = 0
-        self._now: Millis = Millis(0)
-        self._last_pass_now: Millis | None = None
+
+    def rebuild_derived(self) -> None:
+        """Recompute everything besides ``state`` from it (after a snapshot is restored).
+
+        The queues, the per-leaf reclaim candidates, the outside set, the users of each
+        priority class, zone capacity, each stopping victim's preemptor and every residual of
+        the stop groups; shapes are interned again. The pruning data is recomputed lazily by
+        the next pass, as after a new tree. ValueError if the state contradicts itself.
+        """
+        state = self.state
+        tree = state.tree
+        self._queues = {
+            leaf: Queue(tree.nodes[leaf].queue or QueueName(leaf), leaf) for leaf in tree.leaves
+        }
+        self._rebuild_job_indexes()
+        self._zone_cap = {zone: _zone_capacity(nodes) for zone, nodes in state.nodes.items()}
+        for info in tree.nodes.values():
+            info.residual = {}
+        self._stopping = {}
+        for preemptor, group in state.stops.items():
+            if not group.victims:
+                raise ValueError(f"stop group of {preemptor} has no victims")
+            for victim, (_, shape, _) in group.victims.items():
+                self._stopping[victim] = preemptor
+                self._intern(shape)
+            if group.hold is not None:
+                self._intern(group.hold[1])
+            # ``used`` already counts the residuals: only their split is recomputed.
+            group.residual = self._node_residual(group)
+            group.zone_residual = self._zone_residual(group)
+            for path, amounts in group.residual.items():
+                _shift(tree.nodes[path].residual, amounts, 1)
+        for _, shape, _ in state.lingering.values():
+            self._intern(shape)
+        for _, shape, _, _ in state.reclaim_failed:
+            self._intern(shape)
+        self._pod_fit_cache = {}
+        self._pass_admitted = set()
+        self._share_cache = {}
+        self._low = {}
+        self._leaf_potential = {}
+        self._potential = {}
+        self._dirty = set(tree.leaves)
+
+    def _rebuild_job_indexes(self) -> None:
+        queues = self._queues
+        pending: dict[QuotaPath, list[Job]] = {}
+        admitted: dict[QuotaPath, list[VictimKey]] = {}
+        class_users: dict[str, dict[WorkloadKey, None]] = {}
+        outside: dict[WorkloadKey, None] = {}
+        intern = self._intern
+        for key, job in self.state.jobs.items():
+            intern(job.shape)
+            intern(job.used_shape)
+            for pod in job.pods:
+                intern(pod)
+            if job.priority_class is not None:
+                class_users.setdefault(job.priority_class, {})[key] = None
+            state = job.state
+            if state == PENDING:
+                if job.leaf is None or job.leaf not in queues:
+                    raise ValueError(f"pending workload {key} has no queue ({job.leaf})")
+                pending.setdefault(job.leaf, []).append(job)
+            elif state in (UNMAPPED, INADMISSIBLE):
+                outside[key] = None
+            elif state == ADMITTED and job.used_path is not None:
+                admitted.setdefault(job.used_path, []).append(job.victim_key)
+        for leaf, members in pending.items():
+            # One sort instead of an insort per workload: the same lists, in O(n log n).
+            members.sort(key=_sort_key)
+            queue = queues[leaf]
+            queue.entries = [job.sort_key for job in members]
+            groups = queue.shapes
+            for job in members:
+                group = groups.get(job.shape)
+                if group is None:
+                    groups[job.shape] = [job.sort_key]
+                else:
+                    group.append(job.sort_key)
+        for keys in admitted.values():
+            keys.sort()
+        self._leaf_admitted = admitted
+        self._class_users = class_users
+        self._outside = outside
 
     # ------------------------------------------------------------------ folding inputs
 
@@ -221,7 +257,7 @@ class Engine:
         Returns only immediate decisions that need no pass (``Released`` of a finished or
         deleted admitted workload). Applying a decision the state already reflects is a no-op.
         """
-        self._now = now
+        self.state.now = now
         match event:
             case WorkloadObserved():
                 self._observe(event)
@@ -254,11 +290,11 @@ class Engine:
         return []
 
     def _observe(self, event: WorkloadObserved) -> None:
-        job = self._jobs.get(event.workload)
+        job = self.state.jobs.get(event.workload)
         if job is None:
             job = Job(event.workload, event.namespace, event.name)
-            job.arrived_pass = self._passes
-            self._jobs[job.key] = job
+            job.arrived_pass = self.state.passes
+            self.state.jobs[job.key] = job
             self._fill(job, event)
             self._classify(job)
             return
@@ -311,17 +347,17 @@ class Engine:
         return self._shapes.setdefault(shape, shape)
 
     def _resolve_priority(self, job: Job) -> int:
-        if job.priority_class is not None and job.priority_class in self._priority_values:
-            return self._priority_values[job.priority_class]
+        if job.priority_class is not None and job.priority_class in self.state.priority_values:
+            return self.state.priority_values[job.priority_class]
         return job.spec_priority if job.spec_priority is not None else 0
 
     def _set_priority_class(self, name: str, value: int | None) -> None:
         if value is None:
-            self._priority_values.pop(name, None)
+            self.state.priority_values.pop(name, None)
         else:
-            self._priority_values[name] = value
+            self.state.priority_values[name] = value
         for key in list(self._class_users.get(name, {})):
-            job = self._jobs[key]
+            job = self.state.jobs[key]
             priority = self._resolve_priority(job)
             if priority == job.priority:
                 continue
@@ -336,10 +372,10 @@ class Engine:
             else:
                 job.priority = priority
                 job.refresh_sort_key()
-        self._version += 1
+        self.state.version += 1
 
     def _finish(self, key: WorkloadKey, *, succeeded: bool) -> list[Decision]:
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None or job.state == FINISHED:
             return []
         quota = job.used_path if job.state == ADMITTED else None
@@ -352,7 +388,7 @@ class Engine:
         return released
 
     def _delete(self, key: WorkloadKey) -> list[Decision]:
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None:
             return []
         released = self._release(job, "Deleted")
@@ -360,8 +396,8 @@ class Engine:
             self._unplace(job)
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(key, None)
-        self._announce.pop(key, None)
-        del self._jobs[key]
+        self.state.announce.pop(key, None)
+        del self.state.jobs[key]
         return released
 
     def _release(self, job: Job, cause: ReleaseCause) -> list[Decision]:
@@ -391,41 +427,41 @@ class Engine:
         if job.state == ADMITTED:
             self._forget_admitted(job)
             job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
-        self._preemptors.pop(job.key, None)
-        self._held.pop(job.key, None)
-        self._lingering[job.key] = (job.used_path, job.used_shape, job.zone)
+        self.state.preemptors.pop(job.key, None)
+        self.state.held.pop(job.key, None)
+        self.state.lingering[job.key] = (job.used_path, job.used_shape, job.zone)
         job.used_path = None
         job.used_shape = ()
         job.held = False  # a held workload stays where it waits; the caller takes it out
-        self._version += 1
+        self.state.version += 1
 
     def _end_linger(self, key: WorkloadKey) -> bool:
-        where = self._lingering.pop(key, None)
+        where = self.state.lingering.pop(key, None)
         if where is None:
             return False
         self._unaccount(*where)
-        self._version += 1
+        self.state.version += 1
         return True
 
     # ------------------------------------------------------------------ decisions made elsewhere
 
     def _apply_admitted(self, decision: Admitted) -> None:
-        if decision.workload in self._lingering:
+        if decision.workload in self.state.lingering:
             # This engine admitted it and saw it end before the ledger's grant came back: the
             # lingering usage is that very allocation (one live allocation per workload, R8).
             return
-        job = self._jobs.get(decision.workload)
+        job = self.state.jobs.get(decision.workload)
         if job is None:
             namespace, _, name = decision.workload.partition("/")
             job = Job(decision.workload, namespace, name)
             job.zone = decision.zone
             job.priority = decision.priority
-            job.created_ms = self._now
+            job.created_ms = self.state.now
             job.shape = self._intern(shape_of(decision.requests))
             job.refresh_sort_key()
-            job.arrived_pass = self._passes
+            job.arrived_pass = self.state.passes
             job.state = UNMAPPED  # placeholder: not in any queue yet
-            self._jobs[job.key] = job
+            self.state.jobs[job.key] = job
         elif job.state in (ADMITTED, FINISHED):
             return
         else:
@@ -436,7 +472,7 @@ class Engine:
         self._admit(job, decision.quota, shape)
 
     def _apply_preempted(self, decision: Preempted) -> None:
-        lingering = self._lingering.pop(decision.workload, None)
+        lingering = self.state.lingering.pop(decision.workload, None)
         if lingering is not None:
             # It finished (or was deleted) before the ledger read that: the ledger preempted
             # what it still held. Its usage now counts as the group's, as in the ledger.
@@ -444,7 +480,7 @@ class Engine:
             self._hold_for(decision.preemptor)
             self._begin_stop(decision.preemptor, decision.workload, lingering)
             return
-        job = self._jobs.get(decision.workload)
+        job = self.state.jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
         assert job.used_path is not None
@@ -461,15 +497,15 @@ class Engine:
         The ledger holds it the same way until the preemptor's ``Admitted`` arrives, so no
         engine offers that capacity to anyone else meanwhile.
         """
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None or job.held or job.state != PENDING or job.leaf is None:
             return
         job.used_path = job.leaf
         job.used_shape = job.shape
         job.held = True
-        self._held[key] = None
+        self.state.held[key] = None
         self._account(job.leaf, job.shape, job.zone)
-        self._version += 1
+        self.state.version += 1
 
     def _apply_released(self, decision: Released) -> None:
         # The ledger freed it (R7): a victim seen stopped, or a finished, deleted or
@@ -478,7 +514,7 @@ class Engine:
         self._preemptor_gone(decision.workload)
         if self._end_linger(decision.workload):
             return  # a workload of the same name may exist again: it is not this one
-        job = self._jobs.get(decision.workload)
+        job = self.state.jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
         self._unadmit(job)
@@ -495,15 +531,15 @@ class Engine:
         It keeps its place (its order key never changed). A preemptor keeps the capacity its
         victims freed as a hold until it is admitted, so nobody else takes it.
         """
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None or job.state != ADMITTED:
             return
-        if key in self._preemptors:
-            self._preemptors.pop(key)
+        if key in self.state.preemptors:
+            self.state.preemptors.pop(key)
             self._forget_admitted(job)
             job.state = PENDING
             job.held = True
-            self._held[key] = None
+            self.state.held[key] = None
             self._place_pending_again(job)
         else:
             self._unadmit(job)
@@ -523,7 +559,7 @@ class Engine:
         for decision in victims:
             self._end_stop(decision.workload)
         for decision in victims:
-            victim = self._jobs.get(decision.workload)
+            victim = self.state.jobs.get(decision.workload)
             if victim is None or victim.state == ADMITTED or victim.state == FINISHED:
                 continue
             if victim.held:
@@ -536,7 +572,7 @@ class Engine:
             victim.refresh_victim_key()
             insort(self._leaf_admitted.setdefault(decision.quota, []), victim.victim_key)
             victim.note = None
-        job = self._jobs.get(preemptor)
+        job = self.state.jobs.get(preemptor)
         if job is None or job.state != ADMITTED:
             return
         self._unadmit(job)
@@ -553,21 +589,21 @@ class Engine:
         strictly lower-priority workload of the preemptor's own leaf (``LowerPriority``), and
         the preemptor fits once they are gone. The state is left exactly as it was.
         """
-        self._now = now
-        job = self._jobs.get(preemptor)
+        self.state.now = now
+        job = self.state.jobs.get(preemptor)
         if job is not None and job.held:
             return None  # already accepted: a retry of a reclaim the log already carries
         if job is None or job.state != PENDING or job.leaf is None:
             return reasons.stale_view(preemptor, "the preemptor is not waiting in a queue")
         if not victims:
             return reasons.stale_view(preemptor, "no victims named")
-        info = self._tree.nodes[job.leaf]
+        info = self.state.tree.nodes[job.leaf]
         within = self._within_min(info, job.shape)
         lower = info.within_quota == "LowerPriority"
         removed: list[Placement] = []
         try:
             for key in victims:
-                victim = self._jobs.get(key)
+                victim = self.state.jobs.get(key)
                 refusal = self._victim_refusal(job, victim, key, within=within, lower=lower)
                 if refusal is not None:
                     return refusal
@@ -587,7 +623,7 @@ class Engine:
         ledger (which still holds it as admitted, R7); None if neither."""
         if victim is not None and victim.state == ADMITTED and victim.used_path is not None:
             return (victim.used_path, victim.used_shape, victim.zone)
-        return self._lingering.get(key)
+        return self.state.lingering.get(key)
 
     def _victim_refusal(
         self, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
@@ -595,12 +631,12 @@ class Engine:
         where = self._victim_placement(victim, key)
         if where is None:
             return reasons.stale_view(job.key, f"{key} is not admitted", key)
-        if key in self._stops:
+        if key in self.state.stops:
             return reasons.stale_view(
                 job.key, f"{key} is a preemptor whose victims have not stopped yet", key
             )
         path = where[0]
-        if victim is not None and self._now - victim.admitted_ms < self._min_runtime(path):
+        if victim is not None and self.state.now - victim.admitted_ms < self._min_runtime(path):
             return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
         if path == job.leaf:
             if victim is not None and lower and victim.priority < job.priority:
@@ -624,76 +660,76 @@ class Engine:
             self._unaccount(job.used_path, job.used_shape, job.zone)
         job.used_path = None
         job.held = False
-        self._held.pop(job.key, None)
-        self._version += 1
+        self.state.held.pop(job.key, None)
+        self.state.version += 1
 
     def _set_note(self, job: Job, reason: Reason) -> None:
         # A note explains the workload until the next pass looks at it again.
         job.note = reason
-        job.note_pass = self._passes
+        job.note_pass = self.state.passes
 
     # ------------------------------------------------------------------ tree and nodes
 
     def _install_tree(self, event: QuotaTreeApplied) -> None:
         """A new valid tree: never evicts; waiting workloads are mapped again."""
-        self._tree = TreeIndex(event.root, self.config)
+        self.state.tree = TreeIndex(event.root, self.config)
         self._queues = {
-            leaf: Queue(self._tree.nodes[leaf].queue or QueueName(leaf), leaf)
-            for leaf in self._tree.leaves
+            leaf: Queue(self.state.tree.nodes[leaf].queue or QueueName(leaf), leaf)
+            for leaf in self.state.tree.leaves
         }
         self._low = {}
         self._leaf_potential = {}
         self._potential = {}
         self._share_cache = {}
-        self._dirty = set(self._tree.leaves)
-        for job in self._jobs.values():
+        self._dirty = set(self.state.tree.leaves)
+        for job in self.state.jobs.values():
             if job.used_path is not None:
                 # Admitted (or held) usage keeps counting on the nodes of its recorded path
                 # that still exist.
                 self._account_quota(job.used_path, job.used_shape)
-        for path, shape, _ in self._lingering.values():
+        for path, shape, _ in self.state.lingering.values():
             self._account_quota(path, shape)
-        for group in self._stops.values():
+        for group in self.state.stops.values():
             # Stopping victims keep counting on the nodes of their paths that still exist.
             group.residual = {}
             self._account_residual(group, self._node_residual(group), group.zone_residual)
-        for job in list(self._jobs.values()):
+        for job in list(self.state.jobs.values()):
             if job.state in (PENDING, UNMAPPED, INADMISSIBLE):
                 job.state = UNMAPPED
                 self._outside.pop(job.key, None)
                 self._classify(job)
                 if job.held and job.state != PENDING:
                     self._drop_hold(job)
-        self._version += 1
+        self.state.version += 1
 
     def _observe_node(self, event: NodeObserved) -> None:
-        record = _NodeRecord(dict(event.allocatable), event.unschedulable)
-        nodes = self._nodes.setdefault(event.zone, {})
+        record = NodeCapacity(dict(event.allocatable), event.unschedulable)
+        nodes = self.state.nodes.setdefault(event.zone, {})
         if nodes.get(event.node) == record:
             return
         nodes[event.node] = record
         self._nodes_changed(event.zone)
 
     def _remove_node(self, event: NodeRemoved) -> None:
-        nodes = self._nodes.get(event.zone, {})
+        nodes = self.state.nodes.get(event.zone, {})
         if event.node not in nodes:
             return
         del nodes[event.node]
         if not nodes:
-            del self._nodes[event.zone]
+            del self.state.nodes[event.zone]
         self._nodes_changed(event.zone)
 
     def _serve(self, zone: Zone) -> None:
-        if self._served is None:
-            self._served = {}
-        if zone not in self._served:
-            self._served[zone] = None
-            self._version += 1  # its workloads may be decided (and reclaim for) from now on
+        if self.state.served is None:
+            self.state.served = {}
+        if zone not in self.state.served:
+            self.state.served[zone] = None
+            self.state.version += 1  # its workloads may be decided (and reclaim for) from now on
 
     def _serves(self, zone: Zone) -> bool:
         """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
         (a dequeuer serves its zone before its own announcement is back from the log)."""
-        if self._served is None or zone in self._served:
+        if self.state.served is None or zone in self.state.served:
             return True
         return self.config.zones is not None and zone in self.config.zones
 
@@ -704,7 +740,7 @@ class Engine:
 
     def served_zones(self) -> list[Zone]:
         """The zones dequeuers announced, sorted (empty when none ever did)."""
-        return sorted(self._served or {})
+        return sorted(self.state.served or {})
 
     def _not_served(self, job: Job) -> Reason | None:
         if self._serves(job.zone):
@@ -712,22 +748,15 @@ class Engine:
         return reasons.zone_not_served(job.zone, self.served_zones())
 
     def _nodes_changed(self, zone: Zone) -> None:
-        total: dict[str, int] = {}
-        for name in sorted(self._nodes.get(zone, {})):
-            record = self._nodes[zone][name]
-            if record.unschedulable:
-                continue
-            for resource, amount in record.allocatable.items():
-                total[resource] = total.get(resource, 0) + amount
-        self._zone_cap[zone] = total
+        self._zone_cap[zone] = _zone_capacity(self.state.nodes.get(zone, {}))
         self._pod_fit_cache = {k: v for k, v in self._pod_fit_cache.items() if k[0] != zone}
         # Inadmissibility depends on the nodes: examine this zone's waiting workloads again.
-        for job in list(self._jobs.values()):
+        for job in list(self.state.jobs.values()):
             if job.zone == zone and job.state in (PENDING, INADMISSIBLE):
                 self._unplace(job)
                 self._classify(job)
-        self._dirty.update(self._tree.leaves)
-        self._version += 1
+        self._dirty.update(self.state.tree.leaves)
+        self.state.version += 1
 
     # ------------------------------------------------------------------ placing workloads
 
@@ -748,7 +777,7 @@ class Engine:
             self._announce_if_new(job, unmapped)
             return
         job.leaf = leaf
-        never = self._never_fits(job, self._tree.nodes[leaf])
+        never = self._never_fits(job, self.state.tree.nodes[leaf])
         if never is not None:
             job.state = INADMISSIBLE
             self._outside[job.key] = None
@@ -763,14 +792,14 @@ class Engine:
         self._dirty.add(leaf)
 
     def _map(self, job: Job) -> tuple[QuotaPath | None, Reason | None]:
-        if self._tree.root is None:
+        if self.state.tree.root is None:
             return None, reasons.no_tree()
         if job.quota_name is not None:
-            path = self._tree.by_name.get(job.quota_name)
-            if path is None or not self._tree.nodes[path].is_leaf:
+            path = self.state.tree.by_name.get(job.quota_name)
+            if path is None or not self.state.tree.nodes[path].is_leaf:
                 return None, reasons.unknown_quota(job.quota_name)
             return path, None
-        leaf = self._tree.leaf_of_namespace.get(job.namespace)
+        leaf = self.state.tree.leaf_of_namespace.get(job.namespace)
         if leaf is None:
             return None, reasons.no_leaf(job.namespace)
         return leaf, None
@@ -780,7 +809,7 @@ class Engine:
             reason.code,
             reason.message,
         ):
-            self._announce[job.key] = None
+            self.state.announce[job.key] = None
         job.announced = reason
 
     def _never_fits(self, job: Job, leaf: QuotaNodeInfo) -> Reason | None:
@@ -793,7 +822,7 @@ class Engine:
                     return reasons.exceeds_max(
                         info.path, resource, amount, info.max[resource], cap, rate
                     )
-        nodes = self._nodes.get(job.zone)
+        nodes = self.state.nodes.get(job.zone)
         if not nodes:
             return None
         for pod in job.pods:
@@ -810,7 +839,7 @@ class Engine:
                 )
         return None
 
-    def _pod_too_large(self, job: Job, pod: Shape, nodes: dict[NodeName, _NodeRecord]) -> Reason:
+    def _pod_too_large(self, job: Job, pod: Shape, nodes: dict[NodeName, NodeCapacity]) -> Reason:
         for resource, amount in pod:
             largest = max(nodes[n].allocatable.get(resource, 0) for n in sorted(nodes))
             if amount > largest:
@@ -821,14 +850,14 @@ class Engine:
     # ------------------------------------------------------------------ accounting
 
     def _path_nodes(self, path: QuotaPath) -> tuple[QuotaNodeInfo, ...]:
-        info = self._tree.nodes.get(path)
+        info = self.state.tree.nodes.get(path)
         if info is not None:
             return info.ancestors
         # A vanished leaf: its usage counts on the prefixes of its path that still exist.
         parts = path.split("/")
         found = []
         for depth in range(1, len(parts) + 1):
-            node = self._tree.nodes.get(QuotaPath("/".join(parts[:depth])))
+            node = self.state.tree.nodes.get(QuotaPath("/".join(parts[:depth])))
             if node is not None:
                 found.append(node)
         return tuple(found)
@@ -839,26 +868,26 @@ class Engine:
             for resource, amount in shape:
                 used[resource] = used.get(resource, 0) + sign * amount
             self._share_cache.pop(info.path, None)
-        if path in self._tree.nodes:
+        if path in self.state.tree.nodes:
             self._dirty.add(path)
 
     def _account(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape)
-        zone_used = self._zone_used.setdefault(zone, {})
+        zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) + amount
 
     def _move_zone_usage(self, shape: Shape, source: Zone, target: Zone) -> None:
-        before = self._zone_used.setdefault(source, {})
-        after = self._zone_used.setdefault(target, {})
+        before = self.state.zone_used.setdefault(source, {})
+        after = self.state.zone_used.setdefault(target, {})
         for resource, amount in shape:
             before[resource] = before.get(resource, 0) - amount
             after[resource] = after.get(resource, 0) + amount
-        self._version += 1
+        self.state.version += 1
 
     def _unaccount(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape, -1)
-        zone_used = self._zone_used.setdefault(zone, {})
+        zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
 
@@ -868,10 +897,10 @@ class Engine:
         ``in_pass``: admitted by the running pass, so not a reclaim candidate before it ends
         (R6); it joins its leaf's candidate list then, and no reclaim walks past it meanwhile.
         """
-        self._seq += 1
+        self.state.seq += 1
         job.state = ADMITTED
-        job.admitted_ms = self._now
-        job.admit_seq = self._seq
+        job.admitted_ms = self.state.now
+        job.admit_seq = self.state.seq
         job.used_path = quota
         job.used_shape = shape
         job.announced = None
@@ -883,19 +912,19 @@ class Engine:
             insort(self._leaf_admitted.setdefault(quota, []), job.victim_key)
         runtime = self._min_runtime(quota)
         if runtime > 0:
-            heapq.heappush(self._wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
-        self._version += 1
+            heapq.heappush(self.state.wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
+        self.state.version += 1
 
     def _unadmit(self, job: Job) -> None:
         """Free an admitted workload's usage; the caller decides where it goes next."""
         assert job.used_path is not None
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
-        self._preemptors.pop(job.key, None)
+        self.state.preemptors.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
-        self._version += 1
+        self.state.version += 1
 
     def _forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
@@ -916,13 +945,13 @@ class Engine:
         insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
 
     def _min_runtime(self, path: QuotaPath) -> int:
-        info = self._tree.nodes.get(path)
+        info = self.state.tree.nodes.get(path)
         return info.min_runtime_ms if info is not None else self.config.min_runtime_ms
 
     # ------------------------------------------------------------------ fit
 
     def _fits_quota(self, leaf: QuotaPath, shape: Shape) -> bool:
-        for info in self._tree.nodes[leaf].ancestors:
+        for info in self.state.tree.nodes[leaf].ancestors:
             cap = info.cap
             used = info.used
             for resource, amount in shape:
@@ -932,21 +961,21 @@ class Engine:
         return True
 
     def _fits_zone(self, job: Job) -> bool:
-        if job.zone not in self._nodes:
+        if job.zone not in self.state.nodes:
             return True
         cap = self._zone_cap.get(job.zone, {})
-        used = self._zone_used.get(job.zone, {})
+        used = self.state.zone_used.get(job.zone, {})
         for resource, amount in job.shape:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
         return all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods)
 
     def _pod_fits_schedulable(self, zone: Zone, pod: Shape) -> bool:
-        if zone not in self._nodes:
+        if zone not in self.state.nodes:
             return True  # nodes of the zone unknown: no node constraint (section 3)
         cached = self._pod_fit_cache.get((zone, pod))
         if cached is None:
-            nodes = self._nodes[zone]
+            nodes = self.state.nodes[zone]
             cached = int(
                 any(
                     not nodes[n].unschedulable and _pod_fits(pod, nodes[n].allocatable)
@@ -991,14 +1020,14 @@ class Engine:
 
     def decide(self, now: Millis) -> list[Decision]:
         """Run one decision pass at ``now``; its decisions are already applied to the state."""
-        self._now = now
-        if self._last_pass_now is None or now != self._last_pass_now:
+        self.state.now = now
+        if self.state.last_pass_now is None or now != self.state.last_pass_now:
             # Time moved: min-runtime protections may have ended, so reclaim can differ.
-            self._version += 1
-        self._last_pass_now = now
-        self._passes += 1
+            self.state.version += 1
+        self.state.last_pass_now = now
+        self.state.passes += 1
         decisions: list[Decision] = self._announcements()
-        if self._tree.root is not None:
+        if self.state.tree.root is not None:
             try:
                 DecisionPass(self, decisions).run()
             finally:
@@ -1014,7 +1043,7 @@ class Engine:
         and the nodes are shared, never copied -- and the engine's own containers are put back
         afterwards, untouched. The answer is the one ``decide`` would give on this state.
         """
-        waiting = sorted(key for key, job in self._jobs.items() if job.state == PENDING)
+        waiting = sorted(key for key, job in self.state.jobs.items() if job.state == PENDING)
         kept = self._set_aside_for_trial()
         try:
             decisions = self.decide(now)
@@ -1029,30 +1058,31 @@ class Engine:
 
     def _set_aside_for_trial(self) -> _TrialKept:
         """Swap in working copies of what a pass writes; return the originals."""
-        kept = {name: getattr(self, name) for name in PASS_WRITES}
+        state = self.state
+        derived = {name: getattr(self, name) for name in DERIVED_WRITTEN_BY_A_PASS}
+        self.state = state.copy_for_trial()
         self._queues = {leaf: queue.copy() for leaf, queue in self._queues.items()}
-        self._jobs = {key: job.copy() for key, job in self._jobs.items()}
         self._leaf_admitted = {path: list(keys) for path, keys in self._leaf_admitted.items()}
-        self._zone_used = {zone: dict(used) for zone, used in self._zone_used.items()}
-        self._stops = {key: group.copy() for key, group in self._stops.items()}
-        for name in PASS_WRITES_FLAT:
+        for name in DERIVED_WRITTEN_BY_A_PASS[2:]:
+            # The rest hold immutable items: a flat copy is a copy.
             setattr(self, name, getattr(self, name).copy())
-        usage = [(info, info.used, info.residual) for info in self._tree.nodes.values()]
+        usage = [(info, info.used, info.residual) for info in state.tree.nodes.values()]
         for info, used, residual in usage:
             info.used, info.residual = dict(used), dict(residual)
-        return kept, usage
+        return state, derived, usage
 
     def _put_back_after_trial(self, kept: _TrialKept) -> None:
-        attributes, usage = kept
-        for name, value in attributes.items():
+        state, derived, usage = kept
+        self.state = state
+        for name, value in derived.items():
             setattr(self, name, value)
         for info, used, residual in usage:
             info.used, info.residual = used, residual
 
     def _announcements(self) -> list[Decision]:
         out: list[Decision] = []
-        for key in self._announce:
-            job = self._jobs.get(key)
+        for key in self.state.announce:
+            job = self.state.jobs.get(key)
             if job is None or job.announced is None or not self.config.decides_for(job.zone):
                 continue
             if job.state == UNMAPPED:
@@ -1061,12 +1091,12 @@ class Engine:
                 out.append(
                     Inadmissible(
                         workload=key,
-                        queue=self._tree.nodes[job.leaf].queue,
+                        queue=self.state.tree.nodes[job.leaf].queue,
                         quota=job.leaf,
                         reason=job.announced,
                     )
                 )
-        self._announce = {}
+        self.state.announce = {}
         return out
 
     def _refresh_pruning(self) -> None:
@@ -1075,7 +1105,7 @@ class Engine:
             return
         stale_inner: set[QuotaPath] = set()
         for leaf in sorted(self._dirty):
-            info = self._tree.nodes.get(leaf)
+            info = self.state.tree.nodes.get(leaf)
             queue = self._queues.get(leaf)
             if info is None or queue is None:
                 continue
@@ -1090,7 +1120,7 @@ class Engine:
                 for ancestor in info.ancestors:
                     self._potential[ancestor.path] = self._potential.get(ancestor.path, 0) + delta
         self._dirty = set()
-        nodes = self._tree.nodes
+        nodes = self.state.tree.nodes
         for path in sorted(stale_inner, key=lambda p: (-nodes[p].depth, p)):
             self._low[path] = combine_lowest([self._low.get(c) for c in nodes[path].children])
 
@@ -1102,13 +1132,13 @@ class Engine:
             return True
         if any(self._within_min(info, shape) for shape in queue.shapes):
             return True
-        return any(self._jobs[k].leaf == info.path for k in self._held)
+        return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
 
     def _viable_leaves(self) -> list[QuotaPath]:
         """Leaves whose queue could admit or preempt something now, in tree order."""
         self._refresh_pruning()
-        assert self._tree.root is not None
-        root = self._tree.nodes[QuotaPath(self._tree.root.name)]
+        assert self.state.tree.root is not None
+        root = self.state.tree.nodes[QuotaPath(self.state.tree.root.name)]
         found: list[QuotaPath] = []
         stack: list[tuple[QuotaNodeInfo, dict[str, int]]] = [(root, {})]
         while stack:
@@ -1126,7 +1156,7 @@ class Engine:
             if info.is_leaf:
                 found.append(info.path)
             else:
-                nodes = self._tree.nodes
+                nodes = self.state.tree.nodes
                 stack.extend((nodes[c], room) for c in reversed(info.children))
         return found
 
@@ -1135,24 +1165,24 @@ class Engine:
     def _reclaim(self, job: Job) -> list[tuple[Job, Reason]] | None:
         """Victims that make room for ``job`` (section 5), already removed from usage."""
         assert job.leaf is not None
-        leaf = self._tree.nodes[job.leaf]
+        leaf = self.state.tree.nodes[job.leaf]
         within = self._within_min(leaf, job.shape)
         lower = leaf.within_quota == "LowerPriority"
         if not within and not lower:
             return None
         if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
             return None  # no eviction can make a too-large pod fit
-        if self._stops and self._fits_once_stopped(job):
+        if self.state.stops and self._fits_once_stopped(job):
             return None  # room is coming: preempting more would take what is not needed
         memo = (job.leaf, job.shape, job.priority if lower else 0, job.zone)
-        if self._reclaim_failed.get(memo) == self._version:
+        if self.state.reclaim_failed.get(memo) == self.state.version:
             return None
         cross = self._cross_leaf_candidates(job) if within else iter(())
         same = self._same_leaf_candidates(job) if lower else iter(())
         candidates = chain(((v, True) for v in cross), ((v, False) for v in same))
         removed = self._remove_until_fits(job, candidates)
         if removed is None:
-            self._reclaim_failed[memo] = self._version
+            self.state.reclaim_failed[memo] = self.state.version
             return None
         return self._put_back(job, removed)
 
@@ -1198,14 +1228,14 @@ class Engine:
         in reclaim order) are merged, so a reclaim that needs one victim costs little.
         """
         assert job.leaf is not None
-        nodes = self._tree.nodes
+        nodes = self.state.tree.nodes
         path = nodes[job.leaf].ancestors
         vanished = self._vanished_by_depth(job.leaf, len(path) - 1)
         for level in range(len(path) - 2, -1, -1):
-            inner = set(self._tree.leaves_under.get(path[level + 1].path, ()))
+            inner = set(self.state.tree.leaves_under.get(path[level + 1].path, ()))
             leaves = [
                 leaf
-                for leaf in self._tree.leaves_under.get(path[level].path, ())
+                for leaf in self.state.tree.leaves_under.get(path[level].path, ())
                 if leaf not in inner and leaf in self._leaf_admitted
             ]
             leaves.extend(vanished.get(level + 1, ()))
@@ -1215,7 +1245,7 @@ class Engine:
         """Admitted usage recorded on leaves that no longer exist, by common depth."""
         mine = leaf.split("/")
         out: dict[int, list[QuotaPath]] = {}
-        for path in sorted(p for p in self._leaf_admitted if p not in self._tree.nodes):
+        for path in sorted(p for p in self._leaf_admitted if p not in self.state.tree.nodes):
             depth = min(_common_depth(mine, path.split("/")), deepest)
             out.setdefault(depth, []).append(path)
         return out
@@ -1226,11 +1256,11 @@ class Engine:
             if self._borrowing_reason(job, leaf) is not None:
                 lists.append(self._leaf_admitted[leaf])
         for victim_key in heapq.merge(*lists):
-            victim = self._jobs[victim_key[3]]
+            victim = self.state.jobs[victim_key[3]]
             assert victim.used_path is not None
             if self._protected(victim):
                 continue
-            if self._now - victim.admitted_ms >= self._min_runtime(victim.used_path):
+            if self.state.now - victim.admitted_ms >= self._min_runtime(victim.used_path):
                 yield victim
 
     def _same_leaf_candidates(self, job: Job) -> Iterator[Job]:
@@ -1240,14 +1270,14 @@ class Engine:
         for victim_key in list(self._leaf_admitted.get(job.leaf, ())):
             if victim_key[0] >= job.priority:
                 break  # sorted by priority: nothing further is lower
-            victim = self._jobs[victim_key[3]]
-            if not self._protected(victim) and self._now - victim.admitted_ms >= runtime:
+            victim = self.state.jobs[victim_key[3]]
+            if not self._protected(victim) and self.state.now - victim.admitted_ms >= runtime:
                 yield victim
 
     def _end_pass_admissions(self) -> None:
         """The pass is over: its admissions become reclaim candidates like any other."""
         for key in sorted(self._pass_admitted):
-            job = self._jobs.get(key)
+            job = self.state.jobs.get(key)
             if job is not None and job.state == ADMITTED and job.used_path is not None:
                 insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
         self._pass_admitted = set()
@@ -1256,12 +1286,12 @@ class Engine:
         """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
         preemptor whose own victims still stop (the ledger holds it, it is not admitted).
         ADMISSION-RULES R6."""
-        return victim.key in self._pass_admitted or victim.key in self._stops
+        return victim.key in self._pass_admitted or victim.key in self.state.stops
 
     def _fits_once_stopped(self, job: Job) -> bool:
         """Whether ``job`` fits on quota once every stopping victim has stopped."""
         assert job.leaf is not None
-        for info in self._tree.nodes[job.leaf].ancestors:
+        for info in self.state.tree.nodes[job.leaf].ancestors:
             for resource, amount in job.shape:
                 limit = info.cap.get(resource)
                 claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
@@ -1277,13 +1307,13 @@ class Engine:
         if self.config.instant_release:
             return
         self._end_stop(victim)  # one group per victim, whatever a log says (hostile input)
-        group = self._stops.get(preemptor)
+        group = self.state.stops.get(preemptor)
         if group is None:
-            holder = self._jobs.get(preemptor)
+            holder = self.state.jobs.get(preemptor)
             hold: Placement | None = None
             if holder is not None and holder.used_path is not None:
                 hold = (holder.used_path, holder.used_shape, holder.zone)
-            group = self._stops[preemptor] = StopGroup(preemptor, hold)
+            group = self.state.stops[preemptor] = StopGroup(preemptor, hold)
         self._stopping[victim] = preemptor
         self._regroup(group, lambda: group.victims.__setitem__(victim, where))
 
@@ -1292,12 +1322,12 @@ class Engine:
         preemptor = self._stopping.pop(victim, None)
         if preemptor is None:
             return
-        group = self._stops[preemptor]
+        group = self.state.stops[preemptor]
         self._regroup(group, lambda: group.victims.pop(victim, None))
 
     def _preemptor_gone(self, preemptor: WorkloadKey) -> None:
         """The preemptor finished or was deleted: its victims count whole until they stop."""
-        group = self._stops.get(preemptor)
+        group = self.state.stops.get(preemptor)
         if group is not None and group.hold is not None:
 
             def drop() -> None:
@@ -1310,7 +1340,7 @@ class Engine:
         self._account_residual(group, {}, {})
         change()
         if not group.victims:
-            del self._stops[group.preemptor]
+            del self.state.stops[group.preemptor]
             return
         self._account_residual(group, self._node_residual(group), self._zone_residual(group))
 
@@ -1346,16 +1376,16 @@ class Engine:
         for path, amounts in group.residual.items():
             self._shift_node(path, amounts, -1)
         for zone, amounts in group.zone_residual.items():
-            _shift(self._zone_used.setdefault(zone, {}), amounts, -1)
+            _shift(self.state.zone_used.setdefault(zone, {}), amounts, -1)
         group.residual, group.zone_residual = nodes, zones
         for path, amounts in nodes.items():
             self._shift_node(path, amounts, 1)
         for zone, amounts in zones.items():
-            _shift(self._zone_used.setdefault(zone, {}), amounts, 1)
-        self._version += 1
+            _shift(self.state.zone_used.setdefault(zone, {}), amounts, 1)
+        self.state.version += 1
 
     def _shift_node(self, path: QuotaPath, amounts: dict[str, int], sign: int) -> None:
-        info = self._tree.nodes.get(path)
+        info = self.state.tree.nodes.get(path)
         if info is None:
             return  # the node vanished with a tree change: its usage went with it
         _shift(info.used, amounts, sign)
@@ -1367,7 +1397,7 @@ class Engine:
     def _borrowing_reason(self, job: Job, path: QuotaPath) -> Reason | None:
         """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None."""
         assert job.leaf is not None
-        info = self._tree.nodes.get(path)
+        info = self.state.tree.nodes.get(path)
         if info is None and job.shape:
             # A vanished leaf has no guarantee left: all it holds is borrowed.
             resource, amount = job.shape[0]
@@ -1389,12 +1419,12 @@ class Engine:
 
     def next_wakeup(self) -> Millis | None:
         """The next instant a min-runtime protection ends (a pass should run then)."""
-        heap = self._wakeups
+        heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
-            job = self._jobs.get(key)
+            job = self.state.jobs.get(key)
             stale = job is None or job.state != ADMITTED or job.admit_seq != seq
-            if stale or end <= self._now:
+            if stale or end <= self.state.now:
                 heapq.heappop(heap)
                 continue
             return Millis(end)
@@ -1421,7 +1451,7 @@ class Engine:
 
     def job_state(self, key: WorkloadKey) -> JobView | None:
         """What the engine knows about one workload, or None if unknown (or deleted)."""
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None:
             return None
         queue: QueueName | None = None
@@ -1431,8 +1461,8 @@ class Engine:
             quota = job.used_path or job.leaf
         else:
             quota = job.leaf
-        if quota is not None and quota in self._tree.nodes:
-            queue = self._tree.nodes[quota].queue
+        if quota is not None and quota in self.state.tree.nodes:
+            queue = self.state.tree.nodes[quota].queue
         if job.state == PENDING and job.leaf is not None:
             position = self._queues[job.leaf].position(job)
         return JobView(
@@ -1448,7 +1478,7 @@ class Engine:
     def jobs(self) -> dict[WorkloadKey, JobView]:
         """Every known workload (deleted ones are gone), by key."""
         out: dict[WorkloadKey, JobView] = {}
-        for key in sorted(self._jobs):
+        for key in sorted(self.state.jobs):
             view = self.job_state(key)
             assert view is not None
             out[key] = view
@@ -1458,16 +1488,16 @@ class Engine:
         """Used amounts of every node of the tree in force (leaves and inner nodes)."""
         return {
             path: {r: a for r, a in sorted(info.used.items()) if a != 0}
-            for path, info in self._tree.nodes.items()
+            for path, info in self.state.tree.nodes.items()
         }
 
     def quota_nodes(self) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
         """``(min, max)`` of every node of the tree in force, for reports."""
-        return {path: (dict(i.min), dict(i.max)) for path, i in self._tree.nodes.items()}
+        return {path: (dict(i.min), dict(i.max)) for path, i in self.state.tree.nodes.items()}
 
     def reason(self, key: WorkloadKey) -> Reason | None:
         """Why a workload is where it is now (None for admitted or finished ones)."""
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None or job.state in (ADMITTED, FINISHED):
             return None
         if job.state in (UNMAPPED, INADMISSIBLE):
@@ -1475,14 +1505,14 @@ class Engine:
         return self._pending_reason(job)
 
     def _pending_reason(self, job: Job) -> Reason:
-        if job.note is not None and job.note_pass == self._passes:
+        if job.note is not None and job.note_pass == self.state.passes:
             return job.note
         if job.key in self._stopping:
             return self._still_stopping(job.key)
         unserved = self._not_served(job)
         if unserved is not None:
             return unserved
-        if self._passes <= job.arrived_pass:
+        if self.state.passes <= job.arrived_pass:
             return reasons.not_yet_evaluated("arrived after the last decision pass")
         if not self.config.decides_for(job.zone):
             return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {job.zone}")
@@ -1504,14 +1534,14 @@ class Engine:
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
-            if self._decides(self._jobs[key].zone):
+            if self._decides(self.state.jobs[key].zone):
                 return key
         return None
 
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None
         # Nearest node first: the leaf or department a person can act on.
-        for info in reversed(self._tree.nodes[job.leaf].ancestors):
+        for info in reversed(self.state.tree.nodes[job.leaf].ancestors):
             for resource, amount in job.shape:
                 cap = info.cap.get(resource)
                 used = info.used.get(resource, 0)
@@ -1539,8 +1569,8 @@ class Engine:
         return None
 
     def _holder_on(self, path: QuotaPath, asking: WorkloadKey) -> WorkloadKey | None:
-        for key in sorted(self._held):
-            holder = self._jobs[key]
+        for key in sorted(self.state.held):
+            holder = self.state.jobs[key]
             if (
                 key != asking
                 and holder.used_path is not None
@@ -1550,10 +1580,10 @@ class Engine:
         return None
 
     def _zone_shortfall(self, job: Job) -> Reason | None:
-        if job.zone not in self._nodes:
+        if job.zone not in self.state.nodes:
             return None
         cap = self._zone_cap.get(job.zone, {})
-        used = self._zone_used.get(job.zone, {})
+        used = self.state.zone_used.get(job.zone, {})
         for resource, amount in job.shape:
             have = used.get(resource, 0)
             if have + amount > cap.get(resource, 0):
@@ -1575,7 +1605,7 @@ class Engine:
         would be exceeded, the zone's room, or "fits now". Unmapped and inadmissible workloads
         keep their announced reason. The state is left unchanged.
         """
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None or job.state in (ADMITTED, FINISHED):
             return None
         if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
@@ -1592,7 +1622,7 @@ class Engine:
             )
         queue = self._queues[job.leaf]
         head = self._policy.blocking_head(key, lambda: self._head(queue))
-        if head is not None and self._shortfall_now(self._jobs[head]):
+        if head is not None and self._shortfall_now(self.state.jobs[head]):
             return reasons.blocked_by_head(head, queue.name)
         found = self._shortfall_now(job)
         return found or reasons.not_yet_evaluated("fits now; the next decision pass admits it")
@@ -1612,7 +1642,7 @@ class Engine:
         preemptor about to be admitted) is set aside; zone capacity is not checked (the ledger
         does not arbitrate it). The state is left unchanged.
         """
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         own_paths: set[QuotaPath] = set()
         own: dict[str, int] = {}
         if job is not None and job.held and job.used_path is not None:
@@ -1642,7 +1672,7 @@ class Engine:
         decided: usage, caches, the clock and the pruning data are put back exactly as they
         were.
         """
-        job = self._jobs.get(key)
+        job = self.state.jobs.get(key)
         if job is None or job.state != PENDING or job.leaf is None:
             return f"it is not waiting in a queue ({'unknown' if job is None else job.state})", []
         if job.held:
@@ -1652,8 +1682,13 @@ class Engine:
         refusal = self._reclaim_refusal(job)
         if refusal is not None:
             return refusal, []
-        saved = (self._now, set(self._dirty), dict(self._share_cache), dict(self._reclaim_failed))
-        self._now = now
+        saved = (
+            self.state.now,
+            set(self._dirty),
+            dict(self._share_cache),
+            dict(self.state.reclaim_failed),
+        )
+        self.state.now = now
         try:
             removed = self._reclaim(job)
             if removed is None:
@@ -1669,13 +1704,13 @@ class Engine:
                 self._account(victim.used_path, victim.used_shape, victim.zone)
             return None, victims
         finally:
-            self._now, self._dirty, self._share_cache, self._reclaim_failed = saved
+            self.state.now, self._dirty, self._share_cache, self.state.reclaim_failed = saved
 
     def _reclaim_refusal(self, job: Job) -> str | None:
         from usher.core.quantity import format_quantity
 
         assert job.leaf is not None
-        info = self._tree.nodes[job.leaf]
+        info = self.state.tree.nodes[job.leaf]
         if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
             return f"no schedulable node of zone {job.zone} can host one of its pods"
         if self._within_min(info, job.shape) or info.within_quota == "LowerPriority":
@@ -1693,7 +1728,7 @@ class Engine:
 
     def _preview_victim(self, job: Job, victim: Job, why: Reason) -> Preempted:
         assert victim.used_path is not None
-        info = self._tree.nodes.get(victim.used_path)
+        info = self.state.tree.nodes.get(victim.used_path)
         queue = info.queue if info is not None and info.queue is not None else QueueName("")
         return Preempted(
             workload=victim.key, queue=queue, quota=victim.used_path, preemptor=job.key, reason=why
@@ -1736,3 +1771,19 @@ def _common_depth(left: list[str], right: list[str]) -> int:
             break
         depth += 1
     return depth
+
+
+def _zone_capacity(nodes: dict[NodeName, NodeCapacity]) -> dict[str, int]:
+    """What a zone's schedulable nodes allocate, summed in node-name order."""
+    total: dict[str, int] = {}
+    for name in sorted(nodes):
+        record = nodes[name]
+        if record.unschedulable:
+            continue
+        for resource, amount in record.allocatable.items():
+            total[resource] = total.get(resource, 0) + amount
+    return total
+
+
+def _sort_key(job: Job) -> SortKey:
+    return job.sort_key
