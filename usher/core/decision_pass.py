@@ -17,6 +17,7 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
+from usher.core.reclaim_search import find_victims
 from usher.core.state import Job, Placement, Shape, SortKey
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class DecisionPass:
         if e._fits(job):
             self.admit(job)
             return True
-        victims = e._reclaim(job)
+        victims = find_victims(e, job)
         if victims is None:
             return False
         placements = self.preempt(job, victims)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import heapq
 from bisect import insort
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
-from itertools import chain
 from typing import TypeVar
 
 import msgspec
@@ -48,12 +47,12 @@ from schemas import (
     ZoneServed,
 )
 from schemas.events import ClusterEvent
-from usher.core import reasons
+from usher.core import reasons, reclaim_search
 from usher.core.config import EngineConfig
 from usher.core.decision_pass import DecisionPass, Share, combine_lowest, low_fits, lowest
 from usher.core.engine_state import EngineState, NodeCapacity
 from usher.core.policy import seam_for
-from usher.core.reclaim import borrowed_resource, within_guarantee
+from usher.core.reclaim import within_guarantee
 from usher.core.state import (
     ADMITTED,
     FINISHED,
@@ -584,67 +583,18 @@ class Engine:
     ) -> Reason | None:
         """Whether evicting ``victims`` for ``preemptor`` follows section 5 on this state.
 
-        ``None`` when it does: the preemptor waits, each victim is admitted, past its minimum
-        runtime, and either on a borrowing leaf (the preemptor asking within its ``min``) or a
-        strictly lower-priority workload of the preemptor's own leaf (``LowerPriority``), and
-        the preemptor fits once they are gone. The state is left exactly as it was.
+        ``None`` when it does (see ``reclaim_search.check_preemption``); the state is left
+        exactly as it was.
         """
-        self.state.now = now
-        job = self.state.jobs.get(preemptor)
-        if job is not None and job.held:
-            return None  # already accepted: a retry of a reclaim the log already carries
-        if job is None or job.state != PENDING or job.leaf is None:
-            return reasons.stale_view(preemptor, "the preemptor is not waiting in a queue")
-        if not victims:
-            return reasons.stale_view(preemptor, "no victims named")
-        info = self.state.tree.nodes[job.leaf]
-        within = self._within_min(info, job.shape)
-        lower = info.within_quota == "LowerPriority"
-        removed: list[Placement] = []
-        try:
-            for key in victims:
-                victim = self.state.jobs.get(key)
-                refusal = self._victim_refusal(job, victim, key, within=within, lower=lower)
-                if refusal is not None:
-                    return refusal
-                where = self._victim_placement(victim, key)
-                assert where is not None
-                self._unaccount(*where)
-                removed.append(where)
-            if not self._fits(job):
-                return reasons.stale_view(preemptor, "it would not fit without these victims")
-            return None
-        finally:
-            for where in reversed(removed):
-                self._account(*where)
+        return reclaim_search.check_preemption(self, preemptor, victims, now)
 
-    def _victim_placement(self, victim: Job | None, key: WorkloadKey) -> Placement | None:
-        """Where a victim's usage counts: admitted, or finished and not yet released by the
-        ledger (which still holds it as admitted, R7); None if neither."""
-        if victim is not None and victim.state == ADMITTED and victim.used_path is not None:
-            return (victim.used_path, victim.used_shape, victim.zone)
-        return self.state.lingering.get(key)
+    def reclaim_preview(self, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
+        """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
 
-    def _victim_refusal(
-        self, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
-    ) -> Reason | None:
-        where = self._victim_placement(victim, key)
-        if where is None:
-            return reasons.stale_view(job.key, f"{key} is not admitted", key)
-        if key in self.state.stops:
-            return reasons.stale_view(
-                job.key, f"{key} is a preemptor whose victims have not stopped yet", key
-            )
-        path = where[0]
-        if victim is not None and self.state.now - victim.admitted_ms < self._min_runtime(path):
-            return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
-        if path == job.leaf:
-            if victim is not None and lower and victim.priority < job.priority:
-                return None
-            return reasons.stale_view(job.key, f"{key} is not of lower priority", key)
-        if within and self._borrowing_reason(job, path) is not None:
-            return None
-        return reasons.stale_view(job.key, f"{key} is not borrowing what is asked", key)
+        ``(None, victims)`` or ``(why not, [])`` (see ``reclaim_search.reclaim_preview``);
+        nothing is decided.
+        """
+        return reclaim_search.reclaim_preview(self, key, now)
 
     def _place_pending_again(self, job: Job) -> None:
         """Put a held preemptor back in its queue (its usage stays counted as the hold)."""
@@ -1160,120 +1110,6 @@ class Engine:
                 stack.extend((nodes[c], room) for c in reversed(info.children))
         return found
 
-    # ------------------------------------------------------------------ reclaim
-
-    def _reclaim(self, job: Job) -> list[tuple[Job, Reason]] | None:
-        """Victims that make room for ``job`` (section 5), already removed from usage."""
-        assert job.leaf is not None
-        leaf = self.state.tree.nodes[job.leaf]
-        within = self._within_min(leaf, job.shape)
-        lower = leaf.within_quota == "LowerPriority"
-        if not within and not lower:
-            return None
-        if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
-            return None  # no eviction can make a too-large pod fit
-        if self.state.stops and self._fits_once_stopped(job):
-            return None  # room is coming: preempting more would take what is not needed
-        memo = (job.leaf, job.shape, job.priority if lower else 0, job.zone)
-        if self.state.reclaim_failed.get(memo) == self.state.version:
-            return None
-        cross = self._cross_leaf_candidates(job) if within else iter(())
-        same = self._same_leaf_candidates(job) if lower else iter(())
-        candidates = chain(((v, True) for v in cross), ((v, False) for v in same))
-        removed = self._remove_until_fits(job, candidates)
-        if removed is None:
-            self.state.reclaim_failed[memo] = self.state.version
-            return None
-        return self._put_back(job, removed)
-
-    def _remove_until_fits(
-        self, job: Job, candidates: Iterator[tuple[Job, bool]]
-    ) -> list[tuple[Job, Reason]] | None:
-        removed: list[tuple[Job, Reason]] = []
-        for victim, cross in candidates:
-            assert victim.used_path is not None
-            if cross:
-                why = self._borrowing_reason(job, victim.used_path)
-                if why is None:
-                    continue  # its leaf is no longer borrowing: it keeps running
-            else:
-                assert job.leaf is not None
-                why = reasons.lower_priority(job.key, job.priority, victim.priority, job.leaf)
-            self._unaccount(victim.used_path, victim.used_shape, victim.zone)
-            removed.append((victim, why))
-            if self._fits(job):
-                return removed
-        for victim, _ in reversed(removed):
-            assert victim.used_path is not None
-            self._account(victim.used_path, victim.used_shape, victim.zone)
-        return None
-
-    def _put_back(self, job: Job, removed: list[tuple[Job, Reason]]) -> list[tuple[Job, Reason]]:
-        """Minimal victim set: return, in reverse order, every victim W still fits beside."""
-        for index in range(len(removed) - 1, -1, -1):
-            victim = removed[index][0]
-            assert victim.used_path is not None
-            self._account(victim.used_path, victim.used_shape, victim.zone)
-            if self._fits(job):
-                del removed[index]
-            else:
-                self._unaccount(victim.used_path, victim.used_shape, victim.zone)
-        return removed
-
-    def _cross_leaf_candidates(self, job: Job) -> Iterator[Job]:
-        """Other leaves' borrowers, nearest in the tree first, lazily (section 5).
-
-        Level by level from the parent up to the root: the leaves whose deepest common
-        ancestor with ``job``'s leaf is that node. Inside a level, the per-leaf lists (already
-        in reclaim order) are merged, so a reclaim that needs one victim costs little.
-        """
-        assert job.leaf is not None
-        nodes = self.state.tree.nodes
-        path = nodes[job.leaf].ancestors
-        vanished = self._vanished_by_depth(job.leaf, len(path) - 1)
-        for level in range(len(path) - 2, -1, -1):
-            inner = set(self.state.tree.leaves_under.get(path[level + 1].path, ()))
-            leaves = [
-                leaf
-                for leaf in self.state.tree.leaves_under.get(path[level].path, ())
-                if leaf not in inner and leaf in self._leaf_admitted
-            ]
-            leaves.extend(vanished.get(level + 1, ()))
-            yield from self._merged_victims(job, leaves)
-
-    def _vanished_by_depth(self, leaf: QuotaPath, deepest: int) -> dict[int, list[QuotaPath]]:
-        """Admitted usage recorded on leaves that no longer exist, by common depth."""
-        mine = leaf.split("/")
-        out: dict[int, list[QuotaPath]] = {}
-        for path in sorted(p for p in self._leaf_admitted if p not in self.state.tree.nodes):
-            depth = min(_common_depth(mine, path.split("/")), deepest)
-            out.setdefault(depth, []).append(path)
-        return out
-
-    def _merged_victims(self, job: Job, leaves: list[QuotaPath]) -> Iterator[Job]:
-        lists = []
-        for leaf in leaves:
-            if self._borrowing_reason(job, leaf) is not None:
-                lists.append(self._leaf_admitted[leaf])
-        for victim_key in heapq.merge(*lists):
-            victim = self.state.jobs[victim_key[3]]
-            assert victim.used_path is not None
-            if self._protected(victim):
-                continue
-            if self.state.now - victim.admitted_ms >= self._min_runtime(victim.used_path):
-                yield victim
-
-    def _same_leaf_candidates(self, job: Job) -> Iterator[Job]:
-        """Strictly lower-priority workloads of ``job``'s own leaf, in reclaim order."""
-        assert job.leaf is not None
-        runtime = self._min_runtime(job.leaf)
-        for victim_key in list(self._leaf_admitted.get(job.leaf, ())):
-            if victim_key[0] >= job.priority:
-                break  # sorted by priority: nothing further is lower
-            victim = self.state.jobs[victim_key[3]]
-            if not self._protected(victim) and self.state.now - victim.admitted_ms >= runtime:
-                yield victim
-
     def _end_pass_admissions(self) -> None:
         """The pass is over: its admissions become reclaim candidates like any other."""
         for key in sorted(self._pass_admitted):
@@ -1281,23 +1117,6 @@ class Engine:
             if job is not None and job.state == ADMITTED and job.used_path is not None:
                 insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
         self._pass_admitted = set()
-
-    def _protected(self, victim: Job) -> bool:
-        """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
-        preemptor whose own victims still stop (the ledger holds it, it is not admitted).
-        ADMISSION-RULES R6."""
-        return victim.key in self._pass_admitted or victim.key in self.state.stops
-
-    def _fits_once_stopped(self, job: Job) -> bool:
-        """Whether ``job`` fits on quota once every stopping victim has stopped."""
-        assert job.leaf is not None
-        for info in self.state.tree.nodes[job.leaf].ancestors:
-            for resource, amount in job.shape:
-                limit = info.cap.get(resource)
-                claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
-                if limit is not None and claim + amount > limit:
-                    return False
-        return True
 
     # ------------------------------------------------------------------ stopping victims
 
@@ -1393,27 +1212,6 @@ class Engine:
         self._share_cache.pop(path, None)
         if info.is_leaf:
             self._dirty.add(path)
-
-    def _borrowing_reason(self, job: Job, path: QuotaPath) -> Reason | None:
-        """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None."""
-        assert job.leaf is not None
-        info = self.state.tree.nodes.get(path)
-        if info is None and job.shape:
-            # A vanished leaf has no guarantee left: all it holds is borrowed.
-            resource, amount = job.shape[0]
-            return reasons.reclaimed(job.key, job.leaf, path, resource, 0, 0, amount)
-        if info is None:
-            return None
-        borrowed = borrowed_resource(info.used, info.residual, info.min, job.shape)
-        if borrowed is None:
-            return None
-        resource = borrowed
-        # The claim: victims already stopping do not make a leaf look borrowing again.
-        claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
-        amount = dict(job.shape)[resource]
-        return reasons.reclaimed(
-            job.key, job.leaf, path, resource, claim, info.min.get(resource, 0), amount
-        )
 
     # ------------------------------------------------------------------ time
 
@@ -1664,76 +1462,6 @@ class Engine:
                 )
         return None
 
-    def reclaim_preview(self, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
-        """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
-
-        ``(None, victims)`` when reclaim would make room (the minimal victim set of section 5,
-        as the ``Preempted`` decisions a pass would make), else ``(why not, [])``. Nothing is
-        decided: usage, caches, the clock and the pruning data are put back exactly as they
-        were.
-        """
-        job = self.state.jobs.get(key)
-        if job is None or job.state != PENDING or job.leaf is None:
-            return f"it is not waiting in a queue ({'unknown' if job is None else job.state})", []
-        if job.held:
-            return "capacity is already held for it: its victims are stopping", []
-        if self._fits(job):
-            return "it fits without preempting anything; the next decision pass admits it", []
-        refusal = self._reclaim_refusal(job)
-        if refusal is not None:
-            return refusal, []
-        saved = (
-            self.state.now,
-            set(self._dirty),
-            dict(self._share_cache),
-            dict(self.state.reclaim_failed),
-        )
-        self.state.now = now
-        try:
-            removed = self._reclaim(job)
-            if removed is None:
-                return (
-                    "no set of borrowing workloads elsewhere (or lower-priority ones of its own "
-                    "leaf, with LowerPriority) would make room; workloads within their minimum "
-                    "runtime are protected",
-                    [],
-                )
-            victims = [self._preview_victim(job, victim, why) for victim, why in removed]
-            for victim, _ in removed:
-                assert victim.used_path is not None
-                self._account(victim.used_path, victim.used_shape, victim.zone)
-            return None, victims
-        finally:
-            self.state.now, self._dirty, self._share_cache, self.state.reclaim_failed = saved
-
-    def _reclaim_refusal(self, job: Job) -> str | None:
-        from usher.core.quantity import format_quantity
-
-        assert job.leaf is not None
-        info = self.state.tree.nodes[job.leaf]
-        if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
-            return f"no schedulable node of zone {job.zone} can host one of its pods"
-        if self._within_min(info, job.shape) or info.within_quota == "LowerPriority":
-            return None
-        for resource, amount in job.shape:
-            used, minimum = info.used.get(resource, 0), info.min.get(resource, 0)
-            if used + amount > minimum:
-                return (
-                    f"{job.leaf} {resource} {format_quantity(resource, used)} used + "
-                    f"{format_quantity(resource, amount)} requested > min "
-                    f"{format_quantity(resource, minimum)}: reclaim only restores a guarantee, "
-                    "and within-quota preemption is Never"
-                )
-        return None
-
-    def _preview_victim(self, job: Job, victim: Job, why: Reason) -> Preempted:
-        assert victim.used_path is not None
-        info = self.state.tree.nodes.get(victim.used_path)
-        queue = info.queue if info is not None and info.queue is not None else QueueName("")
-        return Preempted(
-            workload=victim.key, queue=queue, quota=victim.used_path, preemptor=job.key, reason=why
-        )
-
 
 def _pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:
     return all(amount <= allocatable.get(resource, 0) for resource, amount in pod)
@@ -1762,15 +1490,6 @@ def _excess(
         if extra:
             out[key] = extra
     return out
-
-
-def _common_depth(left: list[str], right: list[str]) -> int:
-    depth = 0
-    for a, b in zip(left, right, strict=False):
-        if a != b:
-            break
-        depth += 1
-    return depth
 
 
 def _zone_capacity(nodes: dict[NodeName, NodeCapacity]) -> dict[str, int]:
