@@ -47,9 +47,11 @@ from schemas import (
     ZoneServed,
 )
 from schemas.events import ClusterEvent
-from usher.core import reasons, reclaim_search
+from usher.core import engine_queries, reasons, reclaim_search
 from usher.core.config import EngineConfig
 from usher.core.decision_pass import DecisionPass, Share, combine_lowest, low_fits, lowest
+from usher.core.engine_queries import JobView as JobView
+from usher.core.engine_queries import QueueEntry as QueueEntry
 from usher.core.engine_state import EngineState, NodeCapacity
 from usher.core.policy import seam_for
 from usher.core.reclaim import within_guarantee
@@ -76,27 +78,6 @@ _K = TypeVar("_K", QuotaPath, Zone)
 
 _ZERO_SHARE: Share = (0, 0.0, 0, 1)
 _INFINITE_SHARE: Share = (1, 0.0, 0, 1)
-
-
-class QueueEntry(msgspec.Struct, frozen=True, kw_only=True):
-    """One pending workload as a queue shows it."""
-
-    job: WorkloadKey
-    position: int
-    priority: int
-
-
-class JobView(msgspec.Struct, frozen=True, kw_only=True):
-    """What the engine knows about one workload, for queries and ``usher explain``."""
-
-    job: WorkloadKey
-    state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible`` or ``Unmapped``."""
-    queue: QueueName | None = None
-    quota: QuotaPath | None = None
-    position: int | None = None
-    priority: int = 0
-    reason: Reason | None = None
 
 
 class PassPreview(msgspec.Struct, frozen=True, kw_only=True):
@@ -1229,106 +1210,36 @@ class Engine:
         return None
 
     # ------------------------------------------------------------------ queries
+    # Read-side questions (``engine_queries`` answers them over the state; the pass's
+    # shortfall helpers below are shared with it).
 
     def queues(self) -> dict[QueueName, list[QueueEntry]]:
         """Every queue with its pending workloads in order."""
-        out: dict[QueueName, list[QueueEntry]] = {}
-        for queue in self._queues.values():
-            out[queue.name] = [
-                QueueEntry(job=key, position=i + 1, priority=-neg)
-                for i, (neg, _, key) in enumerate(queue.entries)
-            ]
-        return out
+        return engine_queries.queues(self)
 
     def queue_counts(self) -> dict[QueueName, tuple[int, int]]:
         """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""
-        return {
-            queue.name: (len(queue.entries), len(self._leaf_admitted.get(leaf, ())))
-            for leaf, queue in self._queues.items()
-        }
+        return engine_queries.queue_counts(self)
 
     def job_state(self, key: WorkloadKey) -> JobView | None:
         """What the engine knows about one workload, or None if unknown (or deleted)."""
-        job = self.state.jobs.get(key)
-        if job is None:
-            return None
-        queue: QueueName | None = None
-        quota: QuotaPath | None = None
-        position: int | None = None
-        if job.state == ADMITTED or (job.state == FINISHED and job.leaf is not None):
-            quota = job.used_path or job.leaf
-        else:
-            quota = job.leaf
-        if quota is not None and quota in self.state.tree.nodes:
-            queue = self.state.tree.nodes[quota].queue
-        if job.state == PENDING and job.leaf is not None:
-            position = self._queues[job.leaf].position(job)
-        return JobView(
-            job=key,
-            state=job.state,
-            queue=queue,
-            quota=quota,
-            position=position,
-            priority=job.priority,
-            reason=self.reason(key),
-        )
+        return engine_queries.job_state(self, key)
 
     def jobs(self) -> dict[WorkloadKey, JobView]:
         """Every known workload (deleted ones are gone), by key."""
-        out: dict[WorkloadKey, JobView] = {}
-        for key in sorted(self.state.jobs):
-            view = self.job_state(key)
-            assert view is not None
-            out[key] = view
-        return out
+        return engine_queries.jobs(self)
 
     def quota_used(self) -> dict[QuotaPath, dict[str, int]]:
         """Used amounts of every node of the tree in force (leaves and inner nodes)."""
-        return {
-            path: {r: a for r, a in sorted(info.used.items()) if a != 0}
-            for path, info in self.state.tree.nodes.items()
-        }
+        return engine_queries.quota_used(self)
 
     def quota_nodes(self) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
         """``(min, max)`` of every node of the tree in force, for reports."""
-        return {path: (dict(i.min), dict(i.max)) for path, i in self.state.tree.nodes.items()}
+        return engine_queries.quota_nodes(self)
 
     def reason(self, key: WorkloadKey) -> Reason | None:
         """Why a workload is where it is now (None for admitted or finished ones)."""
-        job = self.state.jobs.get(key)
-        if job is None or job.state in (ADMITTED, FINISHED):
-            return None
-        if job.state in (UNMAPPED, INADMISSIBLE):
-            return job.announced
-        return self._pending_reason(job)
-
-    def _pending_reason(self, job: Job) -> Reason:
-        if job.note is not None and job.note_pass == self.state.passes:
-            return job.note
-        if job.key in self._stopping:
-            return self._still_stopping(job.key)
-        unserved = self._not_served(job)
-        if unserved is not None:
-            return unserved
-        if self.state.passes <= job.arrived_pass:
-            return reasons.not_yet_evaluated("arrived after the last decision pass")
-        if not self.config.decides_for(job.zone):
-            return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {job.zone}")
-        assert job.leaf is not None
-        queue = self._queues[job.leaf]
-        head = self._policy.blocking_head(job.key, lambda: self._head(queue))
-        if head is not None:
-            return reasons.blocked_by_head(head, queue.name)
-        shortfall = self._quota_shortfall(job)
-        if shortfall is not None:
-            return shortfall
-        zone = self._zone_shortfall(job)
-        if zone is not None:
-            return zone
-        return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
-
-    def _still_stopping(self, key: WorkloadKey) -> Reason:
-        return reasons.victim_stopping(key, self._stopping[key])
+        return engine_queries.reason(self, key)
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
@@ -1395,72 +1306,14 @@ class Engine:
     # from the log alone, on which no decision pass has run.
 
     def reason_now(self, key: WorkloadKey) -> Reason | None:
-        """Why a workload waits, worked out from the state as it is now (no pass needed).
-
-        ``reason`` answers as of the last decision pass; a state rebuilt from the log has run
-        none. This says: a held preemptor waits for its victims to stop; under Block, a head
-        that does not fit blocks the rest; else the nearest node whose ``max x oversellRate``
-        would be exceeded, the zone's room, or "fits now". Unmapped and inadmissible workloads
-        keep their announced reason. The state is left unchanged.
-        """
-        job = self.state.jobs.get(key)
-        if job is None or job.state in (ADMITTED, FINISHED):
-            return None
-        if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
-            return job.announced
-        if key in self._stopping:
-            return self._still_stopping(key)
-        unserved = self._not_served(job)
-        if unserved is not None:
-            return unserved
-        if job.held:
-            return Reason(
-                code="PreemptionInProgress",
-                message="capacity freed by its preemption is held for it until its victims stop",
-            )
-        queue = self._queues[job.leaf]
-        head = self._policy.blocking_head(key, lambda: self._head(queue))
-        if head is not None and self._shortfall_now(self.state.jobs[head]):
-            return reasons.blocked_by_head(head, queue.name)
-        found = self._shortfall_now(job)
-        return found or reasons.not_yet_evaluated("fits now; the next decision pass admits it")
-
-    def _shortfall_now(self, job: Job) -> Reason | None:
-        if job.held:
-            return None
-        return self._quota_shortfall(job) or self._zone_shortfall(job)
+        """Why a workload waits, worked out from the state as it is now (no pass needed)."""
+        return engine_queries.reason_now(self, key)
 
     def admission_shortfall(
         self, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
     ) -> Reason | None:
-        """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit.
-
-        On every node root..``quota`` that exists and names the resource in ``max``:
-        ``used + requested <= max x oversellRate``. Capacity held for ``key`` itself (a
-        preemptor about to be admitted) is set aside; zone capacity is not checked (the ledger
-        does not arbitrate it). The state is left unchanged.
-        """
-        job = self.state.jobs.get(key)
-        own_paths: set[QuotaPath] = set()
-        own: dict[str, int] = {}
-        if job is not None and job.held and job.used_path is not None:
-            own_paths = {node.path for node in self._path_nodes(job.used_path)}
-            own = dict(job.used_shape)
-        for info in reversed(self._path_nodes(quota)):
-            mine = own if info.path in own_paths else {}
-            for resource, amount in shape_of(requests):
-                cap = info.cap.get(resource)
-                used = info.used.get(resource, 0) - mine.get(resource, 0)
-                if cap is None or used + amount <= cap:
-                    continue
-                path, holder = info.path, self._holder_on(info.path, key)
-                if holder is not None:
-                    return reasons.held_for_preemptor(path, resource, used, amount, cap, holder)
-                rate = self.config.oversell_rate
-                return reasons.quota_exceeded(
-                    path, resource, used, amount, info.max[resource], cap, rate
-                )
-        return None
+        """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit."""
+        return engine_queries.admission_shortfall(self, key, quota, requests)
 
 
 def _pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:
