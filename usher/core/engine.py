@@ -2,8 +2,13 @@
 
 What it does: ``Engine.apply(event, now)`` folds a cluster event or a decision made elsewhere
 into the state; ``Engine.decide(now)`` runs one decision pass (cross-queue interleave,
-Round/Block, reclaim, within-quota preemption, min runtime) and returns its decisions; the
-query methods explain every workload's state and reason.
+Round/Block, reclaim, within-quota preemption, min runtime) and returns its decisions;
+``Engine.preview_pass(now)`` says what a pass would decide without deciding it; the query
+methods explain every workload's state and reason. The engine is the façade over its parts:
+``engine_state`` (the durable state, what a snapshot stores; ``rebuild_derived`` recomputes
+the rest), ``decision_pass`` (one pass), ``policy`` (what Round and Block change),
+``reclaim_search`` (victims) and ``engine_queries`` (read-side answers); it keeps the
+accounting, the folding of inputs, and the derived indexes and caches.
 What it must never do: read a clock, draw random numbers, perform I/O, or iterate an
 unordered collection where the order could reach a decision. Time only comes in as ``now``.
 """
@@ -89,9 +94,10 @@ class PassPreview(msgspec.Struct, frozen=True, kw_only=True):
     """Every workload that waited before the pass, as the pass would leave it."""
 
 
-DERIVED_WRITTEN_BY_A_PASS: tuple[str, ...] = (
-    "_queues",  # copied queue by queue
-    "_leaf_admitted",  # copied list by list
+_COPIED_ITEM_BY_ITEM: tuple[str, ...] = ("_queues", "_leaf_admitted")
+"""Derived containers a pass writes whose items are mutable: copied item by item."""
+
+_COPIED_FLAT: tuple[str, ...] = (
     "_outside",
     "_pod_fit_cache",
     "_stopping",
@@ -103,6 +109,9 @@ DERIVED_WRITTEN_BY_A_PASS: tuple[str, ...] = (
     "_leaf_potential",
     "_potential",
 )
+"""Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
+
+DERIVED_WRITTEN_BY_A_PASS: tuple[str, ...] = (*_COPIED_ITEM_BY_ITEM, *_COPIED_FLAT)
 """Engine attributes besides ``state`` that a pass may write: what ``preview_pass`` sets
 aside (with ``state`` itself and the tree's per-node usage)."""
 
@@ -994,8 +1003,7 @@ class Engine:
         self.state = state.copy_for_trial()
         self._queues = {leaf: queue.copy() for leaf, queue in self._queues.items()}
         self._leaf_admitted = {path: list(keys) for path, keys in self._leaf_admitted.items()}
-        for name in DERIVED_WRITTEN_BY_A_PASS[2:]:
-            # The rest hold immutable items: a flat copy is a copy.
+        for name in _COPIED_FLAT:
             setattr(self, name, getattr(self, name).copy())
         usage = [(info, info.used, info.residual) for info in state.tree.nodes.values()]
         for info, used, residual in usage:
