@@ -238,6 +238,11 @@ class Engine:
         self._class_users = class_users
         self._outside = outside
 
+    @property
+    def _tree(self) -> TreeIndex:
+        """The tree in force: shorthand for ``state.tree`` (the quota shortfall reads it)."""
+        return self.state.tree
+
     # ------------------------------------------------------------------ folding inputs
 
     def apply(self, event: ClusterEvent | Decision, now: Millis) -> list[Decision]:
@@ -1258,7 +1263,7 @@ class Engine:
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None
         # Nearest node first: the leaf or department a person can act on.
-        for info in reversed(self.state.tree.nodes[job.leaf].ancestors):
+        for info in reversed(self._tree.nodes[job.leaf].ancestors):
             for resource, amount in job.shape:
                 cap = info.cap.get(resource)
                 used = info.used.get(resource, 0)
