@@ -150,18 +150,8 @@ def process_metrics() -> Metrics:
 
 
 def queue_counts(engine: Engine) -> dict[str, tuple[int, int]]:
-    """``{queue: (pending, admitted)}`` in O(queues), without building a view per workload.
-
-    The core has no public per-queue count yet (``Engine.queues()`` lists every pending
-    workload), so this reads two of its indexes directly, read-only: the ordered pending
-    entries of each leaf's queue and the admitted victim keys of each leaf.
-    """
-    out: dict[str, tuple[int, int]] = {}
-    queues: dict[Any, Any] = engine._queues
-    admitted: dict[Any, list[Any]] = engine._leaf_admitted
-    for leaf, queue in queues.items():
-        out[str(queue.name)] = (len(queue.entries), len(admitted.get(leaf, ())))
-    return out
+    """``{queue: (pending, admitted)}`` in O(queues), from the engine's public query."""
+    return {str(queue): counts for queue, counts in engine.queue_counts().items()}
 
 
 def record_engine(metrics: Metrics, engine: Engine) -> None:

@@ -19,7 +19,7 @@ import msgspec
 
 from schemas import Zone
 from usher.adapters.embedded.stack_file import StackInfo, read_stack_info, usher_home
-from usher.core.config import EngineConfig, Policy, WithinQuota
+from usher.core.config import POLICIES, EngineConfig, Policy, WithinQuota
 
 
 class SettingsError(Exception):
@@ -247,10 +247,8 @@ def _stack(home: Path) -> StackInfo | None:
 
 
 def _policy(raw: str) -> Policy:
-    if raw == "Round":
-        return "Round"
-    if raw == "Block":
-        return "Block"
+    if raw in POLICIES:
+        return Policy(raw)
     raise SettingsError("policy", f"must be Round or Block, got {raw!r}")
 
 

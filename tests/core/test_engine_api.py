@@ -490,7 +490,7 @@ def test_revert_preemption_restores_victims_and_frees_the_preemptor() -> None:
     assert engine.quota_used()[QuotaPath("root")] == cpu(100)
     assert engine.quota_used()[QuotaPath("root/A")] == cpu(100)
     assert engine.quota_used()[QuotaPath("root/B")] == {}
-    assert not engine._stops and not engine._stopping
+    assert not engine.state.stops and not engine._stopping
 
 
 def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:
@@ -547,4 +547,4 @@ def test_zone_relabel_of_an_admitted_workload_moves_its_zone_usage() -> None:
     engine.apply(observed("a1", "job", 10, zone="y"), Millis(2))
     engine.apply(WorkloadFinished(workload=key("a1/job")), Millis(3))
     engine.apply(_released("a1/job", 10, "Finished"), Millis(3))
-    assert all(v == 0 for zone in engine._zone_used.values() for v in zone.values())
+    assert all(v == 0 for zone in engine.state.zone_used.values() for v in zone.values())

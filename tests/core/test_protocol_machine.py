@@ -146,7 +146,7 @@ def _admitted_in(engine: Engine) -> set[WorkloadKey]:
 def _held_in(engine: Engine) -> set[WorkloadKey]:
     # No public query lists holds (``reason_now`` tells them apart from stopping victims only
     # by its message), so the test reads the engine's index of them.
-    return set(engine._held)
+    return set(engine.state.held)
 
 
 def _stopping_in(engine: Engine) -> set[WorkloadKey]:

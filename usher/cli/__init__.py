@@ -26,6 +26,7 @@ from usher.adapters.embedded.processes import ServerStartError, pid_alive
 from usher.adapters.embedded.stack_file import home_problem, read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
 from usher.client.errors import BadInput
+from usher.core.config import POLICIES, WITHIN_QUOTA_MODES
 from usher.core.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,7 +140,7 @@ def cli() -> None:
 )
 @click.option(
     "--policy",
-    type=click.Choice(["Round", "Block"]),
+    type=click.Choice(POLICIES),
     default="Round",
     show_default=True,
     help="Block: strict priority (seed scenario 2).",
@@ -147,7 +148,7 @@ def cli() -> None:
 @click.option("--oversell-rate", default="1", show_default=True, help="Cap is max x rate.")
 @click.option(
     "--within-quota",
-    type=click.Choice(["Never", "LowerPriority"]),
+    type=click.Choice(WITHIN_QUOTA_MODES),
     default="Never",
     show_default=True,
 )
@@ -496,9 +497,9 @@ SERVICES = ("watcher", "ledger", "dequeuer", "preemptor", "webhook")
 )
 @click.option("--kubeconfig", default=None, help="Kubeconfig for the watcher.")
 @click.option("--prefix", default=None, help="Subject prefix of the installation (usher).")
-@click.option("--policy", type=click.Choice(["Round", "Block"]), default=None)
+@click.option("--policy", type=click.Choice(POLICIES), default=None)
 @click.option("--oversell-rate", default=None, help="max x rate is the cap (default 1).")
-@click.option("--within-quota", type=click.Choice(["Never", "LowerPriority"]), default=None)
+@click.option("--within-quota", type=click.Choice(WITHIN_QUOTA_MODES), default=None)
 @click.option(
     "--min-runtime",
     "min_runtime_s",

@@ -59,7 +59,7 @@ from usher.core import audit as auditing
 from usher.core import explain as explaining
 from usher.core import history as hist
 from usher.core import whatif
-from usher.core.config import EngineConfig, Policy, WithinQuota
+from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy, WithinQuota
 from usher.core.errors import InputError
 from usher.core.tree import parse_tree
 
@@ -99,11 +99,9 @@ def _engine(command: F) -> F:
     """The installation's decision settings, as ``usher run`` takes them."""
     for option in reversed(
         (
-            click.option("--policy", type=click.Choice(["Round", "Block"]), default=None),
+            click.option("--policy", type=click.Choice(POLICIES), default=None),
             click.option("--oversell-rate", default=None, help="max x rate is the cap."),
-            click.option(
-                "--within-quota", type=click.Choice(["Never", "LowerPriority"]), default=None
-            ),
+            click.option("--within-quota", type=click.Choice(WITHIN_QUOTA_MODES), default=None),
             click.option(
                 "--min-runtime", "min_runtime_s", type=float, default=None, help="Seconds."
             ),
@@ -332,7 +330,7 @@ def audit_command(
 
 
 def _policy(raw: str) -> Policy:
-    return "Block" if raw == "Block" else "Round"
+    return Policy(raw)
 
 
 def _within(raw: str) -> WithinQuota:
@@ -363,8 +361,8 @@ def _tree(path: Path) -> whatif.Variant:
     return whatif.Variant(config=EngineConfig(), tree=root, tree_label=str(path))
 
 
-POLICY = click.Choice(["Round", "Block"])
-WITHIN = click.Choice(["Never", "LowerPriority"])
+POLICY = click.Choice(POLICIES)
+WITHIN = click.Choice(WITHIN_QUOTA_MODES)
 
 
 @cli.command("what-if")

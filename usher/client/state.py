@@ -16,7 +16,6 @@ What it must never do: publish anything, acknowledge anything, or let a decision
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -430,15 +429,15 @@ class LogState:
     # ------------------------------------------------------------------ views
 
     def pending_reasons(self, now: Millis) -> dict[WorkloadKey, Reason]:
-        """Why each pending job waits: what a decision pass now would say (on a copy)."""
+        """Why each pending job waits: what a decision pass now would say (a preview: the
+        engine decides nothing)."""
         waiting = [k for k, v in self.engine.jobs().items() if v.state == PENDING]
         if not waiting:
             return {}
-        trial = copy.deepcopy(self.engine)
-        trial.decide(now)
+        preview = self.engine.preview_pass(now)
         out: dict[WorkloadKey, Reason] = {}
         for key in waiting:
-            after = trial.job_state(key)
+            after = preview.waiting.get(key)
             if after is not None and after.state == PENDING and after.reason is not None:
                 out[key] = after.reason
             else:

@@ -19,7 +19,7 @@ import msgspec
 from schemas import Zone
 from usher.adapters.embedded.stack_file import StackInfo, read_stack_info, usher_home
 from usher.client.errors import BadInput, NotRunning
-from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig
+from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def _engine(policy: str, rate: str, within: str, min_runtime_s: float) -> Engine
         raise BadInput(f"oversell rate is not a number: {rate!r}") from exc
     try:
         return EngineConfig(
-            policy=policy,
+            policy=Policy(policy),
             oversell_rate=fraction,
             within_quota=within,
             min_runtime_ms=int(min_runtime_s * 1000),

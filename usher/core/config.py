@@ -2,22 +2,35 @@
 
 What it does: one frozen ``EngineConfig`` holding the admission policy, the exact oversell
 rate, the default within-quota preemption mode and minimum runtime, and the zones one engine
-decides for.
+decides for; the ``Policy`` enum and the within-quota modes every choice list (CLI,
+settings, scenarios) is built from.
 What it must never do: read the environment or files; callers build it from their own input.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from fractions import Fraction
 from typing import Literal
 
 from schemas import Zone
 
-Policy = Literal["Round", "Block"]
-WithinQuota = Literal["Never", "LowerPriority"]
 
-POLICIES: tuple[Policy, ...] = ("Round", "Block")
+class Policy(StrEnum):
+    """How a queue's head stands against the rest (SEMANTICS 4)."""
+
+    ROUND = "Round"
+    """A head that cannot be admitted lets the next workload of its queue be tried."""
+    BLOCK = "Block"
+    """Strict priority: a head that cannot be admitted closes its queue for the pass."""
+
+
+WithinQuota = Literal["Never", "LowerPriority"]
+"""Within-quota preemption mode (a Literal: the ledger store's signature names it so)."""
+
+POLICIES: tuple[str, ...] = tuple(policy.value for policy in Policy)
+"""Every policy's name, in the order choice lists show them."""
 WITHIN_QUOTA_MODES: tuple[WithinQuota, ...] = ("Never", "LowerPriority")
 
 
@@ -25,7 +38,7 @@ WITHIN_QUOTA_MODES: tuple[WithinQuota, ...] = ("Never", "LowerPriority")
 class EngineConfig:
     """How the engine decides. ``oversell_rate`` is exact (a Fraction), never a float."""
 
-    policy: Policy = "Round"
+    policy: Policy = Policy.ROUND
     oversell_rate: Fraction = Fraction(1)
     within_quota: WithinQuota = "Never"
     min_runtime_ms: int = 0
@@ -40,6 +53,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+        # Callers may name it by its string: one enum value from here on.
+        object.__setattr__(self, "policy", Policy(self.policy))
         if self.within_quota not in WITHIN_QUOTA_MODES:
             raise ValueError(
                 f"within_quota must be one of {WITHIN_QUOTA_MODES}, got {self.within_quota!r}"

@@ -166,10 +166,10 @@ def _load_config(raw: object, errors: _Errors) -> EngineConfig:
             errors.add(
                 f"config.{key}", "unknown-key", f"unknown config key; expected {CONFIG_KEYS}"
             )
-    policy: Policy = "Round"
+    policy = Policy.ROUND
     raw_policy = raw.get("policy", "Round")
     if raw_policy in POLICIES:
-        policy = "Block" if raw_policy == "Block" else "Round"
+        policy = Policy(raw_policy)
     else:
         errors.add("config.policy", "invalid-value", f"policy must be one of {POLICIES}")
     within: WithinQuota = "Never"

@@ -21,12 +21,14 @@ Why each piece is encoded or rebuilt (see ``ENCODED`` and ``REBUILT`` below):
 * Orders that reach decisions are kept: workloads in insertion order (a new tree or a node
   change re-examines them in that order, which orders the announcements), announcements in
   order, the wakeup heap as the very list it is.
-* The reclaim memo (``_reclaim_failed``) maps a failed reclaim to the state version it failed
+* The reclaim memo (``reclaim_failed``) maps a failed reclaim to the state version it failed
   at; an entry only counts while the version is unchanged, and versions only grow, so only
   entries of the current version are live. They are kept (they can skip a reclaim the memo
   says failed); the dead ones are dropped.
-* Everything else derived is rebuilt: queues and per-leaf admitted lists from the workloads,
-  zone capacity from the nodes, the pruning data as after a new tree (every leaf dirty).
+* What is encoded is the engine's ``EngineState``, field by field; everything else is derived
+  and rebuilt by ``Engine.rebuild_derived``: queues and per-leaf admitted lists from the
+  workloads, zone capacity from the nodes, residuals from the stop groups, the pruning data
+  as after a new tree (every leaf dirty).
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from schemas import (
     FieldError,
     Millis,
     NodeName,
-    QueueName,
     QuotaNode,
     QuotaPath,
     Reason,
@@ -50,7 +51,8 @@ from schemas import (
     Zone,
 )
 from usher.core.config import EngineConfig
-from usher.core.engine import Engine, _NodeRecord
+from usher.core.engine import Engine
+from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
 from usher.core.state import (
     ADMITTED,
@@ -60,11 +62,9 @@ from usher.core.state import (
     UNMAPPED,
     Job,
     Placement,
-    Queue,
     Shape,
     StopGroup,
     TreeIndex,
-    VictimKey,
 )
 
 FORMAT = 2
@@ -72,31 +72,32 @@ FORMAT = 2
 
 ENCODED: frozenset[str] = frozenset(
     {
-        "_tree",  # as the root QuotaNode; the index is rebuilt from it
-        "_jobs",
-        "_announce",
-        "_priority_values",
-        "_nodes",
-        "_served",
-        "_zone_used",
-        "_held",
-        "_preemptors",
-        "_stops",  # victims and hold; their residuals are recomputed
-        "_lingering",
-        "_wakeups",
-        "_reclaim_failed",  # live entries only
-        "_version",
-        "_passes",
-        "_seq",
-        "_now",
-        "_last_pass_now",
+        "tree",  # as the root QuotaNode and each node's usage; the index is rebuilt from it
+        "jobs",
+        "announce",
+        "priority_values",
+        "nodes",
+        "served",
+        "zone_used",
+        "held",
+        "preemptors",
+        "stops",  # victims and hold; their residuals are recomputed
+        "lingering",
+        "wakeups",
+        "reclaim_failed",  # live entries only
+        "version",
+        "passes",
+        "seq",
+        "now",
+        "last_pass_now",
     }
 )
-"""Engine attributes a snapshot carries (the tests check every attribute is classified)."""
+"""``EngineState`` fields a snapshot carries: all of them (the tests check it)."""
 
 REBUILT: frozenset[str] = frozenset(
     {
         "config",  # given to ``restore`` and checked against the snapshot's
+        "_policy",  # the seam of ``config.policy``
         "_queues",
         "_leaf_admitted",
         "_outside",
@@ -109,11 +110,11 @@ REBUILT: frozenset[str] = frozenset(
         "_low",
         "_leaf_potential",
         "_potential",
-        "_stopping",  # from ``_stops``
+        "_stopping",  # from ``stops``
         "_pass_admitted",  # empty between passes, when snapshots are taken
     }
 )
-"""Engine attributes ``restore`` recomputes from the encoded ones."""
+"""Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""
 
 SnapshotProblem = Literal["undecodable", "format", "config", "inconsistent"]
 
@@ -340,9 +341,10 @@ def _record(engine: Engine) -> EngineSnapshot:
             found = shape_ids[shape] = len(shape_ids)
         return found
 
+    state = engine.state
     state_ids = _STATE_IDS
     jobs: list[JobRecord] = []
-    for key, job in engine._jobs.items():
+    for key, job in state.jobs.items():
         namespace, _, name = key.partition("/")
         jobs.append(
             JobRecord(
@@ -372,16 +374,16 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.announced,
             )
         )
-    version = engine._version
+    version = state.version
     memo = [
         MemoRecord(leaf, sid(shape), priority, zone)
-        for (leaf, shape, priority, zone), at in sorted(engine._reclaim_failed.items())
+        for (leaf, shape, priority, zone), at in sorted(state.reclaim_failed.items())
         if at == version
     ]
     nodes = [
         NodeRecord(zone, name, _sorted(record.allocatable), record.unschedulable)
-        for zone in sorted(engine._nodes)
-        for name, record in sorted(engine._nodes[zone].items())
+        for zone in sorted(state.nodes)
+        for name, record in sorted(state.nodes[zone].items())
     ]
     # Before ``shapes`` is listed: the placements may name shapes no job has any more.
     stops = [
@@ -390,28 +392,28 @@ def _record(engine: Engine) -> EngineSnapshot:
             None if group.hold is None else _placement(group.hold, sid),
             [(str(v), _placement(group.victims[v], sid)) for v in sorted(group.victims)],
         )
-        for preemptor, group in sorted(engine._stops.items())
+        for preemptor, group in sorted(state.stops.items())
     ]
-    lingering = [(str(k), _placement(w, sid)) for k, w in sorted(engine._lingering.items())]
+    lingering = [(str(k), _placement(w, sid)) for k, w in sorted(state.lingering.items())]
     return EngineSnapshot(
         format=FORMAT,
         config=config_record(engine.config),
-        counters=Counters(version, engine._passes, engine._seq, engine._now, engine._last_pass_now),
-        tree=engine._tree.root,
-        used=[_sorted(info.used) for info in engine._tree.nodes.values()],
+        counters=Counters(version, state.passes, state.seq, state.now, state.last_pass_now),
+        tree=state.tree.root,
+        used=[_sorted(info.used) for info in state.tree.nodes.values()],
         shapes=list(shape_ids),
         jobs=jobs,
-        priority_values=sorted(engine._priority_values.items()),
+        priority_values=sorted(state.priority_values.items()),
         nodes=nodes,
-        zone_used=[(zone, _sorted(used)) for zone, used in sorted(engine._zone_used.items())],
-        held=sorted(engine._held),
-        preemptors=sorted(engine._preemptors),
-        announce=list(engine._announce),
-        wakeups=[(end, seq, key) for end, seq, key in engine._wakeups],
+        zone_used=[(zone, _sorted(used)) for zone, used in sorted(state.zone_used.items())],
+        held=sorted(state.held),
+        preemptors=sorted(state.preemptors),
+        announce=list(state.announce),
+        wakeups=[(end, seq, key) for end, seq, key in state.wakeups],
         reclaim_failed=memo,
         stops=stops,
         lingering=lingering,
-        served=None if engine._served is None else list(engine._served),
+        served=None if state.served is None else list(state.served),
     )
 
 
@@ -471,85 +473,67 @@ def restore(data: bytes, config: EngineConfig) -> Engine:
 
 def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     engine = Engine(config)
+    state = engine.state
     tree = TreeIndex(record.tree, config)
-    engine._tree = tree
+    state.tree = tree
     if len(record.used) != len(tree.nodes):
         raise ValueError(f"{len(record.used)} usage entries for {len(tree.nodes)} tree nodes")
     for info, used in zip(tree.nodes.values(), record.used, strict=True):
         info.used = dict(used)
-    engine._queues = {
-        leaf: Queue(tree.nodes[leaf].queue or QueueName(leaf), leaf) for leaf in tree.leaves
-    }
-    shapes = [engine._intern(shape) for shape in record.shapes]
-    _rebuild_jobs(engine, record.jobs, shapes)
+    shapes = list(record.shapes)
+    state.jobs = _jobs(record.jobs, shapes)
 
     counters = record.counters
-    engine._version = counters.version
-    engine._passes = counters.passes
-    engine._seq = counters.seq
-    engine._now = Millis(counters.now)
-    engine._last_pass_now = (
+    state.version = counters.version
+    state.passes = counters.passes
+    state.seq = counters.seq
+    state.now = Millis(counters.now)
+    state.last_pass_now = (
         Millis(counters.last_pass_now) if counters.last_pass_now is not None else None
     )
-    engine._priority_values = dict(record.priority_values)
+    state.priority_values = dict(record.priority_values)
     for node in record.nodes:
-        nodes = engine._nodes.setdefault(Zone(node.zone), {})
-        nodes[NodeName(node.name)] = _NodeRecord(dict(node.allocatable), node.unschedulable)
-    for zone, nodes in engine._nodes.items():
-        engine._zone_cap[zone] = _zone_capacity(nodes)
-    engine._zone_used = {Zone(zone): dict(used) for zone, used in record.zone_used}
+        nodes = state.nodes.setdefault(Zone(node.zone), {})
+        nodes[NodeName(node.name)] = NodeCapacity(dict(node.allocatable), node.unschedulable)
+    state.zone_used = {Zone(zone): dict(used) for zone, used in record.zone_used}
     if record.served is not None:
-        engine._served = {Zone(zone): None for zone in record.served}
-    jobs = engine._jobs
+        state.served = {Zone(zone): None for zone in record.served}
+    jobs = state.jobs
     for key in record.held:
         if key not in jobs:
             raise KeyError(f"held workload {key} unknown")
-        engine._held[WorkloadKey(key)] = None
+        state.held[WorkloadKey(key)] = None
     for key in record.preemptors:
-        engine._preemptors[WorkloadKey(key)] = None
+        state.preemptors[WorkloadKey(key)] = None
     for key in record.announce:
-        engine._announce[WorkloadKey(key)] = None
-    engine._wakeups = [(end, seq, WorkloadKey(key)) for end, seq, key in record.wakeups]
-    engine._reclaim_failed = {
+        state.announce[WorkloadKey(key)] = None
+    state.wakeups = [(end, seq, WorkloadKey(key)) for end, seq, key in record.wakeups]
+    state.reclaim_failed = {
         (QuotaPath(m.leaf), shapes[m.shape], m.priority, Zone(m.zone)): counters.version
         for m in record.reclaim_failed
     }
-    _rebuild_stops(engine, record.stops, shapes)
-    engine._lingering = {WorkloadKey(k): _placed(w, shapes) for k, w in record.lingering}
-    # The pruning data is recomputed lazily by the next pass, as after a new tree.
-    engine._dirty = set(tree.leaves)
+    state.stops = _stops(record.stops, shapes)
+    state.lingering = {WorkloadKey(k): _placed(w, shapes) for k, w in record.lingering}
+    engine.rebuild_derived()
     return engine
 
 
-def _rebuild_stops(engine: Engine, records: list[StopRecord], shapes: list[Shape]) -> None:
-    """Groups of stopping victims; ``used`` already counts their residuals, only the
-    per-node ``residual`` split and each group's own residual are recomputed."""
+def _stops(records: list[StopRecord], shapes: list[Shape]) -> dict[WorkloadKey, StopGroup]:
+    """Groups of stopping victims (their residuals are derived: ``rebuild_derived``)."""
+    stops: dict[WorkloadKey, StopGroup] = {}
     for record in records:
         preemptor = WorkloadKey(record.preemptor)
         hold = None if record.hold is None else _placed(record.hold, shapes)
         group = StopGroup(preemptor, hold)
         for victim, where in record.victims:
             group.victims[WorkloadKey(victim)] = _placed(where, shapes)
-            engine._stopping[WorkloadKey(victim)] = preemptor
-        if not group.victims:
-            raise ValueError(f"stop group of {preemptor} has no victims")
-        group.residual = engine._node_residual(group)
-        group.zone_residual = engine._zone_residual(group)
-        for path, amounts in group.residual.items():
-            info = engine._tree.nodes[path]
-            for resource, amount in amounts.items():
-                info.residual[resource] = info.residual.get(resource, 0) + amount
-        engine._stops[preemptor] = group
+        stops[preemptor] = group
+    return stops
 
 
-def _rebuild_jobs(engine: Engine, records: list[JobRecord], shapes: list[Shape]) -> None:
+def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Job]:
     states = _STATES
-    queues = engine._queues
-    pending: dict[QuotaPath, list[Job]] = {}
-    admitted: dict[QuotaPath, list[VictimKey]] = {}
-    jobs = engine._jobs
-    class_users = engine._class_users
-    outside = engine._outside
+    jobs: dict[WorkloadKey, Job] = {}
     new_job = Job.__new__
     for r in records:
         key = WorkloadKey(r.key)
@@ -567,7 +551,7 @@ def _rebuild_jobs(engine: Engine, records: list[JobRecord], shapes: list[Shape])
         job.shape = shapes[r.shape]
         job.pods = tuple(shapes[p] for p in r.pods)
         job.quota_name = r.quota_name
-        job.state = state = states[r.state]
+        job.state = states[r.state]
         job.leaf = QuotaPath(r.leaf) if r.leaf is not None else None
         job.sort_key = (r.sort_key[0], r.sort_key[1], key)
         job.admitted_ms = Millis(r.admitted_ms)
@@ -583,47 +567,7 @@ def _rebuild_jobs(engine: Engine, records: list[JobRecord], shapes: list[Shape])
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job
-        if job.priority_class is not None:
-            class_users.setdefault(job.priority_class, {})[key] = None
-        if state == PENDING:
-            if job.leaf is None or job.leaf not in queues:
-                raise ValueError(f"pending workload {key} has no queue ({job.leaf})")
-            pending.setdefault(job.leaf, []).append(job)
-        elif state in (UNMAPPED, INADMISSIBLE):
-            outside[key] = None
-        elif state == ADMITTED and job.used_path is not None:
-            admitted.setdefault(job.used_path, []).append(job.victim_key)
-    for leaf, members in pending.items():
-        # One sort instead of an insort per workload: the same lists, in O(n log n).
-        members.sort(key=_sort_key)
-        queue = queues[leaf]
-        queue.entries = [job.sort_key for job in members]
-        groups = queue.shapes
-        for job in members:
-            group = groups.get(job.shape)
-            if group is None:
-                groups[job.shape] = [job.sort_key]
-            else:
-                group.append(job.sort_key)
-    for path, keys in admitted.items():
-        keys.sort()
-        engine._leaf_admitted[path] = keys
-
-
-def _sort_key(job: Job) -> tuple[int, int, WorkloadKey]:
-    return job.sort_key
-
-
-def _zone_capacity(nodes: dict[NodeName, _NodeRecord]) -> dict[str, int]:
-    # The same sum the engine makes when a node changes: schedulable nodes only.
-    total: dict[str, int] = {}
-    for name in sorted(nodes):
-        record = nodes[name]
-        if record.unschedulable:
-            continue
-        for resource, amount in record.allocatable.items():
-            total[resource] = total.get(resource, 0) + amount
-    return total
+    return jobs
 
 
 __all__ = [

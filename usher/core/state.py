@@ -196,6 +196,13 @@ class Job:
         self.held = False
         self.announced: Reason | None = None
 
+    def copy(self) -> Job:
+        """A working copy for a trial pass (every field is immutable or a scalar)."""
+        twin = Job.__new__(Job)
+        for field in Job.__slots__:
+            setattr(twin, field, getattr(self, field))
+        return twin
+
     def refresh_sort_key(self) -> None:
         """Recompute the queue order key after priority or creation changed."""
         self.sort_key = (-self.priority, self.created_ms, self.key)
@@ -227,6 +234,14 @@ class StopGroup:
         self.residual: dict[QuotaPath, dict[str, int]] = {}
         self.zone_residual: dict[Zone, dict[str, int]] = {}
 
+    def copy(self) -> StopGroup:
+        """A working copy for a trial pass (placements are immutable tuples)."""
+        twin = StopGroup(self.preemptor, self.hold)
+        twin.victims = dict(self.victims)
+        twin.residual = {path: dict(amounts) for path, amounts in self.residual.items()}
+        twin.zone_residual = {zone: dict(amounts) for zone, amounts in self.zone_residual.items()}
+        return twin
+
 
 class Queue:
     """The pending workloads of one leaf in order, also grouped by request shape.
@@ -242,6 +257,13 @@ class Queue:
         self.leaf = leaf
         self.entries: list[SortKey] = []
         self.shapes: dict[Shape, list[SortKey]] = {}
+
+    def copy(self) -> Queue:
+        """A working copy for a trial pass (the order keys are immutable tuples)."""
+        twin = Queue(self.name, self.leaf)
+        twin.entries = list(self.entries)
+        twin.shapes = {shape: list(group) for shape, group in self.shapes.items()}
+        return twin
 
     def add(self, job: Job) -> bool:
         """Insert ``job`` at its place; True when a new shape group appeared."""

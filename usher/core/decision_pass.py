@@ -1,0 +1,248 @@
+"""One decision pass: queues offer candidates, the best is tried, until none is left (SEMANTICS 4).
+
+What it does: ``DecisionPass`` runs the cross-queue interleave of one pass over an engine's
+state -- within-min first, lower dominant share, then queue order -- admitting what fits and
+asking reclaim for the rest; the policy seam says whether a candidate that stays pending
+closes its queue. Also the pruning helpers (the lowest request under a node) a pass and the
+engine's pruning data share.
+What it must never do: keep anything beyond one pass, decide on its own what the policy
+means (the seam does), read a clock, or iterate an unordered collection where the order
+could reach a decision.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_right
+from typing import TYPE_CHECKING
+
+from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
+from usher.core.reclaim_search import find_victims
+from usher.core.state import Job, Placement, Shape, SortKey
+
+if TYPE_CHECKING:
+    from usher.core.engine import Engine
+
+Share = tuple[int, float, int, int]
+"""Dominant share of a leaf as ``(infinite, used/min, used, min)``.
+
+The float orders shares at C speed (rounding is monotonic, so a smaller float is a smaller
+share); exact ties in the float fall back to the integers, deterministically. ``(1, ...)`` is
+infinite (used > 0 where min is 0)."""
+
+OfferKey = tuple[int, Share, SortKey]
+"""Interleave preference (section 4): within-min first, lower share, then queue order."""
+
+
+class DecisionPass:
+    """One decision pass: queues offer candidates, the best is tried, until none is left."""
+
+    def __init__(self, engine: Engine, decisions: list[Decision]) -> None:
+        self.e = engine
+        self.decisions = decisions
+        self.heap: list[tuple[OfferKey, int, QuotaPath]] = []
+        self.live: dict[QuotaPath, int] = {}
+        self.offered: dict[QuotaPath, Job] = {}
+        self.cursor: dict[QuotaPath, SortKey] = {}
+        self.closed: set[QuotaPath] = set()
+        self.tried: set[WorkloadKey] = set()
+        self.stamp = 0
+        self.policy = engine._policy
+
+    def run(self) -> None:
+        for leaf in self.e._viable_leaves():
+            self.offer(leaf)
+        while self.heap:
+            if self.nothing_can_move():
+                break
+            _, stamp, leaf = heapq.heappop(self.heap)
+            if self.live.get(leaf) != stamp:
+                continue
+            del self.live[leaf]
+            job = self.offered.pop(leaf)
+            if not self.queue_viable(leaf):
+                continue  # nothing left in it can fit or preempt until something changes
+            self.tried.add(job.key)
+            if not self.try_candidate(job) and self.policy.closes_queue:
+                self.closed.add(leaf)
+                continue
+            self.cursor[leaf] = job.sort_key
+            self.offer(leaf)
+
+    def nothing_can_move(self) -> bool:
+        """True when the root has no room for any pending shape and nobody may preempt.
+
+        Ends a pass early: once the cluster is full, the remaining candidates would all be
+        tried and fail, which changes nothing.
+        """
+        e = self.e
+        root = (
+            e.state.tree.nodes[QuotaPath(e.state.tree.root.name)]
+            if e.state.tree.root is not None
+            else None
+        )
+        if root is None or e._potential.get(root.path, 0):
+            return False
+        room = {r: cap - root.used.get(r, 0) for r, cap in root.cap.items()}
+        return not low_fits(e._low.get(root.path), room)
+
+    def offer(self, leaf: QuotaPath) -> None:
+        """Push the queue's next untried workload, if anything in it could still move."""
+        if leaf in self.closed or not self.queue_viable(leaf):
+            return
+        job = self.next_untried(leaf)
+        if job is None:
+            return
+        info = self.e.state.tree.nodes[leaf]
+        # A held preemptor's own hold is already counted in its leaf's usage.
+        key: OfferKey = (
+            0 if self.e._within_min(info, () if job.held else job.shape) else 1,
+            self.e._share(info),
+            job.sort_key,
+        )
+        self.stamp += 1
+        heapq.heappush(self.heap, (key, self.stamp, leaf))
+        self.live[leaf] = self.stamp
+        self.offered[leaf] = job
+
+    def next_untried(self, leaf: QuotaPath) -> Job | None:
+        queue = self.e._queues[leaf]
+        cursor = self.cursor.get(leaf)
+        index = 0 if cursor is None else bisect_right(queue.entries, cursor)
+        entries = queue.entries
+        jobs = self.e.state.jobs
+        decides_for = self.e._decides
+        while index < len(entries):
+            key = entries[index][2]
+            job = jobs[key]
+            if key not in self.tried and decides_for(job.zone):
+                return job
+            index += 1
+        return None
+
+    def queue_viable(self, leaf: QuotaPath) -> bool:
+        """Whether some untried workload of the queue fits now or could preempt."""
+        e = self.e
+        queue = e._queues[leaf]
+        info = e.state.tree.nodes[leaf]
+        cursor = self.cursor.get(leaf)
+        for shape, group in queue.shapes.items():
+            if cursor is not None and group[-1] <= cursor:
+                continue
+            if e._fits_quota(leaf, shape) or e._within_min(info, shape):
+                return True
+        if cursor is not None and (not queue.entries or queue.entries[-1] <= cursor):
+            return False
+        if info.within_quota == "LowerPriority" and leaf in e._leaf_admitted:
+            return True
+        return any(e.state.jobs[k].leaf == leaf for k in e.state.held)
+
+    def try_candidate(self, job: Job) -> bool:
+        """Admit ``job`` if it fits, else after reclaim; False if it stays pending."""
+        e = self.e
+        if job.key in e._stopping:
+            return False  # preempted, not seen stopped yet: the ledger would refuse it
+        if job.held:
+            e._drop_hold(job)  # its own hold is what it may use now
+        if e._fits(job):
+            self.admit(job)
+            return True
+        victims = find_victims(e, job)
+        if victims is None:
+            return False
+        placements = self.preempt(job, victims)
+        self.admit(job)
+        e.state.preemptors[job.key] = None
+        for victim, where in placements:
+            e._begin_stop(job.key, victim, where)
+        self.reopen(victims)
+        return True
+
+    def admit(self, job: Job) -> None:
+        e = self.e
+        assert job.leaf is not None
+        leaf = job.leaf
+        e._note_shapes(leaf, e._queues[leaf].remove(job))
+        queue = e.state.tree.nodes[leaf].queue
+        assert queue is not None
+        e._admit(job, leaf, job.shape, in_pass=True)
+        self.decisions.append(
+            Admitted(
+                workload=job.key,
+                queue=queue,
+                quota=leaf,
+                zone=job.zone,
+                requests=dict(job.shape),
+                priority=job.priority,
+            )
+        )
+
+    def preempt(
+        self, preemptor: Job, victims: list[tuple[Job, Reason]]
+    ) -> list[tuple[WorkloadKey, Placement]]:
+        """Evict ``victims``; where each counted (it keeps counting until seen stopped)."""
+        e = self.e
+        placements: list[tuple[WorkloadKey, Placement]] = []
+        for victim, why in victims:
+            quota = victim.used_path
+            assert quota is not None
+            placements.append((victim.key, (quota, victim.used_shape, victim.zone)))
+            info = e.state.tree.nodes.get(quota)
+            queue = info.queue if info is not None and info.queue is not None else QueueName("")
+            # Usage was already removed by reclaim; restore it so _unadmit removes it once.
+            e._account(quota, victim.used_shape, victim.zone)
+            e._unadmit(victim)
+            e._classify(victim)
+            e._set_note(victim, why)
+            self.tried.add(victim.key)  # not reconsidered before the next pass
+            self.decisions.append(
+                Preempted(
+                    workload=victim.key,
+                    queue=queue,
+                    quota=quota,
+                    preemptor=preemptor.key,
+                    reason=why,
+                )
+            )
+        return placements
+
+    def reopen(self, victims: list[tuple[Job, Reason]]) -> None:
+        """After a preemption: refresh the victims' queues and open any queue it unblocked."""
+        for victim, _ in victims:
+            leaf = victim.leaf
+            if leaf is not None and leaf in self.live:
+                self.offer(leaf)
+        for leaf in self.e._viable_leaves():
+            if leaf not in self.live:
+                self.offer(leaf)
+
+
+def lowest(shapes: list[Shape]) -> dict[str, int] | None:
+    """Per resource, the least any shape needs (only resources every shape needs)."""
+    if not shapes:
+        return None
+    low = dict(shapes[0])
+    for shape in shapes[1:]:
+        amounts = dict(shape)
+        low = {r: min(a, amounts[r]) for r, a in low.items() if r in amounts}
+    return low
+
+
+def combine_lowest(lows: list[dict[str, int] | None]) -> dict[str, int] | None:
+    present = [low for low in lows if low is not None]
+    if not present:
+        return None
+    low = dict(present[0])
+    for other in present[1:]:
+        low = {r: min(a, other[r]) for r, a in low.items() if r in other}
+    return low
+
+
+def low_fits(low: dict[str, int] | None, room: dict[str, int]) -> bool:
+    if low is None:
+        return False
+    for resource, amount in low.items():
+        free = room.get(resource)
+        if free is not None and amount > free:
+            return False
+    return True

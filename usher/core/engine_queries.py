@@ -1,0 +1,237 @@
+"""Read-side queries of the engine: what a workload's state is and why, per queue and node.
+
+What it does: answers ``Engine.queues``, ``queue_counts``, ``job_state``, ``jobs``,
+``quota_used``, ``quota_nodes``, ``reason`` (as of the last pass), ``reason_now`` (worked out
+from the state alone, for a state rebuilt from the log) and ``admission_shortfall`` (the
+ledger's check) over an engine's state; the views they return (``JobView``,
+``QueueEntry``).
+What it must never do: change the state (only ``next_wakeup``'s pruning of stale wakeups is
+a write, and it stays in the engine), decide anything, read a clock, or iterate an unordered
+collection where the order could reach an answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from schemas import QueueName, QuotaPath, Reason, WorkloadKey
+from usher.core import reasons
+from usher.core.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
+from usher.core.state import (
+    ADMITTED,
+    FINISHED,
+    INADMISSIBLE,
+    PENDING,
+    UNMAPPED,
+    Job,
+    QuotaNodeInfo,
+    shape_of,
+)
+
+if TYPE_CHECKING:
+    from usher.core.engine import Engine
+
+
+class QueueEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One pending workload as a queue shows it."""
+
+    job: WorkloadKey
+    position: int
+    priority: int
+
+
+class JobView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine knows about one workload, for queries and ``usher explain``."""
+
+    job: WorkloadKey
+    state: str
+    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible`` or ``Unmapped``."""
+    queue: QueueName | None = None
+    quota: QuotaPath | None = None
+    position: int | None = None
+    priority: int = 0
+    reason: Reason | None = None
+
+
+def queues(e: Engine) -> dict[QueueName, list[QueueEntry]]:
+    """Every queue with its pending workloads in order."""
+    out: dict[QueueName, list[QueueEntry]] = {}
+    for queue in e._queues.values():
+        out[queue.name] = [
+            QueueEntry(job=key, position=i + 1, priority=-neg)
+            for i, (neg, _, key) in enumerate(queue.entries)
+        ]
+    return out
+
+
+def queue_counts(e: Engine) -> dict[QueueName, tuple[int, int]]:
+    """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""
+    return {
+        queue.name: (len(queue.entries), len(e._leaf_admitted.get(leaf, ())))
+        for leaf, queue in e._queues.items()
+    }
+
+
+def job_state(e: Engine, key: WorkloadKey) -> JobView | None:
+    """What the engine knows about one workload, or None if unknown (or deleted)."""
+    job = e.state.jobs.get(key)
+    if job is None:
+        return None
+    queue: QueueName | None = None
+    quota: QuotaPath | None = None
+    position: int | None = None
+    if job.state == ADMITTED or (job.state == FINISHED and job.leaf is not None):
+        quota = job.used_path or job.leaf
+    else:
+        quota = job.leaf
+    if quota is not None and quota in e.state.tree.nodes:
+        queue = e.state.tree.nodes[quota].queue
+    if job.state == PENDING and job.leaf is not None:
+        position = e._queues[job.leaf].position(job)
+    return JobView(
+        job=key,
+        state=job.state,
+        queue=queue,
+        quota=quota,
+        position=position,
+        priority=job.priority,
+        reason=reason(e, key),
+    )
+
+
+def jobs(e: Engine) -> dict[WorkloadKey, JobView]:
+    """Every known workload (deleted ones are gone), by key."""
+    out: dict[WorkloadKey, JobView] = {}
+    for key in sorted(e.state.jobs):
+        view = job_state(e, key)
+        assert view is not None
+        out[key] = view
+    return out
+
+
+def quota_used(e: Engine) -> dict[QuotaPath, dict[str, int]]:
+    """Used amounts of every node of the tree in force (leaves and inner nodes)."""
+    return {
+        path: {r: a for r, a in sorted(info.used.items()) if a != 0}
+        for path, info in e.state.tree.nodes.items()
+    }
+
+
+def quota_nodes(e: Engine) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
+    """``(min, max)`` of every node of the tree in force, for reports."""
+    return {path: (dict(i.min), dict(i.max)) for path, i in e.state.tree.nodes.items()}
+
+
+def reason(e: Engine, key: WorkloadKey) -> Reason | None:
+    """Why a workload is where it is now (None for admitted or finished ones)."""
+    job = e.state.jobs.get(key)
+    if job is None or job.state in (ADMITTED, FINISHED):
+        return None
+    if job.state in (UNMAPPED, INADMISSIBLE):
+        return job.announced
+    return _pending_reason(e, job)
+
+
+def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
+    """Why a workload waits, worked out from the state as it is now (no pass needed).
+
+    ``reason`` answers as of the last decision pass; a state rebuilt from the log has run
+    none. This says: a held preemptor waits for its victims to stop; under Block, a head
+    that does not fit blocks the rest; else the nearest node whose ``max x oversellRate``
+    would be exceeded, the zone's room, or "fits now". Unmapped and inadmissible workloads
+    keep their announced reason. The state is left unchanged.
+    """
+    job = e.state.jobs.get(key)
+    if job is None or job.state in (ADMITTED, FINISHED):
+        return None
+    if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
+        return job.announced
+    if key in e._stopping:
+        return still_stopping(e, key)
+    unserved = e._not_served(job)
+    if unserved is not None:
+        return unserved
+    if job.held:
+        return Reason(
+            code="PreemptionInProgress",
+            message="capacity freed by its preemption is held for it until its victims stop",
+        )
+    queue = e._queues[job.leaf]
+    head = e._policy.blocking_head(key, lambda: e._head(queue))
+    if head is not None and _shortfall_now(e, e.state.jobs[head]):
+        return reasons.blocked_by_head(head, queue.name)
+    found = _shortfall_now(e, job)
+    return found or reasons.not_yet_evaluated("fits now; the next decision pass admits it")
+
+
+def admission_shortfall(
+    e: Engine, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
+) -> Reason | None:
+    """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit.
+
+    On every node root..``quota`` that exists and names the resource in ``max``:
+    ``used + requested <= max x oversellRate``. Capacity held for ``key`` itself (a
+    preemptor about to be admitted) is set aside; zone capacity is not checked (the ledger
+    does not arbitrate it). The state is left unchanged.
+    """
+    job = e.state.jobs.get(key)
+    own_paths: set[QuotaPath] = set()
+    own: dict[str, int] = {}
+    if job is not None and job.held and job.used_path is not None:
+        own_paths = {node.path for node in e._path_nodes(job.used_path)}
+        own = dict(job.used_shape)
+    path: list[NodeLoad] = [
+        _set_aside(info, own) if info.path in own_paths else info for info in e._path_nodes(quota)
+    ]
+    short = first_shortfall(path, shape_of(requests))
+    if short is None:
+        return None
+    holder = e._holder_on(short.node, key)
+    if holder is not None:
+        numbers = (short.node, short.resource, short.used, short.requested, short.cap)
+        return reasons.held_for_preemptor(*numbers, holder)
+    return quota_exceeded(short, e.config.oversell_rate)
+
+
+def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
+    """``info`` as the fit check sees it once ``own`` (a held preemptor's capacity) is left out."""
+    used = {r: info.used.get(r, 0) - own.get(r, 0) for r in info.used.keys() | own.keys()}
+    return Load(path=info.path, used=used, max=info.max, cap=info.cap)
+
+
+def _pending_reason(e: Engine, job: Job) -> Reason:
+    if job.note is not None and job.note_pass == e.state.passes:
+        return job.note
+    if job.key in e._stopping:
+        return still_stopping(e, job.key)
+    unserved = e._not_served(job)
+    if unserved is not None:
+        return unserved
+    if e.state.passes <= job.arrived_pass:
+        return reasons.not_yet_evaluated("arrived after the last decision pass")
+    if not e.config.decides_for(job.zone):
+        return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {job.zone}")
+    assert job.leaf is not None
+    queue = e._queues[job.leaf]
+    head = e._policy.blocking_head(job.key, lambda: e._head(queue))
+    if head is not None:
+        return reasons.blocked_by_head(head, queue.name)
+    shortfall = e._quota_shortfall(job)
+    if shortfall is not None:
+        return shortfall
+    zone = e._zone_shortfall(job)
+    if zone is not None:
+        return zone
+    return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
+
+
+def still_stopping(e: Engine, key: WorkloadKey) -> Reason:
+    return reasons.victim_stopping(key, e._stopping[key])
+
+
+def _shortfall_now(e: Engine, job: Job) -> Reason | None:
+    if job.held:
+        return None
+    return e._quota_shortfall(job) or e._zone_shortfall(job)
