@@ -785,10 +785,16 @@ async def test_racing_reserve_preempt_and_release_never_over_commit(
                 counts["granted"] += sum(r.granted for r in results)
                 counts["refused"] += sum(not r.granted for r in results)
             elif roll < 0.7:
-                live = [a for a in await store.live_allocations() if a.state == "admitted"]
+                # Reclaim as a dequeuer would propose it, on a view that may be stale by the
+                # time the ledger re-checks it: user-b (the only guarantee) takes borrowers.
+                live = [
+                    a
+                    for a in await store.live_allocations()
+                    if a.state == "admitted" and a.quota != LEAVES[1]
+                ]
                 if live:
                     chosen = local.sample(live, min(len(live), local.randint(1, 2)))
-                    preemptor = res(local.choice(names), local.choice(LEAVES), 10)
+                    preemptor = res(local.choice(names), LEAVES[1], 10)
                     victims = [
                         victim(a.workload.split("/")[1], a.quota, preemptor.workload[3:])
                         for a in chosen
@@ -801,13 +807,16 @@ async def test_racing_reserve_preempt_and_release_never_over_commit(
                 seq += 1
                 changes: list[Change] = ["Finished", "Suspended", "Deleted", "Suspended"]
                 change = local.choice(changes)
+                live_names = [a.workload.split("/")[1] for a in await store.live_allocations()]
+                # Mostly a workload that holds quota (a release), sometimes one that does not.
+                pool = live_names if live_names and local.random() < 0.8 else names
                 await store.apply_log(
                     f"writer-{index}",
                     seq,
                     [
                         Observation(
                             seq=seq,
-                            workload=WorkloadKey(f"ns/{local.choice(names)}"),
+                            workload=WorkloadKey(f"ns/{local.choice(pool)}"),
                             change=change,
                         )
                     ],
