@@ -39,7 +39,7 @@ from schemas import (
     cloudevent_headers,
     encode,
 )
-from usher.adapters.embedded.servers import NatsServer
+from usher.local.servers import NatsServer
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects
 

@@ -58,8 +58,8 @@ from schemas import (
 )
 from services.common.follower import LogEntry, LogFollower, Projection
 from services.common.snapshots import labels, log_identity
-from usher.adapters.embedded.processes import ManagedProcess
-from usher.adapters.embedded.servers import NatsServer
+from usher.local.processes import ManagedProcess
+from usher.local.servers import NatsServer
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects

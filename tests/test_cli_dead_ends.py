@@ -18,7 +18,7 @@ import yaml
 from tests.core.test_history import seed_reclaim
 from tests.test_cli_history import export
 from tests.test_up import UpProcess, descendants, poll, usher
-from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, pid_alive
+from usher.local.processes import ManagedProcess, ServerStartError, pid_alive
 from usher.client import AsyncClient, Client
 
 TREE = Path(__file__).resolve().parent.parent / "usher" / "demo" / "seed-tree.yaml"

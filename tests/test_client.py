@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from usher.adapters.embedded.processes import pid_alive
-from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
+from usher.local.processes import pid_alive
+from usher.local.system import EmbeddedSystem, SystemOptions
 from usher.client import (
     AsyncClient,
     BadInput,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
+from usher.local.system import EmbeddedSystem, SystemOptions
 from usher.client import Client
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"

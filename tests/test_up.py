@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from usher.adapters.embedded.processes import pid_alive
-from usher.adapters.embedded.servers import pg_runtime_root
+from usher.local.processes import pid_alive
+from usher.local.servers import pg_runtime_root
 
 USHER = [sys.executable, "-m", "usher"]
 T = TypeVar("T")

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.common.settings import ServiceSettings
 from services.ledger.service import create_engine
 from tests.adapters.test_ledger_store import CORE, res, tree
-from usher.adapters.embedded.servers import HOST, PostgresServer
+from usher.local.servers import HOST, PostgresServer
 from usher.adapters.pg.ledger_store import LedgerStore, LedgerTransientError
 from usher.adapters.pg.migrate import upgrade_async
 

@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from schemas import Admitted, QuotaTreeApplied, Zone
 from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, observed, publish, tree
-from usher.adapters.embedded.processes import ManagedProcess
+from usher.local.processes import ManagedProcess
 from usher.adapters.nats.subjects import Subjects
 
 TTL_S = 3.0

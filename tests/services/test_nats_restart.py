@@ -30,7 +30,7 @@ from services.common.retry import Backoff, Stopping, retrying
 from services.common.runtime import connect
 from services.common.settings import ServiceSettings
 from tests.services.helpers import log_events, publish, tree
-from usher.adapters.embedded.servers import HOST, NatsServer
+from usher.local.servers import HOST, NatsServer
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import ensure_streams, publish_envelope
 from usher.adapters.nats.subjects import Subjects

@@ -22,8 +22,8 @@ from typing import Any, NoReturn, TypeVar
 import click
 import msgspec
 
-from usher.adapters.embedded.processes import ServerStartError, pid_alive
-from usher.adapters.embedded.stack_file import home_problem, read_stack_info, usher_home
+from usher.local.processes import ServerStartError, pid_alive
+from usher.adapters.stack_file import home_problem, read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
 from usher.client.errors import BadInput
 from usher.core.errors import InputError
@@ -196,7 +196,7 @@ def up(
     """
     import asyncio
 
-    from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
+    from usher.local.system import EmbeddedSystem, SystemOptions
     from usher.cli.live import run_up
 
     configure()
@@ -362,7 +362,7 @@ def streams_command(
     import asyncio
 
     from services.common.settings import SettingsError, stream_replicas
-    from usher.adapters.embedded.stack import prepare_streams
+    from usher.local.stack import prepare_streams
     from usher.adapters.nats.subjects import Subjects
 
     try:

@@ -31,7 +31,7 @@ import yaml
 
 from schemas import Millis, WorkloadKey
 from services.common.settings import ServiceSettings, SettingsError, load_settings, parse_rate
-from usher.adapters.embedded.stack_file import read_stack_info, usher_home
+from usher.adapters.stack_file import read_stack_info, usher_home
 from usher.adapters.nats.export import (
     ExportFileError,
     LogStreamMissing,

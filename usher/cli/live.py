@@ -29,8 +29,8 @@ from rich.table import Table
 from rich.text import Text
 
 from services.common.follower import BadEntry, LogEntry
-from usher.adapters.embedded.stack_file import StackInfo
-from usher.adapters.embedded.system import EmbeddedSystem
+from usher.adapters.stack_file import StackInfo
+from usher.local.system import EmbeddedSystem
 from usher.client import AsyncClient, ClientError
 from usher.client.state import (
     LogState,

@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from usher.adapters.embedded.credentials import PRIVATE_DIR, write_private
-from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, free_port
+from usher.local.credentials import PRIVATE_DIR, write_private
+from usher.local.processes import ManagedProcess, ServerStartError, free_port
 from usher.adapters.nats.permissions import DEFAULT_ZONES, render_authorization
 from usher.adapters.nats.subjects import Subjects
 
