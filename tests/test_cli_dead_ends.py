@@ -18,8 +18,8 @@ import yaml
 from tests.core.test_history import seed_reclaim
 from tests.test_cli_history import export
 from tests.test_up import UpProcess, descendants, poll, usher
-from usher.local.processes import ManagedProcess, ServerStartError, pid_alive
 from usher.client import AsyncClient, Client
+from usher.local.processes import ManagedProcess, ServerStartError, pid_alive
 
 TREE = Path(__file__).resolve().parent.parent / "usher" / "demo" / "seed-tree.yaml"
 

@@ -28,13 +28,13 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
 )
-from services.common.follower import LogEntry
 from usher.cli.live import render
 from usher.client.manifests import JobRequest, job_manifest
 from usher.client.state import LONG_AT_HEAD_S, LogState
 from usher.core import sim as simulator
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.log import log_entry
 from usher.demo import DEMO_FILES, demo_file
 from usher.demo.driver import Burst, reclaim_burst
 
@@ -59,7 +59,7 @@ class Playback:
         self.seq += 1
         when = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
         envelope = Envelope(id=EventId(f"t:{self.seq}"), time=when, source="test", event=event)
-        self.state.apply(LogEntry(seq=self.seq, subject="", envelope=envelope))
+        self.state.apply(log_entry(self.seq, "", envelope))
 
     def submit(self, at_s: float, request: JobRequest) -> None:
         """The job as `usher submit` would create it, then a decision pass (and its wakeups)."""

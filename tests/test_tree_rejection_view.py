@@ -19,10 +19,10 @@ from schemas import (
     QuotaTreeApplied,
     QuotaTreeRejected,
 )
-from services.common.follower import LogEntry
 from tests.services.helpers import CORE
 from usher.cli.live import render
 from usher.client.state import LogState
+from usher.core.log import LogEntry, log_entry
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 ERROR = FieldError(
@@ -35,7 +35,7 @@ REJECTED = QuotaTreeRejected(errors=[ERROR], namespace="kube-system", name="elas
 
 def entry(seq: int, event: object) -> LogEntry:
     envelope = Envelope(id=f"e{seq}", time=AT, source="test", event=event)  # type: ignore[arg-type]
-    return LogEntry(seq=seq, subject="usher.quota", envelope=envelope)
+    return log_entry(seq, "usher.quota", envelope)
 
 
 def tree() -> QuotaNode:

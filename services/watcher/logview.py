@@ -49,11 +49,13 @@ from schemas import (
 )
 from schemas.envelope import LogEvent
 from schemas.events import ClusterEvent
-from services.common.follower import BadEntry, LogEntry, LogFollower, Projection
+from services.common.projection import Projection
 from services.common.runtime import ServiceContext
 from services.watcher.options import WatcherOptions, retrying
+from usher.adapters.nats.follower import BadEntry, LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine import Engine
+from usher.core.log import LogEntry
 
 
 @dataclass

@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from services.common.settings import ServiceSettings
 from services.ledger.service import create_engine
 from tests.adapters.test_ledger_store import CORE, res, tree
-from usher.local.servers import HOST, PostgresServer
 from usher.adapters.pg.ledger_store import LedgerStore, LedgerTransientError
 from usher.adapters.pg.migrate import upgrade_async
+from usher.local.servers import HOST, PostgresServer
 
 LEAF = "root/Department-a/user-a"
 

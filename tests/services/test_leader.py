@@ -16,8 +16,8 @@ from nats.js import JetStreamContext
 from schemas import Admitted, QuotaTreeApplied, Zone
 from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, observed, publish, tree
-from usher.local.processes import ManagedProcess
 from usher.adapters.nats.subjects import Subjects
+from usher.local.processes import ManagedProcess
 
 TTL_S = 3.0
 

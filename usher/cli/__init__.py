@@ -22,11 +22,11 @@ from typing import Any, NoReturn, TypeVar
 import click
 import msgspec
 
-from usher.local.processes import ServerStartError, pid_alive
-from usher.adapters.stack_file import home_problem, read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
+from usher.adapters.stack_file import home_problem, read_stack_info, usher_home
 from usher.client.errors import BadInput
 from usher.core.errors import InputError
+from usher.local.processes import ServerStartError, pid_alive
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -196,8 +196,8 @@ def up(
     """
     import asyncio
 
-    from usher.local.system import EmbeddedSystem, SystemOptions
     from usher.cli.live import run_up
+    from usher.local.system import EmbeddedSystem, SystemOptions
 
     configure()
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations: no chatter on screen
@@ -362,8 +362,8 @@ def streams_command(
     import asyncio
 
     from services.common.settings import SettingsError, stream_replicas
-    from usher.local.stack import prepare_streams
     from usher.adapters.nats.subjects import Subjects
+    from usher.local.stack import prepare_streams
 
     try:
         count = stream_replicas(replicas or os.environ.get("USHER_STREAM_REPLICAS") or "1")

@@ -28,9 +28,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from services.common.follower import BadEntry, LogEntry
+from usher.adapters.nats.follower import BadEntry
 from usher.adapters.stack_file import StackInfo
-from usher.local.system import EmbeddedSystem
 from usher.client import AsyncClient, ClientError
 from usher.client.state import (
     LogState,
@@ -41,8 +40,10 @@ from usher.client.state import (
     now_ms,
 )
 from usher.client.target import target_of_stack
+from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
 from usher.demo import DemoDriver
+from usher.local.system import EmbeddedSystem
 
 BAR_WIDTH = 14
 SHOWN_PER_QUEUE = 6

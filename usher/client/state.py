@@ -43,11 +43,12 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
 )
-from services.common.follower import BadEntry, LogEntry, LogFollower
+from usher.adapters.nats.follower import BadEntry, LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
+from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.tree import iter_nodes, leaf_queue_name
 

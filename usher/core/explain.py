@@ -40,13 +40,13 @@ from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
     History,
-    LogItem,
     fold,
     format_datetime,
     format_resources,
     quantities,
     to_datetime,
 )
+from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
 
 
@@ -174,7 +174,9 @@ def _requests(event: WorkloadObserved) -> dict[str, int]:
     return total
 
 
-def _line(item: LogItem, key: WorkloadKey, previous: WorkloadObserved | None) -> HistoryLine | None:
+def _line(
+    item: LogEntry, key: WorkloadKey, previous: WorkloadObserved | None
+) -> HistoryLine | None:
     event = item.event
     what: str
     reason: Reason | None = None

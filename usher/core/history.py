@@ -2,7 +2,7 @@
 
 What it does: defines the export file (``usher log export``: JSON Lines, a header then one
 ``ExportedEntry`` per log entry with its stream sequence, subject, the time the stream stored
-it and the envelope exactly as stored), decodes entries into ``LogItem`` values (or ``BadItem``
+it and the envelope exactly as stored), decodes entries into ``LogEntry`` values (or ``BadItem``
 for what does not decode), parses the ``TIME`` arguments of the history commands, and rebuilds
 the queue state at any point of the log (``usher replay``): the same ``Engine`` the services
 use folds every entry, cluster events and recorded decisions alike, up to that point; no
@@ -23,7 +23,6 @@ import msgspec
 
 from schemas import (
     Envelope,
-    LogEvent,
     Millis,
     QueueName,
     QuotaPath,
@@ -33,6 +32,7 @@ from schemas import (
 )
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, QueueEntry
+from usher.core.log import LogEntry, envelope_ms
 from usher.core.quantity import format_quantity
 
 EXPORT_FORMAT: Literal["usher-log"] = "usher-log"
@@ -141,23 +141,6 @@ def decode_export(blob: bytes) -> tuple[ExportHeader, list[ExportedEntry]]:
 # ---------------------------------------------------------------------------- decoded log
 
 
-class LogItem(msgspec.Struct, frozen=True, kw_only=True):
-    """One decoded log entry: stream sequence, subject, envelope, its time in ms."""
-
-    seq: int
-    subject: str
-    envelope: Envelope
-    time_ms: Millis
-    """The envelope's time: what its sender says (the engine folds it at this time)."""
-    log_ms: Millis | None = None
-    """When the log stored it (``ExportedEntry.stored``); ``None`` when not recorded. Windows
-    that must not trust the sender (``usher audit --since``) use this one."""
-
-    @property
-    def event(self) -> LogEvent:
-        return self.envelope.event
-
-
 class BadItem(msgspec.Struct, frozen=True, kw_only=True):
     """An entry whose payload is not a valid envelope (services park those; we report them)."""
 
@@ -171,7 +154,7 @@ class BadItem(msgspec.Struct, frozen=True, kw_only=True):
 class History:
     """The log in stream order: decoded items and the entries that did not decode."""
 
-    items: list[LogItem]
+    items: list[LogEntry]
     bad: list[BadItem]
 
     @property
@@ -196,14 +179,9 @@ class History:
         return all(item.log_ms is not None for item in self.items)
 
 
-def envelope_ms(envelope: Envelope) -> Millis:
-    """An envelope's time in integer milliseconds since the epoch."""
-    return Millis(int(envelope.time.timestamp() * 1000))
-
-
 def decode_history(entries: Iterable[ExportedEntry]) -> History:
     """Decode every entry; the ones that do not decode are kept aside with the error."""
-    items: list[LogItem] = []
+    items: list[LogEntry] = []
     bad: list[BadItem] = []
     for entry in entries:
         try:
@@ -217,7 +195,7 @@ def decode_history(entries: Iterable[ExportedEntry]) -> History:
             continue
         stored = Millis(int(entry.stored.timestamp() * 1000)) if entry.stored else None
         items.append(
-            LogItem(
+            LogEntry(
                 seq=entry.seq,
                 subject=entry.subject,
                 envelope=envelope,
@@ -231,10 +209,10 @@ def decode_history(entries: Iterable[ExportedEntry]) -> History:
 def history_of(envelopes: Sequence[tuple[str, Envelope]]) -> History:
     """A history from envelopes in order (seq 1, 2, ...): for logs built in memory, which
     have no server, so each entry is taken as stored at its own time."""
-    items: list[LogItem] = []
+    items: list[LogEntry] = []
     for i, (subject, envelope) in enumerate(envelopes, start=1):
         at = envelope_ms(envelope)
-        items.append(LogItem(seq=i, subject=subject, envelope=envelope, time_ms=at, log_ms=at))
+        items.append(LogEntry(seq=i, subject=subject, envelope=envelope, time_ms=at, log_ms=at))
     return History(items=items, bad=[])
 
 
@@ -305,9 +283,9 @@ def quantities(resources: dict[str, int]) -> dict[str, str]:
 
 def prefix(
     history: History, *, until_ms: Millis | None = None, until_seq: int | None = None
-) -> list[LogItem]:
+) -> list[LogEntry]:
     """The longest prefix of the log at or before ``until_seq`` and ``until_ms``."""
-    out: list[LogItem] = []
+    out: list[LogEntry] = []
     for item in history.items:
         if until_seq is not None and item.seq > until_seq:
             break
@@ -317,7 +295,7 @@ def prefix(
     return out
 
 
-def fold(engine: Engine, items: Iterable[LogItem]) -> None:
+def fold(engine: Engine, items: Iterable[LogEntry]) -> None:
     """Apply entries in order at their own times, as every service's projection does."""
     for item in items:
         engine.apply(item.envelope.event, item.time_ms)
@@ -467,7 +445,6 @@ __all__ = [
     "ExportedEntry",
     "History",
     "JobRow",
-    "LogItem",
     "QueueRow",
     "QuotaRow",
     "ReplayState",
@@ -475,7 +452,6 @@ __all__ = [
     "decode_export",
     "decode_history",
     "encode_export",
-    "envelope_ms",
     "exported_entry",
     "fold",
     "format_datetime",

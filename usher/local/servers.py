@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from usher.local.credentials import PRIVATE_DIR, write_private
-from usher.local.processes import ManagedProcess, ServerStartError, free_port
 from usher.adapters.nats.permissions import DEFAULT_ZONES, render_authorization
 from usher.adapters.nats.subjects import Subjects
+from usher.local.credentials import PRIVATE_DIR, write_private
+from usher.local.processes import ManagedProcess, ServerStartError, free_port
 
 HOST = "127.0.0.1"
 PG_SUPERUSER = "usher"

@@ -27,10 +27,10 @@ from pathlib import Path
 
 import msgspec
 
+from usher.adapters.stack_file import STACK_FILE, StackInfo
 from usher.local.processes import ManagedProcess, ServerStartError, port_open
 from usher.local.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
 from usher.local.stack import EmbeddedStack, write_stack_info
-from usher.adapters.stack_file import STACK_FILE, StackInfo
 
 DEFAULT_ZONES = ("a", "b")
 DEFAULT_ZONE = "default"
