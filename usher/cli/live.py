@@ -42,6 +42,7 @@ from usher.client.state import (
 from usher.client.target import target_of_stack
 from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.state import JobState
 from usher.demo import DemoDriver
 from usher.local.system import EmbeddedSystem
 
@@ -264,7 +265,7 @@ class LiveView:
 
     def _view(self) -> StateView:
         view = self.state.view(now_ms())
-        self._pending = sum(1 for job in view.jobs if job.state == "Pending")
+        self._pending = sum(1 for job in view.jobs if job.state == JobState.PENDING)
         return view
 
     async def _screen(
@@ -310,7 +311,7 @@ class LiveView:
                 summarised, shown = self.state.applied_seq, time.monotonic()
             else:
                 self._pending = sum(
-                    1 for v in self.state.engine.jobs().values() if v.state == "Pending"
+                    1 for v in self.state.engine.jobs().values() if v.state == JobState.PENDING
                 )
             if stop.is_set():
                 return

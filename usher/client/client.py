@@ -68,6 +68,7 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.state import JobState
 from usher.core.workload import ZONE_LABEL
 
 if TYPE_CHECKING:
@@ -521,11 +522,11 @@ class AsyncClient:
             batches = follower.batches(stop, idle_s=lambda: 0.5)
             while True:
                 info = state.job(key)
-                if info is not None and info.state == "Pending":
+                if info is not None and info.state == JobState.PENDING:
                     if (
                         time.monotonic() - reasons_at >= REASON_EVERY_S
                         or latest is None
-                        or (latest.state != "Pending" or latest.position != info.position)
+                        or (latest.state != JobState.PENDING or latest.position != info.position)
                     ):
                         reasons_at = time.monotonic()
                         info = state.job(key, None, state.pending_reasons(now_ms()))
@@ -547,7 +548,7 @@ class AsyncClient:
                         last_seen = signature
                         if on_change is not None:
                             on_change(info)
-                    if info.done or (until == "admitted" and info.state == "Admitted"):
+                    if info.done or (until == "admitted" and info.state == JobState.ADMITTED):
                         return info
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(

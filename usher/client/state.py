@@ -50,13 +50,9 @@ from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
 from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.state import JobState
 from usher.core.tree import iter_nodes, leaf_queue_name
 
-PENDING = "Pending"
-ADMITTED = "Admitted"
-FINISHED = "Finished"
-REJECTED = "Rejected"
-"""The watcher could not read the manifest (``WorkloadRejected``): never queued."""
 MAX_DECISIONS = 200
 
 
@@ -70,8 +66,8 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     """``namespace/name``."""
     namespace: str
     name: str
-    state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped`` or ``Rejected``."""
+    state: JobState
+    """One of the engine's states, or ``Rejected``."""
     queue: str | None = None
     quota: str | None = None
     """Leaf path, e.g. ``root/Department-a``."""
@@ -92,7 +88,7 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def done(self) -> bool:
         """Finished, or never going to run as it is (rejected or inadmissible)."""
-        return self.state in (FINISHED, REJECTED, "Inadmissible")
+        return self.state in (JobState.FINISHED, JobState.REJECTED, JobState.INADMISSIBLE)
 
 
 class QueuedJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -313,7 +309,12 @@ class LogState:
     def _note_skip(self, admitted: WorkloadKey, at_ms: int) -> None:
         """``admitted`` is about to leave its queue: if it was not first, the head was passed."""
         view = self.engine.job_state(admitted)
-        if view is None or view.state != PENDING or view.queue is None or (view.position or 1) <= 1:
+        if (
+            view is None
+            or view.state != JobState.PENDING
+            or view.queue is None
+            or (view.position or 1) <= 1
+        ):
             return
         entries = self.engine.queues().get(view.queue)
         if not entries:
@@ -432,7 +433,7 @@ class LogState:
 
     def pending_reasons(self, now: Millis) -> dict[WorkloadKey, Reason]:
         """Why each pending job waits: what a decision pass now would say (on a copy)."""
-        waiting = [k for k, v in self.engine.jobs().items() if v.state == PENDING]
+        waiting = [k for k, v in self.engine.jobs().items() if v.state == JobState.PENDING]
         if not waiting:
             return {}
         trial = copy.deepcopy(self.engine)
@@ -440,7 +441,7 @@ class LogState:
         out: dict[WorkloadKey, Reason] = {}
         for key in waiting:
             after = trial.job_state(key)
-            if after is not None and after.state == PENDING and after.reason is not None:
+            if after is not None and after.state == JobState.PENDING and after.reason is not None:
                 out[key] = after.reason
             else:
                 out[key] = reasons.not_yet_evaluated("fits now; the next decision pass admits it")
@@ -462,7 +463,7 @@ class LogState:
                 job=key,
                 namespace=namespace,
                 name=name,
-                state=REJECTED,
+                state=JobState.REJECTED,
                 reason=rejection.message,
                 reason_code=rejection.code,
                 kind=rejected.kind or None,
@@ -472,7 +473,7 @@ class LogState:
             return None
         observed = self.observed.get(wkey)
         reason = view.reason
-        if view.state == PENDING and why is not None and wkey in why:
+        if view.state == JobState.PENDING and why is not None and wkey in why:
             reason = why[wkey]
         message, code = _reason_text(reason)
         namespace, _, name = key.partition("/")
@@ -492,7 +493,7 @@ class LogState:
             priority=view.priority,
             reason=message,
             reason_code=code,
-            succeeded=self.outcome.get(wkey) if view.state == FINISHED else None,
+            succeeded=self.outcome.get(wkey) if view.state == JobState.FINISHED else None,
             preemptions=self.preemptions.get(wkey, 0),
             kind=observed.kind if observed else None,
             requests=_quantities(totals),
@@ -532,7 +533,7 @@ class LogState:
         entries = self.engine.queues()
         admitted: dict[str, list[str]] = {}
         for key, view in views.items():
-            if view.state == ADMITTED and view.queue is not None:
+            if view.state == JobState.ADMITTED and view.queue is not None:
                 admitted.setdefault(view.queue, []).append(key)
         out: list[QueueInfo] = []
         for path, node, _ in iter_nodes(self.tree):

@@ -95,7 +95,7 @@ from usher.core.history import (
 )
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.log import LogEntry
-from usher.core.state import shape_of
+from usher.core.state import JobState, shape_of
 
 LEDGER_TYPES = LEDGER_DECISION_TYPES
 
@@ -275,7 +275,7 @@ class _Auditor:
             return
         if key in self.live:
             return  # the invariants report it: already-admitted
-        if view.state != "Pending":
+        if view.state != JobState.PENDING:
             self.note(item, "not-pending", f"{key} was {view.state}, not waiting in a queue")
             return
         if view.quota != event.quota:
@@ -313,7 +313,7 @@ class _Auditor:
     def check_preempted(self, item: LogEntry, event: Preempted) -> None:
         # Whether the preemption is justified is an invariant (preemption-refused).
         view = self.engine.job_state(event.workload)
-        if view is not None and view.state == "Admitted" and view.quota != event.quota:
+        if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
             self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
 
     # -- Released

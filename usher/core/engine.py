@@ -58,6 +58,7 @@ from usher.core.state import (
     PENDING,
     UNMAPPED,
     Job,
+    JobState,
     Placement,
     Queue,
     QuotaNodeInfo,
@@ -98,8 +99,8 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     """What the engine knows about one workload, for queries and ``usher explain``."""
 
     job: WorkloadKey
-    state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible`` or ``Unmapped``."""
+    state: JobState
+    """One of ``ENGINE_STATES``."""
     queue: QueueName | None = None
     quota: QuotaPath | None = None
     position: int | None = None

@@ -26,12 +26,10 @@ from schemas import (
     Millis,
     QueueName,
     QuotaPath,
-    Reason,
-    WorkloadKey,
     decode_envelope,
 )
 from usher.core.config import EngineConfig
-from usher.core.engine import Engine, QueueEntry
+from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.log import LogEntry, envelope_ms
 from usher.core.quantity import format_quantity
 
@@ -304,18 +302,6 @@ def fold(engine: Engine, items: Iterable[LogEntry]) -> None:
 # ---------------------------------------------------------------------------- replay
 
 
-class JobRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One workload in a replayed state."""
-
-    job: WorkloadKey
-    state: str
-    queue: QueueName | None = None
-    quota: QuotaPath | None = None
-    position: int | None = None
-    priority: int = 0
-    reason: Reason | None = None
-
-
 class QueueRow(msgspec.Struct, frozen=True, kw_only=True):
     """One queue: its pending workloads in order."""
 
@@ -341,7 +327,7 @@ class ReplayState(msgspec.Struct, frozen=True, kw_only=True):
     entries: int
     """How many decoded entries were applied."""
     undecodable: int
-    jobs: list[JobRow]
+    jobs: list[JobView]
     queues: list[QueueRow]
     quota: list[QuotaRow]
 
@@ -371,16 +357,9 @@ def state_of(
     engine: Engine, *, seq: int, time_ms: Millis | None, entries: int, undecodable: int
 ) -> ReplayState:
     """What an engine holds, as rows: jobs with reasons, queues in order, quota per node."""
+    # The reason a pass would give now, not the one the engine noted at its last pass.
     jobs = [
-        JobRow(
-            job=view.job,
-            state=view.state,
-            queue=view.queue,
-            quota=view.quota,
-            position=view.position,
-            priority=view.priority,
-            reason=engine.reason_now(key),
-        )
+        msgspec.structs.replace(view, reason=engine.reason_now(key))
         for key, view in engine.jobs().items()
     ]
     used = engine.quota_used()
@@ -444,7 +423,6 @@ __all__ = [
     "ExportHeader",
     "ExportedEntry",
     "History",
-    "JobRow",
     "QueueRow",
     "QuotaRow",
     "ReplayState",

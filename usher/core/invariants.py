@@ -49,7 +49,7 @@ from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import format_time
 from usher.core.log import LogEntry
-from usher.core.state import effective_cap
+from usher.core.state import JobState, effective_cap
 from usher.core.tree import iter_nodes, path_nodes
 
 LEDGER_DECISIONS = (Admitted, Preempted, Released)
@@ -248,7 +248,7 @@ class _Checker:
 
     def end(self) -> None:
         for key, view in self.engine.jobs().items():
-            if view.state in ("Pending", "Inadmissible", "Unmapped"):
+            if view.state in (JobState.PENDING, JobState.INADMISSIBLE, JobState.UNMAPPED):
                 why = self.engine.reason_now(key)
                 problem = self.untrue(key, why)
                 if problem is not None:
@@ -256,7 +256,7 @@ class _Checker:
         for key, live in sorted(self.running.items()):
             now = self.engine.job_state(key)
             state = now.state if now is not None else "deleted"
-            if state != "Admitted":
+            if state != JobState.ADMITTED:
                 self.end_note(
                     NEVER_RELEASED,
                     key,

@@ -54,11 +54,12 @@ from usher.core.engine import Engine, _NodeRecord
 from usher.core.errors import InputError
 from usher.core.state import (
     ADMITTED,
-    FINISHED,
+    ENGINE_STATES,
     INADMISSIBLE,
     PENDING,
     UNMAPPED,
     Job,
+    JobState,
     Placement,
     Queue,
     Shape,
@@ -117,8 +118,8 @@ REBUILT: frozenset[str] = frozenset(
 
 SnapshotProblem = Literal["undecodable", "format", "config", "inconsistent"]
 
-_STATES: tuple[str, ...] = (PENDING, ADMITTED, FINISHED, INADMISSIBLE, UNMAPPED)
-_STATE_IDS: dict[str, int] = {state: i for i, state in enumerate(_STATES)}
+_STATES: tuple[JobState, ...] = ENGINE_STATES
+_STATE_IDS: dict[JobState, int] = {state: i for i, state in enumerate(_STATES)}
 
 Resources = dict[str, int]
 
