@@ -4,7 +4,7 @@ keeps passing over.
 Played in the pure core as the running system does it: the demo's own tree and
 PriorityClasses, jobs as `usher submit` builds them (``job_manifest``) turned into events by
 the scenario loader, an engine deciding (victims stop at once, as in scenarios), and what it
-decides folded by ``LogState`` -- the projection the live view and the demo read.
+decides folded by ``PeopleProjection`` -- the projection the live view and the demo read.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from schemas import (
 )
 from usher.cli.live import render
 from usher.client.manifests import JobRequest, job_manifest
-from usher.client.state import LONG_AT_HEAD_S, LogState
+from usher.client.state import LONG_AT_HEAD_S, PeopleProjection
 from usher.core import sim as simulator
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -40,7 +40,8 @@ from usher.demo.driver import Burst, reclaim_burst
 
 
 class Playback:
-    """An engine deciding in scenario mode, its inputs and decisions folded by ``LogState``."""
+    """An engine deciding in scenario mode, its inputs and decisions folded by
+    ``PeopleProjection``."""
 
     def __init__(self, config: EngineConfig | None = None, *, track_skips: bool = False) -> None:
         objects: list[Any] = []
@@ -48,7 +49,7 @@ class Playback:
             objects.extend(yaml.safe_load_all(demo_file(name).read_text()))
         self.scenario = simulator.load_scenario({"name": "demo", "objects": objects}, "demo")
         self.engine = Engine(replace(config or EngineConfig(), instant_release=True))
-        self.state = LogState(config or EngineConfig(), track_skips=track_skips)
+        self.state = PeopleProjection(config or EngineConfig(), track_skips=track_skips)
         self.decisions: list[LogEvent] = []
         self.seq = 0
         for event in self.scenario.setup:

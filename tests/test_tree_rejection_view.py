@@ -21,7 +21,7 @@ from schemas import (
 )
 from tests.services.helpers import CORE
 from usher.cli.live import render
-from usher.client.state import LogState
+from usher.client.state import PeopleProjection
 from usher.core.log import LogEntry, log_entry
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -43,7 +43,7 @@ def tree() -> QuotaNode:
 
 
 def test_a_rejection_after_a_tree_in_force_names_the_tree_and_keeps_the_old_one() -> None:
-    state = LogState()
+    state = PeopleProjection()
     state.apply(entry(1, QuotaTreeApplied(root=tree())))
     state.apply(entry(2, REJECTED))
     view = state.view(0)
@@ -63,7 +63,7 @@ def test_a_rejection_after_a_tree_in_force_names_the_tree_and_keeps_the_old_one(
 
 
 def test_a_rejection_with_no_tree_in_force_says_so() -> None:
-    state = LogState()
+    state = PeopleProjection()
     state.apply(entry(1, REJECTED))
     [line] = state.view(0).tree_notes()
     assert "(no tree is in force)" in line and "[min-exceeds-max]" in line

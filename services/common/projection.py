@@ -18,6 +18,10 @@ from usher.core.log import LogEntry
 class Projection:
     """A pure-core engine kept equal to the log: apply every entry, in order, at its time.
 
+    The deciding services hold just this; the watcher's ``WatcherProjection`` and the
+    client's ``PeopleProjection`` keep more beside their engine, and ``usher.core.history``'s
+    ``History`` is the log itself, read whole and folded on demand.
+
     ``applied_seq`` starts at 0 for a full replay, or at the sequence a restored snapshot
     covers (``services.common.snapshots``); the follower then starts right after it.
     """

@@ -25,7 +25,7 @@ from schemas import (
     encode,
 )
 from services.common.runtime import ServiceContext, wait_or_stop
-from usher.adapters.nats.follower import BadEntry, LogFollower
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.pg.ledger_store import (
     LedgerPermanentError,
     LedgerStore,
@@ -36,7 +36,7 @@ from usher.adapters.pg.ledger_store import (
     OutboxBuilder,
     TreeUpdate,
 )
-from usher.core.log import LogEntry
+from usher.core.log import BadEntry, LogEntry
 
 CONSUMER: Final = "ledger"
 """The ledger's row in ``consumer_offsets``."""

@@ -28,11 +28,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from usher.adapters.nats.follower import BadEntry
 from usher.adapters.stack_file import StackInfo
 from usher.client import AsyncClient, ClientError
 from usher.client.state import (
-    LogState,
+    PeopleProjection,
     QueueInfo,
     QuotaInfo,
     StateView,
@@ -40,7 +39,7 @@ from usher.client.state import (
     now_ms,
 )
 from usher.client.target import target_of_stack
-from usher.core.log import LogEntry
+from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.state import JobState
 from usher.demo import DemoDriver
@@ -231,7 +230,7 @@ class LiveView:
         self.header = header
         self.plain = plain
         self.interval_s = interval_s
-        self.state = LogState(client.target.engine, track_skips=True)
+        self.state = PeopleProjection(client.target.engine, track_skips=True)
         self.notes: deque[str] = deque(maxlen=20)
         self._printed_seq = 0
         self._pending = 0

@@ -1,6 +1,6 @@
 """What Usher says about every job, queue and quota node, folded from the log.
 
-What it does: ``LogState`` applies log entries in order to a pure-core ``Engine`` (the same
+What it does: ``PeopleProjection`` applies log entries in order to a pure-core ``Engine`` (the same
 projection every service keeps) and records what the engine does not keep for people: each
 workload's kind, zone, requests and creation time, manifests the watcher rejected (with the
 field errors), whether a finished job succeeded, how often it was preempted, the tree in force
@@ -43,12 +43,12 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
 )
-from usher.adapters.nats.follower import BadEntry, LogFollower
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
-from usher.core.log import LogEntry
+from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.state import JobState
 from usher.core.tree import iter_nodes, leaf_queue_name
@@ -264,8 +264,9 @@ def _reason_text(reason: Reason | None) -> tuple[str | None, str | None]:
 
 
 @dataclass
-class LogState:
-    """The projection of the log for people (see the module docstring)."""
+class PeopleProjection:
+    """The projection of the log for people: the engine plus what it does not keep (kinds,
+    outcomes, rejections, decisions); see the module docstring."""
 
     config: EngineConfig = field(default_factory=EngineConfig)
     engine: Engine = field(init=False)
@@ -593,7 +594,7 @@ class LogState:
 
 
 async def catch_up(
-    state: LogState,
+    state: PeopleProjection,
     js: JetStreamContext,
     subjects: Subjects,
     *,
@@ -624,9 +625,9 @@ async def catch_up(
 
 async def read_state(
     js: JetStreamContext, subjects: Subjects, config: EngineConfig, *, timeout_s: float = 30.0
-) -> LogState:
-    """The whole log folded into a fresh ``LogState``."""
-    state = LogState(config)
+) -> PeopleProjection:
+    """The whole log folded into a fresh ``PeopleProjection``."""
+    state = PeopleProjection(config)
     follower = await catch_up(state, js, subjects, timeout_s=timeout_s)
     await follower.stop()
     return state

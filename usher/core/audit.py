@@ -87,14 +87,13 @@ from schemas import (
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
-    BadItem,
     History,
     format_datetime,
     format_resources,
     to_datetime,
 )
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
-from usher.core.log import LogEntry
+from usher.core.log import BadEntry, LogEntry
 from usher.core.state import JobState, shape_of
 
 LEDGER_TYPES = LEDGER_DECISION_TYPES
@@ -156,7 +155,7 @@ class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
     """Allocations compared with the log; ``None`` when the ledger was not checked."""
     since: datetime | None
     findings: list[Finding]
-    rejected: list[BadItem] = msgspec.field(default_factory=list)
+    rejected: list[BadEntry] = msgspec.field(default_factory=list)
     """Entries that are not valid envelopes: listed apart, not findings (module docstring)."""
 
 

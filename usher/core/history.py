@@ -2,7 +2,7 @@
 
 What it does: defines the export file (``usher log export``: JSON Lines, a header then one
 ``ExportedEntry`` per log entry with its stream sequence, subject, the time the stream stored
-it and the envelope exactly as stored), decodes entries into ``LogEntry`` values (or ``BadItem``
+it and the envelope exactly as stored), decodes entries into ``LogEntry`` values (or ``BadEntry``
 for what does not decode), parses the ``TIME`` arguments of the history commands, and rebuilds
 the queue state at any point of the log (``usher replay``): the same ``Engine`` the services
 use folds every entry, cluster events and recorded decisions alike, up to that point; no
@@ -30,7 +30,7 @@ from schemas import (
 )
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView, QueueEntry
-from usher.core.log import LogEntry, envelope_ms
+from usher.core.log import BadEntry, LogEntry, envelope_ms
 from usher.core.quantity import format_quantity
 
 EXPORT_FORMAT: Literal["usher-log"] = "usher-log"
@@ -139,21 +139,12 @@ def decode_export(blob: bytes) -> tuple[ExportHeader, list[ExportedEntry]]:
 # ---------------------------------------------------------------------------- decoded log
 
 
-class BadItem(msgspec.Struct, frozen=True, kw_only=True):
-    """An entry whose payload is not a valid envelope (services park those; we report them)."""
-
-    seq: int
-    subject: str
-    error: str
-    detail: str
-
-
 @dataclass(frozen=True)
 class History:
     """The log in stream order: decoded items and the entries that did not decode."""
 
     items: list[LogEntry]
-    bad: list[BadItem]
+    bad: list[BadEntry]
 
     @property
     def last_seq(self) -> int:
@@ -180,13 +171,13 @@ class History:
 def decode_history(entries: Iterable[ExportedEntry]) -> History:
     """Decode every entry; the ones that do not decode are kept aside with the error."""
     items: list[LogEntry] = []
-    bad: list[BadItem] = []
+    bad: list[BadEntry] = []
     for entry in entries:
         try:
             envelope = decode_envelope(payload(entry))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             bad.append(
-                BadItem(
+                BadEntry(
                     seq=entry.seq, subject=entry.subject, error=type(exc).__name__, detail=str(exc)
                 )
             )
@@ -418,7 +409,6 @@ def render_replay_table(state: ReplayState) -> str:
 
 
 __all__ = [
-    "BadItem",
     "ExportFormatError",
     "ExportHeader",
     "ExportedEntry",

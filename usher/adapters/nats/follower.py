@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 import msgspec
 import nats.js.errors
@@ -27,22 +26,11 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from schemas import decode_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.log import LogEntry, log_entry
+from usher.core.log import BadEntry, LogEntry, log_entry
 
 HEARTBEAT_S = 1.0
 """Idle heartbeat of the ordered consumer: two missed ones make the client re-create it (the
 default, 5 s, left every service deaf for 10-15 s after a NATS restart)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BadEntry:
-    """An entry that did not decode; the caller parks it with ``error`` and ``detail``."""
-
-    seq: int
-    subject: str
-    data: bytes
-    error: str
-    detail: str
 
 
 async def stream_last_seq(js: JetStreamContext, subjects: Subjects) -> int:
