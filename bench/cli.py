@@ -39,9 +39,9 @@ from schemas import (
     cloudevent_headers,
     encode,
 )
-from usher.adapters.embedded.servers import NatsServer
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects
+from usher.local.servers import NatsServer
 
 JOBS = 200
 """Pending jobs in the log the commands read (a busy demo's order of magnitude)."""

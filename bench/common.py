@@ -28,11 +28,11 @@ from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from schemas import Envelope, decode_envelope
-from usher.adapters.embedded.processes import ManagedProcess
-from usher.adapters.embedded.servers import NatsServer, PostgresServer
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade
+from usher.local.processes import ManagedProcess
+from usher.local.servers import NatsServer, PostgresServer
 
 
 @dataclass

@@ -56,17 +56,19 @@ from schemas import (
     decode_envelope,
     encode,
 )
-from services.common.follower import LogEntry, LogFollower, Projection
+from services.common.projection import Projection
 from services.common.snapshots import labels, log_identity
-from usher.adapters.embedded.processes import ManagedProcess
-from usher.adapters.embedded.servers import NatsServer
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.log import LogEntry
 from usher.core.snapshot import restore, snapshot
 from usher.core.tree import queue_name
+from usher.local.processes import ManagedProcess
+from usher.local.servers import NatsServer
 
 ZONE = Zone("default")
 DEPARTMENTS, LEAVES = 10, 10

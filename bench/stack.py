@@ -43,11 +43,11 @@ from schemas import (
     decode_envelope,
     encode,
 )
-from usher.adapters.embedded.processes import ManagedProcess
-from usher.adapters.embedded.servers import NatsServer, PostgresServer
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade
+from usher.local.processes import ManagedProcess
+from usher.local.servers import NatsServer, PostgresServer
 
 LEAVES = 10
 

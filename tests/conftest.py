@@ -20,10 +20,10 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from sqlalchemy.engine import make_url
 
-from usher.adapters.embedded.servers import NatsServer, PostgresServer
 from usher.adapters.nats.log import delete_streams, ensure_streams
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade_async
+from usher.local.servers import NatsServer, PostgresServer
 
 
 @dataclass(frozen=True)

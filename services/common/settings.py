@@ -18,7 +18,7 @@ from pathlib import Path
 import msgspec
 
 from schemas import Zone
-from usher.adapters.embedded.stack_file import StackInfo, read_stack_info, usher_home
+from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
 from usher.core.config import POLICIES, EngineConfig, Policy, WithinQuota
 
 

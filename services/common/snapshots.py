@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import nats.errors
 from nats.js import JetStreamContext
 
-from services.common.follower import LogFollower, Projection
+from services.common.projection import Projection
 from services.common.runtime import ServiceContext
 from services.common.settings import SettingsError
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.snapshots import SnapshotStore, StoredSnapshot
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig

@@ -50,16 +50,18 @@ from schemas import (
     Zone,
     ZoneServed,
 )
-from services.common.follower import BadEntry, LogEntry, LogFollower, Projection, stream_last_seq
 from services.common.leader import Leadership, LeadershipLost
 from services.common.metrics import Sampler, record_engine
+from services.common.projection import Projection
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.retry import Backoff, retrying
 from services.common.runtime import ServiceContext, to_utc, wall_ms
 from services.common.snapshots import EngineSnapshots
+from usher.adapters.nats.follower import LogFollower, stream_last_seq
 from usher.adapters.nats.log import publish_envelope
 from usher.core import reasons
 from usher.core.engine import Engine
+from usher.core.log import BadEntry, LogEntry
 
 SOURCE = "usher/dequeuer"
 RETRY_FIRST_S = 0.2

@@ -24,8 +24,8 @@ from schemas import (
     WorkloadObserved,
     encode,
 )
-from services.common.follower import BadEntry, LogEntry, LogFollower
 from services.common.runtime import ServiceContext, wait_or_stop
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.pg.ledger_store import (
     LedgerPermanentError,
     LedgerStore,
@@ -36,6 +36,7 @@ from usher.adapters.pg.ledger_store import (
     OutboxBuilder,
     TreeUpdate,
 )
+from usher.core.log import BadEntry, LogEntry
 
 CONSUMER: Final = "ledger"
 """The ledger's row in ``consumer_offsets``."""

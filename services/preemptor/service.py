@@ -36,16 +36,18 @@ from schemas import (
     encode,
 )
 from schemas.ledger import LedgerError
-from services.common.follower import BadEntry, LogFollower, Projection, stream_last_seq
 from services.common.leader import Leadership
 from services.common.metrics import Sampler
+from services.common.projection import Projection
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
 from services.common.tasks import cancel_tasks
+from usher.adapters.nats.follower import LogFollower, stream_last_seq
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.log import BadEntry
 
 CATCH_UP_S = 2.0
 """How long a proposal waits for this projection to reach the proposer's log position."""

@@ -33,7 +33,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from schemas import Admitted, Envelope, EventId, Preempted, WorkloadObserved, decode_envelope
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
-from services.watcher.logview import LogView
+from services.watcher.logview import WatcherProjection
 from services.watcher.observe import SOURCE, ClusterView
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.translate import workload_event
@@ -70,7 +70,7 @@ class DecisionRunner:
         self,
         ctx: ServiceContext,
         kube: KubeClient,
-        view: LogView,
+        view: WatcherProjection,
         cluster: ClusterView,
         options: WatcherOptions,
     ) -> None:

@@ -49,11 +49,13 @@ from schemas import (
 )
 from schemas.envelope import LogEvent
 from schemas.events import ClusterEvent
-from services.common.follower import BadEntry, LogEntry, LogFollower, Projection
+from services.common.projection import Projection
 from services.common.runtime import ServiceContext
 from services.watcher.options import WatcherOptions, retrying
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine import Engine
+from usher.core.log import BadEntry, LogEntry
 
 
 @dataclass
@@ -76,8 +78,9 @@ def fingerprint(event: ClusterEvent) -> bytes:
 
 
 @dataclass
-class LogView:
-    """The projection and the record of what the log says, shared by the watcher's tasks."""
+class WatcherProjection:
+    """The watcher's projection of the log: the engine's ``Projection`` plus what the log last
+    said about each object and which decisions still stand, shared by the watcher's tasks."""
 
     projection: Projection
     subjects: Subjects
@@ -102,7 +105,7 @@ class LogView:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    def empty(cls, engine: Engine, subjects: Subjects) -> LogView:
+    def empty(cls, engine: Engine, subjects: Subjects) -> WatcherProjection:
         return cls(projection=Projection(engine), subjects=subjects)
 
     # ------------------------------------------------------------------ what was said
@@ -243,7 +246,7 @@ class LogView:
             self.record(event)
 
 
-async def follow_log(ctx: ServiceContext, view: LogView, options: WatcherOptions) -> None:
+async def follow_log(ctx: ServiceContext, view: WatcherProjection, options: WatcherOptions) -> None:
     """Replay, then follow the log into ``view`` until the service stops."""
 
     async def started() -> LogFollower:
@@ -271,7 +274,7 @@ async def follow_log(ctx: ServiceContext, view: LogView, options: WatcherOptions
         await follower.stop()
 
 
-async def _apply_safely(ctx: ServiceContext, view: LogView, entry: LogEntry) -> None:
+async def _apply_safely(ctx: ServiceContext, view: WatcherProjection, entry: LogEntry) -> None:
     try:
         view.apply(entry)
     except Exception as exc:  # the core refused an entry: park it, keep the projection going

@@ -52,7 +52,7 @@ from services.watcher.kinds import (
     suspend_flag,
     suspend_patch,
 )
-from services.watcher.logview import LogView
+from services.watcher.logview import WatcherProjection
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.translate import (
     Identity,
@@ -135,7 +135,9 @@ class ClusterView:
 class Publisher:
     """Publishes cluster events the log does not say yet, and records them as said."""
 
-    def __init__(self, ctx: ServiceContext, view: LogView, options: WatcherOptions) -> None:
+    def __init__(
+        self, ctx: ServiceContext, view: WatcherProjection, options: WatcherOptions
+    ) -> None:
         self._ctx = ctx
         self._view = view
         self._options = options
@@ -171,7 +173,7 @@ class Observer(ABC):
         ctx: ServiceContext,
         kube: KubeClient,
         publisher: Publisher,
-        view: LogView,
+        view: WatcherProjection,
         cluster: ClusterView,
         options: WatcherOptions,
     ) -> None:

@@ -21,7 +21,7 @@ from services.common.settings import SettingsError
 from services.common.tasks import cancel_tasks
 from services.watcher.carry_out import DecisionRunner
 from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
-from services.watcher.logview import LogView, follow_log
+from services.watcher.logview import WatcherProjection, follow_log
 from services.watcher.observe import (
     ClusterView,
     LimitRangeObserver,
@@ -67,7 +67,7 @@ class Watcher:
         self.kube = kube
         self.options = options
         # The projection only answers queries: its zones filter does not matter.
-        self.view = LogView.empty(Engine(ctx.settings.engine), ctx.subjects)
+        self.view = WatcherProjection.empty(Engine(ctx.settings.engine), ctx.subjects)
         self.cluster = ClusterView()
         self.publisher = Publisher(ctx, self.view, options)
         args = (ctx, kube, self.publisher, self.view, self.cluster, options)

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from schemas import QueueName, QuotaNode, QuotaPath
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import EVENTS, NAMESPACES, QUEUES, QUOTA_TREES
-from services.watcher.logview import LogView
+from services.watcher.logview import WatcherProjection
 from services.watcher.observe import ClusterView, TreeObject
 from services.watcher.options import WatcherOptions
 from usher.adapters.kube import (
@@ -200,7 +200,7 @@ class StatusWriter:
         self,
         ctx: ServiceContext,
         kube: KubeClient,
-        view: LogView,
+        view: WatcherProjection,
         cluster: ClusterView,
         options: WatcherOptions,
     ) -> None:

@@ -24,9 +24,9 @@ from services.ledger.service import create_engine
 from tests.builders.events import CORE
 from tests.builders.events import reservation as res
 from tests.builders.trees import users_tree as tree
-from usher.adapters.embedded.servers import HOST, PostgresServer
 from usher.adapters.pg.ledger_store import LedgerStore, LedgerTransientError
 from usher.adapters.pg.migrate import upgrade_async
+from usher.local.servers import HOST, PostgresServer
 
 LEAF = "root/Department-a/user-a"
 

@@ -18,8 +18,8 @@ import yaml
 from tests.builders.log import seed_reclaim
 from tests.cli.history_cli import export
 from tests.cli.stack_process import UpProcess, descendants, poll, usher
-from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, pid_alive
 from usher.client import AsyncClient, Client
+from usher.local.processes import ManagedProcess, ServerStartError, pid_alive
 
 TREE = Path(__file__).resolve().parents[2] / "usher" / "demo" / "seed-tree.yaml"
 

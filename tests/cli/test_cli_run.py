@@ -12,8 +12,8 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from tests.conftest import Infra
-from usher.adapters.embedded.processes import free_port
 from usher.adapters.nats.subjects import Subjects
+from usher.local.processes import free_port
 
 USHER = [sys.executable, "-m", "usher.cli", "run"]
 

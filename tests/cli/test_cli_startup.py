@@ -28,7 +28,7 @@ HEAVY = {
     "asyncpg",
     "rich",  # the live view of `usher up`
     "structlog",  # services log; a command prints
-    "usher.adapters.embedded.servers",
+    "usher.local.servers",
     "usher.adapters.pg.migrate",
 }
 """Modules none of the light commands may load."""

@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from usher.adapters.embedded.processes import pid_alive
-from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
 from usher.client import (
     AsyncClient,
     BadInput,
@@ -27,6 +25,8 @@ from usher.client import (
     job_manifest,
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
+from usher.local.processes import pid_alive
+from usher.local.system import EmbeddedSystem, SystemOptions
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"

@@ -4,7 +4,7 @@ keeps passing over.
 Played in the pure core as the running system does it: the demo's own tree and
 PriorityClasses, jobs as `usher submit` builds them (``job_manifest``) turned into events by
 the scenario loader, an engine deciding (victims stop at once, as in scenarios), and what it
-decides folded by ``LogState`` -- the projection the live view and the demo read.
+decides folded by ``PeopleProjection`` -- the projection the live view and the demo read.
 """
 
 from __future__ import annotations
@@ -28,19 +28,20 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
 )
-from services.common.follower import LogEntry
 from usher.cli.live import render
 from usher.client.manifests import JobRequest, job_manifest
-from usher.client.state import LONG_AT_HEAD_S, LogState
+from usher.client.state import LONG_AT_HEAD_S, PeopleProjection
 from usher.core import sim as simulator
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.log import log_entry
 from usher.demo import DEMO_FILES, demo_file
 from usher.demo.driver import Burst, reclaim_burst
 
 
 class Playback:
-    """An engine deciding in scenario mode, its inputs and decisions folded by ``LogState``."""
+    """An engine deciding in scenario mode, its inputs and decisions folded by
+    ``PeopleProjection``."""
 
     def __init__(self, config: EngineConfig | None = None, *, track_skips: bool = False) -> None:
         objects: list[Any] = []
@@ -48,7 +49,7 @@ class Playback:
             objects.extend(yaml.safe_load_all(demo_file(name).read_text()))
         self.scenario = simulator.load_scenario({"name": "demo", "objects": objects}, "demo")
         self.engine = Engine(replace(config or EngineConfig(), instant_release=True))
-        self.state = LogState(config or EngineConfig(), track_skips=track_skips)
+        self.state = PeopleProjection(config or EngineConfig(), track_skips=track_skips)
         self.decisions: list[LogEvent] = []
         self.seq = 0
         for event in self.scenario.setup:
@@ -59,7 +60,7 @@ class Playback:
         self.seq += 1
         when = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
         envelope = Envelope(id=EventId(f"t:{self.seq}"), time=when, source="test", event=event)
-        self.state.apply(LogEntry(seq=self.seq, subject="", envelope=envelope))
+        self.state.apply(log_entry(self.seq, "", envelope))
 
     def submit(self, at_s: float, request: JobRequest) -> None:
         """The job as `usher submit` would create it, then a decision pass (and its wakeups)."""

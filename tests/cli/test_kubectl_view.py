@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
 from usher.client import Client
+from usher.local.system import EmbeddedSystem, SystemOptions
 
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")

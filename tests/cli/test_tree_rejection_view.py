@@ -19,10 +19,10 @@ from schemas import (
     QuotaTreeApplied,
     QuotaTreeRejected,
 )
-from services.common.follower import LogEntry
 from tests.builders.events import CORE
 from usher.cli.live import render
-from usher.client.state import LogState
+from usher.client.state import PeopleProjection
+from usher.core.log import LogEntry, log_entry
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 ERROR = FieldError(
@@ -35,7 +35,7 @@ REJECTED = QuotaTreeRejected(errors=[ERROR], namespace="kube-system", name="elas
 
 def entry(seq: int, event: object) -> LogEntry:
     envelope = Envelope(id=f"e{seq}", time=AT, source="test", event=event)  # type: ignore[arg-type]
-    return LogEntry(seq=seq, subject="usher.quota", envelope=envelope)
+    return log_entry(seq, "usher.quota", envelope)
 
 
 def tree() -> QuotaNode:
@@ -43,7 +43,7 @@ def tree() -> QuotaNode:
 
 
 def test_a_rejection_after_a_tree_in_force_names_the_tree_and_keeps_the_old_one() -> None:
-    state = LogState()
+    state = PeopleProjection()
     state.apply(entry(1, QuotaTreeApplied(root=tree())))
     state.apply(entry(2, REJECTED))
     view = state.view(0)
@@ -63,7 +63,7 @@ def test_a_rejection_after_a_tree_in_force_names_the_tree_and_keeps_the_old_one(
 
 
 def test_a_rejection_with_no_tree_in_force_says_so() -> None:
-    state = LogState()
+    state = PeopleProjection()
     state.apply(entry(1, REJECTED))
     [line] = state.view(0).tree_notes()
     assert "(no tree is in force)" in line and "[min-exceeds-max]" in line

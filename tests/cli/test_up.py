@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.cli.stack_process import UpProcess, descendants, poll, usher, usher_json
-from usher.adapters.embedded.processes import pid_alive
-from usher.adapters.embedded.servers import pg_runtime_root
+from usher.local.processes import pid_alive
+from usher.local.servers import pg_runtime_root
 
 # --------------------------------------------------------------------------- tests
 

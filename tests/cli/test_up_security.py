@@ -29,7 +29,7 @@ import nats
 import pytest
 
 from tests.cli.stack_process import UpProcess, clean_env
-from usher.adapters.embedded.credentials import Credentials
+from usher.local.credentials import Credentials
 
 REPO = Path(__file__).resolve().parents[2]
 KUBECTL = shutil.which("kubectl")

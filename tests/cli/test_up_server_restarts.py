@@ -25,10 +25,10 @@ from kubernetes_asyncio import client, config
 
 from tests.builders.manifests import batch_job, container, pod_template
 from tests.cli.stack_process import UpProcess, poll, usher
-from usher.adapters.embedded import system as embedded_system
-from usher.adapters.embedded.processes import pid_alive
-from usher.adapters.embedded.servers import NatsServer
-from usher.adapters.embedded.system import ServerWatch
+from usher.local import system as embedded_system
+from usher.local.processes import pid_alive
+from usher.local.servers import NatsServer
+from usher.local.system import ServerWatch
 
 DEMO = Path(__file__).resolve().parents[2] / "usher" / "demo"
 NAMESPACES = ("user-a", "user-b", "user-c")

@@ -26,10 +26,10 @@ from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from services.common.settings import SettingsError, load_settings
-from usher.adapters.embedded.processes import ManagedProcess, free_port
-from usher.adapters.embedded.servers import HOST, nats_server_binary
 from usher.adapters.nats.log import ensure_streams, log_stream_config
 from usher.adapters.nats.subjects import Subjects
+from usher.local.processes import ManagedProcess, free_port
+from usher.local.servers import HOST, nats_server_binary
 
 SUBJECTS = Subjects("r3")
 NODES = 3

@@ -33,12 +33,12 @@ from services.common.leader import Leadership
 from services.common.metrics import Metrics
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
-from usher.adapters.embedded.servers import NatsServer, nats_server_binary
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import ensure_streams, require_streams
 from usher.adapters.nats.permissions import deploy_files, identities, password_variable
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
+from usher.local.servers import NatsServer, nats_server_binary
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 AUTH_CONF = DEPLOY / "nats" / "usher-auth.conf"

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from usher.adapters.embedded.processes import ManagedProcess
+from usher.local.processes import ManagedProcess
 
 
 @dataclass

@@ -18,8 +18,8 @@ from tests.builders.events import observed
 from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, publish
-from usher.adapters.embedded.processes import ManagedProcess
 from usher.adapters.nats.subjects import Subjects
+from usher.local.processes import ManagedProcess
 
 TTL_S = 3.0
 

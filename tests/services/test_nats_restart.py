@@ -25,16 +25,17 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import Envelope, EventId, QuotaTreeApplied
-from services.common.follower import LogEntry, LogFollower
 from services.common.retry import Backoff, Stopping, retrying
 from services.common.runtime import connect
 from services.common.settings import ServiceSettings
 from tests.builders.trees import two_leaf_tree
 from tests.services.helpers import log_events, publish
-from usher.adapters.embedded.servers import HOST, NatsServer
 from usher.adapters.logs import get_logger
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.log import ensure_streams, publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.core.log import LogEntry
+from usher.local.servers import HOST, NatsServer
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from schemas import Millis, QuotaTreeApplied, Unmapped, Zone
-from services.common.follower import LogFollower, Projection, _stream_seq
+from services.common.projection import Projection
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings, SettingsError
 from services.common.snapshots import (
@@ -28,6 +28,7 @@ from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.logs import get_logger
+from usher.adapters.nats.follower import LogFollower, _stream_seq
 from usher.adapters.nats.log import delete_streams, ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects

@@ -22,12 +22,12 @@ from typing import Any, NoReturn, TypeVar
 import click
 import msgspec
 
-from usher.adapters.embedded.processes import ServerStartError, pid_alive
-from usher.adapters.embedded.stack_file import home_problem, read_stack_info, usher_home
 from usher.adapters.logs import configure, redact_url
+from usher.adapters.stack_file import home_problem, read_stack_info, usher_home
 from usher.client.errors import BadInput
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES
 from usher.core.errors import InputError
+from usher.local.processes import ServerStartError, pid_alive
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -197,8 +197,8 @@ def up(
     """
     import asyncio
 
-    from usher.adapters.embedded.system import EmbeddedSystem, SystemOptions
     from usher.cli.live import run_up
+    from usher.local.system import EmbeddedSystem, SystemOptions
 
     configure()
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations: no chatter on screen
@@ -363,8 +363,8 @@ def streams_command(
     import asyncio
 
     from services.common.settings import SettingsError, stream_replicas
-    from usher.adapters.embedded.stack import prepare_streams
     from usher.adapters.nats.subjects import Subjects
+    from usher.local.stack import prepare_streams
 
     try:
         count = stream_replicas(replicas or os.environ.get("USHER_STREAM_REPLICAS") or "1")

@@ -31,7 +31,6 @@ import yaml
 
 from schemas import Millis, WorkloadKey
 from services.common.settings import ServiceSettings, SettingsError, load_settings, parse_rate
-from usher.adapters.embedded.stack_file import read_stack_info, usher_home
 from usher.adapters.nats.export import (
     ExportFileError,
     LogStreamMissing,
@@ -44,6 +43,7 @@ from usher.adapters.nats.export import (
 )
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.audit_reads import LedgerUnavailable, read_ledger
+from usher.adapters.stack_file import read_stack_info, usher_home
 from usher.cli import (
     EXIT_BAD_INPUT,
     EXIT_DIFFERENCES,

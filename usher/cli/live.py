@@ -28,12 +28,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from services.common.follower import BadEntry, LogEntry
-from usher.adapters.embedded.stack_file import StackInfo
-from usher.adapters.embedded.system import EmbeddedSystem
+from usher.adapters.stack_file import StackInfo
 from usher.client import AsyncClient, ClientError
 from usher.client.state import (
-    LogState,
+    PeopleProjection,
     QueueInfo,
     QuotaInfo,
     StateView,
@@ -41,8 +39,11 @@ from usher.client.state import (
     now_ms,
 )
 from usher.client.target import target_of_stack
+from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.state import JobState
 from usher.demo import DemoDriver
+from usher.local.system import EmbeddedSystem
 
 BAR_WIDTH = 14
 SHOWN_PER_QUEUE = 6
@@ -229,7 +230,7 @@ class LiveView:
         self.header = header
         self.plain = plain
         self.interval_s = interval_s
-        self.state = LogState(client.target.engine, track_skips=True)
+        self.state = PeopleProjection(client.target.engine, track_skips=True)
         self.notes: deque[str] = deque(maxlen=20)
         self._printed_seq = 0
         self._pending = 0
@@ -263,7 +264,7 @@ class LiveView:
 
     def _view(self) -> StateView:
         view = self.state.view(now_ms())
-        self._pending = sum(1 for job in view.jobs if job.state == "Pending")
+        self._pending = sum(1 for job in view.jobs if job.state == JobState.PENDING)
         return view
 
     async def _screen(
@@ -309,7 +310,7 @@ class LiveView:
                 summarised, shown = self.state.applied_seq, time.monotonic()
             else:
                 self._pending = sum(
-                    1 for v in self.state.engine.jobs().values() if v.state == "Pending"
+                    1 for v in self.state.engine.jobs().values() if v.state == JobState.PENDING
                 )
             if stop.is_set():
                 return

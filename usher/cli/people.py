@@ -37,6 +37,7 @@ from usher.cli import (
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
 from usher.client.timing import UNKNOWN_GRACE_S
+from usher.core.state import ENGINE_STATES, JobState
 
 if TYPE_CHECKING:
     # Imported where used (``_client``): a command's start-up is what it imports.
@@ -165,7 +166,7 @@ def age(created: datetime | None) -> str:
 
 
 def _reason(job: JobInfo) -> str:
-    if job.state == "Finished":
+    if job.state == JobState.FINISHED:
         return "succeeded" if job.succeeded is not False else "failed"
     text = f"{job.reason_code}: {job.reason}" if job.reason_code else (job.reason or "")
     if job.preemptions:
@@ -226,10 +227,10 @@ def _check_file(path: Path) -> list[str] | None:
 
 def _show_progress(job: JobInfo) -> None:
     stamp = datetime.now().strftime("%H:%M:%S")
-    if job.state == "Pending":
+    if job.state == JobState.PENDING:
         where = f"#{job.position} in {job.queue}" if job.position else (job.queue or "")
         detail = f"{where}: {_reason(job)}"
-    elif job.state == "Admitted":
+    elif job.state == JobState.ADMITTED:
         detail = f"in {job.quota} (queue {job.queue}, zone {job.zone or 'default'})"
         if job.preemptions:
             detail += f", after {job.preemptions} preemption(s)"
@@ -239,11 +240,11 @@ def _show_progress(job: JobInfo) -> None:
 
 
 def _finish_wait(job: JobInfo, until: str) -> None:
-    if until == "admitted" and job.state == "Admitted":
+    if until == "admitted" and job.state == JobState.ADMITTED:
         return
-    if job.state == "Finished" and job.succeeded is not False:
+    if job.state == JobState.FINISHED and job.succeeded is not False:
         return
-    what = "failed" if job.state == "Finished" else f"is {job.state}: {_reason(job)}"
+    what = "failed" if job.state == JobState.FINISHED else f"is {job.state}: {_reason(job)}"
     fail(f"job {job.job} {what}", EXIT_JOB_FAILED)
 
 
@@ -447,7 +448,7 @@ cli.add_command(delete_command, "cancel")
     "--state",
     "states",
     multiple=True,
-    type=click.Choice(["Pending", "Admitted", "Finished", "Inadmissible", "Unmapped", "Rejected"]),
+    type=click.Choice([state.value for state in (*ENGINE_STATES, JobState.REJECTED)]),
     help="Only jobs in this state (repeatable).",
 )
 @output_option

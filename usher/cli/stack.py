@@ -21,11 +21,11 @@ from pathlib import Path
 import click
 import msgspec
 
-from usher.adapters.embedded.processes import pid_alive
-from usher.adapters.embedded.stack_file import StackInfo, read_stack_info, usher_home
 from usher.adapters.logs import redact_url
+from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
 from usher.cli import EXIT_DIFFERENCES, EXIT_UNAVAILABLE, cli, fail, home_option
 from usher.cli.people import emit, output_option, render_table
+from usher.local.processes import pid_alive
 
 UP = "usher up"
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from usher.client.state import (
         DecisionInfo,
         JobInfo,
-        LogState,
+        PeopleProjection,
         QueuedJob,
         QueueInfo,
         QuotaInfo,
@@ -47,7 +47,7 @@ _LAZY = {
     "usher.client.state": (
         "DecisionInfo",
         "JobInfo",
-        "LogState",
+        "PeopleProjection",
         "QueuedJob",
         "QueueInfo",
         "QuotaInfo",
@@ -81,9 +81,9 @@ __all__ = [
     "Deleted",
     "JobInfo",
     "JobRequest",
-    "LogState",
     "NotFound",
     "NotRunning",
+    "PeopleProjection",
     "QueueInfo",
     "QueuedJob",
     "QuotaInfo",

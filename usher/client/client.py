@@ -58,7 +58,7 @@ from usher.client.manifests import (
 )
 from usher.client.state import (
     JobInfo,
-    LogState,
+    PeopleProjection,
     QueueInfo,
     QuotaInfo,
     StateView,
@@ -68,6 +68,7 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.state import JobState
 from usher.core.workload import ZONE_LABEL
 
 if TYPE_CHECKING:
@@ -218,8 +219,8 @@ class AsyncClient:
 
     # ------------------------------------------------------------------ reading state
 
-    async def state(self) -> LogState:
-        """The whole log folded for people (``LogState``); use ``.view()`` for results."""
+    async def state(self) -> PeopleProjection:
+        """The whole log folded for people (``PeopleProjection``); use ``.view()`` for results."""
         js = await self.jetstream()
         try:
             return await read_state(js, self.subjects, self.target.engine, timeout_s=self.timeout_s)
@@ -505,7 +506,7 @@ class AsyncClient:
             raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
         key = _key(job, namespace)
         js = await self.jetstream()
-        state = LogState(self.target.engine)
+        state = PeopleProjection(self.target.engine)
         try:
             follower = await catch_up(state, js, self.subjects, timeout_s=self.timeout_s)
         except TimeoutError as exc:
@@ -521,11 +522,11 @@ class AsyncClient:
             batches = follower.batches(stop, idle_s=lambda: 0.5)
             while True:
                 info = state.job(key)
-                if info is not None and info.state == "Pending":
+                if info is not None and info.state == JobState.PENDING:
                     if (
                         time.monotonic() - reasons_at >= REASON_EVERY_S
                         or latest is None
-                        or (latest.state != "Pending" or latest.position != info.position)
+                        or (latest.state != JobState.PENDING or latest.position != info.position)
                     ):
                         reasons_at = time.monotonic()
                         info = state.job(key, None, state.pending_reasons(now_ms()))
@@ -547,7 +548,7 @@ class AsyncClient:
                         last_seen = signature
                         if on_change is not None:
                             on_change(info)
-                    if info.done or (until == "admitted" and info.state == "Admitted"):
+                    if info.done or (until == "admitted" and info.state == JobState.ADMITTED):
                         return info
                 if deadline is not None and time.monotonic() >= deadline:
                     raise WaitTimeout(
@@ -589,7 +590,7 @@ def _workload_kinds(kind: str | None) -> list[Kind]:
     return chosen
 
 
-def _check_namespace(state: LogState, namespace: str) -> None:
+def _check_namespace(state: PeopleProjection, namespace: str) -> None:
     if state.tree is None:
         return
     taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
@@ -601,7 +602,7 @@ def _check_namespace(state: LogState, namespace: str) -> None:
         )
 
 
-def _check_zone(state: LogState, zone: str) -> None:
+def _check_zone(state: PeopleProjection, zone: str) -> None:
     served = state.engine.served_zones()
     # None served on the log at all: a log older than ZoneServed, nothing to check against.
     if served and zone not in served:

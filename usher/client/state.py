@@ -1,6 +1,6 @@
 """What Usher says about every job, queue and quota node, folded from the log.
 
-What it does: ``LogState`` applies log entries in order to a pure-core ``Engine`` (the same
+What it does: ``PeopleProjection`` applies log entries in order to a pure-core ``Engine`` (the same
 projection every service keeps) and records what the engine does not keep for people: each
 workload's kind, zone, requests and creation time, manifests the watcher rejected (with the
 field errors), whether a finished job succeeded, how often it was preempted, the tree in force
@@ -42,19 +42,16 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
 )
-from services.common.follower import BadEntry, LogEntry, LogFollower
+from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
+from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.state import JobState
 from usher.core.tree import iter_nodes, leaf_queue_name
 
-PENDING = "Pending"
-ADMITTED = "Admitted"
-FINISHED = "Finished"
-REJECTED = "Rejected"
-"""The watcher could not read the manifest (``WorkloadRejected``): never queued."""
 MAX_DECISIONS = 200
 
 
@@ -68,8 +65,8 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     """``namespace/name``."""
     namespace: str
     name: str
-    state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped`` or ``Rejected``."""
+    state: JobState
+    """One of the engine's states, or ``Rejected``."""
     queue: str | None = None
     quota: str | None = None
     """Leaf path, e.g. ``root/Department-a``."""
@@ -90,7 +87,7 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def done(self) -> bool:
         """Finished, or never going to run as it is (rejected or inadmissible)."""
-        return self.state in (FINISHED, REJECTED, "Inadmissible")
+        return self.state in (JobState.FINISHED, JobState.REJECTED, JobState.INADMISSIBLE)
 
 
 class QueuedJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -266,8 +263,9 @@ def _reason_text(reason: Reason | None) -> tuple[str | None, str | None]:
 
 
 @dataclass
-class LogState:
-    """The projection of the log for people (see the module docstring)."""
+class PeopleProjection:
+    """The projection of the log for people: the engine plus what it does not keep (kinds,
+    outcomes, rejections, decisions); see the module docstring."""
 
     config: EngineConfig = field(default_factory=EngineConfig)
     engine: Engine = field(init=False)
@@ -311,7 +309,12 @@ class LogState:
     def _note_skip(self, admitted: WorkloadKey, at_ms: int) -> None:
         """``admitted`` is about to leave its queue: if it was not first, the head was passed."""
         view = self.engine.job_state(admitted)
-        if view is None or view.state != PENDING or view.queue is None or (view.position or 1) <= 1:
+        if (
+            view is None
+            or view.state != JobState.PENDING
+            or view.queue is None
+            or (view.position or 1) <= 1
+        ):
             return
         entries = self.engine.queues().get(view.queue)
         if not entries:
@@ -431,14 +434,14 @@ class LogState:
     def pending_reasons(self, now: Millis) -> dict[WorkloadKey, Reason]:
         """Why each pending job waits: what a decision pass now would say (a preview: the
         engine decides nothing)."""
-        waiting = [k for k, v in self.engine.jobs().items() if v.state == PENDING]
+        waiting = [k for k, v in self.engine.jobs().items() if v.state == JobState.PENDING]
         if not waiting:
             return {}
         preview = self.engine.preview_pass(now)
         out: dict[WorkloadKey, Reason] = {}
         for key in waiting:
             after = preview.waiting.get(key)
-            if after is not None and after.state == PENDING and after.reason is not None:
+            if after is not None and after.state == JobState.PENDING and after.reason is not None:
                 out[key] = after.reason
             else:
                 out[key] = reasons.not_yet_evaluated("fits now; the next decision pass admits it")
@@ -460,7 +463,7 @@ class LogState:
                 job=key,
                 namespace=namespace,
                 name=name,
-                state=REJECTED,
+                state=JobState.REJECTED,
                 reason=rejection.message,
                 reason_code=rejection.code,
                 kind=rejected.kind or None,
@@ -470,7 +473,7 @@ class LogState:
             return None
         observed = self.observed.get(wkey)
         reason = view.reason
-        if view.state == PENDING and why is not None and wkey in why:
+        if view.state == JobState.PENDING and why is not None and wkey in why:
             reason = why[wkey]
         message, code = _reason_text(reason)
         namespace, _, name = key.partition("/")
@@ -490,7 +493,7 @@ class LogState:
             priority=view.priority,
             reason=message,
             reason_code=code,
-            succeeded=self.outcome.get(wkey) if view.state == FINISHED else None,
+            succeeded=self.outcome.get(wkey) if view.state == JobState.FINISHED else None,
             preemptions=self.preemptions.get(wkey, 0),
             kind=observed.kind if observed else None,
             requests=_quantities(totals),
@@ -530,7 +533,7 @@ class LogState:
         entries = self.engine.queues()
         admitted: dict[str, list[str]] = {}
         for key, view in views.items():
-            if view.state == ADMITTED and view.queue is not None:
+            if view.state == JobState.ADMITTED and view.queue is not None:
                 admitted.setdefault(view.queue, []).append(key)
         out: list[QueueInfo] = []
         for path, node, _ in iter_nodes(self.tree):
@@ -590,7 +593,7 @@ class LogState:
 
 
 async def catch_up(
-    state: LogState,
+    state: PeopleProjection,
     js: JetStreamContext,
     subjects: Subjects,
     *,
@@ -621,9 +624,9 @@ async def catch_up(
 
 async def read_state(
     js: JetStreamContext, subjects: Subjects, config: EngineConfig, *, timeout_s: float = 30.0
-) -> LogState:
-    """The whole log folded into a fresh ``LogState``."""
-    state = LogState(config)
+) -> PeopleProjection:
+    """The whole log folded into a fresh ``PeopleProjection``."""
+    state = PeopleProjection(config)
     follower = await catch_up(state, js, subjects, timeout_s=timeout_s)
     await follower.stop()
     return state

@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 
 from schemas import Zone
-from usher.adapters.embedded.stack_file import StackInfo, read_stack_info, usher_home
+from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
 from usher.client.errors import BadInput, NotRunning
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 

@@ -43,7 +43,7 @@ log subject would make the audit fail for ever. Forged entries that do decode ar
 any other (a decision not written by the ledger's outbox stays a finding).
 
 The window (``since_ms``) is in the log's own time: when the stream stored each entry
-(``LogItem.log_ms``), never the envelope's ``time``, which its sender chooses. An entry whose
+(``LogEntry.log_ms``), never the envelope's ``time``, which its sender chooses. An entry whose
 log time is unknown (an export from before it was recorded) is always checked.
 
 Known ways a finding can appear without a bug, so that findings can be judged: the services
@@ -87,15 +87,14 @@ from schemas import (
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
-    BadItem,
     History,
-    LogItem,
     format_datetime,
     format_resources,
     to_datetime,
 )
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
-from usher.core.state import shape_of
+from usher.core.log import BadEntry, LogEntry
+from usher.core.state import JobState, shape_of
 
 LEDGER_TYPES = LEDGER_DECISION_TYPES
 
@@ -156,7 +155,7 @@ class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
     """Allocations compared with the log; ``None`` when the ledger was not checked."""
     since: datetime | None
     findings: list[Finding]
-    rejected: list[BadItem] = msgspec.field(default_factory=list)
+    rejected: list[BadEntry] = msgspec.field(default_factory=list)
     """Entries that are not valid envelopes: listed apart, not findings (module docstring)."""
 
 
@@ -186,7 +185,7 @@ class _Auditor:
     decisions: int = 0
     since_ms: Millis | None = None
 
-    def note(self, item: LogItem, check: str, message: str) -> None:
+    def note(self, item: LogEntry, check: str, message: str) -> None:
         event = item.event
         workload = getattr(event, "workload", None)
         self.findings.append(
@@ -201,14 +200,14 @@ class _Auditor:
             )
         )
 
-    def run(self, items: Sequence[LogItem]) -> None:
+    def run(self, items: Sequence[LogEntry]) -> None:
         for group in log_groups(items):
             if isinstance(group[0].event, Preempted):
                 self.preempted(group)
             else:
                 self.one(group[0])
 
-    def should_check(self, item: LogItem, *, ledger: bool = True) -> bool:
+    def should_check(self, item: LogEntry, *, ledger: bool = True) -> bool:
         """Whether to re-derive ``item``: inside the window, and not a repeat of a decision.
 
         Decisions before ``since`` are only folded. A ledger decision whose event id was
@@ -223,7 +222,7 @@ class _Auditor:
             return False
         return True
 
-    def one(self, item: LogItem) -> None:
+    def one(self, item: LogEntry) -> None:
         event = item.event
         match event:
             case Admitted():
@@ -266,7 +265,7 @@ class _Auditor:
 
     # -- Admitted
 
-    def check_admitted(self, item: LogItem, event: Admitted) -> None:
+    def check_admitted(self, item: LogEntry, event: Admitted) -> None:
         key = event.workload
         view = self.engine.job_state(key)
         observed = self.observed.get(key)
@@ -275,7 +274,7 @@ class _Auditor:
             return
         if key in self.live:
             return  # the invariants report it: already-admitted
-        if view.state != "Pending":
+        if view.state != JobState.PENDING:
             self.note(item, "not-pending", f"{key} was {view.state}, not waiting in a queue")
             return
         if view.quota != event.quota:
@@ -298,7 +297,7 @@ class _Auditor:
 
     # -- Preempted
 
-    def preempted(self, group: Sequence[LogItem]) -> None:
+    def preempted(self, group: Sequence[LogEntry]) -> None:
         events = [as_preempted(item) for item in group]
         preemptor = events[0].preemptor
         for item, event in zip(group, events, strict=True):
@@ -310,15 +309,15 @@ class _Auditor:
         self.held.add(preemptor)
         self.since[preemptor] = _Since()
 
-    def check_preempted(self, item: LogItem, event: Preempted) -> None:
+    def check_preempted(self, item: LogEntry, event: Preempted) -> None:
         # Whether the preemption is justified is an invariant (preemption-refused).
         view = self.engine.job_state(event.workload)
-        if view is not None and view.state == "Admitted" and view.quota != event.quota:
+        if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
             self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
 
     # -- Released
 
-    def check_released(self, item: LogItem, event: Released) -> None:
+    def check_released(self, item: LogEntry, event: Released) -> None:
         key = event.workload
         if key not in self.live and key not in self.held:
             self.note(
@@ -343,7 +342,7 @@ class _Auditor:
 
     # -- Inadmissible / Unmapped
 
-    def check_classified(self, item: LogItem, event: Inadmissible | Unmapped) -> None:
+    def check_classified(self, item: LogEntry, event: Inadmissible | Unmapped) -> None:
         key = event.workload
         expected = type(event).__name__
         view = self.engine.job_state(key)
@@ -402,7 +401,7 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
     return None
 
 
-def in_window(item: LogItem, since_ms: Millis | None) -> bool:
+def in_window(item: LogEntry, since_ms: Millis | None) -> bool:
     """At or after ``since_ms`` by the log's own time (an envelope's time can be forged); an
     entry whose log time is unknown is checked rather than hidden."""
     return since_ms is None or item.log_ms is None or item.log_ms >= since_ms
@@ -519,7 +518,7 @@ def check_ledger(
     return findings
 
 
-def _against_allocation(item: LogItem, allocations: dict[int, AllocationRecord]) -> list[Finding]:
+def _against_allocation(item: LogEntry, allocations: dict[int, AllocationRecord]) -> list[Finding]:
     event = item.event
     assert isinstance(event, LEDGER_TYPES)
 

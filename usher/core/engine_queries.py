@@ -26,6 +26,7 @@ from usher.core.state import (
     PENDING,
     UNMAPPED,
     Job,
+    JobState,
     QuotaNodeInfo,
     shape_of,
 )
@@ -46,8 +47,8 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     """What the engine knows about one workload, for queries and ``usher explain``."""
 
     job: WorkloadKey
-    state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible`` or ``Unmapped``."""
+    state: JobState
+    """One of ``ENGINE_STATES``."""
     queue: QueueName | None = None
     quota: QuotaPath | None = None
     position: int | None = None

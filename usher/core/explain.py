@@ -40,14 +40,15 @@ from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
     History,
-    LogItem,
     fold,
     format_datetime,
     format_resources,
     quantities,
     to_datetime,
 )
+from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.state import JobState
 
 
 class UnknownWorkload(LookupError):
@@ -84,9 +85,9 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     """What ``usher explain`` prints."""
 
     workload: WorkloadKey
-    state: str
-    """``Pending``, ``Admitted``, ``Finished``, ``Inadmissible``, ``Unmapped``, ``Rejected``
-    (its manifest could not be read, and it was not deleted since) or ``Deleted``."""
+    state: JobState
+    """One of the engine's states, ``Rejected`` (its manifest could not be read, and it was
+    not deleted since) or ``Deleted``."""
     queue: QueueName | None = None
     quota: QuotaPath | None = None
     position: int | None = None
@@ -128,7 +129,7 @@ def explain(
     if rejected is not None:
         return Explanation(
             workload=key,
-            state="Rejected",
+            state=JobState.REJECTED,
             requests=quantities(requests),
             reason=reasons.rejected(rejected.errors),
             history=lines,
@@ -139,11 +140,13 @@ def explain(
     fold(engine, history.items)
     view = engine.job_state(key)
     reclaim = (
-        _reclaim(engine, key, now_ms) if view is not None and view.state == "Pending" else None
+        _reclaim(engine, key, now_ms)
+        if view is not None and view.state == JobState.PENDING
+        else None
     )
     return Explanation(
         workload=key,
-        state=view.state if view is not None else "Deleted",
+        state=view.state if view is not None else JobState.DELETED,
         queue=view.queue if view is not None else None,
         quota=view.quota if view is not None else None,
         position=view.position if view is not None else None,
@@ -174,7 +177,9 @@ def _requests(event: WorkloadObserved) -> dict[str, int]:
     return total
 
 
-def _line(item: LogItem, key: WorkloadKey, previous: WorkloadObserved | None) -> HistoryLine | None:
+def _line(
+    item: LogEntry, key: WorkloadKey, previous: WorkloadObserved | None
+) -> HistoryLine | None:
     event = item.event
     what: str
     reason: Reason | None = None

@@ -2,7 +2,7 @@
 
 What it does: defines the export file (``usher log export``: JSON Lines, a header then one
 ``ExportedEntry`` per log entry with its stream sequence, subject, the time the stream stored
-it and the envelope exactly as stored), decodes entries into ``LogItem`` values (or ``BadItem``
+it and the envelope exactly as stored), decodes entries into ``LogEntry`` values (or ``BadEntry``
 for what does not decode), parses the ``TIME`` arguments of the history commands, and rebuilds
 the queue state at any point of the log (``usher replay``): the same ``Engine`` the services
 use folds every entry, cluster events and recorded decisions alike, up to that point; no
@@ -23,16 +23,14 @@ import msgspec
 
 from schemas import (
     Envelope,
-    LogEvent,
     Millis,
     QueueName,
     QuotaPath,
-    Reason,
-    WorkloadKey,
     decode_envelope,
 )
 from usher.core.config import EngineConfig
-from usher.core.engine import Engine, QueueEntry
+from usher.core.engine import Engine, JobView, QueueEntry
+from usher.core.log import BadEntry, LogEntry, envelope_ms
 from usher.core.quantity import format_quantity
 
 EXPORT_FORMAT: Literal["usher-log"] = "usher-log"
@@ -141,38 +139,12 @@ def decode_export(blob: bytes) -> tuple[ExportHeader, list[ExportedEntry]]:
 # ---------------------------------------------------------------------------- decoded log
 
 
-class LogItem(msgspec.Struct, frozen=True, kw_only=True):
-    """One decoded log entry: stream sequence, subject, envelope, its time in ms."""
-
-    seq: int
-    subject: str
-    envelope: Envelope
-    time_ms: Millis
-    """The envelope's time: what its sender says (the engine folds it at this time)."""
-    log_ms: Millis | None = None
-    """When the log stored it (``ExportedEntry.stored``); ``None`` when not recorded. Windows
-    that must not trust the sender (``usher audit --since``) use this one."""
-
-    @property
-    def event(self) -> LogEvent:
-        return self.envelope.event
-
-
-class BadItem(msgspec.Struct, frozen=True, kw_only=True):
-    """An entry whose payload is not a valid envelope (services park those; we report them)."""
-
-    seq: int
-    subject: str
-    error: str
-    detail: str
-
-
 @dataclass(frozen=True)
 class History:
     """The log in stream order: decoded items and the entries that did not decode."""
 
-    items: list[LogItem]
-    bad: list[BadItem]
+    items: list[LogEntry]
+    bad: list[BadEntry]
 
     @property
     def last_seq(self) -> int:
@@ -196,28 +168,23 @@ class History:
         return all(item.log_ms is not None for item in self.items)
 
 
-def envelope_ms(envelope: Envelope) -> Millis:
-    """An envelope's time in integer milliseconds since the epoch."""
-    return Millis(int(envelope.time.timestamp() * 1000))
-
-
 def decode_history(entries: Iterable[ExportedEntry]) -> History:
     """Decode every entry; the ones that do not decode are kept aside with the error."""
-    items: list[LogItem] = []
-    bad: list[BadItem] = []
+    items: list[LogEntry] = []
+    bad: list[BadEntry] = []
     for entry in entries:
         try:
             envelope = decode_envelope(payload(entry))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             bad.append(
-                BadItem(
+                BadEntry(
                     seq=entry.seq, subject=entry.subject, error=type(exc).__name__, detail=str(exc)
                 )
             )
             continue
         stored = Millis(int(entry.stored.timestamp() * 1000)) if entry.stored else None
         items.append(
-            LogItem(
+            LogEntry(
                 seq=entry.seq,
                 subject=entry.subject,
                 envelope=envelope,
@@ -231,10 +198,10 @@ def decode_history(entries: Iterable[ExportedEntry]) -> History:
 def history_of(envelopes: Sequence[tuple[str, Envelope]]) -> History:
     """A history from envelopes in order (seq 1, 2, ...): for logs built in memory, which
     have no server, so each entry is taken as stored at its own time."""
-    items: list[LogItem] = []
+    items: list[LogEntry] = []
     for i, (subject, envelope) in enumerate(envelopes, start=1):
         at = envelope_ms(envelope)
-        items.append(LogItem(seq=i, subject=subject, envelope=envelope, time_ms=at, log_ms=at))
+        items.append(LogEntry(seq=i, subject=subject, envelope=envelope, time_ms=at, log_ms=at))
     return History(items=items, bad=[])
 
 
@@ -305,9 +272,9 @@ def quantities(resources: dict[str, int]) -> dict[str, str]:
 
 def prefix(
     history: History, *, until_ms: Millis | None = None, until_seq: int | None = None
-) -> list[LogItem]:
+) -> list[LogEntry]:
     """The longest prefix of the log at or before ``until_seq`` and ``until_ms``."""
-    out: list[LogItem] = []
+    out: list[LogEntry] = []
     for item in history.items:
         if until_seq is not None and item.seq > until_seq:
             break
@@ -317,25 +284,13 @@ def prefix(
     return out
 
 
-def fold(engine: Engine, items: Iterable[LogItem]) -> None:
+def fold(engine: Engine, items: Iterable[LogEntry]) -> None:
     """Apply entries in order at their own times, as every service's projection does."""
     for item in items:
         engine.apply(item.envelope.event, item.time_ms)
 
 
 # ---------------------------------------------------------------------------- replay
-
-
-class JobRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One workload in a replayed state."""
-
-    job: WorkloadKey
-    state: str
-    queue: QueueName | None = None
-    quota: QuotaPath | None = None
-    position: int | None = None
-    priority: int = 0
-    reason: Reason | None = None
 
 
 class QueueRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -363,7 +318,7 @@ class ReplayState(msgspec.Struct, frozen=True, kw_only=True):
     entries: int
     """How many decoded entries were applied."""
     undecodable: int
-    jobs: list[JobRow]
+    jobs: list[JobView]
     queues: list[QueueRow]
     quota: list[QuotaRow]
 
@@ -393,16 +348,9 @@ def state_of(
     engine: Engine, *, seq: int, time_ms: Millis | None, entries: int, undecodable: int
 ) -> ReplayState:
     """What an engine holds, as rows: jobs with reasons, queues in order, quota per node."""
+    # The reason a pass would give now, not the one the engine noted at its last pass.
     jobs = [
-        JobRow(
-            job=view.job,
-            state=view.state,
-            queue=view.queue,
-            quota=view.quota,
-            position=view.position,
-            priority=view.priority,
-            reason=engine.reason_now(key),
-        )
+        msgspec.structs.replace(view, reason=engine.reason_now(key))
         for key, view in engine.jobs().items()
     ]
     used = engine.quota_used()
@@ -461,13 +409,10 @@ def render_replay_table(state: ReplayState) -> str:
 
 
 __all__ = [
-    "BadItem",
     "ExportFormatError",
     "ExportHeader",
     "ExportedEntry",
     "History",
-    "JobRow",
-    "LogItem",
     "QueueRow",
     "QuotaRow",
     "ReplayState",
@@ -475,7 +420,6 @@ __all__ = [
     "decode_export",
     "decode_history",
     "encode_export",
-    "envelope_ms",
     "exported_entry",
     "fold",
     "format_datetime",

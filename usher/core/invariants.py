@@ -48,7 +48,9 @@ from usher.core import reasons
 from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-from usher.core.history import LogItem, format_time
+from usher.core.history import format_time
+from usher.core.log import LogEntry
+from usher.core.state import JobState
 from usher.core.tree import iter_nodes, path_nodes
 
 LEDGER_DECISIONS = (Admitted, Preempted, Released)
@@ -106,7 +108,7 @@ class _Checker:
 
     def note(
         self,
-        item: LogItem,
+        item: LogEntry,
         check: str,
         message: str,
         *,
@@ -134,7 +136,7 @@ class _Checker:
             )
         )
 
-    def repeated(self, item: LogItem) -> bool:
+    def repeated(self, item: LogEntry) -> bool:
         """A ledger decision already on the log under the same id (one decision, not two)."""
         if not isinstance(item.event, LEDGER_DECISIONS):
             return False
@@ -143,7 +145,7 @@ class _Checker:
         self.seen_ids.add(item.envelope.id)
         return False
 
-    def run(self, items: Sequence[LogItem]) -> None:
+    def run(self, items: Sequence[LogEntry]) -> None:
         for group in log_groups(items):
             fresh = [item for item in group if not self.repeated(item)]
             if not fresh:
@@ -170,7 +172,7 @@ class _Checker:
 
     # -- 1 and 2: running usage, and no admission while live
 
-    def admitted(self, item: LogItem, event: Admitted) -> None:
+    def admitted(self, item: LogEntry, event: Admitted) -> None:
         earlier = self.running.get(event.workload)
         if earlier is not None:
             self.note(
@@ -190,7 +192,7 @@ class _Checker:
         if live is not None:
             self.count(live.admitted, -1)
 
-    def over_commit(self, item: LogItem, event: Admitted) -> None:
+    def over_commit(self, item: LogEntry, event: Admitted) -> None:
         for node in reversed(path_nodes(event.quota)):
             caps, maxima = self.caps.get(node, ({}, {}))
             used = self.used.get(node, {})
@@ -230,7 +232,7 @@ class _Checker:
 
     # -- 3: every Preempted justified by the state before it
 
-    def preempted(self, group: list[tuple[LogItem, Preempted]]) -> None:
+    def preempted(self, group: list[tuple[LogEntry, Preempted]]) -> None:
         refused = preemption_refusal(self.engine, group)
         if refused is not None:
             item, reason = refused
@@ -247,7 +249,7 @@ class _Checker:
 
     def end(self) -> None:
         for key, view in self.engine.jobs().items():
-            if view.state in ("Pending", "Inadmissible", "Unmapped"):
+            if view.state in (JobState.PENDING, JobState.INADMISSIBLE, JobState.UNMAPPED):
                 why = self.engine.reason_now(key)
                 problem = self.untrue(key, why)
                 if problem is not None:
@@ -255,7 +257,7 @@ class _Checker:
         for key, live in sorted(self.running.items()):
             now = self.engine.job_state(key)
             state = now.state if now is not None else "deleted"
-            if state != "Admitted":
+            if state != JobState.ADMITTED:
                 self.end_note(
                     NEVER_RELEASED,
                     key,
@@ -285,7 +287,7 @@ def _stopping(live: _Running) -> str:
     return f" (preempted at seq {live.preempted_seq})"
 
 
-def log_groups(items: Sequence[LogItem]) -> Iterator[list[LogItem]]:
+def log_groups(items: Sequence[LogEntry]) -> Iterator[list[LogEntry]]:
     """Entries one by one, except the ``Preempted`` of one preemptor that follow each other.
 
     The ledger writes a reclaim's victims in one transaction, so they are one decision.
@@ -301,20 +303,20 @@ def log_groups(items: Sequence[LogItem]) -> Iterator[list[LogItem]]:
         index = end
 
 
-def _same_preemptor(item: LogItem, preemptor: WorkloadKey) -> bool:
+def _same_preemptor(item: LogEntry, preemptor: WorkloadKey) -> bool:
     event = item.event
     return isinstance(event, Preempted) and event.preemptor == preemptor
 
 
-def as_preempted(item: LogItem) -> Preempted:
+def as_preempted(item: LogEntry) -> Preempted:
     event = item.event
     assert isinstance(event, Preempted)
     return event
 
 
 def preemption_refusal(
-    engine: Engine, group: Sequence[tuple[LogItem, Preempted]]
-) -> tuple[LogItem, Reason] | None:
+    engine: Engine, group: Sequence[tuple[LogEntry, Preempted]]
+) -> tuple[LogEntry, Reason] | None:
     """Whether one preemptor's group of ``Preempted`` is refused on ``engine``'s state.
 
     ``engine`` holds the log folded up to (not including) the group; the check is
@@ -332,7 +334,7 @@ def preemption_refusal(
 
 
 def check_log(
-    items: Sequence[LogItem], config: EngineConfig, *, at_end: bool = True
+    items: Sequence[LogEntry], config: EngineConfig, *, at_end: bool = True
 ) -> list[Violation]:
     """Every violation on the log (in log order, end-of-log findings last).
 

@@ -41,13 +41,15 @@ from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
 from usher.core.quantity import format_quantity, parse_resources
+from usher.core.state import ENGINE_STATES
 from usher.core.tree import parse_tree
 from usher.core.workload import extract_priority_class, extract_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
 CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
 ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode")
-STATES = ("Pending", "Admitted", "Finished", "Inadmissible", "Unmapped")
+STATES = tuple(state.value for state in ENGINE_STATES)
+"""The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
 EXPECT_KEYS = ("jobs", "queues", "preempted", "quota")
 MAX_WAKEUP_PASSES = 10_000
 """Bound on the passes run at wakeups after the last timeline entry (a safety net)."""

@@ -55,12 +55,9 @@ from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
 from usher.core.state import (
-    ADMITTED,
-    FINISHED,
-    INADMISSIBLE,
-    PENDING,
-    UNMAPPED,
+    ENGINE_STATES,
     Job,
+    JobState,
     Placement,
     Shape,
     StopGroup,
@@ -118,8 +115,8 @@ REBUILT: frozenset[str] = frozenset(
 
 SnapshotProblem = Literal["undecodable", "format", "config", "inconsistent"]
 
-_STATES: tuple[str, ...] = (PENDING, ADMITTED, FINISHED, INADMISSIBLE, UNMAPPED)
-_STATE_IDS: dict[str, int] = {state: i for i, state in enumerate(_STATES)}
+_STATES: tuple[JobState, ...] = ENGINE_STATES
+_STATE_IDS: dict[JobState, int] = {state: i for i, state in enumerate(_STATES)}
 
 Resources = dict[str, int]
 

@@ -9,6 +9,7 @@ clock, or iterate an unordered collection where order matters.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
@@ -25,11 +26,35 @@ SortKey = tuple[int, int, WorkloadKey]
 VictimKey = tuple[int, int, int, WorkloadKey]
 """Reclaim order inside one leaf: lowest priority, most recently admitted, then name."""
 
-PENDING = "Pending"
-ADMITTED = "Admitted"
-FINISHED = "Finished"
-INADMISSIBLE = "Inadmissible"
-UNMAPPED = "Unmapped"
+
+class JobState(StrEnum):
+    """Where a job stands, for the engine and for people; the values are what Usher prints.
+
+    The engine holds a workload in one of the first five (``ENGINE_STATES``). ``Rejected`` and
+    ``Deleted`` are known only around it, from the log: a manifest the watcher could not read
+    is never queued, and a deleted workload is gone from the engine.
+    """
+
+    PENDING = "Pending"
+    ADMITTED = "Admitted"
+    FINISHED = "Finished"
+    INADMISSIBLE = "Inadmissible"
+    UNMAPPED = "Unmapped"
+    REJECTED = "Rejected"
+    """The watcher could not read the manifest (``WorkloadRejected``): never queued."""
+    DELETED = "Deleted"
+    """Deleted since (``usher explain`` of a workload the log once held)."""
+
+
+# The engine's short names for its states (the enum's members, not copies).
+PENDING = JobState.PENDING
+ADMITTED = JobState.ADMITTED
+FINISHED = JobState.FINISHED
+INADMISSIBLE = JobState.INADMISSIBLE
+UNMAPPED = JobState.UNMAPPED
+
+ENGINE_STATES = (PENDING, ADMITTED, FINISHED, INADMISSIBLE, UNMAPPED)
+"""The states a workload can have inside the engine, in the order Usher lists them."""
 
 
 def shape_of(resources: dict[str, int]) -> Shape:
@@ -181,7 +206,7 @@ class Job:
         self.shape: Shape = ()
         self.pods: tuple[Shape, ...] = ()
         self.quota_name: str | None = None
-        self.state = PENDING
+        self.state: JobState = PENDING
         self.leaf: QuotaPath | None = None
         self.sort_key: SortKey = (0, 0, key)
         self.admitted_ms: Millis = Millis(0)

@@ -62,7 +62,8 @@ from schemas import (
 from schemas.events import ClusterEvent
 from usher.core.config import EngineConfig, format_rate
 from usher.core.engine import Engine
-from usher.core.history import History, LogItem, format_datetime, prefix, to_datetime
+from usher.core.history import History, format_datetime, prefix, to_datetime
+from usher.core.log import LogEntry
 from usher.core.sim import MAX_WAKEUP_PASSES
 
 DEFAULT_WINDOW_MS = 20
@@ -183,8 +184,8 @@ class _Run:
     pending: dict[str, int] = field(default_factory=dict)
 
 
-def _groups(items: Sequence[LogItem], window_ms: int) -> list[list[LogItem]]:
-    groups: list[list[LogItem]] = []
+def _groups(items: Sequence[LogEntry], window_ms: int) -> list[list[LogEntry]]:
+    groups: list[list[LogEntry]] = []
     for item in items:
         if groups and item.time_ms - groups[-1][0].time_ms <= window_ms:
             groups[-1].append(item)
@@ -193,7 +194,7 @@ def _groups(items: Sequence[LogItem], window_ms: int) -> list[list[LogItem]]:
     return groups
 
 
-def _input(item: LogItem, tree: QuotaNode | None) -> ClusterEvent:
+def _input(item: LogEntry, tree: QuotaNode | None) -> ClusterEvent:
     event = item.event
     assert isinstance(event, _INPUTS)
     if tree is not None and isinstance(event, QuotaTreeApplied):
@@ -202,8 +203,8 @@ def _input(item: LogItem, tree: QuotaNode | None) -> ClusterEvent:
 
 
 def _simulate(
-    folded: Sequence[LogItem],
-    groups: Sequence[list[LogItem]],
+    folded: Sequence[LogEntry],
+    groups: Sequence[list[LogEntry]],
     variant: Variant,
     until_ms: Millis | None,
 ) -> _Run:
@@ -211,7 +212,7 @@ def _simulate(
     engine = Engine(replace(variant.config, instant_release=True))
     run = _Run()
 
-    def arrive(item: LogItem) -> None:
+    def arrive(item: LogEntry) -> None:
         event = item.event
         if isinstance(event, WorkloadObserved):
             run.arrivals.setdefault(event.workload, item.time_ms)

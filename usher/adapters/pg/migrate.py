@@ -8,18 +8,20 @@ What it must never do: print or log the database URL's password.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
+from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
 
-import migrations
+MIGRATIONS_PACKAGE = "migrations"
+"""Found by name, never imported: its ``env.py`` imports our models (usher/adapters/pg/models.py),
+so an import back from here would make the two packages a cycle."""
 
 
 def alembic_config(database_url: str) -> Config:
     """An Alembic config pointing at our migration scripts and ``database_url``."""
     config = Config()
-    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    config.set_main_option("script_location", str(files(MIGRATIONS_PACKAGE)))
     # `%` must be doubled for configparser interpolation (URL-encoded passwords contain it).
     config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))
     config.attributes["configure_logger"] = False

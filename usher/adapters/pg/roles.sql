@@ -1,6 +1,6 @@
 -- PostgreSQL roles of Usher: only the ledger writes; `usher audit` reads.
 -- The one copy: deploy/postgres-roles.sql links here, and `usher up` applies it to its own
--- PostgreSQL (usher/adapters/embedded/servers.py) with generated passwords.
+-- PostgreSQL (usher/local/servers.py) with generated passwords.
 -- Run as a superuser or as `usher`, the database owner that runs the migrations
 -- (deploy/postgres-cluster.yaml runs it at bootstrap), before or after the migrations: grants
 -- cover the tables that exist and, through default privileges, those `usher` creates later.

@@ -1,6 +1,6 @@
 """The one-machine Kubernetes cluster: the API emulator + fake kubelet, kept on disk.
 
-What it does: ``python -m usher.adapters.embedded.cluster --kubeconfig F --state S --zones a,b``
+What it does: ``python -m usher.local.cluster --kubeconfig F --state S --zones a,b``
 runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1, restores every object
 it held before from the state file ``S`` (same uid, resourceVersion, creationTimestamp and
 status, so the watcher sees nothing new and the log stays the truth), creates one schedulable
@@ -129,7 +129,7 @@ def ensure_nodes(store: Store, zones: list[str]) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m usher.adapters.embedded.cluster")
+    parser = argparse.ArgumentParser(prog="python -m usher.local.cluster")
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")
     parser.add_argument("--state", type=Path, required=True, help="file the objects live in")
     parser.add_argument("--zones", default="", help="comma-separated zones to give a node")

@@ -1,12 +1,12 @@
-"""Replay-then-follow the Usher log into a pure-core engine.
+"""Replay-then-follow the Usher log: every reader's ordered consumer of the log stream.
 
 What it does: reads the log stream from a start sequence with an ordered consumer (the
-fastest way nats-py reads a stream, and it recovers gaps by itself), hands the service
+fastest way nats-py reads a stream, and it recovers gaps by itself), hands its reader
 batches of decoded entries as they arrive together, parks entries that do not decode, and
 says when the replay has caught up with the stream's end as it was at start. The server
 keeps an ordered consumer in memory only: after a NATS restart the client re-creates it
 from the next sequence once ``HEARTBEAT_S`` heartbeats in a row are missed, and entries that a
-re-created consumer delivers again are dropped here, so a service sees each entry once.
+re-created consumer delivers again are dropped here, so a reader sees each entry once.
 What it must never do: decide anything, ack anything (ordered consumers need no acks), or
 skip an entry silently.
 """
@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 
 import msgspec
 import nats.js.errors
@@ -25,37 +24,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from schemas import Envelope, Millis, decode_envelope
+from schemas import decode_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.engine import Engine
+from usher.core.log import BadEntry, LogEntry, log_entry
 
 HEARTBEAT_S = 1.0
 """Idle heartbeat of the ordered consumer: two missed ones make the client re-create it (the
 default, 5 s, left every service deaf for 10-15 s after a NATS restart)."""
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One decoded entry of the log with its stream sequence."""
-
-    seq: int
-    subject: str
-    envelope: Envelope
-
-    @property
-    def time_ms(self) -> Millis:
-        return Millis(int(self.envelope.time.timestamp() * 1000))
-
-
-@dataclass(frozen=True, slots=True)
-class BadEntry:
-    """An entry that did not decode; the caller parks it with ``error`` and ``detail``."""
-
-    seq: int
-    subject: str
-    data: bytes
-    error: str
-    detail: str
 
 
 async def stream_last_seq(js: JetStreamContext, subjects: Subjects) -> int:
@@ -243,7 +218,7 @@ class LogFollower:
     def _decode(self, seq: int, msg: Msg) -> LogEntry | BadEntry:
         self.last_seq = max(self.last_seq, seq)
         try:
-            return LogEntry(seq=seq, subject=msg.subject, envelope=decode_envelope(msg.data))
+            return log_entry(seq, msg.subject, decode_envelope(msg.data))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return BadEntry(
                 seq=seq,
@@ -264,36 +239,3 @@ def _stream_seq(msg: Msg) -> int:
         if len(tokens) >= 11:  # the same after <domain>.<account hash>, maybe a random token
             return int(tokens[7])
     return int(msg.metadata.sequence.stream)
-
-
-class Projection:
-    """A pure-core engine kept equal to the log: apply every entry, in order, at its time.
-
-    ``applied_seq`` starts at 0 for a full replay, or at the sequence a restored snapshot
-    covers (``services.common.snapshots``); the follower then starts right after it.
-    """
-
-    def __init__(self, engine: Engine, applied_seq: int = 0) -> None:
-        self.engine = engine
-        self.applied_seq = applied_seq
-        self.changed = asyncio.Event()
-
-    async def wait_for(self, seq: int, timeout_s: float) -> bool:
-        """Wait until entries up to ``seq`` are applied; False on timeout."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while self.applied_seq < seq:
-            left = deadline - loop.time()
-            if left <= 0:
-                return False
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), timeout=left)
-        return True
-
-    def apply(self, entry: LogEntry) -> None:
-        if entry.seq <= self.applied_seq:
-            return  # an ordered consumer restarted by the client may repeat the tail
-        self.engine.apply(entry.envelope.event, entry.time_ms)
-        self.applied_seq = entry.seq
-        self.changed.set()

@@ -19,6 +19,7 @@ server running after ``stop``.
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import importlib.util
 import os
 import pwd
@@ -34,10 +35,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from usher.adapters.embedded.credentials import PRIVATE_DIR, write_private
-from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, free_port
 from usher.adapters.nats.permissions import DEFAULT_ZONES, render_authorization
 from usher.adapters.nats.subjects import Subjects
+from usher.local.credentials import PRIVATE_DIR, write_private
+from usher.local.processes import ManagedProcess, ServerStartError, free_port
 
 HOST = "127.0.0.1"
 PG_SUPERUSER = "usher"
@@ -46,7 +47,8 @@ PG_LEDGER = "usher_ledger"
 PG_AUDIT = "usher_audit"
 PG_SYSTEM_USER = "usher-pg"
 PG_RUNTIME_DEFAULT = Path("/var/lib/usher")
-ROLES_SQL = Path(__file__).resolve().parents[1] / "pg" / "roles.sql"
+ROLES_SQL = importlib.resources.files("usher.adapters.pg") / "roles.sql"
+"""The ledger database's roles and grants, kept beside its models (found by package, not path)."""
 
 
 def nats_server_binary() -> Path:

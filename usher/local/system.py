@@ -27,10 +27,10 @@ from pathlib import Path
 
 import msgspec
 
-from usher.adapters.embedded.processes import ManagedProcess, ServerStartError, port_open
-from usher.adapters.embedded.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
-from usher.adapters.embedded.stack import EmbeddedStack
-from usher.adapters.embedded.stack_file import STACK_FILE, StackInfo, write_stack_info
+from usher.adapters.stack_file import STACK_FILE, StackInfo
+from usher.local.processes import ManagedProcess, ServerStartError, port_open
+from usher.local.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
+from usher.local.stack import EmbeddedStack, write_stack_info
 
 DEFAULT_ZONES = ("a", "b")
 DEFAULT_ZONE = "default"
@@ -216,7 +216,7 @@ class EmbeddedSystem:
         argv = [
             sys.executable,
             "-m",
-            "usher.adapters.embedded.cluster",
+            "usher.local.cluster",
             "--kubeconfig",
             str(self.kubeconfig),
             "--state",

@@ -1,11 +1,12 @@
 """``stack.json``: how every ``usher`` command finds the running one-machine stack.
 
 What it does: the ``StackInfo`` record (URLs, pids, settings of the running ``usher up``), the
-data folder (``$USHER_HOME``, else ``~/.usher``), and reading and writing the file (atomically,
-0600). Kept apart from ``usher.adapters.embedded.stack`` so that a command that only reads the
-file (``usher jobs``, ``usher queues``) does not import the servers, NATS or the migrations.
+data folder (``$USHER_HOME``, else ``~/.usher``), and reading the file. Only the one-machine
+system (``usher.local.stack``) writes it; the services, the client and every ``usher`` command
+read it, so it lives below them all and a command that only reads it (``usher jobs``,
+``usher queues``) does not import the servers, NATS or the migrations.
 What it must never do: import a server, a database driver or a network client, start anything,
-or write the file where others can read it.
+or write the file (``usher.local`` writes it, 0600 and atomically).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from datetime import datetime
 from pathlib import Path
 
 import msgspec
-
-from usher.adapters.embedded.credentials import write_private
 
 STACK_FILE = "stack.json"
 
@@ -80,8 +79,3 @@ def home_problem(home: Path) -> str | None:
 def read_stack_info(home: Path) -> StackInfo:
     """The running stack's info; ``FileNotFoundError`` when none was started there."""
     return msgspec.json.decode((home / STACK_FILE).read_bytes(), type=StackInfo)
-
-
-def write_stack_info(home: Path, info: StackInfo) -> None:
-    """Write ``stack.json`` atomically (readers never see half a file)."""
-    write_private(home / STACK_FILE, msgspec.json.format(msgspec.json.encode(info)))

@@ -8,7 +8,7 @@ creates the JetStream streams as the admin (with the configured replicas), and w
 ``stack.json`` (atomically, 0600) so that every other ``usher`` command finds the running stack:
 it holds the read-only ``console`` NATS URL and the ``usher_audit`` database URL, plus the
 admin's NATS URL for ``usher import``. Starting again reuses the data (resume).
-``usher.adapters.embedded.system`` adds the Kubernetes API emulator and the services on top and
+``usher.local.system`` adds the Kubernetes API emulator and the services on top and
 records them in the same file.
 What it must never do: leave a server running after ``stop``, write a secret to a file others
 can read, or print one.
@@ -21,19 +21,21 @@ import contextlib
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import nats
 
-from usher.adapters.embedded.credentials import load_credentials, make_private_home
-from usher.adapters.embedded.servers import PG_AUDIT, PG_LEDGER, NatsServer, PostgresServer
-from usher.adapters.embedded.stack_file import (
-    STACK_FILE,
-    StackInfo,
-    write_stack_info,
-)
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.permissions import ADMIN, CONSOLE, DEFAULT_ZONES, identities
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade
+from usher.adapters.stack_file import STACK_FILE, StackInfo
+from usher.local.credentials import load_credentials, make_private_home, write_private
+from usher.local.servers import PG_AUDIT, PG_LEDGER, NatsServer, PostgresServer
+
+
+def write_stack_info(home: Path, info: StackInfo) -> None:
+    """Write ``stack.json`` atomically (readers never see half a file) and owner-only."""
+    write_private(home / STACK_FILE, msgspec.json.format(msgspec.json.encode(info)))
 
 
 async def prepare_streams(nats_url: str, subjects: Subjects, replicas: int = 1) -> None:

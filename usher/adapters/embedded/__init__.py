@@ -1,1 +1,0 @@
-"""The embedded one-machine infrastructure: NATS and PostgreSQL servers from wheels."""
