@@ -108,6 +108,8 @@ MASKS = (
     (re.compile(r"\b\d\d:\d\d:\d\d\b"), "<TIME>"),
     (re.compile(r"[+-]?\b\d+(\.\d+)?(ms|s|m|h|d)\b"), "<DUR>"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<PORT>"),
+    # Inputs within the what-if window are grouped: the zone announcements' timing varies.
+    (re.compile(r"\bin \d+ groups \(window"), "in <N> groups (window"),
     (re.compile(r'resourceVersion: "\d+"'), 'resourceVersion: "<RV>"'),
     (re.compile(r"\b(python|pi)-[a-z0-9]{5}\b(?<!pi-8k5pn)(?<!pi-2xtcj)(?<!pi-6nsc7)"), r"\1-<N>"),
     (re.compile(r" {2,}"), " "),
