@@ -44,8 +44,9 @@ from schemas import (
     workload_key,
 )
 from usher.core.errors import InputError, WorkloadInvalid
-from usher.core.kinds import SUPPORTED_KINDS, KindFamily, PodSetSource, family_of_kind_id
-from usher.core.kinds.family import ZONE_LABEL
+from usher.core.kinds import SUPPORTED_KINDS as SUPPORTED_KINDS  # re-exported: its users
+from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id
+from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
 from usher.core.kinds.fields import (
     Errors,
     Raw,

@@ -219,6 +219,7 @@ FAMILIES: tuple[KindFamily, ...] = (
         outcome=_outcome,
         active=_active,
         kubelet=WorkflowDriver(),
+        short_names=("wf",),
         priority_class_path=("podPriorityClassName",),
     ),
 )

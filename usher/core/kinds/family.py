@@ -90,6 +90,8 @@ class KindFamily:
     """False for a kind Usher does not admit: observed only to be rejected, never patched."""
     builtin: bool = False
     """Served by Kubernetes itself (no CustomResourceDefinition)."""
+    short_names: tuple[str, ...] = ()
+    """What ``kubectl get`` also accepts for it (``sparkapp``, ``wf``)."""
 
     @property
     def storage(self) -> tuple[str, str]:

@@ -238,6 +238,7 @@ FAMILIES: tuple[KindFamily, ...] = (
         outcome=_outcome,
         active=_active,
         kubelet=SparkDriver(),
+        short_names=("sparkapp",),
         priority_class_path=("batchSchedulerOptions", "priorityClassName"),
     ),
 )
