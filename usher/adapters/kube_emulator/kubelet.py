@@ -6,7 +6,8 @@ workflow controller), writes the status of every job kind of the registry throug
 subresource (so watchers see MODIFIED events); each family module's ``KubeletDriver`` says what
 that status is: running when not suspended, suspended (with the controllers' condition) when
 suspended, succeeded (or failed) after the ``usher.io/sim-duration`` seconds of annotation
-divided by ``speed`` (no annotation: runs forever). ``usher.io/sim-result: Failed`` makes it fail instead.
+divided by ``speed`` (no annotation: runs forever). ``usher.io/sim-result: Failed`` makes it
+fail instead.
 A batch Job's pods are kept as a cluster shows them (``pods``): created running when it runs,
 left Succeeded/Failed when it ends, deleted when it is suspended or deleted.
 What it must never do: touch spec or metadata; create objects other than a Job's pods; write a
