@@ -735,6 +735,37 @@ async def test_kubelet_drives_kubeflow_ray_and_jobset_kinds() -> None:
     assert js["replicatedJobsStatus"][0]["failed"] == 2
 
 
+async def test_emulator_stores_and_drives_spark_applications_and_argo_workflows() -> None:
+    spark = resource("sparkoperator.k8s.io", "v1beta2", "sparkapplications")
+    workflows = resource("argoproj.io", "v1alpha1", "workflows")
+    sim = {"usher.io/sim-duration": "0.1"}
+    async with KubeEmulator(kubelet=True) as emu:
+        store = emu.store
+        app = {"metadata": {"name": "pi", "annotations": sim},
+               "spec": {"suspend": False, "executor": {"instances": 2}}}  # fmt: skip
+        stored = store.create(spark, NS, app)
+        assert (stored["apiVersion"], stored["kind"]) == (
+            "sparkoperator.k8s.io/v1beta2",
+            "SparkApplication",
+        )
+        store.create(workflows, NS, {"metadata": {"name": "held"},
+                                     "spec": {"suspend": True, "parallelism": 2}})  # fmt: skip
+        await asyncio.sleep(0.05)
+        running = store.get(spark, NS, "pi")["status"]
+        assert running["applicationState"] == {"state": "RUNNING"}
+        assert running["executorState"] == {"pi-exec-1": "RUNNING", "pi-exec-2": "RUNNING"}
+        held = store.get(workflows, NS, "held")["status"]
+        assert (held["phase"], held["nodes"]) == ("Running", {})
+        store.patch(workflows, NS, "held", "merge", {"spec": {"suspend": False}})
+        await asyncio.sleep(0.05)
+        nodes = store.get(workflows, NS, "held")["status"]["nodes"]
+        assert sorted((n["type"], n["phase"]) for n in nodes.values()) == [("Pod", "Running")] * 2
+        await asyncio.sleep(0.2)
+        done = store.get(spark, NS, "pi")["status"]
+    assert done["applicationState"] == {"state": "COMPLETED"}
+    assert set(done["executorState"].values()) == {"COMPLETED"}
+
+
 # --------------------------------------------------------------------------- pure store
 
 

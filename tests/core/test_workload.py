@@ -379,6 +379,8 @@ def test_supported_kinds() -> None:
         "ray.io/v1/RayJob",
         "ray.io/v1alpha1/RayJob",
         "jobset.x-k8s.io/v1alpha2/JobSet",
+        "sparkoperator.k8s.io/v1beta2/SparkApplication",
+        "argoproj.io/v1alpha1/Workflow",
     )
 
 

@@ -171,6 +171,8 @@ EXPECTED_CLUSTER_RULES = [
     (("kubeflow.org",), ("xgboostjobs", "paddlejobs", "mxjobs"), ["list", "watch"]),
     (("ray.io",), ("rayjobs",), JOB_VERBS),
     (("jobset.x-k8s.io",), ("jobsets",), JOB_VERBS),
+    (("sparkoperator.k8s.io",), ("sparkapplications",), JOB_VERBS),
+    (("argoproj.io",), ("workflows",), JOB_VERBS),
     (("",), ("nodes",), ["list", "watch"]),
     (("",), ("limitranges",), ["list", "watch"]),
     (("scheduling.k8s.io",), ("priorityclasses",), ["list", "watch"]),

@@ -88,6 +88,8 @@ JOBS = Resource("batch", "v1", "jobs", "Job")
 TFJOBS = Resource("kubeflow.org", "v1", "tfjobs", "TFJob")
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+SPARKAPPS = Resource("sparkoperator.k8s.io", "v1beta2", "sparkapplications", "SparkApplication")
+WORKFLOWS = Resource("argoproj.io", "v1alpha1", "workflows", "Workflow")
 TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree")
 QUEUES = Resource("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue")
 CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
@@ -188,6 +190,39 @@ def jobset(name: str, namespace: str = "user-a") -> JsonObj:
         "kind": "JobSet",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"suspend": True, "replicatedJobs": [replicated("leader"), replicated("workers")]},
+    }
+
+
+def sparkapp(name: str, namespace: str = "user-a") -> JsonObj:
+    return {
+        "apiVersion": "sparkoperator.k8s.io/v1beta2",
+        "kind": "SparkApplication",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "suspend": True,
+            "type": "Scala",
+            "mode": "cluster",
+            "driver": {"cores": 1, "memory": "1g", "memoryOverhead": "1g"},
+            "executor": {"instances": 2, "cores": 2, "memory": "1g", "memoryOverhead": "1g"},
+        },
+    }
+
+
+def workflow(name: str, namespace: str = "user-a") -> JsonObj:
+    step = {"image": "busybox", "resources": {"requests": {"cpu": "2", "memory": "2Gi"}}}
+    return {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "suspend": True,
+            "entrypoint": "fan",
+            "parallelism": 3,
+            "templates": [
+                {"name": "fan", "steps": [[{"name": "a", "template": "work"}]]},
+                {"name": "work", "container": step},
+            ],
+        },
     }
 
 
@@ -1015,6 +1050,49 @@ async def test_kubelet_runs_admitted_work_to_completion_and_preemption_releases(
             await h.logged(WorkloadObserved, lambda e: e.name == "forever" and not e.suspended)
             await h.decide(preempted("user-a/forever"))
             # Suspended only once the kubelet reports no active pods: that releases the quota.
+            await h.logged(WorkloadObserved, lambda e: e.name == "forever" and e.suspended)
+    finally:
+        kubelet.stop()
+
+
+async def test_spark_and_argo_are_observed_admitted_run_and_preempted(h: Harness) -> None:
+    kubelet = FakeKubelet(h.emu.store, speed=1.0)
+    kubelet.start()
+    try:
+        quick = {"usher.io/sim-duration": "0.2"}
+        for res, manifest in ((SPARKAPPS, sparkapp("spark")), (WORKFLOWS, workflow("wf"))):
+            manifest["metadata"]["annotations"] = quick
+            await h.kube.create(res, "user-a", manifest)
+        await h.kube.create(WORKFLOWS, "user-a", workflow("forever"))
+        async with h.watcher():
+            ((_, spark),) = await h.logged(WorkloadObserved, lambda e: e.name == "spark")
+            assert spark.kind == "sparkoperator.k8s.io/v1beta2/SparkApplication"
+            assert [(p.name, p.count, p.requests) for p in spark.pod_sets] == [
+                ("driver", 1, {"cpu": 1000, "memory": 2 * 2**30}),
+                ("executor", 2, {"cpu": 2000, "memory": 2 * 2**30}),
+            ]
+            ((_, flow),) = await h.logged(WorkloadObserved, lambda e: e.name == "wf")
+            assert [(p.name, p.count, p.requests) for p in flow.pod_sets] == [
+                ("main", 3, {"cpu": 2000, "memory": 2 * 2**30})
+            ]
+            await h.logged(WorkloadObserved, lambda e: e.name == "forever")
+            for name in ("spark", "wf", "forever"):
+                await h.decide(admitted(f"user-a/{name}", "zone-b"))
+
+            async def pinned() -> bool:
+                app = await h.kube.get(SPARKAPPS, "user-a", "spark")
+                wf = await h.kube.get(WORKFLOWS, "user-a", "forever")
+                zones = [*selectors(app, "SparkApplication"), *selectors(wf, "Workflow")]
+                running = [app["spec"]["suspend"], wf["spec"]["suspend"]] == [False, False]
+                return set(zones) == {"zone-b"} and running
+
+            await h.eventually(pinned)
+            finished = await h.eventually(_finished_count(h, 2))
+            assert sorted(ev.workload for _, ev in finished) == ["user-a/spark", "user-a/wf"]
+            assert all(ev.succeeded for _, ev in finished)
+            await h.logged(WorkloadObserved, lambda e: e.name == "forever" and not e.suspended)
+            await h.decide(preempted("user-a/forever"), "zone-b")
+            # Suspended only once the kubelet reports no live Pod node: that releases the quota.
             await h.logged(WorkloadObserved, lambda e: e.name == "forever" and e.suspended)
     finally:
         kubelet.stop()

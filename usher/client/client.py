@@ -45,6 +45,7 @@ from usher.client.errors import NotFound as UnknownObject
 from usher.client.manifests import (
     JOB,
     KINDS,
+    WORKLOAD_KINDS,
     Document,
     JobRequest,
     Kind,
@@ -339,9 +340,7 @@ class AsyncClient:
         if isinstance(manifest, dict):
             kind = KINDS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
         if kind is None or not kind.is_workload:
-            raise BadInput(
-                "usher submit takes job manifests (Job, TFJob, PyTorchJob, MPIJob, RayJob, JobSet)"
-            )
+            raise BadInput(f"usher submit takes job manifests ({', '.join(WORKLOAD_KINDS)})")
         document = Document(source, index, manifest, kind)
         problems = check_document(document)
         if problems:

@@ -26,6 +26,7 @@ from schemas import Millis
 from usher.adapters.kube import JsonObj, Resource
 from usher.client.errors import BadInput
 from usher.core.errors import InputError
+from usher.core.kinds import FAMILIES
 from usher.core.quantity import parse_quantity
 from usher.core.tree import parse_tree
 from usher.core.workload import QUOTA_LABEL, ZONE_LABEL, extract_workload
@@ -74,18 +75,16 @@ def _kind(
     return Kind(Resource(group, version, plural, kind, namespaced), suspend)
 
 
-_SUSPEND = ("suspend",)
-_RUN_POLICY = ("runPolicy", "suspend")
+_WORKLOADS = tuple(
+    # Every registered job kind, at each version the emulator serves (one place: the registry).
+    _kind(family.group, version, family.plural, family.kind, suspend=family.suspend_path)
+    for family in FAMILIES
+    for version in family.emulated_versions
+)
 KINDS: dict[tuple[str, str], Kind] = {
     (k.resource.api_version, k.resource.kind): k
     for k in (
-        _kind("batch", "v1", "jobs", "Job", suspend=_SUSPEND),
-        _kind("kubeflow.org", "v1", "tfjobs", "TFJob", suspend=_RUN_POLICY),
-        _kind("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", suspend=_RUN_POLICY),
-        _kind("kubeflow.org", "v1", "mpijobs", "MPIJob", suspend=_RUN_POLICY),
-        _kind("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", suspend=_RUN_POLICY),
-        _kind("ray.io", "v1", "rayjobs", "RayJob", suspend=_SUSPEND),
-        _kind("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", suspend=_SUSPEND),
+        *_WORKLOADS,
         _kind("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree"),
         _kind("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False),
         _kind("", "v1", "namespaces", "Namespace", namespaced=False),
@@ -93,6 +92,8 @@ KINDS: dict[tuple[str, str], Kind] = {
         _kind("", "v1", "configmaps", "ConfigMap"),
     )
 }
+WORKLOAD_KINDS: tuple[str, ...] = tuple(family.kind for family in FAMILIES)
+"""The names of the job kinds Usher admits (``Job``, ``TFJob``, ...), for messages."""
 JOB = KINDS[("batch/v1", "Job")]
 
 

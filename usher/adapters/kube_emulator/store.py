@@ -26,6 +26,8 @@ from typing import Any, Literal, TypeVar, cast
 
 import msgspec
 
+from usher.core.kinds import OBSERVED
+
 JsonObj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -195,16 +197,13 @@ RESOURCES: tuple[ResourceType, ...] = (
         "MutatingWebhookConfiguration",
         namespaced=False,
     ),
-    _crd("kubeflow.org", "v1", "tfjobs", "TFJob"),
-    _crd("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob"),
-    _crd("kubeflow.org", "v1", "mpijobs", "MPIJob"),
-    _crd("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"),
-    # Served by Kubeflow's training operator too, but not admitted by Usher (rejected).
-    _crd("kubeflow.org", "v1", "xgboostjobs", "XGBoostJob"),
-    _crd("kubeflow.org", "v1", "paddlejobs", "PaddleJob"),
-    _crd("kubeflow.org", "v1", "mxjobs", "MXJob"),
-    _crd("ray.io", "v1", "rayjobs", "RayJob"),
-    _crd("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet"),
+    # Every custom job kind of the registry, admitted or only observed to be rejected.
+    *(
+        _crd(family.group, version, family.plural, family.kind, *family.short_names)
+        for family in OBSERVED
+        if not family.builtin
+        for version in family.emulated_versions
+    ),
     _crd("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree", "eqtree"),
     _crd("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue"),
 )
