@@ -33,9 +33,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from schemas import Admitted, Envelope, EventId, Preempted, WorkloadObserved, decode_envelope
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
-from services.watcher.logview import WatcherProjection
 from services.watcher.observe import SOURCE, ClusterView
 from services.watcher.options import WatcherOptions, retrying
+from services.watcher.projection import WatcherProjection
 from services.watcher.translate import workload_event
 from usher.adapters.kube import Conflict, KubeClient, KubeError, NotFound, Resource, Transient
 from usher.adapters.nats.log import publish_envelope

@@ -52,8 +52,8 @@ from services.watcher.kinds import (
     suspend_flag,
     suspend_patch,
 )
-from services.watcher.logview import WatcherProjection
 from services.watcher.options import WatcherOptions, retrying
+from services.watcher.projection import WatcherProjection
 from services.watcher.translate import (
     Identity,
     Outgoing,

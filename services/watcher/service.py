@@ -1,6 +1,6 @@
 """The watcher service: all of Usher's Kubernetes I/O, in one process.
 
-What it does: replays the log into its own projection (``logview``), then observes the cluster
+What it does: replays the log into its own projection (``projection``), then observes the cluster
 (``observe``: priority classes, nodes and the quota tree first, then every job kind, including
 the kinds it only rejects as unsupported) and publishes cluster events; once every job kind has
 been listed it carries out decisions (``carry_out``); all along it keeps Queue objects and the
@@ -21,7 +21,6 @@ from services.common.settings import SettingsError
 from services.common.tasks import cancel_tasks
 from services.watcher.carry_out import DecisionRunner
 from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
-from services.watcher.logview import WatcherProjection, follow_log
 from services.watcher.observe import (
     ClusterView,
     LimitRangeObserver,
@@ -33,6 +32,7 @@ from services.watcher.observe import (
     WorkloadObserver,
 )
 from services.watcher.options import WatcherOptions
+from services.watcher.projection import WatcherProjection, follow_log
 from services.watcher.status import StatusWriter
 from usher.adapters.kube import KubeClient
 from usher.core.engine import Engine

@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from schemas import QueueName, QuotaNode, QuotaPath
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import EVENTS, NAMESPACES, QUEUES, QUOTA_TREES
-from services.watcher.logview import WatcherProjection
 from services.watcher.observe import ClusterView, TreeObject
 from services.watcher.options import WatcherOptions
+from services.watcher.projection import WatcherProjection
 from usher.adapters.kube import (
     AlreadyExists,
     JsonObj,

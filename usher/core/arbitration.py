@@ -3,7 +3,7 @@
 What it does: the pure rules both the engine (which proposes) and the ledger (which arbitrates,
 against its own rows) apply, so that they judge on one definition:
 
-* the cap of a node: ``floor(max x oversellRate)`` (R2, SEMANTICS 3);
+* the cap of a node: ``floor(max x oversellRate)`` (R2);
 * the first shortfall of a request along a path root..leaf: the *nearest* node that would
   exceed its cap, leaf first, resources in name order (R2; the README promises the nearest
   node: the leaf or department a person can act on);

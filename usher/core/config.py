@@ -18,7 +18,7 @@ from schemas import Zone
 
 
 class Policy(StrEnum):
-    """How a queue's head stands against the rest (SEMANTICS 4)."""
+    """How a queue's head stands against the rest (R3, docs/admission-rules.md)."""
 
     ROUND = "Round"
     """A head that cannot be admitted lets the next workload of its queue be tried."""

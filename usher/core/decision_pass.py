@@ -1,4 +1,4 @@
-"""One decision pass: queues offer candidates, the best is tried, until none is left (SEMANTICS 4).
+"""One decision pass: queues offer candidates, the best is tried, until none is left (R3).
 
 What it does: ``DecisionPass`` runs the cross-queue interleave of one pass over an engine's
 state -- within-min first, lower dominant share, then queue order -- admitting what fits and

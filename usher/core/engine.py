@@ -1,4 +1,4 @@
-"""The decision engine: folds events into state and runs decision passes (SEMANTICS 2-6).
+"""The decision engine: folds events into state and runs decision passes (R1-R7, C1-C3).
 
 What it does: ``Engine.apply(event, now)`` folds a cluster event or a decision made elsewhere
 into the state; ``Engine.decide(now)`` runs one decision pass (cross-queue interleave,

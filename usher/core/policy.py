@@ -1,6 +1,6 @@
 """The policy seam: what Round and Block change in a decision pass and in the reasons it gives.
 
-What it does: one small strategy object per ``Policy`` (SEMANTICS 4). A pass asks it whether
+What it does: one small strategy object per ``Policy`` (R3). A pass asks it whether
 a candidate that stays pending closes its queue for the rest of the pass; the reason queries
 ask it which workload, if any, blocks a waiting one. ``seam_for`` picks it from the enum, so
 no other module compares policy names.

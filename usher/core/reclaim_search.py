@@ -1,4 +1,4 @@
-"""Reclaim as the engine runs it: the victims that make room for a waiting workload (SEMANTICS 5).
+"""Reclaim as the engine runs it: the victims that make room for a waiting workload (R5, R6).
 
 What it does: over an engine's state, finds the minimal victim set for a candidate --
 borrowers of other leaves nearest in the tree first (when the candidate asks within its

@@ -3,7 +3,7 @@
 What it does: reads a manifest of any kind in the registry (``usher.core.kinds``: Job, TFJob,
 PyTorchJob, MPIJob, RayJob, JobSet, SparkApplication, Argo Workflow; a dict from YAML or the API
 server) and extracts what admission needs: identity, zone, quota label, priority, suspension and
-the pod sets with their exact per-pod requests (SEMANTICS section 1). Where a kind keeps its pod
+the pod sets with their exact per-pod requests (T3, T4). Where a kind keeps its pod
 sets, suspend flag and workload-level priority class is its family module's knowledge; this
 module reads the pod templates. Every problem is collected with its field path and reported
 together.

@@ -197,7 +197,7 @@ class LogFollower:
                         yield []
                         continue
                 if linger_s > 0 and self.caught_up:
-                    # Events that arrive together are decided together (SEMANTICS 6).
+                    # Events that arrive together are decided together (C1).
                     await asyncio.sleep(linger_s)
                 taken = self._buffer[: self._max_batch]
                 del self._buffer[: len(taken)]

@@ -2,7 +2,7 @@
 
 What it does: applies quota trees to ``quota_nodes``/``quota_usage``; grants or refuses batches
 of reservations inside one transaction that locks every ``quota_usage`` row on each path
-root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (SEMANTICS section 3);
+root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (R2, R8);
 carries out preemptions after re-checking the reclaim rules against its own rows (victims
 admitted, past their minimum runtime, borrowing what the preemptor needs or of lower priority
 in its leaf; the preemptor within its guarantee and fitting without them) and holds the
