@@ -26,7 +26,7 @@ from tests.e2e.harness import (
     outcome,
     play,
 )
-from usher.adapters.kube_emulator import KubeEmulator
+from usher.local.kube_emulator import KubeEmulator
 from usher.adapters.nats.subjects import Subjects
 from usher.core import sim
 

@@ -74,8 +74,8 @@ from usher.adapters.kube import (
     WatchExpired,
     merge_diff,
 )
-from usher.adapters.kube_emulator import FakeKubelet, KubeEmulator, resource
-from usher.adapters.kube_emulator.store import merge_patch
+from usher.local.kube_emulator import FakeKubelet, KubeEmulator, resource
+from usher.local.kube_emulator.store import merge_patch
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from usher.adapters.kube_emulator.store import (
+from usher.local.kube_emulator.store import (
     RESOURCES,
     ApiError,
     JsonObj,

@@ -43,16 +43,16 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from usher.adapters.kube_emulator import printers
-from usher.adapters.kube_emulator.admission import Admission, ServiceAddresses
-from usher.adapters.kube_emulator.kubelet import FakeKubelet
-from usher.adapters.kube_emulator.openapi import (
+from usher.local.kube_emulator import printers
+from usher.local.kube_emulator.admission import Admission, ServiceAddresses
+from usher.local.kube_emulator.kubelet import FakeKubelet
+from usher.local.kube_emulator.openapi import (
     unknown_fields,
     v2_document,
     v3_discovery,
     v3_document,
 )
-from usher.adapters.kube_emulator.store import (
+from usher.local.kube_emulator.store import (
     RESOURCES,
     ApiError,
     FieldSelector,

@@ -11,9 +11,9 @@ What it must never do: pretend to be a production API server (no auth, no valida
 no persistence) or listen on a public interface by default.
 """
 
-from usher.adapters.kube_emulator.kubelet import SIM_DURATION, SIM_RESULT, FakeKubelet
-from usher.adapters.kube_emulator.server import KubeEmulator
-from usher.adapters.kube_emulator.store import (
+from usher.local.kube_emulator.kubelet import SIM_DURATION, SIM_RESULT, FakeKubelet
+from usher.local.kube_emulator.server import KubeEmulator
+from usher.local.kube_emulator.store import (
     RESOURCES,
     ApiError,
     ResourceType,

@@ -19,8 +19,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from usher.adapters.kube_emulator.pods import JobPods
-from usher.adapters.kube_emulator.store import (
+from usher.local.kube_emulator.pods import JobPods
+from usher.local.kube_emulator.store import (
     RESOURCES,
     ApiError,
     JsonObj,

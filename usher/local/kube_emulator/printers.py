@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from usher.adapters.kube_emulator.store import JsonObj, ResourceType
+from usher.local.kube_emulator.store import JsonObj, ResourceType
 
 NAME_DOC = "Name must be unique within a namespace."
 AGE_DOC = (

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from usher.adapters.kube_emulator.store import (
+from usher.local.kube_emulator.store import (
     ApiError,
     JsonObj,
     JsonPatchError,
