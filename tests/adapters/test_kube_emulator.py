@@ -20,14 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.builders.manifests import batch_job, container, pod_template
 from usher.local.kube_emulator import KubeEmulator, resource
-from usher.local.kube_emulator.store import (
-    ApiError,
-    Filter,
-    LabelSelector,
-    Store,
-    json_patch,
-    merge_patch,
-)
+from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.patches import json_patch, merge_patch
+from usher.local.kube_emulator.selectors import Filter, LabelSelector
+from usher.local.kube_emulator.store import Store
 
 NS = "team-a"
 JOBS = resource("batch", "v1", "jobs")
