@@ -108,7 +108,7 @@ def start_emulator(servers: Servers, kubeconfig: Path, history: int = 400_000) -
         [
             sys.executable,
             "-m",
-            "usher.adapters.kube_emulator",
+            "usher.local.kube_emulator",
             "--kubeconfig",
             str(kubeconfig),
             "--kubelet",

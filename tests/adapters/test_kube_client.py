@@ -16,7 +16,7 @@ import pytest
 
 from usher.adapters.kube import KubeClient, Transient
 from usher.adapters.kube.types import Resource
-from usher.adapters.kube_emulator import KubeEmulator
+from usher.local.kube_emulator import KubeEmulator
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 

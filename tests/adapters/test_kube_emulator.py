@@ -19,15 +19,11 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from tests.builders.manifests import batch_job, container, pod_template
-from usher.adapters.kube_emulator import KubeEmulator, resource
-from usher.adapters.kube_emulator.store import (
-    ApiError,
-    Filter,
-    LabelSelector,
-    Store,
-    json_patch,
-    merge_patch,
-)
+from usher.local.kube_emulator import KubeEmulator, resource
+from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.patches import json_patch, merge_patch
+from usher.local.kube_emulator.selectors import Filter, LabelSelector
+from usher.local.kube_emulator.store import Store
 
 NS = "team-a"
 JOBS = resource("batch", "v1", "jobs")
@@ -855,7 +851,7 @@ async def test_module_runs_until_sigterm(tmp_path: Path) -> None:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "usher.adapters.kube_emulator",
+        "usher.local.kube_emulator",
         "--port",
         "0",
         "--kubeconfig",

@@ -21,9 +21,9 @@ import pytest
 
 from tests.builders.manifests import batch_job, container, pod_template
 from tests.services.helpers import eventually
-from usher.adapters.kube_emulator import KubeEmulator, resource
-from usher.adapters.kube_emulator.kubelet import FakeKubelet
-from usher.adapters.kube_emulator.printers import human_duration
+from usher.local.kube_emulator import KubeEmulator, resource
+from usher.local.kube_emulator.kubelet import FakeKubelet
+from usher.local.kube_emulator.printers import human_duration
 
 REPO = Path(__file__).resolve().parents[2]
 SEED_PI = REPO / "usher" / "demo" / "seed-pi.yaml"

@@ -21,8 +21,8 @@ import pytest
 import yaml
 from kubernetes_asyncio import client, config
 
-from usher.adapters.kube_emulator import KubeEmulator
 from usher.client.manifests import LAST_APPLIED, MAX_YAML_NODES, parse_yaml
+from usher.local.kube_emulator import KubeEmulator
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"

@@ -33,12 +33,12 @@ from services.dequeuer.service import main as dequeuer_main
 from services.ledger.service import main as ledger_main
 from services.preemptor.service import main as preemptor_main
 from services.watcher.service import main as watcher_main
-from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.local.kube_emulator import KubeEmulator
 
 EQT = ("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees")
 QUEUES = ("scheduling.x-k8s.io", "v1alpha1", "queues")

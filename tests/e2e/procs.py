@@ -71,7 +71,7 @@ def start_emulator(kubeconfig: Path, log: Path) -> ManagedProcess:
         [
             sys.executable,
             "-m",
-            "usher.adapters.kube_emulator",
+            "usher.local.kube_emulator",
             "--kubeconfig",
             str(kubeconfig),
             "--kubelet",

@@ -48,10 +48,10 @@ from tests.builders.manifests import batch_job, container, elastic_quota_tree, p
 from tests.conftest import Infra
 from tests.e2e.checks import assert_log_invariants
 from tests.e2e.harness import InProcessStack, apply_tree, kube_api, quiesce
-from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
 from usher.core.config import EngineConfig
+from usher.local.kube_emulator import KubeEmulator
 
 T = TypeVar("T")
 NAMESPACE = "user-a"

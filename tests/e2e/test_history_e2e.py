@@ -25,11 +25,11 @@ from nats.js import JetStreamContext
 from tests.conftest import REPO, Infra
 from tests.e2e.checks import assert_log_invariants
 from tests.e2e.harness import InProcessStack, kube_api, play, quiesce
-from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.nats.log import delete_streams
 from usher.adapters.nats.subjects import Subjects
 from usher.core import sim
 from usher.core.config import EngineConfig
+from usher.local.kube_emulator import KubeEmulator
 
 SHARED = REPO.parent / "shared" / "scenarios"
 SCENARIOS = SHARED if SHARED.exists() else REPO / "tests" / "scenarios"

@@ -26,9 +26,9 @@ from tests.e2e.harness import (
     outcome,
     play,
 )
-from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.nats.subjects import Subjects
 from usher.core import sim
+from usher.local.kube_emulator import KubeEmulator
 
 # ../shared/scenarios when the repository sits beside it; else the copies kept in the repo
 # (byte-identical; tests/test_cli_sim.py checks the seeds pass there too).

@@ -74,8 +74,6 @@ from usher.adapters.kube import (
     WatchExpired,
     merge_diff,
 )
-from usher.adapters.kube_emulator import FakeKubelet, KubeEmulator, resource
-from usher.adapters.kube_emulator.store import merge_patch
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
@@ -83,6 +81,8 @@ from usher.client.state import read_state
 from usher.core.config import EngineConfig
 from usher.core.errors import WorkloadInvalid
 from usher.core.workload import SUPPORTED_KINDS, extract_workload
+from usher.local.kube_emulator import FakeKubelet, KubeEmulator, resource
+from usher.local.kube_emulator.patches import merge_patch
 
 JOBS = Resource("batch", "v1", "jobs", "Job")
 TFJOBS = Resource("kubeflow.org", "v1", "tfjobs", "TFJob")

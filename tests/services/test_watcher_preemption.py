@@ -29,8 +29,8 @@ from tests.builders.manifests import batch_job, container, pod_template
 from tests.conftest import Infra
 from tests.e2e.harness import kube_api, read_log
 from tests.services.helpers import eventually, publish, running
-from usher.adapters.kube_emulator import KubeEmulator
 from usher.adapters.nats.subjects import Subjects
+from usher.local.kube_emulator import KubeEmulator
 
 VICTIM = WorkloadKey("user-a/victim")
 

@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from services.common.settings import WebhookSettings
 from services.webhook.service import serve
 from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
-from usher.adapters.kube_emulator import KubeEmulator, resource
+from usher.local.kube_emulator import KubeEmulator, resource
 
 OPENSSL = shutil.which("openssl")
 SERVICE = ("usher-system", "usher-webhook")

@@ -1,1 +1,1 @@
-"""Adapters: the I/O edges of Usher (NATS, PostgreSQL, Kubernetes, the API emulator)."""
+"""Adapters: the I/O edges of Usher (NATS, PostgreSQL, Kubernetes, ``stack.json``'s reader)."""

@@ -24,8 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from usher.adapters.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
-from usher.adapters.kube_emulator.store import StoreEvent
+from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
+from usher.local.kube_emulator.store import StoreEvent
 
 STATE_VERSION = 1
 SAVE_INTERVAL_S = 1.0

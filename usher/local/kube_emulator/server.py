@@ -3,7 +3,7 @@
 What it does: serves discovery (``/api``, ``/apis``, ``/version``, ``/openapi/v2`` and
 ``/openapi/v3`` from ``openapi``; ``fieldValidation=Strict`` refuses unknown fields and ``Warn``
 warns about them, as kubectl's default validation expects), list/get/create/update/
-patch/delete (and the status subresource) for the resources in ``store.RESOURCES``, streams
+patch/delete (and the status subresource) for the resources in ``resources.RESOURCES``, streams
 watches as chunked newline-delimited JSON events (with resume, 410 Expired, bookmarks and
 ``timeoutSeconds``), renders ``Table`` responses for kubectl (``printers``), binds 127.0.0.1 on
 a free port and writes a kubeconfig that the unmodified ``kubernetes_asyncio`` client and
@@ -43,30 +43,21 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from usher.adapters.kube_emulator import printers
-from usher.adapters.kube_emulator.admission import Admission, ServiceAddresses
-from usher.adapters.kube_emulator.kubelet import FakeKubelet
-from usher.adapters.kube_emulator.openapi import (
+from usher.local.kube_emulator import printers
+from usher.local.kube_emulator.admission import Admission, ServiceAddresses
+from usher.local.kube_emulator.errors import ApiError, bad_request
+from usher.local.kube_emulator.kubelet import FakeKubelet
+from usher.local.kube_emulator.openapi import (
     unknown_fields,
     v2_document,
     v3_discovery,
     v3_document,
 )
-from usher.adapters.kube_emulator.store import (
-    RESOURCES,
-    ApiError,
-    FieldSelector,
-    Filter,
-    JsonObj,
-    LabelSelector,
-    PatchType,
-    ResourceType,
-    Store,
-    StoreEvent,
-    bad_request,
-    encode_json,
-    find_resource,
-)
+from usher.local.kube_emulator.patches import PatchType
+from usher.local.kube_emulator.resources import RESOURCES, ResourceType, find_resource
+from usher.local.kube_emulator.selectors import FieldSelector, Filter, LabelSelector
+from usher.local.kube_emulator.store import Store, StoreEvent
+from usher.local.kube_emulator.wire import JsonObj, encode_json
 
 KUBE_VERSION = {
     "major": "1",

@@ -3,7 +3,8 @@
 What it does: serves the real Kubernetes REST and watch protocol (discovery, list/get/create/
 update/patch/delete, status subresource, chunked watches with resume, 410 Expired and
 bookmarks, OpenAPI v2/v3 with field validation (``openapi``), Table printer columns
-(``printers``)) on 127.0.0.1 from an in-memory store, writes a kubeconfig for
+(``printers``)) on 127.0.0.1 from an in-memory store (``store``, over ``resources``,
+``selectors``, ``patches``, ``errors`` and ``wire``), writes a kubeconfig for
 ``kubernetes_asyncio`` and kubectl, calls configured mutating admission webhooks on create
 (``admission``), and can run a fake kubelet that moves unsuspended jobs to completion and keeps
 a batch Job's pods (``pods``).
@@ -11,16 +12,11 @@ What it must never do: pretend to be a production API server (no auth, no valida
 no persistence) or listen on a public interface by default.
 """
 
-from usher.adapters.kube_emulator.kubelet import SIM_DURATION, SIM_RESULT, FakeKubelet
-from usher.adapters.kube_emulator.server import KubeEmulator
-from usher.adapters.kube_emulator.store import (
-    RESOURCES,
-    ApiError,
-    ResourceType,
-    Store,
-    find_resource,
-    resource,
-)
+from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.kubelet import SIM_DURATION, SIM_RESULT, FakeKubelet
+from usher.local.kube_emulator.resources import RESOURCES, ResourceType, find_resource, resource
+from usher.local.kube_emulator.server import KubeEmulator
+from usher.local.kube_emulator.store import Store
 
 __all__ = [
     "RESOURCES",

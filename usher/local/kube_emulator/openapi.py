@@ -21,7 +21,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from usher.adapters.kube_emulator.store import RESOURCES, JsonObj, ResourceType
+from usher.local.kube_emulator.resources import RESOURCES, ResourceType
+from usher.local.kube_emulator.wire import JsonObj
 
 SCHEMA_RELEASE = "v1.32.0-local"
 """The bundled schema set matching the emulator's version (``KUBE_VERSION`` 1.32)."""

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from usher.adapters.kube_emulator.store import JsonObj, ResourceType
+from usher.local.kube_emulator.resources import ResourceType
+from usher.local.kube_emulator.wire import JsonObj
 
 NAME_DOC = "Name must be unique within a namespace."
 AGE_DOC = (

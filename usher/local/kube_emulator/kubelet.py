@@ -19,19 +19,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from usher.adapters.kube_emulator.pods import JobPods
-from usher.adapters.kube_emulator.store import (
-    RESOURCES,
-    ApiError,
-    JsonObj,
-    ResourceType,
-    Store,
-    StoreEvent,
-    find_resource,
-    rfc3339,
-)
 from usher.core.kinds import FAMILIES
 from usher.core.kinds.family import KubeletDriver
+from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.pods import JobPods
+from usher.local.kube_emulator.resources import RESOURCES, ResourceType, find_resource
+from usher.local.kube_emulator.store import Store, StoreEvent
+from usher.local.kube_emulator.wire import JsonObj, rfc3339
 
 SIM_DURATION = "usher.io/sim-duration"
 SIM_RESULT = "usher.io/sim-result"

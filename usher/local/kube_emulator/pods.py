@@ -15,13 +15,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from usher.adapters.kube_emulator.store import (
-    RESOURCES,
-    ApiError,
-    JsonObj,
-    Store,
-    rfc3339,
-)
+from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.resources import RESOURCES
+from usher.local.kube_emulator.store import Store
+from usher.local.kube_emulator.wire import JsonObj, rfc3339
 
 PODS = next(rt for rt in RESOURCES if rt.plural == "pods")
 NODES = next(rt for rt in RESOURCES if rt.plural == "nodes")

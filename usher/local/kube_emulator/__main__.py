@@ -1,6 +1,6 @@
 """Run the Kubernetes API emulator until SIGTERM/SIGINT.
 
-What it does: ``python -m usher.adapters.kube_emulator --port 0 --kubeconfig PATH [--kubelet]``
+What it does: ``python -m usher.local.kube_emulator --port 0 --kubeconfig PATH [--kubelet]``
 starts the emulator on 127.0.0.1, writes the kubeconfig, prints the URL and waits for a signal.
 What it must never do: bind anything but 127.0.0.1 unless told with ``--host``.
 """
@@ -13,11 +13,11 @@ import signal
 import sys
 from pathlib import Path
 
-from usher.adapters.kube_emulator.server import KubeEmulator
+from usher.local.kube_emulator.server import KubeEmulator
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m usher.adapters.kube_emulator")
+    parser = argparse.ArgumentParser(prog="python -m usher.local.kube_emulator")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to bind (0: a free one)")
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")

@@ -31,16 +31,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from usher.adapters.kube_emulator.store import (
-    ApiError,
-    JsonObj,
-    JsonPatchError,
-    LabelSelector,
-    ResourceType,
-    Store,
-    find_resource,
-    json_patch,
-)
+from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.patches import JsonPatchError, json_patch
+from usher.local.kube_emulator.resources import ResourceType, find_resource
+from usher.local.kube_emulator.selectors import LabelSelector
+from usher.local.kube_emulator.store import Store
+from usher.local.kube_emulator.wire import JsonObj
 
 DEFAULT_TIMEOUT_S = 10
 REVIEW_API_VERSION = "admission.k8s.io/v1"
