@@ -704,6 +704,7 @@ class Client:
         command: Iterable[str] = (),
         labels: dict[str, str] | None = None,
         check_namespace: bool = True,
+        check_zone: bool = True,
     ) -> Submitted:
         """See ``AsyncClient.submit``."""
         return self._run(
@@ -721,6 +722,7 @@ class Client:
                 command=command,
                 labels=labels,
                 check_namespace=check_namespace,
+                check_zone=check_zone,
             )
         )
 
@@ -729,13 +731,18 @@ class Client:
         manifest: JsonObj,
         *,
         check_namespace: bool = True,
+        check_zone: bool = True,
         source: str = "manifest",
         index: int = 1,
     ) -> Submitted:
         """See ``AsyncClient.submit_manifest``."""
         return self._run(
             self._client.submit_manifest(
-                manifest, check_namespace=check_namespace, source=source, index=index
+                manifest,
+                check_namespace=check_namespace,
+                check_zone=check_zone,
+                source=source,
+                index=index,
             )
         )
 
