@@ -32,6 +32,7 @@ from schemas.envelope import (
 from schemas.events import (
     CLUSTER_EVENT_TYPES,
     ClusterEvent,
+    ContainerTermination,
     NodeObserved,
     NodeRemoved,
     PodSet,
@@ -43,6 +44,7 @@ from schemas.events import (
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
     ZoneServed,
 )
@@ -80,6 +82,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Admitted",
     "ClusterEvent",
+    "ContainerTermination",
     "DeadLetter",
     "Decision",
     "Envelope",
@@ -121,6 +124,7 @@ __all__ = [
     "WorkloadFinished",
     "WorkloadKey",
     "WorkloadObserved",
+    "WorkloadProgress",
     "WorkloadRejected",
     "Zone",
     "ZoneServed",

@@ -48,12 +48,39 @@ class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed
     resource_version: str = ""
 
 
+class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):
+    """How one container of a failed pod ended, as the kubelet reported it."""
+
+    pod_set: str
+    container: str
+    reason: str
+    """Kubernetes' ``state.terminated.reason``, e.g. ``OOMKilled``, ``Error``."""
+    exit_code: int
+
+
 class WorkloadFinished(_Event, frozen=True, kw_only=True, tag="workload.finished.v1"):
     """All pods of the workload completed (or it failed terminally); its quota is released."""
 
     workload: WorkloadKey
     succeeded: bool = True
     finished_ms: Millis | None = None
+    terminations: list[ContainerTermination] = []
+    """For a failure: the failed containers' last terminations, one per pod set and container."""
+    min_success: int | None = None
+    """Set when it succeeded because this many pods succeeded (a declared minSuccess)."""
+
+
+class WorkloadProgress(_Event, frozen=True, kw_only=True, tag="workload.progress.v1"):
+    """How far an admitted workload's pods have come; published when the counts change."""
+
+    workload: WorkloadKey
+    ready: int
+    """Pods Running with every container ready, plus pods that already succeeded."""
+    total: int
+    """Pods the admitted workload should have (its admitted gang size)."""
+    succeeded: int = 0
+    failed: int = 0
+    observed_ms: Millis | None = None
 
 
 class WorkloadDeleted(_Event, frozen=True, kw_only=True, tag="workload.deleted.v1"):
@@ -144,6 +171,7 @@ class PriorityClassDeleted(_Event, frozen=True, kw_only=True, tag="priorityclass
 ClusterEvent = (
     WorkloadObserved
     | WorkloadFinished
+    | WorkloadProgress
     | WorkloadDeleted
     | WorkloadRejected
     | QuotaTreeApplied
@@ -159,6 +187,7 @@ ClusterEvent = (
 CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
     WorkloadObserved,
     WorkloadFinished,
+    WorkloadProgress,
     WorkloadDeleted,
     WorkloadRejected,
     QuotaTreeApplied,

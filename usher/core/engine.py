@@ -47,6 +47,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
     Zone,
     ZoneServed,
@@ -281,6 +282,10 @@ class Engine:
             case WorkloadRejected() | QuotaTreeRejected() | Pending() | Inadmissible() | Unmapped():
                 # A rejected input changes nothing (the last valid state stays in force); the
                 # other decisions carry no state change of their own.
+                pass
+            case WorkloadProgress():
+                # Pod progress is recorded for readers (explain, the live view); admission does
+                # not depend on it.
                 pass
         return []
 

@@ -56,6 +56,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
     ZoneServed,
 )
@@ -73,6 +74,7 @@ ALL_QUEUES = "(all)"
 _INPUTS = (
     WorkloadObserved,
     WorkloadFinished,
+    WorkloadProgress,
     WorkloadDeleted,
     WorkloadRejected,
     QuotaTreeApplied,
