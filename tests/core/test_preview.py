@@ -60,6 +60,7 @@ def _state(engine: Engine) -> Any:
 
 
 def _check_preview(engine: Engine, config: EngineConfig, now: Millis) -> None:
+    assert engine.stale_offer_keys() == []
     before_state = _state(engine)
     before_bytes = snapshot(engine)
     real = copy.deepcopy(engine)  # the test may copy: it is the reference the preview must match

@@ -398,6 +398,12 @@ class ProtocolMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
 
     @invariant()
+    def offer_keys_are_fresh(self) -> None:
+        """0. Every engine's cached interleave keys equal freshly computed ones."""
+        for name in self.names:
+            assert self.engines[name].stale_offer_keys() == [], name
+
+    @invariant()
     def within_caps(self) -> None:
         """1. Safety: usage (groups count max(victims, hold)) and running usage <= cap."""
         assert not self.ledger.over_cap(self.ledger.usage()), self.ledger.over_cap(

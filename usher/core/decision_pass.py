@@ -47,11 +47,11 @@ class DecisionPass:
         self.closed: set[QuotaPath] = set()
         self.tried: set[WorkloadKey] = set()
         self.stamp = 0
+        self.full_pruned = False
         self.policy = engine._policy
 
     def run(self) -> None:
-        for leaf in self.e._viable_leaves():
-            self.offer(leaf)
+        self.seed()
         while self.heap:
             if self.nothing_can_move():
                 break
@@ -63,11 +63,75 @@ class DecisionPass:
             if not self.queue_viable(leaf):
                 continue  # nothing left in it can fit or preempt until something changes
             self.tried.add(job.key)
-            if not self.try_candidate(job) and self.policy.closes_queue:
+            moved = self.try_candidate(job)
+            if not moved and self.policy.closes_queue:
                 self.closed.add(leaf)
                 continue
             self.cursor[leaf] = job.sort_key
             self.offer(leaf)
+            if moved:
+                self.keep_only_potential_when_full()
+
+    def seed(self) -> None:
+        """Offer every waiting queue not offered yet, from the engine's cached keys.
+
+        Viability is checked when an offer is popped (``queue_viable``), not here: within a
+        pass usage only grows except by a preemption, which seeds again, so a queue that
+        cannot move when popped could not have moved when offered either. The keys of
+        unchanged leaves come from the engine's cache: seeding costs what changed plus one
+        look per waiting leaf, and the heap is built in one go.
+        """
+        e = self.e
+        e._refresh_pruning()  # drops the cached keys of every leaf that changed
+        cache = e._offer_keys
+        queues = e._queues
+        jobs = e.state.jobs
+        for leaf in e.state.tree.leaves:
+            if leaf in self.live or leaf in self.closed or not queues[leaf].entries:
+                continue
+            cached = cache.get(leaf) if leaf not in self.cursor else None
+            if cached is None or cached[0] in self.tried:
+                self.offer(leaf, push=False)
+                if leaf in self.live and not self.tried:
+                    # Only before anything was tried: later a queue's first untried workload
+                    # need not be its first (a victim put back is skipped until next pass).
+                    cache[leaf] = (self.offered[leaf].key, self.heap[-1][0])
+                continue
+            # By key, not the record: a trial pass works on copies of the records.
+            workload, key = cached
+            self.stamp += 1
+            self.heap.append((key, self.stamp, leaf))
+            self.live[leaf] = self.stamp
+            self.offered[leaf] = jobs[workload]
+        heapq.heapify(self.heap)
+        self.full_pruned = False
+
+    def keep_only_potential_when_full(self) -> None:
+        """Once the root has no room for any waiting shape, drop the offers of queues that
+        could only admit (not preempt): none of them can move before a preemption, which
+        seeds again. One filter instead of popping every such offer."""
+        if self.full_pruned:
+            return
+        e = self.e
+        root = e.state.tree.root
+        if root is None:
+            return
+        info = e.state.tree.nodes[QuotaPath(root.name)]
+        room = {r: cap - info.used.get(r, 0) for r, cap in info.cap.items()}
+        # Not refreshed since the pass began, and need not be: admissions only take shapes
+        # out of queues and add usage, so the recorded lowest request can only be lower than
+        # the true one (pruning less) and a recorded potential only larger (keeping more).
+        if low_fits(e._low.get(info.path), room):
+            return
+        potential = e._leaf_potential
+        kept = [entry for entry in self.heap if potential.get(entry[2], 0)]
+        for entry in self.heap:
+            if not potential.get(entry[2], 0) and self.live.get(entry[2]) == entry[1]:
+                del self.live[entry[2]]
+                del self.offered[entry[2]]
+        heapq.heapify(kept)
+        self.heap = kept
+        self.full_pruned = True
 
     def nothing_can_move(self) -> bool:
         """True when the root has no room for any pending shape and nobody may preempt.
@@ -86,9 +150,10 @@ class DecisionPass:
         room = {r: cap - root.used.get(r, 0) for r, cap in root.cap.items()}
         return not low_fits(e._low.get(root.path), room)
 
-    def offer(self, leaf: QuotaPath) -> None:
-        """Push the queue's next untried workload, if anything in it could still move."""
-        if leaf in self.closed or not self.queue_viable(leaf):
+    def offer(self, leaf: QuotaPath, push: bool = True) -> None:
+        """Push the queue's next untried workload, if anything in it could still move
+        (``push=False``: append it, the caller heapifies)."""
+        if leaf in self.closed or (push and not self.queue_viable(leaf)):
             return
         job = self.next_untried(leaf)
         if job is None:
@@ -101,7 +166,10 @@ class DecisionPass:
             job.sort_key,
         )
         self.stamp += 1
-        heapq.heappush(self.heap, (key, self.stamp, leaf))
+        if push:
+            heapq.heappush(self.heap, (key, self.stamp, leaf))
+        else:
+            self.heap.append((key, self.stamp, leaf))
         self.live[leaf] = self.stamp
         self.offered[leaf] = job
 
@@ -212,9 +280,7 @@ class DecisionPass:
             leaf = victim.leaf
             if leaf is not None and leaf in self.live:
                 self.offer(leaf)
-        for leaf in self.e._viable_leaves():
-            if leaf not in self.live:
-                self.offer(leaf)
+        self.seed()
 
 
 def lowest(shapes: list[Shape]) -> dict[str, int] | None:

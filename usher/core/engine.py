@@ -56,7 +56,13 @@ from schemas.events import ClusterEvent
 from usher.core import engine_queries, reasons, reclaim_search
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig
-from usher.core.decision_pass import DecisionPass, Share, combine_lowest, low_fits, lowest
+from usher.core.decision_pass import (
+    DecisionPass,
+    OfferKey,
+    Share,
+    combine_lowest,
+    lowest,
+)
 from usher.core.engine_queries import JobView as JobView
 from usher.core.engine_queries import QueueEntry as QueueEntry
 from usher.core.engine_state import EngineState, NodeCapacity
@@ -110,6 +116,7 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_low",
     "_leaf_potential",
     "_potential",
+    "_offer_keys",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -155,6 +162,10 @@ class Engine:
         self._low: dict[QuotaPath, dict[str, int] | None] = {}
         self._leaf_potential: dict[QuotaPath, int] = {}
         self._potential: dict[QuotaPath, int] = {}
+        self._offer_keys: dict[QuotaPath, tuple[WorkloadKey, OfferKey]] = {}
+        """Each leaf's first candidate and its interleave key as a pass starts, while the leaf
+        is unchanged: dropped when the leaf turns dirty, so a pass seeds its offers from what
+        changed instead of recomputing a key for every waiting leaf."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -197,6 +208,7 @@ class Engine:
         self._low = {}
         self._leaf_potential = {}
         self._potential = {}
+        self._offer_keys = {}
         self._dirty = set(tree.leaves)
 
     def _rebuild_job_indexes(self) -> None:
@@ -632,6 +644,7 @@ class Engine:
         self._leaf_potential = {}
         self._potential = {}
         self._share_cache = {}
+        self._offer_keys = {}
         self._dirty = set(self.state.tree.leaves)
         for job in self.state.jobs.values():
             if job.used_path is not None:
@@ -676,6 +689,7 @@ class Engine:
         if zone not in self.state.served:
             self.state.served[zone] = None
             self.state.version += 1  # its workloads may be decided (and reclaim for) from now on
+            self._offer_keys = {}  # a queue's first candidate may be one of that zone's
 
     def _serves(self, zone: Zone) -> bool:
         """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
@@ -1054,7 +1068,9 @@ class Engine:
         if not self._dirty:
             return
         stale_inner: set[QuotaPath] = set()
+        offer_keys = self._offer_keys
         for leaf in sorted(self._dirty):
+            offer_keys.pop(leaf, None)
             info = self.state.tree.nodes.get(leaf)
             queue = self._queues.get(leaf)
             if info is None or queue is None:
@@ -1084,31 +1100,37 @@ class Engine:
             return True
         return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
 
-    def _viable_leaves(self) -> list[QuotaPath]:
-        """Leaves whose queue could admit or preempt something now, in tree order."""
-        self._refresh_pruning()
-        assert self.state.tree.root is not None
-        root = self.state.tree.nodes[QuotaPath(self.state.tree.root.name)]
-        found: list[QuotaPath] = []
-        stack: list[tuple[QuotaNodeInfo, dict[str, int]]] = [(root, {})]
-        while stack:
-            info, above = stack.pop()
-            room = dict(above)
-            used = info.used
-            for resource, cap in info.cap.items():
-                free = cap - used.get(resource, 0)
-                if resource not in room or free < room[resource]:
-                    room[resource] = free
-            if not self._potential.get(info.path, 0) and not low_fits(
-                self._low.get(info.path), room
-            ):
+    def stale_offer_keys(self) -> list[QuotaPath]:
+        """Leaves whose cached first candidate or interleave key differs from a fresh one.
+
+        Always empty when the cache is kept right; a check for tests (a key that outlived a
+        change would reorder the interleave without anyone noticing).
+        """
+        stale: list[QuotaPath] = []
+        for leaf, (workload, key) in sorted(self._offer_keys.items()):
+            if leaf in self._dirty:
+                continue  # dropped by the next pass before it is used
+            queue = self._queues.get(leaf)
+            head = next(
+                (
+                    self.state.jobs[entry[2]]
+                    for entry in (queue.entries if queue is not None else [])
+                    if self._decides(self.state.jobs[entry[2]].zone)
+                ),
+                None,
+            )
+            info = self.state.tree.nodes.get(leaf)
+            if head is None or info is None:
+                stale.append(leaf)
                 continue
-            if info.is_leaf:
-                found.append(info.path)
-            else:
-                nodes = self.state.tree.nodes
-                stack.extend((nodes[c], room) for c in reversed(info.children))
-        return found
+            fresh: OfferKey = (
+                0 if self._within_min(info, () if head.held else head.shape) else 1,
+                self._share(info),
+                head.sort_key,
+            )
+            if head.key != workload or fresh != key:
+                stale.append(leaf)
+        return stale
 
     def _end_pass_admissions(self) -> None:
         """The pass is over: its admissions become reclaim candidates like any other."""

@@ -107,6 +107,7 @@ REBUILT: frozenset[str] = frozenset(
         "_low",
         "_leaf_potential",
         "_potential",
+        "_offer_keys",
         "_stopping",  # from ``stops``
         "_pass_admitted",  # empty between passes, when snapshots are taken
     }
