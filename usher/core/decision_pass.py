@@ -34,8 +34,20 @@ OfferKey = tuple[int, Share, SortKey]
 """Interleave preference (section 4): within-min first, lower share, then queue order."""
 
 
+LeafOffer = tuple[WorkloadKey, OfferKey, int]
+"""A waiting leaf's first candidate, its interleave key, and 1 if the leaf could preempt."""
+
+
 class DecisionPass:
-    """One decision pass: queues offer candidates, the best is tried, until none is left."""
+    """One decision pass: queues offer candidates, the best is tried, until none is left.
+
+    Offers come from two places. The engine keeps, between passes, every waiting leaf's
+    first candidate and key in two heaps (leaves that could preempt, and the others); a pass
+    starts from copies of them, so it costs what changed, not how many leaves wait. Once a
+    leaf has been looked at in this pass (popped, or offered again after a try or a
+    preemption) its kept entries are dead for the pass (``touched``) and the pass's own heap
+    carries it, with a stamp per offer (``live``) so a newer offer supersedes an older one.
+    """
 
     def __init__(self, engine: Engine, decisions: list[Decision]) -> None:
         self.e = engine
@@ -43,6 +55,9 @@ class DecisionPass:
         self.heap: list[tuple[OfferKey, int, QuotaPath]] = []
         self.live: dict[QuotaPath, int] = {}
         self.offered: dict[QuotaPath, Job] = {}
+        self.kept_admit: list[tuple[OfferKey, QuotaPath]] = []
+        self.kept_potential: list[tuple[OfferKey, QuotaPath]] = []
+        self.touched: set[QuotaPath] = set()
         self.cursor: dict[QuotaPath, SortKey] = {}
         self.closed: set[QuotaPath] = set()
         self.tried: set[WorkloadKey] = set()
@@ -52,14 +67,11 @@ class DecisionPass:
 
     def run(self) -> None:
         self.seed()
-        while self.heap:
-            if self.nothing_can_move():
+        while not self.nothing_can_move():
+            popped = self.pop()
+            if popped is None:
                 break
-            _, stamp, leaf = heapq.heappop(self.heap)
-            if self.live.get(leaf) != stamp:
-                continue
-            del self.live[leaf]
-            job = self.offered.pop(leaf)
+            leaf, job = popped
             if not self.queue_viable(leaf):
                 continue  # nothing left in it can fit or preempt until something changes
             self.tried.add(job.key)
@@ -73,43 +85,46 @@ class DecisionPass:
                 self.keep_only_potential_when_full()
 
     def seed(self) -> None:
-        """Offer every waiting queue not offered yet, from the engine's cached keys.
-
-        Viability is checked when an offer is popped (``queue_viable``), not here: within a
-        pass usage only grows except by a preemption, which seeds again, so a queue that
-        cannot move when popped could not have moved when offered either. The keys of
-        unchanged leaves come from the engine's cache: seeding costs what changed plus one
-        look per waiting leaf, and the heap is built in one go.
-        """
-        e = self.e
-        e._refresh_pruning()  # drops the cached keys of every leaf that changed
-        cache = e._offer_keys
-        queues = e._queues
-        jobs = e.state.jobs
-        for leaf in e.state.tree.leaves:
-            if leaf in self.live or leaf in self.closed or not queues[leaf].entries:
-                continue
-            cached = cache.get(leaf) if leaf not in self.cursor else None
-            if cached is None or cached[0] in self.tried:
-                self.offer(leaf, push=False)
-                if leaf in self.live and not self.tried:
-                    # Only before anything was tried: later a queue's first untried workload
-                    # need not be its first (a victim put back is skipped until next pass).
-                    cache[leaf] = (self.offered[leaf].key, self.heap[-1][0])
-                continue
-            # By key, not the record: a trial pass works on copies of the records.
-            workload, key = cached
-            self.stamp += 1
-            self.heap.append((key, self.stamp, leaf))
-            self.live[leaf] = self.stamp
-            self.offered[leaf] = jobs[workload]
-        heapq.heapify(self.heap)
+        """Start from the engine's kept offers (brought up to date for what changed)."""
+        self.e._refresh_pruning()
+        self.kept_admit = self.e._admit_offers.copy()
+        self.kept_potential = self.e._potential_offers.copy()
         self.full_pruned = False
+
+    def pop(self) -> tuple[QuotaPath, Job] | None:
+        """The best current offer across the pass's heap and the kept ones, taken out."""
+        while True:
+            kept = self.best_kept()
+            if self.heap and (kept is None or self.heap[0][0] < kept[0][0]):
+                _, stamp, leaf = heapq.heappop(self.heap)
+                if self.live.get(leaf) == stamp:
+                    del self.live[leaf]
+                    return leaf, self.offered.pop(leaf)
+                continue
+            if kept is None:
+                return None
+            key, leaf = heapq.heappop(kept)
+            if leaf in self.touched or leaf in self.closed:
+                continue
+            offer = self.e._offer_keys.get(leaf)
+            if offer is None or offer[1] != key:
+                continue  # superseded since it was kept
+            self.touched.add(leaf)
+            return leaf, self.e.state.jobs[offer[0]]
+
+    def best_kept(self) -> list[tuple[OfferKey, QuotaPath]] | None:
+        """The kept heap whose first entry is lower, or None if both are empty."""
+        potential, admit = self.kept_potential, self.kept_admit
+        if not potential:
+            return admit or None
+        if not admit or potential[0][0] < admit[0][0]:
+            return potential
+        return admit
 
     def keep_only_potential_when_full(self) -> None:
         """Once the root has no room for any waiting shape, drop the offers of queues that
         could only admit (not preempt): none of them can move before a preemption, which
-        seeds again. One filter instead of popping every such offer."""
+        offers them again. Dropping the kept heap is free; the pass's own is small."""
         if self.full_pruned:
             return
         e = self.e
@@ -124,6 +139,7 @@ class DecisionPass:
         if low_fits(e._low.get(info.path), room):
             return
         potential = e._leaf_potential
+        self.kept_admit = []
         kept = [entry for entry in self.heap if potential.get(entry[2], 0)]
         for entry in self.heap:
             if not potential.get(entry[2], 0) and self.live.get(entry[2]) == entry[1]:
@@ -150,10 +166,10 @@ class DecisionPass:
         room = {r: cap - root.used.get(r, 0) for r, cap in root.cap.items()}
         return not low_fits(e._low.get(root.path), room)
 
-    def offer(self, leaf: QuotaPath, push: bool = True) -> None:
-        """Push the queue's next untried workload, if anything in it could still move
-        (``push=False``: append it, the caller heapifies)."""
-        if leaf in self.closed or (push and not self.queue_viable(leaf)):
+    def offer(self, leaf: QuotaPath) -> None:
+        """Push the queue's next untried workload, if anything in it could still move."""
+        self.touched.add(leaf)  # from now on the pass's own heap speaks for this leaf
+        if leaf in self.closed or not self.queue_viable(leaf):
             return
         job = self.next_untried(leaf)
         if job is None:
@@ -166,10 +182,7 @@ class DecisionPass:
             job.sort_key,
         )
         self.stamp += 1
-        if push:
-            heapq.heappush(self.heap, (key, self.stamp, leaf))
-        else:
-            self.heap.append((key, self.stamp, leaf))
+        heapq.heappush(self.heap, (key, self.stamp, leaf))
         self.live[leaf] = self.stamp
         self.offered[leaf] = job
 
@@ -280,7 +293,17 @@ class DecisionPass:
             leaf = victim.leaf
             if leaf is not None and leaf in self.live:
                 self.offer(leaf)
-        self.seed()
+        # Usage went down: every queue not offered now may move again. Those never looked at
+        # are in the kept heaps (copied afresh, with what changed refreshed); the ones looked
+        # at in this pass, or changed by it, are offered again from where they stand.
+        changed = self.e._refresh_pruning()
+        self.kept_admit = self.e._admit_offers.copy()
+        self.kept_potential = self.e._potential_offers.copy()
+        self.full_pruned = False
+        again = self.touched.union(changed)
+        for leaf in sorted(again):
+            if leaf not in self.live and leaf in self.e._queues:
+                self.offer(leaf)
 
 
 def lowest(shapes: list[Shape]) -> dict[str, int] | None:

@@ -58,6 +58,7 @@ from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig
 from usher.core.decision_pass import (
     DecisionPass,
+    LeafOffer,
     OfferKey,
     Share,
     combine_lowest,
@@ -117,6 +118,8 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_leaf_potential",
     "_potential",
     "_offer_keys",
+    "_admit_offers",
+    "_potential_offers",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -162,10 +165,14 @@ class Engine:
         self._low: dict[QuotaPath, dict[str, int] | None] = {}
         self._leaf_potential: dict[QuotaPath, int] = {}
         self._potential: dict[QuotaPath, int] = {}
-        self._offer_keys: dict[QuotaPath, tuple[WorkloadKey, OfferKey]] = {}
-        """Each leaf's first candidate and its interleave key as a pass starts, while the leaf
-        is unchanged: dropped when the leaf turns dirty, so a pass seeds its offers from what
-        changed instead of recomputing a key for every waiting leaf."""
+        self._offer_keys: dict[QuotaPath, LeafOffer] = {}
+        """Each waiting leaf's first candidate, its interleave key and whether the leaf could
+        preempt, kept between passes and recomputed only for leaves that changed (dirty)."""
+        self._admit_offers: list[tuple[OfferKey, QuotaPath]] = []
+        self._potential_offers: list[tuple[OfferKey, QuotaPath]] = []
+        """Heaps of the offers above, split by whether the leaf could preempt: a pass starts
+        from copies of both instead of a key per waiting leaf, and drops the first once the
+        root is full. An entry is current while ``_offer_keys`` holds its key (lazy removal)."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -209,6 +216,8 @@ class Engine:
         self._leaf_potential = {}
         self._potential = {}
         self._offer_keys = {}
+        self._admit_offers = []
+        self._potential_offers = []
         self._dirty = set(tree.leaves)
 
     def _rebuild_job_indexes(self) -> None:
@@ -645,6 +654,8 @@ class Engine:
         self._potential = {}
         self._share_cache = {}
         self._offer_keys = {}
+        self._admit_offers = []
+        self._potential_offers = []
         self._dirty = set(self.state.tree.leaves)
         for job in self.state.jobs.values():
             if job.used_path is not None:
@@ -689,7 +700,8 @@ class Engine:
         if zone not in self.state.served:
             self.state.served[zone] = None
             self.state.version += 1  # its workloads may be decided (and reclaim for) from now on
-            self._offer_keys = {}  # a queue's first candidate may be one of that zone's
+            # A queue's first candidate may be one of that zone's from now on.
+            self._dirty.update(self.state.tree.leaves)
 
     def _serves(self, zone: Zone) -> bool:
         """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
@@ -1063,17 +1075,18 @@ class Engine:
         self.state.announce = {}
         return out
 
-    def _refresh_pruning(self) -> None:
-        """Bring the per-node pruning data (lowest request, reclaim potential) up to date."""
+    def _refresh_pruning(self) -> list[QuotaPath]:
+        """Bring the per-node pruning data (lowest request, reclaim potential) and the leaves'
+        offers up to date; return the leaves that were refreshed (they had changed)."""
         if not self._dirty:
-            return
+            return []
         stale_inner: set[QuotaPath] = set()
-        offer_keys = self._offer_keys
-        for leaf in sorted(self._dirty):
-            offer_keys.pop(leaf, None)
+        refreshed = sorted(self._dirty)
+        for leaf in refreshed:
             info = self.state.tree.nodes.get(leaf)
             queue = self._queues.get(leaf)
             if info is None or queue is None:
+                self._offer_keys.pop(leaf, None)
                 continue
             low = lowest(list(queue.shapes))
             if low != self._low.get(leaf):
@@ -1085,10 +1098,50 @@ class Engine:
                 self._leaf_potential[leaf] = potential
                 for ancestor in info.ancestors:
                     self._potential[ancestor.path] = self._potential.get(ancestor.path, 0) + delta
+            self._refresh_offer(info, queue, potential)
         self._dirty = set()
         nodes = self.state.tree.nodes
         for path in sorted(stale_inner, key=lambda p: (-nodes[p].depth, p)):
             self._low[path] = combine_lowest([self._low.get(c) for c in nodes[path].children])
+        self._compact_offers()
+        return refreshed
+
+    def _leaf_offer(self, info: QuotaNodeInfo, queue: Queue) -> tuple[WorkloadKey, OfferKey] | None:
+        """The leaf's first workload this engine decides for, and its interleave key (R3:
+        within-min first, lower dominant share, then queue order)."""
+        jobs = self.state.jobs
+        for entry in queue.entries:
+            job = jobs[entry[2]]
+            if self._decides(job.zone):
+                # A held preemptor's own hold is already counted in its leaf's usage.
+                within = self._within_min(info, () if job.held else job.shape)
+                return job.key, (0 if within else 1, self._share(info), job.sort_key)
+        return None
+
+    def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
+        offer = self._leaf_offer(info, queue)
+        if offer is None:
+            self._offer_keys.pop(info.path, None)
+            return
+        entry = (offer[0], offer[1], potential)
+        if self._offer_keys.get(info.path) == entry:
+            return  # its heap entry is still current
+        self._offer_keys[info.path] = entry
+        heap = self._potential_offers if potential else self._admit_offers
+        heapq.heappush(heap, (offer[1], info.path))
+
+    def _compact_offers(self) -> None:
+        """Rebuild a heap once stale entries outnumber current ones (bounded memory)."""
+        current = len(self._offer_keys)
+        if len(self._admit_offers) + len(self._potential_offers) <= 2 * current + 64:
+            return
+        admit: list[tuple[OfferKey, QuotaPath]] = []
+        potential: list[tuple[OfferKey, QuotaPath]] = []
+        for leaf, (_, key, can_preempt) in self._offer_keys.items():
+            (potential if can_preempt else admit).append((key, leaf))
+        heapq.heapify(admit)
+        heapq.heapify(potential)
+        self._admit_offers, self._potential_offers = admit, potential
 
     def _has_potential(self, info: QuotaNodeInfo, queue: Queue) -> bool:
         """Whether something in the queue might preempt (so it must be visited even if full)."""
@@ -1101,34 +1154,28 @@ class Engine:
         return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
 
     def stale_offer_keys(self) -> list[QuotaPath]:
-        """Leaves whose cached first candidate or interleave key differs from a fresh one.
-
-        Always empty when the cache is kept right; a check for tests (a key that outlived a
-        change would reorder the interleave without anyone noticing).
+        """Leaves whose kept offer is missing, differs from a fresh one, or is not current in
+        the heap its potential names. Always empty when the offers are kept right; a check
+        for tests (a stale key would reorder the interleave, a missing one starve a queue).
         """
         stale: list[QuotaPath] = []
-        for leaf, (workload, key) in sorted(self._offer_keys.items()):
+        heaps = (set(self._admit_offers), set(self._potential_offers))
+        for leaf in self.state.tree.leaves:
             if leaf in self._dirty:
-                continue  # dropped by the next pass before it is used
-            queue = self._queues.get(leaf)
-            head = next(
-                (
-                    self.state.jobs[entry[2]]
-                    for entry in (queue.entries if queue is not None else [])
-                    if self._decides(self.state.jobs[entry[2]].zone)
-                ),
-                None,
-            )
-            info = self.state.tree.nodes.get(leaf)
-            if head is None or info is None:
-                stale.append(leaf)
+                continue  # refreshed before the next pass looks
+            info, queue = self.state.tree.nodes[leaf], self._queues[leaf]
+            fresh = self._leaf_offer(info, queue)
+            kept = self._offer_keys.get(leaf)
+            if fresh is None or kept is None:
+                if (fresh is None) != (kept is None):
+                    stale.append(leaf)
                 continue
-            fresh: OfferKey = (
-                0 if self._within_min(info, () if head.held else head.shape) else 1,
-                self._share(info),
-                head.sort_key,
-            )
-            if head.key != workload or fresh != key:
+            potential = self._leaf_potential.get(leaf, 0)
+            if (
+                (kept[0], kept[1]) != fresh
+                or kept[2] != potential
+                or (kept[1], leaf) not in heaps[potential]
+            ):
                 stale.append(leaf)
         return stale
 

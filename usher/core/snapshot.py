@@ -108,6 +108,8 @@ REBUILT: frozenset[str] = frozenset(
         "_leaf_potential",
         "_potential",
         "_offer_keys",
+        "_admit_offers",
+        "_potential_offers",
         "_stopping",  # from ``stops``
         "_pass_admitted",  # empty between passes, when snapshots are taken
     }
