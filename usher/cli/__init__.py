@@ -168,6 +168,14 @@ def cli() -> None:
 @click.option("--seed", type=int, default=7, show_default=True, help="Demo randomness.")
 @click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
 @click.option(
+    "--console-port",
+    type=click.IntRange(min=0, max=65535),
+    default=8470,
+    show_default=True,
+    help="The web console's port on 127.0.0.1 (0: any free port; taken: another one).",
+)
+@click.option("--no-console", is_flag=True, help="Start no web console.")
+@click.option(
     "--interval",
     "interval_s",
     type=float,
@@ -186,12 +194,15 @@ def up(
     durable: bool,
     seed: int,
     plain: bool,
+    console_port: int,
+    no_console: bool,
     interval_s: float,
 ) -> None:
     """Start the whole system on this machine and show it live, until Ctrl-C.
 
     NATS JetStream, PostgreSQL, the Kubernetes API emulator (with a fake kubelet) and the
-    services (ledger, preemptor, one dequeuer per zone, watcher) each run as a process; data
+    services (ledger, preemptor, one dequeuer per zone, watcher) and the read-only web console
+    (its URL is printed) each run as a process; data
     stays in $USHER_HOME, so starting again resumes. Unless --no-demo, the seed's quota tree
     and three scenarios are played, then a steady mixed workload. Ctrl-C or SIGTERM stops
     everything in order: services, emulator, PostgreSQL, NATS.
@@ -223,6 +234,7 @@ def up(
         within_quota=within_quota,
         min_runtime_s=min_runtime_s,
         durable=durable,
+        console_port=None if no_console else console_port,
     )
     _check_service_settings(home, options)
     system = EmbeddedSystem(home, options, up_pid=os.getpid())
@@ -243,6 +255,8 @@ def up(
     click.echo(f"  PostgreSQL      {redact_url(info.database_url)}")
     click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
     click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
+    if info.console_url:
+        click.echo(f"  web console     {info.console_url}")
     click.echo(f"  stack file      {home / 'stack.json'}")
     click.echo("Press Ctrl-C to stop (or run `usher down`).")
     sys.stdout.flush()
