@@ -32,6 +32,15 @@ DEFAULT_PORT = 8470
 @click.option("--nats", "nats_url", default=None, help="NATS of a real installation (read-only).")
 @click.option("--prefix", default=None, help="Subject prefix (default usher).")
 @click.option("--policy", default=None, help="The installation's policy (default: the stack's).")
+@click.option(
+    "--startup-timeout",
+    "startup_timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    envvar="USHER_STARTUP_TIMEOUT_SECONDS",
+    help="Seconds to reach NATS at start, as the services ($USHER_STARTUP_TIMEOUT_SECONDS).",
+)
 @home_option("Folder of the running `usher up` (default $USHER_HOME).")
 def console_command(
     host: str,
@@ -39,6 +48,7 @@ def console_command(
     nats_url: str | None,
     prefix: str | None,
     policy: str | None,
+    startup_timeout_s: float,
     home: Path | None,
 ) -> None:
     """Serve the read-only web console: quota tree, queues, jobs' stories, live decisions,
@@ -57,7 +67,7 @@ def console_command(
         click.echo(line)
 
     try:
-        asyncio.run(serve(target, host, port, say=say))
+        asyncio.run(serve(target, host, port, say=say, startup_timeout_s=startup_timeout_s))
     except OSError as exc:
         fail(f"console: cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)
     except ClientError as exc:

@@ -308,13 +308,14 @@ async def serve(
     port: int,
     *,
     say: Callable[[str], None] = print,
+    startup_timeout_s: float = 30.0,
 ) -> None:
     """Follow ``target``'s log and serve the console on ``host:port`` until SIGTERM/Ctrl-C."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    async with AsyncClient(target, reconnect=True) as client:
+    async with AsyncClient(target, reconnect=True, timeout_s=startup_timeout_s) as client:
         js = await client.jetstream()
         log = ConsoleLog(target.engine)
         following = asyncio.create_task(log.follow(js, client.subjects, stop), name="follow")
