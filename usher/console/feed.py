@@ -113,10 +113,14 @@ class ConsoleLog:
         self._tell()
 
     def _sample_if_due(self, time_ms: int) -> None:
-        """Before the first entry of a new ``SAMPLE_MS`` bucket: sample the state so far."""
+        """Before the first entry of a new ``SAMPLE_MS`` bucket: the state so far, at every
+        bucket boundary passed since the last entry (a quiet log keeps its level)."""
         bucket = time_ms // SAMPLE_MS
         if self._bucket is not None and bucket > self._bucket:
-            self.samples.append(self.sample_now((self._bucket + 1) * SAMPLE_MS))
+            sample = self.sample_now(0)
+            first = max(self._bucket + 1, bucket - (self.samples.maxlen or 1) + 1)
+            for boundary in range(first, bucket + 1):
+                self.samples.append(msgspec.structs.replace(sample, time_ms=boundary * SAMPLE_MS))
         self._bucket = bucket if self._bucket is None else max(self._bucket, bucket)
 
     def sample_now(self, time_ms: int) -> Sample:
