@@ -133,6 +133,8 @@ def test_a_preempted_jobs_page_names_its_preemptor(console: Console) -> None:
     assert "preempts" in page.locator("#timeline").inner_text()
     console.open("/job/user-b/borrow")
     console.shot("job")
+    console.open("/").wait_for_selector('tr[data-path="root/Department-b"]')
+    console.shot("tree-after-reclaim")
 
 
 def test_the_live_stream_shows_a_decision_within_a_second(console: Console) -> None:
