@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from usher.cli import EXIT_UNAVAILABLE, EXIT_USAGE, cli, fail, home_option
+from usher.core.config import POLICIES
 
 DEFAULT_PORT = 8470
 
@@ -31,7 +32,12 @@ DEFAULT_PORT = 8470
 )
 @click.option("--nats", "nats_url", default=None, help="NATS of a real installation (read-only).")
 @click.option("--prefix", default=None, help="Subject prefix (default usher).")
-@click.option("--policy", default=None, help="The installation's policy (default: the stack's).")
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default=None,
+    help="The installation's policy (default: the stack's).",
+)
 @click.option(
     "--startup-timeout",
     "startup_timeout_s",
@@ -53,14 +59,16 @@ def console_command(
 ) -> None:
     """Serve the read-only web console: quota tree, queues, jobs' stories, live decisions,
     charts and time travel, all folded from the log."""
-    from usher.client.errors import ClientError
+    from usher.client.errors import ClientError, NotRunning
     from usher.client.target import resolve_target
 
     try:
         target = resolve_target(home=home, nats_url=nats_url, prefix=prefix, policy=policy)
         target.need_nats()
-    except ClientError as exc:
-        fail(exc.message, EXIT_UNAVAILABLE if "running" in exc.message else EXIT_USAGE)
+    except NotRunning as exc:
+        fail(exc.message, EXIT_UNAVAILABLE)
+    except ClientError as exc:  # a bad setting (policy, oversell rate)
+        fail(exc.message, EXIT_USAGE)
     from usher.console.server import serve
 
     def say(line: str) -> None:

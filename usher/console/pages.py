@@ -161,11 +161,6 @@ class DecisionFilter(msgspec.Struct, frozen=True, kw_only=True):
     action: str = ""
 
 
-def queue_of_quota(quota: Sequence[QuotaInfo]) -> dict[str, str]:
-    """Leaf path -> queue name (decisions name the quota path)."""
-    return {node.path: node.queue for node in quota if node.queue is not None}
-
-
 def keep_decision(decision: DecisionInfo, wanted: DecisionFilter, queues: dict[str, str]) -> bool:
     """Whether ``wanted`` keeps ``decision``."""
     if wanted.action and decision.action != wanted.action:
