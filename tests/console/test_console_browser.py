@@ -4,7 +4,8 @@ One `usher up` (the seed's three scenarios, then the steady workload) and one he
 Chromium serve every test of the module: the tree page shows the seed tree's numbers, a queue
 page the seed's positions (the same as `usher replay` at the page's log position), a
 preempted job's page its preemptor, the live stream shows a decision within a second of it,
-and the time travel view at an old position is what `usher replay --seq N` prints. Every page
+the time travel view at an old position is what `usher replay --seq N` prints, and no page
+shows a password or a server's address. Every page
 is saved as a screenshot (see ``tests.console.browser.artefacts``).
 """
 
@@ -16,10 +17,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.cli.stack_process import UpProcess, poll, usher
 from tests.console.browser import artefacts, chromium, skip_without_chromium
+from usher.local.credentials import Credentials
 
 skip_without_chromium()
 
@@ -177,3 +180,13 @@ def test_time_travel_at_an_old_position_equals_usher_replay(console: Console) ->
     console.shot("replay")
     console.open("/charts")
     console.shot("charts")
+
+
+def test_no_page_shows_a_secret_or_an_address(console: Console) -> None:
+    creds = msgspec.json.decode((console.home / "credentials.json").read_bytes(), type=Credentials)
+    secrets = [*creds.nats.values(), creds.pg_superuser, creds.pg_ledger, creds.pg_audit]
+    pages = ("/", "/queues", f"/queue/{QUEUE_A}", "/job/user-b/borrow", "/decisions", "/charts")
+    for path in (*pages, "/replay"):
+        html = console.open(path).content()
+        assert not [s for s in secrets if s in html], path
+        assert "nats://" not in html and "postgresql" not in html, path
