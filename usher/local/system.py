@@ -173,6 +173,7 @@ class EmbeddedSystem:
     servers: list[ServerWatch] = field(default_factory=list, init=False)
     console: Supervised | None = field(default=None, init=False)
     console_url: str = field(default="", init=False)
+    console_port: int = field(default=0, init=False)
     info: StackInfo | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -211,10 +212,11 @@ class EmbeddedSystem:
                 process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=own)
                 process.start()
                 self.services[name] = Supervised(name, argv, process)
+            if self.options.console_port is not None:  # it starts while the watcher lists
+                self._start_console(env, self.options.console_port)
             self._check_services_alive(grace_s=0.5)
             self._wait_for_watcher(watcher_log, offset, timeout_s)
-            if self.options.console_port is not None:
-                self._start_console(env, self.options.console_port)
+            self._wait_for_console()
         except BaseException:
             self.stop()
             raise
@@ -291,17 +293,23 @@ class EmbeddedSystem:
         return commands
 
     def _start_console(self, env: dict[str, str], wanted: int) -> None:
-        """The web console as a process reading the log as the read-only ``console`` user;
-        waits (best effort) until it listens, so the printed URL answers at once."""
+        """The web console as a process reading the log as the read-only ``console`` user."""
         port = wanted if wanted and not port_open(HOST, wanted) else free_port(HOST)
         argv = [sys.executable, "-m", "usher", "console", "--host", HOST, "--port", str(port)]
         own = {**env, "USHER_NATS_URL": self.stack.nats_url_for(CONSOLE)}
         process = ManagedProcess(CONSOLE, argv, self.logs / f"{CONSOLE}.log", env=own)
         process.start()
         self.console = Supervised(CONSOLE, argv, process)
+        self.console_port = port
         self.console_url = f"http://{HOST}:{port}/"
+
+    def _wait_for_console(self) -> None:
+        """Best effort: wait until the console listens, so the printed URL answers at once."""
+        if self.console is None:
+            return
+        process = self.console.process
         deadline = time.monotonic() + CONSOLE_READY_TIMEOUT_S
-        while not port_open(HOST, port) and time.monotonic() < deadline:
+        while not port_open(HOST, self.console_port) and time.monotonic() < deadline:
             if not process.running():
                 raise ServerStartError(CONSOLE, "exited", process.log_tail())
             time.sleep(0.05)
