@@ -18,6 +18,9 @@ from pathlib import Path
 import msgspec
 
 STACK_FILE = "stack.json"
+CONSOLE_PORT = 8470
+"""The web console's port by default (``usher console``; ``usher up`` takes another free one
+when it is taken, and ``console_url`` says which)."""
 
 
 class StackInfo(msgspec.Struct, frozen=True, kw_only=True):

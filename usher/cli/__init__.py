@@ -23,7 +23,7 @@ import click
 import msgspec
 
 from usher.adapters.logs import configure, redact_url
-from usher.adapters.stack_file import home_problem, read_stack_info, usher_home
+from usher.adapters.stack_file import CONSOLE_PORT, home_problem, read_stack_info, usher_home
 from usher.client.errors import BadInput
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES
 from usher.core.errors import InputError
@@ -170,7 +170,7 @@ def cli() -> None:
 @click.option(
     "--console-port",
     type=click.IntRange(min=0, max=65535),
-    default=8470,
+    default=CONSOLE_PORT,
     show_default=True,
     help="The web console's port on 127.0.0.1 (0: any free port; taken: another one).",
 )

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import click
 
+from usher.adapters.stack_file import CONSOLE_PORT
 from usher.cli import EXIT_UNAVAILABLE, EXIT_USAGE, cli, fail, home_option
 from usher.core.config import POLICIES
-
-DEFAULT_PORT = 8470
 
 
 @cli.command("console")
@@ -26,7 +25,7 @@ DEFAULT_PORT = 8470
 @click.option(
     "--port",
     type=click.IntRange(min=0, max=65535),
-    default=DEFAULT_PORT,
+    default=CONSOLE_PORT,
     show_default=True,
     help="Port to listen on.",
 )

@@ -30,7 +30,7 @@ from pathlib import Path
 import msgspec
 
 from usher.adapters.nats.permissions import CONSOLE
-from usher.adapters.stack_file import STACK_FILE, StackInfo
+from usher.adapters.stack_file import CONSOLE_PORT, STACK_FILE, StackInfo
 from usher.local.processes import ManagedProcess, ServerStartError, free_port, port_open
 from usher.local.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
 from usher.local.stack import EmbeddedStack, write_stack_info
@@ -48,8 +48,6 @@ SERVER_STABLE_S = 30.0
 """A server up this long after a restart is healthy again: its failure count starts over."""
 SERVER_MAX_FAILURES = 5
 """Restarts in a row that died (or never listened) before ``SERVER_STABLE_S``: then give up."""
-CONSOLE_PORT = 8470
-"""The web console's port unless taken (then any free one; the URL printed says which)."""
 CONSOLE_READY_TIMEOUT_S = 15.0
 
 
