@@ -41,6 +41,9 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
             "watcher",
         }
         assert set(info["pids"]) == {"nats", "postgres", "kube-emulator"}
+        # The read-only web console: its own process, on loopback, its URL printed.
+        assert str(info["console_url"]).startswith("http://127.0.0.1:")
+        assert f"web console     {info['console_url']}" in up.wait_for_output("web console")
         # The first screen of the live view, then the demo's first decision and its reason.
         up.wait_for_output("== ")
         up.wait_for_output("admit user-a/pi-8k5pn root/Department-a")
@@ -49,6 +52,7 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
         assert up.proc is not None
         everything = descendants(up.proc.pid)
         pids = [int(p) for p in [*info["pids"].values(), *info["service_pids"].values()]]
+        pids.append(int(info["console_pid"]))
         assert set(pids) <= set(everything)
         assert all(pid_alive(p) for p in pids)
         assert len(everything) > len(pids), "postgres runs its background workers"

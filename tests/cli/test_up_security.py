@@ -79,6 +79,7 @@ def test_up_keeps_its_secrets(tmp_path: Path) -> None:
             assert _mode(home / secret) == 0o600, secret
         assert _mode(tmp_path) == parent_mode, "usher up changed a folder above its home"
         _check_each_service_has_only_its_own_credentials(info, creds)
+        _check_the_console_reads_as_the_console_user_only(info, creds)
         asyncio.run(_check_the_servers_refuse_what_is_not_allowed(info, creds))
         if KUBECTL is not None:
             _check_kubectl(home, tmp_path)
@@ -105,6 +106,21 @@ def _check_each_service_has_only_its_own_credentials(
         else:
             assert "USHER_DATABASE_URL" not in env, service
         assert ("USHER_KUBECONFIG" in env) == (service == "watcher"), service
+
+
+def _check_the_console_reads_as_the_console_user_only(
+    info: dict[str, Any], creds: Credentials
+) -> None:
+    """The web console: the read-only NATS user, no database, no cluster, on loopback."""
+    assert urlparse(str(info["console_url"])).hostname == "127.0.0.1"
+    env = _environ(int(info["console_pid"]))
+    nats_url = urlparse(env["USHER_NATS_URL"])
+    assert nats_url.username == "usher-console"
+    assert unquote(nats_url.password or "") == creds.nats["console"]
+    others = [p for name, p in creds.nats.items() if name != "console"]
+    everything = "\0".join(env.values())
+    assert not any(p in everything for p in [*others, creds.pg_superuser, creds.pg_ledger])
+    assert "USHER_DATABASE_URL" not in env and "USHER_KUBECONFIG" not in env
 
 
 async def _check_the_servers_refuse_what_is_not_allowed(

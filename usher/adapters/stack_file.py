@@ -18,6 +18,9 @@ from pathlib import Path
 import msgspec
 
 STACK_FILE = "stack.json"
+CONSOLE_PORT = 8470
+"""The web console's port by default (``usher console``; ``usher up`` takes another free one
+when it is taken, and ``console_url`` says which)."""
 
 
 class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,10 +57,14 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     up_pid: int = 0
     """The ``usher up`` process that owns the system (``usher down`` sends it SIGTERM); 0
     when the system was started otherwise (a test, a library)."""
+    console_url: str = ""
+    """The web console's address (``usher console``, read-only); empty when not started."""
+    console_pid: int = 0
 
     def all_pids(self) -> dict[str, int]:
-        """Every process of the system, infrastructure and services."""
-        return {**self.pids, **self.service_pids}
+        """Every process of the system: infrastructure, services and the web console."""
+        console = {"console": self.console_pid} if self.console_pid else {}
+        return {**self.pids, **self.service_pids, **console}
 
 
 def usher_home() -> Path:

@@ -23,7 +23,7 @@ import click
 import msgspec
 
 from usher.adapters.logs import configure, redact_url
-from usher.adapters.stack_file import home_problem, read_stack_info, usher_home
+from usher.adapters.stack_file import CONSOLE_PORT, home_problem, read_stack_info, usher_home
 from usher.client.errors import BadInput
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES
 from usher.core.errors import InputError
@@ -99,6 +99,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     ),
     "usher.cli.history": ("replay", "audit", "what-if", "explain", "log"),
     "usher.cli.stack": ("status", "down"),
+    "usher.cli.console": ("console",),
 }
 """Where the commands not defined here live; a module is imported only when one of its
 commands runs (or for ``--help``), so ``usher --version`` and ``usher jobs`` skip the others'
@@ -167,6 +168,14 @@ def cli() -> None:
 @click.option("--seed", type=int, default=7, show_default=True, help="Demo randomness.")
 @click.option("--plain", is_flag=True, help="Plain lines even on a terminal.")
 @click.option(
+    "--console-port",
+    type=click.IntRange(min=0, max=65535),
+    default=CONSOLE_PORT,
+    show_default=True,
+    help="The web console's port on 127.0.0.1 (0: any free port; taken: another one).",
+)
+@click.option("--no-console", is_flag=True, help="Start no web console.")
+@click.option(
     "--interval",
     "interval_s",
     type=float,
@@ -185,12 +194,15 @@ def up(
     durable: bool,
     seed: int,
     plain: bool,
+    console_port: int,
+    no_console: bool,
     interval_s: float,
 ) -> None:
     """Start the whole system on this machine and show it live, until Ctrl-C.
 
     NATS JetStream, PostgreSQL, the Kubernetes API emulator (with a fake kubelet) and the
-    services (ledger, preemptor, one dequeuer per zone, watcher) each run as a process; data
+    services (ledger, preemptor, one dequeuer per zone, watcher) and the read-only web console
+    (its URL is printed) each run as a process; data
     stays in $USHER_HOME, so starting again resumes. Unless --no-demo, the seed's quota tree
     and three scenarios are played, then a steady mixed workload. Ctrl-C or SIGTERM stops
     everything in order: services, emulator, PostgreSQL, NATS.
@@ -222,6 +234,7 @@ def up(
         within_quota=within_quota,
         min_runtime_s=min_runtime_s,
         durable=durable,
+        console_port=None if no_console else console_port,
     )
     _check_service_settings(home, options)
     system = EmbeddedSystem(home, options, up_pid=os.getpid())
@@ -242,6 +255,8 @@ def up(
     click.echo(f"  PostgreSQL      {redact_url(info.database_url)}")
     click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
     click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
+    if info.console_url:
+        click.echo(f"  web console     {info.console_url}")
     click.echo(f"  stack file      {home / 'stack.json'}")
     click.echo("Press Ctrl-C to stop (or run `usher down`).")
     sys.stdout.flush()

@@ -51,6 +51,7 @@ class StackStatus(msgspec.Struct, frozen=True, kw_only=True):
     within_quota: str
     min_runtime_s: float
     durable: bool
+    console_url: str = ""
 
 
 def _stack_of(home: Path) -> StackInfo:
@@ -90,6 +91,7 @@ def status_of(info: StackInfo) -> StackStatus:
         within_quota=info.within_quota,
         min_runtime_s=info.min_runtime_s,
         durable=info.durable,
+        console_url=info.console_url,
     )
 
 
@@ -111,6 +113,7 @@ def status_command(output: str, home: Path | None) -> None:
                 f"NATS JetStream  {status.nats_url}",
                 f"PostgreSQL      {status.database_url}",
                 f"Kubernetes API  kubeconfig {status.kubeconfig}",
+                f"Web console     {status.console_url or '(not started)'}",
                 f"Zones           {', '.join(status.zones)}",
                 f"Settings        policy {status.policy}, oversell rate {status.oversell_rate}, "
                 f"within quota {status.within_quota}, min runtime {status.min_runtime_s:g}s"

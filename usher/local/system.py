@@ -3,7 +3,9 @@
 What it does: starts, in order, the embedded NATS JetStream and PostgreSQL
 (``EmbeddedStack``), the Kubernetes API emulator with its fake kubelet (objects kept under
 ``$USHER_HOME/cluster``, kubeconfig at ``$USHER_HOME/kubeconfig``), and the services as
-``python -m usher run ...`` processes: ledger, preemptor, one dequeuer per zone, watcher. It
+``python -m usher run ...`` processes: ledger, preemptor, one dequeuer per zone, watcher; then
+the read-only web console (``python -m usher console``, on 127.0.0.1, port 8470 or a free one
+when that is taken) with the ``console`` NATS identity. It
 writes ``$USHER_HOME/stack.json`` once everything is up, restarts a service that died (with a
 growing pause, recorded in ``stack.json``), restarts a NATS or PostgreSQL that died on the
 same port with the same data and configuration (with a growing pause; after
@@ -27,8 +29,9 @@ from pathlib import Path
 
 import msgspec
 
-from usher.adapters.stack_file import STACK_FILE, StackInfo
-from usher.local.processes import ManagedProcess, ServerStartError, port_open
+from usher.adapters.nats.permissions import CONSOLE
+from usher.adapters.stack_file import CONSOLE_PORT, STACK_FILE, StackInfo
+from usher.local.processes import ManagedProcess, ServerStartError, free_port, port_open
 from usher.local.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
 from usher.local.stack import EmbeddedStack, write_stack_info
 
@@ -45,6 +48,7 @@ SERVER_STABLE_S = 30.0
 """A server up this long after a restart is healthy again: its failure count starts over."""
 SERVER_MAX_FAILURES = 5
 """Restarts in a row that died (or never listened) before ``SERVER_STABLE_S``: then give up."""
+CONSOLE_READY_TIMEOUT_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class SystemOptions:
     """NATS fsyncs before acknowledging (``sync_interval: always``): survives a machine crash."""
     stream_replicas: int = 1
     """Replicas of the log (one local server: 1; deploy/ uses 3)."""
+    console_port: int | None = CONSOLE_PORT
+    """The web console's port (0: any free one); None starts no console."""
 
     @property
     def served_zones(self) -> tuple[str, ...]:
@@ -163,6 +169,9 @@ class EmbeddedSystem:
     emulator: ManagedProcess | None = field(default=None, init=False)
     services: dict[str, Supervised] = field(default_factory=dict, init=False)
     servers: list[ServerWatch] = field(default_factory=list, init=False)
+    console: Supervised | None = field(default=None, init=False)
+    console_url: str = field(default="", init=False)
+    console_port: int = field(default=0, init=False)
     info: StackInfo | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -201,8 +210,11 @@ class EmbeddedSystem:
                 process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=own)
                 process.start()
                 self.services[name] = Supervised(name, argv, process)
+            if self.options.console_port is not None:  # it starts while the watcher lists
+                self._start_console(env, self.options.console_port)
             self._check_services_alive(grace_s=0.5)
             self._wait_for_watcher(watcher_log, offset, timeout_s)
+            self._wait_for_console()
         except BaseException:
             self.stop()
             raise
@@ -278,6 +290,32 @@ class EmbeddedSystem:
         commands.append(("watcher", [*run, "watcher"]))
         return commands
 
+    def _start_console(self, env: dict[str, str], wanted: int) -> None:
+        """The web console as a process reading the log as the read-only ``console`` user."""
+        port = wanted if wanted and not port_open(HOST, wanted) else free_port(HOST)
+        argv = [sys.executable, "-m", "usher", "console", "--host", HOST, "--port", str(port)]
+        own = {**env, "USHER_NATS_URL": self.stack.nats_url_for(CONSOLE)}
+        process = ManagedProcess(CONSOLE, argv, self.logs / f"{CONSOLE}.log", env=own)
+        process.start()
+        self.console = Supervised(CONSOLE, argv, process)
+        self.console_port = port
+        self.console_url = f"http://{HOST}:{port}/"
+
+    def _wait_for_console(self) -> None:
+        """Best effort: wait until the console listens, so the printed URL answers at once."""
+        if self.console is None:
+            return
+        process = self.console.process
+        deadline = time.monotonic() + CONSOLE_READY_TIMEOUT_S
+        while not port_open(HOST, self.console_port) and time.monotonic() < deadline:
+            if not process.running():
+                raise ServerStartError(CONSOLE, "exited", process.log_tail())
+            time.sleep(0.05)
+
+    def _supervised(self) -> list[Supervised]:
+        """Every process restarted when it dies: the services and the console."""
+        return [*self.services.values(), *([self.console] if self.console else [])]
+
     def _check_services_alive(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
         while True:
@@ -327,6 +365,8 @@ class EmbeddedSystem:
             within_quota=options.within_quota,
             min_runtime_s=options.min_runtime_s,
             up_pid=self.up_pid,
+            console_url=self.console_url,
+            console_pid=self.console.process.pid or 0 if self.console else 0,
         )
 
     # ------------------------------------------------------------------ watching over
@@ -349,7 +389,7 @@ class EmbeddedSystem:
             said, restarted = watch.check(now)
             notes.extend(said)
             changed = changed or restarted
-        for service in self.services.values():
+        for service in self._supervised():
             if service.process.running():
                 continue
             if service.down_since is None:
@@ -366,8 +406,12 @@ class EmbeddedSystem:
         if changed and self.info is not None:
             pids = {n: s.process.pid or 0 for n, s in self.services.items()}
             servers = {w.name: w.server.process.pid or 0 for w in self.servers if w.server.process}
+            console = self.console.process.pid or 0 if self.console else 0
             self.info = msgspec.structs.replace(
-                self.info, pids={**self.info.pids, **servers}, service_pids=pids
+                self.info,
+                pids={**self.info.pids, **servers},
+                service_pids=pids,
+                console_pid=console,
             )
             write_stack_info(self.home, self.info)
         return notes
@@ -375,8 +419,9 @@ class EmbeddedSystem:
     # ------------------------------------------------------------------ stop
 
     def stop(self) -> None:
-        """Services (watcher first), then the emulator, PostgreSQL, NATS; forget stack.json."""
-        services = [s.process for s in reversed(list(self.services.values()))]
+        """The console and the services (watcher first), then the emulator, PostgreSQL, NATS;
+        forget stack.json."""
+        services = [s.process for s in reversed(self._supervised())]
         for process in services:  # all at once: each drains its own work in parallel
             if process.popen is not None and process.running():
                 with contextlib.suppress(ProcessLookupError):

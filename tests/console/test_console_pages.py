@@ -1,0 +1,158 @@
+"""The console's pages and live stream over a log written in memory (no servers, no browser).
+
+The log is folded by ``ConsoleLog`` exactly as the running console folds what it reads; the
+pages are asked for through aiohttp's test client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from tests.builders.log import BASE_MS, QA, B, Log
+from usher.console import pages
+from usher.console.feed import SAMPLE_MS, ConsoleLog
+from usher.console.server import make_app
+from usher.core import history as hist
+from usher.core.config import EngineConfig
+
+
+def reclaim_log() -> Log:
+    """user-a/big borrows; user-c/urgent reclaims Department-b's guarantee from it."""
+    return (
+        Log()
+        .tree(0)
+        .job(1, "user-a/big", 60)
+        .admitted(2, "user-a/big", 60)
+        .job(3, "user-a/next", 50)
+        .job(20, "user-c/urgent", 30)
+        .preempted(21, "user-a/big", "user-c/urgent")
+        .released(22, "user-a/big", 60, "Preempted")
+        .admitted(23, "user-c/urgent", 30, quota=B)
+    )
+
+
+def folded(log: Log) -> ConsoleLog:
+    feed = ConsoleLog(EngineConfig())
+    feed.apply(log.history().items)
+    feed.caught_up.set()
+    return feed
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[TestClient]:
+    async with TestClient(TestServer(make_app(folded(reclaim_log())))) as test_client:
+        yield test_client
+
+
+async def page(client: TestClient, path: str) -> str:
+    response = await client.get(path)
+    assert response.status == 200, await response.text()
+    return await response.text()
+
+
+async def test_the_tree_page_shows_used_min_max_and_each_queues_head(client: TestClient) -> None:
+    text = await page(client, "/")
+    row = text.split('data-path="root/Department-a"')[1].split("</tr>")[0]
+    cpu = row.split('data-resource="cpu">')[1]
+    assert re.sub(r"<[^>]+>", "", cpu.split("</td>")[0]).split() == ["0", "/", "60", "/", "100"]
+    glance = text.split("Queues at a glance")[1]
+    assert '<a href="/job/user-a/big">user-a/big</a>' in glance  # the head of its queue
+
+
+def test_loans_name_borrowers_and_the_unused_guarantees_they_run_on() -> None:
+    feed = folded(Log().tree(0).job(1, "user-a/big", 80).admitted(2, "user-a/big", 80))
+    [loan] = pages.loans(feed.view().quota)
+    assert loan.parent == "root" and loan.resource == "cpu"
+    assert loan.borrowers == ["Department-a (20 beyond its min 60)"]
+    assert loan.lenders == ["Department-b (40 of its min 40 unused)"]
+
+
+async def test_a_queue_of_10000_renders_one_page_at_a_time() -> None:
+    log = Log().tree(0)
+    for n in range(10_000):
+        log.job(1 + n / 1000, f"user-a/job-{n:05d}", 70)
+    async with TestClient(TestServer(make_app(folded(log)))) as test_client:
+        text = await page(test_client, f"/queue/{QA}?page=50")
+        positions = [int(p) for p in re.findall(r'class="position">(\d+)<', text)]
+        assert positions == list(range(4901, 5001))
+        assert "page 50 of 100" in text and 'rel="next"' in text
+        last = await page(test_client, f"/queue/{QA}?page=999")
+        assert "page 100 of 100" in last and 'rel="next"' not in last
+        assert len(last) < 100_000  # one page, never the whole queue
+
+
+async def test_a_jobs_page_tells_its_story_and_links_its_preemptor(client: TestClient) -> None:
+    text = await page(client, "/job/user-a/big")
+    story = text.split('id="timeline"')[1]
+    assert [m for m in re.findall(r'<span class="what">(\w+)</span>', story)] == [
+        "observed",
+        "Admitted",
+        "Preempted",
+        "Released",
+    ]
+    assert '<a class="preemptor" href="/job/user-c/urgent">user-c/urgent</a>' in story
+    urgent = await page(client, "/job/user-c/urgent")
+    assert '<a class="victim" href="/job/user-a/big">user-a/big</a>' in urgent
+    assert (await client.get("/job/user-a/nobody")).status == 404
+
+
+async def test_the_decision_stream_filters(client: TestClient) -> None:
+    def actions(text: str) -> list[str]:
+        return re.findall(r'<tr class="(\w+)" data-seq', text)
+
+    assert actions(await page(client, "/decisions")) == ["admit", "release", "preempt", "admit"]
+    assert actions(await page(client, "/decisions?action=preempt")) == ["preempt"]
+    assert actions(await page(client, "/decisions?namespace=user-c")) == ["admit"]
+    queue_b = "root-department-b-user-c"
+    assert actions(await page(client, f"/decisions?queue={queue_b}")) == ["admit"]
+
+
+async def test_time_travel_prints_what_usher_replay_prints(client: TestClient) -> None:
+    history = reclaim_log().history()
+    for seq in (3, 6, 9):
+        text = await page(client, f"/replay?seq={seq}")
+        shown = text.split('<pre id="replay-text">')[1].split("</pre>")[0]
+        state = hist.replay(history, EngineConfig(), until_seq=seq)
+        expected = hist.render_replay_table(state)
+        assert shown.replace("&gt;", ">").replace("&lt;", "<") == expected
+
+
+async def test_the_live_stream_tells_each_new_decision() -> None:
+    log = reclaim_log()
+    items = log.history().items
+    feed = ConsoleLog(EngineConfig())
+    feed.apply(items[:3])
+    feed.caught_up.set()
+    async with TestClient(TestServer(make_app(feed))) as test_client:
+        response = await test_client.get("/events")
+        assert response.headers["Content-Type"] == "text/event-stream"
+        first = await response.content.readuntil(b"\n\n")
+        assert b"event: seq\ndata: 3" in first
+        feed.apply(items[3:])
+        events = b""
+        while b"data: 8\n\n" not in events:
+            events += await asyncio.wait_for(response.content.readuntil(b"\n\n"), timeout=5)
+        decisions = re.findall(rb'event: decision\ndata: \{"seq":(\d+).*?"action":"(\w+)"', events)
+        assert decisions == [(b"6", b"preempt"), (b"7", b"release"), (b"8", b"admit")]
+        response.close()
+
+
+async def test_the_console_changes_nothing(client: TestClient) -> None:
+    for path in ("/", "/decisions", "/replay", "/job/user-a/big"):
+        assert (await client.post(path)).status == 405
+
+
+def test_samples_and_waits_follow_log_time() -> None:
+    log = Log().tree(0).job(1, "user-a/a", 10).job(2, "user-a/b", 90)
+    log.admitted(31, "user-a/a", 10).job(47, "user-a/c", 10)
+    feed = folded(log)
+    assert [s.time_ms - BASE_MS for s in feed.samples] == [SAMPLE_MS, 2 * SAMPLE_MS, 3 * SAMPLE_MS]
+    assert [s.pending.get(QA) for s in feed.samples] == [2, 2, 1]
+    assert [s.admitted.get(QA, 0) for s in feed.samples] == [0, 0, 1]
+    [wait] = feed.waits
+    assert (wait.job, wait.queue, wait.wait_s) == ("user-a/a", QA, 30.0)

@@ -1,0 +1,335 @@
+"""The console's web server: aiohttp routes, Jinja2 pages, a server-sent event stream.
+
+What it does: ``make_app`` serves, from one ``ConsoleLog``, the pages (``/`` the quota tree and
+the queues at a glance, ``/queues``, ``/queue/<name>`` a page of 100 jobs at a time,
+``/job/<namespace>/<name>`` a job's story, ``/decisions`` with filters, ``/charts``,
+``/replay?seq=N`` the state at a past log position), ``/events`` (server-sent events: the log
+position and each decision as it is folded in; the pages' script adds rows and refreshes
+itself) and ``/static`` (the one script and style sheet, shipped in the package: no CDN).
+Pages are rendered on the server with Jinja2 (autoescaped) so they work with no script at all
+and stay fast with 10,000 pending jobs (only one page of a queue is ever rendered).
+``serve`` follows the log and listens until stopped (SIGTERM or Ctrl-C).
+What it must never do: answer anything but GET (it changes nothing), listen beyond
+127.0.0.1 unless told to, or put a secret in a page (no URL, no password, no environment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import msgspec
+from aiohttp import web
+
+from schemas import Preempted, WorkloadKey
+from usher.client import AsyncClient
+from usher.client.state import DecisionInfo, StateView, now_ms
+from usher.client.target import Target
+from usher.console import pages
+from usher.console.feed import ConsoleLog, Update
+from usher.core import explain as explaining
+from usher.core import history as hist
+
+HERE = Path(__file__).resolve().parent
+LOG_KEY: web.AppKey[ConsoleLog] = web.AppKey("log", ConsoleLog)
+STOP_KEY: web.AppKey[asyncio.Event] = web.AppKey("stop", asyncio.Event)
+TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+SHOWN_PER_QUEUE = 10
+SHOWN_DECISIONS = 200
+KEEPALIVE_S = 15.0
+
+routes = web.RouteTableDef()
+
+
+def templates() -> jinja2.Environment:
+    """The pages' templates (autoescaped: job names and reasons come from users)."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["clock"] = lambda when: when.strftime("%H:%M:%S") if when else ""
+    env.filters["stamp"] = lambda when: hist.format_datetime(when) if when else "-"
+    return env
+
+
+def make_app(log: ConsoleLog, stop: asyncio.Event | None = None) -> web.Application:
+    """The console over ``log`` (which someone else keeps folding)."""
+    app = web.Application()
+    app[LOG_KEY] = log
+    app[STOP_KEY] = stop or asyncio.Event()
+    app[TEMPLATES_KEY] = templates()
+    app.add_routes(routes)
+    app.router.add_static("/static", HERE / "static")
+
+    async def end_streams(app: web.Application) -> None:
+        app[STOP_KEY].set()  # live streams end, so a graceful shutdown does not wait on them
+
+    app.on_shutdown.append(end_streams)
+    return app
+
+
+def render(request: web.Request, name: str, **context: Any) -> web.Response:
+    log = request.app[LOG_KEY]
+    page = request.app[TEMPLATES_KEY].get_template(name)
+    text = page.render(seq=log.seq, catching_up=not log.caught_up.is_set(), **context)
+    return web.Response(text=text, content_type="text/html")
+
+
+def _int(request: web.Request, name: str, default: int) -> int:
+    try:
+        return int(request.query.get(name, default))
+    except ValueError as exc:
+        raise web.HTTPBadRequest(text=f"{name} must be a whole number") from exc
+
+
+# --------------------------------------------------------------------------- pages
+
+
+@routes.get("/")
+async def tree_page(request: web.Request) -> web.Response:
+    """The quota tree with bars, who borrows from whom, each queue's head and why it waits."""
+    view = request.app[LOG_KEY].view()
+    resources = pages.resources_of(view.quota)
+    return render(
+        request,
+        "tree.html",
+        view=view,
+        resources=resources,
+        rows=[(node, pages.quota_bars(node, resources)) for node in view.quota],
+        loans=pages.loans(view.quota),
+        states=_state_counts(view),
+        decisions=list(reversed(view.decisions[-10:])),
+    )
+
+
+def _state_counts(view: StateView) -> list[tuple[str, int]]:
+    counts: dict[str, int] = {}
+    for job in view.jobs:
+        counts[job.state] = counts.get(job.state, 0) + 1
+    return sorted(counts.items())
+
+
+@routes.get("/queues")
+async def queues_page(request: web.Request) -> web.Response:
+    """Every queue in order, the first jobs of each."""
+    view = request.app[LOG_KEY].view()
+    return render(request, "queues.html", view=view, shown=SHOWN_PER_QUEUE)
+
+
+@routes.get("/queue/{name}")
+async def queue_page(request: web.Request) -> web.Response:
+    """One queue, a page of its pending jobs in order with their reasons."""
+    view = request.app[LOG_KEY].view()
+    name = request.match_info["name"]
+    queue = next((q for q in view.queues if q.name == name), None)
+    if queue is None:
+        raise web.HTTPNotFound(text=f"no queue {name} in the tree in force")
+    page = pages.paginate(queue.pending, _int(request, "page", 1))
+    return render(request, "queue.html", view=view, queue=queue, page=page)
+
+
+@routes.get("/job/{namespace}/{name}")
+async def job_page(request: web.Request) -> web.Response:
+    """A job's whole story from the log, as ``usher explain`` tells it."""
+    log = request.app[LOG_KEY]
+    key = WorkloadKey(f"{request.match_info['namespace']}/{request.match_info['name']}")
+    history = log.history()
+    try:
+        story = explaining.explain(history, log.config, key, now_ms())
+    except explaining.UnknownWorkload as exc:
+        raise web.HTTPNotFound(text=f"{key} does not appear on the log") from exc
+    return render(
+        request,
+        "job.html",
+        story=story,
+        info=log.people.job(key),
+        others=_other_jobs(history, key),
+    )
+
+
+def _other_jobs(history: hist.History, key: WorkloadKey) -> dict[int, str]:
+    """Log position -> the other job of a preemption about ``key`` (its preemptor, or the
+    job it preempted), for links on the timeline."""
+    out: dict[int, str] = {}
+    for item in history.items:
+        event = item.event
+        if isinstance(event, Preempted):
+            if event.workload == key:
+                out[item.seq] = event.preemptor
+            elif event.preemptor == key:
+                out[item.seq] = event.workload
+    return out
+
+
+@routes.get("/decisions")
+async def decisions_page(request: web.Request) -> web.Response:
+    """The decision stream, newest first, filtered by queue, namespace and action."""
+    log = request.app[LOG_KEY]
+    wanted = pages.DecisionFilter(
+        queue=request.query.get("queue", ""),
+        namespace=request.query.get("namespace", ""),
+        action=request.query.get("action", ""),
+    )
+    names = log.queue_names()
+    kept = [d for d in log.people.decisions if pages.keep_decision(d, wanted, names)]
+    return render(
+        request,
+        "decisions.html",
+        wanted=wanted,
+        decisions=list(reversed(kept[-SHOWN_DECISIONS:])),
+        queues=sorted(set(names.values())),
+        namespaces=sorted({ns for node in log.view().quota for ns in node.namespaces}),
+        actions=pages.ACTIONS,
+        names=names,
+    )
+
+
+@routes.get("/charts")
+async def charts_page(request: web.Request) -> web.Response:
+    """Pending and admitted jobs per queue, and wait times, over the last hours of the log."""
+    log = request.app[LOG_KEY]
+    samples = list(log.samples)
+    if log.items:
+        samples.append(log.sample_now(log.items[-1].time_ms))
+    pending: dict[str, list[tuple[int, float]]] = {}
+    admitted: dict[str, list[tuple[int, float]]] = {}
+    for sample in samples:
+        for queue in set(sample.pending) | set(sample.admitted):
+            pending.setdefault(queue, []).append((sample.time_ms, sample.pending.get(queue, 0)))
+            admitted.setdefault(queue, []).append((sample.time_ms, sample.admitted.get(queue, 0)))
+    waits: dict[str, list[tuple[int, float]]] = {}
+    for wait in log.waits:
+        waits.setdefault(wait.queue, []).append((wait.time_ms, wait.wait_s))
+    charts = [
+        pages.line_chart("Pending jobs per queue", pending, "jobs"),
+        pages.line_chart("Admitted jobs per queue", admitted, "jobs"),
+        pages.dot_chart("Wait from creation to admission", waits, "s"),
+    ]
+    return render(request, "charts.html", charts=charts)
+
+
+@routes.get("/replay")
+async def replay_page(request: web.Request) -> web.Response:
+    """Time travel: the state at log position ``seq``, rebuilt from the log alone exactly as
+    ``usher replay --seq N`` rebuilds it (the same function, the same text)."""
+    log = request.app[LOG_KEY]
+    last = log.seq
+    seq = min(max(0, _int(request, "seq", last)), last)
+    state = hist.replay(log.history(), log.config, until_seq=seq)
+    return render(
+        request,
+        "replay.html",
+        state=state,
+        at=seq,
+        last=last,
+        text=hist.render_replay_table(state),
+    )
+
+
+@routes.get("/healthz")
+async def health(request: web.Request) -> web.Response:
+    """200 once the log is read to the end seen at start, 503 before."""
+    log = request.app[LOG_KEY]
+    ready = log.caught_up.is_set()
+    return web.Response(status=200 if ready else 503, text=f"seq {log.seq}\n")
+
+
+# --------------------------------------------------------------------------- live stream
+
+
+def decision_json(decision: DecisionInfo, names: dict[str, str]) -> bytes:
+    """What the pages' script needs to draw a decision's row."""
+    return msgspec.json.encode(
+        {
+            "seq": decision.seq,
+            "time_ms": int(decision.time.timestamp() * 1000),
+            "clock": decision.time.strftime("%H:%M:%S"),
+            "action": decision.action,
+            "job": decision.job,
+            "namespace": decision.job.partition("/")[0],
+            "quota": decision.quota or "",
+            "queue": names.get(decision.quota or "", ""),
+            "reason": decision.reason or "",
+            "preemptor": decision.preemptor or "",
+        }
+    )
+
+
+def _event(update: Update, names: dict[str, str]) -> bytes:
+    if update.decision is None:
+        return b"event: seq\ndata: %d\n\n" % update.seq
+    return b"event: decision\ndata: " + decision_json(update.decision, names) + b"\n\n"
+
+
+@routes.get("/events")
+async def events(request: web.Request) -> web.StreamResponse:
+    """Server-sent events: ``seq`` (the log position) and ``decision`` (one row's data)."""
+    log, stop = request.app[LOG_KEY], request.app[STOP_KEY]
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    stream = log.stream()
+    try:
+        await response.write(b"retry: 1000\nevent: seq\ndata: %d\n\n" % log.seq)
+        idle = 0.0
+        while not stop.is_set():
+            try:
+                update = await asyncio.wait_for(stream.get(), timeout=1.0)
+            except TimeoutError:
+                idle += 1.0
+                if idle >= KEEPALIVE_S:
+                    await response.write(b": keepalive\n\n")
+                    idle = 0.0
+                continue
+            idle = 0.0
+            await response.write(_event(update, log.queue_names()))
+    except (ConnectionResetError, ConnectionError):
+        pass  # the page went away
+    finally:
+        log.close_stream(stream)
+    return response
+
+
+# --------------------------------------------------------------------------- running
+
+
+async def serve(
+    target: Target,
+    host: str,
+    port: int,
+    *,
+    say: Callable[[str], None] = print,
+    startup_timeout_s: float = 30.0,
+) -> None:
+    """Follow ``target``'s log and serve the console on ``host:port`` until SIGTERM/Ctrl-C."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with AsyncClient(target, reconnect=True, timeout_s=startup_timeout_s) as client:
+        js = await client.jetstream()
+        log = ConsoleLog(target.engine)
+        following = asyncio.create_task(log.follow(js, client.subjects, stop), name="follow")
+        runner = web.AppRunner(make_app(log, stop), access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, host, port).start()
+            say(f"console on http://{host}:{port}/ (read-only; Ctrl-C stops it)")
+            await asyncio.wait(
+                {following, asyncio.ensure_future(stop.wait())},
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            stop.set()
+            await runner.cleanup()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following  # a follower that failed raises here: it says why
