@@ -19,9 +19,6 @@ import sys
 
 from bench.core import measure
 
-SKIPPED_WHEN_QUICK = True
-"""``make bench-quick`` leaves this suite out: its size is the point."""
-
 
 def run(quick: bool) -> dict[str, float]:
     """1,000,000 pending on 100 departments x 100 leaves (quick: a tenth, for trying it)."""
