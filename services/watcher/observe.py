@@ -394,7 +394,7 @@ class WorkloadObserver(Observer):
             self.log.warning("pods not read", workload=who.key, error=type(exc).__name__,
                              detail=exc.message)  # fmt: skip
             return []
-        return container_terminations(self.family, pods.items)
+        return container_terminations(self.family, obj, pods.items)
 
     async def _report_progress(self, resource: Resource, obj: JsonObj, log: Any) -> None:
         """Publish the admitted job's pod counts when they changed; nothing before the first

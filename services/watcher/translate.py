@@ -205,13 +205,15 @@ def workload_progress(
     return Outgoing(subject, event_id(kind_id(resource), who, progress), progress)
 
 
-def container_terminations(family: JobFamily, pods: list[JsonObj]) -> list[ContainerTermination]:
+def container_terminations(
+    family: JobFamily, obj: JsonObj, pods: list[JsonObj]
+) -> list[ContainerTermination]:
     """The failed containers' last terminations, one per pod set and container: an
     ``OOMKilled`` one wins (it is what more memory can fix), else the one that ended last."""
     chosen: dict[tuple[str, str], tuple[bool, str, ContainerTermination]] = {}
     reader = family.pods
     for pod in pods:
-        pod_set = reader.pod_set(pod) if reader is not None else ""
+        pod_set = reader.pod_set(obj, pod) if reader is not None else ""
         for status in _list(_mapping(pod.get("status")).get("containerStatuses")):
             ended = _failed_termination(_mapping(status))
             if ended is None:

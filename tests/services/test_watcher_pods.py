@@ -33,11 +33,13 @@ from tests.services.test_watcher import (
     FAST,
     JOBS,
     NODES,
+    TFJOBS,
     TREES,
     Harness,
     admitted,
     node,
     of_type,
+    tfjob,
     tree,
 )
 from usher.adapters.kube import KubeClient, Resource
@@ -47,6 +49,7 @@ from usher.local.kube_emulator import KubeEmulator
 
 PODS = Resource("", "v1", "pods", "Pod")
 BATCH = next(f for f in JOB_FAMILIES if f.kind == "Job")
+TFJOB = next(f for f in JOB_FAMILIES if f.kind == "TFJob")
 
 
 @pytest.fixture
@@ -143,10 +146,28 @@ def test_terminations_keep_one_per_container_and_an_oom_kill_wins() -> None:
         pod(("side", "Error", 2, "2026-01-01T00:00:01Z")),
         pod(("side", "Error", 3, "2026-01-01T00:00:05Z")),
     ]
-    assert container_terminations(BATCH, pods) == [
+    assert container_terminations(BATCH, {}, pods) == [
         ContainerTermination(pod_set="main", container="main", reason="OOMKilled", exit_code=137),
         ContainerTermination(pod_set="main", container="side", reason="Error", exit_code=3),
     ]
+
+
+def test_a_kubeflow_job_counts_running_replicas_and_names_pod_sets_as_written() -> None:
+    manifest = tfjob("tf")
+    manifest["status"] = {
+        "replicaStatuses": {"PS": {"active": 1}, "Worker": {"active": 1, "failed": 1}}
+    }
+    assert TFJOB.pods is not None
+    counts = TFJOB.pods.counts(manifest)
+    assert (counts.ready, counts.succeeded, counts.failed) == (2, 0, 1)
+    pod = {"metadata": {"labels": {"training.kubeflow.org/replica-type": "worker"}}}
+    assert TFJOB.pods.pod_set(manifest, pod) == "Worker"
+    assert TFJOB.pods.selector(manifest) == "training.kubeflow.org/job-name=tf"
+    # Suspended, the operator deletes every pod: a minSuccess could not stay reached.
+    manifest["metadata"]["annotations"] = {"usher.io/min-success": "1"}
+    out = workload_event(TFJOB.resource("v1"), TFJOB, manifest, Subjects("t"))
+    assert isinstance(out.event, WorkloadRejected)
+    assert [(e.path, e.code) for e in out.event.errors] == [(MIN_SUCCESS_PATH, "unsupported")]
 
 
 def test_a_success_policy_completion_says_how_many_pods_succeeded() -> None:
@@ -237,3 +258,13 @@ async def test_min_success_finishes_early_and_stops_the_remaining_pods(h: Harnes
     quorum = [e for _, e in of_type(entries, WorkloadFinished) if e.workload == "user-a/quorum"]
     assert len(quorum) == 1  # suspended afterwards, it still reads as finished
     assert not of_type(entries, WorkloadRejected)
+
+
+async def test_an_admitted_kubeflow_job_reports_its_running_replicas(h: Harness) -> None:
+    await cluster(h)
+    await h.kube.create(TFJOBS, "user-a", tfjob("tf"))
+    async with h.watcher(FAST):
+        await admit(h, "tf")
+        await h.logged(WorkloadProgress, lambda e: e.workload == "user-a/tf")
+        entries = await h.log()
+    assert progress_of(entries, "tf") == [(3, 3, 0, 0)]  # PS 1 + Worker 2, all running

@@ -100,10 +100,11 @@ class JobPodReader:
         uid = mapping(obj.get("metadata")).get("uid")
         return f"{CONTROLLER_UID_LABEL}={uid}" if isinstance(uid, str) and uid else None
 
-    def pod_set(self, pod: Obj) -> str:
+    def pod_set(self, obj: Obj, pod: Obj) -> str:
         return MAIN_POD_SET
 
-    def most_successes(self, obj: Obj) -> int:
+    def most_successes(self, obj: Obj) -> int | None:
+        # A suspended Job keeps status.succeeded: stopping the rest does not undo the count.
         spec = spec_dict(obj)
         completions = spec.get("completions")
         if isinstance(completions, int) and not isinstance(completions, bool):

@@ -78,12 +78,13 @@ class PodReader(Protocol):
         """The label selector of the workload's own pods (in its namespace); None: unknown."""
         ...
 
-    def pod_set(self, pod: Obj) -> str:
-        """The pod set a pod of the workload belongs to."""
+    def pod_set(self, obj: Obj, pod: Obj) -> str:
+        """The pod set of the workload ``obj`` that one of its pods belongs to."""
         ...
 
-    def most_successes(self, obj: Obj) -> int:
-        """The most pods of the workload that can ever succeed (what a minSuccess may ask)."""
+    def most_successes(self, obj: Obj) -> int | None:
+        """The most pods of the workload that can ever succeed (what a minSuccess may ask);
+        None: the kind cannot honour a minSuccess (its counts do not outlive stopping it)."""
         ...
 
 
