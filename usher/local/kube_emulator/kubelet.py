@@ -24,7 +24,6 @@ from collections.abc import Callable
 from usher.core.kinds import FAMILIES
 from usher.core.kinds.family import KubeletDriver
 from usher.local.kube_emulator.errors import ApiError
-from usher.local.kube_emulator.played import JOBS as JOB_RESOURCE
 from usher.local.kube_emulator.played import PlayedJobs
 from usher.local.kube_emulator.pods import JobPods
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType, find_resource
@@ -128,14 +127,14 @@ class FakeKubelet:
 
     def _reconcile(self, key: ObjKey) -> None:
         self._pending.pop(key, None)
-        if key[0] == JOBS and self._play(key):
+        loaded = self._load(key)  # once: a copy of a job is a good part of the kubelet's cost
+        if key[0] == JOBS and loaded is not None and self._play(key, loaded[1]):
             return
-        self._drive(key)
+        self._drive(key, loaded)
         if key[0] == JOBS:
             self.pods.sync(key[1], key[2])
 
-    def _drive(self, key: ObjKey) -> None:
-        loaded = self._load(key)
+    def _drive(self, key: ObjKey, loaded: tuple[ResourceType, JsonObj] | None) -> None:
         if loaded is None:
             self._cancel_timer(key)
             return
@@ -154,10 +153,9 @@ class FakeKubelet:
                 self._write_status(rt, obj, driver.run(obj, now))
             self._start_timer(key, obj)
 
-    def _play(self, key: ObjKey) -> bool:
-        """Play a batch Job with a playbook (False: it has none, or is gone)."""
-        job = self.store.find(JOB_RESOURCE, key[1] or None, key[2])
-        if job is None or not self.played.plays(job):
+    def _play(self, key: ObjKey, job: JsonObj) -> bool:
+        """Play a batch Job with a playbook (False: it has none)."""
+        if not self.played.plays(job):
             return False
         self._cancel_timer(key)
         wake = self.played.play(job)
