@@ -13,7 +13,10 @@ reading jobs need. A job reads with its namespace's LimitRange defaults for the 
 declare nothing; one that still requests nothing is rejected unless its branch of the tree says
 ``usher.io/allow-zero-requests: "true"``. Second line behind the admission webhook: a managed job
 (its namespace or quota label is mapped by the tree in force) found running without a live ledger
-admission is suspended and rejected with ``not-admitted``.
+admission is suspended and rejected with ``not-admitted``. An admitted job's pod counts (its
+kind's ``PodReader``) are published as ``WorkloadProgress`` when they change; a failed job's
+pods are listed once (by its label) for its containers' terminations; a job that succeeded by
+its ``usher.io/min-success`` is suspended, which stops its remaining pods.
 What it must never do: publish an event the log already says (a status write of our own must
 not become an event), drop an event because NATS is down, stop watching a kind because of
 one bad object, or let a job run that the ledger did not admit.
@@ -380,9 +383,10 @@ class WorkloadObserver(Observer):
             await self._report_progress(resource, obj, log)
 
     async def _terminations(self, obj: JsonObj) -> list[ContainerTermination]:
-        """How the failed job's containers ended, from its pods (one list, by its pods' label;
-        none when its kind's pods are not known, or they cannot be read: the finish itself
-        must not wait for them)."""
+        """How the failed job's containers ended, from its pods (one list, by its pods' label).
+        A transient failure is retried with the watch (the finish is not said yet); none when
+        its kind's pods are not known or reading them is refused for good (RBAC): the finish
+        itself must not wait for them."""
         reader = self.family.pods
         selector = reader.selector(obj) if reader is not None else None
         if selector is None:
@@ -391,6 +395,8 @@ class WorkloadObserver(Observer):
         try:
             pods = await self.kube.list(PODS, namespace=who.namespace, label_selector=selector)
         except KubeError as exc:
+            if exc.transient:
+                raise
             self.log.warning("pods not read", workload=who.key, error=type(exc).__name__,
                              detail=exc.message)  # fmt: skip
             return []
