@@ -268,3 +268,17 @@ async def test_an_admitted_kubeflow_job_reports_its_running_replicas(h: Harness)
         await h.logged(WorkloadProgress, lambda e: e.workload == "user-a/tf")
         entries = await h.log()
     assert progress_of(entries, "tf") == [(3, 3, 0, 0)]  # PS 1 + Worker 2, all running
+
+
+async def test_an_indexed_jobs_success_policy_finishes_it_with_the_count(h: Harness) -> None:
+    await cluster(h)
+    rule = {"succeededIndexes": "0-2", "succeededCount": 2}
+    spec = {"completionMode": "Indexed", "successPolicy": {"rules": [rule]}}
+    durations = {"emulator.usher.io/pod-durations-seconds": "0.1,0.2,30"}
+    await h.kube.create(JOBS, "user-a", played("indexed", durations, pods=3, spec=spec))
+    async with h.watcher(FAST):
+        await admit(h, "indexed")
+        [(_, done)] = await h.logged(WorkloadFinished, lambda e: e.workload == "user-a/indexed")
+        job = await h.kube.get(JOBS, "user-a", "indexed")
+    assert (done.succeeded, done.min_success) == (True, 2)
+    assert job["spec"]["suspend"] is False  # its controller removed the rest: nothing to stop
