@@ -76,6 +76,7 @@ QUEUES = Resource("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LIMIT_RANGES = Resource("", "v1", "limitranges", "LimitRange")
 EVENTS = Resource("", "v1", "events", "Event")
+PODS = Resource("", "v1", "pods", "Pod")
 
 
 def container_defaults(limit_range: JsonObj) -> dict[str, str]:

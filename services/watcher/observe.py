@@ -13,7 +13,10 @@ reading jobs need. A job reads with its namespace's LimitRange defaults for the 
 declare nothing; one that still requests nothing is rejected unless its branch of the tree says
 ``usher.io/allow-zero-requests: "true"``. Second line behind the admission webhook: a managed job
 (its namespace or quota label is mapped by the tree in force) found running without a live ledger
-admission is suspended and rejected with ``not-admitted``.
+admission is suspended and rejected with ``not-admitted``. An admitted job's pod counts (its
+kind's ``PodReader``) are published as ``WorkloadProgress`` when they change; a failed job's
+pods are listed once (by its label) for its containers' terminations; a job that succeeded by
+its ``usher.io/min-success`` is suspended, which stops its remaining pods.
 What it must never do: publish an event the log already says (a status write of our own must
 not become an event), drop an event because NATS is down, stop watching a kind because of
 one bad object, or let a job run that the ledger did not admit.
@@ -31,11 +34,16 @@ from typing import Any
 from nats.js.api import PubAck
 
 from schemas import (
+    ContainerTermination,
     Envelope,
     FieldError,
+    Millis,
     QuotaNode,
     QuotaTreeDeleted,
+    WorkloadFinished,
     WorkloadKey,
+    WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
     Zone,
 )
@@ -43,6 +51,7 @@ from services.common.runtime import ServiceContext
 from services.watcher.kinds import (
     LIMIT_RANGES,
     NODES,
+    PODS,
     PRIORITY_CLASSES,
     QUOTA_TREES,
     JobFamily,
@@ -57,6 +66,7 @@ from services.watcher.projection import WatcherProjection
 from services.watcher.translate import (
     Identity,
     Outgoing,
+    container_terminations,
     event_tag,
     identity,
     node_observed,
@@ -69,6 +79,7 @@ from services.watcher.translate import (
     workload_deleted,
     workload_event,
     workload_gone,
+    workload_progress,
     workload_unadmitted,
 )
 from usher.adapters.kube import (
@@ -356,10 +367,76 @@ class WorkloadObserver(Observer):
         out = workload_event(
             resource, self.family, effective, self.ctx.subjects, zero_requests_allowed=allowed
         )
+        if _failed(out) and self.view.is_news(out.event):
+            terminations = await self._terminations(obj)
+            out = workload_event(
+                resource, self.family, effective, self.ctx.subjects,
+                zero_requests_allowed=allowed, terminations=terminations,
+            )  # fmt: skip
         if await self.publisher.publish(out, log) and isinstance(out.event, WorkloadRejected):
             log.warning(
                 "workload rejected", errors=[f"{e.path}: {e.message}" for e in out.problems]
             )
+        if isinstance(out.event, WorkloadFinished) and out.event.min_success is not None:
+            await self._stop_the_rest(resource, obj, out.event.min_success, log)
+        elif isinstance(out.event, WorkloadObserved) and self.view.admitted(who.key):
+            await self._report_progress(resource, obj, log)
+
+    async def _terminations(self, obj: JsonObj) -> list[ContainerTermination]:
+        """How the failed job's containers ended, from its pods (one list, by its pods' label).
+        A transient failure is retried with the watch (the finish is not said yet); none when
+        its kind's pods are not known or reading them is refused for good (RBAC): the finish
+        itself must not wait for them."""
+        reader = self.family.pods
+        selector = reader.selector(obj) if reader is not None else None
+        if selector is None:
+            return []
+        who = identity(obj)
+        try:
+            pods = await self.kube.list(PODS, namespace=who.namespace, label_selector=selector)
+        except KubeError as exc:
+            if exc.transient:
+                raise
+            self.log.warning("pods not read", workload=who.key, error=type(exc).__name__,
+                             detail=exc.message)  # fmt: skip
+            return []
+        return container_terminations(self.family, obj, pods.items)
+
+    async def _report_progress(self, resource: Resource, obj: JsonObj, log: Any) -> None:
+        """Publish the admitted job's pod counts when they changed; nothing before the first
+        pod got anywhere (a new admission starts from zero anyway)."""
+        now = Millis(int(datetime.now(UTC).timestamp() * 1000))
+        out = workload_progress(resource, self.family, obj, self.ctx.subjects, now)
+        if out is None or not isinstance(out.event, WorkloadProgress):
+            return
+        counts = out.event
+        nothing_yet = counts.ready == counts.succeeded == counts.failed == 0
+        if nothing_yet and not self.view.progress_started(counts.workload):
+            return
+        await self.publisher.publish(out, log)
+
+    async def _stop_the_rest(
+        self, resource: Resource, obj: JsonObj, min_success: int, log: Any
+    ) -> None:
+        """A job that succeeded by its minSuccess: stop the pods still running.
+
+        Suspending is how a cluster operator stops a Job's remaining pods and keeps the rest:
+        its controller removes the running pods, the succeeded ones stay with their logs, and
+        the object stays for whoever reads its results. Deleting pods would not do (the Job
+        controller replaces them), deleting the Job would lose what it did, and its status
+        (``Complete``) belongs to its controller. (A Job's own ``spec.successPolicy`` needs
+        none of this: the Job controller completes it and removes the rest itself.)"""
+        if suspend_flag(self.family, obj) or not self.family.active(obj):
+            return
+        patch = suspend_patch(self.family, obj)
+        if patch is None:
+            return
+        who = identity(obj)
+        try:
+            await self.kube.merge_patch(resource, who.namespace, who.name, patch)
+        except (Conflict, NotFound):
+            return  # changed or gone meanwhile: the next watch event looks again
+        log.info("succeeded by its minSuccess: remaining pods stopped", min_success=min_success)
 
     def _branch(self, obj: JsonObj, who: Identity) -> list[QuotaNode] | None:
         """The tree's nodes root..leaf that take this job; None when it is not managed."""
@@ -550,6 +627,10 @@ class LimitRangeObserver(Observer):
 
 def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _failed(out: Outgoing) -> bool:
+    return isinstance(out.event, WorkloadFinished) and not out.event.succeeded
 
 
 def _stub(name: str, zone: Zone | None = None) -> JsonObj:

@@ -5,7 +5,8 @@ What it does: replays the whole log, then follows it. Every entry goes into a pu
 event also records what the log last said about its object (``Said``: a digest of the event
 without its resourceVersion, and the object's kind, uid and zone; deleted objects are
 forgotten), so that after a restart the watcher publishes only what changed and can tell
-which objects were deleted while it was down. It also remembers the stream sequence of the
+which objects were deleted while it was down; likewise the last pod progress said of each
+workload, per admission. It also remembers the stream sequence of the
 latest ``Admitted``/``Preempted`` decision and of the current incarnation of each workload, so
 a stale decision is never carried out, and whether each workload holds a live admission (an
 ``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running without one
@@ -43,6 +44,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
     Zone,
     encode,
@@ -70,10 +72,16 @@ class Said:
 
 def fingerprint(event: ClusterEvent) -> bytes:
     """A digest of the event as it matters: without the resourceVersion (a write that changed
-    nothing relevant, such as a status update, must not be published again). A digest, not
-    the event: the watcher keeps one per live object."""
+    nothing relevant, such as a status update, must not be published again), without a
+    finish's terminations (read from pods that may be gone when the job is read again) and
+    without when progress was observed. A digest, not the event: the watcher keeps one per
+    live object."""
     if isinstance(event, WorkloadObserved | QuotaTreeApplied | QuotaTreeRejected):
         event = msgspec.structs.replace(event, resource_version="")
+    elif isinstance(event, WorkloadFinished):
+        event = msgspec.structs.replace(event, terminations=[])
+    elif isinstance(event, WorkloadProgress):
+        event = msgspec.structs.replace(event, observed_ms=None)
     return hashlib.blake2b(encode(event), digest_size=16).digest()
 
 
@@ -102,6 +110,9 @@ class WatcherProjection:
     """Stream sequence of the latest (ledger) ``Admitted`` of each workload."""
     withdrawals: dict[WorkloadKey, int] = field(default_factory=dict)
     """Stream sequence of the latest ``Preempted``/``Released`` of each workload."""
+    progress: dict[WorkloadKey, tuple[int, bytes]] = field(default_factory=dict)
+    """The last ``WorkloadProgress`` said of each workload: the admission it was about (its
+    stream sequence) and its fingerprint. Counts are news again after a new admission."""
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -125,8 +136,18 @@ class WatcherProjection:
 
     def is_news(self, event: ClusterEvent) -> bool:
         """Whether publishing ``event`` would tell the log something it does not say yet."""
+        if isinstance(event, WorkloadProgress):
+            return self.progress.get(event.workload) != self._progress_said(event)
         said = self.said(event)
         return said is None or said.fingerprint != fingerprint(event)
+
+    def _progress_said(self, event: WorkloadProgress) -> tuple[int, bytes]:
+        return self.admissions.get(event.workload, 0), fingerprint(event)
+
+    def progress_started(self, workload: WorkloadKey) -> bool:
+        """Whether progress was said about the workload's current admission."""
+        said = self.progress.get(workload)
+        return said is not None and said[0] == self.admissions.get(workload, 0)
 
     def knows_live(self, event: ClusterEvent) -> bool:
         """Whether the log holds the object ``event`` is about as existing."""
@@ -135,6 +156,9 @@ class WatcherProjection:
     def record(self, event: ClusterEvent) -> None:
         """Remember that the log now says ``event``."""
         if self._forget(event):
+            return
+        if isinstance(event, WorkloadProgress):
+            self.progress[event.workload] = self._progress_said(event)
             return
         before = self.said(event)
         said = Said(
@@ -167,6 +191,7 @@ class WatcherProjection:
         match event:
             case WorkloadDeleted():
                 self.workloads.pop(event.workload, None)
+                self.progress.pop(event.workload, None)
             case NodeRemoved():
                 self.nodes.pop(event.node, None)
             case PriorityClassDeleted():
@@ -233,6 +258,7 @@ class WatcherProjection:
             event,
             WorkloadObserved
             | WorkloadFinished
+            | WorkloadProgress
             | WorkloadDeleted
             | WorkloadRejected
             | NodeObserved

@@ -7,8 +7,11 @@ from the object: ``<apiVersion>/<Kind>:<namespace>/<name>:<uid>:<resourceVersion
 gives the same id, so a re-list after a restart is dropped by JetStream's de-duplication; an
 object found gone after a re-list has ``gone`` in place of the resourceVersion.
 A job whose containers request nothing is rejected too (``no-requests``, naming each
-container) unless its branch of the tree allows it; one found running without an admission
-is rejected with ``not-admitted`` (the observer suspends it).
+container) unless its branch of the tree allows it, and so is a ``usher.io/min-success`` that
+is not a positive integer or asks more pods than can succeed; one found running without an
+admission is rejected with ``not-admitted`` (the observer suspends it). An admitted job's pod
+counts become a ``WorkloadProgress`` (``workload_progress``), and a failed one's
+``WorkloadFinished`` carries its failed containers' terminations (``container_terminations``).
 What it must never do: read a clock, do I/O, or guess: a manifest the core refuses becomes a
 ``WorkloadRejected`` / ``QuotaTreeRejected`` carrying every field error.
 """
@@ -22,6 +25,7 @@ import msgspec
 
 from schemas import (
     DEFAULT_ZONE,
+    ContainerTermination,
     EventId,
     FieldError,
     Millis,
@@ -36,6 +40,7 @@ from schemas import (
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
+    WorkloadProgress,
     WorkloadRejected,
     Zone,
     workload_key,
@@ -52,6 +57,7 @@ from services.watcher.kinds import (
 from usher.adapters.kube import JsonObj, Resource
 from usher.adapters.nats.subjects import Subjects
 from usher.core.errors import InputError, TreeInvalid, WorkloadInvalid
+from usher.core.kinds import success
 from usher.core.quantity import collect_resources
 from usher.core.tree import parse_tree
 from usher.core.workload import (
@@ -62,6 +68,7 @@ from usher.core.workload import (
 )
 
 GONE = "gone"
+OOM_KILLED = "OOMKilled"
 """Stands for the resourceVersion in the id of an object found missing after a re-list."""
 
 
@@ -125,17 +132,24 @@ def workload_event(
     subjects: Subjects,
     *,
     zero_requests_allowed: bool = True,
+    terminations: list[ContainerTermination] | None = None,
 ) -> Outgoing:
     """Finished, observed (suspended only without active pods) or rejected, for a job; a job
     of a kind Usher does not admit is always rejected, with the core's ``unsupported-kind``,
-    and so is one with a container that requests nothing unless ``zero_requests_allowed``."""
+    and so is one with a container that requests nothing unless ``zero_requests_allowed``, or
+    with a ``usher.io/min-success`` it cannot have. A failed job's ``WorkloadFinished`` carries
+    ``terminations`` (its failed containers', from its pods: ``container_terminations``)."""
     who = identity(obj)
     kind = kind_id(resource)
     subject = subjects.job(who.zone, who.namespace, who.name)
     outcome = family.outcome(obj)
     if outcome is not None:
         finished = WorkloadFinished(
-            workload=who.key, succeeded=outcome.succeeded, finished_ms=outcome.finished_ms
+            workload=who.key,
+            succeeded=outcome.succeeded,
+            finished_ms=outcome.finished_ms,
+            terminations=[] if outcome.succeeded else list(terminations or []),
+            min_success=outcome.min_success,
         )
         return Outgoing(subject, event_id(kind, who, finished), finished)
     created_ms = parse_time_ms(_mapping(obj.get("metadata")).get("creationTimestamp"))
@@ -156,15 +170,76 @@ def workload_event(
         rejected = WorkloadRejected(workload=observed.workload, kind=kind, errors=[error])
         return Outgoing(subject, event_id(kind, who, rejected), rejected, [error])
     free = [] if zero_requests_allowed else unrequested_containers(obj)
-    if free:
-        rejected = WorkloadRejected(workload=observed.workload, kind=kind, errors=free)
-        return Outgoing(subject, event_id(kind, who, rejected), rejected, free)
+    most = family.pods.most_successes(obj) if family.pods is not None else None
+    refused = free + success.problems(obj, most, kind)
+    if refused:
+        rejected = WorkloadRejected(workload=observed.workload, kind=kind, errors=refused)
+        return Outgoing(subject, event_id(kind, who, rejected), rejected, refused)
     # Suspended means "holds no capacity": the flag is set AND the controller reports no
     # active pods (a preempted job is not released until its pods are gone).
     suspended = observed.suspended and not family.active(obj)
     if suspended != observed.suspended:
         observed = msgspec.structs.replace(observed, suspended=suspended)
     return Outgoing(subject, event_id(kind, who, observed), observed)
+
+
+def workload_progress(
+    resource: Resource, family: JobFamily, obj: JsonObj, subjects: Subjects, observed_ms: Millis
+) -> Outgoing | None:
+    """How far the job's pods have come (None when its kind's pods are not counted): ready
+    counts the pods that succeeded too, total is its gang (the pods it runs at once)."""
+    if family.pods is None:
+        return None
+    who = identity(obj)
+    counts = family.pods.counts(obj)
+    total = sum(source.count for source in family.pod_sets(_mapping(obj.get("spec")), []))
+    progress = WorkloadProgress(
+        workload=who.key,
+        ready=counts.ready + counts.succeeded,
+        total=total,
+        succeeded=counts.succeeded,
+        failed=counts.failed,
+        observed_ms=observed_ms,
+    )
+    subject = subjects.job(who.zone, who.namespace, who.name)
+    return Outgoing(subject, event_id(kind_id(resource), who, progress), progress)
+
+
+def container_terminations(
+    family: JobFamily, obj: JsonObj, pods: list[JsonObj]
+) -> list[ContainerTermination]:
+    """The failed containers' last terminations, one per pod set and container: an
+    ``OOMKilled`` one wins (it is what more memory can fix), else the one that ended last."""
+    chosen: dict[tuple[str, str], tuple[bool, str, ContainerTermination]] = {}
+    reader = family.pods
+    for pod in pods:
+        pod_set = reader.pod_set(obj, pod) if reader is not None else ""
+        for status in _list(_mapping(pod.get("status")).get("containerStatuses")):
+            ended = _failed_termination(_mapping(status))
+            if ended is None:
+                continue
+            reason, code, finished = ended
+            container = _text(_mapping(status).get("name"))
+            rank = (reason == OOM_KILLED, finished)
+            termination = ContainerTermination(
+                pod_set=pod_set, container=container, reason=reason, exit_code=code
+            )
+            before = chosen.get((pod_set, container))
+            if before is None or rank > before[:2]:
+                chosen[(pod_set, container)] = (*rank, termination)
+    return [chosen[key][2] for key in sorted(chosen)]
+
+
+def _failed_termination(status: dict[str, Any]) -> tuple[str, int, str] | None:
+    """(reason, exit code, finishedAt) of a container that ended in failure: its current
+    state, else the last one before a restart."""
+    for field_name in ("state", "lastState"):
+        ended = _mapping(_mapping(status.get(field_name)).get("terminated"))
+        code = ended.get("exitCode")
+        if isinstance(code, int) and code != 0:
+            reason = _text(ended.get("reason")) or "Error"
+            return reason, code, _text(ended.get("finishedAt"))
+    return None
 
 
 def workload_unadmitted(
@@ -297,6 +372,10 @@ def tree_deleted(obj: JsonObj, subjects: Subjects, *, gone: bool = False) -> Out
 
 def _mapping(value: object) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _text(value: object) -> str:

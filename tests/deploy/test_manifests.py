@@ -175,6 +175,7 @@ EXPECTED_CLUSTER_RULES = [
     (("argoproj.io",), ("workflows",), JOB_VERBS),
     (("",), ("nodes",), ["list", "watch"]),
     (("",), ("limitranges",), ["list", "watch"]),
+    (("",), ("pods",), ["list"]),  # a failed job's pods, by its label: their terminations
     (("scheduling.k8s.io",), ("priorityclasses",), ["list", "watch"]),
     (("scheduling.sigs.k8s.io",), ("elasticquotatrees",), ["get", "list", "watch"]),
     (("scheduling.sigs.k8s.io",), ("elasticquotatrees/status",), ["patch"]),

@@ -54,3 +54,13 @@ def test_no_rule_grants_a_job_kind_more_than_it_needs() -> None:
             for resource in rule["resources"]:
                 if (group, resource) in storages:
                     assert set(rule["verbs"]) <= JOB_VERBS, (group, resource, rule["verbs"])
+
+
+def test_pods_are_only_listed() -> None:
+    """The watcher lists a failed job's pods by its label (their terminations): never more."""
+    granted = [
+        set(rule["verbs"])
+        for rule in _cluster_rules()
+        if "" in rule["apiGroups"] and any(r.startswith("pods") for r in rule["resources"])
+    ]
+    assert granted == [{"list"}]

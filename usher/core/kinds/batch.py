@@ -3,22 +3,28 @@
 What it does: a Job is one pod set ``main`` of ``min(parallelism, completions)`` pods (the
 pods Kubernetes runs at once); ``spec.suspend`` holds it; the zone goes into
 ``spec.template.spec.nodeSelector``; it has finished when condition ``Complete`` or ``Failed``
-is True; it is active while ``status.active`` counts pods. The fake kubelet writes the status
-the Job controller of Kubernetes 1.32 writes.
+is True (or once ``usher.io/min-success`` of its pods succeeded: ``success``; ended by
+``spec.successPolicy`` it says how many succeeded); it is active while ``status.active`` counts
+pods. Its pods are counted from its status (``ready``, ``succeeded``, ``failed``) and found by
+the Job controller's ``batch.kubernetes.io/controller-uid`` label. The fake kubelet writes the
+status the Job controller of Kubernetes 1.32 writes.
 What it must never do: do I/O, read a clock, or mutate a manifest it was given.
 """
 
 from __future__ import annotations
 
+from usher.core.kinds import success
 from usher.core.kinds.family import (
     KindFamily,
     Obj,
     Outcome,
     Phase,
+    PodCounts,
     PodSetSource,
     Spec,
     condition_true,
     count_of,
+    mapping,
     outcome_from_conditions,
     parse_time_ms,
     selector,
@@ -26,10 +32,15 @@ from usher.core.kinds.family import (
     spec_dict,
     status_copy,
     status_of,
+    true_condition,
 )
 from usher.core.kinds.fields import Errors, Raw, count
 
 MAIN_POD_SET = "main"
+CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+"""The label the Job controller puts on each of its pods: the Job's uid."""
+SUCCESS_POLICY = "SuccessPolicy"
+"""The reason of ``Complete`` when ``spec.successPolicy`` ended the Job."""
 
 
 def job_pod_count(job_spec: Raw, path: str, errors: Errors) -> int:
@@ -55,15 +66,51 @@ def _selector_patch(spec: Spec, zone: str) -> Spec:
 
 
 def _outcome(obj: Obj) -> Outcome | None:
+    succeeded = count_of(status_of(obj).get("succeeded"))
+    by_minimum = success.reached(obj, succeeded)
+    if by_minimum is not None:
+        return by_minimum  # its other pods are stopped: Complete or not, it succeeded by this
     outcome = outcome_from_conditions(obj, "Complete", "Failed")
     if outcome is not None and outcome.finished_ms is None:
         completed = parse_time_ms(status_of(obj).get("completionTime"))
-        return Outcome(outcome.succeeded, completed)
+        outcome = Outcome(outcome.succeeded, completed)
+    complete = true_condition(obj, "Complete")
+    if outcome is not None and complete is not None and complete.get("reason") == SUCCESS_POLICY:
+        # Kubernetes' successPolicy: the Job controller ended it once enough indexes succeeded.
+        outcome = Outcome(True, outcome.finished_ms, min_success=succeeded)
     return outcome
 
 
 def _active(obj: Obj) -> bool:
     return count_of(status_of(obj).get("active")) > 0
+
+
+class JobPodReader:
+    """A Job's pods: counted by the Job controller in its status, labelled with its uid."""
+
+    def counts(self, obj: Obj) -> PodCounts:
+        status = status_of(obj)
+        return PodCounts(
+            ready=count_of(status.get("ready")),
+            succeeded=count_of(status.get("succeeded")),
+            failed=count_of(status.get("failed")),
+        )
+
+    def selector(self, obj: Obj) -> str | None:
+        uid = mapping(obj.get("metadata")).get("uid")
+        return f"{CONTROLLER_UID_LABEL}={uid}" if isinstance(uid, str) and uid else None
+
+    def pod_set(self, obj: Obj, pod: Obj) -> str:
+        return MAIN_POD_SET
+
+    def most_successes(self, obj: Obj) -> int | None:
+        # A suspended Job keeps status.succeeded: stopping the rest does not undo the count.
+        spec = spec_dict(obj)
+        completions = spec.get("completions")
+        if isinstance(completions, int) and not isinstance(completions, bool):
+            return completions
+        parallelism = spec.get("parallelism", 1)  # a work queue: any of its pods may succeed
+        return parallelism if isinstance(parallelism, int) else 1
 
 
 class JobDriver:
@@ -151,6 +198,7 @@ JOB = KindFamily(
     outcome=_outcome,
     active=_active,
     kubelet=JobDriver(),
+    pods=JobPodReader(),
     builtin=True,
 )
 

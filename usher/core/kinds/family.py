@@ -5,6 +5,8 @@ versions), where its suspend flag is, how to read its pod sets out of a manifest
 patch pins it to a zone, whether it has finished (``Outcome``) or still has active pods, and
 what the emulator's fake kubelet writes into its status (``KubeletDriver``) -- and the small
 readers those functions are built from (status conditions, RFC 3339 times, zone selectors).
+How its pods are counted (ready, succeeded, failed) and found (a label selector) is its
+``PodReader``.
 What it must never do: do I/O, read a clock, or mutate a manifest it was given (the kubelet
 drivers return a new status and never touch spec or metadata).
 """
@@ -49,6 +51,41 @@ class Outcome:
 
     succeeded: bool
     finished_ms: Millis | None
+    min_success: int | None = None
+    """Set when it succeeded because this many pods succeeded (``usher.io/min-success``, or
+    a batch Job's ``spec.successPolicy``), before all of them did."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodCounts:
+    """How many of a workload's pods are ready, succeeded and failed, as its controller
+    counts them in its status."""
+
+    ready: int
+    """Running with every container ready (succeeded pods are not counted here)."""
+    succeeded: int
+    failed: int
+
+
+class PodReader(Protocol):
+    """How to count a kind's pods and find them: the one place for it, per kind."""
+
+    def counts(self, obj: Obj) -> PodCounts:
+        """The counts the kind's controller keeps in the workload's status."""
+        ...
+
+    def selector(self, obj: Obj) -> str | None:
+        """The label selector of the workload's own pods (in its namespace); None: unknown."""
+        ...
+
+    def pod_set(self, obj: Obj, pod: Obj) -> str:
+        """The pod set of the workload ``obj`` that one of its pods belongs to."""
+        ...
+
+    def most_successes(self, obj: Obj) -> int | None:
+        """The most pods of the workload that can ever succeed (what a minSuccess may ask);
+        None: the kind cannot honour a minSuccess (its counts do not outlive stopping it)."""
+        ...
 
 
 class KubeletDriver(Protocol):
@@ -84,6 +121,9 @@ class KindFamily:
     active: Callable[[Obj], bool]
     kubelet: KubeletDriver | None
     """What the emulator's fake kubelet does with it; None: the emulator only stores it."""
+    pods: PodReader | None = None
+    """How its pods are counted and found; None: not known for this kind (no progress is
+    reported for it, and it cannot declare a minSuccess)."""
     priority_class_path: tuple[str, ...] | None = None
     """Under ``spec``: a workload-level priority class that wins over the pod templates'."""
     supported: bool = True

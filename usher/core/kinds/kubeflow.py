@@ -6,9 +6,11 @@ What it does: a Kubeflow job maps replica type -> {replicas, template} under
 pod templates' class (as in Kueue). The zone goes into every replica type's template (a merge
 patch reaches into the map without replacing it). It has finished when condition
 ``Succeeded`` or ``Failed`` is True, and is active while a replica status counts active pods.
-The fake kubelet writes the Created/Running/Suspended/Succeeded conditions of the training and
-MPI operators. XGBoostJob, PaddleJob and MXJob are served by the same operator but not
-admitted: the watcher observes them only to reject each one, so nobody's job waits silently.
+Its pods are counted per replica type in ``status.replicaStatuses`` and found by the operator's
+``training.kubeflow.org/job-name`` label. The fake kubelet writes the Created/Running/
+Suspended/Succeeded conditions of the training and MPI operators. XGBoostJob, PaddleJob and
+MXJob are served by the same operator but not admitted: the watcher observes them only to
+reject each one, so nobody's job waits silently.
 What it must never do: do I/O, read a clock, mutate a manifest it was given, or give a rejected
 kind anything to admit it with.
 """
@@ -22,6 +24,7 @@ from usher.core.kinds.family import (
     Obj,
     Outcome,
     Phase,
+    PodCounts,
     PodSetSource,
     Spec,
     condition_true,
@@ -99,6 +102,43 @@ def _outcome(obj: Obj) -> Outcome | None:
 def _active(obj: Obj) -> bool:
     statuses = mapping(status_of(obj).get("replicaStatuses"))
     return any(count_of(mapping(s).get("active")) > 0 for s in statuses.values())
+
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+"""The labels the training (and MPI) operator puts on each pod: its job, its replica type."""
+
+
+class KubeflowPodReader:
+    """A Kubeflow job's pods: counted per replica type in ``status.replicaStatuses`` (the
+    operator counts a Running pod as ``active``: there is no readiness count), labelled with
+    the job's name and their replica type (lower case)."""
+
+    def __init__(self, replica_specs: str) -> None:
+        self.replica_specs = replica_specs
+
+    def counts(self, obj: Obj) -> PodCounts:
+        statuses = [mapping(s) for s in mapping(status_of(obj).get("replicaStatuses")).values()]
+        return PodCounts(
+            ready=sum(count_of(s.get("active")) for s in statuses),
+            succeeded=sum(count_of(s.get("succeeded")) for s in statuses),
+            failed=sum(count_of(s.get("failed")) for s in statuses),
+        )
+
+    def selector(self, obj: Obj) -> str | None:
+        name = mapping(obj.get("metadata")).get("name")
+        return f"{JOB_NAME_LABEL}={name}" if isinstance(name, str) and name else None
+
+    def pod_set(self, obj: Obj, pod: Obj) -> str:
+        label = mapping(mapping(pod.get("metadata")).get("labels")).get(REPLICA_TYPE_LABEL)
+        written = str(label or "")
+        for replica_type in mapping(spec_dict(obj).get(self.replica_specs)):
+            if str(replica_type).lower() == written.lower():
+                return str(replica_type)  # the pod set keeps the name the job wrote
+        return written
+
+    def most_successes(self, obj: Obj) -> int | None:
+        return None  # suspended, the operator deletes every pod: the count would not stay
 
 
 class KubeflowDriver:
@@ -189,6 +229,7 @@ def _family(
         outcome=_outcome,
         active=_active,
         kubelet=KubeflowDriver(kind, field),
+        pods=KubeflowPodReader(field),
         priority_class_path=_PRIORITY_CLASS,
     )
 

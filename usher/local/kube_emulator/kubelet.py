@@ -9,7 +9,9 @@ suspended, succeeded (or failed) after the ``usher.io/sim-duration`` seconds of 
 divided by ``speed`` (no annotation: runs forever). ``usher.io/sim-result: Failed`` makes it
 fail instead.
 A batch Job's pods are kept as a cluster shows them (``pods``): created running when it runs,
-left Succeeded/Failed when it ends, deleted when it is suspended or deleted.
+left Succeeded/Failed when it ends, deleted when it is suspended or deleted. A batch Job with
+``emulator.usher.io/*`` annotations (``playbook``) is played pod by pod instead (``played``):
+its pods get ready, succeed or fail each on its own time, and its status is counted from them.
 What it must never do: touch spec or metadata; create objects other than a Job's pods; write a
 status that does not change (no event storms); block the event loop or run outside it.
 """
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from usher.core.kinds import FAMILIES
 from usher.core.kinds.family import KubeletDriver
 from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.played import PlayedJobs
 from usher.local.kube_emulator.pods import JobPods
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType, find_resource
 from usher.local.kube_emulator.store import Store, StoreEvent
@@ -80,6 +83,7 @@ class FakeKubelet:
         self._pending: dict[ObjKey, asyncio.Handle] = {}
         self._unsubscribe: Callable[[], None] | None = None
         self.pods = JobPods(store)
+        self.played = PlayedJobs(store, self.pods, speed=speed)
 
     def start(self) -> None:
         """Subscribe, then reconcile every workload already stored."""
@@ -123,12 +127,14 @@ class FakeKubelet:
 
     def _reconcile(self, key: ObjKey) -> None:
         self._pending.pop(key, None)
-        self._drive(key)
+        loaded = self._load(key)  # once: a copy of a job is a good part of the kubelet's cost
+        if key[0] == JOBS and loaded is not None and self._play(key, loaded[1]):
+            return
+        self._drive(key, loaded)
         if key[0] == JOBS:
             self.pods.sync(key[1], key[2])
 
-    def _drive(self, key: ObjKey) -> None:
-        loaded = self._load(key)
+    def _drive(self, key: ObjKey, loaded: tuple[ResourceType, JsonObj] | None) -> None:
         if loaded is None:
             self._cancel_timer(key)
             return
@@ -146,6 +152,21 @@ class FakeKubelet:
             if phase != "running":
                 self._write_status(rt, obj, driver.run(obj, now))
             self._start_timer(key, obj)
+
+    def _play(self, key: ObjKey, job: JsonObj) -> bool:
+        """Play a batch Job with a playbook (False: it has none)."""
+        if not self.played.plays(job):
+            return False
+        self._cancel_timer(key)
+        wake = self.played.play(job)
+        if wake is not None:
+            loop = asyncio.get_running_loop()
+            self._timers[key] = loop.call_later(wake, self._wake, key)
+        return True
+
+    def _wake(self, key: ObjKey) -> None:
+        self._timers.pop(key, None)
+        self._reconcile(key)
 
     def _start_timer(self, key: ObjKey, obj: JsonObj) -> None:
         duration = sim_duration(obj)

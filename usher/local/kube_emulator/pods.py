@@ -16,6 +16,7 @@ import hashlib
 from typing import Any
 
 from usher.local.kube_emulator.errors import ApiError
+from usher.local.kube_emulator.playbook import COMPLETED, PodFate, Stage
 from usher.local.kube_emulator.resources import RESOURCES
 from usher.local.kube_emulator.store import Store
 from usher.local.kube_emulator.wire import JsonObj, rfc3339
@@ -24,6 +25,7 @@ PODS = next(rt for rt in RESOURCES if rt.plural == "pods")
 NODES = next(rt for rt in RESOURCES if rt.plural == "nodes")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def _condition(kind: str, true: bool, now: str, reason: str = "") -> JsonObj:
@@ -47,14 +49,14 @@ def job_phase(job: JsonObj) -> str:
     return "running"
 
 
-def _owner_uid(pod: JsonObj) -> str:
+def owner_uid(pod: JsonObj) -> str:
     for ref in pod["metadata"].get("ownerReferences") or []:
         if ref.get("kind") == "Job" and ref.get("controller"):
             return str(ref.get("uid", ""))
     return ""
 
 
-def _node_for(store: Store, job: JsonObj, index: int) -> str:
+def node_for(store: Store, job: JsonObj, index: int) -> str:
     """A node the template's ``nodeSelector`` allows (spread by index), or "" when none."""
     template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
     wanted = template.get("nodeSelector") or {}
@@ -66,8 +68,9 @@ def _node_for(store: Store, job: JsonObj, index: int) -> str:
     return fits[index % len(fits)] if fits else ""
 
 
-def pod_manifest(job: JsonObj, node: str) -> JsonObj:
-    """A new pod of ``job`` (status is written afterwards, as the kubelet does)."""
+def pod_manifest(job: JsonObj, node: str, index: int | None = None) -> JsonObj:
+    """A new pod of ``job`` (status is written afterwards, as the kubelet does); ``index``:
+    its completion index in an Indexed Job (label, annotation and name, as the controller)."""
     meta = job["metadata"]
     template = (job.get("spec") or {}).get("template") or {}
     labels = {
@@ -77,6 +80,11 @@ def pod_manifest(job: JsonObj, node: str) -> JsonObj:
         "controller-uid": meta["uid"],
         "job-name": meta["name"],
     }
+    annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+    prefix = f"{meta['name']}-"
+    if index is not None:
+        labels[COMPLETION_INDEX] = annotations[COMPLETION_INDEX] = str(index)
+        prefix = f"{meta['name']}-{index}-"
     spec = dict(template.get("spec") or {})
     if node:
         spec["nodeName"] = node
@@ -84,9 +92,10 @@ def pod_manifest(job: JsonObj, node: str) -> JsonObj:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{meta['name']}-",
+            "generateName": prefix,
             "namespace": meta["namespace"],
             "labels": labels,
+            **({"annotations": annotations} if annotations else {}),
             "ownerReferences": [
                 {
                     "apiVersion": "batch/v1",
@@ -163,6 +172,69 @@ def _container_status(pod: JsonObj, container: Any, phase: str, started: str, no
     }
 
 
+def played_status(pod: JsonObj, stage: Stage, fate: PodFate, now: str, store: Store) -> JsonObj:
+    """The status a kubelet reports for a pod of a Job with a playbook, at ``stage``: Running
+    (ready or not), or Succeeded/Failed with each container's own termination."""
+    if not pod["spec"].get("nodeName"):
+        return pod_status(pod, "running", now, store)  # unschedulable: Pending, says why
+    status: JsonObj = dict(pod.get("status") or {})
+    started = status.get("startTime") or now
+    ready = stage == Stage.READY
+    done = stage in (Stage.SUCCEEDED, Stage.FAILED)
+    names = [
+        str(c.get("name", "")) for c in pod["spec"].get("containers") or [] if isinstance(c, dict)
+    ]
+    why = {Stage.STARTING: "ContainersNotReady", Stage.READY: "",
+           Stage.SUCCEEDED: "PodCompleted", Stage.FAILED: "PodFailed"}[stage]  # fmt: skip
+    unready: JsonObj = {"message": f"containers with unready status: [{' '.join(names)}]"}
+    status.update(
+        phase={Stage.SUCCEEDED: "Succeeded", Stage.FAILED: "Failed"}.get(stage, "Running"),
+        hostIP=status.get("hostIP", "10.0.0.1"),
+        podIP=status.get("podIP") or _pod_ip(pod),
+        startTime=started,
+        qosClass="Burstable",
+        conditions=[
+            _condition("PodReadyToStartContainers", not done, started),
+            _condition("Initialized", True, started, "PodCompleted" if done else ""),
+            {**_condition("Ready", ready, now, why), **({} if ready or done else unready)},
+            {
+                **_condition("ContainersReady", ready, now, why),
+                **({} if ready or done else unready),
+            },
+            _condition("PodScheduled", True, started),
+        ],
+        containerStatuses=[
+            _played_container(pod, c, stage, fate, started, now)
+            for c in pod["spec"].get("containers") or []
+        ],
+    )
+    return status
+
+
+def _played_container(
+    pod: JsonObj, container: Any, stage: Stage, fate: PodFate, started: str, now: str
+) -> JsonObj:
+    name = str(container.get("name", "")) if isinstance(container, dict) else ""
+    image = str(container.get("image", "")) if isinstance(container, dict) else ""
+    if stage in (Stage.STARTING, Stage.READY):
+        state: JsonObj = {"running": {"startedAt": started}}
+    else:
+        ended = dict(fate.containers).get(name, COMPLETED)
+        state = {"terminated": {"exitCode": ended.exit_code, "reason": ended.reason,
+                                "startedAt": started, "finishedAt": now,
+                                "containerID": _container_id(pod, name)}}  # fmt: skip
+    return {
+        "name": name,
+        "image": image,
+        "imageID": "",
+        "containerID": _container_id(pod, name),
+        "ready": stage == Stage.READY,
+        "started": stage in (Stage.STARTING, Stage.READY),
+        "restartCount": 0,
+        "state": state,
+    }
+
+
 class JobPods:
     """The pods of every Job, indexed by job so that a sync costs the job's pods, not all."""
 
@@ -175,7 +247,7 @@ class JobPods:
         self._names.clear()
         for pod in self.store.objects(PODS):
             job = (pod["metadata"].get("labels") or {}).get(JOB_NAME_LABEL)
-            if job and _owner_uid(pod):
+            if job and owner_uid(pod):
                 key = (pod["metadata"]["namespace"], job)
                 self._names.setdefault(key, []).append(pod["metadata"]["name"])
 
@@ -191,30 +263,34 @@ class JobPods:
         self._names[(namespace, job_name)] = [p["metadata"]["name"] for p in pods]
         return pods
 
+    def note(self, namespace: str, job_name: str, pod: JsonObj) -> None:
+        """Index a pod just created for the job."""
+        self._names.setdefault((namespace, job_name), []).append(pod["metadata"]["name"])
+
     def sync(self, namespace: str, name: str) -> None:
         """Make the job's pods what a cluster shows for the job as it is now (or gone)."""
         job = self.store.find(_JOBS, namespace, name)
         pods = self.pods_of(namespace, name)
         if job is None:
             for pod in pods:  # the garbage collector's part
-                _delete(self.store, pod)
+                remove(self.store, pod)
             self._names.pop((namespace, name), None)
             return
-        stale = [p for p in pods if _owner_uid(p) != job["metadata"]["uid"]]
+        stale = [p for p in pods if owner_uid(p) != job["metadata"]["uid"]]
         for pod in stale:  # a job of the same name deleted and created again
-            _delete(self.store, pod)
+            remove(self.store, pod)
         pods = [p for p in pods if p not in stale]
         phase = job_phase(job)
         if phase == "stopped":
             for pod in pods:
                 if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
-                    _delete(self.store, pod)
+                    remove(self.store, pod)
             return
         now = rfc3339(self.store.now())
         if phase == "running":
             wanted = int((job.get("status") or {}).get("active") or 0)
             for index in range(len(pods), wanted):
-                node = _node_for(self.store, job, index)
+                node = node_for(self.store, job, index)
                 pods.append(self.store.create(PODS, namespace, pod_manifest(job, node)))
             self._names[(namespace, name)] = [p["metadata"]["name"] for p in pods]
         for pod in pods:
@@ -236,7 +312,7 @@ def _write_status(store: Store, pod: JsonObj, phase: str, now: str) -> None:
         return  # changed or deleted meanwhile: the next sync sees it
 
 
-def _delete(store: Store, pod: JsonObj) -> None:
+def remove(store: Store, pod: JsonObj) -> None:
     try:
         store.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
     except ApiError:
