@@ -64,6 +64,8 @@ class DecisionPass:
         self.stamp = 0
         self.full_pruned = False
         self.policy = engine._policy
+        tree = engine.state.tree
+        self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
 
     def run(self) -> None:
         self.seed()
@@ -125,20 +127,11 @@ class DecisionPass:
         """Once the root has no room for any waiting shape, drop the offers of queues that
         could only admit (not preempt): none of them can move before a preemption, which
         offers them again. Dropping the kept heap is free; the pass's own is small."""
-        if self.full_pruned:
+        if self.full_pruned or self.root is None or self.root_has_room():
             return
-        e = self.e
-        root = e.state.tree.root
-        if root is None:
-            return
-        info = e.state.tree.nodes[QuotaPath(root.name)]
-        room = {r: cap - info.used.get(r, 0) for r, cap in info.cap.items()}
-        # Not refreshed since the pass began, and need not be: admissions only take shapes
-        # out of queues and add usage, so the recorded lowest request can only be lower than
-        # the true one (pruning less) and a recorded potential only larger (keeping more).
-        if low_fits(e._low.get(info.path), room):
-            return
-        potential = e._leaf_potential
+        # A recorded potential, like the lowest request, is only ever larger than the true
+        # one within a pass: it keeps more offers, never drops one that could move.
+        potential = self.e._leaf_potential
         self.kept_admit = []
         kept = [entry for entry in self.heap if potential.get(entry[2], 0)]
         for entry in self.heap:
@@ -155,21 +148,36 @@ class DecisionPass:
         Ends a pass early: once the cluster is full, the remaining candidates would all be
         tried and fail, which changes nothing.
         """
-        e = self.e
-        root = (
-            e.state.tree.nodes[QuotaPath(e.state.tree.root.name)]
-            if e.state.tree.root is not None
-            else None
-        )
-        if root is None or e._potential.get(root.path, 0):
+        root = self.root
+        if root is None or self.e._potential.get(root.path, 0):
             return False
-        room = {r: cap - root.used.get(r, 0) for r, cap in root.cap.items()}
-        return not low_fits(e._low.get(root.path), room)
+        return not self.root_has_room()
+
+    def root_has_room(self) -> bool:
+        """Whether the root could take the lowest request of every waiting shape.
+
+        The pruning data is not refreshed since the pass began, and need not be: admissions
+        only take shapes out of queues and add usage, so the recorded lowest request can only
+        be lower than the true one (answering yes more often, never wrongly no).
+        """
+        root = self.root
+        assert root is not None
+        low = self.e._low.get(root.path)
+        if low is None:
+            return False
+        cap, used = root.cap, root.used
+        for resource, amount in low.items():
+            limit = cap.get(resource)
+            if limit is not None and used.get(resource, 0) + amount > limit:
+                return False
+        return True
 
     def offer(self, leaf: QuotaPath) -> None:
-        """Push the queue's next untried workload, if anything in it could still move."""
+        """Push the queue's next untried workload; whether anything in the queue can still
+        move is asked when it is popped (``queue_viable``): until then usage only grows, or
+        a preemption offers it again, so asking twice would only cost."""
         self.touched.add(leaf)  # from now on the pass's own heap speaks for this leaf
-        if leaf in self.closed or not self.queue_viable(leaf):
+        if leaf in self.closed:
             return
         job = self.next_untried(leaf)
         if job is None:

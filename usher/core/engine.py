@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from collections.abc import Callable, Sequence
-from fractions import Fraction
+from math import gcd
 from typing import TypeVar
 
 import msgspec
@@ -977,7 +977,9 @@ class Engine:
         if cached is not None:
             return cached
         share = _ZERO_SHARE
-        best = Fraction(0)
+        # The largest used/min, compared exactly by cross-multiplying (integers are faster
+        # than Fractions here, on the pass's hot path), kept as a reduced fraction.
+        best_used, best_min = 0, 1
         for resource in sorted(info.used):
             used = info.used[resource]
             if used <= 0:
@@ -986,10 +988,10 @@ class Engine:
             if minimum <= 0:
                 share = _INFINITE_SHARE
                 break
-            exact = Fraction(used, minimum)
-            if exact > best:
-                best = exact
-                share = (0, used / minimum, exact.numerator, exact.denominator)
+            if used * best_min > best_used * minimum:
+                best_used, best_min = used, minimum
+                common = gcd(used, minimum)
+                share = (0, used / minimum, used // common, minimum // common)
         self._share_cache[info.path] = share
         return share
 
