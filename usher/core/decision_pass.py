@@ -111,8 +111,14 @@ class DecisionPass:
             offer = self.e._offer_keys.get(leaf)
             if offer is None or offer[1] != key:
                 continue  # superseded since it was kept
+            job = self.next_untried(leaf)
+            if job is None or job.key != offer[0]:
+                # The kept first workload is not this pass's to try (tried already, or not
+                # to be offered now): offer what the pass would, from the pass's own heap.
+                self.offer(leaf)
+                continue
             self.touched.add(leaf)
-            return leaf, self.e.state.jobs[offer[0]]
+            return leaf, job
 
     def best_kept(self) -> list[tuple[OfferKey, QuotaPath]] | None:
         """The kept heap whose first entry is lower, or None if both are empty."""
