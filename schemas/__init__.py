@@ -17,6 +17,7 @@ from schemas.decisions import (
     Preempted,
     ReleaseCause,
     Released,
+    Requeued,
     Unmapped,
 )
 from schemas.envelope import (
@@ -114,6 +115,7 @@ __all__ = [
     "ReleaseRequest",
     "Released",
     "RequestId",
+    "Requeued",
     "Reservation",
     "ReservationResult",
     "ReserveReply",

@@ -48,6 +48,8 @@ ReasonCode = Literal[
     "VictimsStopping",  # pending: it fits once preempted workloads have stopped
     "ZoneNotServed",  # pending: no dequeuer serves the workload's zone
     "Rejected",  # the manifest could not be read (explain of a rejected job)
+    "PodsNotReady",  # requeued: admitted, its pods not all ready within the ready timeout
+    "RequeueBackoff",  # pending: requeued for readiness, not offered again before a time
 ]
 
 

@@ -112,10 +112,11 @@ class DecisionPass:
         entries = queue.entries
         jobs = self.e.state.jobs
         decides_for = self.e._decides
+        backing_off = self.e.backing_off
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
-            if key not in self.tried and decides_for(job.zone):
+            if key not in self.tried and decides_for(job.zone) and not backing_off(job):
                 return job
             index += 1
         return None

@@ -42,6 +42,7 @@ from schemas import (
     Reason,
     ReleaseCause,
     Released,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -53,9 +54,9 @@ from schemas import (
     ZoneServed,
 )
 from schemas.events import ClusterEvent
-from usher.core import engine_queries, reasons, reclaim_search
+from usher.core import engine_queries, readiness, reasons, reclaim_search
 from usher.core.arbitration import first_shortfall, quota_exceeded
-from usher.core.config import EngineConfig
+from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import DecisionPass, Share, combine_lowest, low_fits, lowest
 from usher.core.engine_queries import JobView as JobView
 from usher.core.engine_queries import QueueEntry as QueueEntry
@@ -110,6 +111,7 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_low",
     "_leaf_potential",
     "_potential",
+    "_unready",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -155,6 +157,8 @@ class Engine:
         self._low: dict[QuotaPath, dict[str, int] | None] = {}
         self._leaf_potential: dict[QuotaPath, int] = {}
         self._potential: dict[QuotaPath, int] = {}
+        self._unready: dict[WorkloadKey, int] = {}
+        """Admitted workloads whose ready deadline runs -> that deadline (R10)."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -198,6 +202,11 @@ class Engine:
         self._leaf_potential = {}
         self._potential = {}
         self._dirty = set(tree.leaves)
+        self._unready = {
+            key: job.readiness.deadline_ms
+            for key, job in state.jobs.items()
+            if job.state == ADMITTED and job.readiness is not None and job.readiness.deadline_ms
+        }
 
     def _rebuild_job_indexes(self) -> None:
         queues = self._queues
@@ -279,14 +288,14 @@ class Engine:
                 self._apply_preempted(event)
             case Released():
                 self._apply_released(event)
+            case Requeued():
+                self._apply_requeued(event)
             case WorkloadRejected() | QuotaTreeRejected() | Pending() | Inadmissible() | Unmapped():
                 # A rejected input changes nothing (the last valid state stays in force); the
                 # other decisions carry no state change of their own.
                 pass
             case WorkloadProgress():
-                # Pod progress is recorded for readers (explain, the live view); admission does
-                # not depend on it.
-                pass
+                self._progress(event)
         return []
 
     def _observe(self, event: WorkloadObserved) -> None:
@@ -337,6 +346,7 @@ class Engine:
                 total[resource] = total.get(resource, 0) + amount * pod_set.count
         job.shape = self._intern(shape_of(total))
         job.pods = tuple(sorted(set(pods)))
+        job.pod_count = sum(p.count for p in event.pod_sets if p.count > 0)
         if job.priority_class is not None:
             self._class_users.setdefault(job.priority_class, {})[job.key] = None
         job.priority = self._resolve_priority(job)
@@ -430,6 +440,7 @@ class Engine:
         self.state.preemptors.pop(job.key, None)
         self.state.held.pop(job.key, None)
         self.state.lingering[job.key] = (job.used_path, job.used_shape, job.zone)
+        self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
         job.held = False  # a held workload stays where it waits; the caller takes it out
@@ -442,6 +453,83 @@ class Engine:
         self._unaccount(*where)
         self.state.version += 1
         return True
+
+    # ------------------------------------------------------------------ readiness (R10)
+
+    def _progress(self, event: WorkloadProgress) -> None:
+        """Pod counts of an admitted workload; its deadline stops once all are ready."""
+        job = self.state.jobs.get(event.workload)
+        if job is None or job.state != ADMITTED or job.readiness is None:
+            return
+        job.readiness = readiness.progressed(job.readiness, event.ready, event.total)
+        if not job.readiness.deadline_ms:
+            self._unready.pop(job.key, None)
+
+    def _requeue_unready(self, decisions: list[Decision]) -> None:
+        """Requeue every admitted workload of this engine's zones past its ready deadline."""
+        now = self.state.now
+        due = sorted((end, key) for key, end in self._unready.items() if end <= now)
+        for _, key in due:
+            job = self.state.jobs[key]
+            if not self._decides(job.zone):
+                continue
+            decision = self._requeue_decision(job)
+            self._apply_requeued(decision)
+            decisions.append(decision)
+
+    def _requeue_decision(self, job: Job) -> Requeued:
+        """The requeue of ``job`` now: which attempt it was and when it may be tried again."""
+        assert job.used_path is not None and job.readiness is not None
+        policy = self._readiness(job.used_path)
+        record = job.readiness
+        attempt = record.requeues + 1
+        final = attempt >= policy.max_attempts
+        wait = None if final else policy.backoff_ms(attempt)
+        now = self.state.now
+        info = self.state.tree.nodes.get(job.used_path)
+        queue = info.queue if info is not None and info.queue is not None else QueueName("")
+        return Requeued(
+            workload=job.key,
+            queue=queue,
+            quota=job.used_path,
+            zone=job.zone,
+            requests=dict(job.used_shape),
+            ready=record.ready,
+            total=record.total,
+            attempt=attempt,
+            max_attempts=policy.max_attempts,
+            retry_after_ms=None if wait is None else Millis(now + wait),
+            reason=reasons.pods_not_ready(
+                record.ready,
+                record.total,
+                now - job.admitted_ms,
+                attempt,
+                policy.max_attempts,
+                wait,
+            ),
+        )
+
+    def _apply_requeued(self, decision: Requeued) -> None:
+        """Evict an admitted workload for readiness: it waits at its place again (R10).
+
+        Its usage leaves at once in scenarios; in a running system it lingers until the
+        ledger's ``Released`` (R7), and the workload is not offered before that either.
+        """
+        job = self.state.jobs.get(decision.workload)
+        if job is None or job.state != ADMITTED or job.used_path is None:
+            return
+        if self.config.instant_release:
+            self._unadmit(job)
+        else:
+            self._linger(job)
+        record = job.readiness if job.readiness is not None else readiness.Readiness()
+        job.readiness = readiness.requeued(
+            record, decision.attempt, decision.retry_after_ms, decision.reason
+        )
+        self._classify(job)
+        if job.state == PENDING and decision.retry_after_ms is not None:
+            heapq.heappush(self.state.wakeups, (decision.retry_after_ms, 0, job.key))
+        self.state.version += 1
 
     # ------------------------------------------------------------------ decisions made elsewhere
 
@@ -566,9 +654,15 @@ class Engine:
                 self._drop_hold(victim)
             self._unplace(victim)
             admitted_ms, admit_seq = victim.admitted_ms, victim.admit_seq
+            record = victim.readiness
             self._admit(victim, decision.quota, victim.shape)
             self._forget_admitted(victim)
             victim.admitted_ms, victim.admit_seq = admitted_ms, admit_seq
+            # Admitted again as it was: its readiness deadline and counts too (R10).
+            victim.readiness = record
+            self._unready.pop(victim.key, None)
+            if record is not None and record.deadline_ms:
+                self._unready[victim.key] = record.deadline_ms
             victim.refresh_victim_key()
             insort(self._leaf_admitted.setdefault(decision.quota, []), victim.victim_key)
             victim.note = None
@@ -729,6 +823,8 @@ class Engine:
             return
         job.leaf = leaf
         never = self._never_fits(job, self.state.tree.nodes[leaf])
+        if never is None and job.readiness is not None and job.readiness.exhausted:
+            never = job.readiness.last  # its last attempt timed out (R10)
         if never is not None:
             job.state = INADMISSIBLE
             self._outside[job.key] = None
@@ -864,7 +960,29 @@ class Engine:
         runtime = self._min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self.state.wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
+        self._arm_readiness(job, self._readiness(quota))
         self.state.version += 1
+
+    def _arm_readiness(self, job: Job, policy: ReadinessPolicy) -> None:
+        """A new admission: with a ready timeout, its deadline starts now (R10).
+
+        The wakeup carries ``-admit_seq`` (min-runtime ones carry ``admit_seq``, backoff ends
+        0), so ``next_wakeup`` tells which condition each entry waits for.
+        """
+        if policy.timeout_ms <= 0:
+            if job.readiness is not None:
+                job.readiness = msgspec.structs.replace(
+                    job.readiness, deadline_ms=0, not_before_ms=0
+                )
+            return
+        deadline = job.admitted_ms + policy.timeout_ms
+        job.readiness = readiness.armed(job.readiness, deadline, job.pod_count)
+        self._unready[job.key] = deadline
+        heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
+
+    def _readiness(self, path: QuotaPath) -> ReadinessPolicy:
+        info = self.state.tree.nodes.get(path)
+        return info.readiness if info is not None else self.config.readiness
 
     def _unadmit(self, job: Job) -> None:
         """Free an admitted workload's usage; the caller decides where it goes next."""
@@ -872,6 +990,7 @@ class Engine:
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
+        self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
@@ -977,7 +1096,11 @@ class Engine:
             self.state.version += 1
         self.state.last_pass_now = now
         self.state.passes += 1
-        decisions: list[Decision] = self._announcements()
+        decisions: list[Decision] = []
+        if self._unready and self.state.tree.root is not None:
+            # First, so that a workload out of attempts is announced inadmissible at once.
+            self._requeue_unready(decisions)
+        decisions.extend(self._announcements())
         if self.state.tree.root is not None:
             try:
                 DecisionPass(self, decisions).run()
@@ -1220,13 +1343,24 @@ class Engine:
         heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
-            job = self.state.jobs.get(key)
-            stale = job is None or job.state != ADMITTED or job.admit_seq != seq
-            if stale or end <= self.state.now:
+            if not self._wakeup_live(end, seq, key) or end <= self.state.now:
                 heapq.heappop(heap)
                 continue
             return Millis(end)
         return None
+
+    def _wakeup_live(self, end: int, seq: int, key: WorkloadKey) -> bool:
+        """Whether a wakeup still waits for something: a min-runtime end (``seq`` > 0), a
+        ready deadline (``-admit_seq``) or a requeue backoff's end (0) of that workload."""
+        job = self.state.jobs.get(key)
+        if job is None:
+            return False
+        if seq > 0:
+            return job.state == ADMITTED and job.admit_seq == seq
+        if seq < 0:
+            return job.state == ADMITTED and job.admit_seq == -seq and key in self._unready
+        record = job.readiness
+        return job.state == PENDING and record is not None and record.not_before_ms == end
 
     # ------------------------------------------------------------------ queries
     # Read-side questions (``engine_queries`` answers them over the state; the pass's
@@ -1262,9 +1396,18 @@ class Engine:
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
-            if self._decides(self.state.jobs[key].zone):
+            job = self.state.jobs[key]
+            if self._decides(job.zone) and not self.backing_off(job):
                 return key
         return None
+
+    def backing_off(self, job: Job) -> bool:
+        """Requeued for readiness and not to be offered yet (R10): its backoff runs, or its
+        earlier admission's usage still lingers until the ledger releases it (R7)."""
+        record = job.readiness
+        if record is None or not record.requeues:
+            return False
+        return record.not_before_ms > self.state.now or job.key in self.state.lingering
 
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None

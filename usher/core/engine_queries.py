@@ -151,6 +151,8 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
         return job.announced
     if key in e._stopping:
         return still_stopping(e, key)
+    if e.backing_off(job):
+        return requeue_backoff(e, job)
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
@@ -207,6 +209,8 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
         return job.note
     if job.key in e._stopping:
         return still_stopping(e, job.key)
+    if e.backing_off(job):
+        return requeue_backoff(e, job)
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
@@ -226,6 +230,18 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     if zone is not None:
         return zone
     return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
+
+
+def requeue_backoff(e: Engine, job: Job) -> Reason:
+    """Why a workload requeued for readiness is not offered yet (R10)."""
+    record = job.readiness
+    assert record is not None and job.leaf is not None
+    return reasons.requeue_backoff(
+        record.requeues,
+        e.state.tree.nodes[job.leaf].readiness.max_attempts,
+        record.not_before_ms - e.state.now,
+        job.key in e.state.lingering,
+    )
 
 
 def still_stopping(e: Engine, key: WorkloadKey) -> Reason:

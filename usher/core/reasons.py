@@ -248,3 +248,31 @@ def stale_view(preemptor: WorkloadKey, detail: str, blocker: WorkloadKey | None 
     return Reason(
         code="StaleView", message=f"reclaim for {preemptor} refused: {detail}", blocker=blocker
     )
+
+
+def _seconds(ms: int) -> str:
+    """Milliseconds as seconds for a sentence: ``300``, ``1.5``."""
+    whole, rest = divmod(ms, 1000)
+    return str(whole) if rest == 0 else f"{whole}.{rest:03d}".rstrip("0")
+
+
+def pods_not_ready(
+    ready: int, total: int, waited_ms: int, attempt: int, attempts: int, wait_ms: int | None
+) -> Reason:
+    """Requeued (R10): admitted ``waited_ms`` ago, fewer than all pods ready; what follows."""
+    after = "no attempts left" if wait_ms is None else f"next try after {_seconds(wait_ms)} s"
+    message = (
+        f"{ready}/{total} pods ready after {_seconds(waited_ms)} s, "
+        f"attempt {attempt} of {attempts}, {after}"
+    )
+    return Reason(code="PodsNotReady", message=message, used=ready, limit=total)
+
+
+def requeue_backoff(attempt: int, attempts: int, left_ms: int, stopping: bool) -> Reason:
+    """Pending (R10): requeued for readiness; not offered again before its backoff ends."""
+    if stopping:
+        wait = "its pods were not seen stopped yet"
+    else:
+        wait = f"offered again in {_seconds(left_ms)} s"
+    message = f"requeued after attempt {attempt} of {attempts} (pods not ready); {wait}"
+    return Reason(code="RequeueBackoff", message=message)

@@ -50,10 +50,11 @@ from schemas import (
     WorkloadKey,
     Zone,
 )
-from usher.core.config import EngineConfig
+from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
+from usher.core.readiness import Readiness
 from usher.core.state import (
     ENGINE_STATES,
     Job,
@@ -64,7 +65,7 @@ from usher.core.state import (
     TreeIndex,
 )
 
-FORMAT = 2
+FORMAT = 3
 """Bumped whenever the encoding changes; a snapshot of another format is refused (replay)."""
 
 ENCODED: frozenset[str] = frozenset(
@@ -108,6 +109,7 @@ REBUILT: frozenset[str] = frozenset(
         "_leaf_potential",
         "_potential",
         "_stopping",  # from ``stops``
+        "_unready",  # from the admitted workloads' readiness records
         "_pass_admitted",  # empty between passes, when snapshots are taken
     }
 )
@@ -155,6 +157,8 @@ class ConfigRecord(msgspec.Struct, frozen=True, array_like=True):
     min_runtime_ms: int
     zones: list[str] | None
     instant_release: bool = False
+    readiness: tuple[int, int, int, int] | None = None
+    """Timeout, backoff base and cap (ms) and attempts (R10); None for the defaults."""
 
 
 class PlacementRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -202,6 +206,8 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     note_pass: int
     held: bool
     announced: Reason | None
+    pod_count: int = 0
+    readiness: Readiness | None = None
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -279,6 +285,14 @@ def config_record(config: EngineConfig) -> ConfigRecord:
         min_runtime_ms=config.min_runtime_ms,
         zones=sorted(config.zones) if config.zones is not None else None,
         instant_release=config.instant_release,
+        readiness=None
+        if config.readiness == ReadinessPolicy()
+        else (
+            config.readiness.timeout_ms,
+            config.readiness.backoff_base_ms,
+            config.readiness.backoff_cap_ms,
+            config.readiness.max_attempts,
+        ),
     )
 
 
@@ -294,9 +308,11 @@ def _fingerprint(record: ConfigRecord) -> str:
     numerator, denominator = record.oversell_rate
     zones = "*" if record.zones is None else ",".join(record.zones)
     stop = ";instant_release" if record.instant_release else ""
+    ready = "" if record.readiness is None else ";readiness=" + ",".join(map(str, record.readiness))
     return (
         f"policy={record.policy};oversell={numerator}/{denominator};"
         f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}{stop}"
+        f"{ready}"
     )
 
 
@@ -369,6 +385,8 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.note_pass,
                 job.held,
                 job.announced,
+                job.pod_count,
+                job.readiness,
             )
         )
     version = state.version
@@ -561,6 +579,8 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.note_pass = r.note_pass
         job.held = r.held
         job.announced = r.announced
+        job.pod_count = r.pod_count
+        job.readiness = r.readiness
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

@@ -13,7 +13,8 @@ from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
-from usher.core.config import EngineConfig, WithinQuota
+from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
+from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.tree import iter_nodes, queue_name
 
@@ -79,6 +80,7 @@ class QuotaNodeInfo:
         "parent",
         "path",
         "queue",
+        "readiness",
         "residual",
         "used",
         "within_quota",
@@ -103,6 +105,8 @@ class QuotaNodeInfo:
         counts for fit, not for ``min`` (borrowing, reclaim) -- it leaves once they stop."""
         self.within_quota: WithinQuota = "Never"
         self.min_runtime_ms = 0
+        self.readiness = ReadinessPolicy()
+        """Ready timeout, requeue backoff and attempts, inherited down the tree (R10)."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
 
 
@@ -137,6 +141,9 @@ class TreeIndex:
             info = QuotaNodeInfo(path, node, parent)
             info.cap = {r: effective_cap(m, config.oversell_rate) for r, m in info.max.items()}
             info.within_quota, info.min_runtime_ms = _inherited_attributes(node, parent, config)
+            info.readiness = readiness_policy(
+                node.attributes, parent.readiness if parent is not None else config.readiness
+            )
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
             self.nodes[path] = info
             self.by_name[node.name] = path
@@ -180,10 +187,12 @@ class Job:
         "namespace",
         "note",
         "note_pass",
+        "pod_count",
         "pods",
         "priority",
         "priority_class",
         "quota_name",
+        "readiness",
         "shape",
         "sort_key",
         "spec_priority",
@@ -205,6 +214,8 @@ class Job:
         self.created_ms: Millis = Millis(0)
         self.shape: Shape = ()
         self.pods: tuple[Shape, ...] = ()
+        self.pod_count = 0
+        """Pods of the whole gang (every pod set's count summed)."""
         self.quota_name: str | None = None
         self.state: JobState = PENDING
         self.leaf: QuotaPath | None = None
@@ -220,6 +231,8 @@ class Job:
         self.note_pass = -1
         self.held = False
         self.announced: Reason | None = None
+        self.readiness: Readiness | None = None
+        """Readiness after admission (R10); None until a ready timeout applied to it."""
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""
