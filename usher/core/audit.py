@@ -15,11 +15,13 @@ against the state *just before it*:
   capacity set aside, capacity held for another preemptor counted). Zone capacity is not
   checked: the ledger does not arbitrate it.
 * ``Preempted``: each victim runs on the quota the decision names.
+* ``Requeued`` (R10): the workload runs on the quota the decision names; whether it had been
+  admitted long enough without every pod ready is an invariant (``requeue-unjustified``).
 * ``Released``: something was held (a live ``Admitted``, or a preemption hold), quota and
   requests are those of its ``Admitted``, and its cause is on the log since it was admitted
   (or held): ``Finished``/``Failed`` -> a ``WorkloadFinished`` (succeeded or not),
-  ``Deleted`` -> a ``WorkloadDeleted``, ``Preempted`` -> its ``Preempted`` decision, then an
-  observation of it stopped (suspended, or finished).
+  ``Deleted`` -> a ``WorkloadDeleted``, ``Preempted`` -> its ``Preempted`` (or ``Requeued``)
+  decision, then an observation of it stopped (suspended, or finished).
 * ``Inadmissible``/``Unmapped``: the engine classifies the workload the same way at that point
   (same state and reason code; same quota for ``Inadmissible``). Classification happens when
   events are applied, not in passes, so this is exact.
@@ -78,6 +80,7 @@ from schemas import (
     Preempted,
     QuotaPath,
     Released,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -242,6 +245,12 @@ class _Auditor:
                 if self.should_check(item, ledger=False):
                     self.check_classified(item, event)
                 self.engine.apply(event, item.time_ms)
+            case Requeued():
+                if self.should_check(item):
+                    self.check_requeued(item, event)
+                self.engine.apply(event, item.time_ms)
+                # Released like a preempted victim: once its pods are seen stopped (R7).
+                self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
             case Pending():
                 self.engine.apply(event, item.time_ms)
             case _:
@@ -311,6 +320,14 @@ class _Auditor:
 
     def check_preempted(self, item: LogEntry, event: Preempted) -> None:
         # Whether the preemption is justified is an invariant (preemption-refused).
+        view = self.engine.job_state(event.workload)
+        if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
+            self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
+
+    # -- Requeued
+
+    def check_requeued(self, item: LogEntry, event: Requeued) -> None:
+        # Whether the requeue is justified is an invariant (requeue-unjustified).
         view = self.engine.job_state(event.workload)
         if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
             self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
@@ -389,7 +406,7 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
         return f"released as Deleted, but no WorkloadDeleted {since}"
     if event.cause == "Preempted":
         if mark.preempted_seq is None:
-            return f"released as Preempted, but no Preempted decision for it {since}"
+            return f"released as Preempted, but no Preempted or Requeued decision for it {since}"
         # Finished or deleted before the ledger read it: the ledger preempted what it still
         # held, and released it once it read that the pods had stopped (R7).
         ended = mark.finished or mark.failed or mark.deleted
@@ -466,7 +483,9 @@ def _expected_events(row: AllocationRecord) -> list[tuple[str, datetime | None]]
     if row.admitted_at is not None:
         expected.append(("admitted", row.admitted_at))
     if row.preempted_at is not None:
-        expected.append(("preempted", row.preempted_at))
+        # A requeue for readiness is the allocation preempted for itself (R10).
+        action = "requeued" if row.preemptor == row.workload else "preempted"
+        expected.append((action, row.preempted_at))
     if row.state == "released":
         expected.append(("released", row.released_at))
     return expected

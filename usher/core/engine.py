@@ -512,16 +512,17 @@ class Engine:
     def _apply_requeued(self, decision: Requeued) -> None:
         """Evict an admitted workload for readiness: it waits at its place again (R10).
 
-        Its usage leaves at once in scenarios; in a running system it lingers until the
-        ledger's ``Released`` (R7), and the workload is not offered before that either.
+        Its usage leaves at once in scenarios; in a running system it stops like a preempted
+        victim that is its own preemptor (a stop group with no hold, R7) -- as the ledger
+        holds it: counted, not claimed -- until the ledger's ``Released``, and the workload
+        is not offered before that either.
         """
         job = self.state.jobs.get(decision.workload)
         if job is None or job.state != ADMITTED or job.used_path is None:
             return
-        if self.config.instant_release:
-            self._unadmit(job)
-        else:
-            self._linger(job)
+        placement: Placement = (job.used_path, job.used_shape, job.zone)
+        self._unadmit(job)
+        self._begin_stop(job.key, job.key, placement)
         record = job.readiness if job.readiness is not None else readiness.Readiness()
         job.readiness = readiness.requeued(
             record, decision.attempt, decision.retry_after_ms, decision.reason
@@ -551,6 +552,8 @@ class Engine:
             job.state = UNMAPPED  # placeholder: not in any queue yet
             self.state.jobs[job.key] = job
         elif job.state in (ADMITTED, FINISHED):
+            if job.state == ADMITTED and job.key in self._unready:
+                self._restart_ready_deadline(job)
             return
         else:
             self._unplace(job)
@@ -559,7 +562,26 @@ class Engine:
         shape = self._intern(shape_of(decision.requests))
         self._admit(job, decision.quota, shape)
 
+    def _restart_ready_deadline(self, job: Job) -> None:
+        """The ledger's grant of an admission this engine made: the ready deadline runs from
+        it, as every engine replaying the log (and the audit) counts it (R10)."""
+        assert job.used_path is not None and job.readiness is not None
+        deadline = self.state.now + self._readiness(job.used_path).timeout_ms
+        if deadline <= job.readiness.deadline_ms:
+            return
+        job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=deadline)
+        self._unready[job.key] = deadline
+        heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
+
     def _apply_preempted(self, decision: Preempted) -> None:
+        if self._stopping.get(decision.workload) == decision.workload:
+            # Requeued here, preempted by the ledger before it read that (R10): its usage
+            # now counts as the preemptor's group's, as in the ledger.
+            stopping = self.state.stops[decision.workload].victims[decision.workload]
+            self._end_stop(decision.workload)
+            self._hold_for(decision.preemptor)
+            self._begin_stop(decision.preemptor, decision.workload, stopping)
+            return
         lingering = self.state.lingering.pop(decision.workload, None)
         if lingering is not None:
             # It finished (or was deleted) before the ledger read that: the ledger preempted
@@ -1407,7 +1429,7 @@ class Engine:
         record = job.readiness
         if record is None or not record.requeues:
             return False
-        return record.not_before_ms > self.state.now or job.key in self.state.lingering
+        return record.not_before_ms > self.state.now or job.key in self._stopping
 
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None

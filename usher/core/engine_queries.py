@@ -149,10 +149,10 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
         return None
     if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
         return job.announced
-    if key in e._stopping:
-        return still_stopping(e, key)
     if e.backing_off(job):
         return requeue_backoff(e, job)
+    if key in e._stopping:
+        return still_stopping(e, key)
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
@@ -207,10 +207,10 @@ def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
 def _pending_reason(e: Engine, job: Job) -> Reason:
     if job.note is not None and job.note_pass == e.state.passes:
         return job.note
-    if job.key in e._stopping:
-        return still_stopping(e, job.key)
     if e.backing_off(job):
         return requeue_backoff(e, job)
+    if job.key in e._stopping:
+        return still_stopping(e, job.key)
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
@@ -240,7 +240,7 @@ def requeue_backoff(e: Engine, job: Job) -> Reason:
         record.requeues,
         e.state.tree.nodes[job.leaf].readiness.max_attempts,
         record.not_before_ms - e.state.now,
-        job.key in e.state.lingering,
+        job.key in e._stopping,
     )
 
 
