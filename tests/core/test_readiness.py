@@ -200,3 +200,23 @@ def test_bad_policies_are_refused_naming_the_field() -> None:
         ReadinessPolicy(timeout_ms=-1)
     with pytest.raises(ValueError, match="max_attempts"):
         ReadinessPolicy(max_attempts=0)
+
+
+def test_a_preemptors_deadline_starts_with_its_grant() -> None:
+    """A preemptor waits, held, for its victims to stop: no requeue before its Admitted."""
+    engine = Engine(EngineConfig())
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(a_attributes=ATTRIBUTES)), Millis(0))
+    engine.apply(observed("b1", "big", 100), Millis(0))
+    [admitted] = engine.decide(Millis(0))
+    assert isinstance(admitted, Admitted)
+    engine.apply(observed("a1", "pre", 60, created=1, count=2), Millis(1))
+    decisions = engine.decide(Millis(1))
+    assert [type(d) for d in decisions] == [Preempted, Admitted]
+    assert engine.decide(Millis(100_000)) == []  # its victim never stopped: still held
+    grant = decisions[1]
+    assert isinstance(grant, Admitted)
+    engine.apply(grant, Millis(120_000))
+    assert engine.decide(Millis(179_999)) == []
+    [requeued] = engine.decide(Millis(180_000))
+    assert isinstance(requeued, Requeued) and requeued.workload == "a1/pre"
+    assert requeued.reason.message.startswith("0/2 pods ready after 60 s")  # since its grant

@@ -154,6 +154,7 @@ class DecisionPass:
         placements = self.preempt(job, victims)
         self.admit(job)
         e.state.preemptors[job.key] = None
+        e.hold_ready_deadline(job)
         for victim, where in placements:
             e._begin_stop(job.key, victim, where)
         self.reopen(victims)

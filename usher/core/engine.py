@@ -465,6 +465,16 @@ class Engine:
         if not job.readiness.deadline_ms:
             self._unready.pop(job.key, None)
 
+    def hold_ready_deadline(self, job: Job) -> None:
+        """``job`` was admitted by this pass as a preemptor: the ledger holds it until its
+        victims stop, so its ready deadline waits for the ledger's ``Admitted`` (R10). In
+        scenarios its victims stop at once: it is admitted now, and its deadline runs."""
+        if self.config.instant_release:
+            return
+        self._unready.pop(job.key, None)
+        if job.readiness is not None and job.readiness.deadline_ms:
+            job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=0)
+
     def _requeue_unready(self, decisions: list[Decision]) -> None:
         """Requeue every admitted workload of this engine's zones past its ready deadline."""
         now = self.state.now
@@ -502,7 +512,7 @@ class Engine:
             reason=reasons.pods_not_ready(
                 record.ready,
                 record.total,
-                now - job.admitted_ms,
+                now - record.started_ms,
                 attempt,
                 policy.max_attempts,
                 wait,
@@ -552,7 +562,7 @@ class Engine:
             job.state = UNMAPPED  # placeholder: not in any queue yet
             self.state.jobs[job.key] = job
         elif job.state in (ADMITTED, FINISHED):
-            if job.state == ADMITTED and job.key in self._unready:
+            if job.state == ADMITTED and job.readiness is not None:
                 self._restart_ready_deadline(job)
             return
         else:
@@ -564,12 +574,17 @@ class Engine:
 
     def _restart_ready_deadline(self, job: Job) -> None:
         """The ledger's grant of an admission this engine made: the ready deadline runs from
-        it, as every engine replaying the log (and the audit) counts it (R10)."""
-        assert job.used_path is not None and job.readiness is not None
-        deadline = self.state.now + self._readiness(job.used_path).timeout_ms
-        if deadline <= job.readiness.deadline_ms:
+        it, as every engine replaying the log (and the audit) counts it (R10). A preemptor's
+        deadline starts only here: until its last victim stops, the ledger holds it."""
+        record = job.readiness
+        assert job.used_path is not None and record is not None
+        timeout = self._readiness(job.used_path).timeout_ms
+        if timeout <= 0 or (record.total and record.ready >= record.total):
             return
-        job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=deadline)
+        deadline = self.state.now + timeout
+        if job.key in self._unready and deadline <= record.deadline_ms:
+            return
+        job.readiness = readiness.restarted(record, self.state.now, timeout)
         self._unready[job.key] = deadline
         heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
 
@@ -997,8 +1012,10 @@ class Engine:
                     job.readiness, deadline_ms=0, not_before_ms=0
                 )
             return
-        deadline = job.admitted_ms + policy.timeout_ms
-        job.readiness = readiness.armed(job.readiness, deadline, job.pod_count)
+        job.readiness = readiness.armed(
+            job.readiness, job.admitted_ms, policy.timeout_ms, job.pod_count
+        )
+        deadline = job.readiness.deadline_ms
         self._unready[job.key] = deadline
         heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
 

@@ -64,13 +64,27 @@ class Readiness(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     """The last requeue's reason (``explain``; the inadmissible reason after the last one)."""
     exhausted: bool = False
     """The last attempt timed out: the workload stays inadmissible."""
+    started_ms: int = 0
+    """When the running deadline started (the admission, or the ledger's grant of it)."""
 
 
-def armed(record: Readiness | None, deadline_ms: int, pods: int) -> Readiness:
+def armed(record: Readiness | None, started_ms: int, timeout_ms: int, pods: int) -> Readiness:
     """A new admission: its deadline runs, nothing is ready yet; earlier requeues count."""
     base = record if record is not None else Readiness()
     return msgspec.structs.replace(
-        base, deadline_ms=deadline_ms, ready=0, total=pods, not_before_ms=0
+        base,
+        deadline_ms=started_ms + timeout_ms,
+        started_ms=started_ms,
+        ready=0,
+        total=pods,
+        not_before_ms=0,
+    )
+
+
+def restarted(record: Readiness, started_ms: int, timeout_ms: int) -> Readiness:
+    """The deadline runs again from ``started_ms`` (the ledger's grant); counts are kept."""
+    return msgspec.structs.replace(
+        record, deadline_ms=started_ms + timeout_ms, started_ms=started_ms
     )
 
 
@@ -96,4 +110,4 @@ def requeued(
     )
 
 
-__all__ = ["Readiness", "armed", "progressed", "readiness_policy", "requeued"]
+__all__ = ["Readiness", "armed", "progressed", "readiness_policy", "requeued", "restarted"]
