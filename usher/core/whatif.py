@@ -127,8 +127,8 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     within_quota: str
     min_runtime_s: float
     tree: str
-    ready_timeout_s: float = 0.0
-    """Ready timeout of nodes that set none (R10); 0 (off) is not printed."""
+    ready_timeout_s: float | None = None
+    """Ready timeout of nodes that set none (R10); None (off) is not printed."""
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -341,7 +341,7 @@ def _settings(variant: Variant) -> RunSettings:
         oversell_rate=format_rate(config.oversell_rate),
         within_quota=config.within_quota,
         min_runtime_s=config.min_runtime_ms / 1000,
-        ready_timeout_s=config.readiness.timeout_ms / 1000,
+        ready_timeout_s=config.readiness.timeout_ms / 1000 or None,
         tree=f"{label} (replaces every recorded tree)" if variant.tree else "as recorded",
     )
 
