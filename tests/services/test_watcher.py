@@ -37,6 +37,7 @@ from schemas import (
     QuotaTreeDeleted,
     QuotaTreeRejected,
     Reason,
+    Requeued,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
@@ -377,7 +378,8 @@ class Harness:
         return await self.eventually(found)
 
     async def decide(
-        self, event: Admitted | Preempted, zone: str | None = None, *, subject: str | None = None,
+        self, event: Admitted | Preempted | Requeued, zone: str | None = None, *,
+        subject: str | None = None,
         source: str = LEDGER_SOURCE,
     ) -> None:  # fmt: skip
         """Publish ``event`` as the ledger's outbox does (or, given ``subject``/``source``,
@@ -436,6 +438,23 @@ def preempted(key: str) -> Preempted:
         quota=QuotaPath("root/Department-a"),
         preemptor=WorkloadKey("user-c/other"),
         reason=Reason(code="Reclaim", message="reclaimed by user-c/other"),
+    )
+
+
+def requeued(key: str) -> Requeued:
+    """The ledger's requeue of ``key`` for readiness (R10)."""
+    return Requeued(
+        workload=WorkloadKey(key),
+        queue=QueueName("root-department-a-user-a"),
+        quota=QuotaPath("root/Department-a"),
+        zone=Zone("zone-a"),
+        requests={"cpu": 10_000},
+        ready=0,
+        total=1,
+        attempt=1,
+        max_attempts=5,
+        retry_after_ms=None,
+        reason=Reason(code="PodsNotReady", message="0/1 pods ready after 300 s"),
     )
 
 
@@ -819,6 +838,23 @@ async def test_admitted_unsuspends_and_pins_the_zone_preempted_suspends(h: Harne
 
         async def suspended() -> bool:
             return (await h.kube.get(JOBS, "user-a", "pi"))["spec"]["suspend"] is True
+
+        await h.eventually(suspended)
+    info = await h.js.consumer_info(h.subjects.stream_name, consumer_name(h.subjects))
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_requeued_suspends_like_a_preemption(h: Harness) -> None:
+    """R10: the watcher carries out the ledger's Requeued by suspending the job."""
+    await h.kube.create(JOBS, "user-a", job("stuck", zone="zone-a"))
+    async with h.watcher():
+        await h.logged(WorkloadObserved, lambda e: e.name == "stuck")
+        await h.decide(admitted("user-a/stuck"), "zone-a")
+        await h.logged(WorkloadObserved, lambda e: e.name == "stuck" and not e.suspended)
+        await h.decide(requeued("user-a/stuck"), "zone-a")
+
+        async def suspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "stuck"))["spec"]["suspend"] is True
 
         await h.eventually(suspended)
     info = await h.js.consumer_info(h.subjects.stream_name, consumer_name(h.subjects))
