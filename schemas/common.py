@@ -50,6 +50,7 @@ ReasonCode = Literal[
     "Rejected",  # the manifest could not be read (explain of a rejected job)
     "PodsNotReady",  # requeued: admitted, its pods not all ready within the ready timeout
     "RequeueBackoff",  # pending: requeued for readiness, not offered again before a time
+    "PartialAdmission",  # admitted with fewer pods than its gang: the minimum it declared fits
 ]
 
 

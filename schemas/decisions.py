@@ -28,6 +28,11 @@ class Admitted(_Decision, frozen=True, kw_only=True, tag="decision.admitted.v1")
     zone: Zone
     requests: Resources
     priority: int = 0
+    pod_counts: dict[str, int] | None = None
+    """Pods admitted per pod set when fewer than observed were (partial admission, R11):
+    ``requests`` counts exactly these; the watcher scales the workload down to them."""
+    reason: Reason | None = None
+    """Why it was admitted as it was (``PartialAdmission``); None for a plain admission."""
 
 
 class Pending(_Decision, frozen=True, kw_only=True, tag="decision.pending.v1"):

@@ -24,6 +24,10 @@ class Reservation(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0
     preempting: list[WorkloadKey] = msgspec.field(default_factory=list)
     """Victims whose release this reservation counts on (capacity held for the preemptor)."""
+    pod_counts: dict[str, int] | None = None
+    """A partial admission's pods per pod set (R11); ``requests`` counts exactly these."""
+    reason: Reason | None = None
+    """Why it is admitted as it is (``PartialAdmission``), for the ``Admitted`` decision."""
 
 
 class ReserveRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.reserve.v1"):

@@ -117,6 +117,8 @@ def reservation_of(decision: Admitted, preempting: list[WorkloadKey] | None = No
         requests=decision.requests,
         priority=decision.priority,
         preempting=preempting or [],
+        pod_counts=decision.pod_counts,
+        reason=decision.reason,
     )
 
 

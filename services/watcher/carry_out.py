@@ -270,7 +270,7 @@ def _patch_for(
     decision: Admitted | Preempted | Requeued, family: JobFamily, obj: dict[str, Any]
 ) -> dict[str, Any] | None:
     if isinstance(decision, Admitted):
-        return admit_patch(family, obj, decision.zone)
+        return admit_patch(family, obj, decision.zone, decision.pod_counts)
     return suspend_patch(family, obj)
 
 

@@ -499,6 +499,19 @@ def test_merge_diff_nulls_what_goes_and_skips_equal() -> None:
     assert merge_diff({"l": [1, 2]}, {"l": [1]}) == {"l": [1]}
 
 
+def test_a_partial_admission_patches_the_parallelism_down() -> None:
+    """R11: the watcher scales a Job to the pods the ledger admitted."""
+    family = next(f for f in JOB_FAMILIES if f.kind == "Job")
+    manifest = job("j")
+    manifest["spec"]["parallelism"] = 8
+    patch = admit_patch(family, manifest, "zone-a", {"main": 6})
+    assert patch is not None
+    after = merge_patch(copy.deepcopy(manifest), patch)
+    assert (after["spec"]["parallelism"], after["spec"]["suspend"]) == (6, False)
+    whole = admit_patch(family, manifest, "zone-a")
+    assert whole is not None and "parallelism" not in whole["spec"]
+
+
 def test_patches_pin_every_template_and_send_lists_whole() -> None:
     for manifest, kind in ((job("j"), "Job"), (tfjob("t"), "TFJob"), (rayjob("r"), "RayJob"),
                            (jobset("s"), "JobSet")):  # fmt: skip

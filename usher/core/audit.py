@@ -10,7 +10,8 @@ against the state *just before it*:
 * ``Admitted``: the workload was observed and is waiting (pending in its queue, or holding
   capacity freed for it by a preemption); the decision's ``quota`` is the workload's leaf
   and ``queue`` that leaf's queue; ``requests`` equal the observed workload's (count x
-  per-pod requests summed over pod sets) and ``zone`` its zone; and ``used + requested <= max
+  per-pod requests summed over pod sets; a partial admission's ``pod_counts`` within each
+  set's declared minimum and count, R11) and ``zone`` its zone; and ``used + requested <= max
   x oversellRate`` on every node root..leaf (``Engine.admission_shortfall``: its own held
   capacity set aside, capacity held for another preemptor counted). Zone capacity is not
   checked: the ledger does not arbitrate it.
@@ -290,7 +291,11 @@ class _Auditor:
             self.note(item, "wrong-quota", f"quota {event.quota}, but its leaf is {view.quota}")
         elif view.queue != event.queue:
             self.note(item, "wrong-queue", f"queue {event.queue}, but its queue is {view.queue}")
-        wanted = _observed_requests(observed)
+        partial = _partial_problem(observed, event.pod_counts)
+        if partial is not None:
+            self.note(item, "wrong-requests", partial)
+            return
+        wanted = _observed_requests(observed, event.pod_counts)
         if shape_of(event.requests) != shape_of(wanted):
             self.note(
                 item,
@@ -385,14 +390,35 @@ class _Auditor:
             self.note(item, "wrong-quota", f"quota {quota}, but its leaf is {view.quota}")
 
 
-def _observed_requests(event: WorkloadObserved) -> dict[str, int]:
+def _observed_requests(
+    event: WorkloadObserved, pod_counts: dict[str, int] | None = None
+) -> dict[str, int]:
+    """The observed request, with the pods of a partial admission where given (R11)."""
     total: dict[str, int] = {}
+    counts = pod_counts or {}
     for pod_set in event.pod_sets:
-        if pod_set.count <= 0:
+        pods = counts.get(pod_set.name, pod_set.count)
+        if pods <= 0:
             continue
         for resource, amount in pod_set.requests.items():
-            total[resource] = total.get(resource, 0) + amount * pod_set.count
+            total[resource] = total.get(resource, 0) + amount * pods
     return total
+
+
+def _partial_problem(event: WorkloadObserved, pod_counts: dict[str, int] | None) -> str | None:
+    """Why a partial admission's pods are not what the workload allows (R11), or None."""
+    sets = {pod_set.name: pod_set for pod_set in event.pod_sets}
+    for name, pods in sorted((pod_counts or {}).items()):
+        pod_set = sets.get(name)
+        if pod_set is None:
+            return f"{pods} pods of pod set {name!r}, which the workload does not have"
+        least = pod_set.min_count if pod_set.min_count is not None else pod_set.count
+        if not least <= pods <= pod_set.count:
+            return (
+                f"{pods} pods of {name!r} admitted, but it may start with {least} to "
+                f"{pod_set.count}"
+            )
+    return None
 
 
 def _missing_cause(event: Released, mark: _Since) -> str | None:

@@ -80,6 +80,7 @@ from usher.core.state import (
     VictimKey,
     remove_sorted,
     shape_of,
+    shape_with,
 )
 
 _K = TypeVar("_K", QuotaPath, Zone)
@@ -217,6 +218,7 @@ class Engine:
         intern = self._intern
         for key, job in self.state.jobs.items():
             intern(job.shape)
+            job.fit_shape = intern(job.fit_shape)
             intern(job.used_shape)
             for pod in job.pods:
                 intern(pod)
@@ -238,9 +240,9 @@ class Engine:
             queue.entries = [job.sort_key for job in members]
             groups = queue.shapes
             for job in members:
-                group = groups.get(job.shape)
+                group = groups.get(job.fit_shape)
                 if group is None:
-                    groups[job.shape] = [job.sort_key]
+                    groups[job.fit_shape] = [job.sort_key]
                 else:
                     group.append(job.sort_key)
         for keys in admitted.values():
@@ -347,6 +349,17 @@ class Engine:
         job.shape = self._intern(shape_of(total))
         job.pods = tuple(sorted(set(pods)))
         job.pod_count = sum(p.count for p in event.pod_sets if p.count > 0)
+        job.scalable = None
+        for pod_set in event.pod_sets:
+            least = pod_set.min_count
+            if least is not None and 0 < least < pod_set.count:
+                pod = self._intern(shape_of(pod_set.requests))
+                job.scalable = (pod_set.name, pod, pod_set.count, least)
+        job.fit_shape = (
+            job.shape
+            if job.scalable is None
+            else self._intern(shape_with(job.shape, job.scalable, job.scalable[3]))
+        )
         if job.priority_class is not None:
             self._class_users.setdefault(job.priority_class, {})[job.key] = None
         job.priority = self._resolve_priority(job)
@@ -557,6 +570,7 @@ class Engine:
             job.priority = decision.priority
             job.created_ms = self.state.now
             job.shape = self._intern(shape_of(decision.requests))
+            job.fit_shape = job.shape
             job.refresh_sort_key()
             job.arrived_pass = self.state.passes
             job.state = UNMAPPED  # placeholder: not in any queue yet
@@ -570,7 +584,15 @@ class Engine:
         if job.held:
             self._drop_hold(job)
         shape = self._intern(shape_of(decision.requests))
-        self._admit(job, decision.quota, shape)
+        self._admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
+
+    def _admitted_pods(self, job: Job, decision: Admitted) -> int | None:
+        """Pods of a partial admission (R11), for the readiness count; None: all of them."""
+        if decision.pod_counts is None or job.scalable is None:
+            return None
+        name, _, count, _ = job.scalable
+        pods = decision.pod_counts.get(name)
+        return None if pods is None else job.pod_count - (count - pods)
 
     def _restart_ready_deadline(self, job: Job) -> None:
         """The ledger's grant of an admission this engine made: the ready deadline runs from
@@ -681,6 +703,9 @@ class Engine:
         no hold: the reclaim did not happen. Exact because a pass never offers as a victim a
         workload it admitted itself (ADMISSION-RULES R6): every victim was admitted before it.
         """
+        group = self.state.stops.get(preemptor)
+        # What each victim was admitted with (a partial admission holds less than it asks).
+        placed = {v: where[1] for v, where in group.victims.items()} if group else {}
         for decision in victims:
             self._end_stop(decision.workload)
         for decision in victims:
@@ -692,7 +717,7 @@ class Engine:
             self._unplace(victim)
             admitted_ms, admit_seq = victim.admitted_ms, victim.admit_seq
             record = victim.readiness
-            self._admit(victim, decision.quota, victim.shape)
+            self._admit(victim, decision.quota, placed.get(victim.key, victim.shape))
             self._forget_admitted(victim)
             victim.admitted_ms, victim.admit_seq = admitted_ms, admit_seq
             # Admitted again as it was: its readiness deadline and counts too (R10).
@@ -897,10 +922,11 @@ class Engine:
         job.announced = reason
 
     def _never_fits(self, job: Job, leaf: QuotaNodeInfo) -> Reason | None:
-        """Why ``job`` could not fit even in an empty cluster, or None (section 3)."""
+        """Why ``job`` could not fit even in an empty cluster, or None (section 3): not even
+        with the fewest pods it may start with (R11)."""
         rate = self.config.oversell_rate
         for info in reversed(leaf.ancestors):
-            for resource, amount in job.shape:
+            for resource, amount in job.fit_shape:
                 cap = info.cap.get(resource)
                 if cap is not None and amount > cap:
                     return reasons.exceeds_max(
@@ -916,7 +942,7 @@ class Engine:
         for name in sorted(nodes):
             for resource, amount in nodes[name].allocatable.items():
                 totals[resource] = totals.get(resource, 0) + amount
-        for resource, amount in job.shape:
+        for resource, amount in job.fit_shape:
             if amount > totals.get(resource, 0):
                 return reasons.zone_total_exceeded(
                     job.zone, resource, amount, totals.get(resource, 0)
@@ -975,8 +1001,18 @@ class Engine:
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
 
-    def _admit(self, job: Job, quota: QuotaPath, shape: Shape, *, in_pass: bool = False) -> None:
+    def _admit(
+        self,
+        job: Job,
+        quota: QuotaPath,
+        shape: Shape,
+        *,
+        in_pass: bool = False,
+        pods: int | None = None,
+    ) -> None:
         """Record ``job`` as admitted on ``quota`` (counts as used at once).
+
+        ``pods``: a partial admission's pods (R11), all of them when None.
 
         ``in_pass``: admitted by the running pass, so not a reclaim candidate before it ends
         (R6); it joins its leaf's candidate list then, and no reclaim walks past it meanwhile.
@@ -997,10 +1033,10 @@ class Engine:
         runtime = self._min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self.state.wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
-        self._arm_readiness(job, self._readiness(quota))
+        self._arm_readiness(job, self._readiness(quota), pods)
         self.state.version += 1
 
-    def _arm_readiness(self, job: Job, policy: ReadinessPolicy) -> None:
+    def _arm_readiness(self, job: Job, policy: ReadinessPolicy, pods: int | None) -> None:
         """A new admission: with a ready timeout, its deadline starts now (R10).
 
         The wakeup carries ``-admit_seq`` (min-runtime ones carry ``admit_seq``, backoff ends
@@ -1013,7 +1049,10 @@ class Engine:
                 )
             return
         job.readiness = readiness.armed(
-            job.readiness, job.admitted_ms, policy.timeout_ms, job.pod_count
+            job.readiness,
+            job.admitted_ms,
+            policy.timeout_ms,
+            job.pod_count if pods is None else pods,
         )
         deadline = job.readiness.deadline_ms
         self._unready[job.key] = deadline
@@ -1069,12 +1108,13 @@ class Engine:
                     return False
         return True
 
-    def _fits_zone(self, job: Job) -> bool:
+    def _fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
+        """Whether the zone has room for ``shape`` (the whole request when None)."""
         if job.zone not in self.state.nodes:
             return True
         cap = self._zone_cap.get(job.zone, {})
         used = self.state.zone_used.get(job.zone, {})
-        for resource, amount in job.shape:
+        for resource, amount in job.shape if shape is None else shape:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
         return all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods)

@@ -268,6 +268,30 @@ def pods_not_ready(
     return Reason(code="PodsNotReady", message=message, used=ready, limit=total)
 
 
+def partial_admission(
+    pods: int, count: int, least: int, request: tuple[tuple[str, int], ...], why: Reason | None
+) -> Reason:
+    """Admitted with fewer pods (R11): how many, and what the whole gang lacked."""
+    message = f"{pods} of {count} pods admitted (min {least})"
+    if why is not None and why.node is not None and why.resource is not None:
+        amounts = dict(request)
+        short = (why.used or 0) + amounts.get(why.resource, 0) - (why.limit or 0)
+        message += (
+            f"; {why.node} {why.resource} {format_quantity(why.resource, short)} short for {count}"
+        )
+    elif why is not None:
+        message += f"; {why.message}"
+    return Reason(
+        code="PartialAdmission",
+        message=message,
+        node=why.node if why is not None else None,
+        resource=why.resource if why is not None else None,
+        used=why.used if why is not None else None,
+        requested=why.requested if why is not None else None,
+        limit=why.limit if why is not None else None,
+    )
+
+
 def requeue_backoff(attempt: int, attempts: int, left_ms: int, stopping: bool) -> Reason:
     """Pending (R10): requeued for readiness; not offered again before its backoff ends."""
     if stopping:

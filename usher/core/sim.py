@@ -620,7 +620,10 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     }
     if isinstance(decision, Preempted):
         entry["preemptor"] = decision.preemptor
-    if not isinstance(decision, Admitted):
+    if isinstance(decision, Admitted):
+        if decision.reason is not None:  # a partial admission says why (R11)
+            entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
+    else:
         entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
     return entry
 

@@ -208,6 +208,10 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     announced: Reason | None
     pod_count: int = 0
     readiness: Readiness | None = None
+    scalable: tuple[str, int, int, int] | None = None
+    """Partial admission (R11): pod set name, per-pod shape index, pods asked, fewest."""
+    fit_shape: int | None = None
+    """Shape index of the least it may start with; None when that is ``shape``."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -387,6 +391,10 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.announced,
                 job.pod_count,
                 job.readiness,
+                None
+                if job.scalable is None
+                else (job.scalable[0], sid(job.scalable[1]), job.scalable[2], job.scalable[3]),
+                None if job.fit_shape == job.shape else sid(job.fit_shape),
             )
         )
     version = state.version
@@ -581,6 +589,11 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.announced = r.announced
         job.pod_count = r.pod_count
         job.readiness = r.readiness
+        job.scalable = None
+        if r.scalable is not None:
+            name, pod, count, least = r.scalable
+            job.scalable = (name, shapes[pod], count, least)
+        job.fit_shape = job.shape if r.fit_shape is None else shapes[r.fit_shape]
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

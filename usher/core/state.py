@@ -24,6 +24,10 @@ Shape = tuple[tuple[str, int], ...]
 SortKey = tuple[int, int, WorkloadKey]
 """Order inside a queue: ``(-priority, created_ms, namespace/name)`` ascending (section 2)."""
 
+Scalable = tuple[str, Shape, int, int]
+"""The pod set that may start with fewer pods (R11): its name, per-pod request, the pods it
+asks for and the fewest it may start with."""
+
 VictimKey = tuple[int, int, int, WorkloadKey]
 """Reclaim order inside one leaf: lowest priority, most recently admitted, then name."""
 
@@ -61,6 +65,15 @@ ENGINE_STATES = (PENDING, ADMITTED, FINISHED, INADMISSIBLE, UNMAPPED)
 def shape_of(resources: dict[str, int]) -> Shape:
     """The canonical shape of a request (zero amounts dropped: they constrain nothing)."""
     return tuple(sorted((r, a) for r, a in resources.items() if a > 0))
+
+
+def shape_with(shape: Shape, scalable: Scalable, pods: int) -> Shape:
+    """``shape`` (the whole request) with the scalable pod set at ``pods`` pods (R11)."""
+    _, pod, count, _ = scalable
+    total = dict(shape)
+    for resource, amount in pod:
+        total[resource] = total.get(resource, 0) - amount * (count - pods)
+    return shape_of(total)
 
 
 class QuotaNodeInfo:
@@ -180,6 +193,7 @@ class Job:
         "announced",
         "arrived_pass",
         "created_ms",
+        "fit_shape",
         "held",
         "key",
         "leaf",
@@ -193,6 +207,7 @@ class Job:
         "priority_class",
         "quota_name",
         "readiness",
+        "scalable",
         "shape",
         "sort_key",
         "spec_priority",
@@ -213,6 +228,11 @@ class Job:
         self.priority = 0
         self.created_ms: Millis = Millis(0)
         self.shape: Shape = ()
+        self.scalable: Scalable | None = None
+        """The pod set that may start smaller (R11); None: all-or-nothing."""
+        self.fit_shape: Shape = ()
+        """The least it may start with: ``shape``, or with ``scalable`` at its minimum. Queues
+        group by it, so that pruning never skips a workload that could start partially."""
         self.pods: tuple[Shape, ...] = ()
         self.pod_count = 0
         """Pods of the whole gang (every pod set's count summed)."""
@@ -285,7 +305,8 @@ class Queue:
     """The pending workloads of one leaf in order, also grouped by request shape.
 
     The shape groups let a pass ask "can anything in this queue fit?" in O(shapes) instead
-    of O(length): workloads of one shape fit or fail together on quota.
+    of O(length): workloads of one shape fit or fail together on quota. A workload is grouped
+    by the least it may start with (``Job.fit_shape``; its whole request unless R11 applies).
     """
 
     __slots__ = ("entries", "leaf", "name", "shapes")
@@ -306,9 +327,9 @@ class Queue:
     def add(self, job: Job) -> bool:
         """Insert ``job`` at its place; True when a new shape group appeared."""
         insort(self.entries, job.sort_key)
-        group = self.shapes.get(job.shape)
+        group = self.shapes.get(job.fit_shape)
         if group is None:
-            self.shapes[job.shape] = [job.sort_key]
+            self.shapes[job.fit_shape] = [job.sort_key]
             return True
         insort(group, job.sort_key)
         return False
@@ -316,10 +337,10 @@ class Queue:
     def remove(self, job: Job) -> bool:
         """Take ``job`` out; True when its shape group became empty."""
         _remove_sorted(self.entries, job.sort_key)
-        group = self.shapes[job.shape]
+        group = self.shapes[job.fit_shape]
         _remove_sorted(group, job.sort_key)
         if not group:
-            del self.shapes[job.shape]
+            del self.shapes[job.fit_shape]
             return True
         return False
 

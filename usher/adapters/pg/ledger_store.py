@@ -1478,6 +1478,8 @@ def _admitted(item: Reservation) -> Admitted:
         zone=item.zone,
         requests=dict(item.requests),
         priority=item.priority,
+        pod_counts=item.pod_counts,
+        reason=item.reason,
     )
 
 

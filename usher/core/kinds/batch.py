@@ -1,7 +1,8 @@
 """The batch/v1 Job: its pod set, zone patch, finished/active checks and fake kubelet.
 
 What it does: a Job is one pod set ``main`` of ``min(parallelism, completions)`` pods (the
-pods Kubernetes runs at once); ``spec.suspend`` holds it; the zone goes into
+pods Kubernetes runs at once), which may start with fewer (R11: ``spec.parallelism`` is
+patched down); ``spec.suspend`` holds it; the zone goes into
 ``spec.template.spec.nodeSelector``; it has finished when condition ``Complete`` or ``Failed``
 is True; it is active while ``status.active`` counts pods. The fake kubelet writes the status
 the Job controller of Kubernetes 1.32 writes.
@@ -152,6 +153,8 @@ JOB = KindFamily(
     active=_active,
     kubelet=JobDriver(),
     builtin=True,
+    scalable_pod_set=MAIN_POD_SET,
+    count_patch=lambda pods: {"parallelism": pods},
 )
 
 FAMILIES: tuple[KindFamily, ...] = (JOB,)
