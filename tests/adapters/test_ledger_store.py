@@ -1035,3 +1035,17 @@ async def test_requeue_stops_like_a_victim_and_releases_when_seen_stopped(
     assert late.granted
     [held] = await store.requeue([requeue("c1", "root/Department-a/user-a", 30)])
     assert not held.granted
+
+
+async def test_a_partial_admission_is_counted_and_published_as_admitted(
+    store: LedgerStore,
+) -> None:
+    """R11: the ledger counts the admitted pods' requests and says how many in Admitted."""
+    reason = Reason(code="PartialAdmission", message="6 of 8 pods admitted (min 4)")
+    item = msgspec.structs.replace(res("part", LEAVES[0], 6), pod_counts={"main": 6}, reason=reason)
+    [result] = await store.reserve([item], outbox=builder)
+    assert result.granted
+    assert cpu(await store.usage())["root"] == 6
+    [message] = await store.pending_outbox(10)
+    admitted = msgspec.json.decode(message.payload, type=Admitted)
+    assert (admitted.pod_counts, admitted.reason) == ({"main": 6}, reason)
