@@ -551,6 +551,10 @@ class Engine:
             record, decision.attempt, decision.retry_after_ms, decision.reason
         )
         self._classify(job)
+        if job.state == INADMISSIBLE and decision.retry_after_ms is None:
+            # The last Requeued says it (and reaches the log through the ledger): a separate
+            # Inadmissible from the dequeuer could reach the log before it.
+            self.state.announce.pop(job.key, None)
         if job.state == PENDING and decision.retry_after_ms is not None:
             heapq.heappush(self.state.wakeups, (decision.retry_after_ms, 0, job.key))
         self.state.version += 1
