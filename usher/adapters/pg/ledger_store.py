@@ -906,7 +906,8 @@ async def _observe(
       decremented, ``released`` with that cause.
     * any of those, or an observed suspension, of a ``preempting`` victim: ``released`` (cause
       ``Preempted``, ``Deleted`` if deleted); then its preemptor, if ``held`` with no other
-      victim still ``preempting``, is admitted.
+      victim still ``preempting``, is admitted. A workload requeued for readiness (R10) is
+      such a victim, its own preemptor with no hold.
     * finished/failed/deleted of a ``held`` preemptor: ``released``; its victims go on counting
       until they are seen stopped.
     * an observed suspension of anything else changes nothing: an admitted workload may
