@@ -51,6 +51,8 @@ def running(config: EngineConfig | None = None) -> Engine:
     engine.apply(observed("a1", "stuck", 60, count=4), Millis(0))
     [admitted] = engine.decide(Millis(0))
     assert isinstance(admitted, Admitted)
+    # The ledger's grant on the log: the ready deadline runs from it.
+    engine.apply(admitted, Millis(0))
     engine.apply(observed("b1", "other", 60, created=1), Millis(1))
     assert engine.decide(Millis(1)) == []
     return engine
@@ -219,3 +221,15 @@ def test_a_preemptors_deadline_starts_with_its_grant() -> None:
     [requeued] = engine.decide(Millis(180_000))
     assert isinstance(requeued, Requeued) and requeued.workload == "a1/pre"
     assert requeued.reason.message.startswith("0/2 pods ready after 60 s")  # since its grant
+
+
+def test_no_deadline_runs_before_the_ledgers_grant() -> None:
+    """A pass's own admission is only proposed: a log that lags the ledger requeues nothing."""
+    engine = Engine(EngineConfig())
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(a_attributes=ATTRIBUTES)), Millis(0))
+    engine.apply(observed("a1", "stuck", 60, count=4), Millis(0))
+    [admitted] = engine.decide(Millis(0))
+    assert engine.next_wakeup() is None
+    assert engine.decide(Millis(300_000)) == []
+    engine.apply(admitted, Millis(300_000))
+    assert engine.next_wakeup() == 360_000

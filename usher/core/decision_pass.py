@@ -117,7 +117,12 @@ class DecisionPass:
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
-            if key not in self.tried and decides_for(job.zone) and not backing_off(job):
+            # ``readiness`` first: most workloads were never requeued (R10), skip the call.
+            if (
+                key not in self.tried
+                and decides_for(job.zone)
+                and (job.readiness is None or not backing_off(job))
+            ):
                 return job
             index += 1
         return None
@@ -155,7 +160,6 @@ class DecisionPass:
         placements = self.preempt(job, victims)
         self.admit(job)
         e.state.preemptors[job.key] = None
-        e.hold_ready_deadline(job)
         for victim, where in placements:
             e._begin_stop(job.key, victim, where)
         self.reopen(victims)

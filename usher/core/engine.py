@@ -478,16 +478,6 @@ class Engine:
         if not job.readiness.deadline_ms:
             self._unready.pop(job.key, None)
 
-    def hold_ready_deadline(self, job: Job) -> None:
-        """``job`` was admitted by this pass as a preemptor: the ledger holds it until its
-        victims stop, so its ready deadline waits for the ledger's ``Admitted`` (R10). In
-        scenarios its victims stop at once: it is admitted now, and its deadline runs."""
-        if self.config.instant_release:
-            return
-        self._unready.pop(job.key, None)
-        if job.readiness is not None and job.readiness.deadline_ms:
-            job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=0)
-
     def _requeue_unready(self, decisions: list[Decision]) -> None:
         """Requeue every admitted workload of this engine's zones past its ready deadline."""
         now = self.state.now
@@ -601,7 +591,7 @@ class Engine:
     def _restart_ready_deadline(self, job: Job) -> None:
         """The ledger's grant of an admission this engine made: the ready deadline runs from
         it, as every engine replaying the log (and the audit) counts it (R10). A preemptor's
-        deadline starts only here: until its last victim stops, the ledger holds it."""
+        grant comes once its last victim stopped."""
         record = job.readiness
         assert job.used_path is not None and record is not None
         timeout = self._readiness(job.used_path).timeout_ms
@@ -661,8 +651,20 @@ class Engine:
     def _apply_released(self, decision: Released) -> None:
         # The ledger freed it (R7): a victim seen stopped, or a finished, deleted or
         # preempted workload whose usage lingered until now; a preemptor gone for good.
+        requeued = self._stopping.get(decision.workload) == decision.workload
         self._end_stop(decision.workload)
         self._preemptor_gone(decision.workload)
+        if requeued and decision.cause == "Deleted":
+            # Requeued here (R10) and deleted: this very workload is gone. It is still known
+            # only when the ledger's Admitted reached the log after its deletion (applied
+            # again until this Released, R8): that admission ends, nothing waits in a queue.
+            self._end_linger(decision.workload)
+            job = self.state.jobs.get(decision.workload)
+            if job is not None:
+                if job.state == ADMITTED:
+                    self._unadmit(job)
+                self._delete(job.key)
+            return
         if self._end_linger(decision.workload):
             return  # a workload of the same name may exist again: it is not this one
         job = self.state.jobs.get(decision.workload)
@@ -1037,11 +1039,18 @@ class Engine:
         runtime = self._min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self.state.wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
-        self._arm_readiness(job, self._readiness(quota), pods)
+        # A pass's own admission is only proposed: its deadline runs from the ledger's grant
+        # on the log (before it, the watcher has not even started the pods). Scenarios have
+        # no ledger: there the admission is the grant.
+        granted = not in_pass or self.config.instant_release
+        self._arm_readiness(job, self._readiness(quota), pods, granted=granted)
         self.state.version += 1
 
-    def _arm_readiness(self, job: Job, policy: ReadinessPolicy, pods: int | None) -> None:
-        """A new admission: with a ready timeout, its deadline starts now (R10).
+    def _arm_readiness(
+        self, job: Job, policy: ReadinessPolicy, pods: int | None, *, granted: bool
+    ) -> None:
+        """A new admission: with a ready timeout, its deadline starts now if ``granted``, else
+        at the ledger's ``Admitted`` (``_restart_ready_deadline``) (R10).
 
         The wakeup carries ``-admit_seq`` (min-runtime ones carry ``admit_seq``, backoff ends
         0), so ``next_wakeup`` tells which condition each entry waits for.
@@ -1058,6 +1067,9 @@ class Engine:
             policy.timeout_ms,
             job.pod_count if pods is None else pods,
         )
+        if not granted:
+            job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=0)
+            return
         deadline = job.readiness.deadline_ms
         self._unready[job.key] = deadline
         heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
