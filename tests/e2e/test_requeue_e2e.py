@@ -6,7 +6,8 @@ and a long backoff; ``stuck`` (all of Department-a's 10 cpu) is admitted and rep
 ready (nothing publishes ``WorkloadProgress`` for it), so its dequeuer requeues it through the
 ledger, the watcher suspends it, the ledger releases it once seen stopped, and ``next``, which
 waited behind it, gets its quota within the timeout plus a few seconds. The quiet log breaks no
-invariant (each requeue justified, nothing over-committed while it stopped).
+invariant (each requeue justified, nothing over-committed while it stopped) and ``usher audit``
+of the log and the ledger exits 0.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from nats.js import JetStreamContext
 from schemas import Admitted, Released, Requeued
 from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
 from tests.conftest import Infra
-from tests.e2e.checks import assert_log_invariants
+from tests.e2e.checks import assert_audit_clean, assert_log_invariants
 from tests.e2e.harness import InProcessStack, kube_api, quiesce, read_log
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
@@ -83,7 +84,12 @@ async def decisions(js: JetStreamContext, subjects: Subjects) -> list[tuple[str,
 
 
 async def test_a_never_ready_gang_is_requeued_and_its_quota_goes_to_the_next(
-    infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str, emu: KubeEmulator
+    infra: Infra,
+    subjects: Subjects,
+    js: JetStreamContext,
+    migrated_url: str,
+    emu: KubeEmulator,
+    tmp_path: Path,
 ) -> None:
     stack = InProcessStack(
         nats_url=infra.nats_url,
@@ -121,6 +127,9 @@ async def test_a_never_ready_gang_is_requeued_and_its_quota_goes_to_the_next(
     ], found
     assert ("Admitted", "user-a/next") in found[3:]
     await assert_log_invariants(js, subjects, EngineConfig())
+    # The audit agrees, the ledger's rows included (the requeued allocation and its events).
+    env = {"USHER_NATS_URL": infra.nats_url, "USHER_HOME": str(tmp_path / "home")}
+    await assert_audit_clean(env, subjects.prefix, migrated_url)
 
 
 async def _until(
