@@ -17,6 +17,7 @@ from schemas.decisions import (
     Preempted,
     ReleaseCause,
     Released,
+    Requeued,
     Unmapped,
 )
 from schemas.envelope import (
@@ -65,6 +66,7 @@ from schemas.ledger import (
     PreemptRequest,
     ReleaseReply,
     ReleaseRequest,
+    RequeueRequest,
     Reservation,
     ReservationResult,
     ReserveReply,
@@ -114,6 +116,8 @@ __all__ = [
     "ReleaseRequest",
     "Released",
     "RequestId",
+    "RequeueRequest",
+    "Requeued",
     "Reservation",
     "ReservationResult",
     "ReserveReply",

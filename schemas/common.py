@@ -48,6 +48,9 @@ ReasonCode = Literal[
     "VictimsStopping",  # pending: it fits once preempted workloads have stopped
     "ZoneNotServed",  # pending: no dequeuer serves the workload's zone
     "Rejected",  # the manifest could not be read (explain of a rejected job)
+    "PodsNotReady",  # requeued: admitted, its pods not all ready within the ready timeout
+    "RequeueBackoff",  # pending: requeued for readiness, not offered again before a time
+    "PartialAdmission",  # admitted with fewer pods than its gang: the minimum it declared fits
 ]
 
 

@@ -12,7 +12,7 @@ from typing import Final, Literal
 import msgspec
 
 from schemas.common import Reason, Resources
-from schemas.ids import QueueName, QuotaPath, WorkloadKey, Zone
+from schemas.ids import Millis, QueueName, QuotaPath, WorkloadKey, Zone
 
 
 class _Decision(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
@@ -28,6 +28,11 @@ class Admitted(_Decision, frozen=True, kw_only=True, tag="decision.admitted.v1")
     zone: Zone
     requests: Resources
     priority: int = 0
+    pod_counts: dict[str, int] | None = None
+    """Pods admitted per pod set when fewer than observed were (partial admission, R11):
+    ``requests`` counts exactly these; the watcher scales the workload down to them."""
+    reason: Reason | None = None
+    """Why it was admitted as it was (``PartialAdmission``); None for a plain admission."""
 
 
 class Pending(_Decision, frozen=True, kw_only=True, tag="decision.pending.v1"):
@@ -67,6 +72,29 @@ class Preempted(_Decision, frozen=True, kw_only=True, tag="decision.preempted.v1
     reason: Reason
 
 
+class Requeued(_Decision, frozen=True, kw_only=True, tag="decision.requeued.v1"):
+    """An admitted workload did not become ready within its ready timeout (R10).
+
+    It is suspended again; its quota counts until its pods are seen stopped and the ledger's
+    ``Released`` is on the log (R7), like a preempted victim's. It keeps its place in its queue
+    and is not offered again before ``retry_after_ms``; ``retry_after_ms`` None means that was
+    its last attempt and it is inadmissible from now on.
+    """
+
+    workload: WorkloadKey
+    queue: QueueName
+    quota: QuotaPath
+    zone: Zone
+    requests: Resources
+    ready: int
+    total: int
+    attempt: int
+    """Which admission timed out (1 = the first)."""
+    max_attempts: int
+    retry_after_ms: Millis | None
+    reason: Reason
+
+
 ReleaseCause = Literal["Finished", "Deleted", "Preempted", "Failed"]
 
 
@@ -79,7 +107,7 @@ class Released(_Decision, frozen=True, kw_only=True, tag="decision.released.v1")
     cause: ReleaseCause
 
 
-Decision = Admitted | Pending | Inadmissible | Unmapped | Preempted | Released
+Decision = Admitted | Pending | Inadmissible | Unmapped | Preempted | Released | Requeued
 
 DECISION_TYPES: tuple[type[_Decision], ...] = (
     Admitted,
@@ -88,6 +116,7 @@ DECISION_TYPES: tuple[type[_Decision], ...] = (
     Unmapped,
     Preempted,
     Released,
+    Requeued,
 )
 
 DECISION_ACTIONS: Final[dict[type[_Decision], str]] = {
@@ -97,11 +126,12 @@ DECISION_ACTIONS: Final[dict[type[_Decision], str]] = {
     Unmapped: "unmapped",
     Preempted: "preempted",
     Released: "released",
+    Requeued: "requeued",
 }
 """The ``<action>`` token of each decision type in ``<p>.decision.<zone>.<action>.<ns>.<name>``:
 the one mapping between subjects and decision types (subjects, outbox, audit and the watcher)."""
 
-LEDGER_DECISION_TYPES: Final = (Admitted, Preempted, Released)
+LEDGER_DECISION_TYPES: Final = (Admitted, Preempted, Released, Requeued)
 """Decisions only the ledger may make (through its outbox): they move quota."""
 
 LEDGER_SOURCE: Final = "usher/ledger"

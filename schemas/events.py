@@ -25,6 +25,9 @@ class PodSet(msgspec.Struct, frozen=True, kw_only=True):
     count: int
     requests: Resources
     """Per pod, canonical units: containers summed, max with each init container, plus overhead."""
+    min_count: int | None = None
+    """The fewest pods of this set the workload may start with (partial admission, R11);
+    None: all ``count`` of them (all-or-nothing)."""
 
 
 class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed.v1"):

@@ -22,6 +22,7 @@ from schemas.ledger import (
     PreemptRequest,
     ReleaseReply,
     ReleaseRequest,
+    RequeueRequest,
     ReserveReply,
     ReserveRequest,
 )
@@ -34,6 +35,7 @@ EXPORTED: tuple[type[msgspec.Struct], ...] = (
     ReserveRequest,
     ReserveReply,
     PreemptRequest,
+    RequeueRequest,
     ReleaseRequest,
     ReleaseReply,
     LedgerError,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas.common import Reason, Resources
-from schemas.decisions import Preempted, ReleaseCause
+from schemas.decisions import Preempted, ReleaseCause, Requeued
 from schemas.ids import QueueName, QuotaPath, RequestId, WorkloadKey, Zone
 
 
@@ -24,6 +24,10 @@ class Reservation(msgspec.Struct, frozen=True, kw_only=True):
     priority: int = 0
     preempting: list[WorkloadKey] = msgspec.field(default_factory=list)
     """Victims whose release this reservation counts on (capacity held for the preemptor)."""
+    pod_counts: dict[str, int] | None = None
+    """A partial admission's pods per pod set (R11); ``requests`` counts exactly these."""
+    reason: Reason | None = None
+    """Why it is admitted as it is (``PartialAdmission``), for the ``Admitted`` decision."""
 
 
 class ReserveRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.reserve.v1"):
@@ -70,6 +74,22 @@ class PreemptRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.pree
     victims: list[Preempted]
     log_seq: int = 0
     """Stream sequence of the last log entry the proposer had applied (0 = unknown)."""
+
+
+class RequeueRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.requeue.v1"):
+    """Carry out requeues for readiness a dequeuer decided (docs/admission-rules.md R10).
+
+    The ledger grants each only while the workload's allocation is ``admitted`` on the same
+    quota: it becomes ``preempting`` (still counted until its pods are seen stopped, R7) and
+    the ``Requeued`` decision is published through the outbox. Reply: ``ReserveReply`` with
+    one result per requeue, in order.
+    """
+
+    request_id: RequestId
+    zone: Zone
+    requeues: list[Requeued]
+    log_seq: int | None = None
+    """The last log sequence the proposer had applied."""
 
 
 class ReleaseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.release.v1"):

@@ -90,6 +90,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.requeues = Counter(
+            "usher_requeues",
+            "Requeues the ledger granted, by the reason code of their Requeued decision (R10).",
+            ["reason"],
+            registry=r,
+        )
         self.pass_seconds = Histogram(
             "usher_decision_pass_seconds",
             "CPU time of one decision pass of the core (Engine.decide).",
@@ -105,7 +111,7 @@ class Metrics:
         )
         self.ledger_seconds = Histogram(
             "usher_ledger_transaction_seconds",
-            "Ledger transaction latency by operation (reserve, preempt, log batch).",
+            "Ledger transaction latency by operation (reserve, preempt, requeue, log batch).",
             ["operation"],
             buckets=_SHORT,
             registry=r,

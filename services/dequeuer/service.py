@@ -4,8 +4,11 @@ What it does: rebuilds the pure engine from its latest snapshot plus the tail of
 by replaying the whole log), then follows it, saving snapshots now and then; after
 each batch of entries that arrived together (and at min-runtime wakeups) it runs one decision
 pass of the core. The pass's admissions become one ``ReserveRequest`` to the ledger, its
-reclaims one ``PreemptRequest`` per preemptor to the preemptor service; refusals are reverted
-in the engine with the ledger's reason. Inadmissible and unmapped workloads of its zone are
+reclaims one ``PreemptRequest`` per preemptor to the preemptor service, its requeues for
+readiness (R10) one ``RequeueRequest`` to the ledger; refused admissions and reclaims are
+reverted in the engine with the ledger's reason (a refused requeue needs no revert: the
+ledger refuses only a workload that already ended or was preempted, which the log brings).
+Inadmissible and unmapped workloads of its zone are
 announced on the log, and so is the zone itself at start (``ZoneServed``: people's views and
 ``usher submit --zone`` learn from it which zones have a dequeuer).
 High availability: several replicas of one zone's dequeuer may run; they elect a leader
@@ -40,6 +43,8 @@ from schemas import (
     PreemptRequest,
     Reason,
     RequestId,
+    Requeued,
+    RequeueRequest,
     Reservation,
     ReserveRequest,
     Unmapped,
@@ -73,6 +78,7 @@ class PassPlan:
     """What one pass asks of the others: reservations, reclaims and announcements."""
 
     admissions: list[Admitted] = field(default_factory=list)
+    requeues: list[Requeued] = field(default_factory=list)
     reclaims: list[tuple[Admitted, list[Preempted]]] = field(default_factory=list)
     announcements: list[Inadmissible | Unmapped] = field(default_factory=list)
 
@@ -94,6 +100,8 @@ def plan_pass(decisions: list[Decision]) -> PassPlan:
                     plan.admissions.append(decision)
             case Inadmissible() | Unmapped():
                 plan.announcements.append(decision)
+            case Requeued():
+                plan.requeues.append(decision)
             case _:
                 # Released comes from the ledger; Pending is not emitted by passes.
                 pass
@@ -109,6 +117,8 @@ def reservation_of(decision: Admitted, preempting: list[WorkloadKey] | None = No
         requests=decision.requests,
         priority=decision.priority,
         preempting=preempting or [],
+        pod_counts=decision.pod_counts,
+        reason=decision.reason,
     )
 
 
@@ -315,6 +325,9 @@ class Dequeuer:
         decisions = self.engine.decide(wall_ms())
         self.metrics.pass_seconds.labels(self.zone).observe(time.perf_counter() - started)
         plan = plan_pass(decisions)
+        if plan.requeues:
+            # First: the quota they free is what the pass's admissions may count on (R10).
+            await self._requeue(plan.requeues)
         if plan.admissions:
             await self._reserve(plan.admissions)
         for preemptor, victims in plan.reclaims:
@@ -366,6 +379,28 @@ class Dequeuer:
             self._refused()
         else:
             self._all_granted()
+
+    async def _requeue(self, requeues: list[Requeued]) -> None:
+        request = RequeueRequest(
+            request_id=self._request_id(),
+            zone=self.zone,
+            requeues=requeues,
+            log_seq=self.projection.applied_seq,
+        )
+        try:
+            reply = await ask(self.ctx, self.ctx.subjects.ledger_requeue, request)
+        except PermanentReplyError as exc:
+            self.ctx.log.error("ledger refused the requeues", code=exc.code, detail=exc.detail)
+            return
+        for requeue, result in zip(requeues, reply.results, strict=False):
+            if result.granted:
+                self.metrics.requeues.labels(requeue.reason.code).inc()
+                self.ctx.log.info(
+                    "requeued", workload=requeue.workload, reason=requeue.reason.message
+                )
+            else:
+                detail = result.reason.message if result.reason is not None else "refused"
+                self.ctx.log.info("requeue refused", workload=requeue.workload, detail=detail)
 
     async def _reclaim(self, preemptor: Admitted, victims: list[Preempted]) -> None:
         request = PreemptRequest(

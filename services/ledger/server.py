@@ -1,9 +1,10 @@
 """Request/reply of the ledger: reservations and preemptions, coalesced into transactions.
 
-What it does: subscribes to ``<p>.ledger.reserve`` and ``<p>.ledger.preempt`` in queue group
-``ledger``; requests that arrive while a transaction runs are served together by the next one
-(consecutive ``ReserveRequest``s share one transaction, their results split back per request
-in order; each ``PreemptRequest`` is its own transaction, in arrival order). Replies
+What it does: subscribes to ``<p>.ledger.reserve``, ``<p>.ledger.preempt`` and
+``<p>.ledger.requeue`` in queue group ``ledger``; requests that arrive while a transaction runs
+are served together by the next one (consecutive ``ReserveRequest``s share one transaction,
+their results split back per request in order; each ``PreemptRequest`` and each
+``RequeueRequest`` is its own transaction, in arrival order). Replies
 ``ReserveReply``, or ``LedgerError`` (``bad-request`` and parked for input that does not decode
 or is invalid, ``transient`` when the database gave up for now, ``ledger-failure`` otherwise).
 What it must never do: reply before the transaction committed, let one bad request fail the
@@ -28,6 +29,7 @@ from schemas import (
     LedgerError,
     PreemptRequest,
     RequestId,
+    RequeueRequest,
     ReserveReply,
     ReserveRequest,
     decode,
@@ -55,7 +57,7 @@ class _RequestIdOnly(msgspec.Struct):
 @dataclass(frozen=True, slots=True)
 class _Call:
     msg: Msg
-    request: ReserveRequest | PreemptRequest
+    request: ReserveRequest | PreemptRequest | RequeueRequest
 
 
 class RequestServer:
@@ -81,7 +83,8 @@ class RequestServer:
 
     async def start(self) -> None:
         """Subscribe (queue group ``ledger``): requests buffer until ``run`` serves them."""
-        for subject in (self._ctx.subjects.ledger_reserve, self._ctx.subjects.ledger_preempt):
+        subjects = self._ctx.subjects
+        for subject in (subjects.ledger_reserve, subjects.ledger_preempt, subjects.ledger_requeue):
             self._subs.append(
                 await self._ctx.nc.subscribe(subject, queue=QUEUE_GROUP, cb=self._on_message)
             )
@@ -124,16 +127,18 @@ class RequestServer:
             for group in self._groups(calls):
                 if isinstance(group[0].request, PreemptRequest):
                     await self._preempt(group[0])
+                elif isinstance(group[0].request, RequeueRequest):
+                    await self._requeue(group[0])
                 else:
                     await self._reserve(group)
 
     def _groups(self, calls: list[_Call]) -> Iterator[list[_Call]]:
-        """Runs of consecutive reserve calls (bounded), and each preempt call alone."""
+        """Runs of consecutive reserve calls (bounded), and each preempt or requeue call alone."""
         group: list[_Call] = []
         size = 0
         for call in calls:
             request = call.request
-            if isinstance(request, PreemptRequest):
+            if isinstance(request, PreemptRequest | RequeueRequest):
                 if group:
                     yield group
                 group, size = [], 0
@@ -149,10 +154,12 @@ class RequestServer:
 
     async def _decode(self, msg: Msg) -> _Call | None:
         try:
-            request: ReserveRequest | PreemptRequest
+            request: ReserveRequest | PreemptRequest | RequeueRequest
             if msg.subject == self._ctx.subjects.ledger_preempt:
                 request = decode(msg.data, PreemptRequest)
                 check_reservations("preempt", [request.preemptor])
+            elif msg.subject == self._ctx.subjects.ledger_requeue:
+                request = decode(msg.data, RequeueRequest)
             else:
                 request = decode(msg.data, ReserveRequest)
                 check_reservations("reserve", request.reservations)
@@ -222,6 +229,30 @@ class RequestServer:
         if result.granted:
             self._on_commit()
         await self._reply(call.msg, ReserveReply(request_id=request.request_id, results=[result]))
+
+    async def _requeue(self, call: _Call) -> None:
+        request = call.request
+        assert isinstance(request, RequeueRequest)
+        try:
+            # As for a preemption: a suspension already on the log predates the requeue and
+            # must not count as its pods having stopped.
+            log_seq = await self._log_seq()
+            started = time.perf_counter()
+            results = await self._store.requeue(
+                request.requeues, outbox=self._outbox, log_seq=log_seq
+            )
+            self._ctx.metrics.ledger_seconds.labels("requeue").observe(
+                time.perf_counter() - started
+            )
+        except LedgerTransientError as exc:
+            await self._transient(call, exc)
+            return
+        except LedgerPermanentError as exc:
+            await self._failed(call, exc)
+            return
+        if any(r.granted for r in results):
+            self._on_commit()
+        await self._reply(call.msg, ReserveReply(request_id=request.request_id, results=results))
 
     async def _log_seq(self) -> int | None:
         try:

@@ -1,19 +1,19 @@
 """Carry out decisions: admit (unsuspend, pin to the zone) or preempt (suspend) workloads.
 
-What it does: a durable JetStream pull consumer (``<prefix>-watcher``) on ``<prefix>.decision.>``
-of the log, explicit acks. Messages are handled one after the other, in stream order. For an
+What it does: a durable JetStream pull consumer (``<prefix>-watcher``) on ``<prefix>.decision.>`` of
+the log, explicit acks. Messages are handled one after the other, in stream order. For an
 ``Admitted`` decision the workload's suspend field becomes false and every pod template gets the
 node selector ``usher.io/zone: <zone>``, in one merge patch guarded by the resourceVersion; for
-``Preempted`` the suspend field becomes true. A message is acked only once its patch succeeded
-or there was nothing to do: the workload is gone, finished, already in the wanted state, or the
-decision is stale (a later decision about it, or a newer incarnation of the name, is on the
-log). Conflicts and transient API errors are retried in place with backoff (so order is kept);
-a message that does not decode, or a patch the server refuses for good, is parked on the DLQ
-and acked. Only the ledger admits and preempts: a ledger decision (``Admitted``, ``Preempted``,
-``Released``) whose subject names another action, workload or zone, or whose source is not
-the ledger, is forged (``Subjects.ledger_decision_problem``): it is logged, parked with the
-precise reason (``ForgedDecision``) and acked, never carried out. Other decisions
-(``Released``, ``Pending``...) need no Kubernetes change and are acked as they come.
+``Preempted`` and ``Requeued`` (R10) the suspend field becomes true. A message is acked only once
+its patch succeeded or there was nothing to do: the workload is gone, finished, already in the
+wanted state, or the decision is stale (a later decision about it, or a newer incarnation of the
+name, is on the log). Conflicts and transient API errors are retried in place with backoff (so order
+is kept); a message that does not decode, or a patch the server refuses for good, is parked on the
+DLQ and acked. Only the ledger admits and preempts: a ledger decision (``Admitted``, ``Preempted``,
+``Released``) whose subject names another action, workload or zone, or whose source is not the
+ledger, is forged (``Subjects.ledger_decision_problem``): it is logged, parked with the precise
+reason (``ForgedDecision``) and acked, never carried out. Other decisions (``Released``,
+``Pending``...) need no Kubernetes change and are acked as they come.
 What it must never do: ack before the patch, patch a finished or deleted workload, carry out a
 stale or forged decision, or stop on one bad message.
 """
@@ -30,7 +30,15 @@ import nats.errors
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from schemas import Admitted, Envelope, EventId, Preempted, WorkloadObserved, decode_envelope
+from schemas import (
+    Admitted,
+    Envelope,
+    EventId,
+    Preempted,
+    Requeued,
+    WorkloadObserved,
+    decode_envelope,
+)
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
 from services.watcher.observe import SOURCE, ClusterView
@@ -164,7 +172,7 @@ class DecisionRunner:
             await self.ctx.park(msg.subject, msg.data, forged, problem, seq)
             await _quietly(msg.ack())
             return
-        if not isinstance(decision, Admitted | Preempted):
+        if not isinstance(decision, Admitted | Preempted | Requeued):
             await _quietly(msg.ack())
             return
         log = self.ctx.log.bind(
@@ -185,7 +193,7 @@ class DecisionRunner:
         log.info("decision carried out", result=result)
 
     async def _carry_out_with_retries(
-        self, decision: Admitted | Preempted, seq: int, msg: Msg, log: Any
+        self, decision: Admitted | Preempted | Requeued, seq: int, msg: Msg, log: Any
     ) -> Result:
         backoff = self.options.backoff()
         while True:
@@ -202,7 +210,7 @@ class DecisionRunner:
                 if await wait_or_stop(self.ctx.stop, delay):
                     raise Stopping() from exc
 
-    async def carry_out(self, decision: Admitted | Preempted, seq: int) -> Result:
+    async def carry_out(self, decision: Admitted | Preempted | Requeued, seq: int) -> Result:
         """Make the workload follow ``decision``; what was done (or why nothing was)."""
         key = decision.workload
         if self.view.stale(key, seq) or self._carried.get(key, 0) > seq:
@@ -219,7 +227,7 @@ class DecisionRunner:
                 return "finished"
             patch = _patch_for(decision, family, obj)
             if patch is None:
-                if isinstance(decision, Preempted):
+                if isinstance(decision, Preempted | Requeued):
                     await self._confirm_stopped(resource, family, obj, seq)
                 return "already"
             await self.kube.merge_patch(resource, namespace, name, patch)
@@ -259,10 +267,10 @@ def _lanes(batch: list[Msg]) -> list[list[Msg]]:
 
 
 def _patch_for(
-    decision: Admitted | Preempted, family: JobFamily, obj: dict[str, Any]
+    decision: Admitted | Preempted | Requeued, family: JobFamily, obj: dict[str, Any]
 ) -> dict[str, Any] | None:
     if isinstance(decision, Admitted):
-        return admit_patch(family, obj, decision.zone)
+        return admit_patch(family, obj, decision.zone, decision.pod_counts)
     return suspend_patch(family, obj)
 
 

@@ -154,14 +154,20 @@ def pinned_to(family: JobFamily, obj: JsonObj, zone: str) -> bool:
     return True
 
 
-def admit_patch(family: JobFamily, obj: JsonObj, zone: str) -> JsonObj | None:
-    """The merge patch that lets the workload start in ``zone``; None when it already may (or
-    when Usher does not admit the kind at all)."""
+def admit_patch(
+    family: JobFamily, obj: JsonObj, zone: str, pod_counts: dict[str, int] | None = None
+) -> JsonObj | None:
+    """The merge patch that lets the workload start in ``zone``, scaled down to a partial
+    admission's ``pod_counts`` (R11); None when it already may (or when Usher does not admit
+    the kind at all)."""
     if not family.supported:
         return None
     if not suspend_flag(family, obj) and pinned_to(family, obj, zone):
         return None
     spec = _deep_merge(_nested(family.suspend_path, False), family.selector_patch(_spec(obj), zone))
+    scalable, count_patch = family.scalable_pod_set, family.count_patch
+    if pod_counts and scalable in pod_counts and count_patch is not None:
+        spec = _deep_merge(spec, count_patch(pod_counts[scalable]))
     return _guarded(obj, spec)
 
 

@@ -40,6 +40,7 @@ from schemas import (
     QuotaTreeDeleted,
     QuotaTreeRejected,
     Released,
+    Requeued,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
@@ -217,17 +218,18 @@ class WatcherProjection:
             self.born.pop(event.workload, None)
             self.latest_decision.pop(event.workload, None)
             self._forget_decisions(event.workload, entry.seq)
-        elif isinstance(event, Admitted | Preempted | Released):
+        elif isinstance(event, Admitted | Preempted | Released | Requeued):
             self.note_decision(event, entry.seq)
-        if not self.synced.is_set() and not isinstance(event, Admitted | Preempted):
+        if not self.synced.is_set() and not isinstance(event, Admitted | Preempted | Requeued):
             self._record_replayed(event)
 
-    def note_decision(self, decision: Admitted | Preempted | Released, seq: int) -> None:
+    def note_decision(self, decision: Admitted | Preempted | Released | Requeued, seq: int) -> None:
         """A ledger decision at ``seq``. Also called by the decision runner before it carries
         one out: the job it unsuspends must not look unadmitted until the log follower
         catches up with the same decision."""
         key = decision.workload
-        if isinstance(decision, Admitted | Preempted):
+        if isinstance(decision, Admitted | Preempted | Requeued):
+            # A requeue for readiness suspends like a preemption (R10).
             self.latest_decision[key] = max(seq, self.latest_decision.get(key, 0))
         held = self.admissions if isinstance(decision, Admitted) else self.withdrawals
         held[key] = max(seq, held.get(key, 0))

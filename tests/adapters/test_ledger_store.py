@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from schemas import Admitted, Preempted, QuotaNode, QuotaPath, Reason, Released
+from schemas import Admitted, Millis, Preempted, QuotaNode, QuotaPath, Reason, Released, Requeued
 from schemas.ids import QueueName, WorkloadKey, Zone
 from tests.builders.events import CORE
 from tests.builders.events import reservation as res
@@ -981,3 +981,71 @@ async def test_a_workload_seen_ended_after_the_proposal_is_refused_not_granted_f
     assert not refused.granted and refused.reason is not None
     assert refused.reason.code == "StaleView"
     assert states(await store.live_allocations())["ns/c1"] == "admitted"
+
+
+def requeue(name: str, leaf: str, cores: int) -> Requeued:
+    """A requeue for readiness of ``ns/name`` (R10), as a dequeuer proposes it."""
+    return Requeued(
+        workload=WorkloadKey(f"ns/{name}"),
+        queue=QueueName("q"),
+        quota=QuotaPath(leaf),
+        zone=Zone("default"),
+        requests={"cpu": cores * CORE},
+        ready=1,
+        total=4,
+        attempt=1,
+        max_attempts=5,
+        retry_after_ms=Millis(60_000),
+        reason=Reason(code="PodsNotReady", message="1/4 pods ready after 300 s"),
+    )
+
+
+async def test_requeue_stops_like_a_victim_and_releases_when_seen_stopped(
+    store: LedgerStore,
+) -> None:
+    """R10: granted only for an admitted allocation; counted until seen suspended (R7)."""
+    await borrowed(store)
+    results = await store.requeue(
+        [requeue("c1", LEAVES[2], 30), requeue("nobody", LEAVES[2], 30)],
+        outbox=builder,
+        log_seq=20,
+    )
+    assert [r.granted for r in results] == [True, False]
+    assert results[1].reason is not None and results[1].reason.code == "StaleView"
+    assert "no live allocation" in results[1].reason.message
+    assert states(await store.live_allocations())["ns/c1"] == "preempting"
+    # Still counted while its pods may run.
+    assert cpu(await store.usage())["root"] == 100
+    # A retried request changes nothing and writes no second decision.
+    [again] = await store.requeue([requeue("c1", LEAVES[2], 30)], outbox=builder, log_seq=21)
+    assert again.granted
+    # A reservation for it waits for the stop, like a victim's.
+    [early] = await store.reserve([res("c1", LEAVES[2], 30)])
+    assert not early.granted
+    stale = await store.apply_log("ledger", 20, [suspended(20, "c1")], outbox=builder)
+    assert stale.released == []
+    seen = await store.apply_log("ledger", 22, [suspended(22, "c1")], outbox=builder)
+    assert [(r.workload, r.cause) for r in seen.released] == [("ns/c1", "Preempted")]
+    assert seen.admitted == []
+    assert cpu(await store.usage())["root"] == 70
+    assert cpu(await store.usage())[LEAVES[2]] == 30
+    assert await outbox_kinds(store) == ["requeued:ns/c1", "released:ns/c1"]
+    # Released: it may be admitted again; a requeue of a workload not admitted is refused.
+    [late] = await store.reserve([res("c1", LEAVES[2], 30)])
+    assert late.granted
+    [held] = await store.requeue([requeue("c1", "root/Department-a/user-a", 30)])
+    assert not held.granted
+
+
+async def test_a_partial_admission_is_counted_and_published_as_admitted(
+    store: LedgerStore,
+) -> None:
+    """R11: the ledger counts the admitted pods' requests and says how many in Admitted."""
+    reason = Reason(code="PartialAdmission", message="6 of 8 pods admitted (min 4)")
+    item = msgspec.structs.replace(res("part", LEAVES[0], 6), pod_counts={"main": 6}, reason=reason)
+    [result] = await store.reserve([item], outbox=builder)
+    assert result.granted
+    assert cpu(await store.usage())["root"] == 6
+    [message] = await store.pending_outbox(10)
+    admitted = msgspec.json.decode(message.payload, type=Admitted)
+    assert (admitted.pod_counts, admitted.reason) == ({"main": 6}, reason)

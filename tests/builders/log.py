@@ -20,9 +20,11 @@ from schemas import (
     Reason,
     ReleaseCause,
     Released,
+    Requeued,
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     Zone,
 )
 from tests.builders.trees import departments_tree
@@ -128,6 +130,33 @@ class Log:
             Released(workload=workload, quota=quota, requests={"cpu": cpu * CPU}, cause=cause),
             id=f"ledger:released:{key}:{self.allocations.get(workload, 0)}",
         )
+
+    def requeued(
+        self, at: float, key: str, cpu: int, quota: QuotaPath = A, *, retry_after: float = 600
+    ) -> Log:
+        """The ledger's ``Requeued`` (R10) of ``key``: not ready in time, first attempt."""
+        workload = WorkloadKey(key)
+        reason = Reason(code="PodsNotReady", message="0/4 pods ready, attempt 1 of 5")
+        return self.add(
+            at,
+            Requeued(
+                workload=workload,
+                queue=QA if quota == A else QB,
+                quota=quota,
+                zone=Zone("default"),
+                requests={"cpu": cpu * CPU},
+                ready=0,
+                total=4,
+                attempt=1,
+                max_attempts=5,
+                retry_after_ms=Millis(BASE_MS + int(retry_after * 1000)),
+                reason=reason,
+            ),
+            id=f"ledger:requeued:{key}:{self.allocations.get(workload, 0)}",
+        )
+
+    def progress(self, at: float, key: str, ready: int, total: int) -> Log:
+        return self.add(at, WorkloadProgress(workload=WorkloadKey(key), ready=ready, total=total))
 
     def finished(self, at: float, key: str, *, succeeded: bool = True) -> Log:
         return self.add(at, WorkloadFinished(workload=WorkloadKey(key), succeeded=succeeded))

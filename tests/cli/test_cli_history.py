@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders.log import seed_reclaim, seed_round
+from tests.builders.log import Log, seed_reclaim, seed_round
 from tests.cli.history_cli import export, usher
 
 
@@ -181,3 +181,41 @@ def test_ledger_unreachable(round_file: Path) -> None:
     )
     line = one_line_error(result, 4)
     assert "cannot read the ledger" in line and "secret" not in line
+
+
+def test_what_if_another_ready_timeout(tmp_path: Path) -> None:
+    """R10: x never reports its pods ready; with a 30 s ready timeout y gets its quota."""
+    log = (
+        Log()
+        .tree()
+        .job(1, "user-a/x", 60, pods=4)
+        .admitted(1.1, "user-a/x", 60)
+        .job(2, "user-c/y", 60)
+        .finished(200, "user-a/x")
+    )
+    file = export(log, tmp_path / "stuck.jsonl")
+    result = usher("what-if", "--ready-timeout", "30", "--file", str(file), "-o", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["whatif"]["ready_timeout_s"] == 30 and "ready_timeout_s" not in doc["baseline"]
+    table = usher("what-if", "--ready-timeout", "30", "--file", str(file)).stdout
+    assert "ready-timeout 30s" in table and "requeue" in table, table
+    bad = one_line_error(usher("what-if", "--ready-timeout", "-5", "--file", str(file)), 2)
+    assert "--ready-timeout" in bad
+
+
+def test_explain_shows_progress_and_a_requeue(tmp_path: Path) -> None:
+    log = (
+        Log()
+        .tree()
+        .job(1, "user-a/x", 60, pods=4)
+        .admitted(1.1, "user-a/x", 60)
+        .progress(30, "user-a/x", 1, 4)
+        .requeued(70, "user-a/x", 60)
+    )
+    file = export(log, tmp_path / "requeued.jsonl")
+    result = usher("explain", "user-a/x", "--file", str(file))
+    assert result.returncode == 0, result.stderr
+    assert "1/4 pods ready" in result.stdout
+    assert "Requeued" in result.stdout and "PodsNotReady" in result.stdout
+    assert "attempt 1 of 5" in result.stdout

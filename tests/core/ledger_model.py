@@ -5,8 +5,9 @@ What it does: keeps one allocation per admission (``admitted``, ``held``, ``pree
 implements (services/README.md, docs on admission rules): usage per node root..leaf, where a
 preemption group (a held preemptor and its preempting victims) counts ``max(victims, hold)``;
 reclaim conditions checked against its own rows; a victim seen stopped is released and, with
-its last co-victim gone, its preemptor admitted. Every decision it makes goes to its outbox,
-which the test relays to the log.
+its last co-victim gone, its preemptor admitted. A requeue for readiness (R10) turns an
+admitted allocation into a victim that is its own preemptor (no hold), released the same way.
+Every decision it makes goes to its outbox, which the test relays to the log.
 What it must never do: import the real store or the engine (it is the independent judge the
 engines are compared with), read a clock (time comes in as ``now``), or perform I/O.
 """
@@ -26,6 +27,7 @@ from schemas import (
     Reason,
     ReleaseCause,
     Released,
+    Requeued,
     WorkloadDeleted,
     WorkloadKey,
     Zone,
@@ -240,6 +242,20 @@ class LedgerModel:
             self.outbox.append(message)
         self._insert(preemptor, HELD, None)
         return None
+
+    def requeue(self, item: Requeued) -> Reason | None:
+        """Carry out a requeue for readiness (None) or refuse it: admitted on that quota only."""
+        row = self.live.get(item.workload)
+        if row is not None and row.leaf == item.quota:
+            if row.state == PREEMPTING and row.preemptor == item.workload:
+                return None  # a repeated request: already requeued
+            if row.state == ADMITTED:
+                message = Message(item)
+                row.state, row.preemptor, row.ended_by = PREEMPTING, item.workload, message
+                self.outbox.append(message)
+                return None
+        state = row.state if row is not None else "none"
+        return _stale(f"requeue of {item.workload}: it is {state}")
 
     def _reclaim_refusal(
         self, preemptor: Admitted, rows: list[Allocation], now: int

@@ -16,7 +16,7 @@ from schemas import Admitted, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
 from tests.builders.log import CPU, QA, QB, Log, seed_reclaim, seed_round
 from tests.builders.trees import departments_tree
 from usher.core import audit, invariants
-from usher.core.config import EngineConfig
+from usher.core.config import EngineConfig, ReadinessPolicy
 
 A = QuotaPath("root/Department-a")
 B = QuotaPath("root/Department-b")
@@ -108,7 +108,69 @@ def unjustified_preemption() -> Log:
     )
 
 
+READY_60 = EngineConfig(readiness=ReadinessPolicy(timeout_ms=60_000))
+
+
+def stuck_gang(requeue_at: float = 70, ready: int = 1) -> Log:
+    """user-a/x (60 cpu, 4 pods) admitted at 1.1, ``ready`` of 4 pods ready at 30; requeued
+    at ``requeue_at`` (seq 7) for not being ready (R10)."""
+    return (
+        Log()
+        .tree()
+        .job(1, "user-a/x", 60, pods=4)
+        .admitted(1.1, "user-a/x", 60)
+        .job(1.2, "user-a/x", 60, suspended=False, pods=4)
+        .progress(30, "user-a/x", ready, 4)
+        .job(40, "user-c/y", 60)
+        .requeued(requeue_at, "user-a/x", 60)
+    )
+
+
+def stuck_gang_stops(log: Log, at: float = 71) -> Log:
+    """x is seen suspended and released; user-c/y takes the quota after that."""
+    return (
+        log.job(at, "user-a/x", 60, suspended=True, pods=4)
+        .released(at + 0.1, "user-a/x", 60, "Preempted")
+        .admitted(at + 1, "user-c/y", 60, B)
+    )
+
+
 CASES: list[tuple[str, Callable[[], Log], EngineConfig, Expected]] = [
+    (
+        "a stuck gang requeued after its deadline; another job takes its quota once released",
+        lambda: stuck_gang_stops(stuck_gang()),
+        READY_60,
+        [],
+    ),
+    (
+        "a requeue before the ready deadline",
+        lambda: stuck_gang_stops(stuck_gang(requeue_at=50)),
+        READY_60,
+        [(7, "requeue-unjustified")],
+    ),
+    (
+        "a requeue of a gang whose pods were all ready",
+        lambda: stuck_gang_stops(stuck_gang(ready=4)),
+        READY_60,
+        [(7, "requeue-unjustified")],
+    ),
+    (
+        "a requeue without a ready timeout",
+        lambda: stuck_gang_stops(stuck_gang()),
+        EngineConfig(),
+        [(7, "requeue-unjustified")],
+    ),
+    (
+        "its quota given away while the requeued gang still stops",
+        lambda: (
+            stuck_gang()
+            .admitted(70.5, "user-c/y", 60, B)
+            .job(71, "user-a/x", 60, suspended=True, pods=4)
+            .released(71.1, "user-a/x", 60, "Preempted")
+        ),
+        READY_60,
+        [(8, "over-commit")],
+    ),
     (
         "over-commit at the root while a preempted victim has not stopped",
         over_commit_while_the_victim_stops,
@@ -251,3 +313,15 @@ def test_the_audit_reports_the_invariants_and_the_end_check_only_when_asked() ->
     assert audit.audit(stuck, EngineConfig()).findings == []
     [finding] = audit.audit(stuck, EngineConfig(), quiescent=True).findings
     assert (finding.check, finding.decision, finding.workload) == ("stuck", "end", "user-c/fits")
+
+
+def test_the_audit_finds_a_requeue_and_its_release_justified_by_the_log() -> None:
+    """R10 through the audit: the requeue, its release as a stopped victim, the new grant."""
+    findings, decisions = audit.audit_log(
+        stuck_gang_stops(stuck_gang()).history(), READY_60, quiescent=True
+    )
+    assert findings == [], findings
+    assert decisions == 4  # x admitted, x requeued, x released, y admitted
+    early, _ = audit.audit_log(stuck_gang(requeue_at=50).history(), READY_60)
+    assert [(f.check, f.seq) for f in early] == [("requeue-unjustified", 7)]
+    assert "ready deadline" in early[0].message

@@ -12,7 +12,10 @@ rule: no node over its cap (usage and running usage), no engine believing in an 
 ledger did not grant, and every engine caught up on a settled log agreeing with the ledger on
 usage, grants and stopping victims. At teardown everything is drained: every job must end.
 The tree borrows and reclaims: Department-a min 60 / Department-b min 40 under a root of 100
-cpu, one leaf with ``LowerPriority``, one with a minimum runtime, one with min 0.
+cpu, one leaf with ``LowerPriority``, one with a minimum runtime, one with min 0 and a ready
+timeout (R10): its admitted jobs that no rule reports ready in time are requeued through the
+ledger, stop like preempted victims (counted until released) and come back after a backoff,
+or end inadmissible after their last attempt (teardown deletes those).
 ``USHER_LONG_TESTS=1`` (``make test-long``) runs many more and longer examples.
 What it must never do: start servers, read the wall clock, or share state between examples.
 """
@@ -41,6 +44,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     Zone,
 )
 from services.dequeuer.service import plan_pass
@@ -66,6 +70,12 @@ PREEMPTOR = "preemptor"
 NAMESPACES = ("ns-a", "ns-b", "ns-c")
 PRIORITIES = (0, 100, 1000)
 MIN_RUNTIME_S = 3
+READY_TIMEOUT_S = 2
+READINESS = {
+    "usher.io/ready-timeout-seconds": str(READY_TIMEOUT_S),
+    "usher.io/requeue-backoff-seconds": "1",
+    "usher.io/requeue-max-attempts": "3",
+}
 START_MS = 1_000_000
 
 
@@ -96,7 +106,7 @@ TREE = QuotaNode(
             max={"cpu": 100 * CORE},
             children=[
                 _leaf("team-b", 40, 100, "ns-b", **{MIN_RUNTIME: str(MIN_RUNTIME_S)}),
-                _leaf("team-c", 0, 50, "ns-c"),
+                _leaf("team-c", 0, 50, "ns-c", **READINESS),
             ],
         ),
     ],
@@ -197,6 +207,8 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.created = 0
         self.trace: list[str] = []
         """What the passes asked and were answered, for failure messages."""
+        self.ready_seen: set[int] = set()
+        """The admissions (``id`` of their ``Admitted`` message) whose pods were reported ready."""
 
     @staticmethod
     def _config_of(name: str) -> EngineConfig:
@@ -308,6 +320,18 @@ class ProtocolMachine(RuleBasedStateMachine):
         self.ledger.stopped(key, self.now)
 
     @rule(data=st.data())
+    def ready(self, data: st.DataObject) -> None:
+        """The watcher sees every pod of a running job ready (R10)."""
+        if not self._running():
+            return
+        self._report_ready(data.draw(st.sampled_from(self._running()), label="ready"))
+
+    def _report_ready(self, key: WorkloadKey) -> None:
+        pods = sum(p.count for p in self.specs[key].pod_sets)
+        self._append(Message(WorkloadProgress(workload=key, ready=pods, total=pods)))
+        self.ready_seen.add(id(self.ledger.live[key].started_by))
+
+    @rule(data=st.data())
     def finish(self, data: st.DataObject) -> None:
         if not self._running():
             return
@@ -346,6 +370,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         """
         engine = self.engines[zone]
         plan = plan_pass(engine.decide(Millis(self.now)))
+        for requeued in plan.requeues:
+            # A refusal needs no revert: the ledger refuses only what already ended or was
+            # preempted, and the log brings that to the engine (R10).
+            why = self.ledger.requeue(requeued)
+            _count(data, "requeue", why)
+            self.trace.append(_said(f"{zone} requeue", requeued.workload, why))
         for admitted in plan.admissions:
             why = self.ledger.reserve(admitted, self.now)
             _count(data, "reservation", why)
@@ -367,7 +397,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             )
             if why is not None:
                 engine.revert_preemption(preemptor.workload, victims, why)
-        return bool(plan.admissions or plan.reclaims)
+        return bool(plan.admissions or plan.reclaims or plan.requeues)
 
     def _check(
         self,
@@ -470,6 +500,10 @@ class ProtocolMachine(RuleBasedStateMachine):
                 return
             for key in self._running():
                 self._end(key, deleted=False)
+            for key in sorted(set(self.specs) - self.gone):
+                view = self.engines[self.specs[key].zone].job_state(key)
+                if view is not None and view.state == "Inadmissible":
+                    self._end(key, deleted=True)  # out of attempts: only people end it
             self.now += MIN_RUNTIME_S * 1000
         stuck = {k: self.engines[self.specs[k].zone].reason(k) for k in set(self.specs) - self.gone}
         raise AssertionError(f"jobs never finished: {stuck}")
@@ -482,6 +516,12 @@ class ProtocolMachine(RuleBasedStateMachine):
         the preemptor's engine than in the proposer's.
         """
         for _ in range(100):
+            self.settle()
+            # Pods of what runs become ready at a quiet point (a never-ready gang would be
+            # requeued until it is out of attempts: the steps before explore that, R10).
+            for key in self._running():
+                if id(self.ledger.live[key].started_by) not in self.ready_seen:
+                    self._report_ready(key)
             self.settle()
             while self._stoppable():
                 for key in self._stoppable():

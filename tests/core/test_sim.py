@@ -203,3 +203,28 @@ def test_nodes_and_node_actions() -> None:
     )
     loaded = load_scenario(data, "t")
     assert check(loaded, run(loaded)) == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "path"),
+    [
+        ({"at": 1, "ready": "a/nope"}, "timeline[1].ready"),
+        (
+            {"at": 1, "progress": {"job": "a/x", "ready": 2, "total": 1}},
+            "timeline[1].progress.ready",
+        ),
+        ({"at": 1, "progress": {"job": "a/x", "ready": -1}}, "timeline[1].progress.ready"),
+        ({"at": 1, "progress": {"job": "a/x", "ready": 1, "pods": 2}}, "timeline[1].progress.pods"),
+        ({"at": 1, "progress": "a/x"}, "timeline[1].progress"),
+    ],
+)
+def test_bad_readiness_entries_name_the_field(entry: dict[str, Any], path: str) -> None:
+    """R10's timeline actions: ``ready`` and ``progress`` of a created job, counts checked."""
+    paths = error_paths(scenario(timeline=[{"at": 0, "create": job("x")}, entry]))
+    assert path in paths, paths
+
+
+def test_progress_counts_default_to_the_jobs_pods() -> None:
+    data = scenario(timeline=[{"at": 0, "create": job("x")}, {"at": 1, "ready": "a/x"}])
+    step = load_scenario(data, "test.yaml").steps[1]
+    assert (step.event.ready, step.event.total) == (1, 1)  # type: ignore[union-attr]

@@ -797,3 +797,37 @@ def test_job_count_and_container_sum(
     assert pod_set.count == expected_count
     total = sum(millicores)
     assert pod_set.requests == ({"cpu": total} if total else {})
+
+
+def _with_minimum(manifest: Manifest, value: object) -> Manifest:
+    manifest["metadata"]["annotations"] = {"usher.io/min-parallelism": value}
+    return manifest
+
+
+def test_min_parallelism_marks_the_scalable_pod_set() -> None:
+    """R11: a Job may start with fewer pods; equal to its pods, it is all-or-nothing."""
+    [main] = extract(_with_minimum(job(parallelism=8, completions=8), "4")).pod_sets
+    assert (main.count, main.min_count) == (8, 4)
+    [whole] = extract(_with_minimum(job(parallelism=8), "8")).pod_sets
+    assert whole.min_count is None
+    [plain] = extract(job(parallelism=8)).pod_sets
+    assert plain.min_count is None
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [("0", "invalid-annotation"), ("-2", "invalid-annotation"), ("four", "invalid-annotation"),
+     (4, "invalid-annotation"), ("9", "above-count")],
+)  # fmt: skip
+def test_a_bad_min_parallelism_is_refused_naming_the_annotation(value: object, code: str) -> None:
+    path = "metadata.annotations.usher.io/min-parallelism"
+    assert errors_of(_with_minimum(job(parallelism=8), value)) == [(path, code)]
+
+
+def test_a_kind_that_cannot_scale_refuses_min_parallelism() -> None:
+    replicas = copy.deepcopy(TF_REPLICAS)
+    manifest = _kubeflow("TFJob", "kubeflow.org/v1", "tfReplicaSpecs", replicas)
+    manifest["metadata"]["annotations"] = {"usher.io/min-parallelism": "1"}
+    assert errors_of(manifest) == [
+        ("metadata.annotations.usher.io/min-parallelism", "not-scalable")
+    ]

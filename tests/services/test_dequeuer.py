@@ -1,6 +1,10 @@
-"""The dequeuer over real NATS: replay, announcements of its own zone, poison entries parked."""
+"""The dequeuer over real NATS: replay, announcements of its own zone, poison entries parked,
+and a requeue for readiness carried out with the real ledger (R10)."""
 
 from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
 
@@ -13,6 +17,8 @@ from schemas import (
     QueueName,
     QuotaPath,
     QuotaTreeApplied,
+    Released,
+    Requeued,
     Unmapped,
     WorkloadKey,
     Zone,
@@ -20,6 +26,7 @@ from schemas import (
 )
 from services.common.settings import ServiceSettings
 from services.dequeuer.service import PassPlan, main, plan_pass
+from services.ledger.service import main as ledger_main
 from tests.builders.events import observed
 from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
@@ -108,3 +115,57 @@ def test_plan_pass_groups_victims_with_their_preemptor() -> None:
     assert isinstance(victims[0], Preempted) and isinstance(preemptor, Admitted)
     assert PassPlan().admissions == []
     assert QueueName and QuotaPath and WorkloadKey
+
+
+async def test_a_gang_not_ready_in_time_is_requeued_through_the_ledger(
+    infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str
+) -> None:
+    """R10 on the decision side: the dequeuer's deadline, the ledger's Requeued, the release
+    once seen stopped, and the admission again after the backoff (1 s each)."""
+    readiness = {"usher.io/ready-timeout-seconds": "1", "usher.io/requeue-backoff-seconds": "1"}
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree(a_attributes=readiness)))
+    ledger_settings = ServiceSettings(
+        nats_url=infra.nats_url, database_url=migrated_url, prefix=subjects.prefix
+    )
+    async with (
+        running("ledger", ledger_main, ledger_settings, subjects),
+        running("dequeuer", main, _settings(infra, subjects, "default"), subjects),
+    ):
+        gang = observed("a1", "gang", 8, count=4)
+        await publish(js, subjects.job(Zone("default"), "a1", "gang"), gang)
+
+        async def decided() -> list[tuple[str, str]]:
+            return [
+                (type(e).__name__, getattr(e, "cause", ""))
+                for e in await log_events(js, subjects)
+                if isinstance(e, Admitted | Requeued | Released)
+            ]
+
+        assert await eventually(lambda: _has(decided, ("Requeued", "")), timeout_s=10)
+        [requeue] = [e for e in await log_events(js, subjects) if isinstance(e, Requeued)]
+        assert re.fullmatch(
+            r"0/4 pods ready after 1(\.\d+)? s, attempt 1 of 5, next try after 1 s",
+            requeue.reason.message,
+        ), requeue.reason.message
+        # The watcher suspended it and saw it stopped: the ledger releases it (R7).
+        await publish(js, subjects.job(Zone("default"), "a1", "gang"), gang)
+        assert await eventually(lambda: _has(decided, ("Released", "Preempted")), timeout_s=10)
+        # Offered again once its backoff ended.
+        assert await eventually(lambda: _count(decided, ("Admitted", ""), 2), timeout_s=10)
+        assert (await decided())[:3] == [
+            ("Admitted", ""),
+            ("Requeued", ""),
+            ("Released", "Preempted"),
+        ]
+
+
+Found = Callable[[], Awaitable[list[tuple[str, str]]]]
+"""Reads the ledger decisions on the log as (type, cause)."""
+
+
+async def _has(found: Found, item: tuple[str, str]) -> bool:
+    return item in await found()
+
+
+async def _count(found: Found, item: tuple[str, str], count: int) -> bool:
+    return (await found()).count(item) >= count

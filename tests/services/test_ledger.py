@@ -35,6 +35,8 @@ from schemas import (
     Reason,
     Released,
     RequestId,
+    Requeued,
+    RequeueRequest,
     Reservation,
     ReserveReply,
     ReserveRequest,
@@ -329,6 +331,51 @@ async def test_preemption_end_to_end(running: Ledger) -> None:
     # Now only p's 40 counts: 60 are free, not 61.
     [fits, refused] = (await running.reserve(res("y", "A", 60), res("x", "A", 1))).results
     assert fits.granted and not refused.granted
+
+
+async def test_requeue_end_to_end(running: Ledger) -> None:
+    """R10: the ledger carries out a dequeuer's requeue and releases it once seen stopped."""
+    assert all(r.granted for r in (await running.reserve(res("g", "A", 100))).results)
+    requeue = Requeued(
+        workload=WorkloadKey("ns/g"),
+        queue=QueueName("q-A"),
+        quota=QuotaPath("root/A"),
+        zone=ZONE,
+        requests={"cpu": 100 * CORE},
+        ready=3,
+        total=8,
+        attempt=1,
+        max_attempts=5,
+        retry_after_ms=Millis(60_000),
+        reason=Reason(code="PodsNotReady", message="3/8 pods ready after 300 s"),
+    )
+    request = RequeueRequest(request_id=RequestId("rq-1"), zone=ZONE, requeues=[requeue])
+    raw = await running.nc.request(running.subjects.ledger_requeue, encode(request), timeout=5)
+    reply = decode(raw.data, ReserveReply)
+    assert [(r.workload, r.granted) for r in reply.results] == [("ns/g", True)]
+    found = await wait_decisions(running, 2)
+    assert summary(found) == [("Admitted", "ns/g"), ("Requeued", "ns/g")]
+    assert found[1].subject == running.subjects.decision(ZONE, "requeued", "ns", "g")
+    assert found[1].envelope.source == "usher/ledger"
+    # Still counted until seen stopped (R7): nothing else fits meanwhile.
+    [refused] = (await running.reserve(res("x", "B", 1))).results
+    assert not refused.granted
+    stopped = WorkloadObserved(
+        workload=WorkloadKey("ns/g"),
+        namespace="ns",
+        name="g",
+        kind="batch/v1/Job",
+        zone=ZONE,
+        created_ms=Millis(0),
+        pod_sets=[PodSet(name="main", count=8, requests={"cpu": 12_500})],
+        suspended=True,
+    )
+    await running.publish(running.subjects.job(ZONE, "ns", "g"), stopped)
+    found = await wait_decisions(running, 3)
+    assert summary(found)[2] == ("Released", "ns/g")
+    assert await scalar(running.database_url, "root_cpu") == 0
+    [fits] = (await running.reserve(res("x", "B", 100))).results
+    assert fits.granted
 
 
 async def test_finished_workload_is_released(running: Ledger) -> None:

@@ -37,6 +37,7 @@ from schemas import (
     QuotaTreeDeleted,
     QuotaTreeRejected,
     Reason,
+    Requeued,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
@@ -377,7 +378,8 @@ class Harness:
         return await self.eventually(found)
 
     async def decide(
-        self, event: Admitted | Preempted, zone: str | None = None, *, subject: str | None = None,
+        self, event: Admitted | Preempted | Requeued, zone: str | None = None, *,
+        subject: str | None = None,
         source: str = LEDGER_SOURCE,
     ) -> None:  # fmt: skip
         """Publish ``event`` as the ledger's outbox does (or, given ``subject``/``source``,
@@ -439,6 +441,23 @@ def preempted(key: str) -> Preempted:
     )
 
 
+def requeued(key: str) -> Requeued:
+    """The ledger's requeue of ``key`` for readiness (R10)."""
+    return Requeued(
+        workload=WorkloadKey(key),
+        queue=QueueName("root-department-a-user-a"),
+        quota=QuotaPath("root/Department-a"),
+        zone=Zone("zone-a"),
+        requests={"cpu": 10_000},
+        ready=0,
+        total=1,
+        attempt=1,
+        max_attempts=5,
+        retry_after_ms=None,
+        reason=Reason(code="PodsNotReady", message="0/1 pods ready after 300 s"),
+    )
+
+
 def selectors(obj: JsonObj, family_kind: str) -> list[object]:
     family = next(f for f in JOB_FAMILIES if f.kind == family_kind)
     templates = [t if isinstance(t, dict) else {} for t in family.templates(obj["spec"])]
@@ -478,6 +497,19 @@ def test_merge_diff_nulls_what_goes_and_skips_equal() -> None:
     }
     assert merge_diff({"keep": 1}, {"add": 2}, prune=False) == {"add": 2}
     assert merge_diff({"l": [1, 2]}, {"l": [1]}) == {"l": [1]}
+
+
+def test_a_partial_admission_patches_the_parallelism_down() -> None:
+    """R11: the watcher scales a Job to the pods the ledger admitted."""
+    family = next(f for f in JOB_FAMILIES if f.kind == "Job")
+    manifest = job("j")
+    manifest["spec"]["parallelism"] = 8
+    patch = admit_patch(family, manifest, "zone-a", {"main": 6})
+    assert patch is not None
+    after = merge_patch(copy.deepcopy(manifest), patch)
+    assert (after["spec"]["parallelism"], after["spec"]["suspend"]) == (6, False)
+    whole = admit_patch(family, manifest, "zone-a")
+    assert whole is not None and "parallelism" not in whole["spec"]
 
 
 def test_patches_pin_every_template_and_send_lists_whole() -> None:
@@ -819,6 +851,23 @@ async def test_admitted_unsuspends_and_pins_the_zone_preempted_suspends(h: Harne
 
         async def suspended() -> bool:
             return (await h.kube.get(JOBS, "user-a", "pi"))["spec"]["suspend"] is True
+
+        await h.eventually(suspended)
+    info = await h.js.consumer_info(h.subjects.stream_name, consumer_name(h.subjects))
+    assert info.num_ack_pending == 0 and info.num_pending == 0
+
+
+async def test_requeued_suspends_like_a_preemption(h: Harness) -> None:
+    """R10: the watcher carries out the ledger's Requeued by suspending the job."""
+    await h.kube.create(JOBS, "user-a", job("stuck", zone="zone-a"))
+    async with h.watcher():
+        await h.logged(WorkloadObserved, lambda e: e.name == "stuck")
+        await h.decide(admitted("user-a/stuck"), "zone-a")
+        await h.logged(WorkloadObserved, lambda e: e.name == "stuck" and not e.suspended)
+        await h.decide(requeued("user-a/stuck"), "zone-a")
+
+        async def suspended() -> bool:
+            return (await h.kube.get(JOBS, "user-a", "stuck"))["spec"]["suspend"] is True
 
         await h.eventually(suspended)
     info = await h.js.consumer_info(h.subjects.stream_name, consumer_name(h.subjects))

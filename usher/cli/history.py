@@ -59,7 +59,14 @@ from usher.core import audit as auditing
 from usher.core import explain as explaining
 from usher.core import history as hist
 from usher.core import whatif
-from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy, WithinQuota
+from usher.core.config import (
+    POLICIES,
+    WITHIN_QUOTA_MODES,
+    EngineConfig,
+    Policy,
+    ReadinessPolicy,
+    WithinQuota,
+)
 from usher.core.errors import InputError
 from usher.core.tree import parse_tree
 
@@ -337,13 +344,16 @@ def _within(raw: str) -> WithinQuota:
     return "LowerPriority" if raw == "LowerPriority" else "Never"
 
 
-def _config_of(policy: str, rate: str, within: str, runtime_s: float) -> EngineConfig:
+def _config_of(
+    policy: str, rate: str, within: str, runtime_s: float, ready_timeout_s: float = 0.0
+) -> EngineConfig:
     try:
         return EngineConfig(
             policy=_policy(policy),
             oversell_rate=parse_rate(rate),
             within_quota=_within(within),
             min_runtime_ms=round(runtime_s * 1000),
+            readiness=ReadinessPolicy(timeout_ms=round(ready_timeout_s * 1000)),
         )
     except SettingsError as exc:
         fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)
@@ -371,10 +381,19 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
 @click.option("--oversell", "--oversell-rate", "oversell", default=None, metavar="RATE")
 @click.option("--within-quota", type=WITHIN, default=None, metavar="MODE")
 @click.option("--min-runtime", "min_runtime_s", type=float, default=None, metavar="SECONDS")
+@click.option(
+    "--ready-timeout",
+    "ready_timeout_s",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Ready timeout of nodes that set no usher.io/ready-timeout-seconds (R10).",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
 @click.option("--baseline-min-runtime", type=float, default=0.0, show_default=True)
+@click.option("--baseline-ready-timeout", type=float, default=0.0, show_default=True)
 @click.option("--since", metavar="TIME", default=None, help="Replay from TIME (state as recorded).")
 @click.option("--until", metavar="TIME", default=None, help="Stop the replay at TIME.")
 @click.option(
@@ -399,10 +418,12 @@ def what_if_command(
     oversell: str | None,
     within_quota: str | None,
     min_runtime_s: float | None,
+    ready_timeout_s: float | None,
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
     baseline_min_runtime: float,
+    baseline_ready_timeout: float,
     since: str | None,
     until: str | None,
     window_ms: int,
@@ -416,25 +437,37 @@ def what_if_command(
     """Replay the recorded inputs with other settings and compare with the baseline.
 
     Cluster events are replayed through the core twice, with the baseline settings (the
-    --baseline-* options: Round, 1, Never, 0 s unless given) and with the changed ones; a
-    pass runs after each group of events that arrived together and at min-runtime wakeups.
+    --baseline-* options: Round, 1, Never, 0 s, no ready timeout unless given) and with the
+    changed ones; a pass runs after each group of events that arrived together and at
+    min-runtime, ready-deadline and requeue-backoff wakeups.
     Recorded decisions are ignored; finishes and deletions happen when they happened.
     """
-    changes = (tree, policy, oversell, within_quota, min_runtime_s)
+    changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s)
     if all(change is None for change in changes):
         fail(
-            "nothing to compare: give --tree, --policy, --oversell, --within-quota or "
-            "--min-runtime",
+            "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
+            "--min-runtime or --ready-timeout",
             EXIT_USAGE,
         )
+    for name, seconds in (
+        ("--ready-timeout", ready_timeout_s),
+        ("--baseline-ready-timeout", baseline_ready_timeout),
+    ):
+        if seconds is not None and seconds < 0:
+            fail(f"{name}: must be 0 or more seconds, got {seconds:g}", EXIT_USAGE)
     base = _config_of(
-        baseline_policy, baseline_oversell, baseline_within_quota, baseline_min_runtime
+        baseline_policy,
+        baseline_oversell,
+        baseline_within_quota,
+        baseline_min_runtime,
+        baseline_ready_timeout,
     )
     changed = _config_of(
         policy or baseline_policy,
         oversell or baseline_oversell,
         within_quota or baseline_within_quota,
         min_runtime_s if min_runtime_s is not None else baseline_min_runtime,
+        ready_timeout_s if ready_timeout_s is not None else baseline_ready_timeout,
     )
     alternative = _tree(tree) if tree is not None else whatif.Variant(config=changed)
     log = _load(log_file, nats_url=nats_url, prefix=prefix, home=home)

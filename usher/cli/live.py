@@ -52,6 +52,7 @@ RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 ACTION_STYLE = {
     "admit": "green",
     "preempt": "bold red",
+    "requeue": "red",
     "release": "dim",
     "inadmissible": "magenta",
     "unmapped": "yellow",

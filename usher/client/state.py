@@ -35,6 +35,7 @@ from schemas import (
     QuotaTreeRejected,
     Reason,
     Released,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -131,7 +132,8 @@ class DecisionInfo(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     time: datetime
     action: str
-    """``admit``, ``preempt``, ``release``, ``inadmissible``, ``unmapped`` or ``reject``."""
+    """``admit``, ``preempt``, ``requeue`` (R10), ``release``, ``inadmissible``, ``unmapped`` or
+    ``reject``."""
     job: str
     quota: str | None = None
     reason: str | None = None
@@ -387,6 +389,15 @@ class PeopleProjection:
                     quota=event.quota,
                     reason=event.reason.message,
                     preemptor=event.preemptor,
+                )
+            case Requeued():
+                self._decision(
+                    item.seq,
+                    at,
+                    "requeue",
+                    event.workload,
+                    quota=event.quota,
+                    reason=f"{event.reason.code}: {event.reason.message}",
                 )
             case Released():
                 self._decision(

@@ -10,16 +10,19 @@ against the state *just before it*:
 * ``Admitted``: the workload was observed and is waiting (pending in its queue, or holding
   capacity freed for it by a preemption); the decision's ``quota`` is the workload's leaf
   and ``queue`` that leaf's queue; ``requests`` equal the observed workload's (count x
-  per-pod requests summed over pod sets) and ``zone`` its zone; and ``used + requested <= max
+  per-pod requests summed over pod sets; a partial admission's ``pod_counts`` within each
+  set's declared minimum and count, R11) and ``zone`` its zone; and ``used + requested <= max
   x oversellRate`` on every node root..leaf (``Engine.admission_shortfall``: its own held
   capacity set aside, capacity held for another preemptor counted). Zone capacity is not
   checked: the ledger does not arbitrate it.
 * ``Preempted``: each victim runs on the quota the decision names.
+* ``Requeued`` (R10): the workload runs on the quota the decision names; whether it had been
+  admitted long enough without every pod ready is an invariant (``requeue-unjustified``).
 * ``Released``: something was held (a live ``Admitted``, or a preemption hold), quota and
   requests are those of its ``Admitted``, and its cause is on the log since it was admitted
   (or held): ``Finished``/``Failed`` -> a ``WorkloadFinished`` (succeeded or not),
-  ``Deleted`` -> a ``WorkloadDeleted``, ``Preempted`` -> its ``Preempted`` decision, then an
-  observation of it stopped (suspended, or finished).
+  ``Deleted`` -> a ``WorkloadDeleted``, ``Preempted`` -> its ``Preempted`` (or ``Requeued``)
+  decision, then an observation of it stopped (suspended, or finished).
 * ``Inadmissible``/``Unmapped``: the engine classifies the workload the same way at that point
   (same state and reason code; same quota for ``Inadmissible``). Classification happens when
   events are applied, not in passes, so this is exact.
@@ -78,6 +81,7 @@ from schemas import (
     Preempted,
     QuotaPath,
     Released,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -242,6 +246,12 @@ class _Auditor:
                 if self.should_check(item, ledger=False):
                     self.check_classified(item, event)
                 self.engine.apply(event, item.time_ms)
+            case Requeued():
+                if self.should_check(item):
+                    self.check_requeued(item, event)
+                self.engine.apply(event, item.time_ms)
+                # Released like a preempted victim: once its pods are seen stopped (R7).
+                self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
             case Pending():
                 self.engine.apply(event, item.time_ms)
             case _:
@@ -281,7 +291,11 @@ class _Auditor:
             self.note(item, "wrong-quota", f"quota {event.quota}, but its leaf is {view.quota}")
         elif view.queue != event.queue:
             self.note(item, "wrong-queue", f"queue {event.queue}, but its queue is {view.queue}")
-        wanted = _observed_requests(observed)
+        partial = _partial_problem(observed, event.pod_counts)
+        if partial is not None:
+            self.note(item, "wrong-requests", partial)
+            return
+        wanted = _observed_requests(observed, event.pod_counts)
         if shape_of(event.requests) != shape_of(wanted):
             self.note(
                 item,
@@ -311,6 +325,14 @@ class _Auditor:
 
     def check_preempted(self, item: LogEntry, event: Preempted) -> None:
         # Whether the preemption is justified is an invariant (preemption-refused).
+        view = self.engine.job_state(event.workload)
+        if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
+            self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
+
+    # -- Requeued
+
+    def check_requeued(self, item: LogEntry, event: Requeued) -> None:
+        # Whether the requeue is justified is an invariant (requeue-unjustified).
         view = self.engine.job_state(event.workload)
         if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
             self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
@@ -368,14 +390,35 @@ class _Auditor:
             self.note(item, "wrong-quota", f"quota {quota}, but its leaf is {view.quota}")
 
 
-def _observed_requests(event: WorkloadObserved) -> dict[str, int]:
+def _observed_requests(
+    event: WorkloadObserved, pod_counts: dict[str, int] | None = None
+) -> dict[str, int]:
+    """The observed request, with the pods of a partial admission where given (R11)."""
     total: dict[str, int] = {}
+    counts = pod_counts or {}
     for pod_set in event.pod_sets:
-        if pod_set.count <= 0:
+        pods = counts.get(pod_set.name, pod_set.count)
+        if pods <= 0:
             continue
         for resource, amount in pod_set.requests.items():
-            total[resource] = total.get(resource, 0) + amount * pod_set.count
+            total[resource] = total.get(resource, 0) + amount * pods
     return total
+
+
+def _partial_problem(event: WorkloadObserved, pod_counts: dict[str, int] | None) -> str | None:
+    """Why a partial admission's pods are not what the workload allows (R11), or None."""
+    sets = {pod_set.name: pod_set for pod_set in event.pod_sets}
+    for name, pods in sorted((pod_counts or {}).items()):
+        pod_set = sets.get(name)
+        if pod_set is None:
+            return f"{pods} pods of pod set {name!r}, which the workload does not have"
+        least = pod_set.min_count if pod_set.min_count is not None else pod_set.count
+        if not least <= pods <= pod_set.count:
+            return (
+                f"{pods} pods of {name!r} admitted, but it may start with {least} to "
+                f"{pod_set.count}"
+            )
+    return None
 
 
 def _missing_cause(event: Released, mark: _Since) -> str | None:
@@ -389,7 +432,7 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
         return f"released as Deleted, but no WorkloadDeleted {since}"
     if event.cause == "Preempted":
         if mark.preempted_seq is None:
-            return f"released as Preempted, but no Preempted decision for it {since}"
+            return f"released as Preempted, but no Preempted or Requeued decision for it {since}"
         # Finished or deleted before the ledger read it: the ledger preempted what it still
         # held, and released it once it read that the pods had stopped (R7).
         ended = mark.finished or mark.failed or mark.deleted
@@ -466,7 +509,9 @@ def _expected_events(row: AllocationRecord) -> list[tuple[str, datetime | None]]
     if row.admitted_at is not None:
         expected.append(("admitted", row.admitted_at))
     if row.preempted_at is not None:
-        expected.append(("preempted", row.preempted_at))
+        # A requeue for readiness is the allocation preempted for itself (R10).
+        action = "requeued" if row.preemptor == row.workload else "preempted"
+        expected.append((action, row.preempted_at))
     if row.state == "released":
         expected.append(("released", row.released_at))
     return expected

@@ -1,9 +1,9 @@
 """Deployment settings of the decision core (docs/admission-rules.md R2-R7).
 
 What it does: one frozen ``EngineConfig`` holding the admission policy, the exact oversell
-rate, the default within-quota preemption mode and minimum runtime, and the zones one engine
-decides for; the ``Policy`` enum and the within-quota modes every choice list (CLI,
-settings, scenarios) is built from.
+rate, the default within-quota preemption mode, minimum runtime and readiness policy (R10),
+and the zones one engine decides for; the ``Policy`` enum and the within-quota modes every
+choice list (CLI, settings, scenarios) is built from.
 What it must never do: read the environment or files; callers build it from their own input.
 """
 
@@ -35,6 +35,44 @@ WITHIN_QUOTA_MODES: tuple[WithinQuota, ...] = ("Never", "LowerPriority")
 
 
 @dataclass(frozen=True, slots=True)
+class ReadinessPolicy:
+    """How long an admitted workload may take to become ready, and what follows (R10).
+
+    The default is off (``timeout_ms == 0``): a cluster whose watcher reports no pod progress
+    would otherwise see every admission evicted, and every scenario written before readiness
+    existed plays exactly as it did. The backoff defaults are Kueue's (60 s doubling up to an
+    hour); five attempts bound a gang that can never be placed.
+    """
+
+    timeout_ms: int = 0
+    """0 = off: an admitted workload is never requeued for not being ready."""
+    backoff_base_ms: int = 60_000
+    """Wait after the first requeue; it doubles with each further requeue."""
+    backoff_cap_ms: int = 3_600_000
+    max_attempts: int = 5
+    """Admissions a workload may time out in; the last one ends it ``Inadmissible``."""
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_ms", "backoff_base_ms", "backoff_cap_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+
+    def backoff_ms(self, attempt: int) -> int:
+        """The wait after the ``attempt``-th requeue (1-based): base x 2^(attempt-1), capped."""
+        if attempt < 1 or self.backoff_base_ms == 0:
+            return 0
+        # Doubling stops at the cap: no huge integers for a large attempt count.
+        wait = self.backoff_base_ms
+        for _ in range(attempt - 1):
+            if wait >= self.backoff_cap_ms:
+                break
+            wait *= 2
+        return min(wait, self.backoff_cap_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class EngineConfig:
     """How the engine decides. ``oversell_rate`` is exact (a Fraction), never a float."""
 
@@ -42,6 +80,8 @@ class EngineConfig:
     oversell_rate: Fraction = Fraction(1)
     within_quota: WithinQuota = "Never"
     min_runtime_ms: int = 0
+    readiness: ReadinessPolicy = ReadinessPolicy()
+    """The readiness policy of the root (nodes override it with attributes, R10)."""
     zones: frozenset[Zone] | None = None
     """Zones this engine decides for; ``None`` = all. Other zones' admissions still count."""
     instant_release: bool = False

@@ -17,8 +17,9 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
+from usher.core import reasons
 from usher.core.reclaim_search import find_victims
-from usher.core.state import Job, Placement, Shape, SortKey
+from usher.core.state import Job, Placement, Shape, SortKey, shape_with
 
 if TYPE_CHECKING:
     from usher.core.engine import Engine
@@ -207,10 +208,16 @@ class DecisionPass:
         entries = queue.entries
         jobs = self.e.state.jobs
         decides_for = self.e._decides
+        backing_off = self.e.backing_off
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
-            if key not in self.tried and decides_for(job.zone):
+            # ``readiness`` first: most workloads were never requeued (R10), skip the call.
+            if (
+                key not in self.tried
+                and decides_for(job.zone)
+                and (job.readiness is None or not backing_off(job))
+            ):
                 return job
             index += 1
         return None
@@ -244,7 +251,7 @@ class DecisionPass:
             return True
         victims = find_victims(e, job)
         if victims is None:
-            return False
+            return job.scalable is not None and self.admit_partially(job)
         placements = self.preempt(job, victims)
         self.admit(job)
         e.state.preemptors[job.key] = None
@@ -253,24 +260,61 @@ class DecisionPass:
         self.reopen(victims)
         return True
 
-    def admit(self, job: Job) -> None:
+    def admit(self, job: Job, partial: tuple[Shape, int, Reason] | None = None) -> None:
+        """Admit ``job`` whole, or with ``partial``'s shape, pods and reason (R11)."""
         e = self.e
         assert job.leaf is not None
         leaf = job.leaf
         e._note_shapes(leaf, e._queues[leaf].remove(job))
         queue = e.state.tree.nodes[leaf].queue
         assert queue is not None
-        e._admit(job, leaf, job.shape, in_pass=True)
+        shape, pods, reason = partial if partial is not None else (job.shape, None, None)
+        counts = None
+        if partial is not None and job.scalable is not None:
+            counts = {job.scalable[0]: partial[1]}
+            pods = job.pod_count - (job.scalable[2] - partial[1])
+        e._admit(job, leaf, shape, in_pass=True, pods=pods)
         self.decisions.append(
             Admitted(
                 workload=job.key,
                 queue=queue,
                 quota=leaf,
                 zone=job.zone,
-                requests=dict(job.shape),
+                requests=dict(shape),
                 priority=job.priority,
+                pod_counts=counts,
+                reason=reason,
             )
         )
+
+    def admit_partially(self, job: Job) -> bool:
+        """Admit ``job`` with as many pods of its scalable set as fit, at least its minimum
+        (R11); False when not even that fits. Fit only drops as pods are added: a bisection."""
+        e = self.e
+        leaf, scalable = job.leaf, job.scalable
+        assert leaf is not None and scalable is not None
+        _, _, count, least = scalable
+
+        def shape_for(pods: int) -> Shape:
+            return e._intern(shape_with(job.shape, scalable, pods))
+
+        def fits(pods: int) -> bool:
+            shape = shape_for(pods)
+            return e._fits_quota(leaf, shape) and e._fits_zone(job, shape)
+
+        if not fits(least):
+            return False
+        low, high = least, count - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            if fits(middle):
+                low = middle
+            else:
+                high = middle - 1
+        why = e._quota_shortfall(job) or e._zone_shortfall(job)
+        reason = reasons.partial_admission(low, count, least, job.shape, why)
+        self.admit(job, (shape_for(low), low, reason))
+        return True
 
     def preempt(
         self, preemptor: Job, victims: list[tuple[Job, Reason]]

@@ -42,6 +42,7 @@ from schemas import (
     Reason,
     ReleaseCause,
     Released,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -53,9 +54,9 @@ from schemas import (
     ZoneServed,
 )
 from schemas.events import ClusterEvent
-from usher.core import engine_queries, reasons, reclaim_search
+from usher.core import engine_queries, readiness, reasons, reclaim_search
 from usher.core.arbitration import first_shortfall, quota_exceeded
-from usher.core.config import EngineConfig
+from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
     DecisionPass,
     LeafOffer,
@@ -86,6 +87,7 @@ from usher.core.state import (
     VictimKey,
     remove_sorted,
     shape_of,
+    shape_with,
 )
 
 _K = TypeVar("_K", QuotaPath, Zone)
@@ -120,6 +122,8 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_offer_keys",
     "_admit_offers",
     "_potential_offers",
+    "_timed_offers",
+    "_unready",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -170,9 +174,12 @@ class Engine:
         preempt, kept between passes and recomputed only for leaves that changed (dirty)."""
         self._admit_offers: list[tuple[OfferKey, QuotaPath]] = []
         self._potential_offers: list[tuple[OfferKey, QuotaPath]] = []
+        self._timed_offers: set[QuotaPath] = set()
         """Heaps of the offers above, split by whether the leaf could preempt: a pass starts
         from copies of both instead of a key per waiting leaf, and drops the first once the
         root is full. An entry is current while ``_offer_keys`` holds its key (lazy removal)."""
+        self._unready: dict[WorkloadKey, int] = {}
+        """Admitted workloads whose ready deadline runs -> that deadline (R10)."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -218,7 +225,13 @@ class Engine:
         self._offer_keys = {}
         self._admit_offers = []
         self._potential_offers = []
+        self._timed_offers = set()
         self._dirty = set(tree.leaves)
+        self._unready = {
+            key: job.readiness.deadline_ms
+            for key, job in state.jobs.items()
+            if job.state == ADMITTED and job.readiness is not None and job.readiness.deadline_ms
+        }
 
     def _rebuild_job_indexes(self) -> None:
         queues = self._queues
@@ -229,6 +242,7 @@ class Engine:
         intern = self._intern
         for key, job in self.state.jobs.items():
             intern(job.shape)
+            job.fit_shape = intern(job.fit_shape)
             intern(job.used_shape)
             for pod in job.pods:
                 intern(pod)
@@ -250,9 +264,9 @@ class Engine:
             queue.entries = [job.sort_key for job in members]
             groups = queue.shapes
             for job in members:
-                group = groups.get(job.shape)
+                group = groups.get(job.fit_shape)
                 if group is None:
-                    groups[job.shape] = [job.sort_key]
+                    groups[job.fit_shape] = [job.sort_key]
                 else:
                     group.append(job.sort_key)
         for keys in admitted.values():
@@ -300,14 +314,14 @@ class Engine:
                 self._apply_preempted(event)
             case Released():
                 self._apply_released(event)
+            case Requeued():
+                self._apply_requeued(event)
             case WorkloadRejected() | QuotaTreeRejected() | Pending() | Inadmissible() | Unmapped():
                 # A rejected input changes nothing (the last valid state stays in force); the
                 # other decisions carry no state change of their own.
                 pass
             case WorkloadProgress():
-                # Pod progress is recorded for readers (explain, the live view); admission does
-                # not depend on it.
-                pass
+                self._progress(event)
         return []
 
     def _observe(self, event: WorkloadObserved) -> None:
@@ -358,6 +372,18 @@ class Engine:
                 total[resource] = total.get(resource, 0) + amount * pod_set.count
         job.shape = self._intern(shape_of(total))
         job.pods = tuple(sorted(set(pods)))
+        job.pod_count = sum(p.count for p in event.pod_sets if p.count > 0)
+        job.scalable = None
+        for pod_set in event.pod_sets:
+            least = pod_set.min_count
+            if least is not None and 0 < least < pod_set.count:
+                pod = self._intern(shape_of(pod_set.requests))
+                job.scalable = (pod_set.name, pod, pod_set.count, least)
+        job.fit_shape = (
+            job.shape
+            if job.scalable is None
+            else self._intern(shape_with(job.shape, job.scalable, job.scalable[3]))
+        )
         if job.priority_class is not None:
             self._class_users.setdefault(job.priority_class, {})[job.key] = None
         job.priority = self._resolve_priority(job)
@@ -451,6 +477,7 @@ class Engine:
         self.state.preemptors.pop(job.key, None)
         self.state.held.pop(job.key, None)
         self.state.lingering[job.key] = (job.used_path, job.used_shape, job.zone)
+        self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
         job.held = False  # a held workload stays where it waits; the caller takes it out
@@ -463,6 +490,88 @@ class Engine:
         self._unaccount(*where)
         self.state.version += 1
         return True
+
+    # ------------------------------------------------------------------ readiness (R10)
+
+    def _progress(self, event: WorkloadProgress) -> None:
+        """Pod counts of an admitted workload; its deadline stops once all are ready."""
+        job = self.state.jobs.get(event.workload)
+        if job is None or job.state != ADMITTED or job.readiness is None:
+            return
+        job.readiness = readiness.progressed(job.readiness, event.ready, event.total)
+        if not job.readiness.deadline_ms:
+            self._unready.pop(job.key, None)
+
+    def _requeue_unready(self, decisions: list[Decision]) -> None:
+        """Requeue every admitted workload of this engine's zones past its ready deadline."""
+        now = self.state.now
+        due = sorted((end, key) for key, end in self._unready.items() if end <= now)
+        for _, key in due:
+            job = self.state.jobs[key]
+            if not self._decides(job.zone):
+                continue
+            decision = self._requeue_decision(job)
+            self._apply_requeued(decision)
+            decisions.append(decision)
+
+    def _requeue_decision(self, job: Job) -> Requeued:
+        """The requeue of ``job`` now: which attempt it was and when it may be tried again."""
+        assert job.used_path is not None and job.readiness is not None
+        policy = self._readiness(job.used_path)
+        record = job.readiness
+        attempt = record.requeues + 1
+        final = attempt >= policy.max_attempts
+        wait = None if final else policy.backoff_ms(attempt)
+        now = self.state.now
+        info = self.state.tree.nodes.get(job.used_path)
+        queue = info.queue if info is not None and info.queue is not None else QueueName("")
+        return Requeued(
+            workload=job.key,
+            queue=queue,
+            quota=job.used_path,
+            zone=job.zone,
+            requests=dict(job.used_shape),
+            ready=record.ready,
+            total=record.total,
+            attempt=attempt,
+            max_attempts=policy.max_attempts,
+            retry_after_ms=None if wait is None else Millis(now + wait),
+            reason=reasons.pods_not_ready(
+                record.ready,
+                record.total,
+                now - record.started_ms,
+                attempt,
+                policy.max_attempts,
+                wait,
+            ),
+        )
+
+    def _apply_requeued(self, decision: Requeued) -> None:
+        """Evict an admitted workload for readiness: it waits at its place again (R10).
+
+        Its usage leaves at once in scenarios; in a running system it stops like a preempted
+        victim that is its own preemptor (a stop group with no hold, R7) -- as the ledger
+        holds it: counted, not claimed -- until the ledger's ``Released``, and the workload
+        is not offered before that either.
+        """
+        job = self.state.jobs.get(decision.workload)
+        if job is None or job.state != ADMITTED or job.used_path is None:
+            return
+        placement: Placement = (job.used_path, job.used_shape, job.zone)
+        self._unadmit(job)
+        self._begin_stop(job.key, job.key, placement)
+        record = job.readiness if job.readiness is not None else readiness.Readiness()
+        job.readiness = readiness.requeued(
+            record, decision.attempt, decision.retry_after_ms, decision.reason
+        )
+        self._classify(job)
+        if job.state == INADMISSIBLE and decision.retry_after_ms is None:
+            # The last Requeued says it (and reaches the log through the ledger): a separate
+            # Inadmissible from the dequeuer could reach the log before it.
+            self.state.announce.pop(job.key, None)
+        if job.state == PENDING and decision.retry_after_ms is not None:
+            heapq.heappush(self.state.wakeups, (decision.retry_after_ms, 0, job.key))
+        self.state.version += 1
 
     # ------------------------------------------------------------------ decisions made elsewhere
 
@@ -479,20 +588,55 @@ class Engine:
             job.priority = decision.priority
             job.created_ms = self.state.now
             job.shape = self._intern(shape_of(decision.requests))
+            job.fit_shape = job.shape
             job.refresh_sort_key()
             job.arrived_pass = self.state.passes
             job.state = UNMAPPED  # placeholder: not in any queue yet
             self.state.jobs[job.key] = job
         elif job.state in (ADMITTED, FINISHED):
+            if job.state == ADMITTED and job.readiness is not None:
+                self._restart_ready_deadline(job)
             return
         else:
             self._unplace(job)
         if job.held:
             self._drop_hold(job)
         shape = self._intern(shape_of(decision.requests))
-        self._admit(job, decision.quota, shape)
+        self._admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
+
+    def _admitted_pods(self, job: Job, decision: Admitted) -> int | None:
+        """Pods of a partial admission (R11), for the readiness count; None: all of them."""
+        if decision.pod_counts is None or job.scalable is None:
+            return None
+        name, _, count, _ = job.scalable
+        pods = decision.pod_counts.get(name)
+        return None if pods is None else job.pod_count - (count - pods)
+
+    def _restart_ready_deadline(self, job: Job) -> None:
+        """The ledger's grant of an admission this engine made: the ready deadline runs from
+        it, as every engine replaying the log (and the audit) counts it (R10). A preemptor's
+        grant comes once its last victim stopped."""
+        record = job.readiness
+        assert job.used_path is not None and record is not None
+        timeout = self._readiness(job.used_path).timeout_ms
+        if timeout <= 0 or (record.total and record.ready >= record.total):
+            return
+        deadline = self.state.now + timeout
+        if job.key in self._unready and deadline <= record.deadline_ms:
+            return
+        job.readiness = readiness.restarted(record, self.state.now, timeout)
+        self._unready[job.key] = deadline
+        heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
 
     def _apply_preempted(self, decision: Preempted) -> None:
+        if self._stopping.get(decision.workload) == decision.workload:
+            # Requeued here, preempted by the ledger before it read that (R10): its usage
+            # now counts as the preemptor's group's, as in the ledger.
+            stopping = self.state.stops[decision.workload].victims[decision.workload]
+            self._end_stop(decision.workload)
+            self._hold_for(decision.preemptor)
+            self._begin_stop(decision.preemptor, decision.workload, stopping)
+            return
         lingering = self.state.lingering.pop(decision.workload, None)
         if lingering is not None:
             # It finished (or was deleted) before the ledger read that: the ledger preempted
@@ -531,8 +675,20 @@ class Engine:
     def _apply_released(self, decision: Released) -> None:
         # The ledger freed it (R7): a victim seen stopped, or a finished, deleted or
         # preempted workload whose usage lingered until now; a preemptor gone for good.
+        requeued = self._stopping.get(decision.workload) == decision.workload
         self._end_stop(decision.workload)
         self._preemptor_gone(decision.workload)
+        if requeued and decision.cause == "Deleted":
+            # Requeued here (R10) and deleted: this very workload is gone. It is still known
+            # only when the ledger's Admitted reached the log after its deletion (applied
+            # again until this Released, R8): that admission ends, nothing waits in a queue.
+            self._end_linger(decision.workload)
+            job = self.state.jobs.get(decision.workload)
+            if job is not None:
+                if job.state == ADMITTED:
+                    self._unadmit(job)
+                self._delete(job.key)
+            return
         if self._end_linger(decision.workload):
             return  # a workload of the same name may exist again: it is not this one
         job = self.state.jobs.get(decision.workload)
@@ -577,6 +733,9 @@ class Engine:
         no hold: the reclaim did not happen. Exact because a pass never offers as a victim a
         workload it admitted itself (ADMISSION-RULES R6): every victim was admitted before it.
         """
+        group = self.state.stops.get(preemptor)
+        # What each victim was admitted with (a partial admission holds less than it asks).
+        placed = {v: where[1] for v, where in group.victims.items()} if group else {}
         for decision in victims:
             self._end_stop(decision.workload)
         for decision in victims:
@@ -587,9 +746,15 @@ class Engine:
                 self._drop_hold(victim)
             self._unplace(victim)
             admitted_ms, admit_seq = victim.admitted_ms, victim.admit_seq
-            self._admit(victim, decision.quota, victim.shape)
+            record = victim.readiness
+            self._admit(victim, decision.quota, placed.get(victim.key, victim.shape))
             self._forget_admitted(victim)
             victim.admitted_ms, victim.admit_seq = admitted_ms, admit_seq
+            # Admitted again as it was: its readiness deadline and counts too (R10).
+            victim.readiness = record
+            self._unready.pop(victim.key, None)
+            if record is not None and record.deadline_ms:
+                self._unready[victim.key] = record.deadline_ms
             victim.refresh_victim_key()
             insort(self._leaf_admitted.setdefault(decision.quota, []), victim.victim_key)
             victim.note = None
@@ -656,6 +821,7 @@ class Engine:
         self._offer_keys = {}
         self._admit_offers = []
         self._potential_offers = []
+        self._timed_offers = set()
         self._dirty = set(self.state.tree.leaves)
         for job in self.state.jobs.values():
             if job.used_path is not None:
@@ -755,6 +921,8 @@ class Engine:
             return
         job.leaf = leaf
         never = self._never_fits(job, self.state.tree.nodes[leaf])
+        if never is None and job.readiness is not None and job.readiness.exhausted:
+            never = job.readiness.last  # its last attempt timed out (R10)
         if never is not None:
             job.state = INADMISSIBLE
             self._outside[job.key] = None
@@ -790,10 +958,11 @@ class Engine:
         job.announced = reason
 
     def _never_fits(self, job: Job, leaf: QuotaNodeInfo) -> Reason | None:
-        """Why ``job`` could not fit even in an empty cluster, or None (section 3)."""
+        """Why ``job`` could not fit even in an empty cluster, or None (section 3): not even
+        with the fewest pods it may start with (R11)."""
         rate = self.config.oversell_rate
         for info in reversed(leaf.ancestors):
-            for resource, amount in job.shape:
+            for resource, amount in job.fit_shape:
                 cap = info.cap.get(resource)
                 if cap is not None and amount > cap:
                     return reasons.exceeds_max(
@@ -809,7 +978,7 @@ class Engine:
         for name in sorted(nodes):
             for resource, amount in nodes[name].allocatable.items():
                 totals[resource] = totals.get(resource, 0) + amount
-        for resource, amount in job.shape:
+        for resource, amount in job.fit_shape:
             if amount > totals.get(resource, 0):
                 return reasons.zone_total_exceeded(
                     job.zone, resource, amount, totals.get(resource, 0)
@@ -868,8 +1037,18 @@ class Engine:
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
 
-    def _admit(self, job: Job, quota: QuotaPath, shape: Shape, *, in_pass: bool = False) -> None:
+    def _admit(
+        self,
+        job: Job,
+        quota: QuotaPath,
+        shape: Shape,
+        *,
+        in_pass: bool = False,
+        pods: int | None = None,
+    ) -> None:
         """Record ``job`` as admitted on ``quota`` (counts as used at once).
+
+        ``pods``: a partial admission's pods (R11), all of them when None.
 
         ``in_pass``: admitted by the running pass, so not a reclaim candidate before it ends
         (R6); it joins its leaf's candidate list then, and no reclaim walks past it meanwhile.
@@ -890,7 +1069,44 @@ class Engine:
         runtime = self._min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self.state.wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
+        # A pass's own admission is only proposed: its deadline runs from the ledger's grant
+        # on the log (before it, the watcher has not even started the pods). Scenarios have
+        # no ledger: there the admission is the grant.
+        granted = not in_pass or self.config.instant_release
+        self._arm_readiness(job, self._readiness(quota), pods, granted=granted)
         self.state.version += 1
+
+    def _arm_readiness(
+        self, job: Job, policy: ReadinessPolicy, pods: int | None, *, granted: bool
+    ) -> None:
+        """A new admission: with a ready timeout, its deadline starts now if ``granted``, else
+        at the ledger's ``Admitted`` (``_restart_ready_deadline``) (R10).
+
+        The wakeup carries ``-admit_seq`` (min-runtime ones carry ``admit_seq``, backoff ends
+        0), so ``next_wakeup`` tells which condition each entry waits for.
+        """
+        if policy.timeout_ms <= 0:
+            if job.readiness is not None:
+                job.readiness = msgspec.structs.replace(
+                    job.readiness, deadline_ms=0, not_before_ms=0
+                )
+            return
+        job.readiness = readiness.armed(
+            job.readiness,
+            job.admitted_ms,
+            policy.timeout_ms,
+            job.pod_count if pods is None else pods,
+        )
+        if not granted:
+            job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=0)
+            return
+        deadline = job.readiness.deadline_ms
+        self._unready[job.key] = deadline
+        heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
+
+    def _readiness(self, path: QuotaPath) -> ReadinessPolicy:
+        info = self.state.tree.nodes.get(path)
+        return info.readiness if info is not None else self.config.readiness
 
     def _unadmit(self, job: Job) -> None:
         """Free an admitted workload's usage; the caller decides where it goes next."""
@@ -898,6 +1114,7 @@ class Engine:
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
+        self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
@@ -937,12 +1154,13 @@ class Engine:
                     return False
         return True
 
-    def _fits_zone(self, job: Job) -> bool:
+    def _fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
+        """Whether the zone has room for ``shape`` (the whole request when None)."""
         if job.zone not in self.state.nodes:
             return True
         cap = self._zone_cap.get(job.zone, {})
         used = self.state.zone_used.get(job.zone, {})
-        for resource, amount in job.shape:
+        for resource, amount in job.shape if shape is None else shape:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
         return all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods)
@@ -1005,7 +1223,14 @@ class Engine:
             self.state.version += 1
         self.state.last_pass_now = now
         self.state.passes += 1
-        decisions: list[Decision] = self._announcements()
+        decisions: list[Decision] = []
+        if self._unready and self.state.tree.root is not None:
+            # First, so that a workload out of attempts is announced inadmissible at once.
+            self._requeue_unready(decisions)
+        decisions.extend(self._announcements())
+        # A backoff may have ended since: the leaves whose first candidate depends on the
+        # clock are looked at again (the pass refreshes dirty leaves first).
+        self._dirty.update(self._timed_offers)
         if self.state.tree.root is not None:
             try:
                 DecisionPass(self, decisions).run()
@@ -1109,15 +1334,22 @@ class Engine:
         return refreshed
 
     def _leaf_offer(self, info: QuotaNodeInfo, queue: Queue) -> tuple[WorkloadKey, OfferKey] | None:
-        """The leaf's first workload this engine decides for, and its interleave key (R3:
-        within-min first, lower dominant share, then queue order)."""
+        """The leaf's first workload this engine decides for and that is not backing off
+        (R10), and its interleave key (R3: within-min first, lower dominant share, then queue
+        order). A leaf where a backing-off workload was passed over is marked as depending on
+        the clock (``_timed_offers``): its offer is refreshed at every pass."""
         jobs = self.state.jobs
+        self._timed_offers.discard(info.path)
         for entry in queue.entries:
             job = jobs[entry[2]]
-            if self._decides(job.zone):
-                # A held preemptor's own hold is already counted in its leaf's usage.
-                within = self._within_min(info, () if job.held else job.shape)
-                return job.key, (0 if within else 1, self._share(info), job.sort_key)
+            if not self._decides(job.zone):
+                continue
+            if job.readiness is not None and self.backing_off(job):
+                self._timed_offers.add(info.path)
+                continue
+            # A held preemptor's own hold is already counted in its leaf's usage.
+            within = self._within_min(info, () if job.held else job.shape)
+            return job.key, (0 if within else 1, self._share(info), job.sort_key)
         return None
 
     def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
@@ -1163,7 +1395,7 @@ class Engine:
         stale: list[QuotaPath] = []
         heaps = (set(self._admit_offers), set(self._potential_offers))
         for leaf in self.state.tree.leaves:
-            if leaf in self._dirty:
+            if leaf in self._dirty or leaf in self._timed_offers:
                 continue  # refreshed before the next pass looks
             info, queue = self.state.tree.nodes[leaf], self._queues[leaf]
             fresh = self._leaf_offer(info, queue)
@@ -1291,13 +1523,24 @@ class Engine:
         heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
-            job = self.state.jobs.get(key)
-            stale = job is None or job.state != ADMITTED or job.admit_seq != seq
-            if stale or end <= self.state.now:
+            if not self._wakeup_live(end, seq, key) or end <= self.state.now:
                 heapq.heappop(heap)
                 continue
             return Millis(end)
         return None
+
+    def _wakeup_live(self, end: int, seq: int, key: WorkloadKey) -> bool:
+        """Whether a wakeup still waits for something: a min-runtime end (``seq`` > 0), a
+        ready deadline (``-admit_seq``) or a requeue backoff's end (0) of that workload."""
+        job = self.state.jobs.get(key)
+        if job is None:
+            return False
+        if seq > 0:
+            return job.state == ADMITTED and job.admit_seq == seq
+        if seq < 0:
+            return job.state == ADMITTED and job.admit_seq == -seq and key in self._unready
+        record = job.readiness
+        return job.state == PENDING and record is not None and record.not_before_ms == end
 
     # ------------------------------------------------------------------ queries
     # Read-side questions (``engine_queries`` answers them over the state; the pass's
@@ -1333,9 +1576,18 @@ class Engine:
 
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
-            if self._decides(self.state.jobs[key].zone):
+            job = self.state.jobs[key]
+            if self._decides(job.zone) and not self.backing_off(job):
                 return key
         return None
+
+    def backing_off(self, job: Job) -> bool:
+        """Requeued for readiness and not to be offered yet (R10): its backoff runs, or its
+        earlier admission's usage still lingers until the ledger releases it (R7)."""
+        record = job.readiness
+        if record is None or not record.requeues:
+            return False
+        return record.not_before_ms > self.state.now or job.key in self._stopping
 
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None

@@ -149,6 +149,8 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
         return None
     if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
         return job.announced
+    if e.backing_off(job):
+        return requeue_backoff(e, job)
     if key in e._stopping:
         return still_stopping(e, key)
     unserved = e._not_served(job)
@@ -205,6 +207,8 @@ def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
 def _pending_reason(e: Engine, job: Job) -> Reason:
     if job.note is not None and job.note_pass == e.state.passes:
         return job.note
+    if e.backing_off(job):
+        return requeue_backoff(e, job)
     if job.key in e._stopping:
         return still_stopping(e, job.key)
     unserved = e._not_served(job)
@@ -226,6 +230,18 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     if zone is not None:
         return zone
     return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
+
+
+def requeue_backoff(e: Engine, job: Job) -> Reason:
+    """Why a workload requeued for readiness is not offered yet (R10)."""
+    record = job.readiness
+    assert record is not None and job.leaf is not None
+    return reasons.requeue_backoff(
+        record.requeues,
+        e.state.tree.nodes[job.leaf].readiness.max_attempts,
+        record.not_before_ms - e.state.now,
+        job.key in e._stopping,
+    )
 
 
 def still_stopping(e: Engine, key: WorkloadKey) -> Reason:

@@ -28,11 +28,13 @@ from schemas import (
     QuotaPath,
     Reason,
     Released,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
 )
 from usher.core import reasons
@@ -66,9 +68,10 @@ class HistoryLine(msgspec.Struct, frozen=True, kw_only=True):
     time: datetime
     source: str
     what: str
-    """``observed``, ``finished``, ``deleted``, ``rejected``, ``Admitted``, ``Preempted``,
-    ``preempts`` (it preempted another workload), ``Released``, ``Inadmissible``,
-    ``Unmapped`` or ``Pending``."""
+    """``observed``, ``progress`` (its pods' readiness), ``finished``, ``deleted``,
+    ``rejected``, ``Admitted``, ``Preempted``, ``preempts`` (it preempted another workload),
+    ``Requeued`` (not ready in time, R10), ``Released``, ``Inadmissible``, ``Unmapped`` or
+    ``Pending``."""
     detail: str
     reason: Reason | None = None
 
@@ -202,6 +205,14 @@ def _line(
         detail = f"on {event.quota} (queue {event.queue}), {format_resources(event.requests)}"
     elif isinstance(event, Preempted):
         what, detail, reason = "Preempted", f"by {event.preemptor} on {event.quota}", event.reason
+    elif isinstance(event, Requeued):
+        what, reason = "Requeued", event.reason
+        detail = f"on {event.quota}, attempt {event.attempt} of {event.max_attempts}"
+    elif isinstance(event, WorkloadProgress):
+        what = "progress"
+        detail = f"{event.ready}/{event.total} pods ready"
+        if event.succeeded or event.failed:
+            detail += f", {event.succeeded} succeeded, {event.failed} failed"
     elif isinstance(event, Released):
         what = "Released"
         detail = f"{format_resources(event.requests)} on {event.quota} (cause {event.cause})"

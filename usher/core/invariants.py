@@ -15,6 +15,11 @@ What it does: walks the log once, in order, and reports every entry that breaks 
 * ``preemption-refused``: a group of ``Preempted`` (the victims of one preemptor, consecutive
   on the log) that ``Engine.check_preemption`` refuses on the state folded up to the group.
   ``preemption_refusal`` is that one check; ``usher audit`` uses the same function.
+* ``requeue-unjustified``: a ``Requeued`` (R10) for a workload that was not admitted then,
+  or whose ready deadline had not passed by the entry's time (its ``Admitted`` on the log plus
+  the ready timeout of its leaf), or whose latest ``WorkloadProgress`` since that admission
+  said every pod was ready. A requeued workload runs, and counts, until its own ``Released``,
+  like a preempted victim.
 * At the end of the log (optional: a log that is still moving can have workloads the next pass
   admits): ``stuck``, a workload waiting although nothing stops it (``Engine.reason_now`` says
   it fits now, or it waits for victims that have all been released) or without a reason; and
@@ -42,6 +47,7 @@ from schemas import (
     QuotaTreeApplied,
     Reason,
     Released,
+    Requeued,
     WorkloadKey,
 )
 from usher.core import reasons
@@ -53,13 +59,14 @@ from usher.core.log import LogEntry
 from usher.core.state import JobState
 from usher.core.tree import iter_nodes, path_nodes
 
-LEDGER_DECISIONS = (Admitted, Preempted, Released)
+LEDGER_DECISIONS = (Admitted, Preempted, Released, Requeued)
 
 OVER_COMMIT = "over-commit"
 ALREADY_ADMITTED = "already-admitted"
 PREEMPTION_REFUSED = "preemption-refused"
 STUCK = "stuck"
 NEVER_RELEASED = "never-released"
+REQUEUE_UNJUSTIFIED = "requeue-unjustified"
 
 
 class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -159,6 +166,8 @@ class _Checker:
                 self.admitted(item, event)
             elif isinstance(event, Released):
                 self.released(event)
+            elif isinstance(event, Requeued):
+                self.requeued(item, event)
             elif isinstance(event, QuotaTreeApplied):
                 self.install(event)
             self.engine.apply(event, item.time_ms)
@@ -244,6 +253,17 @@ class _Checker:
             self.victims_of.setdefault(event.preemptor, set()).add(event.workload)
             self.engine.apply(event, item.time_ms)
         # Running usage is unchanged: the victims run until their own Released.
+
+    # -- 4: every Requeued justified by the state before it (R10)
+
+    def requeued(self, item: LogEntry, event: Requeued) -> None:
+        refused = requeue_refusal(self.engine, event, item.time_ms)
+        if refused is not None:
+            self.note(item, REQUEUE_UNJUSTIFIED, refused)
+        live = self.running.get(event.workload)
+        if live is not None:
+            live.preempted_seq = item.seq
+        # Running usage is unchanged: it runs until its own Released.
 
     # -- the end of the log
 
@@ -333,6 +353,27 @@ def preemption_refusal(
     return blamed, refusal
 
 
+def requeue_refusal(engine: Engine, event: Requeued, at_ms: Millis) -> str | None:
+    """Why ``event`` is not justified on ``engine``'s state (the log before it), or None.
+
+    Justified: the workload is admitted with a ready deadline running (so no progress since
+    its admission said every pod was ready) and that deadline is not after ``at_ms``.
+    """
+    job = engine.state.jobs.get(event.workload)
+    if job is None or job.state != JobState.ADMITTED:
+        state = "unknown" if job is None else job.state
+        return f"{event.workload} was {state}, not admitted"
+    record = job.readiness
+    if record is None or not record.deadline_ms:
+        if record is not None and record.total and record.ready >= record.total:
+            return f"{record.ready}/{record.total} pods were ready before it"
+        return f"{event.workload} had no ready timeout running"
+    if record.deadline_ms > at_ms:
+        early = format_time(Millis(record.deadline_ms))
+        return f"its ready deadline is {early}, after the requeue at {format_time(at_ms)}"
+    return None
+
+
 def check_log(
     items: Sequence[LogEntry], config: EngineConfig, *, at_end: bool = True
 ) -> list[Violation]:
@@ -364,6 +405,7 @@ __all__ = [
     "NEVER_RELEASED",
     "OVER_COMMIT",
     "PREEMPTION_REFUSED",
+    "REQUEUE_UNJUSTIFIED",
     "STUCK",
     "Violation",
     "as_preempted",
@@ -371,4 +413,5 @@ __all__ = [
     "log_groups",
     "preemption_refusal",
     "render_violations",
+    "requeue_refusal",
 ]

@@ -248,3 +248,55 @@ def stale_view(preemptor: WorkloadKey, detail: str, blocker: WorkloadKey | None 
     return Reason(
         code="StaleView", message=f"reclaim for {preemptor} refused: {detail}", blocker=blocker
     )
+
+
+def _seconds(ms: int) -> str:
+    """Milliseconds as seconds for a sentence: ``300``, ``1.5``."""
+    whole, rest = divmod(ms, 1000)
+    return str(whole) if rest == 0 else f"{whole}.{rest:03d}".rstrip("0")
+
+
+def pods_not_ready(
+    ready: int, total: int, waited_ms: int, attempt: int, attempts: int, wait_ms: int | None
+) -> Reason:
+    """Requeued (R10): admitted ``waited_ms`` ago, fewer than all pods ready; what follows."""
+    after = "no attempts left" if wait_ms is None else f"next try after {_seconds(wait_ms)} s"
+    message = (
+        f"{ready}/{total} pods ready after {_seconds(waited_ms)} s, "
+        f"attempt {attempt} of {attempts}, {after}"
+    )
+    return Reason(code="PodsNotReady", message=message, used=ready, limit=total)
+
+
+def partial_admission(
+    pods: int, count: int, least: int, request: tuple[tuple[str, int], ...], why: Reason | None
+) -> Reason:
+    """Admitted with fewer pods (R11): how many, and what the whole gang lacked."""
+    message = f"{pods} of {count} pods admitted (min {least})"
+    if why is not None and why.node is not None and why.resource is not None:
+        amounts = dict(request)
+        short = (why.used or 0) + amounts.get(why.resource, 0) - (why.limit or 0)
+        message += (
+            f"; {why.node} {why.resource} {format_quantity(why.resource, short)} short for {count}"
+        )
+    elif why is not None:
+        message += f"; {why.message}"
+    return Reason(
+        code="PartialAdmission",
+        message=message,
+        node=why.node if why is not None else None,
+        resource=why.resource if why is not None else None,
+        used=why.used if why is not None else None,
+        requested=why.requested if why is not None else None,
+        limit=why.limit if why is not None else None,
+    )
+
+
+def requeue_backoff(attempt: int, attempts: int, left_ms: int, stopping: bool) -> Reason:
+    """Pending (R10): requeued for readiness; not offered again before its backoff ends."""
+    if stopping:
+        wait = "its pods were not seen stopped yet"
+    else:
+        wait = f"offered again in {_seconds(left_ms)} s"
+    message = f"requeued after attempt {attempt} of {attempts} (pods not ready); {wait}"
+    return Reason(code="RequeueBackoff", message=message)

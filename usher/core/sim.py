@@ -2,7 +2,9 @@
 
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
-services through the timeline and its min-runtime wakeups, ``render_json``/``render_table``
+services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
+ready -- and ``progress: {job, ready, total}``, the pod progress R10 judges readiness by) and
+its wakeups (min-runtime ends, ready deadlines, requeue backoffs), ``render_json``/``render_table``
 print the outcome, and ``check`` compares it with the scenario's ``expect:`` block.
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
@@ -30,10 +32,12 @@ from schemas import (
     QuotaPath,
     QuotaTreeApplied,
     QuotaTreeRejected,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
+    WorkloadProgress,
     Zone,
 )
 from schemas.events import ClusterEvent
@@ -47,7 +51,8 @@ from usher.core.workload import extract_priority_class, extract_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
 CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
-ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode")
+ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode", "ready", "progress")
+PROGRESS_KEYS = ("job", "ready", "total")
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
 EXPECT_KEYS = ("jobs", "queues", "preempted", "quota")
@@ -305,7 +310,8 @@ def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
         errors.add("timeline", "not-a-list", "timeline must be a list")
         return []
     steps: list[Step] = []
-    live: set[WorkloadKey] = set()
+    live: dict[WorkloadKey, int] = {}
+    """Workloads created so far -> their pods (``ready`` and ``progress`` count them)."""
     last_ms = -1
     for index, entry in enumerate(raw):
         path = f"timeline[{index}]"
@@ -343,7 +349,7 @@ def _timeline_event(
     entry: Mapping[object, object],
     path: str,
     at_ms: Millis,
-    live: set[WorkloadKey],
+    live: dict[WorkloadKey, int],
     errors: _Errors,
 ) -> ClusterEvent | None:
     actions = [a for a in ACTIONS if a in entry]
@@ -362,6 +368,8 @@ def _timeline_event(
         return _create_event(value, entry.get("name"), path, at_ms, live, errors)
     if action in ("finish", "delete"):
         return _finish_or_delete(action, value, f"{path}.{action}", live, errors)
+    if action in ("ready", "progress"):
+        return _progress_event(action, value, f"{path}.{action}", at_ms, live, errors)
     if action == "apply":
         return _object_event(value, f"{path}.apply", errors)
     if action == "node":
@@ -374,7 +382,7 @@ def _create_event(
     name: object,
     path: str,
     at_ms: Millis,
-    live: set[WorkloadKey],
+    live: dict[WorkloadKey, int],
     errors: _Errors,
 ) -> ClusterEvent | None:
     if name is not None and (not isinstance(name, str) or not name):
@@ -398,12 +406,12 @@ def _create_event(
     except WorkloadInvalid as failure:
         errors.absorb(f"{path}.create", failure)
         return None
-    live.add(event.workload)
+    live[event.workload] = sum(p.count for p in event.pod_sets if p.count > 0)
     return event
 
 
 def _finish_or_delete(
-    action: str, value: object, path: str, live: set[WorkloadKey], errors: _Errors
+    action: str, value: object, path: str, live: dict[WorkloadKey, int], errors: _Errors
 ) -> ClusterEvent | None:
     if not isinstance(value, str) or value.count("/") != 1:
         errors.add(path, "invalid-job", f"{action} takes namespace/name, got {value!r}")
@@ -413,9 +421,61 @@ def _finish_or_delete(
         errors.add(path, "unknown-job", f"{value} was not created earlier in the timeline")
         return None
     if action == "delete":
-        live.discard(key)
+        live.pop(key, None)
         return WorkloadDeleted(workload=key)
     return WorkloadFinished(workload=key)
+
+
+def _live_job(
+    value: object, path: str, live: dict[WorkloadKey, int], errors: _Errors
+) -> WorkloadKey | None:
+    if not isinstance(value, str) or value.count("/") != 1:
+        errors.add(path, "invalid-job", f"expected namespace/name, got {value!r}")
+        return None
+    key = WorkloadKey(value)
+    if key not in live:
+        errors.add(path, "unknown-job", f"{value} was not created earlier in the timeline")
+        return None
+    return key
+
+
+def _progress_event(
+    action: str,
+    value: object,
+    path: str,
+    at_ms: Millis,
+    live: dict[WorkloadKey, int],
+    errors: _Errors,
+) -> ClusterEvent | None:
+    """``ready: ns/name`` (every pod ready) or ``progress: {job, ready, total}`` (R10)."""
+    if action == "ready":
+        key = _live_job(value, path, live, errors)
+        if key is None:
+            return None
+        return WorkloadProgress(workload=key, ready=live[key], total=live[key], observed_ms=at_ms)
+    if not isinstance(value, Mapping):
+        errors.add(path, "not-a-mapping", "progress takes {job, ready, total}")
+        return None
+    for key_name in sorted(str(k) for k in value):
+        if key_name not in PROGRESS_KEYS:
+            errors.add(f"{path}.{key_name}", "unknown-key", f"progress keys: {PROGRESS_KEYS}")
+    key = _live_job(value.get("job"), f"{path}.job", live, errors)
+    if key is None:
+        return None
+    total = value.get("total", live[key])
+    ready = value.get("ready")
+    counts_valid = True
+    for name, count in (("ready", ready), ("total", total)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            errors.add(f"{path}.{name}", "invalid-count", f"{name} must be a whole number >= 0")
+            counts_valid = False
+    if not counts_valid:
+        return None
+    assert isinstance(ready, int) and isinstance(total, int)
+    if ready > total:
+        errors.add(f"{path}.ready", "invalid-count", f"ready {ready} is more than total {total}")
+        return None
+    return WorkloadProgress(workload=key, ready=ready, total=total, observed_ms=at_ms)
 
 
 def _remove_node_event(value: object, path: str, errors: _Errors) -> ClusterEvent | None:
@@ -549,7 +609,7 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     decision = record.decision
     if isinstance(decision, Unmapped):
         queue, quota = None, None
-    elif isinstance(decision, Admitted | Preempted | Inadmissible):
+    elif isinstance(decision, Admitted | Preempted | Inadmissible | Requeued):
         queue, quota = decision.queue, decision.quota
     else:
         return None
@@ -562,7 +622,10 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     }
     if isinstance(decision, Preempted):
         entry["preemptor"] = decision.preemptor
-    if not isinstance(decision, Admitted):
+    if isinstance(decision, Admitted):
+        if decision.reason is not None:  # a partial admission says why (R11)
+            entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
+    else:
         entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
     return entry
 
@@ -572,6 +635,7 @@ _ACTIONS: dict[type, str] = {
     Preempted: "preempt",
     Inadmissible: "inadmissible",
     Unmapped: "unmapped",
+    Requeued: "requeue",
 }
 
 

@@ -50,10 +50,11 @@ from schemas import (
     WorkloadKey,
     Zone,
 )
-from usher.core.config import EngineConfig
+from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
+from usher.core.readiness import Readiness
 from usher.core.state import (
     ENGINE_STATES,
     Job,
@@ -64,7 +65,7 @@ from usher.core.state import (
     TreeIndex,
 )
 
-FORMAT = 2
+FORMAT = 3
 """Bumped whenever the encoding changes; a snapshot of another format is refused (replay)."""
 
 ENCODED: frozenset[str] = frozenset(
@@ -110,7 +111,9 @@ REBUILT: frozenset[str] = frozenset(
         "_offer_keys",
         "_admit_offers",
         "_potential_offers",
+        "_timed_offers",
         "_stopping",  # from ``stops``
+        "_unready",  # from the admitted workloads' readiness records
         "_pass_admitted",  # empty between passes, when snapshots are taken
     }
 )
@@ -158,6 +161,8 @@ class ConfigRecord(msgspec.Struct, frozen=True, array_like=True):
     min_runtime_ms: int
     zones: list[str] | None
     instant_release: bool = False
+    readiness: tuple[int, int, int, int] | None = None
+    """Timeout, backoff base and cap (ms) and attempts (R10); None for the defaults."""
 
 
 class PlacementRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -205,6 +210,12 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     note_pass: int
     held: bool
     announced: Reason | None
+    pod_count: int = 0
+    readiness: Readiness | None = None
+    scalable: tuple[str, int, int, int] | None = None
+    """Partial admission (R11): pod set name, per-pod shape index, pods asked, fewest."""
+    fit_shape: int | None = None
+    """Shape index of the least it may start with; None when that is ``shape``."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -282,6 +293,14 @@ def config_record(config: EngineConfig) -> ConfigRecord:
         min_runtime_ms=config.min_runtime_ms,
         zones=sorted(config.zones) if config.zones is not None else None,
         instant_release=config.instant_release,
+        readiness=None
+        if config.readiness == ReadinessPolicy()
+        else (
+            config.readiness.timeout_ms,
+            config.readiness.backoff_base_ms,
+            config.readiness.backoff_cap_ms,
+            config.readiness.max_attempts,
+        ),
     )
 
 
@@ -297,9 +316,11 @@ def _fingerprint(record: ConfigRecord) -> str:
     numerator, denominator = record.oversell_rate
     zones = "*" if record.zones is None else ",".join(record.zones)
     stop = ";instant_release" if record.instant_release else ""
+    ready = "" if record.readiness is None else ";readiness=" + ",".join(map(str, record.readiness))
     return (
         f"policy={record.policy};oversell={numerator}/{denominator};"
         f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}{stop}"
+        f"{ready}"
     )
 
 
@@ -372,6 +393,12 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.note_pass,
                 job.held,
                 job.announced,
+                job.pod_count,
+                job.readiness,
+                None
+                if job.scalable is None
+                else (job.scalable[0], sid(job.scalable[1]), job.scalable[2], job.scalable[3]),
+                None if job.fit_shape == job.shape else sid(job.fit_shape),
             )
         )
     version = state.version
@@ -564,6 +591,13 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.note_pass = r.note_pass
         job.held = r.held
         job.announced = r.announced
+        job.pod_count = r.pod_count
+        job.readiness = r.readiness
+        job.scalable = None
+        if r.scalable is not None:
+            name, pod, count, least = r.scalable
+            job.scalable = (name, shapes[pod], count, least)
+        job.fit_shape = job.shape if r.fit_shape is None else shapes[r.fit_shape]
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

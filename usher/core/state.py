@@ -13,7 +13,8 @@ from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
-from usher.core.config import EngineConfig, WithinQuota
+from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
+from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.tree import iter_nodes, queue_name
 
@@ -22,6 +23,10 @@ Shape = tuple[tuple[str, int], ...]
 
 SortKey = tuple[int, int, WorkloadKey]
 """Order inside a queue: ``(-priority, created_ms, namespace/name)`` ascending (section 2)."""
+
+Scalable = tuple[str, Shape, int, int]
+"""The pod set that may start with fewer pods (R11): its name, per-pod request, the pods it
+asks for and the fewest it may start with."""
 
 VictimKey = tuple[int, int, int, WorkloadKey]
 """Reclaim order inside one leaf: lowest priority, most recently admitted, then name."""
@@ -62,6 +67,15 @@ def shape_of(resources: dict[str, int]) -> Shape:
     return tuple(sorted((r, a) for r, a in resources.items() if a > 0))
 
 
+def shape_with(shape: Shape, scalable: Scalable, pods: int) -> Shape:
+    """``shape`` (the whole request) with the scalable pod set at ``pods`` pods (R11)."""
+    _, pod, count, _ = scalable
+    total = dict(shape)
+    for resource, amount in pod:
+        total[resource] = total.get(resource, 0) - amount * (count - pods)
+    return shape_of(total)
+
+
 class QuotaNodeInfo:
     """One node of the tree in force, with its effective caps and inherited attributes."""
 
@@ -79,6 +93,7 @@ class QuotaNodeInfo:
         "parent",
         "path",
         "queue",
+        "readiness",
         "residual",
         "used",
         "within_quota",
@@ -103,6 +118,8 @@ class QuotaNodeInfo:
         counts for fit, not for ``min`` (borrowing, reclaim) -- it leaves once they stop."""
         self.within_quota: WithinQuota = "Never"
         self.min_runtime_ms = 0
+        self.readiness = ReadinessPolicy()
+        """Ready timeout, requeue backoff and attempts, inherited down the tree (R10)."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
 
 
@@ -137,6 +154,9 @@ class TreeIndex:
             info = QuotaNodeInfo(path, node, parent)
             info.cap = {r: effective_cap(m, config.oversell_rate) for r, m in info.max.items()}
             info.within_quota, info.min_runtime_ms = _inherited_attributes(node, parent, config)
+            info.readiness = readiness_policy(
+                node.attributes, parent.readiness if parent is not None else config.readiness
+            )
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
             self.nodes[path] = info
             self.by_name[node.name] = path
@@ -173,6 +193,7 @@ class Job:
         "announced",
         "arrived_pass",
         "created_ms",
+        "fit_shape",
         "held",
         "key",
         "leaf",
@@ -180,10 +201,13 @@ class Job:
         "namespace",
         "note",
         "note_pass",
+        "pod_count",
         "pods",
         "priority",
         "priority_class",
         "quota_name",
+        "readiness",
+        "scalable",
         "shape",
         "sort_key",
         "spec_priority",
@@ -204,7 +228,14 @@ class Job:
         self.priority = 0
         self.created_ms: Millis = Millis(0)
         self.shape: Shape = ()
+        self.scalable: Scalable | None = None
+        """The pod set that may start smaller (R11); None: all-or-nothing."""
+        self.fit_shape: Shape = ()
+        """The least it may start with: ``shape``, or with ``scalable`` at its minimum. Queues
+        group by it, so that pruning never skips a workload that could start partially."""
         self.pods: tuple[Shape, ...] = ()
+        self.pod_count = 0
+        """Pods of the whole gang (every pod set's count summed)."""
         self.quota_name: str | None = None
         self.state: JobState = PENDING
         self.leaf: QuotaPath | None = None
@@ -220,6 +251,8 @@ class Job:
         self.note_pass = -1
         self.held = False
         self.announced: Reason | None = None
+        self.readiness: Readiness | None = None
+        """Readiness after admission (R10); None until a ready timeout applied to it."""
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""
@@ -272,7 +305,8 @@ class Queue:
     """The pending workloads of one leaf in order, also grouped by request shape.
 
     The shape groups let a pass ask "can anything in this queue fit?" in O(shapes) instead
-    of O(length): workloads of one shape fit or fail together on quota.
+    of O(length): workloads of one shape fit or fail together on quota. A workload is grouped
+    by the least it may start with (``Job.fit_shape``; its whole request unless R11 applies).
     """
 
     __slots__ = ("entries", "leaf", "name", "shapes")
@@ -293,9 +327,9 @@ class Queue:
     def add(self, job: Job) -> bool:
         """Insert ``job`` at its place; True when a new shape group appeared."""
         insort(self.entries, job.sort_key)
-        group = self.shapes.get(job.shape)
+        group = self.shapes.get(job.fit_shape)
         if group is None:
-            self.shapes[job.shape] = [job.sort_key]
+            self.shapes[job.fit_shape] = [job.sort_key]
             return True
         insort(group, job.sort_key)
         return False
@@ -303,10 +337,10 @@ class Queue:
     def remove(self, job: Job) -> bool:
         """Take ``job`` out; True when its shape group became empty."""
         _remove_sorted(self.entries, job.sort_key)
-        group = self.shapes[job.shape]
+        group = self.shapes[job.fit_shape]
         _remove_sorted(group, job.sort_key)
         if not group:
-            del self.shapes[job.shape]
+            del self.shapes[job.fit_shape]
             return True
         return False
 

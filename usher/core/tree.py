@@ -31,6 +31,21 @@ KIND = "ElasticQuotaTree"
 WITHIN_QUOTA_ATTRIBUTE = "usher.io/within-quota"
 MIN_RUNTIME_ATTRIBUTE = "usher.io/min-runtime-seconds"
 WITHIN_QUOTA_VALUES = ("Never", "LowerPriority")
+READY_TIMEOUT_ATTRIBUTE = "usher.io/ready-timeout-seconds"
+"""Seconds an admitted workload of the node's leaves may take to become ready; 0 = off (R10)."""
+REQUEUE_BACKOFF_ATTRIBUTE = "usher.io/requeue-backoff-seconds"
+"""Wait after a workload's first readiness requeue; doubled after each further one (R10)."""
+REQUEUE_BACKOFF_MAX_ATTRIBUTE = "usher.io/requeue-backoff-max-seconds"
+"""The cap of that wait (R10)."""
+REQUEUE_MAX_ATTEMPTS_ATTRIBUTE = "usher.io/requeue-max-attempts"
+"""Admissions a workload may time out in before it ends ``Inadmissible`` (R10); at least 1."""
+WHOLE_SECONDS_ATTRIBUTES = (
+    MIN_RUNTIME_ATTRIBUTE,
+    READY_TIMEOUT_ATTRIBUTE,
+    REQUEUE_BACKOFF_ATTRIBUTE,
+    REQUEUE_BACKOFF_MAX_ATTRIBUTE,
+)
+"""Attributes holding a whole, non-negative number of seconds."""
 ALLOW_ZERO_REQUESTS_ATTRIBUTE = "usher.io/allow-zero-requests"
 """``"true"`` on a node (inherited by every node below unless one says ``"false"``): jobs of
 its leaves may have containers that request nothing."""
@@ -384,10 +399,17 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
         allowed = ", ".join(WITHIN_QUOTA_VALUES)
         message = f"{WITHIN_QUOTA_ATTRIBUTE} must be one of {allowed}, got {within!r}"
         checks.report(f"{path}.{WITHIN_QUOTA_ATTRIBUTE}", "invalid-attribute", message)
-    runtime = attributes.get(MIN_RUNTIME_ATTRIBUTE)
-    if runtime is not None and not _NON_NEGATIVE_INTEGER.fullmatch(runtime):
-        message = f"{MIN_RUNTIME_ATTRIBUTE} must be a whole number of seconds, got {runtime!r}"
-        checks.report(f"{path}.{MIN_RUNTIME_ATTRIBUTE}", "invalid-attribute", message)
+    for name in WHOLE_SECONDS_ATTRIBUTES:
+        seconds = attributes.get(name)
+        if seconds is not None and not _NON_NEGATIVE_INTEGER.fullmatch(seconds):
+            message = f"{name} must be a whole number of seconds, got {seconds!r}"
+            checks.report(f"{path}.{name}", "invalid-attribute", message)
+    attempts = attributes.get(REQUEUE_MAX_ATTEMPTS_ATTRIBUTE)
+    if attempts is not None and (
+        not _NON_NEGATIVE_INTEGER.fullmatch(attempts) or int(attempts) < 1
+    ):
+        message = f"{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE} must be a whole number >= 1, got {attempts!r}"
+        checks.report(f"{path}.{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE}", "invalid-attribute", message)
     allow_zero = attributes.get(ALLOW_ZERO_REQUESTS_ATTRIBUTE)
     if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'

@@ -3,16 +3,16 @@
 What it does: takes the cluster events of the log (workloads observed, finished, deleted and
 rejected; quota trees; nodes; priority classes) and plays them twice through the pure
 ``Engine``, once with the baseline settings and once with the changed ones (policy, oversell
-rate, within-quota mode, minimum runtime, or another quota tree), exactly as ``usher sim``
-plays a scenario: the events of one group are applied at their recorded times, then a
-decision pass runs at the time of the group's last event; a pass also runs at every
-min-runtime wakeup the engine reports in between, and after the last input until none is left
-(up to ``until`` when given), as ``usher sim`` does. A group is a run of consecutive cluster
-events each at most ``window_ms`` after the group's first one (default 20 ms, the dequeuer's
-settle time). Recorded decisions are ignored: both runs make their own. It reports, per queue
-and overall, workloads admitted, mean and p95 wait (first admission minus first observation
-on the log), preemptions and pending workloads at the end, and the first differing decisions
-side by side.
+rate, within-quota mode, minimum runtime, ready timeout (R10), or another quota tree), exactly
+as ``usher sim`` plays a scenario: the events of one group are applied at their recorded times,
+then a decision pass runs at the time of the group's last event; a pass also runs at every
+min-runtime wakeup the engine reports in between, and after the last input until none is left (up
+to ``until`` when given), as ``usher sim`` does. A group is a run of consecutive cluster events
+each at most ``window_ms`` after the group's first one (default 20 ms, the dequeuer's settle
+time). Recorded decisions are ignored: both runs make their own. It reports, per queue and
+overall, workloads admitted, mean and p95 wait (first admission minus first observation on the
+log), preemptions and pending workloads at the end, and the first differing decisions side by
+side.
 
 With ``since``, the log before it is folded as recorded (cluster events and decisions alike,
 so the state at ``since`` is the real one) and only what follows is replayed; ``until`` ends
@@ -51,6 +51,7 @@ from schemas import (
     QuotaTreeApplied,
     QuotaTreeDeleted,
     QuotaTreeRejected,
+    Requeued,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -91,6 +92,7 @@ _INPUTS = (
 _ACTIONS: dict[type, str] = {
     Admitted: "admit",
     Preempted: "preempt",
+    Requeued: "requeue",
     Inadmissible: "inadmissible",
     Unmapped: "unmapped",
 }
@@ -117,7 +119,7 @@ class WhatIfSpec:
     limit: int = DEFAULT_LIMIT
 
 
-class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
+class RunSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """The settings of one run, as printed."""
 
     policy: str
@@ -125,6 +127,8 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True):
     within_quota: str
     min_runtime_s: float
     tree: str
+    ready_timeout_s: float | None = None
+    """Ready timeout of nodes that set none (R10); None (off) is not printed."""
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -337,6 +341,7 @@ def _settings(variant: Variant) -> RunSettings:
         oversell_rate=format_rate(config.oversell_rate),
         within_quota=config.within_quota,
         min_runtime_s=config.min_runtime_ms / 1000,
+        ready_timeout_s=config.readiness.timeout_ms / 1000 or None,
         tree=f"{label} (replaces every recorded tree)" if variant.tree else "as recorded",
     )
 
@@ -384,9 +389,11 @@ def render_whatif_json(report: WhatIfReport) -> str:
 
 
 def _describe(settings: RunSettings) -> str:
+    ready = f", ready-timeout {settings.ready_timeout_s:g}s" if settings.ready_timeout_s else ""
     return (
         f"policy {settings.policy}, oversell {settings.oversell_rate}, within-quota "
-        f"{settings.within_quota}, min-runtime {settings.min_runtime_s:g}s, tree {settings.tree}"
+        f"{settings.within_quota}, min-runtime {settings.min_runtime_s:g}s{ready}, "
+        f"tree {settings.tree}"
     )
 
 

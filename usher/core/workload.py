@@ -18,6 +18,8 @@ Choices where SEMANTICS is silent (Kubernetes' own rules where it has one):
   a class. Each family module documents its pod sets (RayJob head and worker groups, JobSet
   replicated Jobs, Spark driver and executors, Argo's parallelism bound).
 - Replica types keep their written names (``PS``, ``Worker``); pod set names must be unique.
+- ``usher.io/min-parallelism`` (an annotation) gives the kind's scalable pod set the fewest
+  pods it may start with (R11, docs/admission-rules.md); a kind without one refuses it.
 
 It also says where each kind keeps its suspend flag (``suspend_path``, for the admission
 webhook), fills containers that request nothing from a namespace's LimitRange defaults
@@ -62,6 +64,8 @@ from usher.core.kinds.fields import (
 )
 
 QUOTA_LABEL = "quota.scheduling.alibabacloud.com/name"
+MIN_PARALLELISM_ANNOTATION = "usher.io/min-parallelism"
+"""The fewest pods the job may start with when all of them do not fit (R11)."""
 DEFAULT_NAMESPACE = "default"
 
 PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
@@ -93,6 +97,7 @@ def extract_workload(
     if spec is None:
         raise WorkloadInvalid(key, kind, errors)
     pod_sets, priority_class, priority = _pod_sets(rule, spec, errors)
+    pod_sets = _with_minimum(manifest, rule, pod_sets, errors)
     suspended = _suspended(spec, rule.suspend_path, errors)
     if errors:
         raise WorkloadInvalid(key, kind, errors)
@@ -299,6 +304,42 @@ def _pod_sets(
         own_priority = _pod_priority(template_spec.get("priority"), f"{path}.priority", errors)
         priority = own_priority if priority is None else priority
     return pod_sets, priority_class, priority
+
+
+def _with_minimum(
+    manifest: Raw, rule: KindFamily, pod_sets: list[PodSet], errors: Errors
+) -> list[PodSet]:
+    """The pod sets, the scalable one with its declared minimum (R11), checked."""
+    metadata = manifest.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping) or MIN_PARALLELISM_ANNOTATION not in annotations:
+        return pod_sets
+    path = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
+    raw = annotations[MIN_PARALLELISM_ANNOTATION]
+    if not isinstance(raw, str) or not raw.isdigit() or int(raw) < 1:
+        message = f"must be a whole number of pods >= 1 (a string), got {raw!r}"
+        errors.append(error(path, "invalid-annotation", message))
+        return pod_sets
+    minimum = int(raw)
+    scalable = rule.scalable_pod_set
+    if scalable is None:
+        message = f"a {rule.kind} cannot start with fewer pods than it asks for"
+        errors.append(error(path, "not-scalable", message))
+        return pod_sets
+    out: list[PodSet] = []
+    for pod_set in pod_sets:
+        if pod_set.name == scalable and minimum < pod_set.count:
+            pod_set = PodSet(
+                name=pod_set.name,
+                count=pod_set.count,
+                requests=pod_set.requests,
+                min_count=minimum,
+            )
+        elif pod_set.name == scalable and minimum > pod_set.count:
+            message = f"{minimum} is more than the {pod_set.count} pods it runs"
+            errors.append(error(path, "above-count", message))
+        out.append(pod_set)
+    return out
 
 
 def _check_unique_names(sources: list[PodSetSource], errors: Errors) -> None:

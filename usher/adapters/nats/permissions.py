@@ -30,7 +30,7 @@ DEFAULT_ZONES = ("default", "a", "b")
 ADMIN = "admin"
 CONSOLE = "console"
 LEDGER = "ledger"
-DECISIONS_OF_THE_LEDGER = ("admitted", "preempted", "released")
+DECISIONS_OF_THE_LEDGER = ("admitted", "preempted", "released", "requeued")
 DECISIONS_OF_A_DEQUEUER = ("inadmissible", "unmapped")
 
 
@@ -117,7 +117,9 @@ def ledger(subjects: Subjects) -> Identity:
         LEDGER,
         (*decisions, subjects.dlq(LEDGER), *_follow_log(subjects),
          *_leader_key(subjects, "ledger-relay")),
-        subscribe=("_INBOX.>", subjects.ledger_reserve, subjects.ledger_preempt),
+        subscribe=(
+            "_INBOX.>", subjects.ledger_reserve, subjects.ledger_preempt, subjects.ledger_requeue
+        ),
         allow_responses=True,
     )  # fmt: skip
 
@@ -137,7 +139,7 @@ def dequeuer(subjects: Subjects, zone: str) -> Identity:
     decisions = [f"{p}.decision.{token(zone)}.{action}.>" for action in DECISIONS_OF_A_DEQUEUER]
     return Identity(name, (
         *decisions, subjects.zone_served(Zone(zone)), subjects.ledger_reserve,
-        subjects.preempt_request, subjects.dlq("dequeuer"),
+        subjects.ledger_requeue, subjects.preempt_request, subjects.dlq("dequeuer"),
         *_follow_log(subjects), *_snapshots(subjects, name), *_leader_key(subjects, name),
     ))  # fmt: skip
 
@@ -174,10 +176,11 @@ HEADER = """\
 # Do not edit by hand: tests/deploy/test_nats_permissions.py compares this file with the module.
 #
 #   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
-#   ledger     {prefix}.decision.*.{{admitted,preempted,released}}.>  + replies to requests
+#   ledger     {prefix}.decision.*.{{admitted,preempted,released,requeued}}.>  + replies
 #   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped}}.>  (its own zone only)
 #              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
-#              requests {prefix}.ledger.reserve, {prefix}.preempt.request
+#              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
+#              {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
 #   console    reads the log and the DLQ (people, usher.client, audits); publishes nothing
 #   admin      everything: creates and updates the streams ({log}, {dlq}), imports logs

@@ -177,6 +177,11 @@ class Subjects:
         return f"{self.prefix}.ledger.preempt"
 
     @property
+    def ledger_requeue(self) -> str:
+        """Requeues for readiness a dequeuer asks the ledger to carry out (R10)."""
+        return f"{self.prefix}.ledger.requeue"
+
+    @property
     def preempt_request(self) -> str:
         """Dequeuers propose a reclaim here; the preemptor checks it and asks the ledger."""
         return f"{self.prefix}.preempt.request"

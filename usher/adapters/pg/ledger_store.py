@@ -51,6 +51,7 @@ from schemas import (
     QuotaPath,
     Reason,
     Released,
+    Requeued,
     Reservation,
     ReservationResult,
     Resources,
@@ -132,7 +133,7 @@ _HELD: Final = AllocationState.HELD
 _PREEMPTING: Final = AllocationState.PREEMPTING
 _RELEASED: Final = AllocationState.RELEASED
 
-LedgerDecision = Admitted | Preempted | Released
+LedgerDecision = Admitted | Preempted | Released | Requeued
 
 _Key = tuple[str, str]
 """(path, resource) of a ``quota_usage`` row."""
@@ -659,6 +660,72 @@ class LedgerStore:
             for leaf in leaves
         }
 
+    # ------------------------------------------------------------------ requeue (R10)
+
+    async def requeue(
+        self,
+        requeues: Sequence[Requeued],
+        *,
+        outbox: OutboxBuilder | None = None,
+        log_seq: int | None = None,
+    ) -> list[ReservationResult]:
+        """Carry out requeues for readiness a dequeuer decided, in one transaction (R10).
+
+        Each is granted only while the workload's live allocation is ``admitted`` on the
+        requeue's quota: it becomes ``preempting``, its own preemptor (a stop with no hold),
+        so that it counts until its pods are seen stopped and is released by the very rules
+        of a preempted victim (R7, ``_observe``); usage does not change now. ``outbox`` gets
+        the ``Requeued`` decision. One already requeued (``preempting`` for itself) is
+        reported granted and nothing changes (a retried request); anything else is refused
+        with ``StaleView`` naming what the ledger holds.
+        """
+
+        async def work(conn: AsyncConnection) -> list[ReservationResult]:
+            return await self._requeue_in(conn, requeues, outbox, log_seq)
+
+        return await self.run("requeue", work)
+
+    async def _requeue_in(
+        self,
+        conn: AsyncConnection,
+        requeues: Sequence[Requeued],
+        outbox: OutboxBuilder | None,
+        log_seq: int | None,
+    ) -> list[ReservationResult]:
+        rows = await _lock_live(conn, [r.workload for r in requeues])
+        stamp = await _stamp(conn)
+        results: list[ReservationResult] = []
+        granted: list[tuple[Requeued, _Alloc]] = []
+        for requeue in requeues:
+            row = rows.get(requeue.workload)
+            refusal = _requeue_refusal(requeue, row)
+            if refusal is not None:
+                results.append(refusal)
+                continue
+            assert row is not None
+            results.append(ReservationResult(workload=requeue.workload, granted=True))
+            if row.state == _ADMITTED:
+                row.state = advance(row.state, _PREEMPTING)
+                granted.append((requeue, row))
+        if not granted:
+            return results
+        await conn.execute(
+            update(ALLOCATIONS)
+            .where(ALLOCATIONS.c.id == bindparam("a_id"))
+            .values(
+                state=_PREEMPTING.value,
+                preemptor=bindparam("a_self"),
+                preempted_at=stamp,
+                preempted_seq=log_seq,
+            ),
+            [{"a_id": row.id, "a_self": row.workload} for _, row in granted],
+        )
+        if outbox is not None:
+            await _write_outbox(
+                conn, [outbox(_requeued_row(r, row), row.zone, row.id) for r, row in granted]
+            )
+        return results
+
     # ------------------------------------------------------------------ cluster events
 
     async def apply_log(
@@ -839,7 +906,8 @@ async def _observe(
       decremented, ``released`` with that cause.
     * any of those, or an observed suspension, of a ``preempting`` victim: ``released`` (cause
       ``Preempted``, ``Deleted`` if deleted); then its preemptor, if ``held`` with no other
-      victim still ``preempting``, is admitted.
+      victim still ``preempting``, is admitted. A workload requeued for readiness (R10) is
+      such a victim, its own preemptor with no hold.
     * finished/failed/deleted of a ``held`` preemptor: ``released``; its victims go on counting
       until they are seen stopped.
     * an observed suspension of anything else changes nothing: an admitted workload may
@@ -1411,6 +1479,8 @@ def _admitted(item: Reservation) -> Admitted:
         zone=item.zone,
         requests=dict(item.requests),
         priority=item.priority,
+        pod_counts=item.pod_counts,
+        reason=item.reason,
     )
 
 
@@ -1437,6 +1507,32 @@ def _preempted_row(
         reason=victim.reason,
     )
     return outbox(decision, row.zone, row.id)
+
+
+def _requeue_refusal(requeue: Requeued, row: _Alloc | None) -> ReservationResult | None:
+    """Why the ledger cannot requeue ``requeue.workload`` now; None when it can (or did)."""
+    if row is not None and row.quota == requeue.quota:
+        if row.state == _ADMITTED:
+            return None
+        if row.state == _PREEMPTING and row.preemptor == row.workload:
+            return None  # a retried request: already requeued
+    held = "no live allocation" if row is None else f"a {row.state} allocation on {row.quota}"
+    return ReservationResult(
+        workload=requeue.workload,
+        granted=False,
+        reason=Reason(
+            code="StaleView",
+            message=f"requeue of {requeue.workload} refused: the ledger holds {held}",
+            blocker=requeue.workload,
+        ),
+    )
+
+
+def _requeued_row(requeue: Requeued, row: _Alloc) -> Requeued:
+    # The ledger's rows are the truth about where it counted; the rest is the core's decision.
+    return msgspec.structs.replace(
+        requeue, queue=row.queue, quota=row.quota, zone=row.zone, requests=row.requests
+    )
 
 
 def _already_live(item: Reservation, current: _Alloc) -> ReservationResult:

@@ -1,7 +1,8 @@
 """The batch/v1 Job: its pod set, zone patch, finished/active checks and fake kubelet.
 
 What it does: a Job is one pod set ``main`` of ``min(parallelism, completions)`` pods (the
-pods Kubernetes runs at once); ``spec.suspend`` holds it; the zone goes into
+pods Kubernetes runs at once), which may start with fewer (R11: ``spec.parallelism`` is
+patched down); ``spec.suspend`` holds it; the zone goes into
 ``spec.template.spec.nodeSelector``; it has finished when condition ``Complete`` or ``Failed``
 is True (or once ``usher.io/min-success`` of its pods succeeded: ``success``; ended by
 ``spec.successPolicy`` it says how many succeeded); it is active while ``status.active`` counts
@@ -200,6 +201,8 @@ JOB = KindFamily(
     kubelet=JobDriver(),
     pods=JobPodReader(),
     builtin=True,
+    scalable_pod_set=MAIN_POD_SET,
+    count_patch=lambda pods: {"parallelism": pods},
 )
 
 FAMILIES: tuple[KindFamily, ...] = (JOB,)

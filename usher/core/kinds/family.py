@@ -132,6 +132,10 @@ class KindFamily:
     """Served by Kubernetes itself (no CustomResourceDefinition)."""
     short_names: tuple[str, ...] = ()
     """What ``kubectl get`` also accepts for it (``sparkapp``, ``wf``)."""
+    scalable_pod_set: str | None = None
+    """The pod set that may start with fewer pods (partial admission, R11); None: none may."""
+    count_patch: Callable[[int], Spec] | None = None
+    """The ``spec`` part of a merge patch that runs ``scalable_pod_set`` with that many pods."""
 
     @property
     def storage(self) -> tuple[str, str]:
