@@ -81,9 +81,15 @@ async def test_a_queue_of_10000_renders_one_page_at_a_time() -> None:
         positions = [int(p) for p in re.findall(r'class="position">(\d+)<', text)]
         assert positions == list(range(4901, 5001))
         assert "page 50 of 100" in text and 'rel="next"' in text
-        last = await page(test_client, f"/queue/{QA}?page=999")
+        last = await page(test_client, f"/queue/{QA}?page=100")
         assert "page 100 of 100" in last and 'rel="next"' not in last
         assert len(last) < 100_000  # one page, never the whole queue
+        for beyond in ("999", "999999999", "0", "-3"):  # refused, never clamped (issue 21)
+            response = await test_client.get(f"/queue/{QA}?page={beyond}")
+            assert response.status == 400
+            assert f"page must be from 1 to 100 (10000 jobs, 100 a page); got {beyond}" in (
+                await response.text()
+            )
 
 
 async def test_a_jobs_page_tells_its_story_and_links_its_preemptor(client: TestClient) -> None:
