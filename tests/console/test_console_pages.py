@@ -298,3 +298,12 @@ async def test_a_jobs_page_counts_its_preemptions_and_links_its_blocker() -> Non
 
 async def test_a_preempted_jobs_page_says_how_often(client: TestClient) -> None:
     assert '<dd id="preempted">1 time</dd>' in await page(client, "/job/user-a/big")
+
+
+async def test_time_travel_shows_the_quota_as_the_tree_page_does(client: TestClient) -> None:
+    text = await page(client, "/replay?seq=3")  # user-a/big admitted: 60 cpu of Department-a
+    row = text.split('id="replay-quota"')[1].split('data-path="root/Department-a"')[1]
+    assert '<div class="bar within"' in row.split("</tr>")[0]
+    cpu = row.split('data-resource="cpu">')[1].split("</td>")[0]
+    assert re.sub(r"<[^>]+>", "", cpu).split() == ["60", "/", "60", "/", "100"]
+    assert '<td class="reason">' in text  # the reasons' cells wrap (console.css)

@@ -23,8 +23,8 @@ from typing import Generic, TypeVar
 import msgspec
 
 from usher.client.state import DecisionInfo, QuotaInfo
-from usher.core.history import to_datetime
-from usher.core.quantity import format_quantity
+from usher.core.history import QuotaRow, to_datetime
+from usher.core.quantity import format_quantity, parse_quantity
 
 T = TypeVar("T")
 
@@ -120,6 +120,32 @@ def quota_bars(node: QuotaInfo, resources: Sequence[str]) -> list[Bar | None]:
             )
         )
     return out
+
+
+def replay_quota(rows: Sequence[QuotaRow]) -> list[QuotaInfo]:
+    """``usher replay``'s quota rows (quantities) as the tree page's nodes, so a past state
+    shows the same bars; a node's queue and namespaces are not in a replay row, so none."""
+
+    def units(amounts: dict[str, str], path: str) -> dict[str, int]:
+        return {r: parse_quantity(q, r, path) for r, q in amounts.items()}
+
+    paths = [row.path for row in rows]
+    return [
+        QuotaInfo(
+            path=row.path,
+            depth=row.path.count("/"),
+            leaf=not any(p.startswith(row.path + "/") for p in paths),
+            queue=None,
+            namespaces=[],
+            used=dict(row.used),
+            min=dict(row.min),
+            max=dict(row.max),
+            used_units=units(row.used, row.path),
+            min_units=units(row.min, row.path),
+            max_units=units(row.max, row.path),
+        )
+        for row in rows
+    ]
 
 
 def _pct(part: int, whole: int) -> float:

@@ -321,10 +321,14 @@ async def replay_page(request: web.Request) -> web.Response:
             400, f"seq must be a log position from 0 to {last} (the last read); got {seq}"
         )
     state = hist.replay(log.history(), log.config, until_seq=seq)
+    quota = pages.replay_quota(state.quota)
+    resources = pages.resources_of(quota)
     return render(
         request,
         "replay.html",
         state=state,
+        resources=resources,
+        quota=[(node, pages.quota_bars(node, resources)) for node in quota],
         at=seq,
         last=last,
         text=hist.render_replay_table(state),
