@@ -307,3 +307,19 @@ async def test_time_travel_shows_the_quota_as_the_tree_page_does(client: TestCli
     cpu = row.split('data-resource="cpu">')[1].split("</td>")[0]
     assert re.sub(r"<[^>]+>", "", cpu).split() == ["60", "/", "60", "/", "100"]
     assert '<td class="reason">' in text  # the reasons' cells wrap (console.css)
+
+
+async def test_a_queue_row_links_the_job_in_its_way() -> None:
+    log = Log().tree(0).job(1, "user-a/big", 60).admitted(2, "user-a/big", 60)
+    log.job(3, "user-a/head", 50).job(4, "user-a/small", 10)
+    feed = ConsoleLog(EngineConfig(policy="Block"))
+    feed.apply(log.history().items)
+    feed.caught_up.set()
+    async with TestClient(TestServer(make_app(feed))) as test_client:
+        for path in (f"/queue/{QA}", "/queues"):
+            text = await page(test_client, path)
+            row = text.split('data-job="user-a/small"')[1].split("</tr>")[0]
+            assert "<b>BlockedByHead</b>" in row
+            assert '(<a class="blocker" href="/job/user-a/head">user-a/head</a>)' in row
+            head = text.split('data-job="user-a/head"')[1].split("</tr>")[0]
+            assert 'class="blocker"' not in head

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from schemas import Preempted, WorkloadKey
 from usher.client import AsyncClient
-from usher.client.state import DecisionInfo, StateView, now_ms
+from usher.client.state import DecisionInfo, QueuedJob, StateView, now_ms
 from usher.client.target import Target
 from usher.console import pages
 from usher.console.feed import KEEP_DECISIONS, ConsoleLog, Update
@@ -173,13 +173,29 @@ async def queues_page(request: web.Request) -> web.Response:
         shown=SHOWN_PER_QUEUE,
         jobs={job.job: job for job in view.jobs},
         now=datetime.now(UTC),
+        blockers=_blockers(
+            request.app[LOG_KEY], [e for q in view.queues for e in q.pending[:SHOWN_PER_QUEUE]]
+        ),
     )
+
+
+def _blockers(log: ConsoleLog, entries: list[QueuedJob]) -> dict[str, str]:
+    """Job -> the job in its way, for the shown rows whose reason names one as data
+    (``Reason.blocker``: BlockedByHead, HeldForPreemptor, ...), never parsed from the text;
+    only where the reason now has the row's code, so the link matches the words beside it."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        reason = log.people.engine.reason_now(WorkloadKey(entry.job))
+        if reason is not None and reason.blocker and reason.code == entry.reason_code:
+            out[entry.job] = reason.blocker
+    return out
 
 
 @routes.get("/queue/{name}")
 async def queue_page(request: web.Request) -> web.Response:
     """One queue, a page of its pending jobs in order with their reasons."""
-    view = request.app[LOG_KEY].view()
+    log = request.app[LOG_KEY]
+    view = log.view()
     name = request.match_info["name"]
     queue = next((q for q in view.queues if q.name == name), None)
     if queue is None:
@@ -201,6 +217,7 @@ async def queue_page(request: web.Request) -> web.Response:
         page=page,
         jobs={job.job: job for job in view.jobs},
         now=datetime.now(UTC),
+        blockers=_blockers(log, page.items),
     )
 
 
