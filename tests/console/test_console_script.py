@@ -11,7 +11,6 @@ recovers when it is back, and the time travel slider reaches each new log positi
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
@@ -25,6 +24,7 @@ from usher.console.feed import ConsoleLog
 from usher.console.server import make_app
 from usher.core.config import EngineConfig
 from usher.core.log import LogEntry
+from usher.local.processes import free_port
 
 skip_without_chromium()
 
@@ -33,16 +33,15 @@ TIMEOUT_MS = 10_000
 
 
 class Served:
-    """``make_app(feed)`` on 127.0.0.1 from a thread with its own event loop."""
+    """``make_app(feed)`` on 127.0.0.1 from a thread with its own event loop; unlike
+    ``bench/console.py``'s, it can take the server away and bring it back on the same port."""
 
     def __init__(self, feed: ConsoleLog) -> None:
         self.feed = feed
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        with socket.socket() as probe:  # a free port, kept across a stop and a start
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()  # kept across a stop and a start
         self.runner: web.AppRunner | None = None
         self.start()
 
