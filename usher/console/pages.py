@@ -378,7 +378,7 @@ def line_chart(
         lines=lines,
         dots=dots,
         y_max=unit.of(top),
-        y_zero=unit.of(0),
+        y_zero="0",  # the unit is on the top label: the left margin has room for a digit
         x_from=_clock(span[0]),
         x_to=_clock(span[1]),
     )
