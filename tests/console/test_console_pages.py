@@ -81,9 +81,15 @@ async def test_a_queue_of_10000_renders_one_page_at_a_time() -> None:
         positions = [int(p) for p in re.findall(r'class="position">(\d+)<', text)]
         assert positions == list(range(4901, 5001))
         assert "page 50 of 100" in text and 'rel="next"' in text
-        last = await page(test_client, f"/queue/{QA}?page=999")
+        last = await page(test_client, f"/queue/{QA}?page=100")
         assert "page 100 of 100" in last and 'rel="next"' not in last
         assert len(last) < 100_000  # one page, never the whole queue
+        for beyond in ("999", "999999999", "0", "-3"):  # refused, never clamped (issue 21)
+            response = await test_client.get(f"/queue/{QA}?page={beyond}")
+            assert response.status == 400
+            assert f"page must be from 1 to 100 (10000 jobs, 100 a page); got {beyond}" in (
+                await response.text()
+            )
 
 
 async def test_a_jobs_page_tells_its_story_and_links_its_preemptor(client: TestClient) -> None:
@@ -114,7 +120,7 @@ async def test_the_decision_stream_filters(client: TestClient) -> None:
 
 async def test_time_travel_prints_what_usher_replay_prints(client: TestClient) -> None:
     history = reclaim_log().history()
-    for seq in (3, 6, 9):
+    for seq in (3, 6, 8):
         text = await page(client, f"/replay?seq={seq}")
         shown = text.split('<pre id="replay-text">')[1].split("</pre>")[0]
         state = hist.replay(history, EngineConfig(), until_seq=seq)
@@ -156,3 +162,162 @@ def test_samples_and_waits_follow_log_time() -> None:
     assert [s.admitted.get(QA, 0) for s in feed.samples] == [0, 0, 1]
     [wait] = feed.waits
     assert (wait.job, wait.queue, wait.wait_s) == ("user-a/a", QA, 30.0)
+
+
+# --------------------------------------------------------------------------- what a new user met
+
+
+async def refused(client: TestClient, path: str, status: int = 400) -> str:
+    """The error page ``path`` answers: a page of the site (its navigation), never bare text."""
+    response = await client.get(path)
+    text = await response.text()
+    assert response.status == status, text
+    assert response.headers["Content-Type"].startswith("text/html")
+    assert '<a href="/queues">Queues</a>' in text  # the site's navigation
+    return text.split('id="error">')[1].split("</p>")[0]
+
+
+async def test_unknown_decision_filters_are_refused_naming_what_there_is(
+    client: TestClient,
+) -> None:
+    message = await refused(client, "/decisions?queue=<script>&namespace=junk&action=drop")
+    assert message.startswith("queue: no queue &#39;&lt;script&gt;&#39; (queues of the tree")
+    assert "root-department-a-user-a" in message and "<script>" not in message
+    message = await refused(client, "/decisions?namespace=junk")
+    assert message.startswith("namespace: no namespace &#39;junk&#39;") and "user-c" in message
+    message = await refused(client, "/decisions?action=drop")
+    assert message == "action: no action &#39;drop&#39; (actions: " + ", ".join(pages.ACTIONS) + ")"
+
+
+async def test_positions_beyond_the_log_are_refused_not_clamped(client: TestClient) -> None:
+    for seq in (-5, 9, 10**9):
+        message = await refused(client, f"/replay?seq={seq}")
+        assert message == f"seq must be a log position from 0 to 8 (the last read); got {seq}"
+    assert (
+        await refused(client, "/replay?seq=abc") == "seq must be a whole number; got &#39;abc&#39;"
+    )
+    assert "got -3" in await refused(client, f"/queue/{QA}?page=-3")
+
+
+async def test_error_pages_say_what_is_there(client: TestClient) -> None:
+    message = await refused(client, "/job/user-a/nope", 404)
+    assert message.startswith("no job user-a/nope on the log") and "usher jobs" in message
+    message = await refused(client, "/queue/<b>nope", 404)
+    assert message.startswith("no queue &#39;&lt;b&gt;nope&#39; in the tree in force (queues: ")
+    assert "root-department-b-user-c" in message
+    assert "/nothing-here" in await refused(client, "/nothing-here", 404)
+    assert (await client.post("/")).status == 405
+
+
+async def test_a_favicon_and_one_column_layout_for_every_queue_table(client: TestClient) -> None:
+    icon = await client.get("/favicon.ico")
+    assert icon.status == 200 and icon.headers["Content-Type"] == "image/svg+xml"
+    assert (await client.get("/static/favicon.svg")).status == 200
+    assert 'rel="icon" href="/static/favicon.svg"' in await page(client, "/")
+    queues = await page(client, "/queues")
+    tables = queues.count('<table class="jobs">')
+    assert tables == 2 and queues.count('<colgroup><col class="position">') == tables
+
+
+def test_a_chart_label_is_its_scale_and_a_single_sample_is_a_dot() -> None:
+    jobs = pages.Unit("job", "jobs")
+    chart = pages.line_chart("Pending", {"q": [(BASE_MS, 0.4)]}, jobs)
+    # the scale's top is 1: so is its label
+    assert (chart.y_max, chart.y_zero) == ("1 job", "0")
+    [dot] = chart.dots
+    assert dot.title == "q: 0.4 jobs at " + chart.x_from
+    top = pages.HEIGHT - pages.PAD - (pages.HEIGHT - 2 * pages.PAD)
+    two = pages.line_chart("Pending", {"q": [(BASE_MS, 2), (BASE_MS + 1000, 2)]}, jobs)
+    assert two.y_max == "2 jobs" and {d.y for d in two.dots} == {top}  # the max is at the top
+
+
+def test_every_chart_shares_one_time_span() -> None:
+    early = {"q": [(BASE_MS, 1.0)]}
+    late = {"q": [(BASE_MS + 60_000, 3.0)]}
+    span = pages.time_span(early, late)
+    assert span == (BASE_MS, BASE_MS + 60_000)
+    first = pages.line_chart("a", early, pages.Unit("job", "jobs"), span)
+    second = pages.dot_chart("b", late, pages.Unit("s", "s"), span)
+    assert (first.x_from, first.x_to) == (second.x_from, second.x_to)
+    assert first.dots[0].x == pages.PAD and second.dots[0].x == pages.WIDTH - pages.PAD
+
+
+async def test_the_charts_page_says_what_each_point_is(client: TestClient) -> None:
+    text = await page(client, "/charts")
+    assert re.search(
+        r"<title>root-department-a-user-a: \d+ jobs? at \d\d:\d\d:\d\d UTC</title>", text
+    )
+    assert 'class="y-zero">0<' in text
+
+
+def test_decisions_are_paged_from_the_newest() -> None:
+    feed = folded(reclaim_log())
+    kept = list(feed.people.decisions)
+    newest = pages.page_of_decisions(kept, None, 2)
+    assert [d.seq for d in newest.items] == [8, 7] and newest.newer == 0
+    assert newest.older_before == 7 and newest.newer_before is None
+    older = pages.page_of_decisions(kept, newest.older_before, 2)
+    assert [d.seq for d in older.items] == [6, 3] and older.newer == 2
+    assert older.older_before is None and older.newer_before is None  # newer is the newest
+
+
+async def test_the_decisions_page_says_what_it_shows(client: TestClient) -> None:
+    text = await page(client, "/decisions?action=admit")
+    assert "Showing 1 to 2 of the 2 decisions this filter keeps, newest first" in text
+    assert 'data-live="yes"' in text
+    old = await page(client, "/decisions?action=admit&before=8")
+    assert re.findall(r'<tr class="(\w+)" data-seq="(\d+)"', old) == [("admit", "3")]
+    assert 'data-live="no"' in old and 'href="?action=admit">the newest, live' in old
+    assert 'rel="prev" href="?action=admit">newer' in old
+    assert "got 0" in await refused(client, "/decisions?before=0")
+
+
+async def test_queue_rows_show_how_long_each_job_waits_and_what_it_asks(
+    client: TestClient,
+) -> None:
+    text = await page(client, f"/queue/{QA}")
+    row = text.split('data-job="user-a/next"')[1].split("</tr>")[0]
+    assert re.search(r'<td class="age">\d+[smhd]</td>', row)
+    assert '<td class="requests">cpu 50</td>' in row
+
+
+async def test_a_jobs_page_counts_its_preemptions_and_links_its_blocker() -> None:
+    log = Log().tree(0).job(1, "user-a/big", 60).admitted(2, "user-a/big", 60)
+    log.job(3, "user-a/head", 50).job(4, "user-a/small", 10)
+    feed = ConsoleLog(EngineConfig(policy="Block"))
+    feed.apply(log.history().items)
+    feed.caught_up.set()
+    async with TestClient(TestServer(make_app(feed))) as test_client:
+        small = await page(test_client, "/job/user-a/small")
+        assert '<a class="blocker" href="/job/user-a/head">user-a/head</a>' in small
+        assert re.search(r'<dd id="waiting">\d+[smhd] since it was created</dd>', small)
+        assert '<dd id="preempted">never</dd>' in small
+
+
+async def test_a_preempted_jobs_page_says_how_often(client: TestClient) -> None:
+    assert '<dd id="preempted">1 time</dd>' in await page(client, "/job/user-a/big")
+
+
+async def test_time_travel_shows_the_quota_as_the_tree_page_does(client: TestClient) -> None:
+    text = await page(client, "/replay?seq=3")  # user-a/big admitted: 60 cpu of Department-a
+    row = text.split('id="replay-quota"')[1].split('data-path="root/Department-a"')[1]
+    assert '<div class="bar within"' in row.split("</tr>")[0]
+    cpu = row.split('data-resource="cpu">')[1].split("</td>")[0]
+    assert re.sub(r"<[^>]+>", "", cpu).split() == ["60", "/", "60", "/", "100"]
+    assert '<td class="reason">' in text  # the reasons' cells wrap (console.css)
+
+
+async def test_a_queue_row_links_the_job_in_its_way() -> None:
+    log = Log().tree(0).job(1, "user-a/big", 60).admitted(2, "user-a/big", 60)
+    log.job(3, "user-a/head", 50).job(4, "user-a/small", 10)
+    feed = ConsoleLog(EngineConfig(policy="Block"))
+    feed.apply(log.history().items)
+    feed.caught_up.set()
+    async with TestClient(TestServer(make_app(feed))) as test_client:
+        for path in (f"/queue/{QA}", "/queues"):
+            text = await page(test_client, path)
+            row = text.split('data-job="user-a/small"')[1].split("</tr>")[0]
+            assert "<b>BlockedByHead</b>" in row
+            assert '(<a class="blocker" href="/job/user-a/head">user-a/head</a>)' in row
+            head = text.split('data-job="user-a/head"')[1].split("</tr>")[0]
+            assert 'class="blocker"' not in head

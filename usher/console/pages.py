@@ -1,25 +1,30 @@
 """What the console's pages show, shaped from the projections: pages of a queue, quota bars,
-who borrows from whom, filtered decisions, chart lines.
+who borrows from whom, filtered decisions and their pages, chart lines.
 
 What it does: small pure functions the server hands their results to the templates: a page of
-a long list (``paginate``), each quota node's used / min / max as bar widths per resource
-(``quota_bars``), for every inner node which children borrow beyond their guarantee and which
-leave theirs unused (``loans``), the decisions a filter keeps (``keep_decision``), and chart
-series as SVG polyline points (``line_chart``, ``dot_chart``).
+a long list (``paginate``, refusing a page that is not there with ``OutOfRange``), a pending
+job's age (``age``, as ``usher jobs`` prints AGE), each quota node's used / min / max as bar
+widths per resource (``quota_bars``), for every inner node which children borrow beyond their
+guarantee and which leave theirs unused (``loans``), the decisions a filter keeps
+(``keep_decision``; a filter naming nothing there is refused by ``filter_problem``) a page at
+a time (``page_of_decisions``), and chart series as SVG points on one shared time span
+(``line_chart``, ``dot_chart``).
 What it must never do: read the log, the clock or the network, or decide anything: it only
 rearranges what the projections say.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Generic, TypeVar
 
 import msgspec
 
 from usher.client.state import DecisionInfo, QuotaInfo
-from usher.core.history import to_datetime
-from usher.core.quantity import format_quantity
+from usher.core.history import QuotaRow, to_datetime
+from usher.core.quantity import format_quantity, parse_quantity
 
 T = TypeVar("T")
 
@@ -41,14 +46,33 @@ class PageOf(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     total: int
 
 
+class OutOfRange(ValueError):
+    """A page or log position that is not there; the message says what is (never clamped:
+    a link that silently shows something else misleads)."""
+
+
 def paginate(items: Sequence[T], page: int, per_page: int = PER_PAGE) -> PageOf[T]:
-    """Page ``page`` (1-based, clamped to the pages there are) of ``items``."""
+    """Page ``page`` (1-based) of ``items``; ``OutOfRange`` when there is no such page."""
     pages = max(1, -(-len(items) // per_page))
-    page = min(max(1, page), pages)
+    if not 1 <= page <= pages:
+        raise OutOfRange(
+            f"page must be from 1 to {pages} ({len(items)} jobs, {per_page} a page); got {page}"
+        )
     start = (page - 1) * per_page
     return PageOf(
         items=list(items[start : start + per_page]), page=page, pages=pages, total=len(items)
     )
+
+
+def age(since: datetime | None, now: datetime) -> str:
+    """How long ago ``since`` was, as ``usher jobs`` prints AGE (``45s``, ``3m``, ``2h``)."""
+    if since is None:
+        return "-"
+    seconds = max(0, int((now - since).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * 2:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 # --------------------------------------------------------------------------- quota
@@ -96,6 +120,32 @@ def quota_bars(node: QuotaInfo, resources: Sequence[str]) -> list[Bar | None]:
             )
         )
     return out
+
+
+def replay_quota(rows: Sequence[QuotaRow]) -> list[QuotaInfo]:
+    """``usher replay``'s quota rows (quantities) as the tree page's nodes, so a past state
+    shows the same bars; a node's queue and namespaces are not in a replay row, so none."""
+
+    def units(amounts: dict[str, str], path: str) -> dict[str, int]:
+        return {r: parse_quantity(q, r, path) for r, q in amounts.items()}
+
+    paths = [row.path for row in rows]
+    return [
+        QuotaInfo(
+            path=row.path,
+            depth=row.path.count("/"),
+            leaf=not any(p.startswith(row.path + "/") for p in paths),
+            queue=None,
+            namespaces=[],
+            used=dict(row.used),
+            min=dict(row.min),
+            max=dict(row.max),
+            used_units=units(row.used, row.path),
+            min_units=units(row.min, row.path),
+            max_units=units(row.max, row.path),
+        )
+        for row in rows
+    ]
 
 
 def _pct(part: int, whole: int) -> float:
@@ -170,10 +220,68 @@ def keep_decision(decision: DecisionInfo, wanted: DecisionFilter, queues: dict[s
     return not wanted.queue or queues.get(decision.quota or "") == wanted.queue
 
 
+def filter_problem(
+    wanted: DecisionFilter, queues: Sequence[str], namespaces: Sequence[str]
+) -> str | None:
+    """What in ``wanted`` names nothing there is (None when every field is known): an unknown
+    filter would show an empty list, which reads as "no such decisions"."""
+    choices = (
+        ("queue", wanted.queue, queues, "queues of the tree in force"),
+        ("namespace", wanted.namespace, namespaces, "namespaces with a queue or a decision"),
+        ("action", wanted.action, ACTIONS, "actions"),
+    )
+    for name, value, allowed, what in choices:
+        if value and value not in allowed:
+            known = ", ".join(allowed) if allowed else "none yet"
+            return f"{name}: no {name} {value!r} ({what}: {known})"
+    return None
+
+
+class DecisionPage(msgspec.Struct, frozen=True, kw_only=True):
+    """Up to ``per_page`` kept decisions, newest first, and where the neighbouring pages start."""
+
+    items: list[DecisionInfo]
+    total: int
+    """How many decisions the filter keeps in all."""
+    newer: int
+    """How many kept decisions are newer than this page's first."""
+    older_before: int | None
+    """``before`` for the next older page (None on the oldest)."""
+    newer_before: int | None
+    """``before`` for the next newer page (None when that is the newest, which takes none)."""
+
+
+def page_of_decisions(
+    kept: Sequence[DecisionInfo], before: int | None, per_page: int
+) -> DecisionPage:
+    """The ``per_page`` newest of ``kept`` (oldest first, as folded) with a seq below
+    ``before`` (all when None), newest first."""
+    end = len(kept) if before is None else sum(1 for d in kept if d.seq < before)
+    start = max(0, end - per_page)
+    upper = end + per_page
+    return DecisionPage(
+        items=list(reversed(kept[start:end])),
+        total=len(kept),
+        newer=len(kept) - end,
+        older_before=kept[start].seq if start > 0 else None,
+        newer_before=kept[upper].seq if end < len(kept) and upper < len(kept) else None,
+    )
+
+
 # --------------------------------------------------------------------------- charts
 
 WIDTH, HEIGHT, PAD = 640, 180, 28
 COLOURS = ("#2f6fb3", "#d9822b", "#3a9d5d", "#b33f62", "#7e57c2", "#8d6e63", "#00838f")
+
+
+class Unit(msgspec.Struct, frozen=True):
+    """A chart's unit, singular and plural (``job``/``jobs``; ``s``/``s``)."""
+
+    one: str
+    many: str
+
+    def of(self, value: float) -> str:
+        return f"{value:g} {self.one if value == 1 else self.many}"
 
 
 class Line(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,13 +292,24 @@ class Line(msgspec.Struct, frozen=True, kw_only=True):
     points: str
 
 
+class Dot(msgspec.Struct, frozen=True, kw_only=True):
+    """One value drawn as a dot; ``title`` is what hovering it says."""
+
+    x: float
+    y: float
+    colour: str
+    title: str
+
+
 class Chart(msgspec.Struct, frozen=True, kw_only=True):
-    """An SVG chart's lines or dots and its axis labels."""
+    """An SVG chart's lines and dots and its axis labels; the y axis runs from 0 to ``y_top``
+    and ``y_max`` labels exactly that top."""
 
     title: str
     lines: list[Line]
-    dots: list[tuple[float, float, str]]
+    dots: list[Dot]
     y_max: str
+    y_zero: str
     x_from: str
     x_to: str
     width: int = WIDTH
@@ -198,54 +317,90 @@ class Chart(msgspec.Struct, frozen=True, kw_only=True):
     pad: int = PAD
 
 
+Series = dict[str, list[tuple[int, float]]]
+
+
 def _clock(ms: int) -> str:
     return to_datetime(ms).strftime("%H:%M:%S UTC")
 
 
-def _frame(series: dict[str, list[tuple[int, float]]]) -> tuple[int, int, float] | None:
-    points = [p for values in series.values() for p in values]
-    if not points:
-        return None
-    return min(t for t, _ in points), max(t for t, _ in points), max(v for _, v in points)
+def time_span(*charts: Series) -> tuple[int, int] | None:
+    """The log time every chart shares: from the earliest value of any to the latest."""
+    times = [t for series in charts for values in series.values() for t, _ in values]
+    return (min(times), max(times)) if times else None
 
 
-def _xy(t: int, v: float, frame: tuple[int, int, float]) -> tuple[float, float]:
-    t_from, t_to, y_max = frame
+def _top(series: Series) -> float:
+    """The y axis's top: the largest value rounded up to a whole number, at least 1."""
+    return float(max(1, math.ceil(max(v for values in series.values() for _, v in values))))
+
+
+def _xy(t: int, v: float, span: tuple[int, int], top: float) -> tuple[float, float]:
+    t_from, t_to = span
     x = PAD + (t - t_from) * (WIDTH - 2 * PAD) / max(1, t_to - t_from)
-    y = HEIGHT - PAD - v * (HEIGHT - 2 * PAD) / max(1.0, y_max)
+    y = HEIGHT - PAD - v * (HEIGHT - 2 * PAD) / top
     return round(x, 1), round(y, 1)
 
 
-def line_chart(title: str, series: dict[str, list[tuple[int, float]]], unit: str) -> Chart:
-    """A polyline per series over log time; ``unit`` follows the y axis maximum."""
-    frame = _frame(series)
-    if frame is None:
-        return Chart(title=title, lines=[], dots=[], y_max="", x_from="", x_to="")
-    lines = []
+def _changes(values: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """The points where a line's value changes (and its ends): enough dots to hover every
+    step without one per sample."""
+    return [
+        (t, v)
+        for i, (t, v) in enumerate(values)
+        if i in (0, len(values) - 1) or v != values[i - 1][1]
+    ]
+
+
+def _empty(title: str) -> Chart:
+    return Chart(title=title, lines=[], dots=[], y_max="", y_zero="", x_from="", x_to="")
+
+
+def line_chart(
+    title: str, series: Series, unit: Unit, span: tuple[int, int] | None = None
+) -> Chart:
+    """A polyline per series over log time ``span`` (all of ``series`` when None), with a
+    dot where a value changes (a single sample is a dot); the y axis runs from 0."""
+    span = span or time_span(series)
+    if span is None or not any(series.values()):
+        return _empty(title)
+    top = _top(series)
+    lines, dots = [], []
     for i, (name, values) in enumerate(sorted(series.items())):
-        xy = (_xy(t, v, frame) for t, v in values)
-        points = " ".join(f"{x},{y}" for x, y in xy)
-        lines.append(Line(name=name, colour=COLOURS[i % len(COLOURS)], points=points))
+        colour = COLOURS[i % len(COLOURS)]
+        points = " ".join(f"{x},{y}" for x, y in (_xy(t, v, span, top) for t, v in values))
+        lines.append(Line(name=name, colour=colour, points=points))
+        for t, v in _changes(values):
+            x, y = _xy(t, v, span, top)
+            dots.append(Dot(x=x, y=y, colour=colour, title=f"{name}: {unit.of(v)} at {_clock(t)}"))
     return Chart(
         title=title,
         lines=lines,
-        dots=[],
-        y_max=f"{frame[2]:g} {unit}",
-        x_from=_clock(frame[0]),
-        x_to=_clock(frame[1]),
+        dots=dots,
+        y_max=unit.of(top),
+        y_zero="0",  # the unit is on the top label: the left margin has room for a digit
+        x_from=_clock(span[0]),
+        x_to=_clock(span[1]),
     )
 
 
-def dot_chart(title: str, series: dict[str, list[tuple[int, float]]], unit: str) -> Chart:
+def dot_chart(title: str, series: Series, unit: Unit, span: tuple[int, int] | None = None) -> Chart:
     """A dot per value (wait times), coloured by series; the legend names the series."""
-    chart = line_chart(title, series, unit)
-    frame = _frame(series)
-    if frame is None:
-        return chart
+    span = span or time_span(series)
+    if span is None or not any(series.values()):
+        return _empty(title)
+    chart = line_chart(title, series, unit, span)
+    top = _top(series)
     dots = [
-        (*_xy(t, v, frame), COLOURS[i % len(COLOURS)])
-        for i, (_, values) in enumerate(sorted(series.items()))
+        Dot(
+            x=x,
+            y=y,
+            colour=COLOURS[i % len(COLOURS)],
+            title=f"{name}: {unit.of(v)} at {_clock(t)}",
+        )
+        for i, (name, values) in enumerate(sorted(series.items()))
         for t, v in values
+        for x, y in [_xy(t, v, span, top)]
     ]
     legend = [Line(name=line.name, colour=line.colour, points="") for line in chart.lines]
     return msgspec.structs.replace(chart, lines=legend, dots=dots)

@@ -3,9 +3,12 @@
 What it does: ``make_app`` serves, from one ``ConsoleLog``, the pages (``/`` the quota tree and
 the queues at a glance, ``/queues``, ``/queue/<name>`` a page of 100 jobs at a time,
 ``/job/<namespace>/<name>`` a job's story, ``/decisions`` with filters, ``/charts``,
-``/replay?seq=N`` the state at a past log position), ``/events`` (server-sent events: the log
-position and each decision as it is folded in; the pages' script adds rows and refreshes
-itself) and ``/static`` (the one script and style sheet, shipped in the package: no CDN).
+``/replay?seq=N`` the state at a past log position; a parameter that names nothing there or a
+page or position out of range is refused with a 400 page saying what is allowed, never clamped
+or shown as an empty list), ``/events`` (server-sent events: the log position and each
+decision as it is folded in; the pages' script adds rows and refreshes itself) and ``/static``
+(the one script, style sheet and icon, shipped in the package: no CDN). Errors are pages of
+the site (``error_pages``), with its navigation.
 Pages are rendered on the server with Jinja2 (autoescaped) so they work with no script at all
 and stay fast with 10,000 pending jobs (only one page of a queue is ever rendered).
 ``serve`` follows the log and listens until stopped (SIGTERM or Ctrl-C).
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import signal
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +32,10 @@ from aiohttp import web
 
 from schemas import Preempted, WorkloadKey
 from usher.client import AsyncClient
-from usher.client.state import DecisionInfo, StateView, now_ms
+from usher.client.state import DecisionInfo, QueuedJob, StateView, now_ms
 from usher.client.target import Target
 from usher.console import pages
-from usher.console.feed import ConsoleLog, Update
+from usher.console.feed import KEEP_DECISIONS, ConsoleLog, Update
 from usher.core import explain as explaining
 from usher.core import history as hist
 
@@ -57,12 +61,13 @@ def templates() -> jinja2.Environment:
     )
     env.filters["clock"] = lambda when: when.strftime("%H:%M:%S") if when else ""
     env.filters["stamp"] = lambda when: hist.format_datetime(when) if when else "-"
+    env.globals["age"] = pages.age
     return env
 
 
 def make_app(log: ConsoleLog, stop: asyncio.Event | None = None) -> web.Application:
     """The console over ``log`` (which someone else keeps folding)."""
-    app = web.Application()
+    app = web.Application(middlewares=[error_pages])
     app[LOG_KEY] = log
     app[STOP_KEY] = stop or asyncio.Event()
     app[TEMPLATES_KEY] = templates()
@@ -76,18 +81,58 @@ def make_app(log: ConsoleLog, stop: asyncio.Event | None = None) -> web.Applicat
     return app
 
 
-def render(request: web.Request, name: str, **context: Any) -> web.Response:
+def render(request: web.Request, name: str, status: int = 200, **context: Any) -> web.Response:
     log = request.app[LOG_KEY]
     page = request.app[TEMPLATES_KEY].get_template(name)
     text = page.render(seq=log.seq, catching_up=not log.caught_up.is_set(), **context)
-    return web.Response(text=text, content_type="text/html")
+    return web.Response(status=status, text=text, content_type="text/html")
+
+
+class Refusal(Exception):
+    """A request the console answers with an error page: its status, what is wrong (naming
+    the parameter and what it may be) and links that help (the queues there are, ...)."""
+
+    def __init__(self, status: int, message: str, links: list[tuple[str, str]] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.links = links or []
+
+
+@web.middleware
+async def error_pages(
+    request: web.Request, handler: Callable[[web.Request], Any]
+) -> web.StreamResponse:
+    """Every error as a page of the site (its navigation, the message escaped), not bare
+    text: a ``Refusal``, and aiohttp's own 404 and 405."""
+    try:
+        response: web.StreamResponse = await handler(request)
+        return response
+    except Refusal as exc:
+        return _error_page(request, exc.status, exc.message, exc.links)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        what = f"{request.method} {request.path}: {exc.reason}"
+        page = _error_page(request, exc.status, what, [])
+        for header in ("Allow",):  # a 405 still says what is allowed
+            if header in exc.headers:
+                page.headers[header] = exc.headers[header]
+        return page
+
+
+def _error_page(
+    request: web.Request, status: int, message: str, links: list[tuple[str, str]]
+) -> web.Response:
+    return render(request, "error.html", status=status, code=status, message=message, links=links)
 
 
 def _int(request: web.Request, name: str, default: int) -> int:
     try:
         return int(request.query.get(name, default))
     except ValueError as exc:
-        raise web.HTTPBadRequest(text=f"{name} must be a whole number") from exc
+        got = request.query.get(name, "")
+        raise Refusal(400, f"{name} must be a whole number; got {got!r}") from exc
 
 
 # --------------------------------------------------------------------------- pages
@@ -121,19 +166,59 @@ def _state_counts(view: StateView) -> list[tuple[str, int]]:
 async def queues_page(request: web.Request) -> web.Response:
     """Every queue in order, the first jobs of each."""
     view = request.app[LOG_KEY].view()
-    return render(request, "queues.html", view=view, shown=SHOWN_PER_QUEUE)
+    return render(
+        request,
+        "queues.html",
+        view=view,
+        shown=SHOWN_PER_QUEUE,
+        jobs={job.job: job for job in view.jobs},
+        now=datetime.now(UTC),
+        blockers=_blockers(
+            request.app[LOG_KEY], [e for q in view.queues for e in q.pending[:SHOWN_PER_QUEUE]]
+        ),
+    )
+
+
+def _blockers(log: ConsoleLog, entries: list[QueuedJob]) -> dict[str, str]:
+    """Job -> the job in its way, for the shown rows whose reason names one as data
+    (``Reason.blocker``: BlockedByHead, HeldForPreemptor, ...), never parsed from the text;
+    only where the reason now has the row's code, so the link matches the words beside it."""
+    out: dict[str, str] = {}
+    for entry in entries:
+        reason = log.people.engine.reason_now(WorkloadKey(entry.job))
+        if reason is not None and reason.blocker and reason.code == entry.reason_code:
+            out[entry.job] = reason.blocker
+    return out
 
 
 @routes.get("/queue/{name}")
 async def queue_page(request: web.Request) -> web.Response:
     """One queue, a page of its pending jobs in order with their reasons."""
-    view = request.app[LOG_KEY].view()
+    log = request.app[LOG_KEY]
+    view = log.view()
     name = request.match_info["name"]
     queue = next((q for q in view.queues if q.name == name), None)
     if queue is None:
-        raise web.HTTPNotFound(text=f"no queue {name} in the tree in force")
-    page = pages.paginate(queue.pending, _int(request, "page", 1))
-    return render(request, "queue.html", view=view, queue=queue, page=page)
+        known = ", ".join(q.name for q in view.queues) or "none: no quota tree is in force"
+        raise Refusal(
+            404,
+            f"no queue {name!r} in the tree in force (queues: {known})",
+            [(f"/queue/{q.name}", q.name) for q in view.queues],
+        )
+    try:
+        page = pages.paginate(queue.pending, _int(request, "page", 1))
+    except pages.OutOfRange as exc:
+        raise Refusal(400, f"queue {name}: {exc}") from exc
+    return render(
+        request,
+        "queue.html",
+        view=view,
+        queue=queue,
+        page=page,
+        jobs={job.job: job for job in view.jobs},
+        now=datetime.now(UTC),
+        blockers=_blockers(log, page.items),
+    )
 
 
 @routes.get("/job/{namespace}/{name}")
@@ -145,13 +230,20 @@ async def job_page(request: web.Request) -> web.Response:
     try:
         story = explaining.explain(history, log.config, key, now_ms())
     except explaining.UnknownWorkload as exc:
-        raise web.HTTPNotFound(text=f"{key} does not appear on the log") from exc
+        raise Refusal(
+            404,
+            f"no job {key} on the log: Usher has never seen it (the queues list every pending "
+            f"job, the decisions every admitted one; `usher jobs` lists them all)",
+            [("/queues", "Queues"), ("/decisions", "Decisions")],
+        ) from exc
+    info = log.people.job(key)
     return render(
         request,
         "job.html",
         story=story,
-        info=log.people.job(key),
+        info=info,
         others=_other_jobs(history, key),
+        waited=pages.age(info.created if info else None, datetime.now(UTC)),
     )
 
 
@@ -179,14 +271,30 @@ async def decisions_page(request: web.Request) -> web.Response:
         action=request.query.get("action", ""),
     )
     names = log.queue_names()
+    queues = sorted(set(names.values()))
+    namespaces = sorted(
+        {ns for node in log.view().quota for ns in node.namespaces}
+        | {d.job.partition("/")[0] for d in log.people.decisions}
+    )
+    problem = pages.filter_problem(wanted, queues, namespaces)
+    if problem is not None:
+        raise Refusal(400, problem, [("/decisions", "every decision")])
+    before = _int(request, "before", 0) if "before" in request.query else None
+    if before is not None and before < 1:
+        raise Refusal(400, f"before must be a log position of 1 or more; got {before}")
     kept = [d for d in log.people.decisions if pages.keep_decision(d, wanted, names)]
+    shown = pages.page_of_decisions(kept, before, SHOWN_DECISIONS)
     return render(
         request,
         "decisions.html",
         wanted=wanted,
-        decisions=list(reversed(kept[-SHOWN_DECISIONS:])),
-        queues=sorted(set(names.values())),
-        namespaces=sorted({ns for node in log.view().quota for ns in node.namespaces}),
+        shown=shown,
+        decisions=shown.items,
+        live=before is None,
+        kept_at_most=KEEP_DECISIONS,
+        query={k: v for k, v in request.query.items() if k != "before" and v},
+        queues=queues,
+        namespaces=namespaces,
         actions=pages.ACTIONS,
         names=names,
     )
@@ -208,10 +316,12 @@ async def charts_page(request: web.Request) -> web.Response:
     waits: dict[str, list[tuple[int, float]]] = {}
     for wait in log.waits:
         waits.setdefault(wait.queue, []).append((wait.time_ms, wait.wait_s))
+    span = pages.time_span(pending, admitted, waits)  # one time axis for every chart
+    jobs, seconds = pages.Unit("job", "jobs"), pages.Unit("s", "s")
     charts = [
-        pages.line_chart("Pending jobs per queue", pending, "jobs"),
-        pages.line_chart("Admitted jobs per queue", admitted, "jobs"),
-        pages.dot_chart("Wait from creation to admission", waits, "s"),
+        pages.line_chart("Pending jobs per queue", pending, jobs, span),
+        pages.line_chart("Admitted jobs per queue", admitted, jobs, span),
+        pages.dot_chart("Wait from creation to admission", waits, seconds, span),
     ]
     return render(request, "charts.html", charts=charts)
 
@@ -222,15 +332,31 @@ async def replay_page(request: web.Request) -> web.Response:
     ``usher replay --seq N`` rebuilds it (the same function, the same text)."""
     log = request.app[LOG_KEY]
     last = log.seq
-    seq = min(max(0, _int(request, "seq", last)), last)
+    seq = _int(request, "seq", last)
+    if not 0 <= seq <= last:
+        raise Refusal(
+            400, f"seq must be a log position from 0 to {last} (the last read); got {seq}"
+        )
     state = hist.replay(log.history(), log.config, until_seq=seq)
+    quota = pages.replay_quota(state.quota)
+    resources = pages.resources_of(quota)
     return render(
         request,
         "replay.html",
         state=state,
+        resources=resources,
+        quota=[(node, pages.quota_bars(node, resources)) for node in quota],
         at=seq,
         last=last,
         text=hist.render_replay_table(state),
+    )
+
+
+@routes.get("/favicon.ico")
+async def favicon(request: web.Request) -> web.FileResponse:
+    """The site's icon where browsers look for it without asking the page."""
+    return web.FileResponse(
+        HERE / "static" / "favicon.svg", headers={"Content-Type": "image/svg+xml"}
     )
 
 

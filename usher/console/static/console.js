@@ -1,8 +1,11 @@
 // Usher console: keeps a page current from the server's event stream (/events).
-// Every page shows the live log position; pages marked data-refresh="yes" re-render their
-// main part (at most every two seconds) when the log moves; the decision stream adds each
-// new decision that its filters keep as a row, at once. Read-only: it never sends anything
-// but GET requests. No library: EventSource, fetch and DOMParser are in every browser.
+// Every page shows the live log position, and "disconnected" while the stream is down (it
+// reconnects by itself, then refreshes what it may have missed); pages marked
+// data-refresh="yes" re-render their main part (at most every two seconds) when the log moves;
+// the decision stream's newest page adds each new decision that the URL's filters keep (the
+// same the server applied) as a row, at once; the time travel slider reaches the newest
+// position. Read-only: it never sends anything but GET requests. No library: EventSource,
+// fetch and DOMParser are in every browser.
 "use strict";
 
 (function () {
@@ -46,9 +49,10 @@
   }
 
   function wanted(decision) {
-    const form = document.getElementById("filters");
-    if (!form) return true;
-    const value = (name) => (form.elements[name] ? form.elements[name].value : "");
+    // The page's filters are its URL's (what the server filtered by), not the form's
+    // selects, which the reader may have changed without submitting.
+    const query = new URLSearchParams(window.location.search);
+    const value = (name) => query.get(name) || "";
     return (!value("queue") || value("queue") === decision.queue) &&
       (!value("namespace") || value("namespace") === decision.namespace) &&
       (!value("action") || value("action") === decision.action);
@@ -70,7 +74,9 @@
 
   function addDecision(decision) {
     const rows = document.getElementById("decision-rows");
+    const list = document.getElementById("decision-list");
     if (!rows || document.body.dataset.refresh === "yes" || !wanted(decision)) return;
+    if (list && list.dataset.live !== "yes") return; // an older page stays as it is
     if (rows.querySelector(`tr[data-seq="${decision.seq}"]`)) return;
     const empty = rows.querySelector("tr.empty");
     if (empty) empty.remove();
@@ -101,12 +107,47 @@
     while (rows.rows.length > MAX_ROWS) rows.deleteRow(rows.rows.length - 1);
   }
 
+  function followSlider(seq) {
+    const slider = document.getElementById("travel-seq");
+    if (!slider || seq <= Number(slider.max)) return;
+    slider.max = seq;
+    const last = document.getElementById("travel-last");
+    if (last) last.textContent = seq;
+  }
+
+  function showLink(up) {
+    const live = document.getElementById("live");
+    const dot = document.getElementById("dot");
+    const link = document.getElementById("link");
+    if (live) live.classList.toggle("down", !up);
+    if (dot) {
+      dot.classList.toggle("down", !up);
+      dot.title = up ? "live" : "disconnected: the console is not reachable, retrying";
+    }
+    if (link) link.hidden = up;
+  }
+
+  let down = false;
+
   function connect() {
     const source = new EventSource("/events");
+    source.addEventListener("open", () => {
+      if (down) refresh(); // what it missed while it was down (decisions too)
+      down = false;
+      showLink(true);
+    });
+    source.addEventListener("error", () => {
+      down = true;
+      showLink(false);
+      // The browser retries by itself unless the answer was not a stream (a proxy's error
+      // page, a server starting): then the source is closed and we retry ourselves.
+      if (source.readyState === EventSource.CLOSED) window.setTimeout(connect, REFRESH_MS);
+    });
     source.addEventListener("seq", (event) => {
       const seq = Number(event.data);
       const shown = document.querySelector("[data-view-seq]");
       showSeq(seq);
+      followSlider(seq);
       if (!shown || Number(shown.textContent) !== seq) scheduleRefresh();
     });
     source.addEventListener("decision", (event) => addDecision(JSON.parse(event.data)));
