@@ -2,8 +2,9 @@
 
 emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger -> watcher -> emulator, the
 services in this process (``harness.InProcessStack``). Department-a has a ready timeout of 3 s
-and a long backoff; ``stuck`` (all of Department-a's 10 cpu) is admitted and reports no pod
-ready (nothing publishes ``WorkloadProgress`` for it), so its dequeuer requeues it through the
+and a long backoff; ``stuck`` (all of Department-a's 10 cpu) is admitted and its pod never
+gets ready (the emulator's never-ready annotation; the watcher reports 0/1 ready), so its
+dequeuer requeues it through the
 ledger, the watcher suspends it, the ledger releases it once seen stopped, and ``next``, which
 waited behind it, gets its quota within the timeout plus a few seconds. The quiet log breaks no
 invariant (each requeue justified, nothing over-committed while it stopped) and ``usher audit``
@@ -30,6 +31,7 @@ from tests.e2e.harness import InProcessStack, kube_api, quiesce, read_log
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
+from usher.local.kube_emulator.playbook import NEVER_READY
 
 NAMESPACE = "user-a"
 TIMEOUT_S = 3
@@ -44,9 +46,13 @@ async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
         yield emulator
 
 
-def job(name: str) -> dict[str, Any]:
+def job(name: str, never_ready: bool = False) -> dict[str, Any]:
     main = container(cpu="10", memory="1Gi", command=["sleep", "1d"])
-    return batch_job(name, NAMESPACE, template=pod_template(main), parallelism=1, completions=1)
+    manifest = batch_job(name, NAMESPACE, template=pod_template(main), parallelism=1, completions=1)
+    if never_ready:
+        # The emulator's kubelet keeps its pod not ready for an hour (a failing probe).
+        manifest["metadata"].setdefault("annotations", {})[NEVER_READY] = "3600"
+    return manifest
 
 
 def quota_tree() -> dict[str, Any]:
@@ -107,7 +113,7 @@ async def test_a_never_ready_gang_is_requeued_and_its_quota_goes_to_the_next(
                 group, version, "kube-system", "elasticquotatrees", tree
             )
             batch = client.BatchV1Api(api)
-            await batch.create_namespaced_job(NAMESPACE, job("stuck"))  # type: ignore[arg-type]
+            await batch.create_namespaced_job(NAMESPACE, job("stuck", never_ready=True))  # type: ignore[arg-type]
             await _until(js, subjects, stack, ("Admitted", "user-a/stuck"), 15.0)
             admitted_at = time.monotonic()
             await batch.create_namespaced_job(NAMESPACE, job("next"))  # type: ignore[arg-type]
