@@ -10,7 +10,8 @@ A job whose containers request nothing is rejected too (``no-requests``, naming 
 container) unless its branch of the tree allows it, and so is a ``usher.io/min-success`` that
 is not a positive integer or asks more pods than can succeed; one found running without an
 admission is rejected with ``not-admitted`` (the observer suspends it). An admitted job's pod
-counts become a ``WorkloadProgress`` (``workload_progress``), and a failed one's
+counts become a ``WorkloadProgress`` (``workload_progress``; kinds whose pods are not
+counted report all ready once active), and a failed one's
 ``WorkloadFinished`` carries its failed containers' terminations (``container_terminations``).
 What it must never do: read a clock, do I/O, or guess: a manifest the core refuses becomes a
 ``WorkloadRejected`` / ``QuotaTreeRejected`` carrying every field error.
@@ -186,19 +187,24 @@ def workload_event(
 def workload_progress(
     resource: Resource, family: JobFamily, obj: JsonObj, subjects: Subjects, observed_ms: Millis
 ) -> Outgoing | None:
-    """How far the job's pods have come (None when its kind's pods are not counted): ready
-    counts the pods that succeeded too, total is its gang (the pods it runs at once)."""
-    if family.pods is None:
-        return None
+    """How far the job's pods have come: ready counts the pods that succeeded too, total is
+    its gang (the pods it runs at once). A kind whose pods the registry cannot count (its
+    operator reports no per-pod status) counts as all ready once it is active and none
+    before: coarser, but a ready timeout on its quota node then evicts only a job that never
+    started, instead of every job of that kind."""
     who = identity(obj)
-    counts = family.pods.counts(obj)
     total = sum(source.count for source in family.pod_sets(_mapping(obj.get("spec")), []))
+    if family.pods is None:
+        ready, succeeded, failed = (total if family.active(obj) else 0), 0, 0
+    else:
+        counts = family.pods.counts(obj)
+        ready, succeeded, failed = counts.ready + counts.succeeded, counts.succeeded, counts.failed
     progress = WorkloadProgress(
         workload=who.key,
-        ready=counts.ready + counts.succeeded,
+        ready=ready,
         total=total,
-        succeeded=counts.succeeded,
-        failed=counts.failed,
+        succeeded=succeeded,
+        failed=failed,
         observed_ms=observed_ms,
     )
     subject = subjects.job(who.zone, who.namespace, who.name)

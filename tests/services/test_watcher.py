@@ -42,6 +42,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     WorkloadRejected,
     Zone,
     decode,
@@ -1302,3 +1303,24 @@ async def test_missing_kubeconfig_is_a_clear_error(h: Harness) -> None:
     ctx.settings = ServiceSettings(nats_url=h.infra.nats_url, prefix=h.subjects.prefix)
     with pytest.raises(SettingsError, match="kubeconfig"):
         await main(ctx)
+
+
+def test_a_kind_without_a_pod_reader_reports_its_gang_ready_once_active() -> None:
+    # RayJob's operator keeps no per-pod counts: all ready once its cluster runs, none before,
+    # so a ready timeout on its quota node evicts only a RayJob that never started (R10).
+    from services.watcher.kinds import family_of_kind
+    from services.watcher.translate import workload_progress
+
+    family = family_of_kind("ray.io/v1/RayJob")
+    assert family is not None and family.pods is None
+    subjects = Subjects("t")
+    waiting = rayjob("ray")
+    running = copy.deepcopy(waiting)
+    running["spec"]["suspend"] = False
+    running["status"] = {"jobDeploymentStatus": "Running"}
+    before = workload_progress(RAYJOBS, family, waiting, subjects, Millis(1))
+    after = workload_progress(RAYJOBS, family, running, subjects, Millis(2))
+    assert before is not None and isinstance(before.event, WorkloadProgress)
+    assert after is not None and isinstance(after.event, WorkloadProgress)
+    assert (before.event.ready, before.event.total) == (0, 4)  # head + 1 small + 2 big
+    assert (after.event.ready, after.event.total) == (4, 4)
