@@ -34,6 +34,7 @@ from usher.cli import (
     home_option,
     import_nats_without_websockets,
 )
+from usher.client.durations import age
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
 from usher.client.timing import UNKNOWN_GRACE_S
@@ -153,16 +154,6 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
         lines.append("   ".join(cells).rstrip())
     return "\n".join(lines)
-
-
-def age(created: datetime | None) -> str:
-    if created is None:
-        return "-"
-    seconds = max(0, int((datetime.now(UTC) - created).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * 2:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def _reason(job: JobInfo) -> str:
@@ -482,7 +473,7 @@ def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options:
                 str(j.position) if j.position else "-",
                 str(j.priority),
                 j.zone or "-",
-                age(j.created),
+                age(j.created, datetime.now(UTC)),
                 _reason(j),
             ]
             for j in found

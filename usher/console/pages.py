@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Generic, TypeVar
 
 import msgspec
@@ -62,17 +61,6 @@ def paginate(items: Sequence[T], page: int, per_page: int = PER_PAGE) -> PageOf[
     return PageOf(
         items=list(items[start : start + per_page]), page=page, pages=pages, total=len(items)
     )
-
-
-def age(since: datetime | None, now: datetime) -> str:
-    """How long ago ``since`` was, as ``usher jobs`` prints AGE (``45s``, ``3m``, ``2h``)."""
-    if since is None:
-        return "-"
-    seconds = max(0, int((now - since).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * 2:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 # --------------------------------------------------------------------------- quota

@@ -32,6 +32,7 @@ from aiohttp import web
 
 from schemas import Preempted, WorkloadKey
 from usher.client import AsyncClient
+from usher.client.durations import age
 from usher.client.state import DecisionInfo, QueuedJob, StateView, now_ms
 from usher.client.target import Target
 from usher.console import pages
@@ -61,7 +62,7 @@ def templates() -> jinja2.Environment:
     )
     env.filters["clock"] = lambda when: when.strftime("%H:%M:%S") if when else ""
     env.filters["stamp"] = lambda when: hist.format_datetime(when) if when else "-"
-    env.globals["age"] = pages.age
+    env.globals["age"] = age
     return env
 
 
@@ -243,7 +244,7 @@ async def job_page(request: web.Request) -> web.Response:
         story=story,
         info=info,
         others=_other_jobs(history, key),
-        waited=pages.age(info.created if info else None, datetime.now(UTC)),
+        waited=age(info.created if info else None, datetime.now(UTC)),
     )
 
 
