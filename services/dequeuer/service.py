@@ -52,6 +52,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
+    WorkloadProgress,
     Zone,
     ZoneServed,
 )
@@ -189,7 +190,7 @@ class Dequeuer:
                         self._replay_done()
                         await self._announce_zone()
                     # Checked per batch: leadership lost meanwhile means no pass at all.
-                    if self.leader.holds():
+                    if self.leader.holds() and (not self._led or may_change_decisions(batch)):
                         consistent = False  # until every request of the pass is answered
                         await self.decide()
                         consistent = True
@@ -456,3 +457,19 @@ async def main(ctx: ServiceContext) -> None:
     if zone is None:
         raise ValueError("the dequeuer needs a zone (--zone)")
     await Dequeuer(ctx, zone).run()
+
+
+def may_change_decisions(batch: list[LogEntry | BadEntry]) -> bool:
+    """Whether a pass after this batch could decide anything new.
+
+    Pod progress alone cannot: a workload getting ready only ends its ready deadline, and a
+    deadline that runs out is a wakeup, which ends the follower's wait with an empty batch
+    (``_idle_s``) and so gets its pass. Skipping those passes matters: every admitted job
+    reports its progress once. An empty batch (a wakeup, a retry) always may.
+    """
+    if not batch:
+        return True
+    return not all(
+        isinstance(entry, LogEntry) and isinstance(entry.envelope.event, WorkloadProgress)
+        for entry in batch
+    )

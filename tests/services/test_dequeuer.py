@@ -169,3 +169,23 @@ async def _has(found: Found, item: tuple[str, str]) -> bool:
 
 async def _count(found: Found, item: tuple[str, str], count: int) -> bool:
     return (await found()).count(item) >= count
+
+
+def test_only_a_batch_of_pod_progress_skips_the_pass() -> None:
+    from datetime import UTC, datetime
+
+    from schemas import Envelope, EventId, WorkloadFinished, WorkloadKey, WorkloadProgress
+    from services.dequeuer.service import may_change_decisions
+    from usher.core.log import LogEntry
+
+    def entry(event: object, seq: int) -> LogEntry:
+        envelope = Envelope(
+            id=EventId(f"e{seq}"), time=datetime.now(UTC), source="test", event=event
+        )  # type: ignore[arg-type]
+        return LogEntry(seq=seq, subject="s", envelope=envelope, time_ms=Millis(seq))
+
+    progress = WorkloadProgress(workload=WorkloadKey("ns/a"), ready=1, total=1)
+    finished = WorkloadFinished(workload=WorkloadKey("ns/a"))
+    assert not may_change_decisions([entry(progress, 1), entry(progress, 2)])
+    assert may_change_decisions([entry(progress, 1), entry(finished, 2)])
+    assert may_change_decisions([])  # a wakeup: a ready deadline may have run out
