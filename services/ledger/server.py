@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -30,6 +30,7 @@ from schemas import (
     PreemptRequest,
     RequestId,
     RequeueRequest,
+    ReservationResult,
     ReserveReply,
     ReserveRequest,
     decode,
@@ -209,41 +210,43 @@ class RequestServer:
     async def _preempt(self, call: _Call) -> None:
         request = call.request
         assert isinstance(request, PreemptRequest)
-        try:
-            # Observations already on the log were made before this preemption: they must
-            # not count as the victims having stopped.
-            log_seq = await self._log_seq()
-            started = time.perf_counter()
+
+        async def preempt(log_seq: int | None) -> list[ReservationResult]:
             result = await self._store.preempt(
                 request.preemptor, request.victims, outbox=self._outbox, log_seq=log_seq
             )
-            self._ctx.metrics.ledger_seconds.labels("preempt").observe(
-                time.perf_counter() - started
-            )
-        except LedgerTransientError as exc:
-            await self._transient(call, exc)
-            return
-        except LedgerPermanentError as exc:
-            await self._failed(call, exc)
-            return
-        if result.granted:
-            self._on_commit()
-        await self._reply(call.msg, ReserveReply(request_id=request.request_id, results=[result]))
+            return [result]
+
+        await self._after_the_log(call, "preempt", request.request_id, preempt)
 
     async def _requeue(self, call: _Call) -> None:
         request = call.request
         assert isinstance(request, RequeueRequest)
+
+        async def requeue(log_seq: int | None) -> list[ReservationResult]:
+            return await self._store.requeue(request.requeues, outbox=self._outbox, log_seq=log_seq)
+
+        await self._after_the_log(call, "requeue", request.request_id, requeue)
+
+    async def _after_the_log(
+        self,
+        call: _Call,
+        label: str,
+        request_id: RequestId,
+        run: Callable[[int | None], Awaitable[list[ReservationResult]]],
+    ) -> None:
+        """Serve one preemption or requeue: ``run`` with the log's last sequence, timed,
+        errors answered, the reply sent.
+
+        The sequence is read first: observations already on the log were made before this
+        request, so they must not count as its victims' (or the requeued job's) pods having
+        stopped.
+        """
         try:
-            # As for a preemption: a suspension already on the log predates the requeue and
-            # must not count as its pods having stopped.
             log_seq = await self._log_seq()
             started = time.perf_counter()
-            results = await self._store.requeue(
-                request.requeues, outbox=self._outbox, log_seq=log_seq
-            )
-            self._ctx.metrics.ledger_seconds.labels("requeue").observe(
-                time.perf_counter() - started
-            )
+            results = await run(log_seq)
+            self._ctx.metrics.ledger_seconds.labels(label).observe(time.perf_counter() - started)
         except LedgerTransientError as exc:
             await self._transient(call, exc)
             return
@@ -252,7 +255,7 @@ class RequestServer:
             return
         if any(r.granted for r in results):
             self._on_commit()
-        await self._reply(call.msg, ReserveReply(request_id=request.request_id, results=results))
+        await self._reply(call.msg, ReserveReply(request_id=request_id, results=results))
 
     async def _log_seq(self) -> int | None:
         try:
