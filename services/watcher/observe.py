@@ -14,7 +14,9 @@ declare nothing; one that still requests nothing is rejected unless its branch o
 ``usher.io/allow-zero-requests: "true"``. Second line behind the admission webhook: a managed job
 (its namespace or quota label is mapped by the tree in force) found running without a live ledger
 admission is suspended and rejected with ``not-admitted``. An admitted job's pod counts (its
-kind's ``PodReader``) are published as ``WorkloadProgress`` when they change; a failed job's
+kind's ``PodReader``) are published as ``WorkloadProgress`` when they change and a ready
+timeout (R10) is in force where it runs (nothing else decides on them, and an entry per
+admitted job costs every consumer); a failed job's
 pods are listed once (by its label) for its containers' terminations; a job that succeeded by
 its ``usher.io/min-success`` is suspended, which stops its remaining pods.
 What it must never do: publish an event the log already says (a status write of our own must
@@ -379,7 +381,11 @@ class WorkloadObserver(Observer):
             )
         if isinstance(out.event, WorkloadFinished) and out.event.min_success is not None:
             await self._stop_the_rest(resource, obj, out.event.min_success, log)
-        elif isinstance(out.event, WorkloadObserved) and self.view.admitted(who.key):
+        elif (
+            isinstance(out.event, WorkloadObserved)
+            and self.view.admitted(who.key)
+            and self.view.watches_readiness(who.key)
+        ):
             await self._report_progress(resource, obj, log)
 
     async def _terminations(self, obj: JsonObj) -> list[ContainerTermination]:

@@ -234,6 +234,11 @@ class WatcherProjection:
         held = self.admissions if isinstance(decision, Admitted) else self.withdrawals
         held[key] = max(seq, held.get(key, 0))
 
+    def watches_readiness(self, workload: WorkloadKey) -> bool:
+        """Whether a ready timeout (R10) is in force where ``workload`` is: only then does
+        anything decide on its pod counts, so only then are they worth a log entry each."""
+        return self.projection.engine.ready_timeout_ms(workload) > 0
+
     def admitted(self, workload: WorkloadKey) -> bool:
         """Whether the ledger admitted ``workload`` and has not preempted or released it."""
         return self.admissions.get(workload, 0) > self.withdrawals.get(workload, 0)

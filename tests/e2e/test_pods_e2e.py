@@ -48,9 +48,11 @@ def job(name: str, pods: int, annotations: dict[str, str], **spec: Any) -> dict[
 
 
 def tree() -> dict[str, Any]:
-    """Department-a (``user-a``): 3 cpu, no more, no borrowing."""
+    """Department-a (``user-a``): 3 cpu, no more, no borrowing; a ready timeout long enough
+    never to requeue, so pod progress is on the log (R10)."""
     quota = {"min": {"cpu": "3", "memory": "64Gi"}, "max": {"cpu": "3", "memory": "64Gi"}}
-    leaf = {"name": "Department-a", **quota, "namespaces": [NAMESPACE]}
+    timeout = {"usher.io/ready-timeout-seconds": "3600"}
+    leaf = {"name": "Department-a", **quota, "namespaces": [NAMESPACE], "attributes": timeout}
     return elastic_quota_tree({"name": "root", **quota, "children": [leaf]})
 
 

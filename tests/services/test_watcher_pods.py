@@ -95,8 +95,16 @@ def played(
     )
 
 
-async def cluster(h: Harness) -> None:
-    await h.kube.create(TREES, "kube-system", tree())
+READY_TIMEOUT = {"usher.io/ready-timeout-seconds": "3600"}
+
+
+async def cluster(h: Harness, *, ready_timeout: bool = True) -> None:
+    """The watcher's usual tree; with ``ready_timeout`` its Department-a (``user-a``) has an
+    R10 ready timeout, which is what makes pod counts worth publishing."""
+    quota_tree = tree()
+    if ready_timeout:
+        quota_tree["spec"]["root"]["children"][0]["attributes"] = READY_TIMEOUT
+    await h.kube.create(TREES, "kube-system", quota_tree)
     await h.kube.create(NODES, None, node("n1", "zone-a"))
 
 
@@ -205,6 +213,20 @@ async def test_progress_is_published_once_per_change_and_not_again_after_a_resta
         await h.logged(WorkloadObserved, lambda e: e.name == "marker")
         after = await h.log()
     assert progress_of(after, "gang") == progress_of(before, "gang")
+
+
+async def test_without_a_ready_timeout_no_progress_is_published_but_the_finish_is(
+    h: Harness,
+) -> None:
+    await cluster(h, ready_timeout=False)
+    annotations = {"emulator.usher.io/pod-durations-seconds": "0.3,0.6"}
+    await h.kube.create(JOBS, "user-a", played("quiet", annotations))
+    async with h.watcher(FAST):
+        await admit(h, "quiet")
+        [(_, finished)] = await h.logged(WorkloadFinished, lambda e: e.workload == "user-a/quiet")
+        entries = await h.log()
+    assert finished.succeeded is True
+    assert progress_of(entries, "quiet") == []  # nothing decides on pod counts here
 
 
 async def test_a_slow_gang_reports_its_ready_pods_as_they_come(h: Harness) -> None:

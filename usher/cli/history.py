@@ -387,7 +387,11 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     type=float,
     default=None,
     metavar="SECONDS",
-    help="Ready timeout of nodes that set no usher.io/ready-timeout-seconds (R10).",
+    help=(
+        "Ready timeout of nodes that set no usher.io/ready-timeout-seconds (R10). Pod progress"
+        " is on the log only where a timeout was in force when it was recorded; elsewhere every"
+        " admission counts as never ready."
+    ),
 )
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")

@@ -1558,6 +1558,10 @@ class Engine:
         """What the engine knows about one workload, or None if unknown (or deleted)."""
         return engine_queries.job_state(self, key)
 
+    def ready_timeout_ms(self, key: WorkloadKey) -> int:
+        """The ready timeout (R10) in force for a workload where it is; 0 = off or unknown."""
+        return engine_queries.ready_timeout_ms(self, key)
+
     def jobs(self) -> dict[WorkloadKey, JobView]:
         """Every known workload (deleted ones are gone), by key."""
         return engine_queries.jobs(self)

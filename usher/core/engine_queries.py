@@ -1,10 +1,10 @@
 """Read-side queries of the engine: what a workload's state is and why, per queue and node.
 
 What it does: answers ``Engine.queues``, ``queue_counts``, ``job_state``, ``jobs``,
-``quota_used``, ``quota_nodes``, ``reason`` (as of the last pass), ``reason_now`` (worked out
-from the state alone, for a state rebuilt from the log) and ``admission_shortfall`` (the
-ledger's check) over an engine's state; the views they return (``JobView``,
-``QueueEntry``).
+``ready_timeout_ms``, ``quota_used``, ``quota_nodes``, ``reason`` (as of the last pass),
+``reason_now`` (worked out from the state alone, for a state rebuilt from the log) and
+``admission_shortfall`` (the ledger's check) over an engine's state; the views they return
+(``JobView``, ``QueueEntry``).
 What it must never do: change the state (only ``next_wakeup``'s pruning of stale wakeups is
 a write, and it stays in the engine), decide anything, read a clock, or iterate an unordered
 collection where the order could reach an answer.
@@ -100,6 +100,17 @@ def job_state(e: Engine, key: WorkloadKey) -> JobView | None:
         priority=job.priority,
         reason=reason(e, key),
     )
+
+
+def ready_timeout_ms(e: Engine, key: WorkloadKey) -> int:
+    """The ready timeout (R10) that applies to ``key`` where it is: the quota it was admitted
+    to, else its leaf; 0 when off or the workload is unknown or unmapped."""
+    job = e.state.jobs.get(key)
+    if job is None:
+        return 0
+    quota = job.used_path or job.leaf
+    info = e.state.tree.nodes.get(quota) if quota is not None else None
+    return info.readiness.timeout_ms if info is not None else 0
 
 
 def jobs(e: Engine) -> dict[WorkloadKey, JobView]:
