@@ -75,10 +75,13 @@ class DecisionPass:
             if popped is None:
                 break
             leaf, job = popped
-            if not self.queue_viable(leaf):
+            # The candidate fitting its quota answers ``queue_viable`` too (its own shape is
+            # one of the queue's, past the cursor): one quota walk instead of two.
+            fits_quota = not job.held and self.e._fits_quota(leaf, job.shape)
+            if not fits_quota and not self.queue_viable(leaf):
                 continue  # nothing left in it can fit or preempt until something changes
             self.tried.add(job.key)
-            moved = self.try_candidate(job)
+            moved = self.try_candidate(job, fits_quota)
             if not moved and self.policy.closes_queue:
                 self.closed.add(leaf)
                 continue
@@ -239,14 +242,15 @@ class DecisionPass:
             return True
         return any(e.state.jobs[k].leaf == leaf for k in e.state.held)
 
-    def try_candidate(self, job: Job) -> bool:
-        """Admit ``job`` if it fits, else after reclaim; False if it stays pending."""
+    def try_candidate(self, job: Job, fits_quota: bool = False) -> bool:
+        """Admit ``job`` if it fits, else after reclaim; False if it stays pending.
+        ``fits_quota``: its quota was just found to have room (only the zone is left)."""
         e = self.e
         if job.key in e._stopping:
             return False  # preempted, not seen stopped yet: the ledger would refuse it
         if job.held:
             e._drop_hold(job)  # its own hold is what it may use now
-        if e._fits(job):
+        if e._fits_zone(job) if fits_quota else e._fits(job):
             self.admit(job)
             return True
         victims = find_victims(e, job)

@@ -114,6 +114,8 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_stopping",
     "_pass_admitted",
     "_shapes",
+    "_pod_lists",
+    "_names",
     "_share_cache",
     "_dirty",
     "_low",
@@ -164,6 +166,10 @@ class Engine:
         self._pass_admitted: set[WorkloadKey] = set()
         """Admitted by the running pass: never offered as a victim in it (ADMISSION-RULES R6)."""
         self._shapes: dict[Shape, Shape] = {}
+        self._pod_lists: dict[tuple[Shape, ...], tuple[Shape, ...]] = {}
+        self._names: dict[str, str] = {}
+        """One string object per namespace, zone and priority class name (per workload, each
+        decoded event brings its own copy): memory per pending workload (issue 16)."""
         self._share_cache: dict[QuotaPath, Share] = {}
         self._dirty: set[QuotaPath] = set()
         self._low: dict[QuotaPath, dict[str, int] | None] = {}
@@ -327,7 +333,7 @@ class Engine:
     def _observe(self, event: WorkloadObserved) -> None:
         job = self.state.jobs.get(event.workload)
         if job is None:
-            job = Job(event.workload, event.namespace, event.name)
+            job = Job(event.workload, self._name(event.namespace), event.name)
             job.arrived_pass = self.state.passes
             self.state.jobs[job.key] = job
             self._fill(job, event)
@@ -357,11 +363,13 @@ class Engine:
     def _fill(self, job: Job, event: WorkloadObserved) -> None:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(job.key, None)
-        job.zone = event.zone
-        job.priority_class = event.priority_class
+        job.zone = Zone(self._name(event.zone))
+        job.priority_class = (
+            None if event.priority_class is None else self._name(event.priority_class)
+        )
         job.spec_priority = event.priority
         job.created_ms = event.created_ms
-        job.quota_name = event.quota_name
+        job.quota_name = None if event.quota_name is None else self._name(event.quota_name)
         total: dict[str, int] = {}
         pods: list[Shape] = []
         for pod_set in event.pod_sets:
@@ -371,7 +379,8 @@ class Engine:
             for resource, amount in pod_set.requests.items():
                 total[resource] = total.get(resource, 0) + amount * pod_set.count
         job.shape = self._intern(shape_of(total))
-        job.pods = tuple(sorted(set(pods)))
+        pod_list = tuple(sorted(set(pods)))
+        job.pods = self._pod_lists.setdefault(pod_list, pod_list)
         job.pod_count = sum(p.count for p in event.pod_sets if p.count > 0)
         job.scalable = None
         for pod_set in event.pod_sets:
@@ -392,6 +401,9 @@ class Engine:
     def _intern(self, shape: Shape) -> Shape:
         # One tuple object per distinct shape: 100k workloads share a handful of them.
         return self._shapes.setdefault(shape, shape)
+
+    def _name(self, name: str) -> str:
+        return self._names.setdefault(name, name)
 
     def _resolve_priority(self, job: Job) -> int:
         if job.priority_class is not None and job.priority_class in self.state.priority_values:

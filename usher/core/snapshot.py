@@ -103,6 +103,8 @@ REBUILT: frozenset[str] = frozenset(
         "_zone_cap",
         "_pod_fit_cache",
         "_shapes",
+        "_pod_lists",
+        "_names",
         "_share_cache",
         "_dirty",
         "_low",
@@ -562,13 +564,17 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
     states = _STATES
     jobs: dict[WorkloadKey, Job] = {}
     new_job = Job.__new__
+    # One object per namespace and per pod list, as the engine keeps them (memory per job).
+    names: dict[str, str] = {}
+    pod_lists: dict[tuple[Shape, ...], tuple[Shape, ...]] = {}
     for r in records:
         key = WorkloadKey(r.key)
         namespace, _, name = key.partition("/")
         # Every slot is set below (no __init__: it would fill them twice).
         job = new_job(Job)
         job.key = key
-        job.namespace = r.namespace if r.namespace is not None else namespace
+        ns = r.namespace if r.namespace is not None else namespace
+        job.namespace = names.setdefault(ns, ns)
         job.name = r.name if r.name is not None else name
         job.zone = Zone(r.zone)
         job.priority_class = r.priority_class
@@ -576,7 +582,8 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.priority = r.priority
         job.created_ms = Millis(r.created_ms)
         job.shape = shapes[r.shape]
-        job.pods = tuple(shapes[p] for p in r.pods)
+        pod_list = tuple(shapes[p] for p in r.pods)
+        job.pods = pod_lists.setdefault(pod_list, pod_list)
         job.quota_name = r.quota_name
         job.state = states[r.state]
         job.leaf = QuotaPath(r.leaf) if r.leaf is not None else None
