@@ -35,6 +35,7 @@ from schemas import (
     EventId,
     Millis,
     PodSet,
+    QuotaPath,
     QuotaTreeApplied,
     WorkloadKey,
     WorkloadObserved,
@@ -81,7 +82,7 @@ def build_log(pending: int) -> tuple[list[LogEntry], str]:
     envelopes = [_envelope(0, QuotaTreeApplied(root=root))]
     envelopes += [_envelope(n, _observed(n)) for n in range(1, pending + 1)]
     leaf = next(c for c in root.children if NAMESPACE in c.namespaces)
-    return history_of(envelopes).items, leaf_queue_name(f"root/{leaf.name}", leaf)
+    return history_of(envelopes).items, leaf_queue_name(QuotaPath(f"root/{leaf.name}"), leaf)
 
 
 class Served:

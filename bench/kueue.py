@@ -45,7 +45,8 @@ by the service that wrote them):
   ``held_beyond_runtime_<class>_mean_s`` (quota held beyond the runtime, from the ledger),
   ``throughput_jobs_per_s`` against ``needed_jobs_per_s`` (workloads / ideal makespan), and
   ``cpu_s_<process>`` (CPU seconds of each process from the first creation until the last
-  finish, PostgreSQL with its backends) with ``cpu_cores_busy`` (their sum / that time).
+  finish, PostgreSQL with its backends) with ``cpu_cores_busy`` (their sum / that time), and
+  the same per admitted job in ms (``cpu_ms_per_job_<process>``, all summed: ``cpu_ms_per_job``).
 * ``history_violations``: instants where the ledger's history shows a quota node above its
   ``max`` (the e2e tests' sweep, ``tests/e2e/checks.py``); must be 0.
 Quick mode scales down to 1 parent x 6 leaves and a fifth of each arrival stream (70 small,
@@ -516,6 +517,10 @@ async def measure(servers: Servers, kubeconfig: Path, scale: Scale) -> dict[str,
     for name, seconds in sorted(cpu.items()):
         numbers[f"cpu_s_{name}"] = seconds
     numbers["cpu_cores_busy"] = sum(cpu.values()) / run_s
+    jobs = max(1, len(admitted))
+    for name, seconds in sorted(cpu.items()):
+        numbers[f"cpu_ms_per_job_{name}"] = 1000 * seconds / jobs
+    numbers["cpu_ms_per_job"] = 1000 * sum(cpu.values()) / jobs
     return numbers
 
 

@@ -137,6 +137,8 @@ class Dequeuer:
         self._ids = itertools.count(1)
         self._instance = f"{zone}-{os.getpid()}-{wall_ms()}"
         self.passes = 0
+        self._pass_s = 0.0
+        """How long the latest pass took (logged with its reservations)."""
         self._replayed = False
         self.metrics = ctx.metrics
         self.leader = Leadership(ctx, f"dequeuer-{zone}", on_change=self._leadership_changed)
@@ -324,7 +326,8 @@ class Dequeuer:
         self._led = True
         started = time.perf_counter()
         decisions = self.engine.decide(wall_ms())
-        self.metrics.pass_seconds.labels(self.zone).observe(time.perf_counter() - started)
+        self._pass_s = time.perf_counter() - started
+        self.metrics.pass_seconds.labels(self.zone).observe(self._pass_s)
         plan = plan_pass(decisions)
         if plan.requeues:
             # First: the quota they free is what the pass's admissions may count on (R10).
@@ -348,6 +351,7 @@ class Dequeuer:
             # What this pass saw: the ledger refuses a workload it saw end after that (R8).
             log_seq=self.projection.applied_seq,
         )
+        asked = time.perf_counter()
         try:
             reply = await ask(self.ctx, self.ctx.subjects.ledger_reserve, request)
         except PermanentReplyError as exc:
@@ -375,7 +379,13 @@ class Dequeuer:
                 detail=reason.message,
             )
             self.engine.revert_admission(result.workload, reason)
-        self.ctx.log.info("pass reserved", requested=len(admissions), granted=granted)
+        self.ctx.log.info(
+            "pass reserved",
+            requested=len(admissions),
+            granted=granted,
+            pass_ms=round(self._pass_s * 1000, 2),
+            ledger_ms=round((time.perf_counter() - asked) * 1000, 2),
+        )
         if granted < len(admissions):
             self._refused()
         else:

@@ -182,6 +182,12 @@ class OutboxRow(Base):
     """A decision to publish; written with the rows it describes, published by the relay."""
 
     __tablename__ = "outbox"
+    __table_args__ = (
+        # What the relay reads after every commit: the unpublished rows in id order. Without
+        # it PostgreSQL walks the primary key past every row ever published (a cost that grew
+        # with the ledger's age: 3.5 ms per read at 40,000 rows, on the admission path).
+        Index("ix_outbox_unpublished_id", "id", postgresql_where=text("published_at IS NULL")),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     event_id: Mapped[str] = mapped_column(Text, unique=True)
