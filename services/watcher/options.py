@@ -34,6 +34,11 @@ class WatcherOptions:
     ack_wait_s: float = 30.0
     queue_resync_s: float = 60.0
     """How often Queue objects are listed again to repair changes made by others."""
+    queue_status_items: int = 100
+    """Pending workloads a Queue's status lists (its first ones, in order); ``status.pending``
+    counts them all. Every write sends the whole list (a merge patch replaces arrays), so
+    listing 15,000 pending jobs once a second cost the watcher and the API server more CPU
+    than admitting them; ``usher queue`` shows every position."""
 
     def backoff(self) -> Backoff:
         """A fresh ``Backoff`` with these delays."""

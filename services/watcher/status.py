@@ -5,8 +5,9 @@ What it does: from the watcher's projection of the log, keeps (rate-limited, at 
 (``scheduling.x-k8s.io/v1alpha1``) per leaf of the tree in force in namespace ``kube-queue``,
 as kube-queue did: label ``create-by-kubequeue: "true"``, annotation
 ``kube-queue/quota-fullname: <leaf path>``, ``spec.queuePolicy`` (Round or Block) and
-``status.queueItemDetails.active`` (pending workloads in order, with position and priority;
-``backoff`` stays empty). Queues of leaves that vanished are deleted (only ours, by label). The
+``status.queueItemDetails.active`` (the first ``queue_status_items`` pending workloads in
+order, with position and priority; ``backoff`` stays empty) and ``status.pending`` (how many
+wait in all). Queues of leaves that vanished are deleted (only ours, by label). The
 ElasticQuotaTree whose spec is the tree in force gets ``status.used``: quota path -> resource ->
 quantity in Kubernetes notation, for every node of the tree, through the status subresource
 (or a plain merge patch when the CRD has none). Every ElasticQuotaTree gets the condition
@@ -57,9 +58,10 @@ EVENT_COMPONENT = "usher-watcher"
 
 
 def queue_manifest(
-    name: QueueName, leaf: QuotaPath, policy: str, entries: list[QueueEntry]
+    name: QueueName, leaf: QuotaPath, policy: str, entries: list[QueueEntry], pending: int
 ) -> JsonObj:
-    """The Queue object of one leaf, status included."""
+    """The Queue object of one leaf, status included: ``entries`` (its first pending workloads)
+    in ``queueItemDetails.active``, and how many wait in all in ``pending``."""
     active = []
     for entry in entries:
         namespace, _, job = entry.job.partition("/")
@@ -77,20 +79,26 @@ def queue_manifest(
             "annotations": {QUOTA_ANNOTATION: leaf},
         },
         "spec": {"queuePolicy": policy},
-        "status": {"queueItemDetails": {"active": active, "backoff": []}},
+        "status": {"queueItemDetails": {"active": active, "backoff": []}, "pending": pending},
     }
 
 
 def desired_queues(
-    tree: QuotaNode | None, queues: dict[QueueName, list[QueueEntry]], policy: str
+    tree: QuotaNode | None,
+    queues: dict[QueueName, list[QueueEntry]],
+    policy: str,
+    counts: dict[QueueName, tuple[int, int]] | None = None,
 ) -> dict[str, JsonObj]:
-    """One Queue per leaf of the tree in force (none without a tree)."""
+    """One Queue per leaf of the tree in force (none without a tree). ``counts``: each
+    queue's (pending, admitted) when ``queues`` holds only the first entries of each."""
     if tree is None:
         return {}
     out: dict[str, JsonObj] = {}
     for path, leaf in leaf_paths(tree).items():
         name = leaf_queue_name(path, leaf)
-        out[name] = queue_manifest(name, path, policy, queues.get(name, []))
+        entries = queues.get(name, [])
+        pending = counts[name][0] if counts is not None and name in counts else len(entries)
+        out[name] = queue_manifest(name, path, policy, entries, pending)
     return out
 
 
@@ -254,7 +262,10 @@ class StatusWriter:
     async def write_once(self) -> None:
         """One pass: queues first, then the tree's usage."""
         engine = self.view.projection.engine
-        desired = desired_queues(self.view.tree, engine.queues(), engine.config.policy)
+        head = self.options.queue_status_items
+        desired = desired_queues(
+            self.view.tree, engine.queues(head), engine.config.policy, engine.queue_counts()
+        )
         try:
             await self._write_queues(desired)
         except NotFound as exc:

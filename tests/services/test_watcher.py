@@ -1161,6 +1161,24 @@ def _finished_count(
 # --------------------------------------------------------------------------- status
 
 
+async def test_a_queue_lists_its_first_pending_jobs_and_counts_them_all(h: Harness) -> None:
+    await h.kube.create(TREES, "kube-system", tree())
+    for name in ("pi-1", "pi-2", "pi-3"):
+        await h.kube.create(JOBS, "user-a", job(name))
+    async with h.watcher(dataclasses.replace(FAST, queue_status_items=2)):
+
+        async def counted() -> JsonObj | None:
+            try:
+                obj = await h.kube.get(QUEUES, "kube-queue", "root-department-a-user-a")
+            except NotFound:
+                return None
+            return obj if (obj.get("status") or {}).get("pending") == 3 else None
+
+        queue = await h.eventually(counted)
+    names = [i["name"] for i in queue["status"]["queueItemDetails"]["active"]]
+    assert names == ["pi-1", "pi-2"]  # the first two in order; the third is counted only
+
+
 async def test_queues_and_tree_usage_follow_the_log(h: Harness) -> None:
     await h.kube.create(TREES, "kube-system", tree())
     await h.kube.create(CLASSES, None, priority_class("priority-2", 2))

@@ -1558,9 +1558,9 @@ class Engine:
     # Read-side questions (``engine_queries`` answers them over the state; the pass's
     # shortfall helpers below are shared with it).
 
-    def queues(self) -> dict[QueueName, list[QueueEntry]]:
-        """Every queue with its pending workloads in order."""
-        return engine_queries.queues(self)
+    def queues(self, head: int | None = None) -> dict[QueueName, list[QueueEntry]]:
+        """Every queue with its pending workloads in order (the first ``head`` of each)."""
+        return engine_queries.queues(self, head)
 
     def queue_counts(self) -> dict[QueueName, tuple[int, int]]:
         """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""

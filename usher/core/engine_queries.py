@@ -56,13 +56,15 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     reason: Reason | None = None
 
 
-def queues(e: Engine) -> dict[QueueName, list[QueueEntry]]:
-    """Every queue with its pending workloads in order."""
+def queues(e: Engine, head: int | None = None) -> dict[QueueName, list[QueueEntry]]:
+    """Every queue with its pending workloads in order (only the first ``head`` of each when
+    given: a view per workload is what costs)."""
     out: dict[QueueName, list[QueueEntry]] = {}
     for queue in e._queues.values():
+        entries = queue.entries if head is None else queue.entries[:head]
         out[queue.name] = [
             QueueEntry(job=key, position=i + 1, priority=-neg)
-            for i, (neg, _, key) in enumerate(queue.entries)
+            for i, (neg, _, key) in enumerate(entries)
         ]
     return out
 
