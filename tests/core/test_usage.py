@@ -21,6 +21,9 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import CORE, GI, admitted
+from tests.builders.log import BASE_MS, QA, QB, A, B, Log, seed_reclaim
+from usher.core import audit
+from usher.core.config import EngineConfig
 from usher.core.usage import (
     Interval,
     UsageBy,
@@ -294,3 +297,68 @@ def test_a_node_is_the_sum_of_its_children(
             intervals, since_ms=None, until_ms=Millis(until_s * S), now_ms=Millis(end), by=by
         )
         assert sum(grouped.values()) == root
+
+
+# ---------------------------------------------------------------------------- audit: log vs ledger
+
+
+def ledger_intervals(log: Log, *, borrow_end: float = 3.1) -> list[Interval]:
+    """seed_reclaim's allocations as the ledger's rows give them (stamps = envelope times)."""
+
+    def at(seconds: float) -> Millis:
+        return Millis(BASE_MS + int(seconds * 1000))
+
+    return [
+        Interval(
+            workload=WorkloadKey("user-a/big"),
+            quota=A,
+            queue=QA,
+            requests={"cpu": 60 * CORE},
+            start_ms=at(1.1),
+        ),
+        Interval(
+            workload=WorkloadKey("user-b/borrow"),
+            quota=A,
+            queue=QA,
+            requests={"cpu": 40 * CORE},
+            start_ms=at(2.1),
+            end_ms=at(borrow_end),
+        ),
+        Interval(
+            workload=WorkloadKey("user-c/urgent"),
+            quota=B,
+            queue=QB,
+            requests={"cpu": 10 * CORE},
+            start_ms=at(3.3),
+        ),
+    ]
+
+
+def test_audit_usage_agrees_with_the_ledgers_intervals() -> None:
+    log = seed_reclaim()
+    assert audit.check_usage(log.history(), ledger_intervals(log)) == []
+    # The window ends at the last ledger decision on the log: 3.3 s.
+    assert audit.usage_until(log.history()) == BASE_MS + 3300
+
+
+def test_audit_usage_names_node_resource_window_and_workload_where_they_differ() -> None:
+    log = seed_reclaim()
+    findings = audit.check_usage(log.history(), ledger_intervals(log, borrow_end=3.3))
+    assert [(f.check, f.decision) for f in findings] == [("usage-differs", "usage")] * 2
+    first, second = (f.message for f in findings)
+    assert first.startswith("root cpu from the beginning until 2024-05-01T12:00:03.300Z")
+    assert second.startswith("root/Department-a cpu")
+    assert "intervals differ for user-b/borrow" in second
+    # user-a/big 60 cpu x 2.2 s on both sides; user-b/borrow 40 cpu x 1 s vs x 1.2 s.
+    assert "the log says 0.048 CPU-hours (172000000 unit-ms)" in second
+    assert "the ledger's intervals 0.050 CPU-hours (180000000 unit-ms)" in second
+
+
+def test_audit_compares_usage_only_when_the_ledger_gave_its_intervals() -> None:
+    log = seed_reclaim()
+    rows = audit.LedgerSnapshot(allocations=[], unpublished=[], intervals=[])
+    report = audit.audit(log.history(), EngineConfig(), ledger=rows)
+    assert "usage-differs" in {f.check for f in report.findings}
+    without = audit.LedgerSnapshot(allocations=[], unpublished=[])
+    report = audit.audit(log.history(), EngineConfig(), ledger=without)
+    assert "usage-differs" not in {f.check for f in report.findings}

@@ -179,6 +179,66 @@ def usage_totals(
     return totals
 
 
+# ---------------------------------------------------------------------------- log vs ledger
+
+
+class UsageDifference(msgspec.Struct, frozen=True, kw_only=True):
+    """A node and resource whose usage the log and the ledger count differently."""
+
+    node: QuotaPath
+    resource: str
+    log_ms: int
+    ledger_ms: int
+    workloads: list[WorkloadKey]
+    """The workloads whose intervals on that node differ (what to look at first)."""
+
+
+def _per_workload(
+    intervals: Iterable[Interval], since_ms: Millis | None, until_ms: Millis
+) -> dict[tuple[QuotaPath, str, WorkloadKey], int]:
+    totals: dict[tuple[QuotaPath, str, WorkloadKey], int] = {}
+    for interval in intervals:
+        held = overlap_ms(interval, since_ms, until_ms, until_ms)
+        for node in path_nodes(interval.quota):
+            for resource, amount in interval.requests.items():
+                if held > 0 and amount:
+                    key = (node, resource, interval.workload)
+                    totals[key] = totals.get(key, 0) + amount * held
+    return totals
+
+
+def compare_usage(
+    log: Iterable[Interval],
+    ledger: Iterable[Interval],
+    *,
+    since_ms: Millis | None,
+    until_ms: Millis,
+) -> list[UsageDifference]:
+    """Where the log's and the ledger's usage differ over ``[since, until)`` (open intervals
+    counted up to ``until`` on both sides), per node and resource, sorted."""
+    mine = _per_workload(log, since_ms, until_ms)
+    theirs = _per_workload(ledger, since_ms, until_ms)
+    by_node: dict[tuple[QuotaPath, str], tuple[int, int, set[WorkloadKey]]] = {}
+    for key in mine.keys() | theirs.keys():
+        node, resource, workload = key
+        said, held = mine.get(key, 0), theirs.get(key, 0)
+        total_log, total_ledger, differing = by_node.get((node, resource), (0, 0, set()))
+        if said != held:
+            differing = differing | {workload}
+        by_node[(node, resource)] = (total_log + said, total_ledger + held, differing)
+    return [
+        UsageDifference(
+            node=node,
+            resource=resource,
+            log_ms=said,
+            ledger_ms=held,
+            workloads=sorted(differing),
+        )
+        for (node, resource), (said, held, differing) in sorted(by_node.items())
+        if differing
+    ]
+
+
 # ---------------------------------------------------------------------------- units
 
 
@@ -301,9 +361,11 @@ __all__ = [
     "Interval",
     "Totals",
     "UsageBy",
+    "UsageDifference",
     "UsageFold",
     "UsageReport",
     "UsageRow",
+    "compare_usage",
     "groups_of",
     "hours",
     "intervals_of",
