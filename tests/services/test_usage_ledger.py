@@ -4,6 +4,9 @@ requeue and finishes (over a real NATS server and a real PostgreSQL)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from schemas import (
     Millis,
     PodSet,
@@ -22,11 +25,12 @@ from schemas import (
     decode,
     encode,
 )
+from tests.cli.history_cli import usher
 from tests.services.test_ledger import ZONE, Ledger, res, running, summary, wait_decisions
 from usher.adapters.nats.export import fetch_log
 from usher.adapters.pg.audit_reads import read_ledger, read_usage_intervals
 from usher.core import audit
-from usher.core.history import decode_history
+from usher.core.history import ExportHeader, decode_history, encode_export, format_time
 from usher.core.usage import Interval, UsageBy, intervals_of, usage_totals
 
 __all__ = ["running"]  # the fixture, shared with the ledger's own tests
@@ -86,7 +90,7 @@ async def requeue(service: Ledger, name: str, cores: int) -> None:
     assert [r.granted for r in decode(raw.data, ReserveReply).results] == [True]
 
 
-async def test_ledger_intervals_and_log_fold_agree(running: Ledger) -> None:
+async def test_ledger_intervals_and_log_fold_agree(running: Ledger, tmp_path: Path) -> None:
     reply = await running.reserve(res("a", "A", 50), res("v", "A", 40), res("b", "B", 10))
     assert all(r.granted for r in reply.results)
     await preempt(running, "v", "p", 30)
@@ -140,6 +144,23 @@ async def test_ledger_intervals_and_log_fold_agree(running: Ledger) -> None:
         from_log, since_ms=None, until_ms=until, now_ms=until, by=UsageBy.NAMESPACE
     )
     assert by_ns == {("ns", "cpu"): totals[("root", "cpu")]}
+    # usher usage says the same from the log as from the ledger (--ledger), in every grouping.
+    exported = tmp_path / "log.jsonl"
+    header = ExportHeader(
+        prefix=running.subjects.prefix,
+        stream=running.subjects.stream_name,
+        entries=len(entries),
+        first_seq=entries[0].seq,
+        last_seq=entries[-1].seq,
+    )
+    exported.write_bytes(encode_export(header, entries))
+    window = ["--file", str(exported), "--until", format_time(until), "-o", "json"]
+    for by in ("node", "queue", "namespace"):
+        said = usher("usage", *window, "--by", by)
+        held = usher("usage", *window, "--by", by, "--ledger", "--database", running.database_url)
+        assert said.returncode == held.returncode == 0, said.stderr + held.stderr
+        assert json.loads(said.stdout)["rows"] == json.loads(held.stdout)["rows"] != []
+
     start_of_p = next(i.start_ms for i in from_log if i.workload == "ns/p")
     later = await read_usage_intervals(running.database_url, Millis(start_of_p), None)
     assert WorkloadKey("ns/p") in {i.workload for i in later}
