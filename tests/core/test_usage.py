@@ -14,20 +14,25 @@ from schemas import (
     Preempted,
     QueueName,
     QuotaPath,
+    QuotaTreeApplied,
     Reason,
     Released,
     Requeued,
     WorkloadKey,
     Zone,
 )
-from tests.builders.events import CORE, GI, admitted
+from tests.builders.events import CORE, GI, admitted, observed
 from tests.builders.log import BASE_MS, QA, QB, A, B, Log, seed_reclaim
+from tests.builders.trees import two_leaf_tree
 from usher.core import audit
 from usher.core.config import EngineConfig
+from usher.core.engine import Engine
 from usher.core.usage import (
     Interval,
     UsageBy,
     UsageFold,
+    UsageMeter,
+    held_now,
     hours,
     render_usage_csv,
     render_usage_json,
@@ -362,3 +367,41 @@ def test_audit_compares_usage_only_when_the_ledger_gave_its_intervals() -> None:
     without = audit.LedgerSnapshot(allocations=[], unpublished=[])
     report = audit.audit(log.history(), EngineConfig(), ledger=without)
     assert "usage-differs" not in {f.check for f in report.findings}
+
+
+# ---------------------------------------------------------------------------- counters
+
+
+def test_the_meter_counts_from_its_start_and_what_accrued_since_each_reading() -> None:
+    meter = UsageMeter(counted_ms=Millis(10 * S))
+    meter.apply(admitted("ns/a", 2), Millis(0))  # before the meter started: counted from 10 s
+    assert meter.read(Millis(20 * S)) == {
+        ("root", "cpu"): 20 * CORE * S,
+        ("root/A", "cpu"): 20 * CORE * S,
+    }
+    meter.apply(admitted("ns/b", 1), Millis(22 * S))
+    meter.apply(released("ns/b"), Millis(25 * S))
+    assert not meter.fold.closed  # a closed interval is counted at once, not kept
+    assert meter.read(Millis(30 * S))[("root/A", "cpu")] == (2 * 10 + 1 * 3) * CORE * S
+    assert meter.read(Millis(29 * S)) == {}  # a clock going back counts nothing twice
+    meter.apply(preempted("ns/a"), Millis(35 * S))
+    assert meter.read(Millis(40 * S))[("root", "cpu")] == 2 * 5 * CORE * S
+    assert meter.read(Millis(50 * S)) == {}
+
+
+def test_a_meter_seeded_from_a_restored_engine_counts_what_already_ran() -> None:
+    engine = Engine(EngineConfig())
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(0))
+    engine.apply(observed("a1", "w", 30), Millis(0))
+    engine.apply(admitted("a1/w", 30, quota="root/A", queue="root-a-a1"), Millis(5 * S))
+    [held] = held_now(engine)
+    assert (held.workload, held.quota, held.queue, held.requests, held.start_ms) == (
+        "a1/w",
+        "root/A",
+        "root-a-a1",
+        {"cpu": 30 * CORE},
+        5 * S,
+    )
+    meter = UsageMeter(counted_ms=Millis(10 * S))
+    meter.seed([held])
+    assert meter.read(Millis(12 * S))[("root/A", "cpu")] == 30 * 2 * CORE * S

@@ -41,9 +41,11 @@ from schemas import (
     Requeued,
     WorkloadKey,
 )
+from usher.core.engine import Engine
 from usher.core.history import format_time
 from usher.core.log import LogEntry
 from usher.core.quantity import CPU
+from usher.core.state import JobState
 from usher.core.tree import path_nodes
 
 MS_PER_HOUR = 3_600_000
@@ -177,6 +179,75 @@ def usage_totals(
                     key = (group, resource)
                     totals[key] = totals.get(key, 0) + amount * held
     return totals
+
+
+# ---------------------------------------------------------------------------- counters
+
+
+@dataclass
+class UsageMeter:
+    """Usage per node and resource accrued since the previous ``read``: what a counter adds.
+
+    Counts from ``counted_ms`` on (a service's start: a counter never reports the history
+    before it) and keeps only the intervals still open; a closed one is added to ``pending``
+    at once, so a long replay holds no more than what runs.
+    """
+
+    counted_ms: Millis
+    fold: UsageFold = field(default_factory=UsageFold)
+    pending: Totals = field(default_factory=dict)
+
+    def apply(self, event: object, at_ms: Millis) -> None:
+        self.fold.apply(event, at_ms)
+        if self.fold.closed:
+            until = max(i.end_ms or i.start_ms for i in self.fold.closed)
+            self._add(
+                usage_totals(
+                    self.fold.closed, since_ms=self.counted_ms, until_ms=until, now_ms=until
+                )
+            )
+            self.fold.closed.clear()
+
+    def seed(self, intervals: Iterable[Interval]) -> None:
+        """Intervals already open when the fold started (an engine restored from a snapshot)."""
+        for interval in intervals:
+            self.fold.open.setdefault(interval.workload, interval)
+
+    def read(self, now_ms: Millis) -> Totals:
+        """What accrued since the previous reading (running workloads up to ``now``)."""
+        now = Millis(max(now_ms, self.counted_ms))
+        self._add(
+            usage_totals(
+                self.fold.open.values(), since_ms=self.counted_ms, until_ms=now, now_ms=now
+            )
+        )
+        totals, self.pending = self.pending, {}
+        self.counted_ms = now
+        return totals
+
+    def _add(self, totals: Totals) -> None:
+        for key, amount in totals.items():
+            self.pending[key] = self.pending.get(key, 0) + amount
+
+
+def held_now(engine: Engine) -> list[Interval]:
+    """Every workload admitted in ``engine`` as an open interval from its admission: what a
+    fold that starts after a snapshot has not seen open (requests as its usage counts them)."""
+    out: list[Interval] = []
+    for key, job in sorted(engine.state.jobs.items()):
+        view = engine.job_state(key)
+        if job.state != JobState.ADMITTED or job.used_path is None or view is None:
+            continue
+        out.append(
+            Interval(
+                workload=key,
+                quota=job.used_path,
+                queue=view.queue or QueueName(""),
+                requests=dict(job.used_shape),
+                start_ms=job.admitted_ms,
+            )
+        )
+    return out
 
 
 # ---------------------------------------------------------------------------- log vs ledger
@@ -363,10 +434,12 @@ __all__ = [
     "UsageBy",
     "UsageDifference",
     "UsageFold",
+    "UsageMeter",
     "UsageReport",
     "UsageRow",
     "compare_usage",
     "groups_of",
+    "held_now",
     "hours",
     "intervals_of",
     "overlap_ms",
