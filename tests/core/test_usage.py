@@ -27,6 +27,8 @@ from tests.builders.trees import two_leaf_tree
 from usher.core import audit
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.errors import ScenarioError
+from usher.core.sim import check, load_scenario, run
 from usher.core.usage import (
     Interval,
     UsageBy,
@@ -405,3 +407,43 @@ def test_a_meter_seeded_from_a_restored_engine_counts_what_already_ran() -> None
     meter = UsageMeter(counted_ms=Millis(10 * S))
     meter.seed([held])
     assert meter.read(Millis(12 * S))[("root/A", "cpu")] == 30 * 2 * CORE * S
+
+
+# ---------------------------------------------------------------------------- scenario format
+
+
+def test_a_bad_usage_expectation_names_every_bad_field() -> None:
+    data = {
+        "name": "bad-usage",
+        "expect": {
+            "usage": {
+                "bogus": 1,
+                "node": {"root": {"cpu": "lots", "memory": -1}},
+                "queue": {"q": {"cpu": 0.0000001}},
+            }
+        },
+    }
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(data, "bad.yaml")
+    assert sorted((e.path, e.code) for e in caught.value.errors) == [
+        ("expect.usage.at", "missing-at"),
+        ("expect.usage.bogus", "unknown-key"),
+        ("expect.usage.node.root.cpu", "invalid-number"),
+        ("expect.usage.node.root.memory", "invalid-usage"),
+        ("expect.usage.queue.q.cpu", "invalid-usage"),
+    ]
+
+
+def test_a_usage_expectation_is_checked_against_the_run() -> None:
+    data = {
+        "name": "usage",
+        "objects": [],
+        "expect": {"usage": {"at": 1.5, "namespace": {"a1": {"cpu": 3}}}},
+    }
+    scenario = load_scenario(data, "u.yaml")
+    assert scenario.expect is not None and scenario.expect.usage is not None
+    assert scenario.expect.usage.at_ms == 1500
+    assert scenario.expect.usage.groups == {UsageBy.NAMESPACE: {"a1": {"cpu": 3 * CORE * S}}}
+    assert check(scenario, run(scenario)) == [
+        "usage namespace a1 cpu at 1.5: expected 3, got 0 (unit-seconds)"
+    ]

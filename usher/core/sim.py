@@ -5,7 +5,9 @@ What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or 
 services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
 ready -- and ``progress: {job, ready, total}``, the pod progress R10 judges readiness by) and
 its wakeups (min-runtime ends, ready deadlines, requeue backoffs), ``render_json``/``render_table``
-print the outcome, and ``check`` compares it with the scenario's ``expect:`` block.
+print the outcome, and ``check`` compares it with the scenario's ``expect:`` block (an optional
+``usage:`` in it is checked against ``usage_intervals``, the run's decisions folded as the
+log's are, U1).
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
 """

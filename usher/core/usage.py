@@ -26,7 +26,7 @@ import io
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
 import msgspec
@@ -326,7 +326,8 @@ def hours(resource: str, amount_ms: int) -> Decimal:
     """Canonical units x ms as hours of the resource's unit, exact to 3 decimals (rounded half
     up only here, for display)."""
     _, scale = unit_of(resource)
-    return (Decimal(amount_ms) / Decimal(scale * MS_PER_HOUR)).quantize(Decimal("0.001"))
+    exact = Decimal(amount_ms) / Decimal(scale * MS_PER_HOUR)
+    return exact.quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
 
 
 def unit_seconds(resource: str, amount_ms: int) -> float:
