@@ -4,16 +4,19 @@ What it does: ``UsageFold`` folds the log, entry by entry, into each workload's 
 intervals*: one opens at the workload's ``Admitted`` decision (the ledger's grant time, which
 the ledger stamps on the envelope) and closes at its first ``Preempted``, ``Requeued`` or
 ``Released`` decision (the ledger's ``preempted_at``/``released_at``); a partial admission
-(R11) counts the ``requests`` it was admitted with. ``usage`` sums intervals over a window
-``[since, until)`` into exact integers -- canonical units (millicores for cpu, base units
-otherwise) x milliseconds -- per quota node (every node on the path root..leaf, so a node's
-usage is the sum of its children's), per leaf queue or per namespace; an interval still open
-accrues up to ``now``. ``UsageRow``/``UsageReport`` carry the result, with the amount in hours
-of the resource's unit for people (CPU-hours, GiB-hours, GPU-hours) and in unit-seconds for
-counters; ``render_usage_table``/``_json``/``_csv`` print it.
+(R11) counts the ``requests`` it was admitted with. ``usage_totals`` sums intervals over a
+window ``[since, until)`` into exact integers -- canonical units (millicores for cpu, base
+units otherwise) x milliseconds -- per quota node (every node on the path root..leaf, so a
+node's usage is the sum of its children's), per leaf queue or per namespace; an interval still
+open accrues up to ``now``. ``usage_report`` wraps them in ``UsageRow``/``UsageReport``, with
+the amount in hours of the resource's unit for people (CPU-hours, GiB-hours, GPU-hours);
+``render_usage_table``/``_json``/``_csv`` print it and ``unit_seconds`` converts for counters.
+``UsageMeter`` is the same fold kept small for a service's counters (what accrued since its
+previous reading; ``held_now`` seeds it from an engine restored from a snapshot).
 
-The fold reads only decisions, so the ledger's rows give the very same intervals
-(``intervals_from_ledger``): ``usher audit`` compares the two (``compare_usage``).
+The fold reads only decisions, so the ledger's rows give the very same intervals (read by
+``usher.adapters.pg.audit_reads``): ``compare_usage`` says where the two differ, for
+``usher audit``.
 
 What it must never do: read a clock (``now`` is passed in), perform I/O, use float arithmetic
 on an amount, or change any decision (usage is an account, not an input of admission).
@@ -102,7 +105,8 @@ class UsageFold:
         )
 
     def stopped(self, workload: WorkloadKey, at_ms: Millis) -> None:
-        """The workload's open interval, if any, closes at ``at_ms``."""
+        """The workload's open interval, if any, closes at ``at_ms`` (never before it opened:
+        a stop stamped earlier, by a skewed clock, held nothing)."""
         interval = self.open.pop(workload, None)
         if interval is not None:
             self.closed.append(
@@ -267,14 +271,13 @@ class UsageDifference(msgspec.Struct, frozen=True, kw_only=True):
 def _per_workload(
     intervals: Iterable[Interval], since_ms: Millis | None, until_ms: Millis
 ) -> dict[tuple[QuotaPath, str, WorkloadKey], int]:
+    """``usage_totals`` by node, kept apart per workload (open intervals up to ``until``)."""
     totals: dict[tuple[QuotaPath, str, WorkloadKey], int] = {}
     for interval in intervals:
-        held = overlap_ms(interval, since_ms, until_ms, until_ms)
-        for node in path_nodes(interval.quota):
-            for resource, amount in interval.requests.items():
-                if held > 0 and amount:
-                    key = (node, resource, interval.workload)
-                    totals[key] = totals.get(key, 0) + amount * held
+        one = usage_totals([interval], since_ms=since_ms, until_ms=until_ms, now_ms=until_ms)
+        for (node, resource), amount in one.items():
+            key = (QuotaPath(node), resource, interval.workload)
+            totals[key] = totals.get(key, 0) + amount
     return totals
 
 
