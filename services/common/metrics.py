@@ -4,7 +4,8 @@ What it does: holds the process's single ``CollectorRegistry`` and every metric 
 services record into (``Metrics``; ``process_metrics()`` returns the one of this process, so
 services running side by side in one process, as in tests, share it), renders it in the
 standard text exposition format, copies per-queue and per-quota-node figures out of a pure
-engine (``record_engine``) and samples consumer lag now and then (``Sampler``).
+engine (``record_engine``), adds usage accrued per quota node to its counters
+(``record_usage``, U1) and samples consumer lag now and then (``Sampler``).
 What it must never do: label by workload (cardinality: one series per queue, quota node and
 resource at most), run per-job work on the decision path, or let a metrics failure stop a
 service (samplers log and go on).
@@ -24,8 +25,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from schemas import Millis
 from services.common.tasks import cancel_tasks
 from usher.core.engine import Engine
+from usher.core.usage import UsageMeter, unit_seconds
 
 __all__ = [
     "CONTENT_TYPE_LATEST",
@@ -33,6 +36,7 @@ __all__ = [
     "Sampler",
     "process_metrics",
     "record_engine",
+    "record_usage",
 ]
 
 _SHORT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -81,6 +85,14 @@ class Metrics:
         self.quota_max = Gauge(
             "usher_quota_max",
             "Ceiling per quota node and resource (canonical units).",
+            ["node", "resource"],
+            registry=r,
+        )
+        self.usage = Counter(
+            "usher_usage_resource_seconds",
+            "Resource-seconds used per quota node (every node on the path) and resource, as "
+            "usage accounting counts them (U1): core-seconds for cpu, byte-seconds for memory, "
+            "unit-seconds otherwise. Every dequeuer counts the whole tree: take max across them.",
             ["node", "resource"],
             registry=r,
         )
@@ -185,6 +197,12 @@ def record_engine(metrics: Metrics, engine: Engine) -> None:
             for gauge in (metrics.quota_used, metrics.quota_min, metrics.quota_max):
                 gauge.remove(*gone_node)
     metrics._nodes = nodes
+
+
+def record_usage(metrics: Metrics, meter: UsageMeter, now_ms: Millis) -> None:
+    """Add what accrued since the meter's previous reading to the usage counters."""
+    for (node, resource), amount in sorted(meter.read(now_ms).items()):
+        metrics.usage.labels(node, resource).inc(unit_seconds(resource, amount))
 
 
 class Sampler:

@@ -57,7 +57,7 @@ from schemas import (
     ZoneServed,
 )
 from services.common.leader import Leadership, LeadershipLost
-from services.common.metrics import Sampler, record_engine
+from services.common.metrics import Sampler, record_engine, record_usage
 from services.common.projection import Projection
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.retry import Backoff, retrying
@@ -68,6 +68,7 @@ from usher.adapters.nats.log import publish_envelope
 from usher.core import reasons
 from usher.core.engine import Engine
 from usher.core.log import BadEntry, LogEntry
+from usher.core.usage import UsageMeter, held_now
 
 SOURCE = "usher/dequeuer"
 RETRY_FIRST_S = 0.2
@@ -147,6 +148,8 @@ class Dequeuer:
         self._seen: dict[WorkloadKey, int] = {}
         """Creation (or first observation) time of this zone's workloads not admitted yet."""
         self._gauges_at = 0.0
+        self.usage = UsageMeter(counted_ms=wall_ms())
+        """Usage accrued since the last sample, for the usage counters (U1)."""
         self._retry_in_s: float | None = None
         """Backoff before a pass retries refused work; ``None`` when nothing was refused."""
         self._retry_at = 0.0
@@ -166,6 +169,8 @@ class Dequeuer:
         try:
             self.projection = await self.snapshots.open()
             self.engine = self.projection.engine
+            # What ran before the snapshot's end is open in its engine, not on the tail.
+            self.usage.seed(held_now(self.engine))
             self.follower = self.snapshots.follower(self.projection)
             await self.follower.start()
             sampler.start()
@@ -266,6 +271,7 @@ class Dequeuer:
         if now - self._gauges_at >= 0.25:
             self._gauges_at = now
             record_engine(self.metrics, self.engine)
+            record_usage(self.metrics, self.usage, wall_ms())
 
     def _replay_done(self) -> None:
         self._replayed = True
@@ -308,6 +314,7 @@ class Dequeuer:
                 )
                 continue
             self.projection.apply(entry)
+            self.usage.apply(entry.envelope.event, entry.time_ms)
             self._track(entry)
 
     def _track(self, entry: LogEntry) -> None:

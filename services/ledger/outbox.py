@@ -3,7 +3,8 @@
 What it does: turns a decision the store took (``Admitted``, ``Preempted``, ``Released``) into
 the ``OutboxMessage`` that announces it: id ``ledger:<action>:<workload>:<allocation id>`` (also
 ``Nats-Msg-Id``, so a republish after a crash is dropped by the server), an ``Envelope`` from
-``usher/ledger``, on ``<p>.decision.<zone>.<action>.<ns>.<name>``.
+``usher/ledger`` timed by the store's transaction stamp (the allocation's own times), on
+``<p>.decision.<zone>.<action>.<ns>.<name>``.
 What it must never do: touch the database or NATS; the store calls it inside its transaction.
 """
 
@@ -30,9 +31,13 @@ def outbox_builder(
 ) -> OutboxBuilder:
     """The store's ``OutboxBuilder`` for this installation's subjects."""
 
-    def build(decision: LedgerDecision, zone: Zone, allocation_id: int) -> OutboxMessage:
+    def build(
+        decision: LedgerDecision, zone: Zone, allocation_id: int, at: datetime | None = None
+    ) -> OutboxMessage:
+        # The store's stamp, when given: the allocation's interval and the log say the same time.
+        when = at if at is not None else clock()
         envelope = Envelope(
-            id=event_id(decision, allocation_id), time=clock(), source=SOURCE, event=decision
+            id=event_id(decision, allocation_id), time=when, source=SOURCE, event=decision
         )
         return OutboxMessage(
             event_id=envelope.id,

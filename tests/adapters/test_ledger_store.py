@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator
+from datetime import datetime
 from fractions import Fraction
 
 import msgspec
@@ -34,7 +35,9 @@ from usher.adapters.pg.ledger_store import (
 LEAVES = ("root/Department-a/user-a", "root/Department-a/user-b", "root/Department-b/user-c")
 
 
-def builder(decision: LedgerDecision, zone: Zone, alloc_id: int) -> OutboxMessage:
+def builder(
+    decision: LedgerDecision, zone: Zone, alloc_id: int, at: datetime | None = None
+) -> OutboxMessage:
     """A deterministic outbox row: ``<kind>:<workload>:<allocation id>``."""
     kind = type(decision).__name__.lower()
     return OutboxMessage(
@@ -270,7 +273,9 @@ async def test_tree_change_keeps_usage_and_marks_dropped_nodes(
 
 
 async def test_failed_transaction_leaves_no_outbox_no_offset(store: LedgerStore) -> None:
-    def bad(decision: LedgerDecision, zone: Zone, alloc_id: int) -> OutboxMessage:
+    def bad(
+        decision: LedgerDecision, zone: Zone, alloc_id: int, at: datetime | None = None
+    ) -> OutboxMessage:
         return OutboxMessage(event_id="e1", subject=None, payload=b"x")  # type: ignore[arg-type]
 
     with pytest.raises(LedgerPermanentError) as caught:

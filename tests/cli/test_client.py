@@ -9,10 +9,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from schemas import Millis
+from usher.adapters.pg.audit_reads import read_usage_intervals
+from usher.adapters.stack_file import read_stack_info
 from usher.client import (
     AsyncClient,
     BadInput,
@@ -25,6 +29,7 @@ from usher.client import (
     job_manifest,
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
+from usher.core.usage import UsageBy, usage_totals
 from usher.local.processes import pid_alive
 from usher.local.system import EmbeddedSystem, SystemOptions
 
@@ -118,6 +123,31 @@ def test_client_errors_are_typed(system: EmbeddedSystem, tmp_path: Path) -> None
             usher.queue("nope")
     with pytest.raises(NotRunning, match="no Usher is running"):
         Client(home=tmp_path)
+
+
+def test_usage_from_the_log_equals_the_ledgers_intervals(system: EmbeddedSystem) -> None:
+    """U1: what the client folds from the log is what the ledger's rows say, to the ms."""
+    with Client(home=system.home) as usher:
+        job = usher.submit("count-me", namespace="user-b", image="x", cpu=3, zone="a", duration=1)
+        assert usher.wait(job.job, timeout=30).state == "Finished"
+        until = datetime.now(UTC)
+        for by in ("node", "queue", "namespace"):
+            report = usher.usage(until=until, by=by)
+            database = read_stack_info(system.home).database_url
+            intervals = asyncio.run(read_usage_intervals(database, None, None))
+            until_ms = Millis(int(until.timestamp() * 1000))
+            ledger = usage_totals(
+                intervals, since_ms=None, until_ms=until_ms, now_ms=until_ms, by=UsageBy(by)
+            )
+            assert {(r.group, r.resource): r.amount_ms for r in report.rows} == ledger
+        by_ns = {(r.group, r.resource): r for r in usher.usage(by="namespace").rows}
+        # At least the second it ran (3 cpu), in CPU-hours.
+        assert by_ns[("user-b", "cpu")].amount_ms >= 3000 * 1000
+        assert by_ns[("user-b", "cpu")].unit == "CPU-hours"
+        with pytest.raises(BadInput, match=r"^by: 'team' is not one of node, queue, namespace"):
+            usher.usage(by="team")
+        with pytest.raises(BadInput, match=r"^since: .* is after until"):
+            usher.usage(since=until, until=until - timedelta(hours=1))
 
 
 # --------------------------------------------------------------------------- pure parts

@@ -140,6 +140,8 @@ Q95 = "histogram_quantile(0.95, sum by "
         ("Health", "usher_dlq_parked_total"),
         ("Health", "usher_watch_reconnects_total"),
         ("Health", "usher_leader"),
+        ("Usage", "increase(usher_usage_resource_seconds_total"),
+        ("Usage", "rate(usher_usage_resource_seconds_total"),
     ],
 )  # fmt: skip
 def test_the_required_panels_are_in_their_rows(

@@ -128,6 +128,7 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                     "usher_watch_reconnects",
                     "usher_dlq_parked",
                     "usher_leader",
+                    "usher_usage_resource_seconds",
                 ):
                     assert family in families, family
                 assert _value(samples, "usher_queue_admitted_workloads", queue=queue) == 1
@@ -154,6 +155,17 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                 assert lag is not None and 0 <= lag <= 5
                 assert _value(samples, "usher_leader", role="dequeuer-default") == 1
                 assert _value(samples, "usher_leader", role="ledger-relay") == 1
+
+                # Usage (U1): the admitted 60 cores accrue on root/A and on root alike.
+                async def used() -> tuple[float, float] | None:
+                    now, _ = await _scrape(session, base)
+                    name = "usher_usage_resource_seconds_total"
+                    leaf = _value(now, name, node="root/A", resource="cpu") or 0.0
+                    root = _value(now, name, node="root", resource="cpu") or 0.0
+                    return (leaf, root) if leaf > 0 else None
+
+                accrued = await eventually(used, timeout_s=10, every_s=0.2)
+                assert accrued is not None and accrued[0] == accrued[1]
 
                 # A poison entry on the log: the dequeuer parks it, the counter says so.
                 parked_before = _value(samples, "usher_dlq_parked_total", service="dequeuer") or 0.0

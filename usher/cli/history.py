@@ -1,4 +1,4 @@
-"""History commands: ``usher replay``, ``audit``, ``what-if``, ``explain``, ``log export|import``.
+"""History commands: ``usher replay``, ``audit``, ``what-if``, ``explain``, ``usage``, ``log``.
 
 What it does: reads the log (from the running installation over NATS, or offline from a file
 written by ``usher log export``), hands it to the pure history modules of the core, prints a
@@ -42,7 +42,7 @@ from usher.adapters.nats.export import (
     read_export_file,
 )
 from usher.adapters.nats.subjects import Subjects
-from usher.adapters.pg.audit_reads import LedgerUnavailable, read_ledger
+from usher.adapters.pg.audit_reads import LedgerUnavailable, read_ledger, read_usage_intervals
 from usher.adapters.stack_file import read_stack_info, usher_home
 from usher.cli import (
     EXIT_BAD_INPUT,
@@ -58,7 +58,7 @@ from usher.cli import (
 from usher.core import audit as auditing
 from usher.core import explain as explaining
 from usher.core import history as hist
-from usher.core import whatif
+from usher.core import usage, whatif
 from usher.core.config import (
     POLICIES,
     WITHIN_QUOTA_MODES,
@@ -522,6 +522,109 @@ def explain_command(workload: str, output: str, log_file: Path | None, **options
         lambda: explaining.render_explain_json(explanation),
         lambda: explaining.render_explain_table(explanation),
     )
+
+
+# ---------------------------------------------------------------------------- usage
+
+
+def _window(
+    since: str | None, until: str | None, now: Millis
+) -> tuple[Millis | None, Millis | None]:
+    """``--since``/``--until`` as times (relative ones count back from ``now``), checked."""
+    since_ms, until_ms = _time("--since", since, now), _time("--until", until, now)
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        fail(
+            f"--since {since!r} ({hist.format_time(since_ms)}) is after --until {until!r} "
+            f"({hist.format_time(until_ms)})",
+            EXIT_USAGE,
+        )
+    return since_ms, until_ms
+
+
+def _ledger_intervals(
+    url: str | None, since_ms: Millis | None, until_ms: Millis | None
+) -> list[usage.Interval]:
+    if url is None:
+        fail("--ledger: no ledger database: pass --database or run `usher up`", EXIT_USAGE)
+    try:
+        return asyncio.run(read_usage_intervals(url, since_ms, until_ms))
+    except LedgerUnavailable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+
+
+@cli.command("usage")
+@click.option("--since", metavar="TIME", default=None, help="Window start (default: all).")
+@click.option("--until", metavar="TIME", default=None, help="Window end (default: now).")
+@click.option(
+    "--by", type=click.Choice(usage.USAGE_BY), default="node", show_default=True, help="Group by."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json", "csv"]),
+    default="table",
+    show_default=True,
+    help="table for people, json or csv for scripts.",
+)
+@click.option(
+    "--ledger",
+    "from_ledger",
+    is_flag=True,
+    help="Sum the ledger's allocation intervals (PostgreSQL) instead of the log's decisions.",
+)
+@click.option(
+    "--database",
+    "database_url",
+    default=None,
+    help="Ledger database for --ledger (default: $USHER_DATABASE_URL / stack.json).",
+)
+@_source
+def usage_command(
+    since: str | None,
+    until: str | None,
+    by: str,
+    output: str,
+    from_ledger: bool,
+    database_url: str | None,
+    log_file: Path | None,
+    **options: Any,
+) -> None:
+    """Resource-hours used per quota node, leaf queue or namespace over a window (U1).
+
+    A workload accrues what it was admitted with (a partial admission: the pods admitted)
+    from its admission to its preemption, requeue or release (finish, deletion); one still
+    running accrues up to now. --by node counts every node on the path, so a node's usage is
+    its children's summed. TIME is ISO-8601 or relative to now (-7d, -12h); offline (--file)
+    now is the log's last entry. Amounts are exact (canonical units x ms in json/csv) and
+    shown in hours of the resource's unit (CPU-hours, GiB-hours, GPU-hours).
+    """
+    group = usage.UsageBy(by)
+    for option, text in (("--since", since), ("--until", until)):
+        _time(option, text, Millis(0))  # a malformed TIME is a usage error first
+    if from_ledger:
+        settings = _settings(live=False, database_url=database_url, **options)
+        if log_file is None:
+            now = Millis(int(time.time() * 1000))
+        else:  # offline, "now" is the log's last entry, as without --ledger
+            now = _read(log_file, settings).end_ms or Millis(0)
+        since_ms, until_ms = _window(since, until, now)
+        intervals = _ledger_intervals(
+            database_url or settings.database_url, since_ms, until_ms or now
+        )
+    else:
+        log = _load(log_file, **options)
+        now = Millis(int(time.time() * 1000)) if log.live else (log.history.end_ms or Millis(0))
+        since_ms, until_ms = _window(since, until, now)
+        intervals = usage.intervals_of(log.history.items)
+    report = usage.usage_report(
+        intervals, since_ms=since_ms, until_ms=until_ms, now_ms=now, by=group
+    )
+    render = {
+        "table": usage.render_usage_table,
+        "json": usage.render_usage_json,
+        "csv": usage.render_usage_csv,
+    }[output]
+    _print(render(report))
 
 
 # ---------------------------------------------------------------------------- log export/import

@@ -4,9 +4,10 @@ What it does: ``AsyncClient`` (asyncio) and ``Client`` (blocking, safe in notebo
 its own event loop in a thread) offer what the seed's Jobctl offered to notebooks and a bit
 more: ``submit`` (a suspended batch/v1 Job built from a few options), ``submit_manifest``,
 ``apply`` (files of manifests, create or update), ``list_jobs``, ``job``, ``queues``,
-``queue``, ``quota`` and ``wait`` (follow one job until it is admitted or done). Writes go to
-the Kubernetes API (``usher.adapters.kube``), as any user's would; states, positions and
-reasons come from the log on NATS (``usher.client.state``). Every failure is a typed
+``queue``, ``quota``, ``usage`` (resource-hours over a window, U1) and ``wait`` (follow one
+job until it is admitted or done). Writes go to the Kubernetes API (``usher.adapters.kube``),
+as any user's would; states, positions, reasons and usage come from the log on NATS
+(``usher.client.state``). Every failure is a typed
 ``ClientError`` with sentences for people.
 What it must never do: decide anything, publish on the log, touch a live workload's suspend
 flag, or print or raise anything that holds a password.
@@ -19,6 +20,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,6 +31,7 @@ import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
+from schemas import Millis
 from usher.adapters.kube import (
     AlreadyExists,
     Conflict,
@@ -69,7 +72,9 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.log import datetime_ms
 from usher.core.state import JobState
+from usher.core.usage import USAGE_BY, UsageBy, UsageReport, usage_report
 from usher.core.workload import ZONE_LABEL
 
 if TYPE_CHECKING:
@@ -275,6 +280,25 @@ class AsyncClient:
             for namespace in queue.namespaces:
                 out[namespace] = queue.name
         return out
+
+    async def usage(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str = "node",
+    ) -> UsageReport:
+        """Resource-hours per quota node, leaf queue or namespace over ``[since, until)`` (U1).
+
+        ``by`` is ``node`` (every node on the path), ``queue`` or ``namespace``; ``until``
+        None is now, and a workload still running accrues up to now. Naive datetimes are UTC.
+        ``BadInput`` names ``by``, or ``since`` when it is after ``until``.
+        """
+        group, since_ms, until_ms = _usage_window(by, since, until)
+        state = await self.state()
+        return usage_report(
+            state.usage.intervals(), since_ms=since_ms, until_ms=until_ms, now_ms=now_ms(), by=group
+        )
 
     # ------------------------------------------------------------------ writing
 
@@ -618,6 +642,21 @@ def _zone_label(manifest: JsonObj) -> str | None:
     return zone if isinstance(zone, str) else None
 
 
+def _usage_window(
+    by: str, since: datetime | None, until: datetime | None
+) -> tuple[UsageBy, Millis | None, Millis | None]:
+    """``usage``'s arguments checked: the grouping and the window in ms (naive means UTC)."""
+    if by not in USAGE_BY:
+        raise BadInput(f"by: {by!r} is not one of {', '.join(USAGE_BY)}")
+    since_ms, until_ms = (
+        datetime_ms(t if t.tzinfo is not None else t.replace(tzinfo=UTC)) if t else None
+        for t in (since, until)
+    )
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise BadInput(f"since: {since} is after until {until}")
+    return UsageBy(by), since_ms, until_ms
+
+
 def _key(job: str, namespace: str | None) -> str:
     if "/" in job:
         return job
@@ -772,6 +811,16 @@ class Client:
 
     def view(self) -> StateView:
         return self._run(self._client.view())
+
+    def usage(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        by: str = "node",
+    ) -> UsageReport:
+        """See ``AsyncClient.usage``."""
+        return self._run(self._client.usage(since=since, until=until, by=by))
 
     def wait(
         self,

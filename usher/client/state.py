@@ -4,7 +4,8 @@ What it does: ``PeopleProjection`` applies log entries in order to a pure-core `
 projection every service keeps) and records what the engine does not keep for people: each
 workload's kind, zone, requests and creation time, manifests the watcher rejected (with the
 field errors), whether a finished job succeeded, how often it was preempted, the tree in force
-or the last rejected one, and the latest decisions. ``view()`` turns that into typed results
+or the last rejected one, the latest decisions and the allocation intervals usage accounting
+sums (U1). ``view()`` turns that into typed results
 (``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``DecisionInfo``). A pending job's reason is what
 the next decision pass would say: the pass runs on a copy of the engine, so the projection
 itself never decides anything. ``read_state`` reads the whole log with an ordered consumer
@@ -52,6 +53,7 @@ from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.state import JobState
 from usher.core.tree import iter_nodes, leaf_queue_name
+from usher.core.usage import UsageFold
 
 MAX_DECISIONS = 200
 
@@ -286,6 +288,8 @@ class PeopleProjection:
     track_skips: bool = False
     """Count admissions past the head of each queue (the live view); off for one-off reads."""
     skips: dict[WorkloadKey, _Skips] = field(default_factory=dict)
+    usage: UsageFold = field(default_factory=UsageFold)
+    """Every allocation interval the log records (U1), for ``usher usage`` and the client."""
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.config)
@@ -301,6 +305,7 @@ class PeopleProjection:
         event = item.envelope.event
         if self.track_skips and isinstance(event, Admitted):
             self._note_skip(event.workload, item.time_ms)
+        self.usage.apply(event, item.time_ms)
         try:
             self.engine.apply(event, item.time_ms)
         except Exception:  # the core refused it; services park such entries and go on

@@ -59,6 +59,12 @@ on the log; every such event on the log has its allocation (same workload; admit
 as the event says); decisions of those types not written by the ledger's outbox, and outbox
 rows not published yet, are reported.
 
+``check_usage`` compares usage accounting (U1) computed twice: from the log's decisions and
+from the ledger's allocation intervals, per quota node and resource, over the audit's window
+up to the last ledger decision on the log (intervals still open counted up to it on both
+sides); where they differ (``usage-differs``) the finding names the node, resource, window,
+both amounts and the workloads whose intervals differ.
+
 What it must never do: perform I/O or read a clock, decide anything new, or stop at the first
 finding (every finding is listed, in log order).
 """
@@ -94,11 +100,13 @@ from usher.core.history import (
     History,
     format_datetime,
     format_resources,
+    format_time,
     to_datetime,
 )
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.log import BadEntry, LogEntry
 from usher.core.state import JobState, shape_of
+from usher.core.usage import Interval, compare_usage, hours, intervals_of, unit_of
 
 LEDGER_TYPES = LEDGER_DECISION_TYPES
 
@@ -147,6 +155,8 @@ class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
 
     allocations: list[AllocationRecord]
     unpublished: list[OutboxRecord]
+    intervals: list[Interval] | None = None
+    """The allocation intervals (U1), for the usage comparison; None: not read."""
 
 
 class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
@@ -604,6 +614,45 @@ def _against_allocation(item: LogEntry, allocations: dict[int, AllocationRecord]
     return []
 
 
+# ---------------------------------------------------------------------------- usage
+
+
+def usage_until(history: History) -> Millis:
+    """Where the usage comparison stops: the last ledger decision on the log (what the log
+    has seen of the ledger), else the log's end."""
+    decided = [item.time_ms for item in history.items if isinstance(item.event, LEDGER_TYPES)]
+    return max(decided, default=history.end_ms or Millis(0))
+
+
+def check_usage(
+    history: History, ledger: Sequence[Interval], *, since_ms: Millis | None = None
+) -> list[Finding]:
+    """Where usage folded from the log and from the ledger's intervals differ (U1)."""
+    until = usage_until(history)
+    window = (
+        f"from {format_time(since_ms) if since_ms is not None else 'the beginning'} "
+        f"until {format_time(until)}"
+    )
+    findings: list[Finding] = []
+    for diff in compare_usage(
+        intervals_of(history.items), ledger, since_ms=since_ms, until_ms=until
+    ):
+        unit = f"{unit_of(diff.resource)[0]}-hours"
+        shown = ", ".join(diff.workloads[:5]) + (" ..." if len(diff.workloads) > 5 else "")
+        findings.append(
+            Finding(
+                check="usage-differs",
+                message=f"{diff.node} {diff.resource} {window}: the log says "
+                f"{hours(diff.resource, diff.log_ms)} {unit} ({diff.log_ms} unit-ms), the "
+                f"ledger's intervals {hours(diff.resource, diff.ledger_ms)} {unit} "
+                f"({diff.ledger_ms} unit-ms); intervals differ for {shown}",
+                decision="usage",
+                time=to_datetime(until),
+            )
+        )
+    return findings
+
+
 # ---------------------------------------------------------------------------- both
 
 
@@ -622,6 +671,8 @@ def audit(
     findings, decisions = audit_log(history, config, since_ms=since_ms, quiescent=quiescent)
     if ledger is not None:
         findings += check_ledger(history, ledger, since_ms=since_ms)
+        if ledger.intervals is not None:
+            findings += check_usage(history, ledger.intervals, since_ms=since_ms)
     return AuditReport(
         entries=len(history.items) + len(history.bad),
         decisions=decisions,
@@ -683,6 +734,7 @@ __all__ = [
     "audit",
     "audit_log",
     "check_ledger",
+    "check_usage",
     "in_window",
     "parse_ledger_id",
     "render_audit_json",

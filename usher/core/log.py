@@ -2,12 +2,14 @@
 
 What it does: ``LogEntry`` is the decoded entry, ``BadEntry`` the one that does not decode,
 that the services' follower (usher/adapters/nats/follower.py), the client, the history
-commands and the auditor all hand around; ``envelope_ms`` is the one rule for an envelope's
-time in milliseconds.
+commands and the auditor all hand around; ``envelope_ms`` (``datetime_ms``) is the one rule for
+an envelope's (a stamp's) time in milliseconds.
 What it must never do: read the log, decide anything, or change what an entry says.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import msgspec
 
@@ -44,7 +46,13 @@ class BadEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 def envelope_ms(envelope: Envelope) -> Millis:
     """An envelope's time in integer milliseconds since the epoch."""
-    return Millis(int(envelope.time.timestamp() * 1000))
+    return datetime_ms(envelope.time)
+
+
+def datetime_ms(when: datetime) -> Millis:
+    """An aware datetime in integer milliseconds since the epoch: the one rule, so that the
+    ledger's stamps and the envelopes that carry them give the same numbers (U1)."""
+    return Millis(int(when.timestamp() * 1000))
 
 
 def log_entry(seq: int, subject: str, envelope: Envelope) -> LogEntry:
@@ -52,4 +60,4 @@ def log_entry(seq: int, subject: str, envelope: Envelope) -> LogEntry:
     return LogEntry(seq=seq, subject=subject, envelope=envelope, time_ms=envelope_ms(envelope))
 
 
-__all__ = ["BadEntry", "LogEntry", "envelope_ms", "log_entry"]
+__all__ = ["BadEntry", "LogEntry", "datetime_ms", "envelope_ms", "log_entry"]

@@ -5,7 +5,9 @@ What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or 
 services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
 ready -- and ``progress: {job, ready, total}``, the pod progress R10 judges readiness by) and
 its wakeups (min-runtime ends, ready deadlines, requeue backoffs), ``render_json``/``render_table``
-print the outcome, and ``check`` compares it with the scenario's ``expect:`` block.
+print the outcome, and ``check`` compares it with the scenario's ``expect:`` block (an optional
+``usage:`` in it is checked against ``usage_intervals``, the run's decisions folded as the
+log's are, U1).
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
 """
@@ -44,9 +46,17 @@ from schemas.events import ClusterEvent
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy, WithinQuota
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
-from usher.core.quantity import format_quantity, parse_resources
+from usher.core.quantity import CPU, format_quantity, parse_resources
 from usher.core.state import ENGINE_STATES
 from usher.core.tree import parse_tree
+from usher.core.usage import (
+    MS_PER_SECOND,
+    USAGE_BY,
+    Interval,
+    UsageBy,
+    UsageFold,
+    usage_totals,
+)
 from usher.core.workload import extract_priority_class, extract_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
@@ -55,7 +65,10 @@ ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode", "ready",
 PROGRESS_KEYS = ("job", "ready", "total")
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
-EXPECT_KEYS = ("jobs", "queues", "preempted", "quota")
+EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage")
+USAGE_KEYS = ("at", *USAGE_BY)
+"""``expect.usage``: ``at`` (scenario seconds: the window is [0, at) and running workloads
+accrue up to it) and, per grouping, group -> resource -> unit-seconds (U1)."""
 MAX_WAKEUP_PASSES = 10_000
 """Bound on the passes run at wakeups after the last timeline entry (a safety net)."""
 
@@ -76,6 +89,16 @@ class Expect:
     queues: dict[QueueName, list[WorkloadKey]] = field(default_factory=dict)
     preempted: list[WorkloadKey] | None = None
     quota: dict[QuotaPath, dict[str, int]] = field(default_factory=dict)
+    usage: UsageExpect | None = None
+
+
+@dataclass(frozen=True)
+class UsageExpect:
+    """``expect.usage``: resource-seconds per group at scenario time ``at_ms`` (U1)."""
+
+    at_ms: Millis
+    groups: dict[UsageBy, dict[str, dict[str, int]]]
+    """Grouping -> group -> resource -> canonical units x ms."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +142,10 @@ class SimResult:
     quota_used: dict[QuotaPath, dict[str, int]]
     quota_limits: dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]
     preempted: list[WorkloadKey]
+    ledger: list[SimDecision] = field(default_factory=list)
+    """Every decision in the order it was taken, with the ``Released`` the engine returns as
+    it folds a finish or deletion (the simulator's ledger releases at once, S1): what usage
+    accounting folds (U1)."""
 
 
 # ---------------------------------------------------------------------------- loading
@@ -521,7 +548,42 @@ def _load_expect(raw: object, errors: _Errors) -> Expect:
             quota[QuotaPath(node)] = parse_resources(used, f"expect.quota.{node}")
         except InputError as failure:
             errors.items.extend(failure.errors)
-    return Expect(jobs=jobs, queues=queues, preempted=preempted, quota=quota)
+    usage = _load_usage(raw.get("usage"), errors) if "usage" in raw else None
+    return Expect(jobs=jobs, queues=queues, preempted=preempted, quota=quota, usage=usage)
+
+
+def _load_usage(raw: object, errors: _Errors) -> UsageExpect | None:
+    """``{at: seconds, node|queue|namespace: {group: {resource: unit-seconds}}}``."""
+    if not isinstance(raw, Mapping):
+        errors.add("expect.usage", "not-a-mapping", f"usage keys: {USAGE_KEYS}")
+        return None
+    for key in sorted(str(k) for k in raw):
+        if key not in USAGE_KEYS:
+            errors.add(f"expect.usage.{key}", "unknown-key", f"usage keys: {USAGE_KEYS}")
+    if raw.get("at") is None:
+        errors.add("expect.usage.at", "missing-at", "usage needs at (scenario seconds)")
+    at_ms = _timeline_at(raw.get("at"), "expect.usage.at", errors) if "at" in raw else None
+    groups: dict[UsageBy, dict[str, dict[str, int]]] = {}
+    for by in UsageBy:
+        path = f"expect.usage.{by.value}"
+        for group, amounts in _mapping(raw.get(by.value), path, errors).items():
+            for resource, seconds in _mapping(amounts, f"{path}.{group}", errors).items():
+                amount = _usage_amount(resource, seconds, f"{path}.{group}.{resource}", errors)
+                if amount is not None:
+                    groups.setdefault(by, {}).setdefault(group, {})[resource] = amount
+    return UsageExpect(at_ms=Millis(at_ms), groups=groups) if at_ms is not None else None
+
+
+def _usage_amount(resource: str, raw: object, path: str, errors: _Errors) -> int | None:
+    """Unit-seconds (cpu: core-seconds) as canonical units x ms, which must be whole."""
+    seconds = _exact_number(raw, path, errors)
+    if seconds is None:
+        return None
+    amount = seconds * MS_PER_SECOND * (1000 if resource == CPU else 1)
+    if seconds < 0 or amount.denominator != 1:
+        errors.add(path, "invalid-usage", "usage must be >= 0 and whole in canonical units x ms")
+        return None
+    return int(amount)
 
 
 def _mapping(raw: object, path: str, errors: _Errors) -> dict[str, object]:
@@ -542,14 +604,17 @@ def run(scenario: Scenario) -> SimResult:
     engine = Engine(replace(scenario.config, instant_release=True))
     decisions: list[SimDecision] = []
     rejections: list[Rejection] = []
+    ledger: list[SimDecision] = []
 
     def feed(event: ClusterEvent, at_ms: Millis) -> None:
         if isinstance(event, QuotaTreeRejected):
             rejections.append(Rejection(at_ms=at_ms, errors=event.errors))
-        engine.apply(event, at_ms)
+        ledger.extend(SimDecision(at_ms, d) for d in engine.apply(event, at_ms))
 
     def decide(at_ms: Millis) -> None:
-        decisions.extend(SimDecision(at_ms, d) for d in engine.decide(at_ms))
+        taken = [SimDecision(at_ms, d) for d in engine.decide(at_ms)]
+        decisions.extend(taken)
+        ledger.extend(taken)
 
     def wake_until(limit: int | None) -> None:
         for _ in range(MAX_WAKEUP_PASSES):
@@ -579,7 +644,16 @@ def run(scenario: Scenario) -> SimResult:
         quota_used=engine.quota_used(),
         quota_limits=engine.quota_nodes(),
         preempted=preempted,
+        ledger=ledger,
     )
+
+
+def usage_intervals(result: SimResult) -> list[Interval]:
+    """The allocation intervals of a run, folded as the log's are (U1)."""
+    fold = UsageFold()
+    for record in result.ledger:
+        fold.apply(record.decision, record.at_ms)
+    return fold.intervals()
 
 
 def _is_preempted(decision: Decision) -> bool:
@@ -761,7 +835,32 @@ def check(scenario: Scenario, result: SimResult) -> list[str]:
                     f"quota {path} {resource}: expected used {format_quantity(resource, amount)}"
                     f", got {format_quantity(resource, actual_amount)}"
                 )
+    if expect.usage is not None:
+        problems += _usage_problems(expect.usage, usage_intervals(result))
     return problems
+
+
+def _usage_problems(expect: UsageExpect, intervals: list[Interval]) -> list[str]:
+    problems: list[str] = []
+    at = expect.at_ms
+    for by, groups in expect.groups.items():
+        totals = usage_totals(intervals, since_ms=Millis(0), until_ms=at, now_ms=at, by=by)
+        for group, amounts in groups.items():
+            for resource, amount in amounts.items():
+                actual = totals.get((group, resource), 0)
+                if actual != amount:
+                    problems.append(
+                        f"usage {by.value} {group} {resource} at {_seconds(at)}: expected "
+                        f"{_unit_seconds_text(resource, amount)}, got "
+                        f"{_unit_seconds_text(resource, actual)} (unit-seconds)"
+                    )
+    return problems
+
+
+def _unit_seconds_text(resource: str, amount: int) -> str:
+    """Canonical units x ms as the unit-seconds a scenario writes (exact)."""
+    value = Fraction(amount, MS_PER_SECOND * (1000 if resource == CPU else 1))
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
 
 
 __all__ = [
@@ -771,9 +870,11 @@ __all__ = [
     "SimDecision",
     "SimResult",
     "Step",
+    "UsageExpect",
     "check",
     "load_scenario",
     "render_json",
     "render_table",
     "run",
+    "usage_intervals",
 ]

@@ -1,23 +1,32 @@
-"""Read-only reads of the ledger for ``usher audit``: allocations and the unpublished outbox.
+"""Read-only reads of the ledger for ``usher audit`` and ``usher usage``.
 
 What it does: opens a short-lived engine on the ledger database (``postgresql://`` URLs get the
-asyncpg driver), reads every allocation (id, workload, quota path, state and its stamps) and
-every outbox row not yet published, in id order, in one read-only transaction, and returns
-them as the core's ``LedgerSnapshot``.
+asyncpg driver), reads every allocation (id, workload, quota path, state and its stamps),
+every outbox row not yet published, in id order, and the allocation intervals (U1: from
+``admitted_at`` to ``preempted_at``, else ``released_at``, else still held) in one read-only
+transaction, and returns them as the core's ``LedgerSnapshot``; ``read_usage_intervals``
+reads only the intervals that overlap a window, for ``usher usage --source ledger``.
 What it must never do: write anything, hold a connection after the call, or leak a driver
 exception past ``LedgerUnavailable`` (whose message never shows a password).
 """
 
 from __future__ import annotations
 
-from sqlalchemy import select, text
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import TypeVar
+
+from sqlalchemy import ColumnElement, func, or_, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
-from schemas import QuotaPath, WorkloadKey
+from schemas import Millis, QueueName, QuotaPath, WorkloadKey
 from usher.adapters.pg.ledger_store import ALLOCATIONS, OUTBOX
 from usher.core.audit import AllocationRecord, LedgerSnapshot, OutboxRecord
+from usher.core.history import to_datetime
+from usher.core.log import datetime_ms
+from usher.core.usage import Interval
 
 _ASYNCPG = "postgresql+asyncpg"
 CONNECT_TIMEOUT_S = 5
@@ -39,8 +48,35 @@ def _redacted(url: str) -> str:
         return "<unparseable database URL>"
 
 
+T = TypeVar("T")
+
+
 async def read_ledger(database_url: str) -> LedgerSnapshot:
-    """Every allocation and every unpublished outbox row, in id order."""
+    """Every allocation, every unpublished outbox row (in id order) and every interval."""
+
+    async def work(conn: AsyncConnection) -> LedgerSnapshot:
+        return LedgerSnapshot(
+            allocations=await _allocations(conn),
+            unpublished=await _unpublished(conn),
+            intervals=await _intervals(conn, None, None),
+        )
+
+    return await _read(database_url, work)
+
+
+async def read_usage_intervals(
+    database_url: str, since_ms: Millis | None, until_ms: Millis | None
+) -> list[Interval]:
+    """The allocation intervals that overlap ``[since, until)`` (U1), in allocation id order."""
+
+    async def work(conn: AsyncConnection) -> list[Interval]:
+        return await _intervals(conn, since_ms, until_ms)
+
+    return await _read(database_url, work)
+
+
+async def _read(database_url: str, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    """``work`` in one read-only transaction on a short-lived engine."""
     shown = _redacted(database_url)
     try:
         url = make_url(database_url)
@@ -54,9 +90,7 @@ async def read_ledger(database_url: str) -> LedgerSnapshot:
     try:
         async with engine.connect() as conn:
             await conn.execute(text("SET TRANSACTION READ ONLY"))
-            return LedgerSnapshot(
-                allocations=await _allocations(conn), unpublished=await _unpublished(conn)
-            )
+            return await work(conn)
     except (OSError, TimeoutError, SQLAlchemyError) as exc:
         detail = str(getattr(exc, "orig", None) or exc).splitlines()[0]
         raise LedgerUnavailable(shown, f"{type(exc).__name__}: {detail}") from exc
@@ -112,4 +146,37 @@ async def _unpublished(conn: AsyncConnection) -> list[OutboxRecord]:
     ]
 
 
-__all__ = ["LedgerUnavailable", "read_ledger"]
+def _interval_end() -> ColumnElement[datetime]:
+    """Where an allocation's interval ends: its preemption (or requeue), else its release."""
+    a = ALLOCATIONS.c
+    return func.coalesce(a.preempted_at, a.released_at)
+
+
+async def _intervals(
+    conn: AsyncConnection, since_ms: Millis | None, until_ms: Millis | None
+) -> list[Interval]:
+    """Allocations that were admitted, as intervals; only those overlapping the window."""
+    a = ALLOCATIONS.c
+    end = _interval_end()
+    query = select(
+        a.workload, a.quota_path, a.queue, a.requests, a.admitted_at, end.label("ended_at")
+    ).where(a.admitted_at.is_not(None))
+    if until_ms is not None:
+        query = query.where(a.admitted_at < to_datetime(until_ms))
+    if since_ms is not None:
+        query = query.where(or_(end.is_(None), end > to_datetime(since_ms)))
+    rows = await conn.execute(query.order_by(a.id))
+    return [
+        Interval(
+            workload=WorkloadKey(row.workload),
+            quota=QuotaPath(row.quota_path),
+            queue=QueueName(row.queue),
+            requests={str(k): int(v) for k, v in row.requests.items()},
+            start_ms=datetime_ms(row.admitted_at),
+            end_ms=datetime_ms(row.ended_at) if row.ended_at is not None else None,
+        )
+        for row in rows
+    ]
+
+
+__all__ = ["LedgerUnavailable", "read_ledger", "read_usage_intervals"]

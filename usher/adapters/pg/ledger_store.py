@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
 from sqlalchemy import Table, bindparam, func, select, text, tuple_, update
@@ -195,13 +195,21 @@ class OutboxMessage(msgspec.Struct, frozen=True, kw_only=True):
     """Row id when read back from the outbox; ``None`` for messages to write."""
 
 
-OutboxBuilder = Callable[[LedgerDecision, Zone, int], OutboxMessage]
-"""Turns a decision taken in a transaction into the outbox row that announces it.
+class OutboxBuilder(Protocol):
+    """Turns a decision taken in a transaction into the outbox row that announces it.
 
-Called inside the transaction with the decision, the zone of the allocation and the
-allocation's id (so the event id can be deterministic); called again if the transaction is
-replayed, so it must be pure apart from reading the clock.
-"""
+    Called inside the transaction with the decision, the zone of the allocation and the
+    allocation's id (so the event id can be deterministic); called again if the transaction is
+    replayed, so it must be pure apart from reading the clock. ``at`` is the transaction's
+    stamp, the very instant written in the allocation's ``admitted_at``/``preempted_at``/
+    ``released_at``: the envelope carries it, so that the log's decision times and the
+    ledger's allocation intervals are the same numbers (usage accounting, U1). ``None``: the
+    builder's own clock.
+    """
+
+    def __call__(
+        self, decision: LedgerDecision, zone: Zone, allocation_id: int, at: datetime | None = None
+    ) -> OutboxMessage: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -493,7 +501,10 @@ class LedgerStore:
             if outbox is not None:
                 await _write_outbox(
                     conn,
-                    [outbox(_admitted(item), item.zone, ids[item.workload]) for item in granted],
+                    [
+                        outbox(_admitted(item), item.zone, ids[item.workload], stamp)
+                        for item in granted
+                    ],
                 )
         return results
 
@@ -608,7 +619,8 @@ class LedgerStore:
         await _set_usage(conn, usage, keys)
         if outbox is not None:
             await _write_outbox(
-                conn, [_preempted_row(outbox, v, rows[v.workload], preemptor) for v in victims]
+                conn,
+                [_preempted_row(outbox, v, rows[v.workload], preemptor, stamp) for v in victims],
             )
         return ReservationResult(workload=preemptor.workload, granted=True)
 
@@ -722,7 +734,8 @@ class LedgerStore:
         )
         if outbox is not None:
             await _write_outbox(
-                conn, [outbox(_requeued_row(r, row), row.zone, row.id) for r, row in granted]
+                conn,
+                [outbox(_requeued_row(r, row), row.zone, row.id, stamp) for r, row in granted],
             )
         return results
 
@@ -965,7 +978,7 @@ async def _observe(
         )
     written = 0
     if outbox is not None and plan.decisions:
-        await _write_outbox(conn, [outbox(d, zone, i) for d, zone, i in plan.decisions])
+        await _write_outbox(conn, [outbox(d, zone, i, stamp) for d, zone, i in plan.decisions])
         written = len(plan.decisions)
     return _Observed(
         released=[d for d, _, _ in plan.decisions if isinstance(d, Released)],
@@ -1496,7 +1509,7 @@ def _admitted_row(row: _Alloc) -> Admitted:
 
 
 def _preempted_row(
-    outbox: OutboxBuilder, victim: Preempted, row: _Alloc, preemptor: Reservation
+    outbox: OutboxBuilder, victim: Preempted, row: _Alloc, preemptor: Reservation, at: datetime
 ) -> OutboxMessage:
     # The ledger's rows are the truth about where the victim counted; the reason is the core's.
     decision = Preempted(
@@ -1506,7 +1519,7 @@ def _preempted_row(
         preemptor=preemptor.workload,
         reason=victim.reason,
     )
-    return outbox(decision, row.zone, row.id)
+    return outbox(decision, row.zone, row.id, at)
 
 
 def _requeue_refusal(requeue: Requeued, row: _Alloc | None) -> ReservationResult | None:
