@@ -17,8 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+import msgspec
+
 from schemas import (
     Admitted,
+    ContainerTermination,
     Decision,
     FieldError,
     Inadmissible,
@@ -33,10 +36,12 @@ from schemas import (
     QuotaTreeApplied,
     QuotaTreeRejected,
     Requeued,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
+    WorkloadObserved,
     WorkloadProgress,
     Zone,
 )
@@ -45,14 +50,30 @@ from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
 from usher.core.quantity import format_quantity, parse_resources
+from usher.core.retry import container_memory, retry_manifest
 from usher.core.state import ENGINE_STATES
 from usher.core.tree import parse_tree
 from usher.core.workload import extract_priority_class, extract_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
 CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
-ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode", "ready", "progress")
+ACTIONS = (
+    "create",
+    "finish",
+    "delete",
+    "apply",
+    "node",
+    "removeNode",
+    "ready",
+    "progress",
+    "fail",
+    "oom",
+)
 PROGRESS_KEYS = ("job", "ready", "total")
+FAIL_KEYS = ("job", "container", "exitCode")
+"""``fail: {job, container, exitCode}`` (or ``fail: ns/name``); ``oom`` takes job and container."""
+OOM_EXIT_CODE = 137
+"""What the kubelet reports for a container the OOM killer ended (SIGKILL)."""
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
 EXPECT_KEYS = ("jobs", "queues", "preempted", "quota")
@@ -66,6 +87,8 @@ class Step:
 
     at_ms: Millis
     event: ClusterEvent
+    manifest: Mapping[str, object] | None = None
+    """The manifest of a ``create``: a retry of the job is made from it (R12)."""
 
 
 @dataclass(frozen=True)
@@ -312,6 +335,7 @@ def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
     steps: list[Step] = []
     live: dict[WorkloadKey, int] = {}
     """Workloads created so far -> their pods (``ready`` and ``progress`` count them)."""
+    manifests: dict[WorkloadKey, Mapping[str, object]] = {}
     last_ms = -1
     for index, entry in enumerate(raw):
         path = f"timeline[{index}]"
@@ -323,9 +347,10 @@ def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
             if at_ms < last_ms:
                 errors.add(f"{path}.at", "not-monotonic", "at values must not decrease")
             last_ms = max(last_ms, at_ms)
-        event = _timeline_event(entry, path, Millis(at_ms or 0), live, errors)
+        event = _timeline_event(entry, path, Millis(at_ms or 0), live, manifests, errors)
         if event is not None and at_ms is not None:
-            steps.append(Step(at_ms=Millis(at_ms), event=event))
+            created = manifests.get(event.workload) if isinstance(event, WorkloadObserved) else None
+            steps.append(Step(at_ms=Millis(at_ms), event=event, manifest=created))
     return steps
 
 
@@ -350,6 +375,7 @@ def _timeline_event(
     path: str,
     at_ms: Millis,
     live: dict[WorkloadKey, int],
+    manifests: dict[WorkloadKey, Mapping[str, object]],
     errors: _Errors,
 ) -> ClusterEvent | None:
     actions = [a for a in ACTIONS if a in entry]
@@ -365,7 +391,12 @@ def _timeline_event(
         errors.add(f"{path}.name", "unexpected-name", "name is only allowed with create")
     value = entry[action]
     if action == "create":
-        return _create_event(value, entry.get("name"), path, at_ms, live, errors)
+        event = _create_event(value, entry.get("name"), path, at_ms, live, errors)
+        if isinstance(event, WorkloadObserved) and isinstance(value, Mapping):
+            manifests[event.workload] = value
+        return event
+    if action in ("fail", "oom"):
+        return _failure_event(action, value, f"{path}.{action}", live, manifests, errors)
     if action in ("finish", "delete"):
         return _finish_or_delete(action, value, f"{path}.{action}", live, errors)
     if action in ("ready", "progress"):
@@ -433,10 +464,59 @@ def _live_job(
         errors.add(path, "invalid-job", f"expected namespace/name, got {value!r}")
         return None
     key = WorkloadKey(value)
+    first = _first_attempt(key)
+    if key not in live and first in live:
+        # A retry the run may create (R12): it has its first attempt's pods.
+        live[key] = live[first]
     if key not in live:
         errors.add(path, "unknown-job", f"{value} was not created earlier in the timeline")
         return None
     return key
+
+
+def _first_attempt(key: WorkloadKey) -> WorkloadKey:
+    """``ns/name`` of ``ns/name-retry-<n>`` (R12); any other key itself."""
+    head, sep, tail = key.rpartition("-retry-")
+    return WorkloadKey(head) if sep and tail.isdigit() else key
+
+
+def _failure_event(
+    action: str,
+    value: object,
+    path: str,
+    live: dict[WorkloadKey, int],
+    manifests: dict[WorkloadKey, Mapping[str, object]],
+    errors: _Errors,
+) -> ClusterEvent | None:
+    """``fail`` / ``oom``: the job failed, one container ending with an exit code or OOMKilled
+    (R12, R13). Its memory is filled in as the run plays it (the watcher reports it)."""
+    raw = value if isinstance(value, Mapping) else {"job": value}
+    allowed = FAIL_KEYS if action == "fail" else FAIL_KEYS[:2]
+    for key_name in sorted(str(k) for k in raw):
+        if key_name not in allowed:
+            errors.add(f"{path}.{key_name}", "unknown-key", f"{action} keys: {allowed}")
+    key = _live_job(
+        raw.get("job"), f"{path}.job" if isinstance(value, Mapping) else path, live, errors
+    )
+    if key is None:
+        return None
+    containers = list(container_memory(manifests.get(_first_attempt(key), {})))
+    name = raw.get("container", containers[0][1] if containers else None)
+    pod_sets = [pod_set for pod_set, container in containers if container == name]
+    if not pod_sets:
+        errors.add(f"{path}.container", "unknown-container", f"{key} has no container {name!r}")
+        return None
+    exit_code = raw.get("exitCode", 1) if action == "fail" else OOM_EXIT_CODE
+    if isinstance(exit_code, bool) or not isinstance(exit_code, int) or exit_code == 0:
+        errors.add(f"{path}.exitCode", "invalid-exit-code", "exitCode must be a non-zero integer")
+        return None
+    termination = ContainerTermination(
+        pod_set=pod_sets[0],
+        container=str(name),
+        reason="OOMKilled" if action == "oom" else "Error",
+        exit_code=exit_code,
+    )
+    return WorkloadFinished(workload=key, succeeded=False, terminations=[termination])
 
 
 def _progress_event(
@@ -542,14 +622,35 @@ def run(scenario: Scenario) -> SimResult:
     engine = Engine(replace(scenario.config, instant_release=True))
     decisions: list[SimDecision] = []
     rejections: list[Rejection] = []
+    manifests: dict[WorkloadKey, Mapping[str, object]] = {
+        step.event.workload: step.manifest
+        for step in scenario.steps
+        if isinstance(step.event, WorkloadObserved) and step.manifest is not None
+    }
+    """Each job's manifest as created (a retry's as the run made it): the watcher's part."""
 
     def feed(event: ClusterEvent, at_ms: Millis) -> None:
         if isinstance(event, QuotaTreeRejected):
             rejections.append(Rejection(at_ms=at_ms, errors=event.errors))
+        if isinstance(event, WorkloadFinished) and event.terminations:
+            event = _with_memory(event, manifests.get(event.workload))
         engine.apply(event, at_ms)
 
     def decide(at_ms: Millis) -> None:
-        decisions.extend(SimDecision(at_ms, d) for d in engine.decide(at_ms))
+        made = engine.decide(at_ms)
+        decisions.extend(SimDecision(at_ms, d) for d in made)
+        retries = [d for d in made if isinstance(d, Retried) and d.job is not None]
+        for decision in retries:
+            # The watcher's part, at once (S1): the next attempt is created and observed,
+            # and a pass follows, as after any new job.
+            manifest = manifests.get(decision.workload)
+            if manifest is None or decision.job is None:
+                continue
+            created = retry_manifest(manifest, decision)
+            manifests[decision.job] = created
+            engine.apply(extract_workload(created, created_ms=at_ms), at_ms)
+        if retries:
+            decide(at_ms)
 
     def wake_until(limit: int | None) -> None:
         for _ in range(MAX_WAKEUP_PASSES):
@@ -582,6 +683,22 @@ def run(scenario: Scenario) -> SimResult:
     )
 
 
+def _with_memory(
+    event: WorkloadFinished, manifest: Mapping[str, object] | None
+) -> WorkloadFinished:
+    """The failed containers' memory as this attempt ran them, as the watcher reports it."""
+    memory = container_memory(manifest) if manifest is not None else {}
+    terminations = [
+        msgspec.structs.replace(
+            item,
+            memory_request=memory.get((item.pod_set, item.container), (None, None))[0],
+            memory_limit=memory.get((item.pod_set, item.container), (None, None))[1],
+        )
+        for item in event.terminations
+    ]
+    return msgspec.structs.replace(event, terminations=terminations)
+
+
 def _is_preempted(decision: Decision) -> bool:
     return isinstance(decision, Preempted)
 
@@ -609,7 +726,7 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     decision = record.decision
     if isinstance(decision, Unmapped):
         queue, quota = None, None
-    elif isinstance(decision, Admitted | Preempted | Inadmissible | Requeued):
+    elif isinstance(decision, Admitted | Preempted | Inadmissible | Requeued | Retried):
         queue, quota = decision.queue, decision.quota
     else:
         return None
@@ -622,6 +739,8 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     }
     if isinstance(decision, Preempted):
         entry["preemptor"] = decision.preemptor
+    if isinstance(decision, Retried):
+        entry["next"] = decision.job
     if isinstance(decision, Admitted):
         if decision.reason is not None:  # a partial admission says why (R11)
             entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
@@ -636,6 +755,7 @@ _ACTIONS: dict[type, str] = {
     Inadmissible: "inadmissible",
     Unmapped: "unmapped",
     Requeued: "requeue",
+    Retried: "retry",
 }
 
 
