@@ -8,6 +8,7 @@ from schemas.common import FieldError, Reason, ReasonCode, Resources
 from schemas.decisions import (
     DECISION_ACTIONS,
     DECISION_TYPES,
+    DEQUEUER_SOURCE,
     LEDGER_DECISION_TYPES,
     LEDGER_SOURCE,
     Admitted,
@@ -83,6 +84,7 @@ __all__ = [
     "DECISION_ACTIONS",
     "DECISION_TYPES",
     "DEFAULT_ZONE",
+    "DEQUEUER_SOURCE",
     "LEDGER_DECISION_TYPES",
     "LEDGER_SOURCE",
     "SCHEMA_VERSION",

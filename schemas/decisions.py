@@ -181,3 +181,7 @@ LEDGER_DECISION_TYPES: Final = (Admitted, Preempted, Released, Requeued)
 LEDGER_SOURCE: Final = "usher/ledger"
 """The envelope ``source`` of the ledger's decisions; a ledger decision from any other source
 is forged and must never be carried out."""
+
+DEQUEUER_SOURCE: Final = "usher/dequeuer"
+"""The envelope ``source`` prefix of a dequeuer's decisions: ``usher/dequeuer/<zone>``. A
+``Retried`` (R12) from any other source than its zone's dequeuer is forged."""

@@ -37,7 +37,7 @@ from schemas import (
 )
 from usher.core import reasons
 from usher.core.errors import InputError
-from usher.core.kinds import family_of_kind_id
+from usher.core.kinds import KindFamily, family_of_kind_id
 from usher.core.kinds.fields import Errors
 from usher.core.quantity import parse_quantity
 from usher.core.tree import OOM_MEMORY_FACTOR_ATTRIBUTE, RETRY_LIMIT_ATTRIBUTE, is_memory_factor
@@ -226,13 +226,22 @@ def retried(workload: WorkloadKey, failure: Failure) -> Retried:
 # ---------------------------------------------------------------------------- manifests
 
 
-def _containers(manifest: object) -> Iterator[tuple[str, str, dict[str, Any]]]:
+def _family(manifest: Mapping[str, Any], rule: KindFamily | None) -> KindFamily | None:
+    """``rule`` when the caller knows it (objects listed by the API carry no kind), else the
+    manifest's own ``apiVersion``/``kind``."""
+    if rule is not None:
+        return rule
+    return family_of_kind_id(f"{manifest.get('apiVersion')}/{manifest.get('kind')}")
+
+
+def _containers(
+    manifest: object, rule: KindFamily | None = None
+) -> Iterator[tuple[str, str, dict[str, Any]]]:
     """``(pod set, container name, container)`` of every container (init ones too) of every
     pod template of a supported manifest; what is malformed is skipped."""
     if not isinstance(manifest, Mapping):
         return
-    kind = f"{manifest.get('apiVersion')}/{manifest.get('kind')}"
-    rule = family_of_kind_id(kind)
+    rule = _family(manifest, rule)
     spec = manifest.get("spec")
     if rule is None or not isinstance(spec, Mapping):
         return
@@ -261,15 +270,19 @@ def _memory(container: Mapping[str, Any], field: str) -> int | None:
         return None
 
 
-def container_memory(manifest: object) -> dict[tuple[str, str], tuple[int | None, int | None]]:
+def container_memory(
+    manifest: object, rule: KindFamily | None = None
+) -> dict[tuple[str, str], tuple[int | None, int | None]]:
     """``(pod set, container)`` -> its memory request and limit in bytes (None where unset)."""
     return {
         (pod_set, name): (_memory(container, "requests"), _memory(container, "limits"))
-        for pod_set, name, container in _containers(manifest)
+        for pod_set, name, container in _containers(manifest, rule)
     }
 
 
-def retry_manifest(manifest: Mapping[str, Any], decision: Retried) -> dict[str, Any]:
+def retry_manifest(
+    manifest: Mapping[str, Any], decision: Retried, rule: KindFamily | None = None
+) -> dict[str, Any]:
     """The next attempt's manifest (R12): a copy of the failed one's, named ``decision.job``,
     suspended, linked to its first attempt by annotations, with the memory of each container
     ``decision.resized`` names set to its new request and limit (R13)."""
@@ -286,13 +299,13 @@ def retry_manifest(manifest: Mapping[str, Any], decision: Retried) -> dict[str, 
     metadata["annotations"] = annotations
     copied["metadata"] = metadata
     spec = copied.get("spec")
+    rule = _family(copied, rule)
     if isinstance(spec, dict):
         _unbind_generated_selector(spec)
-        rule = family_of_kind_id(f"{copied.get('apiVersion')}/{copied.get('kind')}")
         if rule is not None:
             _set_path(spec, rule.suspend_path, True)
     sizes = {(r.pod_set, r.container): r for r in decision.resized}
-    for pod_set, name, container in _containers(copied):
+    for pod_set, name, container in _containers(copied, rule):
         resize = sizes.get((pod_set, name))
         if resize is not None:
             _set_memory(container, "requests", resize.new_request)
