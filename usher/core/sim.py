@@ -3,9 +3,12 @@
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
 services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
-ready -- and ``progress: {job, ready, total}``, the pod progress R10 judges readiness by) and
-its wakeups (min-runtime ends, ready deadlines, requeue backoffs), ``render_json``/``render_table``
-print the outcome, and ``check`` compares it with the scenario's ``expect:`` block.
+ready -- ``progress: {job, ready, total}``, the pod progress R10 judges readiness by, and
+``fail: {job, container, exitCode}`` / ``oom: {job, container}``, a failed attempt (R12, R13),
+after which it plays the watcher: a ``Retried`` next attempt is made from the job's manifest
+and observed at once) and its wakeups (min-runtime ends, ready deadlines, requeue backoffs),
+``render_json``/``render_table`` print the outcome, and ``check`` compares it with the
+scenario's ``expect:`` block.
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
 """
