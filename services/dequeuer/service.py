@@ -10,8 +10,9 @@ reverted in the engine with the ledger's reason (a refused requeue needs no reve
 ledger refuses only a workload that already ended or was preempted, which the log brings).
 Inadmissible and unmapped workloads of its zone are
 announced on the log, and so is what follows each failed attempt of a job with retries
-(``Retried``, R12: it moves no quota, so this dequeuer owns it), and the zone itself at start (``ZoneServed``: people's views and
-``usher submit --zone`` learn from it which zones have a dequeuer).
+(``Retried``, R12: it moves no quota, so this dequeuer owns it), and the zone itself at start
+(``ZoneServed``: people's views and ``usher submit --zone`` learn from it which zones have a
+dequeuer).
 High availability: several replicas of one zone's dequeuer may run; they elect a leader
 (``services.common.leader``, key ``dequeuer-<zone>``). Every replica follows the log (a warm
 standby takes over within about the TTL); only the leader runs passes and saves snapshots.

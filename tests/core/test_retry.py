@@ -8,6 +8,7 @@ dequeuer and as another zone's (it applies the decision from the log, decides no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -28,7 +29,9 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import observed
+from tests.builders.log import BASE_MS, Log, seed_round
 from tests.builders.trees import two_leaf_tree
+from usher.core import audit, explain
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.errors import ScenarioError, TreeInvalid, WorkloadInvalid
@@ -453,3 +456,68 @@ def test_bad_failure_entries_are_refused_naming_the_field(entry: dict[str, Any],
     with pytest.raises(ScenarioError) as caught:
         load_scenario(data, "t.yaml")
     assert path in [error.path for error in caught.value.errors]
+
+
+# ---------------------------------------------------------------------------- audit, explain
+
+
+def _retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
+    """train fails (OOMKilled at 4Gi) and is retried once as train-retry-1, which succeeds."""
+    tree = two_leaf_tree(
+        ("user-a", "user-b"),
+        ("user-c",),
+        names=("Department-a", "Department-b"),
+        a_attributes={"usher.io/retry-limit": "1"},
+    )
+    log = Log().tree(0, tree).job(1, "user-a/train", 10).admitted(1.1, "user-a/train", 10)
+    oom = _termination("OOMKilled")
+    log.add(5, WorkloadFinished(workload=WorkloadKey("user-a/train"), succeeded=False,
+                                terminations=[oom]))  # fmt: skip
+    log.released(5.1, "user-a/train", 10, "Failed")
+    engine = Engine()
+    for item in log.history().items:
+        engine.apply(item.event, item.time_ms)
+    [decision] = [d for d in engine.decide(Millis(BASE_MS + 5200)) if isinstance(d, Retried)]
+    log.add(5.2, tamper(decision) if tamper is not None else decision,
+            id="dequeuer:default:retried:user-a/train")  # fmt: skip
+    log.job(6, "user-a/train-retry-1", 10).admitted(6.1, "user-a/train-retry-1", 10)
+    return log.finished(9, "user-a/train-retry-1").released(
+        9.1, "user-a/train-retry-1", 10, "Finished"
+    )
+
+
+def test_audit_justifies_a_retry_by_the_failure_before_it() -> None:
+    report = audit.audit(_retry_log().history(), EngineConfig())
+    assert [(f.check, f.message) for f in report.findings] == []
+
+
+@pytest.mark.parametrize(
+    ("tamper", "check"),
+    [
+        (lambda d: msgspec.structs.replace(d, job=WorkloadKey("user-a/other")), "wrong-retry"),
+        (lambda d: msgspec.structs.replace(d, attempt=2), "wrong-retry"),
+        (lambda d: msgspec.structs.replace(d, workload=WorkloadKey("user-a/ghost")),
+         "retry-unjustified"),
+    ],
+)  # fmt: skip
+def test_audit_names_an_unjustified_retry(tamper: Callable[[Retried], Retried], check: str) -> None:
+    report = audit.audit(_retry_log(tamper).history(), EngineConfig())
+    assert check in [f.check for f in report.findings]
+
+
+def test_explain_lists_every_attempt_and_why_it_ended() -> None:
+    story = explain.explain(
+        _retry_log().history(), EngineConfig(), WorkloadKey("user-a/train-retry-1"), Millis(0)
+    )
+    assert [(a.workload, a.attempt, a.ended) for a in story.attempts] == [
+        ("user-a/train", 1, "failed"),
+        ("user-a/train-retry-1", 2, "succeeded"),
+    ]
+    assert story.attempts[0].reason is not None and story.attempts[0].reason.code == "OOMKilled"
+    assert "retry of" in [line.what for line in story.history]
+    table = explain.render_explain_table(story)
+    assert "attempts:" in table and "user-a/train-retry-1" in table
+    # A job without retries reads as before: no attempts at all.
+    plain = explain.explain(seed_round().history(), EngineConfig(), WorkloadKey("user-a/first"),
+                            Millis(0))  # fmt: skip
+    assert plain.attempts == [] and "attempts" not in explain.render_explain_json(plain)
