@@ -461,7 +461,7 @@ def test_bad_failure_entries_are_refused_naming_the_field(entry: dict[str, Any],
 # ---------------------------------------------------------------------------- audit, explain
 
 
-def _retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
+def retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
     """train fails (OOMKilled at 4Gi) and is retried once as train-retry-1, which succeeds."""
     tree = two_leaf_tree(
         ("user-a", "user-b"),
@@ -487,7 +487,7 @@ def _retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
 
 
 def test_audit_justifies_a_retry_by_the_failure_before_it() -> None:
-    report = audit.audit(_retry_log().history(), EngineConfig())
+    report = audit.audit(retry_log().history(), EngineConfig())
     assert [(f.check, f.message) for f in report.findings] == []
 
 
@@ -501,13 +501,13 @@ def test_audit_justifies_a_retry_by_the_failure_before_it() -> None:
     ],
 )  # fmt: skip
 def test_audit_names_an_unjustified_retry(tamper: Callable[[Retried], Retried], check: str) -> None:
-    report = audit.audit(_retry_log(tamper).history(), EngineConfig())
+    report = audit.audit(retry_log(tamper).history(), EngineConfig())
     assert check in [f.check for f in report.findings]
 
 
 def test_explain_lists_every_attempt_and_why_it_ended() -> None:
     story = explain.explain(
-        _retry_log().history(), EngineConfig(), WorkloadKey("user-a/train-retry-1"), Millis(0)
+        retry_log().history(), EngineConfig(), WorkloadKey("user-a/train-retry-1"), Millis(0)
     )
     assert [(a.workload, a.attempt, a.ended) for a in story.attempts] == [
         ("user-a/train", 1, "failed"),
