@@ -46,6 +46,7 @@ from schemas import (
     WorkloadKey,
     WorkloadObserved,
     WorkloadProgress,
+    WorkloadRejected,
     Zone,
 )
 from schemas.events import ClusterEvent
@@ -651,7 +652,7 @@ def run(scenario: Scenario) -> SimResult:
                 continue
             created = retry_manifest(manifest, decision)
             manifests[decision.job] = created
-            engine.apply(extract_workload(created, created_ms=at_ms), at_ms)
+            engine.apply(_observed_or_rejected(created, at_ms), at_ms)
         if retries:
             decide(at_ms)
 
@@ -684,6 +685,15 @@ def run(scenario: Scenario) -> SimResult:
         quota_limits=engine.quota_nodes(),
         preempted=preempted,
     )
+
+
+def _observed_or_rejected(manifest: Mapping[str, object], at_ms: Millis) -> ClusterEvent:
+    """A created job as the watcher reports it: observed, or rejected with why (a retry's
+    name grown past what Kubernetes takes, say)."""
+    try:
+        return extract_workload(manifest, created_ms=at_ms)
+    except WorkloadInvalid as failure:
+        return WorkloadRejected(workload=failure.workload, kind=failure.kind, errors=failure.errors)
 
 
 def _with_memory(
