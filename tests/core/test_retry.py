@@ -24,6 +24,7 @@ from schemas import (
     QuotaTreeApplied,
     Retried,
     RetryAsk,
+    WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
     Zone,
@@ -521,3 +522,24 @@ def test_explain_lists_every_attempt_and_why_it_ended() -> None:
     plain = explain.explain(seed_round().history(), EngineConfig(), WorkloadKey("user-a/first"),
                             Millis(0))  # fmt: skip
     assert plain.attempts == [] and "attempts" not in explain.render_explain_json(plain)
+
+
+def test_a_deleted_retry_leaves_no_place_for_a_job_created_again_under_its_name() -> None:
+    engine = _engine()
+    engine.apply(_failed(), Millis(10))
+    engine.decide(Millis(10))
+    retry_key = WorkloadKey("a1/train-retry-1")
+    engine.apply(observed("a1", "train-retry-1", 60, created=20), Millis(20))
+    assert engine.state.jobs[retry_key].created_ms == 0
+    engine.apply(WorkloadDeleted(workload=retry_key), Millis(30))
+    engine.apply(observed("a1", "train-retry-1", 60, created=40), Millis(40))
+    assert engine.state.jobs[retry_key].created_ms == 40
+
+
+def test_the_retry_keeps_the_first_place_even_if_the_failed_job_was_deleted() -> None:
+    engine = _engine()
+    engine.apply(_failed(), Millis(10))
+    engine.apply(WorkloadDeleted(workload=TRAIN), Millis(11))  # a TTL controller, say
+    [decision] = [d for d in engine.decide(Millis(12)) if isinstance(d, Retried)]
+    engine.apply(observed("a1", "train-retry-1", 60, created=20), Millis(20))
+    assert engine.state.jobs[WorkloadKey(str(decision.job))].created_ms == 0

@@ -453,6 +453,7 @@ class Engine:
         failure = retry.failure_of(
             self.state.retries.get(job.key),
             job.key,
+            job.created_ms,
             (job.zone, queue, quota),
             policy,
             job.retry_ask,
@@ -474,15 +475,12 @@ class Engine:
         """The attempt ``decision.workload`` is answered; the next one it names is linked to
         its job's first attempt and keeps its place (R12). Only a ``Retried`` links: a job that
         merely carries the annotations gets no place of another."""
-        self.state.failures.pop(decision.workload, None)
+        failure = self.state.failures.pop(decision.workload, None)
         if decision.job is None or decision.job in self.state.retries:
             return
-        failed = self.state.jobs.get(decision.workload)
-        link = self.state.retries.get(decision.workload)
-        if link is not None:
-            first_created = link.first_created_ms
-        else:
-            first_created = failed.created_ms if failed is not None else self.state.now
+        # The failure before it (on the log before it) knows the first attempt's creation,
+        # even if the failed job was deleted since.
+        first_created = failure.first_created_ms if failure is not None else self.state.now
         self.state.retries[decision.job] = RetryLink(
             decision.first, first_created, decision.attempt + 1
         )
@@ -498,6 +496,8 @@ class Engine:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(key, None)
         self.state.announce.pop(key, None)
+        # A job created again under this name later is a new job: it gets no old place (R12).
+        self.state.retries.pop(key, None)
         del self.state.jobs[key]
         return released
 

@@ -116,18 +116,22 @@ class Failure(msgspec.Struct, frozen=True, kw_only=True, array_like=True):
     memory_factor: str
     memory_cap: int | None
     terminations: list[ContainerTermination]
+    first_created_ms: int = 0
+    """The first attempt's creation: the place the next attempt keeps."""
 
 
 def failure_of(
     link: RetryLink | None,
     key: WorkloadKey,
+    created_ms: int,
     where: tuple[Zone, QueueName, QuotaPath],
     policy: RetryPolicy,
     ask: RetryAsk | None,
     terminations: list[ContainerTermination],
 ) -> Failure | None:
-    """The failed attempt ``key`` as its ``Retried`` will need it; None when its job has no
-    retries (limit 0: nothing is said, as before R12)."""
+    """The failed attempt ``key`` (created at ``created_ms``, or linked to its first attempt
+    by ``link``) as its ``Retried`` will need it; None when its job has no retries (limit 0:
+    nothing is said, as before R12)."""
     limit = effective_limit(policy.limit, ask)
     if limit <= 0:
         return None
@@ -144,6 +148,7 @@ def failure_of(
         else policy.memory_factor,
         memory_cap=ask.memory_cap if ask is not None else None,
         terminations=list(terminations),
+        first_created_ms=link.first_created_ms if link is not None else created_ms,
     )
 
 
