@@ -51,6 +51,10 @@ ReasonCode = Literal[
     "PodsNotReady",  # requeued: admitted, its pods not all ready within the ready timeout
     "RequeueBackoff",  # pending: requeued for readiness, not offered again before a time
     "PartialAdmission",  # admitted with fewer pods than its gang: the minimum it declared fits
+    "OOMKilled",  # retried: a container was OOMKilled; the next attempt has more memory
+    "Failed",  # retried: the attempt failed otherwise; the next attempt is the same size
+    "RetryLimitReached",  # not retried: the failed attempt was the last one allowed
+    "MemoryCapReached",  # not retried: an OOMKilled container already had the most memory allowed
 ]
 
 

@@ -95,6 +95,48 @@ class Requeued(_Decision, frozen=True, kw_only=True, tag="decision.requeued.v1")
     reason: Reason
 
 
+RetryCause = Literal["OOMKilled", "Failed"]
+"""Why an attempt ended (R12): a container was OOMKilled, or it failed otherwise."""
+
+
+class MemoryResize(msgspec.Struct, frozen=True, kw_only=True):
+    """One container's memory, this attempt's and the next's (R13); None where unset."""
+
+    pod_set: str
+    container: str
+    request: int | None
+    new_request: int | None
+    limit: int | None
+    new_limit: int | None
+
+
+class Retried(_Decision, frozen=True, kw_only=True, tag="decision.retried.v1"):
+    """A failed attempt of a job with retries (R12): what follows it, and why.
+
+    ``job`` names the next attempt, which the watcher creates (suspended, its memory resized
+    by ``resized`` after an ``OOMKilled``, R13); it waits at the first attempt's place in its
+    queue. ``job`` None: no further attempt (the limit or the memory cap was reached); the
+    reason says which, with the numbers. Decided by the dequeuer of ``zone``; it moves no quota
+    (the failed attempt's was released as it finished; the next is admitted like anyone).
+    """
+
+    workload: WorkloadKey
+    """The attempt that failed."""
+    queue: QueueName
+    quota: QuotaPath
+    zone: Zone
+    first: WorkloadKey
+    """The job's first attempt (``workload`` itself when that one failed)."""
+    attempt: int
+    """Which attempt failed (1 = the first)."""
+    limit: int
+    """Retries allowed after the first attempt."""
+    job: WorkloadKey | None
+    cause: RetryCause
+    resized: list[MemoryResize] = []
+    reason: Reason
+
+
 ReleaseCause = Literal["Finished", "Deleted", "Preempted", "Failed"]
 
 
@@ -107,7 +149,7 @@ class Released(_Decision, frozen=True, kw_only=True, tag="decision.released.v1")
     cause: ReleaseCause
 
 
-Decision = Admitted | Pending | Inadmissible | Unmapped | Preempted | Released | Requeued
+Decision = Admitted | Pending | Inadmissible | Unmapped | Preempted | Released | Requeued | Retried
 
 DECISION_TYPES: tuple[type[_Decision], ...] = (
     Admitted,
@@ -117,6 +159,7 @@ DECISION_TYPES: tuple[type[_Decision], ...] = (
     Preempted,
     Released,
     Requeued,
+    Retried,
 )
 
 DECISION_ACTIONS: Final[dict[type[_Decision], str]] = {
@@ -127,6 +170,7 @@ DECISION_ACTIONS: Final[dict[type[_Decision], str]] = {
     Preempted: "preempted",
     Released: "released",
     Requeued: "requeued",
+    Retried: "retried",
 }
 """The ``<action>`` token of each decision type in ``<p>.decision.<zone>.<action>.<ns>.<name>``:
 the one mapping between subjects and decision types (subjects, outbox, audit and the watcher)."""
@@ -137,3 +181,7 @@ LEDGER_DECISION_TYPES: Final = (Admitted, Preempted, Released, Requeued)
 LEDGER_SOURCE: Final = "usher/ledger"
 """The envelope ``source`` of the ledger's decisions; a ledger decision from any other source
 is forged and must never be carried out."""
+
+DEQUEUER_SOURCE: Final = "usher/dequeuer"
+"""The envelope ``source`` prefix of a dequeuer's decisions: ``usher/dequeuer/<zone>``. A
+``Retried`` (R12) from any other source than its zone's dequeuer is forged."""

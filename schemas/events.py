@@ -30,6 +30,20 @@ class PodSet(msgspec.Struct, frozen=True, kw_only=True):
     None: all ``count`` of them (all-or-nothing)."""
 
 
+class RetryAsk(msgspec.Struct, frozen=True, kw_only=True):
+    """What a job's own annotations ask of retries (R12, R13); None: the annotation is absent.
+
+    Checked where the manifest is read: a limit >= 0, a factor >= 1, a cap not below any
+    container's memory request."""
+
+    limit: int | None = None
+    """``usher.io/retry-limit``: further attempts after a failure (bounded by the tree's)."""
+    memory_factor: str | None = None
+    """``usher.io/oom-memory-factor`` as written (an exact decimal, e.g. ``"1.5"``)."""
+    memory_cap: int | None = None
+    """``usher.io/oom-memory-cap`` in bytes: no container's memory grows past it."""
+
+
 class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed.v1"):
     """A suspended (or running) job of a supported kind exists with this shape."""
 
@@ -49,6 +63,8 @@ class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed
     """Value of label ``quota.scheduling.alibabacloud.com/name`` (overrides namespace mapping)."""
     suspended: bool = True
     resource_version: str = ""
+    retry: RetryAsk | None = None
+    """The job's retry annotations (R12, R13); None when it carries none."""
 
 
 class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,6 +75,10 @@ class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     """Kubernetes' ``state.terminated.reason``, e.g. ``OOMKilled``, ``Error``."""
     exit_code: int
+    memory_request: int | None = None
+    memory_limit: int | None = None
+    """The container's memory request and limit (bytes) as this attempt ran it, when set: what
+    an OOM scale-up (R13) grows. Left out by watchers older than R13."""
 
 
 class WorkloadFinished(_Event, frozen=True, kw_only=True, tag="workload.finished.v1"):

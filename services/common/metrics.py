@@ -108,6 +108,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.retries = Counter(
+            "usher_retries",
+            "Failed attempts of jobs with retries, by the reason code of their Retried decision "
+            "(OOMKilled, Failed: retried; RetryLimitReached, MemoryCapReached: not) (R12).",
+            ["cause"],
+            registry=r,
+        )
         self.pass_seconds = Histogram(
             "usher_decision_pass_seconds",
             "CPU time of one decision pass of the core (Engine.decide).",

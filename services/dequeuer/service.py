@@ -9,8 +9,10 @@ readiness (R10) one ``RequeueRequest`` to the ledger; refused admissions and rec
 reverted in the engine with the ledger's reason (a refused requeue needs no revert: the
 ledger refuses only a workload that already ended or was preempted, which the log brings).
 Inadmissible and unmapped workloads of its zone are
-announced on the log, and so is the zone itself at start (``ZoneServed``: people's views and
-``usher submit --zone`` learn from it which zones have a dequeuer).
+announced on the log, and so is what follows each failed attempt of a job with retries
+(``Retried``, R12: it moves no quota, so this dequeuer owns it), and the zone itself at start
+(``ZoneServed``: people's views and ``usher submit --zone`` learn from it which zones have a
+dequeuer).
 High availability: several replicas of one zone's dequeuer may run; they elect a leader
 (``services.common.leader``, key ``dequeuer-<zone>``). Every replica follows the log (a warm
 standby takes over within about the TTL); only the leader runs passes and saves snapshots.
@@ -34,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 
 from schemas import (
+    DEQUEUER_SOURCE,
     Admitted,
     Decision,
     Envelope,
@@ -47,6 +50,7 @@ from schemas import (
     RequeueRequest,
     Reservation,
     ReserveRequest,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -70,7 +74,7 @@ from usher.core.engine import Engine
 from usher.core.log import BadEntry, LogEntry
 from usher.core.usage import UsageMeter, held_now
 
-SOURCE = "usher/dequeuer"
+SOURCE = DEQUEUER_SOURCE
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 
@@ -81,6 +85,7 @@ class PassPlan:
 
     admissions: list[Admitted] = field(default_factory=list)
     requeues: list[Requeued] = field(default_factory=list)
+    retries: list[Retried] = field(default_factory=list)
     reclaims: list[tuple[Admitted, list[Preempted]]] = field(default_factory=list)
     announcements: list[Inadmissible | Unmapped] = field(default_factory=list)
 
@@ -104,6 +109,8 @@ def plan_pass(decisions: list[Decision]) -> PassPlan:
                 plan.announcements.append(decision)
             case Requeued():
                 plan.requeues.append(decision)
+            case Retried():
+                plan.retries.append(decision)
             case _:
                 # Released comes from the ledger; Pending is not emitted by passes.
                 pass
@@ -345,6 +352,8 @@ class Dequeuer:
             await self._reclaim(preemptor, victims)
         if plan.announcements:
             await self._announce(plan.announcements)
+        if plan.retries:
+            await self._publish_retries(plan.retries)
         self._refresh_gauges()
 
     def _request_id(self) -> RequestId:
@@ -466,6 +475,25 @@ class Dequeuer:
                 event=decision,
             )
             await self._publish(subjects.decision(self.zone, action, namespace, name), envelope)
+
+    async def _publish_retries(self, decisions: list[Retried]) -> None:
+        """What follows each failed attempt (R12): this dequeuer owns the decision, as it
+        moves no quota. One id per failed attempt (an attempt fails once): a dequeuer that
+        dies before reading its own ``Retried`` back decides it again on restart, and the
+        server drops the copy; after that, the log has it and nothing is decided again."""
+        for decision in decisions:
+            envelope = Envelope(
+                id=EventId(f"dequeuer:{self.zone}:retried:{decision.workload}"),
+                time=to_utc(wall_ms()),
+                source=f"{SOURCE}/{self.zone}",
+                event=decision,
+            )
+            await self._publish(self.ctx.subjects.decision_for(decision, self.zone), envelope)
+            self.metrics.retries.labels(decision.reason.code).inc()
+            self.ctx.log.info(
+                "retried", workload=decision.workload, next=decision.job,
+                reason=decision.reason.message,
+            )  # fmt: skip
 
 
 async def main(ctx: ServiceContext) -> None:

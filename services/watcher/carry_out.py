@@ -1,17 +1,20 @@
-"""Carry out decisions: admit (unsuspend, pin to the zone) or preempt (suspend) workloads.
+"""Carry out decisions: admit (unsuspend, pin to the zone), preempt (suspend), create retries.
 
 What it does: a durable JetStream pull consumer (``<prefix>-watcher``) on ``<prefix>.decision.>`` of
 the log, explicit acks. Messages are handled one after the other, in stream order. For an
 ``Admitted`` decision the workload's suspend field becomes false and every pod template gets the
 node selector ``usher.io/zone: <zone>``, in one merge patch guarded by the resourceVersion; for
-``Preempted`` and ``Requeued`` (R10) the suspend field becomes true. A message is acked only once
+``Preempted`` and ``Requeued`` (R10) the suspend field becomes true; for a ``Retried`` naming a
+next attempt (R12) that attempt is created from the failed job (``usher.core.retry``; it exists
+already after a redelivery: that is success). A message is acked only once
 its patch succeeded or there was nothing to do: the workload is gone, finished, already in the
 wanted state, or the decision is stale (a later decision about it, or a newer incarnation of the
 name, is on the log). Conflicts and transient API errors are retried in place with backoff (so order
 is kept); a message that does not decode, or a patch the server refuses for good, is parked on the
 DLQ and acked. Only the ledger admits and preempts: a ledger decision (``Admitted``, ``Preempted``,
 ``Released``) whose subject names another action, workload or zone, or whose source is not the
-ledger, is forged (``Subjects.ledger_decision_problem``): it is logged, parked with the precise
+ledger, is forged, and so is a ``Retried`` not from its zone's dequeuer on its subject
+(``Subjects.owner_problem``): it is logged, parked with the precise
 reason (``ForgedDecision``) and acked, never carried out. Other decisions (``Released``,
 ``Pending``...) need no Kubernetes change and are acked as they come.
 What it must never do: ack before the patch, patch a finished or deleted workload, carry out a
@@ -36,6 +39,7 @@ from schemas import (
     EventId,
     Preempted,
     Requeued,
+    Retried,
     WorkloadObserved,
     decode_envelope,
 )
@@ -45,11 +49,20 @@ from services.watcher.observe import SOURCE, ClusterView
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.projection import WatcherProjection
 from services.watcher.translate import workload_event
-from usher.adapters.kube import Conflict, KubeClient, KubeError, NotFound, Resource, Transient
+from usher.adapters.kube import (
+    AlreadyExists,
+    Conflict,
+    KubeClient,
+    KubeError,
+    NotFound,
+    Resource,
+    Transient,
+)
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.core.retry import retry_manifest
 
-Result = Literal["patched", "gone", "finished", "already", "stale", "ignored"]
+Result = Literal["patched", "created", "gone", "finished", "already", "stale", "ignored"]
 
 
 def consumer_name(subjects: Subjects) -> str:
@@ -162,7 +175,7 @@ class DecisionRunner:
             await _quietly(msg.ack())
             return
         decision = envelope.event
-        problem = self.ctx.subjects.ledger_decision_problem(msg.subject, envelope)
+        problem = self.ctx.subjects.owner_problem(msg.subject, envelope)
         if problem is not None:
             forged = ForgedDecision(msg.subject, type(decision).__name__, problem)
             self.ctx.log.warning(
@@ -172,7 +185,7 @@ class DecisionRunner:
             await self.ctx.park(msg.subject, msg.data, forged, problem, seq)
             await _quietly(msg.ack())
             return
-        if not isinstance(decision, Admitted | Preempted | Requeued):
+        if not isinstance(decision, Admitted | Preempted | Requeued | Retried):
             await _quietly(msg.ack())
             return
         log = self.ctx.log.bind(
@@ -193,11 +206,13 @@ class DecisionRunner:
         log.info("decision carried out", result=result)
 
     async def _carry_out_with_retries(
-        self, decision: Admitted | Preempted | Requeued, seq: int, msg: Msg, log: Any
+        self, decision: Admitted | Preempted | Requeued | Retried, seq: int, msg: Msg, log: Any
     ) -> Result:
         backoff = self.options.backoff()
         while True:
             try:
+                if isinstance(decision, Retried):
+                    return await self.create_retry(decision)
                 return await self.carry_out(decision, seq)
             except (Conflict, Transient) as exc:
                 # Retried here rather than nak'ed: a redelivery could overtake later decisions.
@@ -234,6 +249,27 @@ class DecisionRunner:
         except NotFound:
             return "gone"
         return "patched"
+
+    async def create_retry(self, decision: Retried) -> Result:
+        """Create the next attempt a ``Retried`` names (R12): the failed job's manifest,
+        renamed, suspended, linked to its first attempt, its memory resized (R13). Created
+        once: a redelivery after a restart finds it there (AlreadyExists is success)."""
+        if decision.job is None:
+            return "ignored"  # no further attempt: nothing to create
+        resource = self.cluster.workloads.get(decision.workload)
+        if resource is None:
+            return "gone"
+        family = self._families[resource.storage]
+        namespace, _, name = decision.workload.partition("/")
+        try:
+            failed = await self.kube.get(resource, namespace, name)
+            body = retry_manifest(failed, decision, family)
+            await self.kube.create(resource, namespace, body)
+        except NotFound:
+            return "gone"
+        except AlreadyExists:
+            return "already"
+        return "created"
 
     async def _confirm_stopped(
         self, resource: Resource, family: JobFamily, obj: dict[str, Any], seq: int

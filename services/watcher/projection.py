@@ -11,7 +11,7 @@ latest ``Admitted``/``Preempted`` decision and of the current incarnation of eac
 a stale decision is never carried out, and whether each workload holds a live admission (an
 ``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running without one
 can be stopped. Decisions that claim to be the ledger's but are not (wrong subject, wrong
-source: ``Subjects.ledger_decision_problem``) are left out of all of it; the decision runner
+source: ``Subjects.owner_problem``) are left out of all of it; the decision runner
 parks them. ``synced`` is set once the replay has caught up.
 What it must never do: publish or decide anything, believe a forged ledger decision, or record
 a cluster event after the replay (from then on the observers, the only publishers of cluster
@@ -206,7 +206,7 @@ class WatcherProjection:
     def apply(self, entry: LogEntry) -> None:
         """One log entry: into the projection; while replaying, into the record too."""
         event: LogEvent = entry.envelope.event
-        if self.subjects.ledger_decision_problem(entry.subject, entry.envelope) is not None:
+        if self.subjects.owner_problem(entry.subject, entry.envelope) is not None:
             return  # forged: it decided nothing (the decision runner parks it)
         self.projection.apply(entry)
         if isinstance(event, QuotaTreeApplied):

@@ -60,6 +60,7 @@ from usher.adapters.nats.subjects import Subjects
 from usher.core.errors import InputError, TreeInvalid, WorkloadInvalid
 from usher.core.kinds import success
 from usher.core.quantity import collect_resources
+from usher.core.retry import container_memory
 from usher.core.tree import parse_tree
 from usher.core.workload import (
     ZONE_LABEL,
@@ -217,6 +218,8 @@ def container_terminations(
     """The failed containers' last terminations, one per pod set and container: an
     ``OOMKilled`` one wins (it is what more memory can fix), else the one that ended last."""
     chosen: dict[tuple[str, str], tuple[bool, str, ContainerTermination]] = {}
+    # Each container's memory as this attempt ran it: what an OOM scale-up grows (R13).
+    memory = container_memory(obj, family)
     reader = family.pods
     for pod in pods:
         pod_set = reader.pod_set(obj, pod) if reader is not None else ""
@@ -227,8 +230,14 @@ def container_terminations(
             reason, code, finished = ended
             container = _text(_mapping(status).get("name"))
             rank = (reason == OOM_KILLED, finished)
+            request, limit = memory.get((pod_set, container), (None, None))
             termination = ContainerTermination(
-                pod_set=pod_set, container=container, reason=reason, exit_code=code
+                pod_set=pod_set,
+                container=container,
+                reason=reason,
+                exit_code=code,
+                memory_request=request,
+                memory_limit=limit,
             )
             before = chosen.get((pod_set, container))
             if before is None or rank > before[:2]:

@@ -164,7 +164,7 @@ def test_the_tree_crd_refuses_malformed_trees(
 # ---------------------------------------------------------------------- least privilege
 
 WATCHER_SA = {"kind": "ServiceAccount", "name": "usher-watcher", "namespace": "usher-system"}
-JOB_VERBS = ["get", "list", "watch", "patch"]
+JOB_VERBS = ["get", "list", "watch", "patch", "create"]  # create: a retry (R12)
 EXPECTED_CLUSTER_RULES = [
     (("batch",), ("jobs",), JOB_VERBS),
     (("kubeflow.org",), ("tfjobs", "pytorchjobs", "mpijobs"), JOB_VERBS),

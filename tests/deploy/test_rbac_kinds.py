@@ -12,7 +12,8 @@ import yaml
 from usher.core.kinds import FAMILIES, REJECTED
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "base" / "rbac-watcher.yaml"
-JOB_VERBS = {"get", "list", "watch", "patch"}
+JOB_VERBS = {"get", "list", "watch", "patch", "create"}
+"""create: the next attempt of a failed job with retries (R12) is a copy of it."""
 OBSERVE_VERBS = {"list", "watch"}
 
 
@@ -34,7 +35,7 @@ def _granted(verbs: set[str]) -> set[tuple[str, str]]:
     }
 
 
-def test_admitted_kinds_get_exactly_get_list_watch_patch() -> None:
+def test_admitted_kinds_get_exactly_the_job_verbs() -> None:
     admitted = {family.storage for family in FAMILIES}
     granted = _granted(JOB_VERBS)
     assert granted == admitted, (granted - admitted, admitted - granted)

@@ -3,14 +3,18 @@ and a requeue for readiness carried out with the real ledger (R10)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 
 from nats.js import JetStreamContext
 
 from schemas import (
     Admitted,
     DeadLetter,
+    Envelope,
+    EventId,
     Inadmissible,
     Millis,
     Preempted,
@@ -19,7 +23,9 @@ from schemas import (
     QuotaTreeApplied,
     Released,
     Requeued,
+    Retried,
     Unmapped,
+    WorkloadFinished,
     WorkloadKey,
     Zone,
     decode,
@@ -30,7 +36,9 @@ from services.ledger.service import main as ledger_main
 from tests.builders.events import observed
 from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
+from tests.e2e.harness import read_log
 from tests.services.helpers import eventually, log_events, publish, running
+from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -189,3 +197,51 @@ def test_only_a_batch_of_pod_progress_skips_the_pass() -> None:
     assert not may_change_decisions([entry(progress, 1), entry(progress, 2)])
     assert may_change_decisions([entry(progress, 1), entry(finished, 2)])
     assert may_change_decisions([])  # a wakeup: a ready deadline may have run out
+
+
+async def test_a_failed_job_with_retries_is_retried_once_across_a_restart(
+    infra: Infra, subjects: Subjects, js: JetStreamContext
+) -> None:
+    """R12 on the decision side: the dequeuer of the zone publishes one Retried, from itself on
+    its zone's subject; the log keeps one however often it is decided: a restarted dequeuer
+    replays it (and its id would drop a copy), and the same decision published again under
+    its id is dropped by the server."""
+    retries = {"usher.io/retry-limit": "1"}
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree(a_attributes=retries)))
+    train = observed("a1", "train", 8)
+    await publish(js, subjects.job(Zone("default"), "a1", "train"), train)
+    admitted = Admitted(
+        workload=train.workload,
+        queue=QueueName("root-a-a1"),
+        quota=QuotaPath("root/A"),
+        zone=Zone("default"),
+        requests={"cpu": 8000},
+    )
+    await publish(js, subjects.decision_for(admitted, Zone("default")), admitted)
+    failed = WorkloadFinished(workload=train.workload, succeeded=False)
+    await publish(js, subjects.job(Zone("default"), "a1", "train"), failed)
+    settings = _settings(infra, subjects, "default")
+
+    async def retried() -> list[tuple[int, Retried, str, str]]:
+        out = []
+        for seq, subject, envelope in await read_log(js, subjects):
+            if isinstance(envelope.event, Retried):
+                out.append((seq, envelope.event, subject, envelope.source))
+        return out
+
+    async with running("dequeuer", main, settings, subjects):
+        assert await eventually(retried)
+    [(_, decision, subject, source)] = await retried()
+    assert (decision.job, decision.attempt, decision.cause) == ("a1/train-retry-1", 1, "Failed")
+    assert subject == subjects.decision(Zone("default"), "retried", "a1", "train")
+    assert source == "usher/dequeuer/default"
+    async with running("dequeuer", main, settings, subjects):
+        await asyncio.sleep(1.0)  # replayed and passed: nothing new to decide
+    envelope = Envelope(
+        id=EventId("dequeuer:default:retried:a1/train"),
+        time=datetime.now(UTC),
+        source=source,
+        event=decision,
+    )
+    await publish_envelope(js, subject, envelope)
+    assert len(await retried()) == 1

@@ -251,8 +251,15 @@ async def test_an_oomkilled_job_finishes_failed_with_its_containers_terminations
         await admit(h, "oom")
         [(_, finished)] = await h.logged(WorkloadFinished, lambda e: e.workload == "user-a/oom")
     assert finished.succeeded is False and finished.min_success is None
+    # With the container's memory as it ran (4Gi): what an OOM scale-up grows (R13).
     assert finished.terminations == [
-        ContainerTermination(pod_set="main", container="main", reason="OOMKilled", exit_code=137)
+        ContainerTermination(
+            pod_set="main",
+            container="main",
+            reason="OOMKilled",
+            exit_code=137,
+            memory_request=4 * 2**30,
+        )
     ]
 
 

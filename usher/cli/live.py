@@ -53,6 +53,7 @@ ACTION_STYLE = {
     "admit": "green",
     "preempt": "bold red",
     "requeue": "red",
+    "retry": "yellow",
     "release": "dim",
     "inadmissible": "magenta",
     "unmapped": "yellow",

@@ -37,6 +37,7 @@ from schemas import (
     Reason,
     Released,
     Requeued,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -400,6 +401,16 @@ class PeopleProjection:
                     item.seq,
                     at,
                     "requeue",
+                    event.workload,
+                    quota=event.quota,
+                    reason=f"{event.reason.code}: {event.reason.message}",
+                )
+            case Retried():
+                # A failed attempt and what follows it (R12): the next attempt, or why none.
+                self._decision(
+                    item.seq,
+                    at,
+                    "retry",
                     event.workload,
                     quota=event.quota,
                     reason=f"{event.reason.code}: {event.reason.message}",

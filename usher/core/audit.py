@@ -18,6 +18,10 @@ against the state *just before it*:
 * ``Preempted``: each victim runs on the quota the decision names.
 * ``Requeued`` (R10): the workload runs on the quota the decision names; whether it had been
   admitted long enough without every pod ready is an invariant (``requeue-unjustified``).
+* ``Retried`` (R12, R13): a failed ``WorkloadFinished`` of an admitted job with retries is
+  before it and not answered yet, and the decision is exactly the one that failure gives (the
+  attempt, the limit, the next job or none, the cause, every container resized); else
+  ``retry-unjustified`` or ``wrong-retry``.
 * ``Released``: something was held (a live ``Admitted``, or a preemption hold), quota and
   requests are those of its ``Admitted``, and its cause is on the log since it was admitted
   (or held): ``Finished``/``Failed`` -> a ``WorkloadFinished`` (succeeded or not),
@@ -88,12 +92,14 @@ from schemas import (
     QuotaPath,
     Released,
     Requeued,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
 )
+from usher.core import retry
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import (
@@ -262,6 +268,10 @@ class _Auditor:
                 self.engine.apply(event, item.time_ms)
                 # Released like a preempted victim: once its pods are seen stopped (R7).
                 self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
+            case Retried():
+                if self.should_check(item):
+                    self.check_retried(item, event)
+                self.engine.apply(event, item.time_ms)
             case Pending():
                 self.engine.apply(event, item.time_ms)
             case _:
@@ -346,6 +356,28 @@ class _Auditor:
         view = self.engine.job_state(event.workload)
         if view is not None and view.state == JobState.ADMITTED and view.quota != event.quota:
             self.note(item, "wrong-quota", f"quota {event.quota}, but it runs on {view.quota}")
+
+    # -- Retried
+
+    def check_retried(self, item: LogEntry, event: Retried) -> None:
+        """R12, R13: a failed finish of a job with retries is before it, unanswered, and the
+        decision is exactly what follows from it (attempt, limit, next job, cause, sizes)."""
+        failure = self.engine.state.failures.get(event.workload)
+        if failure is None:
+            self.note(
+                item,
+                "retry-unjustified",
+                f"no failed finish of {event.workload} with retries awaits a Retried before it",
+            )
+            return
+        expected = retry.retried(event.workload, failure)
+        if expected != event:
+            self.note(
+                item,
+                "wrong-retry",
+                f"{event.reason.code}: {event.reason.message}; the failure before it gives "
+                f"{expected.reason.code}: {expected.reason.message} (next {expected.job})",
+            )
 
     # -- Released
 

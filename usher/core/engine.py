@@ -43,6 +43,7 @@ from schemas import (
     ReleaseCause,
     Released,
     Requeued,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -54,7 +55,7 @@ from schemas import (
     ZoneServed,
 )
 from schemas.events import ClusterEvent
-from usher.core import engine_queries, readiness, reasons, reclaim_search
+from usher.core import engine_queries, readiness, reasons, reclaim_search, retry
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
@@ -70,6 +71,7 @@ from usher.core.engine_queries import QueueEntry as QueueEntry
 from usher.core.engine_state import EngineState, NodeCapacity
 from usher.core.policy import seam_for
 from usher.core.reclaim import within_guarantee
+from usher.core.retry import RetryLink, RetryPolicy
 from usher.core.state import (
     ADMITTED,
     FINISHED,
@@ -299,7 +301,7 @@ class Engine:
             case WorkloadObserved():
                 self._observe(event)
             case WorkloadFinished():
-                return self._finish(event.workload, succeeded=event.succeeded)
+                return self._finish(event)
             case WorkloadDeleted():
                 return self._delete(event.workload)
             case QuotaTreeApplied():
@@ -322,6 +324,8 @@ class Engine:
                 self._apply_released(event)
             case Requeued():
                 self._apply_requeued(event)
+            case Retried():
+                self._apply_retried(event)
             case WorkloadRejected() | QuotaTreeRejected() | Pending() | Inadmissible() | Unmapped():
                 # A rejected input changes nothing (the last valid state stays in force); the
                 # other decisions carry no state change of their own.
@@ -370,6 +374,11 @@ class Engine:
         job.spec_priority = event.priority
         job.created_ms = event.created_ms
         job.quota_name = None if event.quota_name is None else self._name(event.quota_name)
+        job.retry_ask = event.retry
+        link = self.state.retries.get(job.key)
+        if link is not None:
+            # A retry keeps its job's place: the first attempt's creation (R12).
+            job.created_ms = Millis(link.first_created_ms)
         total: dict[str, int] = {}
         pods: list[Shape] = []
         for pod_set in event.pod_sets:
@@ -433,18 +442,61 @@ class Engine:
                 job.refresh_sort_key()
         self.state.version += 1
 
-    def _finish(self, key: WorkloadKey, *, succeeded: bool) -> list[Decision]:
-        job = self.state.jobs.get(key)
+    def _finish(self, event: WorkloadFinished) -> list[Decision]:
+        job = self.state.jobs.get(event.workload)
         if job is None or job.state == FINISHED:
             return []
         quota = job.used_path if job.state == ADMITTED else None
-        released = self._release(job, "Finished" if succeeded else "Failed")
+        if not event.succeeded and quota is not None:
+            self._note_failure(job, quota, event)
+        released = self._release(job, "Finished" if event.succeeded else "Failed")
         if not released:
             self._unplace(job)
         if quota is not None:
             job.leaf = quota  # a finished workload is shown in the queue it ran from
         job.state = FINISHED
         return released
+
+    def _note_failure(self, job: Job, quota: QuotaPath, event: WorkloadFinished) -> None:
+        """A failed admitted attempt of a job with retries waits for its ``Retried`` (R12)."""
+        info = self.state.tree.nodes.get(quota)
+        policy = info.retry if info is not None else RetryPolicy()
+        queue = info.queue if info is not None and info.queue is not None else QueueName("")
+        failure = retry.failure_of(
+            self.state.retries.get(job.key),
+            job.key,
+            job.created_ms,
+            (job.zone, queue, quota),
+            policy,
+            job.retry_ask,
+            event.terminations,
+        )
+        if failure is not None:
+            self.state.failures[job.key] = failure
+
+    def _retry_failed(self, decisions: list[Decision]) -> None:
+        """Decide what follows every failed attempt of this engine's zones (R12, R13)."""
+        for key, failure in list(self.state.failures.items()):
+            if not self._decides(failure.zone):
+                continue
+            decision = retry.retried(key, failure)
+            self._apply_retried(decision)
+            decisions.append(decision)
+
+    def _apply_retried(self, decision: Retried) -> None:
+        """The attempt ``decision.workload`` is answered; the next one it names is linked to
+        its job's first attempt and keeps its place (R12). Only a ``Retried`` links: a job that
+        merely carries the annotations gets no place of another."""
+        failure = self.state.failures.pop(decision.workload, None)
+        if decision.job is None or decision.job in self.state.retries:
+            return
+        # The failure before it (on the log before it) knows the first attempt's creation,
+        # even if the failed job was deleted since.
+        first_created = failure.first_created_ms if failure is not None else self.state.now
+        self.state.retries[decision.job] = RetryLink(
+            decision.first, first_created, decision.attempt + 1
+        )
+        self.state.version += 1
 
     def _delete(self, key: WorkloadKey) -> list[Decision]:
         job = self.state.jobs.get(key)
@@ -456,6 +508,8 @@ class Engine:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(key, None)
         self.state.announce.pop(key, None)
+        # A job created again under this name later is a new job: it gets no old place (R12).
+        self.state.retries.pop(key, None)
         del self.state.jobs[key]
         return released
 
@@ -1239,6 +1293,8 @@ class Engine:
         if self._unready and self.state.tree.root is not None:
             # First, so that a workload out of attempts is announced inadmissible at once.
             self._requeue_unready(decisions)
+        if self.state.failures:
+            self._retry_failed(decisions)
         decisions.extend(self._announcements())
         # A backoff may have ended since: the leaves whose first candidate depends on the
         # clock are looked at again (the pass refreshes dirty leaves first).

@@ -16,6 +16,7 @@ import msgspec
 
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
 from usher.core.config import EngineConfig
+from usher.core.retry import Failure, RetryLink
 from usher.core.state import Job, Placement, Shape, StopGroup, TreeIndex
 
 
@@ -35,6 +36,7 @@ class EngineState:
 
     __slots__ = (
         "announce",
+        "failures",
         "held",
         "jobs",
         "last_pass_now",
@@ -45,6 +47,7 @@ class EngineState:
         "preemptors",
         "priority_values",
         "reclaim_failed",
+        "retries",
         "seq",
         "served",
         "stops",
@@ -76,6 +79,10 @@ class EngineState:
         ``Released`` (R7; never with ``instant_release``)."""
         self.wakeups: list[tuple[int, int, WorkloadKey]] = []
         self.reclaim_failed: ReclaimMemo = {}
+        self.failures: dict[WorkloadKey, Failure] = {}
+        """Failed attempts of jobs with retries whose ``Retried`` is not yet applied (R12)."""
+        self.retries: dict[WorkloadKey, RetryLink] = {}
+        """Attempts a ``Retried`` named, by their key: their first attempt and place (R12)."""
         self.version = 0
         self.passes = 0
         self.seq = 0
@@ -103,6 +110,8 @@ class EngineState:
         twin.lingering = dict(self.lingering)
         twin.wakeups = list(self.wakeups)
         twin.reclaim_failed = dict(self.reclaim_failed)
+        twin.failures = dict(self.failures)
+        twin.retries = dict(self.retries)
         twin.version = self.version
         twin.passes = self.passes
         twin.seq = self.seq

@@ -29,6 +29,7 @@ from schemas import (
     Reason,
     Released,
     Requeued,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -70,10 +71,23 @@ class HistoryLine(msgspec.Struct, frozen=True, kw_only=True):
     what: str
     """``observed``, ``progress`` (its pods' readiness), ``finished``, ``deleted``,
     ``rejected``, ``Admitted``, ``Preempted``, ``preempts`` (it preempted another workload),
-    ``Requeued`` (not ready in time, R10), ``Released``, ``Inadmissible``, ``Unmapped`` or
-    ``Pending``."""
+    ``Requeued`` (not ready in time, R10), ``Retried`` (it failed; what followed, R12),
+    ``retry of`` (it is the next attempt of a failed one), ``Released``, ``Inadmissible``,
+    ``Unmapped`` or ``Pending``."""
     detail: str
     reason: Reason | None = None
+
+
+class AttemptLine(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempt of a job with retries (R12) and how it ended."""
+
+    workload: WorkloadKey
+    attempt: int
+    """1 = the first attempt."""
+    ended: str
+    """``failed``, ``succeeded``, or ``not ended`` (waiting or running)."""
+    reason: Reason | None = None
+    """For a failed attempt: the ``Retried`` reason (what killed it, what followed)."""
 
 
 class ReclaimView(msgspec.Struct, frozen=True, kw_only=True):
@@ -101,6 +115,8 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     history: list[HistoryLine]
     as_of_seq: int
     as_of: datetime | None
+    attempts: list[AttemptLine] = []
+    """Every attempt of its job, first to last, when it has retries (R12); else empty."""
 
 
 def explain(
@@ -128,6 +144,7 @@ def explain(
                 previous = event
     if not lines:
         raise UnknownWorkload(key)
+    attempts = _attempts(history, key)
     last = history.items[-1]
     if rejected is not None:
         return Explanation(
@@ -160,7 +177,32 @@ def explain(
         history=lines,
         as_of_seq=last.seq,
         as_of=to_datetime(last.time_ms),
+        attempts=attempts,
     )
+
+
+def _attempts(history: History, key: WorkloadKey) -> list[AttemptLine]:
+    """Every attempt of ``key``'s job (R12): each failed one with its ``Retried`` reason, the
+    last one with how it ended so far. Only ``Retried`` decisions link attempts."""
+    chain = [item.event for item in history.items if isinstance(item.event, Retried)]
+    first = next((r.first for r in chain if r.job == key or r.workload == key), None)
+    if first is None:
+        return []
+    mine = sorted((r for r in chain if r.first == first), key=lambda r: r.attempt)
+    out = [
+        AttemptLine(workload=r.workload, attempt=r.attempt, ended="failed", reason=r.reason)
+        for r in mine
+    ]
+    follow = mine[-1]
+    if follow.job is not None:
+        ends = [
+            item.event
+            for item in history.items
+            if isinstance(item.event, WorkloadFinished) and item.event.workload == follow.job
+        ]
+        ended = "not ended" if not ends else ("succeeded" if ends[-1].succeeded else "failed")
+        out.append(AttemptLine(workload=follow.job, attempt=follow.attempt + 1, ended=ended))
+    return out
 
 
 def _reclaim(engine: Engine, key: WorkloadKey, now_ms: Millis) -> ReclaimView:
@@ -189,6 +231,9 @@ def _line(
     if isinstance(event, Preempted) and event.preemptor == key:
         what, detail = "preempts", f"{event.workload} on {event.quota} to make room"
         reason = event.reason
+    elif isinstance(event, Retried) and event.job == key:
+        what, reason = "retry of", event.reason
+        detail = f"{event.workload} (attempt {event.attempt + 1}, first {event.first})"
     elif getattr(event, "workload", None) != key:
         return None
     elif isinstance(event, WorkloadObserved):
@@ -208,6 +253,10 @@ def _line(
     elif isinstance(event, Requeued):
         what, reason = "Requeued", event.reason
         detail = f"on {event.quota}, attempt {event.attempt} of {event.max_attempts}"
+    elif isinstance(event, Retried):
+        what, reason = "Retried", event.reason
+        follow = f"next attempt {event.job}" if event.job is not None else "no next attempt"
+        detail = f"attempt {event.attempt} of {event.limit + 1} failed ({event.cause}); {follow}"
     elif isinstance(event, WorkloadProgress):
         what = "progress"
         detail = f"{event.ready}/{event.total} pods ready"
@@ -254,6 +303,8 @@ def render_explain_json(explanation: Explanation) -> str:
     """One JSON object in the words of ``usher jobs -o json``: ``job`` (never ``workload``)
     and quantities in Kubernetes notation (``"70"`` cpu, ``"16Gi"``), not canonical units."""
     data = _for_people(msgspec.to_builtins(explanation))
+    if not explanation.attempts:
+        del data["attempts"]  # a job without retries reads as it did before R12
     return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
 
 
@@ -314,7 +365,15 @@ def render_explain_table(explanation: Explanation) -> str:
         for victim in e.reclaim.victims:
             lines.append(f"            {victim.workload}: {victim.reason.message}")
     when = format_datetime(e.as_of) if e.as_of else "-"
-    lines += [f"  as of:    seq {e.as_of_seq} ({when})", "", "history:"]
+    lines.append(f"  as of:    seq {e.as_of_seq} ({when})")
+    if not e.attempts:
+        lines += ["", "history:"]
+    if e.attempts:
+        lines += ["", "attempts:"]
+        for attempt in e.attempts:
+            why = f"  {attempt.reason.code}: {attempt.reason.message}" if attempt.reason else ""
+            lines.append(f"  {attempt.attempt:>3}  {attempt.workload:<40} {attempt.ended}{why}")
+        lines += ["", "history:"]
     for line in e.history:
         detail = f"  {line.detail}" if line.detail else ""
         lines.append(f"  seq {line.seq:<6} {format_datetime(line.time)}  {line.what:<12}{detail}")
@@ -324,6 +383,7 @@ def render_explain_table(explanation: Explanation) -> str:
 
 
 __all__ = [
+    "AttemptLine",
     "Explanation",
     "HistoryLine",
     "ReclaimView",

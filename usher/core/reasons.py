@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from schemas import FieldError, QuotaPath, Reason, WorkloadKey, Zone
+from schemas import (
+    ContainerTermination,
+    FieldError,
+    MemoryResize,
+    QuotaPath,
+    Reason,
+    RetryCause,
+    WorkloadKey,
+    Zone,
+)
 from usher.core.config import format_rate
 from usher.core.quantity import format_quantity
 
@@ -300,3 +309,74 @@ def requeue_backoff(attempt: int, attempts: int, left_ms: int, stopping: bool) -
         wait = f"offered again in {_seconds(left_ms)} s"
     message = f"requeued after attempt {attempt} of {attempts} (pods not ready); {wait}"
     return Reason(code="RequeueBackoff", message=message)
+
+
+def _ended(terminations: list[ContainerTermination]) -> str:
+    """How the failed containers ended: ``main/w OOMKilled at 4Gi, main/x Error exit code 1``."""
+    if not terminations:
+        return "no container termination reported"
+    parts = []
+    for item in terminations:
+        size = item.memory_request if item.memory_request is not None else item.memory_limit
+        where = (
+            f" at {format_quantity('memory', size)}" if item.reason == "OOMKilled" and size else ""
+        )
+        code = "" if item.reason == "OOMKilled" else f" exit code {item.exit_code}"
+        parts.append(f"{item.pod_set}/{item.container} {item.reason}{where}{code}")
+    return ", ".join(parts)
+
+
+def _memory_change(resized: list[MemoryResize]) -> str:
+    parts = []
+    for item in resized:
+        old = item.request if item.request is not None else item.limit
+        new = item.new_request if item.new_request is not None else item.new_limit
+        if old is None or new is None:
+            parts.append(f"{item.pod_set}/{item.container} memory unset, unchanged")
+        else:
+            parts.append(
+                f"{item.pod_set}/{item.container} memory {format_quantity('memory', old)} -> "
+                f"{format_quantity('memory', new)}"
+            )
+    return ", ".join(parts)
+
+
+def retrying(
+    cause: RetryCause,
+    attempt: int,
+    limit: int,
+    terminations: list[ContainerTermination],
+    resized: list[MemoryResize],
+    factor: Fraction,
+) -> Reason:
+    """Retried (R12, R13): attempt ``attempt`` failed; the next one, and its size."""
+    message = (
+        f"attempt {attempt} of {limit + 1} failed ({_ended(terminations)}); attempt {attempt + 1}"
+    )
+    if cause == "OOMKilled" and resized:
+        message += f" with {_memory_change(resized)} (x{format_rate(factor)})"
+    else:
+        message += " with the same resources"
+    return Reason(code=cause, message=message, used=attempt, limit=limit + 1)
+
+
+def retry_limit_reached(
+    attempt: int, limit: int, terminations: list[ContainerTermination]
+) -> Reason:
+    """Retried with no next attempt (R12): the failed attempt was the last one allowed."""
+    message = (
+        f"attempt {attempt} of {limit + 1} failed ({_ended(terminations)}); "
+        f"no retry left (retry limit {limit})"
+    )
+    return Reason(code="RetryLimitReached", message=message, used=attempt, limit=limit + 1)
+
+
+def memory_cap_reached(item: ContainerTermination, cap: int, attempt: int) -> Reason:
+    """Retried with no next attempt (R13): an OOMKilled container already had its cap."""
+    size = item.memory_request if item.memory_request is not None else item.memory_limit
+    message = (
+        f"attempt {attempt}: {item.pod_set}/{item.container} OOMKilled at "
+        f"{format_quantity('memory', size or 0)}, already at its memory cap "
+        f"{format_quantity('memory', cap)}; not retried"
+    )
+    return Reason(code="MemoryCapReached", message=message, resource="memory", used=size, limit=cap)

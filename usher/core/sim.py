@@ -3,11 +3,13 @@
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
 services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
-ready -- and ``progress: {job, ready, total}``, the pod progress R10 judges readiness by) and
-its wakeups (min-runtime ends, ready deadlines, requeue backoffs), ``render_json``/``render_table``
-print the outcome, and ``check`` compares it with the scenario's ``expect:`` block (an optional
-``usage:`` in it is checked against ``usage_intervals``, the run's decisions folded as the
-log's are, U1).
+ready -- ``progress: {job, ready, total}``, the pod progress R10 judges readiness by, and
+``fail: {job, container, exitCode}`` / ``oom: {job, container}``, a failed attempt (R12, R13),
+after which it plays the watcher: a ``Retried`` next attempt is made from the job's manifest
+and observed at once) and its wakeups (min-runtime ends, ready deadlines, requeue backoffs),
+``render_json``/``render_table`` print the outcome, and ``check`` compares it with the
+scenario's ``expect:`` block (an optional ``usage:`` in it is checked against
+``usage_intervals``, the run's decisions folded as the log's are, U1).
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
 """
@@ -19,8 +21,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+import msgspec
+
 from schemas import (
     Admitted,
+    ContainerTermination,
     Decision,
     FieldError,
     Inadmissible,
@@ -35,11 +40,14 @@ from schemas import (
     QuotaTreeApplied,
     QuotaTreeRejected,
     Requeued,
+    Retried,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
+    WorkloadObserved,
     WorkloadProgress,
+    WorkloadRejected,
     Zone,
 )
 from schemas.events import ClusterEvent
@@ -47,6 +55,7 @@ from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
 from usher.core.quantity import CPU, format_quantity, parse_resources
+from usher.core.retry import container_memory, retry_manifest
 from usher.core.state import ENGINE_STATES
 from usher.core.tree import parse_tree
 from usher.core.usage import (
@@ -61,8 +70,23 @@ from usher.core.workload import extract_priority_class, extract_workload
 
 TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
 CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
-ACTIONS = ("create", "finish", "delete", "apply", "node", "removeNode", "ready", "progress")
+ACTIONS = (
+    "create",
+    "finish",
+    "delete",
+    "apply",
+    "node",
+    "removeNode",
+    "ready",
+    "progress",
+    "fail",
+    "oom",
+)
 PROGRESS_KEYS = ("job", "ready", "total")
+FAIL_KEYS = ("job", "container", "exitCode")
+"""``fail: {job, container, exitCode}`` (or ``fail: ns/name``); ``oom`` takes job and container."""
+OOM_EXIT_CODE = 137
+"""What the kubelet reports for a container the OOM killer ended (SIGKILL)."""
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
 EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage")
@@ -79,6 +103,8 @@ class Step:
 
     at_ms: Millis
     event: ClusterEvent
+    manifest: Mapping[str, object] | None = None
+    """The manifest of a ``create``: a retry of the job is made from it (R12)."""
 
 
 @dataclass(frozen=True)
@@ -339,6 +365,7 @@ def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
     steps: list[Step] = []
     live: dict[WorkloadKey, int] = {}
     """Workloads created so far -> their pods (``ready`` and ``progress`` count them)."""
+    manifests: dict[WorkloadKey, Mapping[str, object]] = {}
     last_ms = -1
     for index, entry in enumerate(raw):
         path = f"timeline[{index}]"
@@ -350,9 +377,10 @@ def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
             if at_ms < last_ms:
                 errors.add(f"{path}.at", "not-monotonic", "at values must not decrease")
             last_ms = max(last_ms, at_ms)
-        event = _timeline_event(entry, path, Millis(at_ms or 0), live, errors)
+        event = _timeline_event(entry, path, Millis(at_ms or 0), live, manifests, errors)
         if event is not None and at_ms is not None:
-            steps.append(Step(at_ms=Millis(at_ms), event=event))
+            created = manifests.get(event.workload) if isinstance(event, WorkloadObserved) else None
+            steps.append(Step(at_ms=Millis(at_ms), event=event, manifest=created))
     return steps
 
 
@@ -377,6 +405,7 @@ def _timeline_event(
     path: str,
     at_ms: Millis,
     live: dict[WorkloadKey, int],
+    manifests: dict[WorkloadKey, Mapping[str, object]],
     errors: _Errors,
 ) -> ClusterEvent | None:
     actions = [a for a in ACTIONS if a in entry]
@@ -392,7 +421,12 @@ def _timeline_event(
         errors.add(f"{path}.name", "unexpected-name", "name is only allowed with create")
     value = entry[action]
     if action == "create":
-        return _create_event(value, entry.get("name"), path, at_ms, live, errors)
+        event = _create_event(value, entry.get("name"), path, at_ms, live, errors)
+        if isinstance(event, WorkloadObserved) and isinstance(value, Mapping):
+            manifests[event.workload] = value
+        return event
+    if action in ("fail", "oom"):
+        return _failure_event(action, value, f"{path}.{action}", live, manifests, errors)
     if action in ("finish", "delete"):
         return _finish_or_delete(action, value, f"{path}.{action}", live, errors)
     if action in ("ready", "progress"):
@@ -460,10 +494,59 @@ def _live_job(
         errors.add(path, "invalid-job", f"expected namespace/name, got {value!r}")
         return None
     key = WorkloadKey(value)
+    first = _first_attempt(key)
+    if key not in live and first in live:
+        # A retry the run may create (R12): it has its first attempt's pods.
+        live[key] = live[first]
     if key not in live:
         errors.add(path, "unknown-job", f"{value} was not created earlier in the timeline")
         return None
     return key
+
+
+def _first_attempt(key: WorkloadKey) -> WorkloadKey:
+    """``ns/name`` of ``ns/name-retry-<n>`` (R12); any other key itself."""
+    head, sep, tail = key.rpartition("-retry-")
+    return WorkloadKey(head) if sep and tail.isdigit() else key
+
+
+def _failure_event(
+    action: str,
+    value: object,
+    path: str,
+    live: dict[WorkloadKey, int],
+    manifests: dict[WorkloadKey, Mapping[str, object]],
+    errors: _Errors,
+) -> ClusterEvent | None:
+    """``fail`` / ``oom``: the job failed, one container ending with an exit code or OOMKilled
+    (R12, R13). Its memory is filled in as the run plays it (the watcher reports it)."""
+    raw = value if isinstance(value, Mapping) else {"job": value}
+    allowed = FAIL_KEYS if action == "fail" else FAIL_KEYS[:2]
+    for key_name in sorted(str(k) for k in raw):
+        if key_name not in allowed:
+            errors.add(f"{path}.{key_name}", "unknown-key", f"{action} keys: {allowed}")
+    key = _live_job(
+        raw.get("job"), f"{path}.job" if isinstance(value, Mapping) else path, live, errors
+    )
+    if key is None:
+        return None
+    containers = list(container_memory(manifests.get(_first_attempt(key), {})))
+    name = raw.get("container", containers[0][1] if containers else None)
+    pod_sets = [pod_set for pod_set, container in containers if container == name]
+    if not pod_sets:
+        errors.add(f"{path}.container", "unknown-container", f"{key} has no container {name!r}")
+        return None
+    exit_code = raw.get("exitCode", 1) if action == "fail" else OOM_EXIT_CODE
+    if isinstance(exit_code, bool) or not isinstance(exit_code, int) or exit_code == 0:
+        errors.add(f"{path}.exitCode", "invalid-exit-code", "exitCode must be a non-zero integer")
+        return None
+    termination = ContainerTermination(
+        pod_set=pod_sets[0],
+        container=str(name),
+        reason="OOMKilled" if action == "oom" else "Error",
+        exit_code=exit_code,
+    )
+    return WorkloadFinished(workload=key, succeeded=False, terminations=[termination])
 
 
 def _progress_event(
@@ -605,16 +688,38 @@ def run(scenario: Scenario) -> SimResult:
     decisions: list[SimDecision] = []
     rejections: list[Rejection] = []
     ledger: list[SimDecision] = []
+    manifests: dict[WorkloadKey, Mapping[str, object]] = {
+        step.event.workload: step.manifest
+        for step in scenario.steps
+        if isinstance(step.event, WorkloadObserved) and step.manifest is not None
+    }
+    """Each job's manifest as created (a retry's as the run made it): the watcher's part."""
 
     def feed(event: ClusterEvent, at_ms: Millis) -> None:
         if isinstance(event, QuotaTreeRejected):
             rejections.append(Rejection(at_ms=at_ms, errors=event.errors))
+        if isinstance(event, WorkloadFinished) and event.terminations:
+            event = _with_memory(event, manifests.get(event.workload))
         ledger.extend(SimDecision(at_ms, d) for d in engine.apply(event, at_ms))
 
     def decide(at_ms: Millis) -> None:
-        taken = [SimDecision(at_ms, d) for d in engine.decide(at_ms)]
+        made = engine.decide(at_ms)
+        taken = [SimDecision(at_ms, d) for d in made]
         decisions.extend(taken)
         ledger.extend(taken)
+        retries = [d for d in made if isinstance(d, Retried) and d.job is not None]
+        for decision in retries:
+            # The watcher's part, at once (S1): the next attempt is created and observed,
+            # and a pass follows, as after any new job.
+            manifest = manifests.get(decision.workload)
+            if manifest is None or decision.job is None:
+                continue
+            created = retry_manifest(manifest, decision)
+            manifests[decision.job] = created
+            observed = _observed_or_rejected(created, at_ms)
+            ledger.extend(SimDecision(at_ms, d) for d in engine.apply(observed, at_ms))
+        if retries:
+            decide(at_ms)
 
     def wake_until(limit: int | None) -> None:
         for _ in range(MAX_WAKEUP_PASSES):
@@ -656,6 +761,31 @@ def usage_intervals(result: SimResult) -> list[Interval]:
     return fold.intervals()
 
 
+def _observed_or_rejected(manifest: Mapping[str, object], at_ms: Millis) -> ClusterEvent:
+    """A created job as the watcher reports it: observed, or rejected with why (a retry's
+    name grown past what Kubernetes takes, say)."""
+    try:
+        return extract_workload(manifest, created_ms=at_ms)
+    except WorkloadInvalid as failure:
+        return WorkloadRejected(workload=failure.workload, kind=failure.kind, errors=failure.errors)
+
+
+def _with_memory(
+    event: WorkloadFinished, manifest: Mapping[str, object] | None
+) -> WorkloadFinished:
+    """The failed containers' memory as this attempt ran them, as the watcher reports it."""
+    memory = container_memory(manifest) if manifest is not None else {}
+    terminations = [
+        msgspec.structs.replace(
+            item,
+            memory_request=memory.get((item.pod_set, item.container), (None, None))[0],
+            memory_limit=memory.get((item.pod_set, item.container), (None, None))[1],
+        )
+        for item in event.terminations
+    ]
+    return msgspec.structs.replace(event, terminations=terminations)
+
+
 def _is_preempted(decision: Decision) -> bool:
     return isinstance(decision, Preempted)
 
@@ -683,7 +813,7 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     decision = record.decision
     if isinstance(decision, Unmapped):
         queue, quota = None, None
-    elif isinstance(decision, Admitted | Preempted | Inadmissible | Requeued):
+    elif isinstance(decision, Admitted | Preempted | Inadmissible | Requeued | Retried):
         queue, quota = decision.queue, decision.quota
     else:
         return None
@@ -696,6 +826,8 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     }
     if isinstance(decision, Preempted):
         entry["preemptor"] = decision.preemptor
+    if isinstance(decision, Retried):
+        entry["next"] = decision.job
     if isinstance(decision, Admitted):
         if decision.reason is not None:  # a partial admission says why (R11)
             entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
@@ -710,6 +842,7 @@ _ACTIONS: dict[type, str] = {
     Inadmissible: "inadmissible",
     Unmapped: "unmapped",
     Requeued: "requeue",
+    Retried: "retry",
 }
 
 

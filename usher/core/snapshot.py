@@ -47,6 +47,7 @@ from schemas import (
     QuotaNode,
     QuotaPath,
     Reason,
+    RetryAsk,
     WorkloadKey,
     Zone,
 )
@@ -55,6 +56,7 @@ from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
 from usher.core.readiness import Readiness
+from usher.core.retry import Failure, RetryLink
 from usher.core.state import (
     ENGINE_STATES,
     Job,
@@ -83,6 +85,8 @@ ENCODED: frozenset[str] = frozenset(
         "lingering",
         "wakeups",
         "reclaim_failed",  # live entries only
+        "failures",
+        "retries",
         "version",
         "passes",
         "seq",
@@ -218,6 +222,8 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Partial admission (R11): pod set name, per-pod shape index, pods asked, fewest."""
     fit_shape: int | None = None
     """Shape index of the least it may start with; None when that is ``shape``."""
+    retry_ask: RetryAsk | None = None
+    """Its retry annotations (R12, R13)."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -271,6 +277,10 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     lingering: list[tuple[str, PlacementRecord]]
     served: list[str] | None = None
     """Zones dequeuers announced; None before the first announcement."""
+    failures: list[tuple[str, Failure]] = []
+    """Failed attempts awaiting their ``Retried`` (R12), in order."""
+    retries: list[tuple[str, RetryLink]] = []
+    """Attempts a ``Retried`` named (R12), in order."""
 
 
 class _Header(msgspec.Struct):
@@ -401,6 +411,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 if job.scalable is None
                 else (job.scalable[0], sid(job.scalable[1]), job.scalable[2], job.scalable[3]),
                 None if job.fit_shape == job.shape else sid(job.fit_shape),
+                job.retry_ask,
             )
         )
     version = state.version
@@ -443,6 +454,8 @@ def _record(engine: Engine) -> EngineSnapshot:
         stops=stops,
         lingering=lingering,
         served=None if state.served is None else list(state.served),
+        failures=[(str(key), failure) for key, failure in state.failures.items()],
+        retries=[(str(key), link) for key, link in state.retries.items()],
     )
 
 
@@ -543,6 +556,8 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     }
     state.stops = _stops(record.stops, shapes)
     state.lingering = {WorkloadKey(k): _placed(w, shapes) for k, w in record.lingering}
+    state.failures = {WorkloadKey(k): failure for k, failure in record.failures}
+    state.retries = {WorkloadKey(k): link for k, link in record.retries}
     engine.rebuild_derived()
     return engine
 
@@ -605,6 +620,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
             name, pod, count, least = r.scalable
             job.scalable = (name, shapes[pod], count, least)
         job.fit_shape = job.shape if r.fit_shape is None else shapes[r.fit_shape]
+        job.retry_ask = r.retry_ask
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

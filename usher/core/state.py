@@ -11,11 +11,12 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from enum import StrEnum
 
-from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, WorkloadKey, Zone
+from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
+from usher.core.retry import RetryPolicy, retry_policy
 from usher.core.tree import iter_nodes, queue_name
 
 Shape = tuple[tuple[str, int], ...]
@@ -95,6 +96,7 @@ class QuotaNodeInfo:
         "queue",
         "readiness",
         "residual",
+        "retry",
         "used",
         "within_quota",
     )
@@ -120,6 +122,8 @@ class QuotaNodeInfo:
         self.min_runtime_ms = 0
         self.readiness = ReadinessPolicy()
         """Ready timeout, requeue backoff and attempts, inherited down the tree (R10)."""
+        self.retry = RetryPolicy()
+        """Retry limit and OOM memory factor, inherited down the tree (R12, R13)."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
 
 
@@ -156,6 +160,9 @@ class TreeIndex:
             info.within_quota, info.min_runtime_ms = _inherited_attributes(node, parent, config)
             info.readiness = readiness_policy(
                 node.attributes, parent.readiness if parent is not None else config.readiness
+            )
+            info.retry = retry_policy(
+                node.attributes, parent.retry if parent is not None else RetryPolicy()
             )
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
             self.nodes[path] = info
@@ -207,6 +214,7 @@ class Job:
         "priority_class",
         "quota_name",
         "readiness",
+        "retry_ask",
         "scalable",
         "shape",
         "sort_key",
@@ -253,6 +261,8 @@ class Job:
         self.announced: Reason | None = None
         self.readiness: Readiness | None = None
         """Readiness after admission (R10); None until a ready timeout applied to it."""
+        self.retry_ask: RetryAsk | None = None
+        """Its own retry annotations (R12, R13); None: it carries none."""
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
 from usher.core.errors import TreeInvalid
@@ -39,6 +40,11 @@ REQUEUE_BACKOFF_MAX_ATTRIBUTE = "usher.io/requeue-backoff-max-seconds"
 """The cap of that wait (R10)."""
 REQUEUE_MAX_ATTEMPTS_ATTRIBUTE = "usher.io/requeue-max-attempts"
 """Admissions a workload may time out in before it ends ``Inadmissible`` (R10); at least 1."""
+RETRY_LIMIT_ATTRIBUTE = "usher.io/retry-limit"
+"""Attempts a failed job may have after its first (R12); 0, the default, is off. The same
+key as a job annotation opts one job in (bounded by the tree's limit when the tree sets one)."""
+OOM_MEMORY_FACTOR_ATTRIBUTE = "usher.io/oom-memory-factor"
+"""What an OOMKilled container's memory is multiplied by for the next attempt (R13), >= 1."""
 WHOLE_SECONDS_ATTRIBUTES = (
     MIN_RUNTIME_ATTRIBUTE,
     READY_TIMEOUT_ATTRIBUTE,
@@ -54,6 +60,7 @@ BOOLEAN_VALUES = ("true", "false")
 ROOT_FIELD_PATH = "spec.root"
 
 _NON_NEGATIVE_INTEGER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def parse_tree(manifest: object) -> QuotaNode:
@@ -410,10 +417,28 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
     ):
         message = f"{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE} must be a whole number >= 1, got {attempts!r}"
         checks.report(f"{path}.{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE}", "invalid-attribute", message)
+    _check_retry_attributes(attributes, path, checks)
     allow_zero = attributes.get(ALLOW_ZERO_REQUESTS_ATTRIBUTE)
     if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
         checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
+
+
+def _check_retry_attributes(attributes: Mapping[str, str], path: str, checks: _Checks) -> None:
+    """R12, R13: a whole retry limit >= 0 and a decimal memory factor >= 1."""
+    limit = attributes.get(RETRY_LIMIT_ATTRIBUTE)
+    if limit is not None and not _NON_NEGATIVE_INTEGER.fullmatch(limit):
+        message = f"{RETRY_LIMIT_ATTRIBUTE} must be a whole number >= 0, got {limit!r}"
+        checks.report(f"{path}.{RETRY_LIMIT_ATTRIBUTE}", "invalid-attribute", message)
+    factor = attributes.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
+    if factor is not None and not is_memory_factor(factor):
+        message = f"{OOM_MEMORY_FACTOR_ATTRIBUTE} must be a decimal number >= 1, got {factor!r}"
+        checks.report(f"{path}.{OOM_MEMORY_FACTOR_ATTRIBUTE}", "invalid-attribute", message)
+
+
+def is_memory_factor(text: str) -> bool:
+    """Whether ``text`` is a decimal number >= 1 (``"1.5"``): an OOM memory factor (R13)."""
+    return _DECIMAL.fullmatch(text) is not None and Fraction(text) >= 1
 
 
 def _check_min_within_max(labelled: _Labelled, checks: _Checks) -> None:

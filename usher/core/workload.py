@@ -41,6 +41,7 @@ from schemas import (
     FieldError,
     Millis,
     PodSet,
+    RetryAsk,
     WorkloadObserved,
     Zone,
     workload_key,
@@ -62,10 +63,17 @@ from usher.core.kinds.fields import (
     required_string,
     type_name,
 )
+from usher.core.quantity import format_quantity, parse_quantity
+from usher.core.retry import container_memory
+from usher.core.tree import OOM_MEMORY_FACTOR_ATTRIBUTE, RETRY_LIMIT_ATTRIBUTE, is_memory_factor
 
 QUOTA_LABEL = "quota.scheduling.alibabacloud.com/name"
 MIN_PARALLELISM_ANNOTATION = "usher.io/min-parallelism"
 """The fewest pods the job may start with when all of them do not fit (R11)."""
+OOM_MEMORY_CAP_ANNOTATION = "usher.io/oom-memory-cap"
+"""The most memory an OOM scale-up gives any container of the job (R13)."""
+RETRY_ANNOTATIONS = (RETRY_LIMIT_ATTRIBUTE, OOM_MEMORY_FACTOR_ATTRIBUTE, OOM_MEMORY_CAP_ANNOTATION)
+"""Job annotations of retries: the tree's attribute names, and the cap (R12, R13)."""
 DEFAULT_NAMESPACE = "default"
 
 PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
@@ -99,6 +107,7 @@ def extract_workload(
     pod_sets, priority_class, priority = _pod_sets(rule, spec, errors)
     pod_sets = _with_minimum(manifest, rule, pod_sets, errors)
     suspended = _suspended(spec, rule.suspend_path, errors)
+    retry_ask = _retry_ask(manifest, errors)
     if errors:
         raise WorkloadInvalid(key, kind, errors)
     return WorkloadObserved(
@@ -115,7 +124,54 @@ def extract_workload(
         quota_name=identity.quota_name,
         suspended=suspended,
         resource_version=identity.resource_version,
+        retry=retry_ask,
     )
+
+
+def _retry_ask(manifest: Raw, errors: Errors) -> RetryAsk | None:
+    """The job's retry annotations (R12, R13), checked; None when it carries none."""
+    metadata = manifest.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping) or not any(
+        name in annotations for name in RETRY_ANNOTATIONS
+    ):
+        return None
+    prefix = "metadata.annotations."
+    limit = annotations.get(RETRY_LIMIT_ATTRIBUTE)
+    if limit is not None and (not isinstance(limit, str) or not limit.isdigit()):
+        message = f"must be a whole number >= 0 (a string), got {limit!r}"
+        errors.append(error(prefix + RETRY_LIMIT_ATTRIBUTE, "invalid-annotation", message))
+        limit = None
+    factor = annotations.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
+    if factor is not None and (not isinstance(factor, str) or not is_memory_factor(factor)):
+        message = f"must be a decimal number >= 1 (a string), got {factor!r}"
+        errors.append(error(prefix + OOM_MEMORY_FACTOR_ATTRIBUTE, "invalid-annotation", message))
+        factor = None
+    cap = _memory_cap(manifest, annotations.get(OOM_MEMORY_CAP_ANNOTATION), errors)
+    return RetryAsk(
+        limit=None if limit is None else int(limit), memory_factor=factor, memory_cap=cap
+    )
+
+
+def _memory_cap(manifest: Raw, raw: object, errors: Errors) -> int | None:
+    """``usher.io/oom-memory-cap``: a memory quantity no container already requests more of."""
+    if raw is None:
+        return None
+    path = f"metadata.annotations.{OOM_MEMORY_CAP_ANNOTATION}"
+    try:
+        cap = parse_quantity(raw, "memory", path)
+    except InputError as failure:
+        errors.extend(failure.errors)
+        return None
+    for (pod_set, container), (request, _) in container_memory(manifest).items():
+        if request is not None and request > cap:
+            message = (
+                f"{format_quantity('memory', cap)} is below the memory request "
+                f"{format_quantity('memory', request)} of container {container} of {pod_set}"
+            )
+            errors.append(error(path, "cap-below-request", message))
+            return None
+    return cap
 
 
 def suspend_path(kind: str) -> tuple[str, ...] | None:

@@ -1,7 +1,8 @@
 """The demo workload driver (see the package docstring).
 
 What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses, plays the
-seed's three scenarios step by step, then submits a steady, seeded-random mix of jobs until
+seed's three scenarios step by step, then a job that is OOMKilled and retried with more
+memory (R12, R13), then submits a steady, seeded-random mix of jobs until
 ``stop`` is set, telling what it does through ``say``; every ``BURST_EVERY`` ticks a reclaim
 burst is due, sent once the quota tree (``quota``) shows it can only be admitted by reclaiming.
 What it must never do: raise for a job that already exists (a restart replays the script),
@@ -19,6 +20,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from usher.client import AsyncClient, BadInput, ClientError, QuotaInfo
+from usher.client.manifests import JobRequest, job_manifest
+from usher.core.tree import RETRY_LIMIT_ATTRIBUTE
+from usher.local.kube_emulator.playbook import OOM_BELOW
 
 T = TypeVar("T")
 DEMO_DIR = Path(__file__).resolve().parent
@@ -58,6 +62,8 @@ BURST_EVERY = 20
 """A reclaim burst is due every this many steady ticks; it goes out once it can reclaim."""
 CORE, GI = 1000, 1024**3
 PRIORITY_CLASSES = ((None, 6), ("priority-2", 3), ("priority-3", 1))
+OOM_JOB, OOM_JOB_NAMESPACE = "train-oom", "user-b"
+"""The demo's OOM scale-up (R13): submitted once after the seed's scenarios."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,7 @@ class DemoDriver:
             await self._step(stop, self._seed_job(job))
         if await _sleep(stop, 5.0):
             return
+        await self._step(stop, self._oom_job())
         tick, burst_due = 0, False
         while not stop.is_set():
             tick += 1
@@ -190,6 +197,29 @@ class DemoDriver:
                 return  # a restart: the script already ran
             raise
         self.say(f"demo: {submitted.label} submitted ({job.note})")
+
+    async def _oom_job(self) -> None:
+        """A job with retries that the emulator's kubelet OOM-kills at 4Gi (it kills below
+        6Gi): Usher retries it as ``train-oom-retry-1`` with 6Gi (R12, R13), which runs."""
+        request = JobRequest(
+            namespace=OOM_JOB_NAMESPACE,
+            image="registry.local/train:latest",
+            name=OOM_JOB,
+            cpu="2",
+            memory="4Gi",
+            duration_s=20,
+        )
+        manifest = job_manifest(request)
+        annotations = manifest["metadata"].setdefault("annotations", {})
+        annotations.update({RETRY_LIMIT_ATTRIBUTE: "2", OOM_BELOW: "6Gi"})
+        manifest["spec"]["backoffLimit"] = 0  # the first failed pod fails the Job
+        try:
+            submitted = await self.client.submit_manifest(manifest, check_namespace=False)
+        except BadInput as exc:
+            if "already exists" in exc.message:
+                return  # a restart: the script already ran
+            raise
+        self.say(f"demo: {submitted.label} submitted (4Gi, OOMKilled below 6Gi, 2 retries)")
 
     async def _steady_job(self) -> None:
         rng = self.rng

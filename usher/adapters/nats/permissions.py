@@ -31,7 +31,7 @@ ADMIN = "admin"
 CONSOLE = "console"
 LEDGER = "ledger"
 DECISIONS_OF_THE_LEDGER = ("admitted", "preempted", "released", "requeued")
-DECISIONS_OF_A_DEQUEUER = ("inadmissible", "unmapped")
+DECISIONS_OF_A_DEQUEUER = ("inadmissible", "unmapped", "retried")
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ HEADER = """\
 #
 #   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
 #   ledger     {prefix}.decision.*.{{admitted,preempted,released,requeued}}.>  + replies
-#   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped}}.>  (its own zone only)
+#   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped,retried}}.>  (own zone only)
 #              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
 #              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
 #              {prefix}.preempt.request

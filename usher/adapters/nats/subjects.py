@@ -16,12 +16,14 @@ from dataclasses import dataclass
 
 from schemas import (
     DECISION_ACTIONS,
+    DEQUEUER_SOURCE,
     LEDGER_DECISION_TYPES,
     LEDGER_SOURCE,
     Admitted,
     Decision,
     Envelope,
     NodeName,
+    Retried,
     Zone,
 )
 
@@ -154,6 +156,29 @@ class Subjects:
             return f"a {tag} to zone {decision.zone!r} on a subject of zone {parsed.zone!r}"
         if envelope.source != LEDGER_SOURCE:
             return f"a {tag} from {envelope.source!r}; only {LEDGER_SOURCE!r} makes it"
+        return None
+
+    def owner_problem(self, subject: str, envelope: Envelope) -> str | None:
+        """Why ``envelope`` on ``subject`` is not a decision of its owner's; None when it is.
+
+        The ledger's as ``ledger_decision_problem`` says; a ``Retried`` (R12) is the dequeuer
+        of its zone's: on that zone's ``retried`` subject of its own workload, from that
+        dequeuer (NATS lets only it publish there)."""
+        problem = self.ledger_decision_problem(subject, envelope)
+        decision = envelope.event
+        if problem is not None or not isinstance(decision, Retried):
+            return problem
+        tag = type(decision).__struct_config__.tag
+        parsed = self.parse_decision(subject)
+        if parsed is None or parsed.action != DECISION_ACTIONS[Retried]:
+            return f"a {tag} on {subject!r}, which is not a retried subject of {self.prefix!r}"
+        if f"{parsed.namespace}/{parsed.name}" != decision.workload:
+            return f"a {tag} about {decision.workload} on the subject of another ({subject})"
+        if parsed.zone != decision.zone:
+            return f"a {tag} of zone {decision.zone!r} on a subject of zone {parsed.zone!r}"
+        owner = f"{DEQUEUER_SOURCE}/{decision.zone}"
+        if envelope.source != owner:
+            return f"a {tag} from {envelope.source!r}; only {owner!r} makes it"
         return None
 
     @property
