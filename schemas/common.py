@@ -51,6 +51,8 @@ ReasonCode = Literal[
     "PodsNotReady",  # requeued: admitted, its pods not all ready within the ready timeout
     "RequeueBackoff",  # pending: requeued for readiness, not offered again before a time
     "PartialAdmission",  # admitted with fewer pods than its gang: the minimum it declared fits
+    "Held",  # pending: a node on its path is held or drained by an operator (R14)
+    "Drained",  # preempted: a drain of a node on its path ran out of grace (R15)
 ]
 
 

@@ -156,6 +156,9 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
+    held_by = e.hold_over(job.leaf)
+    if held_by is not None and not job.held:
+        return reasons.held(held_by)
     if job.held:
         return Reason(
             code="PreemptionInProgress",
@@ -214,6 +217,9 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
+    held_by = e.hold_over(job.leaf) if job.leaf is not None else None
+    if held_by is not None and not job.held:
+        return reasons.held(held_by)
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
     if not e.config.decides_for(job.zone):

@@ -11,6 +11,7 @@ from fractions import Fraction
 
 from schemas import FieldError, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.config import format_rate
+from usher.core.holds import HoldRecord, format_moment
 from usher.core.quantity import format_quantity
 
 
@@ -300,3 +301,23 @@ def requeue_backoff(attempt: int, attempts: int, left_ms: int, stopping: bool) -
         wait = f"offered again in {_seconds(left_ms)} s"
     message = f"requeued after attempt {attempt} of {attempts} (pods not ready); {wait}"
     return Reason(code="RequeueBackoff", message=message)
+
+
+def held(record: HoldRecord) -> Reason:
+    """Pending (R14): a node on its path is held or drained; by whom, since when and why."""
+    verb = "held" if record.mode == "Hold" else "drained"
+    message = f"{record.node} {verb} by {record.by} at {format_moment(record.since_ms)}"
+    if record.reason:
+        message += f": {record.reason}"
+    return Reason(code="Held", message=message, node=record.node)
+
+
+def drained(record: HoldRecord) -> Reason:
+    """Preempted (R15): the drain of a node on its path ran out of grace."""
+    message = (
+        f"{record.node} drained by {record.by} at {format_moment(record.since_ms)}, "
+        f"grace {_seconds(record.grace_ms)} s over"
+    )
+    if record.reason:
+        message += f": {record.reason}"
+    return Reason(code="Drained", message=message, node=record.node)

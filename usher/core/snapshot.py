@@ -54,6 +54,7 @@ from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
+from usher.core.holds import HoldRecord
 from usher.core.readiness import Readiness
 from usher.core.state import (
     ENGINE_STATES,
@@ -78,6 +79,8 @@ ENCODED: frozenset[str] = frozenset(
         "served",
         "zone_used",
         "held",
+        "holds",
+        "tree_holds",
         "preemptors",
         "stops",  # victims and hold; their residuals are recomputed
         "lingering",
@@ -115,6 +118,8 @@ REBUILT: frozenset[str] = frozenset(
         "_stopping",  # from ``stops``
         "_unready",  # from the admitted workloads' readiness records
         "_pass_admitted",  # empty between passes, when snapshots are taken
+        "_holds",  # from ``holds`` and ``tree_holds``
+        "_held_leaves",
     }
 )
 """Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""
@@ -269,6 +274,10 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     lingering: list[tuple[str, PlacementRecord]]
     served: list[str] | None = None
     """Zones dequeuers announced; None before the first announcement."""
+    holds: list[HoldRecord] = []
+    """Holds and drains ordered on the log (R14/R15), by node path."""
+    tree_holds: list[HoldRecord] = []
+    """Holds and drains the tree's attributes put in force, by node path."""
 
 
 class _Header(msgspec.Struct):
@@ -441,6 +450,8 @@ def _record(engine: Engine) -> EngineSnapshot:
         stops=stops,
         lingering=lingering,
         served=None if state.served is None else list(state.served),
+        holds=[state.holds[path] for path in sorted(state.holds)],
+        tree_holds=[state.tree_holds[path] for path in sorted(state.tree_holds)],
     )
 
 
@@ -541,6 +552,8 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     }
     state.stops = _stops(record.stops, shapes)
     state.lingering = {WorkloadKey(k): _placed(w, shapes) for k, w in record.lingering}
+    state.holds = {hold.node: hold for hold in record.holds}
+    state.tree_holds = {hold.node: hold for hold in record.tree_holds}
     engine.rebuild_derived()
     return engine
 
