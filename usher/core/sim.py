@@ -141,6 +141,8 @@ class Rejection:
 
     at_ms: Millis
     errors: list[FieldError]
+    what: str = "tree rejected"
+    """What was refused, for the table (``order refused``: a hold, drain or resume)."""
 
 
 @dataclass(frozen=True)
@@ -677,7 +679,7 @@ def _judge(
             )
             for e in outcome
         ]
-        rejections.append(Rejection(at_ms=at_ms, errors=named))
+        rejections.append(Rejection(at_ms=at_ms, errors=named, what="order refused"))
         return None
     hold_changes.append(HoldChange(at_ms=at_ms, event=outcome))
     return outcome
@@ -813,7 +815,7 @@ def render_table(result: SimResult) -> str:
     for rejection in result.rejections:
         for error in rejection.errors:
             lines.append(
-                f"  t={_seconds(rejection.at_ms)!s:>6}  tree rejected  {error.path}: "
+                f"  t={_seconds(rejection.at_ms)!s:>6}  {rejection.what}  {error.path}: "
                 f"{error.message}"
             )
     lines += ["", "jobs:"]
