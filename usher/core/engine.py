@@ -837,9 +837,26 @@ class Engine:
         """Whether evicting ``victims`` for ``preemptor`` follows section 5 on this state.
 
         ``None`` when it does (see ``reclaim_search.check_preemption``); the state is left
-        exactly as it was.
+        exactly as it was. A workload that is its own preemptor is a drain's (R15).
         """
+        if list(victims) == [preemptor]:
+            return self.check_drain(preemptor, now)
         return reclaim_search.check_preemption(self, preemptor, victims, now)
+
+    def check_drain(self, key: WorkloadKey, now: Millis) -> Reason | None:
+        """Whether preempting ``key`` for a drain is justified at ``now`` (R15): it is
+        admitted below a drained node whose grace has run out. None when it is."""
+        job = self.state.jobs.get(key)
+        if job is None or job.state != ADMITTED or job.used_path is None:
+            state = "unknown" if job is None else job.state
+            return reasons.stale_view(key, f"{key} is {state}, not admitted")
+        record = holds.hold_over(self._holds, job.used_path)
+        if record is None or record.drain_at_ms is None:
+            return reasons.stale_view(key, f"no drain is in force over {job.used_path}")
+        if record.drain_at_ms > now:
+            until = holds.format_moment(record.drain_at_ms)
+            return reasons.stale_view(key, f"the drain of {record.node} has grace until {until}")
+        return None
 
     def reclaim_preview(self, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
         """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
