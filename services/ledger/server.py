@@ -224,7 +224,9 @@ class RequestServer:
         assert isinstance(request, RequeueRequest)
 
         async def requeue(log_seq: int | None) -> list[ReservationResult]:
-            return await self._store.requeue(request.requeues, outbox=self._outbox, log_seq=log_seq)
+            return await self._store.requeue(
+                [*request.requeues, *request.drains], outbox=self._outbox, log_seq=log_seq
+            )
 
         await self._after_the_log(call, "requeue", request.request_id, requeue)
 

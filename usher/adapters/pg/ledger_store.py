@@ -664,7 +664,7 @@ class LedgerStore:
 
     async def requeue(
         self,
-        requeues: Sequence[Requeued],
+        requeues: Sequence[Requeued | Preempted],
         *,
         outbox: OutboxBuilder | None = None,
         log_seq: int | None = None,
@@ -677,8 +677,15 @@ class LedgerStore:
         of a preempted victim (R7, ``_observe``); usage does not change now. ``outbox`` gets
         the ``Requeued`` decision. One already requeued (``preempting`` for itself) is
         reported granted and nothing changes (a retried request); anything else is refused
-        with ``StaleView`` naming what the ledger holds.
+        with ``StaleView`` naming what the ledger holds. A drain's preemption (R15: a
+        ``Preempted`` whose workload is its own preemptor) is carried out the same way and
+        ``outbox`` gets that ``Preempted``; any other ``Preempted`` is a bad request.
         """
+        for decision in requeues:
+            if isinstance(decision, Preempted) and decision.preemptor != decision.workload:
+                raise LedgerRequestError(
+                    "requeue", "only a drain's Preempted (its own preemptor)", decision.workload
+                )
 
         async def work(conn: AsyncConnection) -> list[ReservationResult]:
             return await self._requeue_in(conn, requeues, outbox, log_seq)
@@ -688,14 +695,14 @@ class LedgerStore:
     async def _requeue_in(
         self,
         conn: AsyncConnection,
-        requeues: Sequence[Requeued],
+        requeues: Sequence[Requeued | Preempted],
         outbox: OutboxBuilder | None,
         log_seq: int | None,
     ) -> list[ReservationResult]:
         rows = await _lock_live(conn, [r.workload for r in requeues])
         stamp = await _stamp(conn)
         results: list[ReservationResult] = []
-        granted: list[tuple[Requeued, _Alloc]] = []
+        granted: list[tuple[Requeued | Preempted, _Alloc]] = []
         for requeue in requeues:
             row = rows.get(requeue.workload)
             refusal = _requeue_refusal(requeue, row)
@@ -1509,7 +1516,7 @@ def _preempted_row(
     return outbox(decision, row.zone, row.id)
 
 
-def _requeue_refusal(requeue: Requeued, row: _Alloc | None) -> ReservationResult | None:
+def _requeue_refusal(requeue: Requeued | Preempted, row: _Alloc | None) -> ReservationResult | None:
     """Why the ledger cannot requeue ``requeue.workload`` now; None when it can (or did)."""
     if row is not None and row.quota == requeue.quota:
         if row.state == _ADMITTED:
@@ -1528,8 +1535,10 @@ def _requeue_refusal(requeue: Requeued, row: _Alloc | None) -> ReservationResult
     )
 
 
-def _requeued_row(requeue: Requeued, row: _Alloc) -> Requeued:
+def _requeued_row(requeue: Requeued | Preempted, row: _Alloc) -> Requeued | Preempted:
     # The ledger's rows are the truth about where it counted; the rest is the core's decision.
+    if isinstance(requeue, Preempted):
+        return msgspec.structs.replace(requeue, queue=row.queue, quota=row.quota)
     return msgspec.structs.replace(
         requeue, queue=row.queue, quota=row.quota, zone=row.zone, requests=row.requests
     )
