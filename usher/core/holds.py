@@ -173,6 +173,17 @@ def resolve_target(root: QuotaNode | None, target: str) -> QuotaPath | None:
     return None
 
 
+def branch_tree(branch: list[tuple[str, dict[str, str]]]) -> QuotaNode | None:
+    """A tree of only the nodes root..target, each ``(name, attributes)`` root first: enough
+    to judge an order on ``target`` by path (what the ledger keeps of the tree)."""
+    node: QuotaNode | None = None
+    for name, attributes in reversed(branch):
+        node = QuotaNode(
+            name=name, attributes=attributes, children=[node] if node is not None else []
+        )
+    return node
+
+
 def default_grace_seconds(root: QuotaNode | None, path: QuotaPath) -> int:
     """A drain's grace when the order names none: the node's ``usher.io/drain-grace-seconds``
     (inherited down the tree), else 0."""
@@ -202,11 +213,12 @@ class HoldOrder(msgspec.Struct, frozen=True, kw_only=True):
 def carry_out(
     order: HoldOrder,
     root: QuotaNode | None,
-    ordered: Mapping[QuotaPath, HoldRecord],
+    ordered: Mapping[QuotaPath, HoldRecord] | None,
     now: Millis,
 ) -> NodeHeld | NodeResumed | list[FieldError]:
     """The event that records ``order`` at ``now``, or every reason to refuse it (each
-    naming the order's field): what the ledger records and a scenario plays (R14/R15)."""
+    naming the order's field): what the ledger records and a scenario plays (R14/R15).
+    ``ordered`` None: the orders in force are not known here (a resume is not checked)."""
     path, errors = check_order(root, order.action, order.target, order.grace_seconds, ordered)
     if path is None:
         return errors
@@ -234,7 +246,7 @@ def check_order(
     action: HoldAction,
     target: str,
     grace_seconds: int | None,
-    ordered: Mapping[QuotaPath, HoldRecord],
+    ordered: Mapping[QuotaPath, HoldRecord] | None,
 ) -> tuple[QuotaPath | None, list[FieldError]]:
     """The node an order names, or the errors refusing it, each naming its field."""
     errors: list[FieldError] = []
@@ -246,7 +258,7 @@ def check_order(
             else f"{target!r} names no node, path or queue of the quota tree in force"
         )
         errors.append(FieldError(path="target", code="unknown-node", message=message))
-    elif action == "Resume" and path not in ordered:
+    elif action == "Resume" and ordered is not None and path not in ordered:
         message = f"{path} is not held by an order (a tree attribute is lifted by the tree)"
         errors.append(FieldError(path="target", code="not-held", message=message))
     if grace_seconds is not None:

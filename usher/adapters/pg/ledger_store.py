@@ -46,6 +46,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from schemas import (
     Admitted,
+    FieldError,
+    Millis,
+    NodeHeld,
+    NodeResumed,
     Preempted,
     QuotaNode,
     QuotaPath,
@@ -72,10 +76,11 @@ from usher.core.arbitration import (
     release_cause,
 )
 from usher.core.config import WithinQuota
+from usher.core.holds import HoldOrder, branch_tree, carry_out
 from usher.core.reasons import stale_view
 from usher.core.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
 from usher.core.state import shape_of
-from usher.core.tree import iter_nodes
+from usher.core.tree import iter_nodes, path_nodes
 
 T = TypeVar("T")
 
@@ -733,6 +738,31 @@ class LedgerStore:
             )
         return results
 
+    # ------------------------------------------------------------------ holds (R14, R15)
+
+    async def hold(
+        self,
+        order: HoldOrder,
+        now: Millis,
+        outbox: Callable[[NodeHeld | NodeResumed], OutboxMessage],
+    ) -> NodeHeld | NodeResumed | list[FieldError]:
+        """Record an operator's hold, drain or resume of a node, or say why not.
+
+        ``order.target`` must be a quota path of the tree in force (people's tools resolve
+        names and queues first); a drain without a grace takes the node's inherited
+        ``usher.io/drain-grace-seconds``. The event goes out through the outbox like every
+        decision of the ledger (R9). Which orders are in force is the log's to say: a resume
+        of a node nobody holds is recorded and changes nothing.
+        """
+
+        async def work(conn: AsyncConnection) -> NodeHeld | NodeResumed | list[FieldError]:
+            outcome = carry_out(order, await _branch(conn, QuotaPath(order.target)), None, now)
+            if not isinstance(outcome, list):
+                await _write_outbox(conn, [outbox(outcome)])
+            return outcome
+
+        return await self.run("hold", work)
+
     # ------------------------------------------------------------------ cluster events
 
     async def apply_log(
@@ -1173,6 +1203,35 @@ async def _minimums(
     for path, resource, low in rows:
         out.setdefault(QuotaPath(path), {})[resource] = int(low)
     return out
+
+
+async def _branch(conn: AsyncConnection, target: QuotaPath) -> QuotaNode | None:
+    """The nodes of the tree in force from the root down to ``target`` (as far as they
+    exist), with their attributes; None when there is no tree at all."""
+    wanted = [str(p) for p in path_nodes(target)]
+    rows = await conn.execute(
+        select(NODES.c.path, NODES.c.name, NODES.c.attributes).where(
+            NODES.c.path.in_(wanted), NODES.c.present
+        )
+    )
+    found = {row.path: (str(row.name), dict(row.attributes or {})) for row in rows}
+    if not found and not await conn.scalar(
+        select(func.count()).select_from(NODES).where(NODES.c.present)
+    ):
+        return None
+    chain: list[tuple[str, dict[str, str]]] = []
+    for path in wanted:
+        if path not in found:
+            break
+        chain.append(found[path])
+    if not chain:
+        # Another root: the target names nothing; a tree of the real root says so.
+        root = await conn.execute(
+            select(NODES.c.name).where(NODES.c.parent_path.is_(None), NODES.c.present)
+        )
+        name = root.scalar()
+        return branch_tree([(str(name), {})]) if name is not None else None
+    return branch_tree(chain)
 
 
 async def _present(conn: AsyncConnection, paths: set[QuotaPath]) -> set[QuotaPath]:
