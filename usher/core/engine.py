@@ -555,7 +555,7 @@ class Engine:
                     queue=queue or QueueName(""),
                     quota=path,
                     preemptor=job.key,
-                    reason=reasons.drained(record),
+                    reason=record.drain_reason(),
                 )
                 self._apply_drained(decision)
                 decisions.append(decision)
@@ -854,7 +854,7 @@ class Engine:
         if record is None or record.drain_at_ms is None:
             return reasons.stale_view(key, f"no drain is in force over {job.used_path}")
         if record.drain_at_ms > now:
-            until = holds.format_moment(record.drain_at_ms)
+            until = reasons.format_moment(record.drain_at_ms)
             return reasons.stale_view(key, f"the drain of {record.node} has grace until {until}")
         return None
 

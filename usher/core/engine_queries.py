@@ -158,7 +158,7 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
         return unserved
     held_by = e.hold_over(job.leaf)
     if held_by is not None and not job.held:
-        return reasons.held(held_by)
+        return held_by.pending_reason()
     if job.held:
         return Reason(
             code="PreemptionInProgress",
@@ -219,7 +219,7 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
         return unserved
     held_by = e.hold_over(job.leaf) if job.leaf is not None else None
     if held_by is not None and not job.held:
-        return reasons.held(held_by)
+        return held_by.pending_reason()
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
     if not e.config.decides_for(job.zone):

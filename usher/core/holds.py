@@ -7,7 +7,7 @@ on the log (``NodeHeld``, lifted by ``NodeResumed``) or from the node's tree att
 that said so), ``in_force`` merges the two sources per node, ``held_leaves`` says which leaves
 sit below a node in force (the nearest one wins), ``resolve_target`` turns what an operator
 typed (a path, a node name or a queue name) into a quota path, and ``check_order`` refuses a
-bad order naming the field. ``format_moment`` words an instant for people.
+bad order naming the field.
 What it must never do: read a clock (time comes in as ``now``), decide admissions or
 preemptions (the engine does, R14/R15), or perform I/O.
 """
@@ -15,7 +15,6 @@ preemptions (the engine does, R14/R15), or perform I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import msgspec
@@ -29,7 +28,9 @@ from schemas import (
     NodeResumed,
     QuotaNode,
     QuotaPath,
+    Reason,
 )
+from usher.core import reasons
 from usher.core.tree import (
     DRAIN_GRACE_ATTRIBUTE,
     HOLD_ATTRIBUTE,
@@ -57,6 +58,14 @@ class HoldRecord(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
     since_ms: int
     """When it took effect; a drain preempts at ``since_ms + grace_ms``."""
+
+    def pending_reason(self) -> Reason:
+        """What a workload waiting below it says (R14)."""
+        return reasons.held(self.node, self.mode, self.by, self.since_ms, self.reason)
+
+    def drain_reason(self) -> Reason:
+        """What a workload it preempts says (R15)."""
+        return reasons.drained(self.node, self.by, self.since_ms, self.grace_ms, self.reason)
 
     @property
     def drain_at_ms(self) -> int | None:
@@ -269,10 +278,3 @@ def check_order(
             message = f"grace must be a whole number of seconds >= 0, got {grace_seconds}"
             errors.append(FieldError(path="grace_seconds", code="invalid-grace", message=message))
     return (path if not errors else None), errors
-
-
-def format_moment(ms: int) -> str:
-    """An instant for people: ``2026-11-24T10:00Z`` (seconds shown only when not zero)."""
-    when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
-    whole_minute = when.second == 0 and when.microsecond == 0
-    return when.strftime("%Y-%m-%dT%H:%MZ" if whole_minute else "%Y-%m-%dT%H:%M:%SZ")

@@ -239,7 +239,7 @@ class _Checker:
             return
         record = hold_over(self.engine.holds_in_force(), event.quota)
         if record is not None:
-            why = reasons.held(record).message
+            why = record.pending_reason().message
             self.note(item, ADMITTED_WHILE_HELD, why, node=record.node)
 
     def stopping_on(self, node: QuotaPath) -> str:

@@ -7,11 +7,11 @@ What it must never do: decide anything; it only words what the engine found.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from schemas import FieldError, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.config import format_rate
-from usher.core.holds import HoldRecord, format_moment
 from usher.core.quantity import format_quantity
 
 
@@ -303,21 +303,27 @@ def requeue_backoff(attempt: int, attempts: int, left_ms: int, stopping: bool) -
     return Reason(code="RequeueBackoff", message=message)
 
 
-def held(record: HoldRecord) -> Reason:
+def format_moment(ms: int) -> str:
+    """An instant for people: ``2026-11-24T10:00Z`` (seconds shown only when not zero)."""
+    when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    whole_minute = when.second == 0 and when.microsecond == 0
+    return when.strftime("%Y-%m-%dT%H:%MZ" if whole_minute else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def held(node: QuotaPath, mode: str, by: str, since_ms: int, why: str) -> Reason:
     """Pending (R14): a node on its path is held or drained; by whom, since when and why."""
-    verb = "held" if record.mode == "Hold" else "drained"
-    message = f"{record.node} {verb} by {record.by} at {format_moment(record.since_ms)}"
-    if record.reason:
-        message += f": {record.reason}"
-    return Reason(code="Held", message=message, node=record.node)
+    verb = "held" if mode == "Hold" else "drained"
+    message = f"{node} {verb} by {by} at {format_moment(since_ms)}"
+    if why:
+        message += f": {why}"
+    return Reason(code="Held", message=message, node=node)
 
 
-def drained(record: HoldRecord) -> Reason:
+def drained(node: QuotaPath, by: str, since_ms: int, grace_ms: int, why: str) -> Reason:
     """Preempted (R15): the drain of a node on its path ran out of grace."""
     message = (
-        f"{record.node} drained by {record.by} at {format_moment(record.since_ms)}, "
-        f"grace {_seconds(record.grace_ms)} s over"
+        f"{node} drained by {by} at {format_moment(since_ms)}, grace {_seconds(grace_ms)} s over"
     )
-    if record.reason:
-        message += f": {record.reason}"
-    return Reason(code="Drained", message=message, node=record.node)
+    if why:
+        message += f": {why}"
+    return Reason(code="Drained", message=message, node=node)
