@@ -28,7 +28,7 @@ from schemas import (
 from tests.builders.events import cpu, observed
 from tests.builders.log import BASE_MS, Log
 from tests.builders.trees import two_leaf_tree
-from usher.core import holds, invariants
+from usher.core import audit, holds, invariants
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.errors import TreeInvalid
@@ -378,3 +378,16 @@ def test_the_audit_accepts_a_drain_preemption_only_once_the_grace_ran_out(
     log.preempted(at, "user-a/j", "user-a/j")
     found = invariants.check_log(log.history().items, EngineConfig(), at_end=False)
     assert [f.check for f in found] == ([] if justified else [invariants.PREEMPTION_REFUSED])
+
+
+def test_the_audit_follows_a_drain_to_its_release() -> None:
+    """R15 through the audit: the drain's Preempted (its own preemptor) and its release as a
+    stopped victim are justified; nobody holds capacity for the drained workload."""
+    log = Log().tree(0).job(1, "user-a/j", 10).admitted(1, "user-a/j", 10)
+    log.add(2, held(QuotaPath("root/Department-a"), "Drain", grace=5, at=_ms(2)))
+    log.preempted(8, "user-a/j", "user-a/j")
+    log.job(9, "user-a/j", 10)  # seen suspended: its pods stopped
+    log.released(10, "user-a/j", 10, "Preempted")
+    findings, decisions = audit.audit_log(log.history(), EngineConfig(), quiescent=True)
+    assert findings == [], findings
+    assert decisions == 3
