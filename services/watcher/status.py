@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from schemas import QueueName, QuotaNode, QuotaPath
@@ -41,6 +42,7 @@ from usher.adapters.kube import (
     merge_diff,
 )
 from usher.core.engine import QueueEntry
+from usher.core.holds import HoldRecord, hold_over
 from usher.core.quantity import format_quantity
 from usher.core.tree import iter_nodes, leaf_paths, leaf_queue_name
 
@@ -57,9 +59,14 @@ EVENT_COMPONENT = "usher-watcher"
 
 
 def queue_manifest(
-    name: QueueName, leaf: QuotaPath, policy: str, entries: list[QueueEntry]
+    name: QueueName,
+    leaf: QuotaPath,
+    policy: str,
+    entries: list[QueueEntry],
+    hold: HoldRecord | None = None,
 ) -> JsonObj:
-    """The Queue object of one leaf, status included."""
+    """The Queue object of one leaf, status included; ``status.hold`` only while a node on its
+    path is held or drained (R14/R15): the node, who, when and why."""
     active = []
     for entry in entries:
         namespace, _, job = entry.job.partition("/")
@@ -77,20 +84,28 @@ def queue_manifest(
             "annotations": {QUOTA_ANNOTATION: leaf},
         },
         "spec": {"queuePolicy": policy},
-        "status": {"queueItemDetails": {"active": active, "backoff": []}},
+        "status": {
+            "queueItemDetails": {"active": active, "backoff": []},
+            **({"hold": hold.pending_reason().message} if hold is not None else {}),
+        },
     }
 
 
 def desired_queues(
-    tree: QuotaNode | None, queues: dict[QueueName, list[QueueEntry]], policy: str
+    tree: QuotaNode | None,
+    queues: dict[QueueName, list[QueueEntry]],
+    policy: str,
+    holds: Mapping[QuotaPath, HoldRecord] | None = None,
 ) -> dict[str, JsonObj]:
-    """One Queue per leaf of the tree in force (none without a tree)."""
+    """One Queue per leaf of the tree in force (none without a tree); ``holds``: the holds
+    in force by node (R14/R15)."""
     if tree is None:
         return {}
     out: dict[str, JsonObj] = {}
     for path, leaf in leaf_paths(tree).items():
         name = leaf_queue_name(path, leaf)
-        out[name] = queue_manifest(name, path, policy, queues.get(name, []))
+        hold = hold_over(holds, path) if holds else None
+        out[name] = queue_manifest(name, path, policy, queues.get(name, []), hold)
     return out
 
 
@@ -254,7 +269,9 @@ class StatusWriter:
     async def write_once(self) -> None:
         """One pass: queues first, then the tree's usage."""
         engine = self.view.projection.engine
-        desired = desired_queues(self.view.tree, engine.queues(), engine.config.policy)
+        desired = desired_queues(
+            self.view.tree, engine.queues(), engine.config.policy, engine.holds_in_force()
+        )
         try:
             await self._write_queues(desired)
         except NotFound as exc:

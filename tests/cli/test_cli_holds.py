@@ -5,6 +5,9 @@ naming the field, a resume admits again, and the log still passes `usher audit`.
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,12 +18,25 @@ from tests.cli.stack_process import UpProcess, poll, usher, usher_json
 REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
 JOB = ["--image", "busybox", "--cpu", "10", "--memory", "1Gi"]
+KUBECTL = shutil.which("kubectl")
 
 
 def ok(home: Path, *args: str) -> str:
     result = usher(home, *args)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def _queue_rows(home: Path) -> str:
+    """``kubectl get queue -o wide`` against the stack's emulator (R14: the HOLD column)."""
+    stack = json.loads((home / "stack.json").read_text())
+    assert KUBECTL is not None
+    result = subprocess.run(
+        [KUBECTL, "--kubeconfig", stack["kubeconfig"], "--cache-dir", str(home / "kube-cache"),
+         "get", "queue", "-n", "kube-queue", "-o", "wide"],
+        capture_output=True, text=True, timeout=30, check=True,
+    )  # fmt: skip
     return result.stdout
 
 
@@ -62,6 +78,14 @@ def test_hold_then_resume_through_the_ledger(running: Path) -> None:
     assert "root/Department-a held by admin" in queues
     explained = ok(home, "explain", "user-a/waits")
     assert "Held" in explained and "GPU maintenance" in explained
+    if KUBECTL is not None:
+        wide = poll(lambda: _queue_rows(home) if "GPU maintenance" in _queue_rows(home) else None)
+        lines = wide.splitlines()
+        assert lines[0].split() == ["NAME", "AGE", "HOLD"]
+        [held_row] = [line for line in lines if line.startswith("root-department-a-user-a")]
+        assert "root/Department-a held by admin at " in held_row
+        [free_row] = [line for line in lines if line.startswith("root-department-b-user-c")]
+        assert free_row.split()[-1] == "<none>"
 
     assert ok(home, "resume", "root-department-a-user-a").strip() == (
         "root/Department-a resumed by admin"
