@@ -8,6 +8,8 @@ the tree attributes, snapshots, and what the log checks say of admissions and dr
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import pytest
 
 from schemas import (
@@ -28,7 +30,7 @@ from schemas import (
 from tests.builders.events import cpu, observed
 from tests.builders.log import BASE_MS, Log
 from tests.builders.trees import two_leaf_tree
-from usher.core import audit, holds, invariants
+from usher.core import audit, holds, invariants, whatif
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.errors import TreeInvalid
@@ -391,3 +393,22 @@ def test_the_audit_follows_a_drain_to_its_release() -> None:
     findings, decisions = audit.audit_log(log.history(), EngineConfig(), quiescent=True)
     assert findings == [], findings
     assert decisions == 3
+
+
+def test_what_if_keeps_what_operators_ordered() -> None:
+    """What-if replays holds as inputs (R14): a counterfactual policy does not admit a job
+    an operator held; resumed, both runs admit it."""
+    department = QuotaPath("root/Department-a")
+    log = Log().tree(0)
+    log.add(1, held(department, at=_ms(1)))
+    log.job(2, "user-a/j", 10)
+    spec = whatif.WhatIfSpec(
+        baseline=whatif.Variant(config=EngineConfig()),
+        changed=whatif.Variant(config=EngineConfig(oversell_rate=Fraction(2))),
+    )
+    report = whatif.what_if(log.history(), spec)
+    assert (report.overall.baseline.admitted, report.overall.whatif.admitted) == (0, 0)
+    log.add(3, NodeResumed(node=department, by="alice", at_ms=_ms(3)))
+    report = whatif.what_if(log.history(), spec)
+    assert (report.overall.baseline.admitted, report.overall.whatif.admitted) == (1, 1)
+    assert report.inputs == 4
