@@ -11,9 +11,12 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.cli.stack_process import UpProcess, poll, usher, usher_json
+from usher.cli.live import queue_lines
+from usher.client.state import QueueInfo
 
 REPO = Path(__file__).resolve().parents[2]
 TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
@@ -111,3 +114,12 @@ def test_a_bad_order_is_refused_naming_the_field(
     assert result.returncode == code, result.stderr
     assert result.stderr.startswith(message), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_the_live_view_says_a_queue_is_held() -> None:
+    queue = QueueInfo(
+        name="root-a-a", quota="root/A", policy="Round", namespaces=["a"], pending=[], admitted=[]
+    )
+    assert queue_lines(queue) == ["queue root-a-a (root/A, Round): 0 pending, 0 admitted"]
+    held = msgspec.structs.replace(queue, hold="root/A held by alice at 2026-11-24T10:00Z: why")
+    assert queue_lines(held)[0].endswith("; held: root/A held by alice at 2026-11-24T10:00Z: why")
