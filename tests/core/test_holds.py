@@ -30,7 +30,7 @@ from schemas import (
 from tests.builders.events import cpu, observed
 from tests.builders.log import BASE_MS, Log
 from tests.builders.trees import two_leaf_tree
-from usher.core import audit, holds, invariants, whatif
+from usher.core import audit, explain, holds, invariants, whatif
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.errors import TreeInvalid
@@ -412,3 +412,12 @@ def test_what_if_keeps_what_operators_ordered() -> None:
     report = whatif.what_if(log.history(), spec)
     assert (report.overall.baseline.admitted, report.overall.whatif.admitted) == (1, 1)
     assert report.inputs == 4
+
+
+def test_explain_tells_a_drain_from_a_reclaim() -> None:
+    log = Log().tree(0).job(1, "user-a/j", 10).admitted(1, "user-a/j", 10)
+    log.add(2, held(QuotaPath("root/Department-a"), "Drain", grace=5, at=_ms(2)))
+    log.preempted(8, "user-a/j", "user-a/j")
+    told = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-a/j"), _ms(9))
+    [line] = [line for line in told.history if line.what in ("Preempted", "preempts")]
+    assert (line.what, line.detail) == ("Preempted", "by a drain on root/Department-a")
