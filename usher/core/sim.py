@@ -818,6 +818,13 @@ def render_table(result: SimResult) -> str:
                 f"  t={_seconds(rejection.at_ms)!s:>6}  {rejection.what}  {error.path}: "
                 f"{error.message}"
             )
+    for change in result.holds:
+        row = _hold_record(change)
+        grace = f", grace {row['grace']} s" if "grace" in row else ""
+        why = f": {row['reason']}" if row["reason"] else ""
+        lines.append(
+            f"  t={row['at']!s:>6}  {row['action']:<12} {row['node']} by {row['by']}{grace}{why}"
+        )
     lines += ["", "jobs:"]
     for key, view in result.jobs.items():
         position = f"#{view.position}" if view.position is not None else ""
