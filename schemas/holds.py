@@ -56,10 +56,12 @@ HoldAction = Literal["Hold", "Drain", "Resume"]
 
 
 class HoldRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.hold.v1"):
-    """An operator asks the ledger to hold, drain or resume a node or queue (R14, R15).
+    """An operator asks the ledger to hold, drain or resume a node (R14, R15), on
+    ``<prefix>.ledger.hold.<identity>``: the identity is who asks.
 
-    ``target`` is a quota path (``root/research``), a node name or a queue name; the ledger
-    resolves it against the tree in force and refuses what names nothing, naming the field.
+    ``target`` is a quota path (``root/research``; ``usher hold`` resolves a node or queue
+    name first); the ledger judges it against the tree in force and refuses what names
+    nothing, naming the field.
     """
 
     request_id: RequestId
