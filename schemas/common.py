@@ -55,6 +55,8 @@ ReasonCode = Literal[
     "Failed",  # retried: the attempt failed otherwise; the next attempt is the same size
     "RetryLimitReached",  # not retried: the failed attempt was the last one allowed
     "MemoryCapReached",  # not retried: an OOMKilled container already had the most memory allowed
+    "Held",  # pending: a node on its path is held or drained by an operator (R14)
+    "Drained",  # preempted: a drain of a node on its path ran out of grace (R15)
 ]
 
 

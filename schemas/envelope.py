@@ -15,11 +15,12 @@ import msgspec
 
 from schemas.decisions import Decision
 from schemas.events import ClusterEvent
+from schemas.holds import HoldEvent
 from schemas.ids import EventId
 
 SCHEMA_VERSION = 1
 
-LogEvent = ClusterEvent | Decision
+LogEvent = ClusterEvent | Decision | HoldEvent
 
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True, tag="envelope.v1"):

@@ -17,6 +17,7 @@ import msgspec
 from schemas.decisions import DECISION_TYPES
 from schemas.envelope import DeadLetter, Envelope
 from schemas.events import CLUSTER_EVENT_TYPES
+from schemas.holds import HOLD_EVENT_TYPES, HoldReply, HoldRequest
 from schemas.ledger import (
     LedgerError,
     PreemptRequest,
@@ -32,6 +33,7 @@ EXPORTED: tuple[type[msgspec.Struct], ...] = (
     DeadLetter,
     *CLUSTER_EVENT_TYPES,
     *DECISION_TYPES,
+    *HOLD_EVENT_TYPES,
     ReserveRequest,
     ReserveReply,
     PreemptRequest,
@@ -39,6 +41,8 @@ EXPORTED: tuple[type[msgspec.Struct], ...] = (
     ReleaseRequest,
     ReleaseReply,
     LedgerError,
+    HoldRequest,
+    HoldReply,
 )
 
 DEFAULT_DIR = Path(__file__).parent / "json"

@@ -90,6 +90,10 @@ class RequeueRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.requ
     requeues: list[Requeued]
     log_seq: int | None = None
     """The last log sequence the proposer had applied."""
+    drains: list[Preempted] = msgspec.field(default_factory=list)
+    """Preemptions for a drain whose grace ran out (R15): each workload is its own
+    preemptor, granted like a requeue (``admitted`` -> ``preempting``, no hold). Results
+    follow the requeues', in order."""
 
 
 class ReleaseRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.release.v1"):

@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from schemas import Millis
+from schemas import HOLD_MODES, Millis
 from services.common.tasks import cancel_tasks
 from usher.core.engine import Engine
 from usher.core.usage import UsageMeter, unit_seconds
@@ -94,6 +94,13 @@ class Metrics:
             "usage accounting counts them (U1): core-seconds for cpu, byte-seconds for memory, "
             "unit-seconds otherwise. Every dequeuer counts the whole tree: take max across them.",
             ["node", "resource"],
+            registry=r,
+        )
+        self.held_nodes = Gauge(
+            "usher_quota_nodes_held",
+            "Quota nodes held (mode Hold) or draining (mode Drain) as this process's "
+            "projection sees them (R14/R15).",
+            ["mode"],
             registry=r,
         )
         self.preemptions = Counter(
@@ -204,6 +211,9 @@ def record_engine(metrics: Metrics, engine: Engine) -> None:
             for gauge in (metrics.quota_used, metrics.quota_min, metrics.quota_max):
                 gauge.remove(*gone_node)
     metrics._nodes = nodes
+    modes = [record.mode for record in engine.holds_in_force().values()]
+    for mode in HOLD_MODES:
+        metrics.held_nodes.labels(mode).set(modes.count(mode))
 
 
 def record_usage(metrics: Metrics, meter: UsageMeter, now_ms: Millis) -> None:

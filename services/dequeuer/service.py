@@ -86,6 +86,8 @@ class PassPlan:
     admissions: list[Admitted] = field(default_factory=list)
     requeues: list[Requeued] = field(default_factory=list)
     retries: list[Retried] = field(default_factory=list)
+    drains: list[Preempted] = field(default_factory=list)
+    """Preemptions for a drain whose grace ran out (R15): each its own preemptor."""
     reclaims: list[tuple[Admitted, list[Preempted]]] = field(default_factory=list)
     announcements: list[Inadmissible | Unmapped] = field(default_factory=list)
 
@@ -96,6 +98,8 @@ def plan_pass(decisions: list[Decision]) -> PassPlan:
     victims: list[Preempted] = []
     for decision in decisions:
         match decision:
+            case Preempted() if decision.preemptor == decision.workload:
+                plan.drains.append(decision)
             case Preempted():
                 victims.append(decision)
             case Admitted():
@@ -343,9 +347,9 @@ class Dequeuer:
         self._pass_s = time.perf_counter() - started
         self.metrics.pass_seconds.labels(self.zone).observe(self._pass_s)
         plan = plan_pass(decisions)
-        if plan.requeues:
+        if plan.requeues or plan.drains:
             # First: the quota they free is what the pass's admissions may count on (R10).
-            await self._requeue(plan.requeues)
+            await self._requeue(plan.requeues, plan.drains)
         if plan.admissions:
             await self._reserve(plan.admissions)
         for preemptor, victims in plan.reclaims:
@@ -407,27 +411,32 @@ class Dequeuer:
         else:
             self._all_granted()
 
-    async def _requeue(self, requeues: list[Requeued]) -> None:
+    async def _requeue(self, requeues: list[Requeued], drains: list[Preempted]) -> None:
+        """Ask the ledger to carry out readiness requeues (R10) and drain preemptions (R15):
+        both turn an admitted allocation into one stopping for itself."""
         request = RequeueRequest(
             request_id=self._request_id(),
             zone=self.zone,
             requeues=requeues,
             log_seq=self.projection.applied_seq,
+            drains=drains,
         )
         try:
             reply = await ask(self.ctx, self.ctx.subjects.ledger_requeue, request)
         except PermanentReplyError as exc:
             self.ctx.log.error("ledger refused the requeues", code=exc.code, detail=exc.detail)
             return
-        for requeue, result in zip(requeues, reply.results, strict=False):
+        asked: list[Requeued | Preempted] = [*requeues, *drains]
+        for decision, result in zip(asked, reply.results, strict=False):
+            what = "requeue" if isinstance(decision, Requeued) else "drain"
             if result.granted:
-                self.metrics.requeues.labels(requeue.reason.code).inc()
-                self.ctx.log.info(
-                    "requeued", workload=requeue.workload, reason=requeue.reason.message
-                )
+                counter = self.metrics.requeues if what == "requeue" else self.metrics.preemptions
+                counter.labels(decision.reason.code).inc()
+                done = "requeued" if what == "requeue" else "drained"
+                self.ctx.log.info(done, workload=decision.workload, reason=decision.reason.message)
             else:
                 detail = result.reason.message if result.reason is not None else "refused"
-                self.ctx.log.info("requeue refused", workload=requeue.workload, detail=detail)
+                self.ctx.log.info(f"{what} refused", workload=decision.workload, detail=detail)
 
     async def _reclaim(self, preemptor: Admitted, victims: list[Preempted]) -> None:
         request = PreemptRequest(

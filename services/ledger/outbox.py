@@ -4,7 +4,9 @@ What it does: turns a decision the store took (``Admitted``, ``Preempted``, ``Re
 the ``OutboxMessage`` that announces it: id ``ledger:<action>:<workload>:<allocation id>`` (also
 ``Nats-Msg-Id``, so a republish after a crash is dropped by the server), an ``Envelope`` from
 ``usher/ledger`` timed by the store's transaction stamp (the allocation's own times), on
-``<p>.decision.<zone>.<action>.<ns>.<name>``.
+``<p>.decision.<zone>.<action>.<ns>.<name>``; and an operator's hold,
+drain or resume (R14/R15) into one on ``<p>.decision.hold.<node>``, id
+``ledger:hold:<request id>`` (a retried request is one order).
 What it must never do: touch the database or NATS; the store calls it inside its transaction.
 """
 
@@ -14,7 +16,17 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
-from schemas import DECISION_ACTIONS, LEDGER_SOURCE, Envelope, EventId, Zone, encode
+from schemas import (
+    DECISION_ACTIONS,
+    LEDGER_SOURCE,
+    Envelope,
+    EventId,
+    NodeHeld,
+    NodeResumed,
+    RequestId,
+    Zone,
+    encode,
+)
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerDecision, OutboxBuilder, OutboxMessage
 
@@ -48,4 +60,22 @@ def outbox_builder(
     return build
 
 
-__all__ = ["SOURCE", "event_id", "outbox_builder"]
+def hold_outbox(
+    subjects: Subjects,
+    request_id: RequestId,
+    clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+) -> Callable[[NodeHeld | NodeResumed], OutboxMessage]:
+    """The outbox row recording one operator's order (R14/R15)."""
+
+    def build(event: NodeHeld | NodeResumed) -> OutboxMessage:
+        envelope = Envelope(
+            id=EventId(f"ledger:hold:{request_id}"), time=clock(), source=SOURCE, event=event
+        )
+        return OutboxMessage(
+            event_id=envelope.id, subject=subjects.hold(event.node), payload=encode(envelope)
+        )
+
+    return build
+
+
+__all__ = ["SOURCE", "event_id", "hold_outbox", "outbox_builder"]

@@ -1,7 +1,10 @@
 """Request/reply of the ledger: reservations and preemptions, coalesced into transactions.
 
-What it does: subscribes to ``<p>.ledger.reserve``, ``<p>.ledger.preempt`` and
-``<p>.ledger.requeue`` in queue group ``ledger``; requests that arrive while a transaction runs
+What it does: subscribes to ``<p>.ledger.reserve``, ``<p>.ledger.preempt``,
+``<p>.ledger.requeue`` and every identity's ``<p>.ledger.hold.<identity>`` in queue group
+``ledger``; an operator's hold, drain or resume (R14/R15) is recorded with the identity its
+subject names as who asked (NATS lets each identity publish only its own), replied
+``HoldReply``; requests that arrive while a transaction runs
 are served together by the next one (consecutive ``ReserveRequest``s share one transaction,
 their results split back per request in order; each ``PreemptRequest`` and each
 ``RequeueRequest`` is its own transaction, in arrival order). Replies
@@ -26,6 +29,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from schemas import (
+    HoldReply,
+    HoldRequest,
     LedgerError,
     PreemptRequest,
     RequestId,
@@ -36,7 +41,8 @@ from schemas import (
     decode,
     encode,
 )
-from services.common.runtime import ServiceContext
+from services.common.runtime import ServiceContext, wall_ms
+from services.ledger.outbox import hold_outbox
 from usher.adapters.pg.ledger_store import (
     LedgerPermanentError,
     LedgerRequestError,
@@ -45,6 +51,7 @@ from usher.adapters.pg.ledger_store import (
     OutboxBuilder,
     check_reservations,
 )
+from usher.core.holds import HoldOrder
 
 QUEUE_GROUP: Final = "ledger"
 
@@ -58,7 +65,7 @@ class _RequestIdOnly(msgspec.Struct):
 @dataclass(frozen=True, slots=True)
 class _Call:
     msg: Msg
-    request: ReserveRequest | PreemptRequest | RequeueRequest
+    request: ReserveRequest | PreemptRequest | RequeueRequest | HoldRequest
 
 
 class RequestServer:
@@ -85,7 +92,12 @@ class RequestServer:
     async def start(self) -> None:
         """Subscribe (queue group ``ledger``): requests buffer until ``run`` serves them."""
         subjects = self._ctx.subjects
-        for subject in (subjects.ledger_reserve, subjects.ledger_preempt, subjects.ledger_requeue):
+        for subject in (
+            subjects.ledger_reserve,
+            subjects.ledger_preempt,
+            subjects.ledger_requeue,
+            subjects.ledger_holds,
+        ):
             self._subs.append(
                 await self._ctx.nc.subscribe(subject, queue=QUEUE_GROUP, cb=self._on_message)
             )
@@ -126,7 +138,9 @@ class RequestServer:
             taken, self._inbox = self._inbox, []
             calls = [call for msg in taken if (call := await self._decode(msg)) is not None]
             for group in self._groups(calls):
-                if isinstance(group[0].request, PreemptRequest):
+                if isinstance(group[0].request, HoldRequest):
+                    await self._hold(group[0])
+                elif isinstance(group[0].request, PreemptRequest):
                     await self._preempt(group[0])
                 elif isinstance(group[0].request, RequeueRequest):
                     await self._requeue(group[0])
@@ -139,7 +153,7 @@ class RequestServer:
         size = 0
         for call in calls:
             request = call.request
-            if isinstance(request, PreemptRequest | RequeueRequest):
+            if isinstance(request, PreemptRequest | RequeueRequest | HoldRequest):
                 if group:
                     yield group
                 group, size = [], 0
@@ -155,8 +169,10 @@ class RequestServer:
 
     async def _decode(self, msg: Msg) -> _Call | None:
         try:
-            request: ReserveRequest | PreemptRequest | RequeueRequest
-            if msg.subject == self._ctx.subjects.ledger_preempt:
+            request: ReserveRequest | PreemptRequest | RequeueRequest | HoldRequest
+            if self._ctx.subjects.hold_identity(msg.subject) is not None:
+                request = decode(msg.data, HoldRequest)
+            elif msg.subject == self._ctx.subjects.ledger_preempt:
                 request = decode(msg.data, PreemptRequest)
                 check_reservations("preempt", [request.preemptor])
             elif msg.subject == self._ctx.subjects.ledger_requeue:
@@ -224,9 +240,43 @@ class RequestServer:
         assert isinstance(request, RequeueRequest)
 
         async def requeue(log_seq: int | None) -> list[ReservationResult]:
-            return await self._store.requeue(request.requeues, outbox=self._outbox, log_seq=log_seq)
+            return await self._store.requeue(
+                [*request.requeues, *request.drains], outbox=self._outbox, log_seq=log_seq
+            )
 
         await self._after_the_log(call, "requeue", request.request_id, requeue)
+
+    async def _hold(self, call: _Call) -> None:
+        """Record an operator's order (R14/R15); who asks is the identity of the subject."""
+        request = call.request
+        assert isinstance(request, HoldRequest)
+        identity = self._ctx.subjects.hold_identity(call.msg.subject) or ""
+        order = HoldOrder(
+            action=request.action,
+            target=request.target,
+            by=identity,
+            reason=request.reason,
+            grace_seconds=request.grace_seconds,
+        )
+        built = hold_outbox(self._ctx.subjects, RequestId(f"{identity}:{request.request_id}"))
+        try:
+            outcome = await self._store.hold(order, wall_ms(), built)
+        except LedgerTransientError as exc:
+            await self._transient(call, exc)
+            return
+        except LedgerPermanentError as exc:
+            await self._failed(call, exc)
+            return
+        if isinstance(outcome, list):
+            first = outcome[0]
+            reply = HoldReply(
+                request_id=request.request_id, field=first.path, message=first.message
+            )
+        else:
+            self._on_commit()
+            self._ctx.log.info("hold recorded", node=outcome.node, by=identity)
+            reply = HoldReply(request_id=request.request_id, recorded=outcome)
+        await self._reply(call.msg, reply)
 
     async def _after_the_log(
         self,
@@ -295,7 +345,7 @@ class RequestServer:
         await self._reply(call.msg, reply)
         await self._ctx.park(call.msg.subject, call.msg.data, exc)
 
-    async def _reply(self, msg: Msg, reply: ReserveReply | LedgerError) -> None:
+    async def _reply(self, msg: Msg, reply: ReserveReply | HoldReply | LedgerError) -> None:
         if not msg.reply:
             return  # published without a reply subject: nobody to answer
         try:

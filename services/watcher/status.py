@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from schemas import QueueName, QuotaNode, QuotaPath
@@ -42,6 +43,7 @@ from usher.adapters.kube import (
     merge_diff,
 )
 from usher.core.engine import QueueEntry
+from usher.core.holds import HoldRecord, hold_over
 from usher.core.quantity import format_quantity
 from usher.core.tree import iter_nodes, leaf_paths, leaf_queue_name
 
@@ -58,10 +60,16 @@ EVENT_COMPONENT = "usher-watcher"
 
 
 def queue_manifest(
-    name: QueueName, leaf: QuotaPath, policy: str, entries: list[QueueEntry], pending: int
+    name: QueueName,
+    leaf: QuotaPath,
+    policy: str,
+    entries: list[QueueEntry],
+    pending: int,
+    hold: HoldRecord | None = None,
 ) -> JsonObj:
     """The Queue object of one leaf, status included: ``entries`` (its first pending workloads)
-    in ``queueItemDetails.active``, and how many wait in all in ``pending``."""
+    in ``queueItemDetails.active``, how many wait in all in ``pending``, and ``hold`` only
+    while a node on its path is held or drained (R14/R15): the node, who, when and why."""
     active = []
     for entry in entries:
         namespace, _, job = entry.job.partition("/")
@@ -79,7 +87,11 @@ def queue_manifest(
             "annotations": {QUOTA_ANNOTATION: leaf},
         },
         "spec": {"queuePolicy": policy},
-        "status": {"queueItemDetails": {"active": active, "backoff": []}, "pending": pending},
+        "status": {
+            "queueItemDetails": {"active": active, "backoff": []},
+            "pending": pending,
+            **({"hold": hold.pending_reason().message} if hold is not None else {}),
+        },
     }
 
 
@@ -88,9 +100,11 @@ def desired_queues(
     queues: dict[QueueName, list[QueueEntry]],
     policy: str,
     counts: dict[QueueName, tuple[int, int]] | None = None,
+    holds: Mapping[QuotaPath, HoldRecord] | None = None,
 ) -> dict[str, JsonObj]:
     """One Queue per leaf of the tree in force (none without a tree). ``counts``: each
-    queue's (pending, admitted) when ``queues`` holds only the first entries of each."""
+    queue's (pending, admitted) when ``queues`` holds only the first entries of each;
+    ``holds``: the holds in force by node (R14/R15)."""
     if tree is None:
         return {}
     out: dict[str, JsonObj] = {}
@@ -98,7 +112,8 @@ def desired_queues(
         name = leaf_queue_name(path, leaf)
         entries = queues.get(name, [])
         pending = counts[name][0] if counts is not None and name in counts else len(entries)
-        out[name] = queue_manifest(name, path, policy, entries, pending)
+        hold = hold_over(holds, path) if holds else None
+        out[name] = queue_manifest(name, path, policy, entries, pending, hold)
     return out
 
 
@@ -264,7 +279,11 @@ class StatusWriter:
         engine = self.view.projection.engine
         head = self.options.queue_status_items
         desired = desired_queues(
-            self.view.tree, engine.queues(head), engine.config.policy, engine.queue_counts()
+            self.view.tree,
+            engine.queues(head),
+            engine.config.policy,
+            engine.queue_counts(),
+            engine.holds_in_force(),
         )
         try:
             await self._write_queues(desired)

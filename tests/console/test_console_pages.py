@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from schemas import Millis, NodeHeld, NodeResumed, QuotaPath
 from tests.builders.log import BASE_MS, QA, B, Log
 from usher.console import pages
 from usher.console.feed import SAMPLE_MS, ConsoleLog
@@ -321,3 +322,26 @@ async def test_a_queue_row_links_the_job_in_its_way() -> None:
             assert '(<a class="blocker" href="/job/user-a/head">user-a/head</a>)' in row
             head = text.split('data-job="user-a/head"')[1].split("</tr>")[0]
             assert 'class="blocker"' not in head
+
+
+async def test_a_held_queue_says_who_held_it_and_why() -> None:
+    """R14 on the queue pages: the hold (node, who, when, why) while it lasts, nothing after."""
+    department = QuotaPath("root/Department-a")
+    log = reclaim_log().add(
+        30,
+        NodeHeld(
+            node=department,
+            mode="Hold",
+            by="alice",
+            reason="GPU maintenance",
+            at_ms=Millis(BASE_MS + 30_000),
+        ),
+    )
+    async with TestClient(TestServer(make_app(folded(log)))) as held:
+        for path in (f"/queue/{QA}", "/queues"):
+            text = await page(held, path)
+            assert "Held: root/Department-a held by alice at 2024-05-01T12:00:30Z" in text
+            assert "GPU maintenance" in text
+    log.add(40, NodeResumed(node=department, by="alice", at_ms=Millis(BASE_MS + 40_000)))
+    async with TestClient(TestServer(make_app(folded(log)))) as resumed:
+        assert "data-hold" not in await page(resumed, f"/queue/{QA}")

@@ -27,6 +27,7 @@ from schemas import (
     ZoneServed,
 )
 from schemas.events import CLUSTER_EVENT_TYPES
+from schemas.holds import HOLD_EVENT_TYPES
 from tests.builders.log import BASE, BASE_MS, CPU, QA, QB, A, B, Log, seed_reclaim, seed_round
 from tests.builders.trees import departments_tree
 from usher.core import audit, explain, history, whatif
@@ -666,7 +667,8 @@ def test_what_if_since_starts_from_the_recorded_state() -> None:
 def test_what_if_replays_every_cluster_event_type() -> None:
     from usher.core.whatif import _INPUTS
 
-    assert set(_INPUTS) == set(CLUSTER_EVENT_TYPES)
+    # And operators' holds, drains and resumes (R14/R15): inputs too, never decisions.
+    assert set(_INPUTS) == set(CLUSTER_EVENT_TYPES) | set(HOLD_EVENT_TYPES)
 
 
 def test_what_if_renders_a_table_and_json() -> None:

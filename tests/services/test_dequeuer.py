@@ -17,6 +17,7 @@ from schemas import (
     EventId,
     Inadmissible,
     Millis,
+    NodeHeld,
     Preempted,
     QueueName,
     QuotaPath,
@@ -123,6 +124,22 @@ def test_plan_pass_groups_victims_with_their_preemptor() -> None:
     assert isinstance(victims[0], Preempted) and isinstance(preemptor, Admitted)
     assert PassPlan().admissions == []
     assert QueueName and QuotaPath and WorkloadKey
+
+
+def test_plan_pass_sends_a_drains_preemptions_to_the_ledger_alone() -> None:
+    """R15: a drain's Preempted (its own preemptor) goes with the requeues, never into a
+    reclaim (no admission follows it)."""
+    engine = Engine()
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(0))
+    engine.apply(observed("a1", "base", 60), Millis(0))
+    [admitted] = engine.decide(Millis(0))
+    engine.apply(admitted, Millis(0))
+    engine.apply(
+        NodeHeld(node=QuotaPath("root/A"), mode="Drain", by="alice", at_ms=Millis(1)), Millis(1)
+    )
+    plan = plan_pass(engine.decide(Millis(1)))
+    assert [d.workload for d in plan.drains] == ["a1/base"]
+    assert plan.reclaims == [] and plan.admissions == [] and plan.requeues == []
 
 
 async def test_a_gang_not_ready_in_time_is_requeued_through_the_ledger(

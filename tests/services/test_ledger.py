@@ -23,9 +23,13 @@ from schemas import (
     DeadLetter,
     Envelope,
     EventId,
+    HoldReply,
+    HoldRequest,
     LedgerError,
     LogEvent,
     Millis,
+    NodeHeld,
+    NodeResumed,
     PodSet,
     Preempted,
     PreemptRequest,
@@ -523,3 +527,86 @@ def test_the_database_url_is_required() -> None:
         create_engine(
             ServiceSettings(nats_url="nats://x", database_url="postgresql+psycopg2://u@h/db")
         )
+
+
+async def test_a_drain_preemption_goes_the_requeue_way(running: Ledger) -> None:
+    """R15: a drain's Preempted (its own preemptor) is carried out like a requeue: admitted ->
+    preempting, published as Preempted, counted until seen stopped."""
+    assert all(r.granted for r in (await running.reserve(res("d", "A", 30))).results)
+    drain = Preempted(
+        workload=WorkloadKey("ns/d"),
+        queue=QueueName("q-A"),
+        quota=QuotaPath("root/A"),
+        preemptor=WorkloadKey("ns/d"),
+        reason=Reason(code="Drained", message="root/A drained by admin"),
+    )
+    request = RequeueRequest(request_id=RequestId("dr-1"), zone=ZONE, requeues=[], drains=[drain])
+    raw = await running.nc.request(running.subjects.ledger_requeue, encode(request), timeout=5)
+    assert [(r.workload, r.granted) for r in decode(raw.data, ReserveReply).results] == [
+        ("ns/d", True)
+    ]
+    found = await wait_decisions(running, 2)
+    assert summary(found) == [("Admitted", "ns/d"), ("Preempted", "ns/d")]
+    assert found[1].subject == running.subjects.decision(ZONE, "preempted", "ns", "d")
+    assert await scalar(running.database_url, "root_cpu") == 30 * CORE
+    # Someone else's preemption is not a drain: refused as a bad request.
+    other = Preempted(
+        workload=WorkloadKey("ns/d"),
+        queue=QueueName("q-A"),
+        quota=QuotaPath("root/A"),
+        preemptor=WorkloadKey("ns/x"),
+        reason=Reason(code="Reclaim", message="x reclaims"),
+    )
+    bad = RequeueRequest(request_id=RequestId("dr-2"), zone=ZONE, requeues=[], drains=[other])
+    raw = await running.nc.request(running.subjects.ledger_requeue, encode(bad), timeout=5)
+    assert decode(raw.data, LedgerError).code == "bad-request"
+
+
+async def test_a_hold_is_recorded_with_who_asked_from_the_subject(running: Ledger) -> None:
+    """R14/R15: an order is judged by the ledger and recorded through its outbox on
+    ``<p>.decision.hold.<node>``; ``by`` is the identity the request subject names, never a
+    claim of the requester. Unknown nodes and negative graces are refused naming the field."""
+
+    async def ask(identity: str, request: HoldRequest) -> HoldReply:
+        subject = running.subjects.ledger_hold(identity)
+        raw = await running.nc.request(subject, encode(request), timeout=5)
+        return decode(raw.data, HoldReply)
+
+    drain = HoldRequest(
+        request_id=RequestId("h-1"), action="Drain", target="root/A", reason="upgrade"
+    )
+    reply = await ask("alice", drain)
+    recorded = reply.recorded
+    assert isinstance(recorded, NodeHeld)
+    assert (recorded.node, recorded.mode, recorded.by, recorded.reason) == (
+        "root/A",
+        "Drain",
+        "alice",
+        "upgrade",
+    )
+    assert recorded.grace_seconds == 0  # no attribute says otherwise
+    unknown = HoldRequest(request_id=RequestId("h-2"), action="Hold", target="root/nowhere")
+    assert (await ask("alice", unknown)).field == "target"
+    negative = HoldRequest(
+        request_id=RequestId("h-3"), action="Drain", target="root/B", grace_seconds=-1
+    )
+    assert (await ask("alice", negative)).field == "grace_seconds"
+    resume = HoldRequest(request_id=RequestId("h-4"), action="Resume", target="root/A")
+    assert isinstance((await ask("bob", resume)).recorded, NodeResumed)
+
+    async def holds_on_log() -> list[Entry]:
+        entries = await decisions(running.js, running.subjects)
+        return [e for e in entries if isinstance(e.envelope.event, NodeHeld | NodeResumed)]
+
+    found = await eventually(lambda: _at_least(holds_on_log, 2))
+    assert [e.subject for e in found] == [running.subjects.hold(QuotaPath("root/A"))] * 2
+    assert [e.envelope.source for e in found] == ["usher/ledger"] * 2
+    assert [getattr(e.envelope.event, "by", None) for e in found] == ["alice", "bob"]
+    assert all(
+        running.subjects.ledger_decision_problem(e.subject, e.envelope) is None for e in found
+    )
+
+
+async def _at_least(read: Callable[[], Awaitable[list[Entry]]], count: int) -> list[Entry]:
+    found = await read()
+    return found if len(found) >= count else []

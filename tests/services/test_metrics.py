@@ -8,9 +8,18 @@ import aiohttp
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
-from schemas import Admitted, QuotaTreeApplied, Zone
+from schemas import (
+    Admitted,
+    HoldMode,
+    Millis,
+    NodeHeld,
+    NodeResumed,
+    QuotaPath,
+    QuotaTreeApplied,
+    Zone,
+)
 from services.common.health import HealthServer
-from services.common.metrics import Metrics, process_metrics
+from services.common.metrics import Metrics, process_metrics, record_engine
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
 from services.dequeuer.service import main as dequeuer_main
@@ -21,6 +30,7 @@ from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
+from usher.core.engine import Engine
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -122,6 +132,7 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                     "usher_quota_min",
                     "usher_quota_max",
                     "usher_preemptions",
+                    "usher_quota_nodes_held",
                     "usher_decision_pass_seconds",
                     "usher_consumer_lag_entries",
                     "usher_ledger_transaction_seconds",
@@ -132,6 +143,7 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                 ):
                     assert family in families, family
                 assert _value(samples, "usher_queue_admitted_workloads", queue=queue) == 1
+                assert _value(samples, "usher_quota_nodes_held", mode="Hold") == 0
                 assert _value(samples, "usher_quota_used", node="root/A", resource="cpu") == (
                     60 * CORE
                 )
@@ -195,3 +207,24 @@ async def test_a_taken_port_does_not_stop_anything() -> None:
     finally:
         await first.stop()
     await asyncio.sleep(0)
+
+
+def test_held_and_draining_nodes_are_counted_by_mode() -> None:
+    """R14/R15: the gauge follows the holds in force, by mode, and drops when they lift."""
+
+    metrics = Metrics()
+    engine = Engine()
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(0))
+    modes: tuple[tuple[str, HoldMode], ...] = (("root/A", "Hold"), ("root/B", "Drain"))
+    for node, mode in modes:
+        held = NodeHeld(node=QuotaPath(node), mode=mode, by="alice", at_ms=Millis(1))
+        engine.apply(held, Millis(1))
+    record_engine(metrics, engine)
+    value = metrics.registry.get_sample_value
+    assert (
+        value("usher_quota_nodes_held", {"mode": "Hold"}),
+        value("usher_quota_nodes_held", {"mode": "Drain"}),
+    ) == (1, 1)
+    engine.apply(NodeResumed(node=QuotaPath("root/B"), by="alice", at_ms=Millis(2)), Millis(2))
+    record_engine(metrics, engine)
+    assert value("usher_quota_nodes_held", {"mode": "Drain"}) == 0

@@ -98,6 +98,8 @@ def summary_line(view: StateView) -> str:
 def queue_lines(queue: QueueInfo) -> list[str]:
     head = f"queue {queue.name} ({queue.quota}, {queue.policy}): "
     head += f"{len(queue.pending)} pending, {len(queue.admitted)} admitted"
+    if queue.hold:
+        head += f"; held: {queue.hold}"
     lines = [head]
     for entry in queue.pending[:SHOWN_PER_QUEUE]:
         lines.append(
@@ -155,6 +157,8 @@ def _queues_table(view: StateView) -> RenderableType:
         table.add_row("(no quota tree yet)", "", "", "", "")
     for queue in view.queues:
         name = f"{queue.name}\n[dim]{len(queue.admitted)} admitted, {queue.policy}[/dim]"
+        if queue.hold:
+            name += "\n[yellow]held[/yellow]"  # the reasons say by whom and why (R14)
         if not queue.pending:
             table.add_row(name, "", "[dim](empty)[/dim]", "", "")
         for i, entry in enumerate(queue.pending[:SHOWN_PER_QUEUE]):

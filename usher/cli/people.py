@@ -507,6 +507,11 @@ def queues(output: str, **options: Any) -> None:
             for q in found
         ]
         headers = ["NAME", "QUOTA", "POLICY", "PENDING", "ADMITTED", "NAMESPACES", "NEXT"]
+        if any(q.hold for q in found):
+            # Only while something is held (R14): the usual table stays as it always was.
+            headers.append("HOLD")
+            for row, q in zip(rows, found, strict=True):
+                row.append(q.hold or "-")
         return render_table(headers, rows)
 
     emit(found, output, table)
@@ -525,6 +530,8 @@ def queue(name: str, output: str, **options: Any) -> None:
             f"Queue {found.name}: quota {found.quota}, policy {found.policy}, "
             f"namespaces {', '.join(found.namespaces) or '-'}"
         )
+        if found.hold:
+            head += f"\nHeld: {found.hold}"
         running = f"Admitted ({len(found.admitted)}): {', '.join(found.admitted) or '-'}"
         if not found.pending:
             return f"{head}\n{running}\nNo job waits."

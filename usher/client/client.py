@@ -31,7 +31,18 @@ import nats.js.errors
 from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
-from schemas import Millis
+from schemas import (
+    HoldAction,
+    HoldReply,
+    HoldRequest,
+    LedgerError,
+    Millis,
+    NodeHeld,
+    NodeResumed,
+    RequestId,
+    decode,
+    encode,
+)
 from usher.adapters.kube import (
     AlreadyExists,
     Conflict,
@@ -42,6 +53,7 @@ from usher.adapters.kube import (
     NotFound,
 )
 from usher.adapters.logs import redact_url
+from usher.adapters.nats.permissions import ADMIN
 from usher.adapters.nats.subjects import Subjects
 from usher.client.errors import BadInput, ClientError, NotRunning, Refused, WaitTimeout
 from usher.client.errors import NotFound as UnknownObject
@@ -72,6 +84,7 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.holds import resolve_target as resolve_hold_target
 from usher.core.log import datetime_ms
 from usher.core.state import JobState
 from usher.core.usage import USAGE_BY, UsageBy, UsageReport, usage_report
@@ -301,6 +314,55 @@ class AsyncClient:
         )
 
     # ------------------------------------------------------------------ writing
+
+    async def order_hold(
+        self,
+        action: HoldAction,
+        node: str,
+        *,
+        reason: str = "",
+        grace_seconds: int | None = None,
+    ) -> NodeHeld | NodeResumed:
+        """Ask the ledger to hold, drain or resume ``node`` (R14/R15): a quota path, a node
+        name or a leaf's queue name. Needs the admin identity (``$USHER_ADMIN_NATS_URL``, else
+        the running stack's); the ledger records the order with that identity as who asked.
+        ``BadInput`` names the refused field (``target``, ``grace_seconds``)."""
+        tree = (await self.state()).tree
+        path = resolve_hold_target(tree, node) or node
+        url = self.target.admin_nats_url
+        if not url:
+            raise NotRunning(
+                "no admin NATS URL: holds are the admin's (set $USHER_ADMIN_NATS_URL or run "
+                "on the machine of `usher up`)"
+            )
+        request = HoldRequest(
+            request_id=RequestId(f"cli-{time.time_ns()}"),
+            action=action,
+            target=path,
+            reason=reason,
+            grace_seconds=grace_seconds,
+        )
+        try:
+            admin = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=1)
+        except (OSError, TimeoutError, nats.errors.Error) as exc:
+            raise NotRunning(f"cannot reach NATS at {redact_url(url)}: {exc}") from exc
+        try:
+            raw = await admin.request(
+                self.subjects.ledger_hold(ADMIN), encode(request), timeout=self.timeout_s
+            )
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise NotRunning(f"the ledger did not answer the {action.lower()}: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+        try:
+            reply = decode(raw.data, HoldReply)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            failure = decode(raw.data, LedgerError)
+            raise Refused(f"the ledger refused: {failure.message}") from exc
+        if reply.recorded is None:
+            raise BadInput(f"{reply.field}: {reply.message}")
+        return reply.recorded
 
     async def submit(
         self,
@@ -821,6 +883,19 @@ class Client:
     ) -> UsageReport:
         """See ``AsyncClient.usage``."""
         return self._run(self._client.usage(since=since, until=until, by=by))
+
+    def order_hold(
+        self,
+        action: HoldAction,
+        node: str,
+        *,
+        reason: str = "",
+        grace_seconds: int | None = None,
+    ) -> NodeHeld | NodeResumed:
+        """See ``AsyncClient.order_hold``."""
+        return self._run(
+            self._client.order_hold(action, node, reason=reason, grace_seconds=grace_seconds)
+        )
 
     def wait(
         self,

@@ -31,6 +31,7 @@ from schemas import (
     Millis,
     Preempted,
     QuotaNode,
+    QuotaPath,
     QuotaTreeApplied,
     QuotaTreeDeleted,
     QuotaTreeRejected,
@@ -50,6 +51,7 @@ from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
+from usher.core.holds import hold_over
 from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.state import JobState
@@ -111,6 +113,8 @@ class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     namespaces: list[str]
     pending: list[QueuedJob]
     admitted: list[str]
+    hold: str | None = None
+    """Held or drained (R14/R15): the node, who, when and why; None when it admits."""
 
 
 class QuotaInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,6 +131,8 @@ class QuotaInfo(msgspec.Struct, frozen=True, kw_only=True):
     used_units: dict[str, int]
     min_units: dict[str, int]
     max_units: dict[str, int]
+    hold: str | None = None
+    """Held or drained here or above (R14/R15): the node, who, when and why."""
 
 
 class DecisionInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -587,9 +593,14 @@ class PeopleProjection:
                     namespaces=list(node.namespaces),
                     pending=pending,
                     admitted=sorted(admitted.get(name, [])),
+                    hold=self._hold(path),
                 )
             )
         return out
+
+    def _hold(self, path: str) -> str | None:
+        record = hold_over(self.engine.holds_in_force(), QuotaPath(path))
+        return None if record is None else record.pending_reason().message
 
     def _quota(self) -> list[QuotaInfo]:
         if self.tree is None:
@@ -611,6 +622,7 @@ class PeopleProjection:
                     used_units=dict(amounts),
                     min_units=dict(node.min),
                     max_units=dict(node.max),
+                    hold=self._hold(path),
                 )
             )
         return out

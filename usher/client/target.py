@@ -34,6 +34,8 @@ class Target:
     """Zones served by a dequeuer (known for the embedded stack only)."""
     home: Path | None = None
     """The embedded stack's folder, when the target is the running stack."""
+    admin_nats_url: str | None = None
+    """The admin identity's URL: the only one that may ask the ledger for a hold (R14)."""
 
     def need_kubernetes(self) -> Path:
         if self.kubeconfig is None:
@@ -88,6 +90,7 @@ def target_of_stack(info: StackInfo) -> Target:
         engine=_engine(info.policy, info.oversell_rate, info.within_quota, info.min_runtime_s),
         zones=tuple(Zone(z) for z in info.zones),
         home=Path(info.home),
+        admin_nats_url=info.admin_nats_url or None,
     )
 
 
@@ -128,4 +131,6 @@ def resolve_target(
         engine=engine,
         zones=tuple(Zone(z) for z in stack.zones) if stack else (),
         home=folder if stack else None,
+        admin_nats_url=env.get("USHER_ADMIN_NATS_URL")
+        or (stack.admin_nats_url if stack and stack.admin_nats_url else None),
     )

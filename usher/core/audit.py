@@ -340,6 +340,8 @@ class _Auditor:
         for item, event in zip(group, events, strict=True):
             self.engine.apply(event, item.time_ms)
             self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
+        if [event.workload for event in events] == [preemptor]:
+            return  # a drain's (R15): its own preemptor, nobody holds capacity for it
         self.held.add(preemptor)
         self.since[preemptor] = _Since()
 
@@ -546,12 +548,18 @@ def parse_ledger_id(event_id: str) -> tuple[str, WorkloadKey, int] | None:
     return action, WorkloadKey(workload), int(allocation)
 
 
+_SAME_ROW: dict[str, tuple[str, ...]] = {"requeued": ("requeued", "preempted")}
+"""Actions one allocation state can stand for: preempted for itself is a requeue (R10) or a
+drain's preemption (R15)."""
+
+
 def _expected_events(row: AllocationRecord) -> list[tuple[str, datetime | None]]:
     expected: list[tuple[str, datetime | None]] = []
     if row.admitted_at is not None:
         expected.append(("admitted", row.admitted_at))
     if row.preempted_at is not None:
-        # A requeue for readiness is the allocation preempted for itself (R10).
+        # A requeue for readiness is the allocation preempted for itself (R10); so is a
+        # drain's preemption (R15), recorded as ``preempted``: ``_SAME_ROW`` accepts either.
         action = "requeued" if row.preemptor == row.workload else "preempted"
         expected.append((action, row.preempted_at))
     if row.state == "released":
@@ -571,9 +579,10 @@ def check_ledger(
     findings: list[Finding] = []
     for row in ledger.allocations:
         for action, when in _expected_events(row):
-            event_id = f"ledger:{action}:{row.workload}:{row.id}"
-            if event_id in on_log or event_id in unpublished:
+            ids = [f"ledger:{a}:{row.workload}:{row.id}" for a in _SAME_ROW.get(action, (action,))]
+            if any(i in on_log or i in unpublished for i in ids):
                 continue
+            event_id = ids[0]
             if since is not None and when is not None and when < since:
                 continue
             stamp = format_datetime(when) if when is not None else "an unknown time"

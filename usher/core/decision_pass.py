@@ -212,12 +212,16 @@ class DecisionPass:
         jobs = self.e.state.jobs
         decides_for = self.e._decides
         backing_off = self.e.backing_off
+        # A held leaf admits nothing new (R14); a preemptor the ledger already granted capacity
+        # to (``job.held``) still goes on.
+        held = leaf in self.e._held_leaves
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
             # ``readiness`` first: most workloads were never requeued (R10), skip the call.
             if (
                 key not in self.tried
+                and (not held or job.held)
                 and decides_for(job.zone)
                 and (job.readiness is None or not backing_off(job))
             ):

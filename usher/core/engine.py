@@ -28,9 +28,11 @@ from schemas import (
     Decision,
     Inadmissible,
     Millis,
+    NodeHeld,
     NodeName,
     NodeObserved,
     NodeRemoved,
+    NodeResumed,
     Pending,
     Preempted,
     PriorityClassDeleted,
@@ -54,8 +56,8 @@ from schemas import (
     Zone,
     ZoneServed,
 )
-from schemas.events import ClusterEvent
-from usher.core import engine_queries, readiness, reasons, reclaim_search, retry
+from schemas.envelope import LogEvent
+from usher.core import engine_queries, holds, readiness, reasons, reclaim_search, retry
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
@@ -135,7 +137,14 @@ DERIVED_WRITTEN_BY_A_PASS: tuple[str, ...] = (*_COPIED_ITEM_BY_ITEM, *_COPIED_FL
 """Engine attributes besides ``state`` that a pass may write: what ``preview_pass`` sets
 aside (with ``state`` itself and the tree's per-node usage)."""
 
-READ_BY_A_PASS: tuple[str, ...] = ("config", "_policy", "_class_users", "_zone_cap")
+READ_BY_A_PASS: tuple[str, ...] = (
+    "config",
+    "_policy",
+    "_class_users",
+    "_zone_cap",
+    "_holds",
+    "_held_leaves",
+)
 """Engine attributes besides ``state`` a pass only reads (the tests check every attribute
 is classified)."""
 
@@ -188,6 +197,10 @@ class Engine:
         root is full. An entry is current while ``_offer_keys`` holds its key (lazy removal)."""
         self._unready: dict[WorkloadKey, int] = {}
         """Admitted workloads whose ready deadline runs -> that deadline (R10)."""
+        self._holds: dict[QuotaPath, holds.HoldRecord] = {}
+        """The hold or drain governing each held node, whichever its source (R14/R15)."""
+        self._held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
+        """Each leaf below a held node -> the hold nearest to it: it admits nothing new."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -235,6 +248,7 @@ class Engine:
         self._potential_offers = []
         self._timed_offers = set()
         self._dirty = set(tree.leaves)
+        self._refresh_holds()
         self._unready = {
             key: job.readiness.deadline_ms
             for key, job in state.jobs.items()
@@ -290,7 +304,7 @@ class Engine:
 
     # ------------------------------------------------------------------ folding inputs
 
-    def apply(self, event: ClusterEvent | Decision, now: Millis) -> list[Decision]:
+    def apply(self, event: LogEvent, now: Millis) -> list[Decision]:
         """Fold one event (or a decision made elsewhere) into the state.
 
         Returns only immediate decisions that need no pass (``Released`` of a finished or
@@ -332,6 +346,12 @@ class Engine:
                 pass
             case WorkloadProgress():
                 self._progress(event)
+            case NodeHeld():
+                self.state.holds[event.node] = holds.from_event(event)
+                self._refresh_holds()
+            case NodeResumed():
+                if self.state.holds.pop(event.node, None) is not None:
+                    self._refresh_holds()
         return []
 
     def _observe(self, event: WorkloadObserved) -> None:
@@ -580,6 +600,32 @@ class Engine:
             self._apply_requeued(decision)
             decisions.append(decision)
 
+    def _drain_due(self, decisions: list[Decision]) -> None:
+        """Preempt the admitted workloads of this engine's zones below every drain whose grace
+        has run out (R15): each is its own preemptor, nobody is admitted in its stead."""
+        due = holds.drains_due(self._holds, self.state.now)
+        if not due:
+            return
+        for path in sorted(self._leaf_admitted):
+            record = holds.hold_over(self._holds, path)
+            if record is None or record.drain_at_ms is None or record.drain_at_ms > self.state.now:
+                continue
+            for victim_key in list(self._leaf_admitted.get(path, ())):
+                job = self.state.jobs[victim_key[3]]
+                if not self._decides(job.zone):
+                    continue
+                info = self.state.tree.nodes.get(path)
+                queue = info.queue if info is not None and info.queue is not None else None
+                decision = Preempted(
+                    workload=job.key,
+                    queue=queue or QueueName(""),
+                    quota=path,
+                    preemptor=job.key,
+                    reason=record.drain_reason(),
+                )
+                self._apply_drained(decision)
+                decisions.append(decision)
+
     def _requeue_decision(self, job: Job) -> Requeued:
         """The requeue of ``job`` now: which attempt it was and when it may be tried again."""
         assert job.used_path is not None and job.readiness is not None
@@ -695,6 +741,9 @@ class Engine:
         heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
 
     def _apply_preempted(self, decision: Preempted) -> None:
+        if decision.preemptor == decision.workload:
+            self._apply_drained(decision)
+            return
         if self._stopping.get(decision.workload) == decision.workload:
             # Requeued here, preempted by the ledger before it read that (R10): its usage
             # now counts as the preemptor's group's, as in the ledger.
@@ -721,6 +770,23 @@ class Engine:
         self._set_note(job, decision.reason)
         self._hold_for(decision.preemptor)
         self._begin_stop(decision.preemptor, job.key, placement)
+
+    def _apply_drained(self, decision: Preempted) -> None:
+        """Preempt an admitted workload for a drain (R15): it waits at its place again.
+
+        Nobody is admitted in its stead, so it is its own preemptor: it stops like a workload
+        requeued for readiness (a stop group with no hold, R7), counted until the ledger's
+        ``Released``; its queue admits nothing before the drain is lifted anyway (R14).
+        """
+        job = self.state.jobs.get(decision.workload)
+        if job is None or job.state != ADMITTED or job.used_path is None:
+            return
+        placement: Placement = (job.used_path, job.used_shape, job.zone)
+        self._unadmit(job)
+        self._classify(job)
+        self._set_note(job, decision.reason)
+        self._begin_stop(job.key, job.key, placement)
+        self.state.version += 1
 
     def _hold_for(self, key: WorkloadKey) -> None:
         """A reclaim decided elsewhere: the freed capacity is held for its preemptor.
@@ -837,9 +903,26 @@ class Engine:
         """Whether evicting ``victims`` for ``preemptor`` follows section 5 on this state.
 
         ``None`` when it does (see ``reclaim_search.check_preemption``); the state is left
-        exactly as it was.
+        exactly as it was. A workload that is its own preemptor is a drain's (R15).
         """
+        if list(victims) == [preemptor]:
+            return self.check_drain(preemptor, now)
         return reclaim_search.check_preemption(self, preemptor, victims, now)
+
+    def check_drain(self, key: WorkloadKey, now: Millis) -> Reason | None:
+        """Whether preempting ``key`` for a drain is justified at ``now`` (R15): it is
+        admitted below a drained node whose grace has run out. None when it is."""
+        job = self.state.jobs.get(key)
+        if job is None or job.state != ADMITTED or job.used_path is None:
+            state = "unknown" if job is None else job.state
+            return reasons.stale_view(key, f"{key} is {state}, not admitted")
+        record = holds.hold_over(self._holds, job.used_path)
+        if record is None or record.drain_at_ms is None:
+            return reasons.stale_view(key, f"no drain is in force over {job.used_path}")
+        if record.drain_at_ms > now:
+            until = reasons.format_moment(record.drain_at_ms)
+            return reasons.stale_view(key, f"the drain of {record.node} has grace until {until}")
+        return None
 
     def reclaim_preview(self, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
         """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
@@ -889,6 +972,8 @@ class Engine:
         self._potential_offers = []
         self._timed_offers = set()
         self._dirty = set(self.state.tree.leaves)
+        self.state.tree_holds = holds.tree_holds(event.root, self.state.tree_holds, self.state.now)
+        self._refresh_holds()
         for job in self.state.jobs.values():
             if job.used_path is not None:
                 # Admitted (or held) usage keeps counting on the nodes of its recorded path
@@ -908,6 +993,29 @@ class Engine:
                 if job.held and job.state != PENDING:
                     self._drop_hold(job)
         self.state.version += 1
+
+    def _refresh_holds(self) -> None:
+        """Recompute which nodes and leaves are held (R14) after an order or a new tree; a
+        leaf whose hold changed offers anew, and reclaim's memo is stale (R15 may preempt)."""
+        in_force = holds.in_force(self.state.holds, self.state.tree_holds)
+        leaves = holds.held_leaves(in_force, self.state.tree.leaves)
+        changed = {
+            leaf
+            for leaf in self._held_leaves.keys() | leaves.keys()
+            if self._held_leaves.get(leaf) != leaves.get(leaf)
+        }
+        if in_force != self._holds or changed:
+            self.state.version += 1
+        self._holds, self._held_leaves = in_force, leaves
+        self._dirty.update(changed)
+
+    def holds_in_force(self) -> dict[QuotaPath, holds.HoldRecord]:
+        """The hold or drain governing each held node (R14/R15), by path."""
+        return dict(self._holds)
+
+    def hold_over(self, leaf: QuotaPath) -> holds.HoldRecord | None:
+        """The hold nearest to ``leaf`` that stops its admissions, or None (R14)."""
+        return self._held_leaves.get(leaf)
 
     def _observe_node(self, event: NodeObserved) -> None:
         record = NodeCapacity(dict(event.allocatable), event.unschedulable)
@@ -1295,6 +1403,8 @@ class Engine:
             self._requeue_unready(decisions)
         if self.state.failures:
             self._retry_failed(decisions)
+        if self._holds:
+            self._drain_due(decisions)
         decisions.extend(self._announcements())
         # A backoff may have ended since: the leaves whose first candidate depends on the
         # clock are looked at again (the pass refreshes dirty leaves first).
@@ -1408,9 +1518,10 @@ class Engine:
         the clock (``_timed_offers``): its offer is refreshed at every pass."""
         jobs = self.state.jobs
         self._timed_offers.discard(info.path)
+        held = info.path in self._held_leaves
         for entry in queue.entries:
             job = jobs[entry[2]]
-            if not self._decides(job.zone):
+            if not self._decides(job.zone) or (held and not job.held):
                 continue
             if job.readiness is not None and self.backing_off(job):
                 self._timed_offers.add(info.path)
@@ -1449,6 +1560,9 @@ class Engine:
         """Whether something in the queue might preempt (so it must be visited even if full)."""
         if not queue.entries:
             return False
+        if info.path in self._held_leaves:
+            # Held (R14): only a preemptor whose hold the ledger already granted may move.
+            return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
         if info.within_quota == "LowerPriority" and info.path in self._leaf_admitted:
             return True
         if any(self._within_min(info, shape) for shape in queue.shapes):
@@ -1587,15 +1701,17 @@ class Engine:
     # ------------------------------------------------------------------ time
 
     def next_wakeup(self) -> Millis | None:
-        """The next instant a min-runtime protection ends (a pass should run then)."""
+        """The next instant a min-runtime protection ends, a ready deadline or a backoff
+        runs out, or a drain's grace is over (R15): a pass should run then."""
+        drain = holds.next_drain(self._holds, self.state.now) if self._holds else None
         heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
             if not self._wakeup_live(end, seq, key) or end <= self.state.now:
                 heapq.heappop(heap)
                 continue
-            return Millis(end)
-        return None
+            return Millis(end if drain is None else min(end, drain))
+        return None if drain is None else Millis(drain)
 
     def _wakeup_live(self, end: int, seq: int, key: WorkloadKey) -> bool:
         """Whether a wakeup still waits for something: a min-runtime end (``seq`` > 0), a

@@ -169,6 +169,9 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
+    held_by = e.hold_over(job.leaf)
+    if held_by is not None and not job.held:
+        return held_by.pending_reason()
     if job.held:
         return Reason(
             code="PreemptionInProgress",
@@ -227,6 +230,9 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     unserved = e._not_served(job)
     if unserved is not None:
         return unserved
+    held_by = e.hold_over(job.leaf) if job.leaf is not None else None
+    if held_by is not None and not job.held:
+        return held_by.pending_reason()
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
     if not e.config.decides_for(job.zone):

@@ -16,6 +16,7 @@ import msgspec
 
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
 from usher.core.config import EngineConfig
+from usher.core.holds import HoldRecord
 from usher.core.retry import Failure, RetryLink
 from usher.core.state import Job, Placement, Shape, StopGroup, TreeIndex
 
@@ -38,6 +39,7 @@ class EngineState:
         "announce",
         "failures",
         "held",
+        "holds",
         "jobs",
         "last_pass_now",
         "lingering",
@@ -52,6 +54,7 @@ class EngineState:
         "served",
         "stops",
         "tree",
+        "tree_holds",
         "version",
         "wakeups",
         "zone_used",
@@ -70,6 +73,10 @@ class EngineState:
         when nobody can tell which zones are served."""
         self.zone_used: dict[Zone, dict[str, int]] = {}
         self.held: dict[WorkloadKey, None] = {}
+        self.holds: dict[QuotaPath, HoldRecord] = {}
+        """Holds and drains operators ordered on the log (R14/R15), by node."""
+        self.tree_holds: dict[QuotaPath, HoldRecord] = {}
+        """Holds and drains the tree's attributes put in force (R14/R15), by node."""
         self.preemptors: dict[WorkloadKey, None] = {}
         self.stops: dict[WorkloadKey, StopGroup] = {}
         """Preemptions whose victims still stop, by preemptor (ADMISSION-RULES R7); each
@@ -93,7 +100,7 @@ class EngineState:
         """A copy a pass may write without touching this one, one level deep.
 
         Workload records, stop groups and usage maps are copied; shapes, reasons, node
-        capacities and the tree's index are shared (a pass never writes them). The tree's
+        capacities, holds and the tree's index are shared (a pass never writes them). The tree's
         per-node usage is not copied here: ``Engine.preview_pass`` sets it aside itself.
         """
         twin = EngineState.__new__(EngineState)
@@ -105,6 +112,8 @@ class EngineState:
         twin.served = self.served
         twin.zone_used = {zone: dict(used) for zone, used in self.zone_used.items()}
         twin.held = dict(self.held)
+        twin.holds = self.holds
+        twin.tree_holds = self.tree_holds
         twin.preemptors = dict(self.preemptors)
         twin.stops = {key: group.copy() for key, group in self.stops.items()}
         twin.lingering = dict(self.lingering)

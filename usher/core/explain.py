@@ -228,7 +228,7 @@ def _line(
     event = item.event
     what: str
     reason: Reason | None = None
-    if isinstance(event, Preempted) and event.preemptor == key:
+    if isinstance(event, Preempted) and event.preemptor == key and event.workload != key:
         what, detail = "preempts", f"{event.workload} on {event.quota} to make room"
         reason = event.reason
     elif isinstance(event, Retried) and event.job == key:
@@ -249,7 +249,9 @@ def _line(
         what = "Admitted"
         detail = f"on {event.quota} (queue {event.queue}), {format_resources(event.requests)}"
     elif isinstance(event, Preempted):
-        what, detail, reason = "Preempted", f"by {event.preemptor} on {event.quota}", event.reason
+        # Its own preemptor: a drain's (R15); nobody takes its place.
+        by = f"by {event.preemptor}" if event.preemptor != key else "by a drain"
+        what, detail, reason = "Preempted", f"{by} on {event.quota}", event.reason
     elif isinstance(event, Requeued):
         what, reason = "Requeued", event.reason
         detail = f"on {event.quota}, attempt {event.attempt} of {event.max_attempts}"

@@ -15,6 +15,11 @@ What it does: walks the log once, in order, and reports every entry that breaks 
 * ``preemption-refused``: a group of ``Preempted`` (the victims of one preemptor, consecutive
   on the log) that ``Engine.check_preemption`` refuses on the state folded up to the group.
   ``preemption_refusal`` is that one check; ``usher audit`` uses the same function.
+* ``admitted-while-held``: an ``Admitted`` below a node held or drained at that point of the
+  log (R14), unless it is a preemptor whose victims were preempted before (the ledger held
+  the capacity for it already). A drain's ``Preempted`` (a workload that is its own
+  preemptor, R15) is checked by ``preemption-refused``: justified only when a drain over it
+  ran out of grace by the entry's time.
 * ``requeue-unjustified``: a ``Requeued`` (R10) for a workload that was not admitted then,
   or whose ready deadline had not passed by the entry's time (its ``Admitted`` on the log plus
   the ready timeout of its leaf), or whose latest ``WorkloadProgress`` since that admission
@@ -55,6 +60,7 @@ from usher.core.arbitration import effective_cap
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import format_time
+from usher.core.holds import hold_over
 from usher.core.log import LogEntry
 from usher.core.state import JobState
 from usher.core.tree import iter_nodes, path_nodes
@@ -67,6 +73,7 @@ PREEMPTION_REFUSED = "preemption-refused"
 STUCK = "stuck"
 NEVER_RELEASED = "never-released"
 REQUEUE_UNJUSTIFIED = "requeue-unjustified"
+ADMITTED_WHILE_HELD = "admitted-while-held"
 
 
 class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -192,6 +199,7 @@ class _Checker:
             )
             self.count(earlier.admitted, -1)  # one allocation per workload: the new one counts
         self.over_commit(item, event)
+        self.held(item, event)
         self.count(event, 1)
         self.running[event.workload] = _Running(item.seq, event)
 
@@ -223,6 +231,16 @@ class _Checker:
                     requested=amount,
                     cap=cap,
                 )
+
+    def held(self, item: LogEntry, event: Admitted) -> None:
+        """R14: nothing is admitted below a held node, but a preemptor whose capacity the
+        ledger already holds (its victims were preempted before) may still be."""
+        if event.workload in self.victims_of:
+            return
+        record = hold_over(self.engine.holds_in_force(), event.quota)
+        if record is not None:
+            why = record.pending_reason().message
+            self.note(item, ADMITTED_WHILE_HELD, why, node=record.node)
 
     def stopping_on(self, node: QuotaPath) -> str:
         """The preempted victims still counted on ``node`` (what an over-commit usually is)."""
@@ -401,6 +419,7 @@ def render_violations(found: Sequence[Violation]) -> str:
 
 
 __all__ = [
+    "ADMITTED_WHILE_HELD",
     "ALREADY_ADMITTED",
     "NEVER_RELEASED",
     "OVER_COMMIT",

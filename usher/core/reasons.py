@@ -7,6 +7,7 @@ What it must never do: decide anything; it only words what the engine found.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
 from schemas import (
@@ -380,3 +381,29 @@ def memory_cap_reached(item: ContainerTermination, cap: int, attempt: int) -> Re
         f"{format_quantity('memory', cap)}; not retried"
     )
     return Reason(code="MemoryCapReached", message=message, resource="memory", used=size, limit=cap)
+
+
+def format_moment(ms: int) -> str:
+    """An instant for people: ``2026-11-24T10:00Z`` (seconds shown only when not zero)."""
+    when = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+    whole_minute = when.second == 0 and when.microsecond == 0
+    return when.strftime("%Y-%m-%dT%H:%MZ" if whole_minute else "%Y-%m-%dT%H:%M:%SZ")
+
+
+def held(node: QuotaPath, mode: str, by: str, since_ms: int, why: str) -> Reason:
+    """Pending (R14): a node on its path is held or drained; by whom, since when and why."""
+    verb = "held" if mode == "Hold" else "drained"
+    message = f"{node} {verb} by {by} at {format_moment(since_ms)}"
+    if why:
+        message += f": {why}"
+    return Reason(code="Held", message=message, node=node)
+
+
+def drained(node: QuotaPath, by: str, since_ms: int, grace_ms: int, why: str) -> Reason:
+    """Preempted (R15): the drain of a node on its path ran out of grace."""
+    message = (
+        f"{node} drained by {by} at {format_moment(since_ms)}, grace {_seconds(grace_ms)} s over"
+    )
+    if why:
+        message += f": {why}"
+    return Reason(code="Drained", message=message, node=node)

@@ -28,11 +28,14 @@ from schemas import (
     ContainerTermination,
     Decision,
     FieldError,
+    HoldAction,
     Inadmissible,
     Millis,
+    NodeHeld,
     NodeName,
     NodeObserved,
     NodeRemoved,
+    NodeResumed,
     Preempted,
     PriorityClassObserved,
     QueueName,
@@ -50,10 +53,12 @@ from schemas import (
     WorkloadRejected,
     Zone,
 )
+from schemas.envelope import LogEvent
 from schemas.events import ClusterEvent
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy, WithinQuota
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
+from usher.core.holds import HoldOrder, carry_out
 from usher.core.quantity import CPU, format_quantity, parse_resources
 from usher.core.retry import container_memory, retry_manifest
 from usher.core.state import ENGINE_STATES
@@ -81,15 +86,25 @@ ACTIONS = (
     "progress",
     "fail",
     "oom",
+    "hold",
+    "drain",
+    "resume",
 )
 PROGRESS_KEYS = ("job", "ready", "total")
 FAIL_KEYS = ("job", "container", "exitCode")
 """``fail: {job, container, exitCode}`` (or ``fail: ns/name``); ``oom`` takes job and container."""
 OOM_EXIT_CODE = 137
 """What the kubelet reports for a container the OOM killer ended (SIGKILL)."""
+ORDER_KEYS = ("node", "by", "reason", "grace")
+"""Keys of a ``hold``/``drain``/``resume`` entry (R14/R15); ``grace`` is the drain's."""
+ORDER_ACTIONS: dict[str, HoldAction] = {"hold": "Hold", "drain": "Drain", "resume": "Resume"}
+ORDER_FIELDS = {"target": "node", "grace_seconds": "grace"}
+"""An order's fields as a scenario names them (a refusal names the scenario's key)."""
+SCENARIO_OPERATOR = "scenario"
+"""Who orders a hold in a scenario that names nobody."""
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
-EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage")
+EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage", "reasons")
 USAGE_KEYS = ("at", *USAGE_BY)
 """``expect.usage``: ``at`` (scenario seconds: the window is [0, at) and running workloads
 accrue up to it) and, per grouping, group -> resource -> unit-seconds (U1)."""
@@ -102,7 +117,8 @@ class Step:
     """One timeline entry turned into the event it stands for."""
 
     at_ms: Millis
-    event: ClusterEvent
+    event: ClusterEvent | HoldOrder
+    """What the entry stands for; an operator's order is judged when it is played (R14)."""
     manifest: Mapping[str, object] | None = None
     """The manifest of a ``create``: a retry of the job is made from it (R12)."""
 
@@ -116,6 +132,8 @@ class Expect:
     preempted: list[WorkloadKey] | None = None
     quota: dict[QuotaPath, dict[str, int]] = field(default_factory=dict)
     usage: UsageExpect | None = None
+    reasons: dict[WorkloadKey, str] = field(default_factory=dict)
+    """Workload -> the start of its final ``Code: message`` reason (R14's ``Held: ...``)."""
 
 
 @dataclass(frozen=True)
@@ -149,11 +167,22 @@ class SimDecision:
 
 
 @dataclass(frozen=True)
+class HoldChange:
+    """A hold, drain or resume in force from ``at_ms`` (R14/R15)."""
+
+    at_ms: Millis
+    event: NodeHeld | NodeResumed
+
+
+@dataclass(frozen=True)
 class Rejection:
-    """An input the engine rejected while playing (an invalid tree in ``apply:``)."""
+    """An input the engine rejected while playing (an invalid tree in ``apply:``, an order
+    naming no node or with a negative grace)."""
 
     at_ms: Millis
     errors: list[FieldError]
+    what: str = "tree rejected"
+    """What was refused, for the table (``order refused``: a hold, drain or resume)."""
 
 
 @dataclass(frozen=True)
@@ -163,6 +192,7 @@ class SimResult:
     scenario: Scenario
     decisions: list[SimDecision]
     rejections: list[Rejection]
+    holds: list[HoldChange]
     jobs: dict[WorkloadKey, JobView]
     queues: dict[QueueName, list[QueueEntry]]
     quota_used: dict[QuotaPath, dict[str, int]]
@@ -407,7 +437,7 @@ def _timeline_event(
     live: dict[WorkloadKey, int],
     manifests: dict[WorkloadKey, Mapping[str, object]],
     errors: _Errors,
-) -> ClusterEvent | None:
+) -> ClusterEvent | HoldOrder | None:
     actions = [a for a in ACTIONS if a in entry]
     for key in sorted(str(k) for k in entry):
         if key not in (*ACTIONS, "at", "name"):
@@ -435,6 +465,8 @@ def _timeline_event(
         return _object_event(value, f"{path}.apply", errors)
     if action == "node":
         return _node_event(value, f"{path}.node", errors)
+    if action in ORDER_ACTIONS:
+        return _hold_order(ORDER_ACTIONS[action], value, f"{path}.{action}", errors)
     return _remove_node_event(value, f"{path}.removeNode", errors)
 
 
@@ -588,6 +620,29 @@ def _progress_event(
     return WorkloadProgress(workload=key, ready=ready, total=total, observed_ms=at_ms)
 
 
+def _hold_order(action: HoldAction, value: object, path: str, errors: _Errors) -> HoldOrder | None:
+    """``hold|drain|resume: {node, by, reason, grace}`` (R14/R15). Its shape is checked
+    here; whether it names a node and a valid grace is judged when it is played, against
+    the tree then in force, as the ledger judges an operator's order."""
+    if not isinstance(value, Mapping):
+        errors.add(path, "not-a-mapping", f"takes {{{', '.join(ORDER_KEYS)}}}")
+        return None
+    for key_name in sorted(str(k) for k in value):
+        if key_name not in ORDER_KEYS or (key_name == "grace" and action != "Drain"):
+            errors.add(f"{path}.{key_name}", "unknown-key", f"keys: {ORDER_KEYS} (grace: drain)")
+    node, grace = value.get("node"), value.get("grace")
+    by, reason = value.get("by", SCENARIO_OPERATOR), value.get("reason", "")
+    for name, text in (("node", node), ("by", by), ("reason", reason)):
+        if not isinstance(text, str) or (name != "reason" and not text):
+            errors.add(f"{path}.{name}", "invalid-type", f"{name} must be a non-empty string")
+    if grace is not None and (isinstance(grace, bool) or not isinstance(grace, int)):
+        errors.add(f"{path}.grace", "invalid-grace", "grace is a whole number of seconds")
+        return None
+    if not (isinstance(node, str) and isinstance(by, str) and isinstance(reason, str)):
+        return None
+    return HoldOrder(action=action, target=node, by=by, reason=reason, grace_seconds=grace)
+
+
 def _remove_node_event(value: object, path: str, errors: _Errors) -> ClusterEvent | None:
     if not isinstance(value, Mapping) or not isinstance(value.get("name"), str):
         errors.add(path, "invalid-node", "removeNode takes {name, zone}")
@@ -631,8 +686,16 @@ def _load_expect(raw: object, errors: _Errors) -> Expect:
             quota[QuotaPath(node)] = parse_resources(used, f"expect.quota.{node}")
         except InputError as failure:
             errors.items.extend(failure.errors)
+    said: dict[WorkloadKey, str] = {}
+    for job, text in _mapping(raw.get("reasons"), "expect.reasons", errors).items():
+        if not isinstance(text, str) or not text:
+            errors.add(f"expect.reasons.{job}", "invalid-type", "a reason is a non-empty string")
+        else:
+            said[WorkloadKey(job)] = text
     usage = _load_usage(raw.get("usage"), errors) if "usage" in raw else None
-    return Expect(jobs=jobs, queues=queues, preempted=preempted, quota=quota, usage=usage)
+    return Expect(
+        jobs=jobs, queues=queues, preempted=preempted, quota=quota, usage=usage, reasons=said
+    )
 
 
 def _load_usage(raw: object, errors: _Errors) -> UsageExpect | None:
@@ -694,8 +757,16 @@ def run(scenario: Scenario) -> SimResult:
         if isinstance(step.event, WorkloadObserved) and step.manifest is not None
     }
     """Each job's manifest as created (a retry's as the run made it): the watcher's part."""
+    hold_changes: list[HoldChange] = []
 
-    def feed(event: ClusterEvent, at_ms: Millis) -> None:
+    def feed(entry: ClusterEvent | HoldOrder, at_ms: Millis) -> None:
+        event: LogEvent | None = (
+            _judge(entry, engine, at_ms, rejections, hold_changes)
+            if isinstance(entry, HoldOrder)
+            else entry
+        )
+        if event is None:
+            return
         if isinstance(event, QuotaTreeRejected):
             rejections.append(Rejection(at_ms=at_ms, errors=event.errors))
         if isinstance(event, WorkloadFinished) and event.terminations:
@@ -728,15 +799,15 @@ def run(scenario: Scenario) -> SimResult:
                 return
             decide(wakeup)
 
-    for event in scenario.setup:
-        feed(event, Millis(0))
+    for setup in scenario.setup:
+        feed(setup, Millis(0))
     groups = _groups(scenario.steps)
     if not groups or groups[0][0] > 0:
         decide(Millis(0))
-    for at_ms, events in groups:
+    for at_ms, entries in groups:
         wake_until(at_ms)
-        for event in events:
-            feed(event, at_ms)
+        for entry in entries:
+            feed(entry, at_ms)
         decide(at_ms)
     wake_until(None)
     preempted = sorted({d.decision.workload for d in decisions if _is_preempted(d.decision)})
@@ -744,6 +815,7 @@ def run(scenario: Scenario) -> SimResult:
         scenario=scenario,
         decisions=decisions,
         rejections=rejections,
+        holds=hold_changes,
         jobs=engine.jobs(),
         queues=engine.queues(),
         quota_used=engine.quota_used(),
@@ -786,12 +858,36 @@ def _with_memory(
     return msgspec.structs.replace(event, terminations=terminations)
 
 
+def _judge(
+    order: HoldOrder,
+    engine: Engine,
+    at_ms: Millis,
+    rejections: list[Rejection],
+    hold_changes: list[HoldChange],
+) -> NodeHeld | NodeResumed | None:
+    """The event an order records, as its owner would record it, or None when refused (the
+    refusal is reported with the scenario's own key names)."""
+    outcome = carry_out(order, engine.state.tree.root, engine.state.holds, at_ms)
+    if isinstance(outcome, list):
+        action = order.action.lower()
+        named = [
+            FieldError(
+                path=f"{action}.{ORDER_FIELDS.get(e.path, e.path)}", code=e.code, message=e.message
+            )
+            for e in outcome
+        ]
+        rejections.append(Rejection(at_ms=at_ms, errors=named, what="order refused"))
+        return None
+    hold_changes.append(HoldChange(at_ms=at_ms, event=outcome))
+    return outcome
+
+
 def _is_preempted(decision: Decision) -> bool:
     return isinstance(decision, Preempted)
 
 
-def _groups(steps: list[Step]) -> list[tuple[Millis, list[ClusterEvent]]]:
-    groups: list[tuple[Millis, list[ClusterEvent]]] = []
+def _groups(steps: list[Step]) -> list[tuple[Millis, list[ClusterEvent | HoldOrder]]]:
+    groups: list[tuple[Millis, list[ClusterEvent | HoldOrder]]] = []
     for step in steps:
         if groups and groups[-1][0] == step.at_ms:
             groups[-1][1].append(step.event)
@@ -873,6 +969,8 @@ def render_json(result: SimResult) -> str:
             },
         },
     }
+    if result.holds:
+        output["holds"] = [_hold_record(change) for change in result.holds]
     if result.rejections:
         output["rejected"] = [
             {
@@ -884,6 +982,21 @@ def render_json(result: SimResult) -> str:
             for r in result.rejections
         ]
     return json.dumps(output, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def _hold_record(change: HoldChange) -> dict[str, object]:
+    """One entry of ``holds`` (only in scenarios that hold, drain or resume: R14/R15)."""
+    event = change.event
+    entry: dict[str, object] = {
+        "at": _seconds(change.at_ms),
+        "action": event.mode.lower() if isinstance(event, NodeHeld) else "resume",
+        "node": event.node,
+        "by": event.by,
+        "reason": event.reason,
+    }
+    if isinstance(event, NodeHeld) and event.mode == "Drain":
+        entry["grace"] = event.grace_seconds
+    return entry
 
 
 def render_table(result: SimResult) -> str:
@@ -902,9 +1015,16 @@ def render_table(result: SimResult) -> str:
     for rejection in result.rejections:
         for error in rejection.errors:
             lines.append(
-                f"  t={_seconds(rejection.at_ms)!s:>6}  tree rejected  {error.path}: "
+                f"  t={_seconds(rejection.at_ms)!s:>6}  {rejection.what}  {error.path}: "
                 f"{error.message}"
             )
+    for change in result.holds:
+        row = _hold_record(change)
+        grace = f", grace {row['grace']} s" if "grace" in row else ""
+        why = f": {row['reason']}" if row["reason"] else ""
+        lines.append(
+            f"  t={row['at']!s:>6}  {row['action']:<12} {row['node']} by {row['by']}{grace}{why}"
+        )
     lines += ["", "jobs:"]
     for key, view in result.jobs.items():
         position = f"#{view.position}" if view.position is not None else ""
@@ -956,6 +1076,12 @@ def check(scenario: Scenario, result: SimResult) -> list[str]:
             problems.append(f"preempted {key}: expected to be preempted, was not")
         for key in sorted(actual_set - expected_set):
             problems.append(f"preempted {key}: was preempted, not expected")
+    for key, start in expect.reasons.items():
+        view = result.jobs.get(key)
+        why = view.reason if view is not None else None
+        said = "" if why is None else f"{why.code}: {why.message}"
+        if not said.startswith(start):
+            problems.append(f"reason of {key}: expected {start!r}..., got {said!r}")
     for path, resources in expect.quota.items():
         if path not in result.quota_limits:
             problems.append(f"quota {path}: no such node in the final tree")
@@ -998,6 +1124,7 @@ def _unit_seconds_text(resource: str, amount: int) -> str:
 
 __all__ = [
     "Expect",
+    "HoldChange",
     "Rejection",
     "Scenario",
     "SimDecision",

@@ -55,6 +55,7 @@ from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
+from usher.core.holds import HoldRecord
 from usher.core.readiness import Readiness
 from usher.core.retry import Failure, RetryLink
 from usher.core.state import (
@@ -80,6 +81,8 @@ ENCODED: frozenset[str] = frozenset(
         "served",
         "zone_used",
         "held",
+        "holds",
+        "tree_holds",
         "preemptors",
         "stops",  # victims and hold; their residuals are recomputed
         "lingering",
@@ -121,6 +124,8 @@ REBUILT: frozenset[str] = frozenset(
         "_stopping",  # from ``stops``
         "_unready",  # from the admitted workloads' readiness records
         "_pass_admitted",  # empty between passes, when snapshots are taken
+        "_holds",  # from ``holds`` and ``tree_holds``
+        "_held_leaves",
     }
 )
 """Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""
@@ -281,6 +286,10 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Failed attempts awaiting their ``Retried`` (R12), in order."""
     retries: list[tuple[str, RetryLink]] = []
     """Attempts a ``Retried`` named (R12), in order."""
+    holds: list[HoldRecord] = []
+    """Holds and drains ordered on the log (R14/R15), by node path."""
+    tree_holds: list[HoldRecord] = []
+    """Holds and drains the tree's attributes put in force, by node path."""
 
 
 class _Header(msgspec.Struct):
@@ -456,6 +465,8 @@ def _record(engine: Engine) -> EngineSnapshot:
         served=None if state.served is None else list(state.served),
         failures=[(str(key), failure) for key, failure in state.failures.items()],
         retries=[(str(key), link) for key, link in state.retries.items()],
+        holds=[state.holds[path] for path in sorted(state.holds)],
+        tree_holds=[state.tree_holds[path] for path in sorted(state.tree_holds)],
     )
 
 
@@ -558,6 +569,8 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.lingering = {WorkloadKey(k): _placed(w, shapes) for k, w in record.lingering}
     state.failures = {WorkloadKey(k): failure for k, failure in record.failures}
     state.retries = {WorkloadKey(k): link for k, link in record.retries}
+    state.holds = {hold.node: hold for hold in record.holds}
+    state.tree_holds = {hold.node: hold for hold in record.tree_holds}
     engine.rebuild_derived()
     return engine
 

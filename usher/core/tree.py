@@ -45,11 +45,20 @@ RETRY_LIMIT_ATTRIBUTE = "usher.io/retry-limit"
 key as a job annotation opts one job in (bounded by the tree's limit when the tree sets one)."""
 OOM_MEMORY_FACTOR_ATTRIBUTE = "usher.io/oom-memory-factor"
 """What an OOMKilled container's memory is multiplied by for the next attempt (R13), >= 1."""
+HOLD_ATTRIBUTE = "usher.io/hold"
+"""``hold`` or ``drain``: the node and everything below it admit nothing new (R14); a drain
+also preempts the running work below it once its grace has passed (R15)."""
+HOLD_VALUES = ("hold", "drain")
+DRAIN_GRACE_ATTRIBUTE = "usher.io/drain-grace-seconds"
+"""A drain's grace (R15), inherited down the tree; also the default of ``usher drain``."""
+HOLD_REASON_ATTRIBUTE = "usher.io/hold-reason"
+"""Free text saying why the tree holds the node (shown in the pending reasons)."""
 WHOLE_SECONDS_ATTRIBUTES = (
     MIN_RUNTIME_ATTRIBUTE,
     READY_TIMEOUT_ATTRIBUTE,
     REQUEUE_BACKOFF_ATTRIBUTE,
     REQUEUE_BACKOFF_MAX_ATTRIBUTE,
+    DRAIN_GRACE_ATTRIBUTE,
 )
 """Attributes holding a whole, non-negative number of seconds."""
 ALLOW_ZERO_REQUESTS_ATTRIBUTE = "usher.io/allow-zero-requests"
@@ -418,6 +427,10 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
         message = f"{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE} must be a whole number >= 1, got {attempts!r}"
         checks.report(f"{path}.{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE}", "invalid-attribute", message)
     _check_retry_attributes(attributes, path, checks)
+    hold = attributes.get(HOLD_ATTRIBUTE)
+    if hold is not None and hold not in HOLD_VALUES:
+        message = f'{HOLD_ATTRIBUTE} must be "hold" or "drain", got {hold!r}'
+        checks.report(f"{path}.{HOLD_ATTRIBUTE}", "invalid-attribute", message)
     allow_zero = attributes.get(ALLOW_ZERO_REQUESTS_ATTRIBUTE)
     if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'

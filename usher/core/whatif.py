@@ -42,8 +42,10 @@ from schemas import (
     Decision,
     Inadmissible,
     Millis,
+    NodeHeld,
     NodeObserved,
     NodeRemoved,
+    NodeResumed,
     Preempted,
     PriorityClassDeleted,
     PriorityClassObserved,
@@ -86,8 +88,11 @@ _INPUTS = (
     PriorityClassObserved,
     PriorityClassDeleted,
     ZoneServed,
+    NodeHeld,
+    NodeResumed,
 )
-"""The recorded inputs a run replays: every cluster event type (decisions are left out)."""
+"""The recorded inputs a run replays: every cluster event type and operators' holds, drains
+and resumes (R14/R15: what people ordered stays ordered); decisions are left out."""
 
 _ACTIONS: dict[type, str] = {
     Admitted: "admit",
@@ -200,7 +205,7 @@ def _groups(items: Sequence[LogEntry], window_ms: int) -> list[list[LogEntry]]:
     return groups
 
 
-def _input(item: LogEntry, tree: QuotaNode | None) -> ClusterEvent:
+def _input(item: LogEntry, tree: QuotaNode | None) -> ClusterEvent | NodeHeld | NodeResumed:
     event = item.event
     assert isinstance(event, _INPUTS)
     if tree is not None and isinstance(event, QuotaTreeApplied):

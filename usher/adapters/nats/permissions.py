@@ -115,10 +115,11 @@ def ledger(subjects: Subjects) -> Identity:
     decisions = [f"{p}.decision.*.{action}.>" for action in DECISIONS_OF_THE_LEDGER]
     return Identity(
         LEDGER,
-        (*decisions, subjects.dlq(LEDGER), *_follow_log(subjects),
+        (*decisions, subjects.holds, subjects.dlq(LEDGER), *_follow_log(subjects),
          *_leader_key(subjects, "ledger-relay")),
         subscribe=(
-            "_INBOX.>", subjects.ledger_reserve, subjects.ledger_preempt, subjects.ledger_requeue
+            "_INBOX.>", subjects.ledger_reserve, subjects.ledger_preempt, subjects.ledger_requeue,
+            subjects.ledger_holds,
         ),
         allow_responses=True,
     )  # fmt: skip
@@ -177,13 +178,16 @@ HEADER = """\
 #
 #   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
 #   ledger     {prefix}.decision.*.{{admitted,preempted,released,requeued}}.>  + replies
+#              {prefix}.decision.hold.*  (records holds, drains and resumes: R14/R15)
+#              serves {prefix}.ledger.hold.<identity>: who asks is the subject's identity
 #   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped,retried}}.>  (own zone only)
 #              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
 #              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
 #              {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
 #   console    reads the log and the DLQ (people, usher.client, audits); publishes nothing
-#   admin      everything: creates and updates the streams ({log}, {dlq}), imports logs
+#   admin      everything: creates and updates the streams ({log}, {dlq}), imports logs,
+#              asks for holds ({prefix}.ledger.hold.admin: `usher hold|drain|resume`)
 #   services   {prefix}.dlq.<service>, STREAM.INFO (never CREATE/UPDATE/DELETE/PURGE) of the
 #              log, an ordered consumer on it, their snapshot and leader keys
 #

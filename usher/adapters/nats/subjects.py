@@ -22,7 +22,10 @@ from schemas import (
     Admitted,
     Decision,
     Envelope,
+    NodeHeld,
     NodeName,
+    NodeResumed,
+    QuotaPath,
     Retried,
     Zone,
 )
@@ -136,8 +139,11 @@ class Subjects:
         """Why ``envelope`` on ``subject`` is not a decision of the ledger's; None when it is
         one (or is no ledger decision type at all). Only the ledger's outbox publishes
         ``Admitted``/``Preempted``/``Released``, each on the subject naming its own action,
-        workload and (for an admission) zone, with the ledger as source."""
+        workload and (for an admission) zone, with the ledger as source; and an operator's
+        hold, drain or resume (R14/R15) only on ``<p>.decision.hold.<its node>``."""
         decision = envelope.event
+        if isinstance(decision, NodeHeld | NodeResumed):
+            return self._hold_problem(subject, decision, envelope.source)
         if not isinstance(decision, LEDGER_DECISION_TYPES):
             return None
         tag = type(decision).__struct_config__.tag
@@ -181,6 +187,15 @@ class Subjects:
             return f"a {tag} from {envelope.source!r}; only {owner!r} makes it"
         return None
 
+    def _hold_problem(self, subject: str, event: NodeHeld | NodeResumed, source: str) -> str | None:
+        tag = type(event).__struct_config__.tag
+        home = self.hold(event.node)
+        if subject != home:
+            return f"a {tag} of {event.node} on {subject!r}; it belongs on {home!r}"
+        if source != LEDGER_SOURCE:
+            return f"a {tag} from {source!r}; only {LEDGER_SOURCE!r} records it"
+        return None
+
     @property
     def all_decisions(self) -> str:
         return f"{self.prefix}.decision.>"
@@ -205,6 +220,31 @@ class Subjects:
     def ledger_requeue(self) -> str:
         """Requeues for readiness a dequeuer asks the ledger to carry out (R10)."""
         return f"{self.prefix}.ledger.requeue"
+
+    def ledger_hold(self, identity: str) -> str:
+        """Where NATS identity ``identity`` asks the ledger to hold, drain or resume a node
+        (R14/R15): each identity may publish only its own, so the ledger knows who asks."""
+        return f"{self.prefix}.ledger.hold.{token(identity)}"
+
+    @property
+    def ledger_holds(self) -> str:
+        """Every identity's hold requests (what the ledger subscribes to)."""
+        return f"{self.prefix}.ledger.hold.*"
+
+    def hold_identity(self, subject: str) -> str | None:
+        """The identity a hold request's subject names, or None if it is not one."""
+        head = f"{self.prefix}.ledger.hold."
+        rest = subject[len(head) :] if subject.startswith(head) else ""
+        return untoken(rest) if rest and "." not in rest else None
+
+    def hold(self, node: QuotaPath) -> str:
+        """Where the ledger records a hold, drain or resume of ``node`` (on the log)."""
+        return f"{self.prefix}.decision.hold.{token(node)}"
+
+    @property
+    def holds(self) -> str:
+        """Every hold, drain and resume the ledger records (only the ledger may publish)."""
+        return f"{self.prefix}.decision.hold.*"
 
     @property
     def preempt_request(self) -> str:

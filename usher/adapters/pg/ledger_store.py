@@ -46,6 +46,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from schemas import (
     Admitted,
+    FieldError,
+    Millis,
+    NodeHeld,
+    NodeResumed,
     Preempted,
     QuotaNode,
     QuotaPath,
@@ -72,10 +76,11 @@ from usher.core.arbitration import (
     release_cause,
 )
 from usher.core.config import WithinQuota
+from usher.core.holds import HoldOrder, branch_tree, carry_out
 from usher.core.reasons import stale_view
 from usher.core.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
 from usher.core.state import shape_of
-from usher.core.tree import iter_nodes
+from usher.core.tree import iter_nodes, path_nodes
 
 T = TypeVar("T")
 
@@ -676,7 +681,7 @@ class LedgerStore:
 
     async def requeue(
         self,
-        requeues: Sequence[Requeued],
+        requeues: Sequence[Requeued | Preempted],
         *,
         outbox: OutboxBuilder | None = None,
         log_seq: int | None = None,
@@ -689,8 +694,15 @@ class LedgerStore:
         of a preempted victim (R7, ``_observe``); usage does not change now. ``outbox`` gets
         the ``Requeued`` decision. One already requeued (``preempting`` for itself) is
         reported granted and nothing changes (a retried request); anything else is refused
-        with ``StaleView`` naming what the ledger holds.
+        with ``StaleView`` naming what the ledger holds. A drain's preemption (R15: a
+        ``Preempted`` whose workload is its own preemptor) is carried out the same way and
+        ``outbox`` gets that ``Preempted``; any other ``Preempted`` is a bad request.
         """
+        for decision in requeues:
+            if isinstance(decision, Preempted) and decision.preemptor != decision.workload:
+                raise LedgerRequestError(
+                    "requeue", "only a drain's Preempted (its own preemptor)", decision.workload
+                )
 
         async def work(conn: AsyncConnection) -> list[ReservationResult]:
             return await self._requeue_in(conn, requeues, outbox, log_seq)
@@ -700,14 +712,14 @@ class LedgerStore:
     async def _requeue_in(
         self,
         conn: AsyncConnection,
-        requeues: Sequence[Requeued],
+        requeues: Sequence[Requeued | Preempted],
         outbox: OutboxBuilder | None,
         log_seq: int | None,
     ) -> list[ReservationResult]:
         rows = await _lock_live(conn, [r.workload for r in requeues])
         stamp = await _stamp(conn)
         results: list[ReservationResult] = []
-        granted: list[tuple[Requeued, _Alloc]] = []
+        granted: list[tuple[Requeued | Preempted, _Alloc]] = []
         for requeue in requeues:
             row = rows.get(requeue.workload)
             refusal = _requeue_refusal(requeue, row)
@@ -738,6 +750,31 @@ class LedgerStore:
                 [outbox(_requeued_row(r, row), row.zone, row.id, stamp) for r, row in granted],
             )
         return results
+
+    # ------------------------------------------------------------------ holds (R14, R15)
+
+    async def hold(
+        self,
+        order: HoldOrder,
+        now: Millis,
+        outbox: Callable[[NodeHeld | NodeResumed], OutboxMessage],
+    ) -> NodeHeld | NodeResumed | list[FieldError]:
+        """Record an operator's hold, drain or resume of a node, or say why not.
+
+        ``order.target`` must be a quota path of the tree in force (people's tools resolve
+        names and queues first); a drain without a grace takes the node's inherited
+        ``usher.io/drain-grace-seconds``. The event goes out through the outbox like every
+        decision of the ledger (R9). Which orders are in force is the log's to say: a resume
+        of a node nobody holds is recorded and changes nothing.
+        """
+
+        async def work(conn: AsyncConnection) -> NodeHeld | NodeResumed | list[FieldError]:
+            outcome = carry_out(order, await _branch(conn, QuotaPath(order.target)), None, now)
+            if not isinstance(outcome, list):
+                await _write_outbox(conn, [outbox(outcome)])
+            return outcome
+
+        return await self.run("hold", work)
 
     # ------------------------------------------------------------------ cluster events
 
@@ -1181,6 +1218,35 @@ async def _minimums(
     return out
 
 
+async def _branch(conn: AsyncConnection, target: QuotaPath) -> QuotaNode | None:
+    """The nodes of the tree in force from the root down to ``target`` (as far as they
+    exist), with their attributes; None when there is no tree at all."""
+    wanted = [str(p) for p in path_nodes(target)]
+    rows = await conn.execute(
+        select(NODES.c.path, NODES.c.name, NODES.c.attributes).where(
+            NODES.c.path.in_(wanted), NODES.c.present
+        )
+    )
+    found = {row.path: (str(row.name), dict(row.attributes or {})) for row in rows}
+    if not found and not await conn.scalar(
+        select(func.count()).select_from(NODES).where(NODES.c.present)
+    ):
+        return None
+    chain: list[tuple[str, dict[str, str]]] = []
+    for path in wanted:
+        if path not in found:
+            break
+        chain.append(found[path])
+    if not chain:
+        # Another root: the target names nothing; a tree of the real root says so.
+        root = await conn.execute(
+            select(NODES.c.name).where(NODES.c.parent_path.is_(None), NODES.c.present)
+        )
+        name = root.scalar()
+        return branch_tree([(str(name), {})]) if name is not None else None
+    return branch_tree(chain)
+
+
 async def _present(conn: AsyncConnection, paths: set[QuotaPath]) -> set[QuotaPath]:
     rows = await conn.execute(select(NODES.c.path).where(NODES.c.path.in_(paths), NODES.c.present))
     return {QuotaPath(p) for p in rows.scalars()}
@@ -1522,7 +1588,7 @@ def _preempted_row(
     return outbox(decision, row.zone, row.id, at)
 
 
-def _requeue_refusal(requeue: Requeued, row: _Alloc | None) -> ReservationResult | None:
+def _requeue_refusal(requeue: Requeued | Preempted, row: _Alloc | None) -> ReservationResult | None:
     """Why the ledger cannot requeue ``requeue.workload`` now; None when it can (or did)."""
     if row is not None and row.quota == requeue.quota:
         if row.state == _ADMITTED:
@@ -1541,8 +1607,10 @@ def _requeue_refusal(requeue: Requeued, row: _Alloc | None) -> ReservationResult
     )
 
 
-def _requeued_row(requeue: Requeued, row: _Alloc) -> Requeued:
+def _requeued_row(requeue: Requeued | Preempted, row: _Alloc) -> Requeued | Preempted:
     # The ledger's rows are the truth about where it counted; the rest is the core's decision.
+    if isinstance(requeue, Preempted):
+        return msgspec.structs.replace(requeue, queue=row.queue, quota=row.quota)
     return msgspec.structs.replace(
         requeue, queue=row.queue, quota=row.quota, zone=row.zone, requests=row.requests
     )

@@ -179,8 +179,19 @@ def print_default(obj: JsonObj, now: datetime) -> list[Any]:
     return [obj["metadata"]["name"], age(obj, now)]
 
 
+def print_queue(queue: JsonObj, now: datetime) -> list[Any]:
+    """A Queue: the default cells, and (``-o wide``) its hold (R14/R15) or ``<none>``."""
+    hold = (queue.get("status") or {}).get("hold")
+    return [*print_default(queue, now), hold or "<none>"]
+
+
 DEFAULT_COLUMNS = (Column("Name", NAME_DOC, format="name"), Column("Age", AGE_DOC))
+HOLD_DOC = "The hold or drain of a node on the queue's path: node, who, when and why."
 PRINTERS: dict[tuple[str, str], tuple[tuple[Column, ...], Printer]] = {
+    ("scheduling.x-k8s.io", "queues"): (
+        (*DEFAULT_COLUMNS, Column("Hold", HOLD_DOC, 1)),
+        print_queue,
+    ),
     ("batch", "jobs"): (
         (
             Column("Name", NAME_DOC, format="name"),
