@@ -160,3 +160,18 @@ def test_aliases_that_only_share_values_still_load() -> None:
     children = tree["spec"]["root"]["children"]
     assert [c["max"] for c in children] == [{"cpu": "100"}, {"cpu": "100"}]
     assert children[1]["namespaces"] == ["user-a"]
+
+
+def test_manifests_built_in_memory_are_checked_like_a_files_documents() -> None:
+    """``AsyncClient.apply_manifests`` (the demo turns on a ready timeout with it) checks
+    what it is given as ``usher apply`` checks a file, naming the source and the document."""
+    from usher.client.errors import BadInput
+    from usher.client.manifests import documents_of
+
+    [tree] = yaml.safe_load_all(TREE.read_text())
+    [document] = documents_of([tree], "demo: ready timeout")
+    assert document.where == "demo: ready timeout: document 1"
+    assert document.name == "elasticquotatree"
+    with pytest.raises(BadInput) as refused:
+        documents_of([tree, {"apiVersion": "v1", "kind": "Secret"}], "demo")
+    assert refused.value.message.startswith("demo: document 2: usher apply does not handle Secret")

@@ -66,6 +66,7 @@ from usher.client.manifests import (
     Kind,
     apply_patch,
     check_document,
+    documents_of,
     for_create,
     is_suspended,
     job_manifest,
@@ -471,7 +472,13 @@ class AsyncClient:
         All documents are checked before the first is sent: a file with a mistake changes
         nothing. Manifests with ``generateName`` are always created (as ``kubectl create``).
         """
-        documents = load_documents(Path(path))
+        return await self._apply_documents(load_documents(Path(path)))
+
+    async def apply_manifests(self, manifests: list[JsonObj], source: str) -> list[Applied]:
+        """``apply`` for manifests built in memory (``source`` names them in messages)."""
+        return await self._apply_documents(documents_of(list(manifests), source))
+
+    async def _apply_documents(self, documents: list[Document]) -> list[Applied]:
         kube = await self.kube()
         return [await self._apply_one(kube, document) for document in documents]
 
@@ -849,6 +856,10 @@ class Client:
 
     def apply(self, path: Path | str) -> list[Applied]:
         return self._run(self._client.apply(path))
+
+    def apply_manifests(self, manifests: list[JsonObj], source: str) -> list[Applied]:
+        """See ``AsyncClient.apply_manifests``."""
+        return self._run(self._client.apply_manifests(manifests, source))
 
     def delete(self, job: str, namespace: str | None = None, *, kind: str | None = None) -> Deleted:
         """See ``AsyncClient.delete``."""

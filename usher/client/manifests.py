@@ -220,10 +220,16 @@ def load_documents(path: Path) -> list[Document]:
     raw = read_yaml_documents(path)
     if not raw:
         raise BadInput(f"{path}: no manifests in the file")
+    return documents_of(raw, str(path))
+
+
+def documents_of(raw: list[object], source: str) -> list[Document]:
+    """``raw`` manifests (parsed YAML or JSON), each of a kind ``usher apply`` knows, checked by
+    the core; ``source`` names them in messages (a file, or who made them)."""
     documents: list[Document] = []
     problems: list[str] = []
     for index, item in enumerate(_flatten(raw), start=1):
-        where = f"{path}: document {index}"
+        where = f"{source}: document {index}"
         if not isinstance(item, dict):
             problems.append(f"{where}: expected a manifest (a mapping), got {_type(item)}")
             continue
@@ -238,7 +244,7 @@ def load_documents(path: Path) -> list[Document]:
                 "use kubectl for it"
             )
             continue
-        document = Document(str(path), index, item, kind)
+        document = Document(source, index, item, kind)
         problems.extend(check_document(document))
         documents.append(document)
     if problems:

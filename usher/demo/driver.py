@@ -2,9 +2,11 @@
 
 What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses, plays the
 seed's three scenarios step by step, then a job that is OOMKilled and retried with more
-memory (R12, R13), then submits a steady, seeded-random mix of jobs until
-``stop`` is set, telling what it does through ``say``; every ``BURST_EVERY`` ticks a reclaim
-burst is due, sent once the quota tree (``quota``) shows it can only be admitted by reclaiming.
+memory (R12, R13), then a gang whose pods never become ready, requeued after Department-b's
+ready timeout (R10, turned on by applying the seed tree again with it), then submits a
+steady, seeded-random mix of jobs until ``stop`` is set, telling what it does through
+``say``; every ``BURST_EVERY`` ticks a reclaim burst is due, sent once the quota tree
+(``quota``) shows it can only be admitted by reclaiming.
 What it must never do: raise for a job that already exists (a restart replays the script),
 or keep submitting while more than ``max_backlog`` jobs wait.
 """
@@ -20,9 +22,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from usher.client import AsyncClient, BadInput, ClientError, QuotaInfo
-from usher.client.manifests import JobRequest, job_manifest
-from usher.core.tree import RETRY_LIMIT_ATTRIBUTE
-from usher.local.kube_emulator.playbook import OOM_BELOW
+from usher.client.manifests import JobRequest, job_manifest, read_yaml_documents
+from usher.core.tree import (
+    READY_TIMEOUT_ATTRIBUTE,
+    REQUEUE_BACKOFF_ATTRIBUTE,
+    RETRY_LIMIT_ATTRIBUTE,
+)
+from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
 DEMO_DIR = Path(__file__).resolve().parent
@@ -64,6 +70,11 @@ CORE, GI = 1000, 1024**3
 PRIORITY_CLASSES = ((None, 6), ("priority-2", 3), ("priority-3", 1))
 OOM_JOB, OOM_JOB_NAMESPACE = "train-oom", "user-b"
 """The demo's OOM scale-up (R13): submitted once after the seed's scenarios."""
+STUCK_GANG, STUCK_NAMESPACE, STUCK_DEPARTMENT = "stuck-gang", "user-c", "Department-b"
+"""The demo's gang that never becomes ready (R10): requeued, its quota used by others."""
+READINESS = {READY_TIMEOUT_ATTRIBUTE: "60", REQUEUE_BACKOFF_ATTRIBUTE: "30"}
+"""Department-b's readiness policy once the demo turns it on: 60 s to be ready, then a
+backoff of 30 s doubling (the seed tree itself has none, as the seed's walkthrough shows)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +164,7 @@ class DemoDriver:
         if await _sleep(stop, 5.0):
             return
         await self._step(stop, self._oom_job())
+        await self._step(stop, self._stuck_gang())
         tick, burst_due = 0, False
         while not stop.is_set():
             tick += 1
@@ -207,6 +219,7 @@ class DemoDriver:
             name=OOM_JOB,
             cpu="2",
             memory="4Gi",
+            zone=self._played_zone(),
             duration_s=20,
         )
         manifest = job_manifest(request)
@@ -220,6 +233,44 @@ class DemoDriver:
                 return  # a restart: the script already ran
             raise
         self.say(f"demo: {submitted.label} submitted (4Gi, OOMKilled below 6Gi, 2 retries)")
+
+    async def _stuck_gang(self) -> None:
+        """Turn on Department-b's ready timeout (the seed tree applied again with it), then
+        submit a gang the emulator's kubelet never lets become ready: it is admitted, requeued
+        after 60 s with its reason (``PodsNotReady: 0/4 pods ready after 60 s ...``), its
+        quota goes to the jobs waiting, and it is offered again after its backoff (R10)."""
+        [tree] = read_yaml_documents(demo_file("seed-tree.yaml"))
+        assert isinstance(tree, dict)
+        for child in tree["spec"]["root"]["children"]:
+            if child["name"] == STUCK_DEPARTMENT:
+                child["attributes"] = {**child.get("attributes", {}), **READINESS}
+        for applied in await self.client.apply_manifests([tree], "demo: ready timeout"):
+            self.say(f"demo: {applied.label}/{applied.name} {applied.action} (ready timeout 60 s)")
+        request = JobRequest(
+            namespace=STUCK_NAMESPACE,
+            image="registry.local/gang:latest",
+            name=STUCK_GANG,
+            cpu="5",
+            memory="5Gi",
+            replicas=4,
+            zone=self._played_zone(),
+            duration_s=600,
+        )
+        manifest = job_manifest(request)
+        manifest["metadata"].setdefault("annotations", {})[NEVER_READY] = "3600"
+        try:
+            submitted = await self.client.submit_manifest(manifest, check_namespace=False)
+        except BadInput as exc:
+            if "already exists" in exc.message:
+                return  # a restart: the script already ran
+            raise
+        self.say(f"demo: {submitted.label} submitted (4 pods that never become ready)")
+
+    def _played_zone(self) -> str | None:
+        """Where a job the kubelet plays pod by pod runs: its pods are placed on a node of
+        their zone, and the zones ``usher up`` starts have nodes (zone ``default`` has none
+        unless it is one of them), so the first of them."""
+        return self.zones[0] if self.zones else None
 
     async def _steady_job(self) -> None:
         rng = self.rng
