@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from schemas import WorkloadFinished, WorkloadKey, WorkloadProgress
 from tests.builders.manifests import batch_job, container, pod_template
 from usher.core.errors import ScenarioError
 from usher.core.sim import check, load_scenario, render_json, render_table, run
@@ -216,12 +217,37 @@ def test_nodes_and_node_actions() -> None:
         ({"at": 1, "progress": {"job": "a/x", "ready": -1}}, "timeline[1].progress.ready"),
         ({"at": 1, "progress": {"job": "a/x", "ready": 1, "pods": 2}}, "timeline[1].progress.pods"),
         ({"at": 1, "progress": "a/x"}, "timeline[1].progress"),
+        (
+            {"at": 1, "progress": {"job": "a/x", "ready": 1, "succeeded": 2}},
+            "timeline[1].progress.succeeded",
+        ),
+        (
+            {"at": 1, "progress": {"job": "a/x", "ready": 1, "succeeded": -1}},
+            "timeline[1].progress.succeeded",
+        ),
     ],
 )
 def test_bad_readiness_entries_name_the_field(entry: dict[str, Any], path: str) -> None:
     """R10's timeline actions: ``ready`` and ``progress`` of a created job, counts checked."""
     paths = error_paths(scenario(timeline=[{"at": 0, "create": job("x")}, entry]))
     assert path in paths, paths
+
+
+def test_succeeded_pods_reaching_min_success_are_a_finish_and_fewer_are_progress() -> None:
+    """The watcher's part for minSuccess, as scenarios play it (scenario 57 end to end)."""
+    quorum = job("q")
+    quorum["metadata"]["annotations"] = {"usher.io/min-success": "2"}
+    quorum["spec"]["parallelism"] = quorum["spec"]["completions"] = 3
+    data = scenario(
+        timeline=[
+            {"at": 0, "create": quorum},
+            {"at": 1, "progress": {"job": "a/q", "ready": 3, "succeeded": 1}},
+            {"at": 2, "progress": {"job": "a/q", "ready": 3, "succeeded": 2}},
+        ]
+    )
+    steps = load_scenario(data, "t").steps
+    assert isinstance(steps[1].event, WorkloadProgress) and steps[1].event.succeeded == 1
+    assert steps[2].event == WorkloadFinished(workload=WorkloadKey("a/q"), min_success=2)
 
 
 def test_progress_counts_default_to_the_jobs_pods() -> None:

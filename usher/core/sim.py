@@ -3,8 +3,10 @@
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
 services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
-ready -- ``progress: {job, ready, total}``, the pod progress R10 judges readiness by, and
-``fail: {job, container, exitCode}`` / ``oom: {job, container}``, a failed attempt (R12, R13),
+ready -- ``progress: {job, ready, total, succeeded}``, the pod progress R10 judges readiness by
+(a ``succeeded`` that reaches the job's ``usher.io/min-success`` is a finish, as the watcher
+reports it), and ``fail: {job, container, exitCode}`` / ``oom: {job, container}``, a failed
+attempt (R12, R13),
 after which it plays the watcher: a ``Retried`` next attempt is made from the job's manifest
 and observed at once) and its wakeups (min-runtime ends, ready deadlines, requeue backoffs),
 ``render_json``/``render_table`` print the outcome, and ``check`` compares it with the
@@ -59,6 +61,7 @@ from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
 from usher.core.holds import HoldOrder, carry_out
+from usher.core.kinds import success
 from usher.core.quantity import CPU, format_quantity, parse_resources
 from usher.core.retry import container_memory, retry_manifest
 from usher.core.state import ENGINE_STATES
@@ -90,7 +93,7 @@ ACTIONS = (
     "drain",
     "resume",
 )
-PROGRESS_KEYS = ("job", "ready", "total")
+PROGRESS_KEYS = ("job", "ready", "total", "succeeded")
 FAIL_KEYS = ("job", "container", "exitCode")
 """``fail: {job, container, exitCode}`` (or ``fail: ns/name``); ``oom`` takes job and container."""
 OOM_EXIT_CODE = 137
@@ -460,7 +463,8 @@ def _timeline_event(
     if action in ("finish", "delete"):
         return _finish_or_delete(action, value, f"{path}.{action}", live, errors)
     if action in ("ready", "progress"):
-        return _progress_event(action, value, f"{path}.{action}", at_ms, live, errors)
+        event = _progress_event(action, value, f"{path}.{action}", at_ms, live, errors)
+        return _min_success_reached(event, manifests)
     if action == "apply":
         return _object_event(value, f"{path}.apply", errors)
     if action == "node":
@@ -589,7 +593,8 @@ def _progress_event(
     live: dict[WorkloadKey, int],
     errors: _Errors,
 ) -> ClusterEvent | None:
-    """``ready: ns/name`` (every pod ready) or ``progress: {job, ready, total}`` (R10)."""
+    """``ready: ns/name`` (every pod ready) or ``progress: {job, ready, total, succeeded}``
+    (R10)."""
     if action == "ready":
         key = _live_job(value, path, live, errors)
         if key is None:
@@ -606,18 +611,40 @@ def _progress_event(
         return None
     total = value.get("total", live[key])
     ready = value.get("ready")
+    succeeded = value.get("succeeded", 0)
     counts_valid = True
-    for name, count in (("ready", ready), ("total", total)):
+    for name, count in (("ready", ready), ("total", total), ("succeeded", succeeded)):
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             errors.add(f"{path}.{name}", "invalid-count", f"{name} must be a whole number >= 0")
             counts_valid = False
     if not counts_valid:
         return None
-    assert isinstance(ready, int) and isinstance(total, int)
+    assert isinstance(ready, int) and isinstance(total, int) and isinstance(succeeded, int)
     if ready > total:
         errors.add(f"{path}.ready", "invalid-count", f"ready {ready} is more than total {total}")
         return None
-    return WorkloadProgress(workload=key, ready=ready, total=total, observed_ms=at_ms)
+    if succeeded > ready:
+        message = f"succeeded {succeeded} is more than ready {ready} (succeeded pods are ready)"
+        errors.add(f"{path}.succeeded", "invalid-count", message)
+        return None
+    return WorkloadProgress(
+        workload=key, ready=ready, total=total, succeeded=succeeded, observed_ms=at_ms
+    )
+
+
+def _min_success_reached(
+    event: ClusterEvent | None, manifests: Mapping[WorkloadKey, Mapping[str, object]]
+) -> ClusterEvent | None:
+    """The watcher's part for minSuccess: once as many pods succeeded as the job's
+    ``usher.io/min-success`` asks, it reports the job finished (succeeded), not progress."""
+    if not isinstance(event, WorkloadProgress) or event.succeeded == 0:
+        return event
+    manifest = manifests.get(event.workload)
+    outcome = success.reached(dict(manifest), event.succeeded) if manifest is not None else None
+    if outcome is None:
+        return event
+    wanted = outcome.min_success
+    return WorkloadFinished(workload=event.workload, succeeded=True, min_success=wanted)
 
 
 def _hold_order(action: HoldAction, value: object, path: str, errors: _Errors) -> HoldOrder | None:
