@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from fractions import Fraction
 from pathlib import Path
@@ -229,3 +230,115 @@ async def test_two_zone_dequeuers_racing_on_a_borrowing_tree_never_over_commit(
     await _submit(api, count, duration=0.1, per_batch=200)
     await _wait_finished(api, count, procs, timeout_s=240)
     await _check_run(js, subjects, migrated_url, count)
+
+
+# --------------------------------------------------------------------------- after admission
+
+NODE_CPU = "1000"
+"""Nodes far larger than the tree: their pods are placed (played jobs need a node), and
+quota, not node room, decides."""
+
+
+def node(zone: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": f"node-{zone}", "labels": {"usher.io/zone": zone}},
+        "status": {"allocatable": {"cpu": NODE_CPU, "memory": "4Ti", "pods": "10000"}},
+    }
+
+
+def after_admission_job(index: int) -> tuple[str, dict[str, Any]]:
+    """Job ``index``: every 10th is OOM-killed at 1Gi and retried once at 1.5Gi, which runs
+    (R12, R13); every 25th never becomes ready and is requeued until its attempts run out
+    (R10); the rest just run. Returns its role and manifest."""
+    manifest = job(index, "ab"[index % 2], 0.3)
+    annotations = manifest["metadata"]["annotations"]
+    resources = manifest["spec"]["template"]["spec"]["containers"][0]["resources"]
+    if index % 25 == 0:
+        annotations["emulator.usher.io/never-ready-seconds"] = "3600"
+        return "stuck", manifest
+    if index % 10 == 0:
+        resources["requests"]["memory"] = "1Gi"
+        annotations.update(
+            {"usher.io/retry-limit": "1", "emulator.usher.io/oom-below-memory": "1500Mi"}
+        )
+        manifest["spec"]["backoffLimit"] = 0
+        return "oom", manifest
+    return "plain", manifest
+
+
+def timed_tree() -> dict[str, Any]:
+    """``tree(10)`` with a ready timeout (long enough for a job that runs, across a watcher
+    restart) and a short backoff on the root (R10), two attempts."""
+    quota_tree = tree(10)
+    quota_tree["spec"]["root"]["attributes"] = {
+        "usher.io/ready-timeout-seconds": "10",
+        "usher.io/requeue-backoff-seconds": "1",
+        "usher.io/requeue-max-attempts": "2",
+    }
+    return quota_tree
+
+
+async def test_every_service_killed_once_with_requeues_and_retries_in_flight_ends_clean(
+    cluster: tuple[ServiceProcesses, client.ApiClient],
+    subjects: Subjects,
+    js: JetStreamContext,
+    migrated_url: str,
+) -> None:
+    """The crash test with issue 17's events in flight: readiness requeues (R10) and retries
+    with OOM scale-up (R12, R13) on the borrowing tree, every service SIGKILLed once."""
+    procs, api = cluster
+    count = 300
+    roles = {i: after_admission_job(i) for i in range(count)}
+    await asyncio.sleep(2.0)
+    core = client.CoreV1Api(api)
+    for zone in "ab":
+        await core.create_node(node(zone))
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", timed_tree()
+    )
+    batch = client.BatchV1Api(api)
+
+    async def submit() -> None:
+        for start in range(0, count, 30):
+            await asyncio.gather(
+                *(
+                    batch.create_namespaced_job(LEAVES[i % len(LEAVES)].lower(), roles[i][1])
+                    for i in range(start, min(count, start + 30))
+                )
+            )
+            await asyncio.sleep(0.2)
+
+    await asyncio.gather(submit(), _kill_once_each(procs, random.Random(20261124), window_s=8.0))
+    key = {i: f"{LEAVES[i % 3].lower()}/w{i:05d}" for i in range(count)}
+    plain = {key[i] for i, (role, _) in roles.items() if role == "plain"}
+    oom = {key[i] for i, (role, _) in roles.items() if role == "oom"}
+    stuck = {key[i] for i, (role, _) in roles.items() if role == "stuck"}
+    retries = {f"{k}-retry-1" for k in oom}
+
+    async def settled() -> bool:
+        entries = await read_log(js, subjects)
+        done = {str(e.event.workload) for _, _, e in entries
+                if type(e.event).__name__ == "WorkloadFinished" and e.event.succeeded}  # fmt: skip
+        gave_up = {str(e.event.workload) for _, _, e in entries
+                   if type(e.event).__name__ == "Requeued" and e.event.attempt >= 2}  # fmt: skip
+        return (plain | retries) <= done and stuck <= gave_up
+
+    deadline = time.monotonic() + 240
+    while not await settled():
+        assert time.monotonic() < deadline, f"not settled; alive {procs.alive()}"
+        await asyncio.sleep(1.0)
+    await quiesce(js, subjects, quiet_s=1.0, timeout_s=60)
+    entries = await read_log(js, subjects)
+    story_checks(entries, plain)
+    retried = Counter(
+        str(e.event.workload) for _, _, e in entries if type(e.event).__name__ == "Retried"
+    )
+    assert {k: retried[k] for k in oom} == dict.fromkeys(oom, 1)  # one decision per failure
+    created = {str(e.event.workload) for _, _, e in entries
+               if type(e.event).__name__ == "WorkloadObserved"}  # fmt: skip
+    assert retries <= created and not {k for k in created if k.endswith("-retry-2")}
+    assert await history_violations(migrated_url, Fraction(1)) == []
+    await assert_log_invariants(js, subjects, EngineConfig())
+    await assert_audit_clean(procs.env, subjects.prefix, migrated_url)

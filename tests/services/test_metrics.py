@@ -94,6 +94,12 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                 contexts.extend([ledger, dequeuer])
                 async with session.get(f"{base}/readyz") as response:
                     assert response.status == 200
+                # The registry is the process's: earlier tests in it may have counted usage on
+                # nodes of the same names. What this test adds is measured from here.
+                before, _ = await _scrape(session, base)
+                usage_name = "usher_usage_resource_seconds_total"
+                leaf_before = _value(before, usage_name, node="root/A", resource="cpu") or 0.0
+                root_before = _value(before, usage_name, node="root", resource="cpu") or 0.0
                 # Two workloads in A's queue: 60 cores fit (A's min), the next 50 do not
                 # (the root's 100 would be exceeded), so one admitted and one pending.
                 await publish(
@@ -171,13 +177,16 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                 # Usage (U1): the admitted 60 cores accrue on root/A and on root alike.
                 async def used() -> tuple[float, float] | None:
                     now, _ = await _scrape(session, base)
-                    name = "usher_usage_resource_seconds_total"
-                    leaf = _value(now, name, node="root/A", resource="cpu") or 0.0
-                    root = _value(now, name, node="root", resource="cpu") or 0.0
+                    leaf = (_value(now, usage_name, node="root/A", resource="cpu") or 0.0) - (
+                        leaf_before
+                    )
+                    root = (_value(now, usage_name, node="root", resource="cpu") or 0.0) - (
+                        root_before
+                    )
                     return (leaf, root) if leaf > 0 else None
 
                 accrued = await eventually(used, timeout_s=10, every_s=0.2)
-                assert accrued is not None and accrued[0] == accrued[1]
+                assert accrued is not None and accrued[0] == pytest.approx(accrued[1])
 
                 # A poison entry on the log: the dequeuer parks it, the counter says so.
                 parked_before = _value(samples, "usher_dlq_parked_total", service="dequeuer") or 0.0
