@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import pytest
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
 
