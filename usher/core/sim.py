@@ -59,6 +59,7 @@ from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
 from usher.core.holds import HoldOrder, carry_out
+from usher.core.planning import RunRecord, capacity_of
 from usher.core.quantity import CPU, format_quantity, parse_resources
 from usher.core.retry import container_memory, retry_manifest
 from usher.core.state import ENGINE_STATES
@@ -915,6 +916,27 @@ class _Runs:
         return done
 
 
+def planning_record(result: SimResult) -> RunRecord:
+    """What the planning report reads of a run: its window is ``[0, until)`` (without
+    ``until``: up to its last step or decision), the capacity the nodes it saw leave."""
+    scenario = result.scenario
+    arrivals: dict[WorkloadKey, Millis] = {}
+    for step in scenario.steps:
+        if isinstance(step.event, WorkloadObserved):
+            arrivals.setdefault(step.event.workload, step.at_ms)
+    last = max([0, *(s.at_ms for s in scenario.steps), *(r.at_ms for r in result.ledger)])
+    return RunRecord(
+        decisions=[(record.at_ms, record.decision) for record in result.ledger],
+        arrivals=arrivals,
+        waiting=[entry.job for entries in result.queues.values() for entry in entries],
+        quotas={key: view.quota for key, view in result.jobs.items() if view.quota},
+        limits=result.quota_limits,
+        capacity=capacity_of([*scenario.setup, *(step.event for step in scenario.steps)]),
+        since_ms=Millis(0),
+        until_ms=scenario.until_ms if scenario.until_ms is not None else Millis(last),
+    )
+
+
 def usage_intervals(result: SimResult) -> list[Interval]:
     """The allocation intervals of a run, folded as the log's are (U1)."""
     fold = UsageFold()
@@ -1223,6 +1245,7 @@ __all__ = [
     "UsageExpect",
     "check",
     "load_scenario",
+    "planning_record",
     "render_json",
     "render_table",
     "run",
