@@ -105,6 +105,8 @@ class RunRecord:
     decisions: Sequence[tuple[Millis, Decision]]
     """Every decision in the order it was taken, with the ``Released`` of finishes (U1)."""
     arrivals: Mapping[WorkloadKey, Millis]
+    """When each job arrived; those in ``[since, until]`` count (one arriving at the window's
+    last instant was decided on)."""
     waiting: Iterable[WorkloadKey]
     """The jobs in a queue at the end."""
     quotas: Mapping[WorkloadKey, str]
@@ -114,6 +116,8 @@ class RunRecord:
     capacity: Mapping[str, int]
     since_ms: Millis
     until_ms: Millis
+    opening: Sequence[Interval] = ()
+    """Allocations already held when the decisions start (a replay from ``--since``)."""
 
 
 # ---------------------------------------------------------------------------- inputs
@@ -161,10 +165,12 @@ class _Tally:
     lost: list[Interval]
 
 
-def _tally(decisions: Sequence[tuple[Millis, Decision]]) -> _Tally:
+def _tally(decisions: Sequence[tuple[Millis, Decision]], opening: Sequence[Interval]) -> _Tally:
     """One pass over the decisions: first admissions, each job's last quota node, the
-    intervals held (U1) and those a preemption ended."""
+    intervals held (U1, from the ``opening`` ones on) and those a preemption ended."""
     fold = UsageFold()
+    for interval in opening:
+        fold.open.setdefault(interval.workload, interval)
     tally = _Tally({}, {}, {}, [], [])
     for at_ms, decision in decisions:
         quota = (
@@ -189,7 +195,7 @@ def _tally(decisions: Sequence[tuple[Millis, Decision]]) -> _Tally:
 def planning_report(record: RunRecord) -> PlanningReport:
     """The report per department and for the whole cluster."""
     departments = departments_of(record.limits)
-    tally = _tally(record.decisions)
+    tally = _tally(record.decisions, record.opening)
     for key, quota in record.quotas.items():
         tally.quota_of.setdefault(key, quota)
     window = record.until_ms - record.since_ms
@@ -208,7 +214,7 @@ def planning_report(record: RunRecord) -> PlanningReport:
         jobs = [
             key
             for key in record.arrivals
-            if record.since_ms <= record.arrivals[key] < record.until_ms
+            if record.since_ms <= record.arrivals[key] <= record.until_ms
             and (department is None or _belongs(key, department, tally, departments))
         ]
         rows.append(

@@ -922,7 +922,8 @@ def planning_record(result: SimResult) -> RunRecord:
     scenario = result.scenario
     arrivals: dict[WorkloadKey, Millis] = {}
     for step in scenario.steps:
-        if isinstance(step.event, WorkloadObserved):
+        played = scenario.until_ms is None or step.at_ms < scenario.until_ms
+        if isinstance(step.event, WorkloadObserved) and played:
             arrivals.setdefault(step.event.workload, step.at_ms)
     last = max([0, *(s.at_ms for s in scenario.steps), *(r.at_ms for r in result.ledger)])
     return RunRecord(
