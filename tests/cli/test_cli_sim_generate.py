@@ -142,3 +142,11 @@ def test_bad_options(spec: Path) -> None:
     assert nothing.returncode == 2 and "Missing argument" in nothing.stderr
     negative = usher("sim", "--generate", str(spec), "--rate-scale", "-1")
     assert negative.returncode == 2
+
+
+def test_the_readmes_planning_example_prints_what_the_readme_shows() -> None:
+    repo = Path(__file__).resolve().parents[2]
+    result = usher("sim", "--generate", "docs/planning/two-departments.yaml", cwd=repo)
+    assert result.returncode == 0, result.stderr
+    readme = (repo / "README.md").read_text()
+    assert result.stdout in readme

@@ -1,5 +1,5 @@
-"""The planning report: what a run did for each department (``usher sim --generate``,
-``usher what-if``).
+"""The planning report (docs/admission-rules.md S2): what a run did for each department
+(``usher sim --generate``, ``usher what-if``).
 
 What it does: ``planning_report`` reads a run's decisions (in the ledger's order, with the
 ``Released`` a finish brings, as usage accounting folds them: U1), when each job arrived,

@@ -1,4 +1,4 @@
-"""The scenario simulator (docs/admission-rules.md S1): plays already-loaded scenario data.
+"""The scenario simulator (docs/admission-rules.md S1, S2): plays already-loaded scenario data.
 
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
@@ -9,7 +9,9 @@ after which it plays the watcher: a ``Retried`` next attempt is made from the jo
 and observed at once) and its wakeups (min-runtime ends, ready deadlines, requeue backoffs),
 ``render_json``/``render_table`` print the outcome, and ``check`` compares it with the
 scenario's ``expect:`` block (an optional ``usage:`` in it is checked against
-``usage_intervals``, the run's decisions folded as the log's are, U1).
+``usage_intervals``, the run's decisions folded as the log's are, U1). A ``create`` with
+``runSeconds`` finishes that long after each admission and ``until`` ends the run (S2);
+``planning_record`` hands a run to the planning report.
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
 """
@@ -86,7 +88,7 @@ TOP_LEVEL_KEYS = (
 )
 RUN_KEY = "runSeconds"
 """A ``create`` entry's optional runtime: the job finishes that long after each admission
-(a preemption throws the run away; the next admission starts it again)."""
+(a preemption throws the run away; the next admission starts it again: S2)."""
 CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
 ACTIONS = (
     "create",
@@ -886,7 +888,7 @@ def run(scenario: Scenario) -> SimResult:
 
 
 class _Runs:
-    """When each running job with a ``runSeconds`` ends: set at its admission, forgotten when
+    """S2: when each running job with a ``runSeconds`` ends: set at its admission, forgotten when
     it is preempted or requeued (that run is thrown away), handed out when due."""
 
     def __init__(self, run_ms: dict[WorkloadKey, Millis]) -> None:

@@ -1,4 +1,4 @@
-"""Generated simulation for planning (``usher sim --generate``): a spec, a seed, scenario data.
+"""Generated simulation for planning (S2, ``usher sim --generate``): a spec, a seed, a scenario.
 
 What it does: ``spec`` checks a generation spec, ``generate`` draws the jobs it describes
 from a seeded ``random.Random`` and writes them as an ordinary scenario, which the core's
