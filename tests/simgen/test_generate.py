@@ -222,3 +222,28 @@ def test_bad_department_is_refused_naming_the_field(
         load_spec(data, "s")
     found = {(e.path, e.code) for e in failure.value.errors}
     assert any(p == path and (code is None or c == code) for p, c in found), found
+
+
+@pytest.mark.parametrize(
+    ("departments", "path", "code"),
+    [
+        (
+            [{"name": "a", "min": {"cpu": "20"}}, {"name": "b", "min": {"cpu": "20"}}],
+            "departments (spec.root.min.cpu)",
+            "children-min-exceed-parent-min",
+        ),
+        (
+            [{"name": "a", "min": {"cpu": "3"}, "max": {"cpu": "2"}}],
+            "departments[0].min.cpu",
+            "min-exceeds-max",
+        ),
+    ],
+)
+def test_a_tree_the_departments_cannot_make_is_refused(
+    departments: list[dict[str, Any]], path: str, code: str
+) -> None:
+    """Not left to the run, where a rejected tree would leave every job unmapped."""
+    data = spec_data(departments=[{**d, "arrivals": {"rate": 0.1}} for d in departments])
+    with pytest.raises(ScenarioError) as failure:
+        load_spec(data, "s")
+    assert [(e.path, e.code) for e in failure.value.errors] == [(path, code)]

@@ -20,12 +20,10 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-from usher.core.quantity import format_quantity, parse_resources
-from usher.simgen.spec import GPU, Department, Distribution, GenSpec, Shape
+from usher.simgen.spec import GPU, Department, Distribution, GenSpec, Shape, tree_manifest
 
 MILLICORES_PER_CORE = 1000
 MIB_PER_GIB = 1024
-ROOT = "root"
 
 
 def draw(distribution: Distribution, rng: random.Random) -> float:
@@ -154,35 +152,6 @@ def _manifest(job: Job) -> dict[str, object]:
     }
 
 
-def cluster_total(spec: GenSpec) -> dict[str, str]:
-    """Every node's allocatable summed, as quantities."""
-    each = parse_resources(spec.allocatable, "cluster.allocatable")
-    return {r: format_quantity(r, amount * spec.nodes) for r, amount in sorted(each.items())}
-
-
-def tree_manifest(spec: GenSpec) -> dict[str, object]:
-    """The given tree, or one the departments make: each a child of a root that guarantees the
-    whole cluster, with its ``min`` and its ``max`` (default: the whole cluster)."""
-    if spec.tree_manifest is not None:
-        return dict(spec.tree_manifest)
-    total = cluster_total(spec)
-    children = [
-        {
-            "name": d.name,
-            "min": dict(d.minimum),
-            "max": dict(d.maximum) if d.maximum is not None else dict(total),
-            "namespaces": [d.namespace],
-        }
-        for d in spec.departments
-    ]
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {"root": {"name": ROOT, "min": total, "max": total, "children": children}},
-    }
-
-
 def generate(spec: GenSpec, seed: int) -> dict[str, object]:
     """The scenario data for ``seed``: what ``load_scenario`` reads."""
     objects: list[dict[str, object]] = [tree_manifest(spec)]
@@ -216,4 +185,4 @@ def generate(spec: GenSpec, seed: int) -> dict[str, object]:
     }
 
 
-__all__ = ["Job", "arrivals", "cluster_total", "draw", "draw_whole", "generate", "jobs"]
+__all__ = ["Job", "arrivals", "draw", "draw_whole", "generate", "jobs"]

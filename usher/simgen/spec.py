@@ -3,20 +3,23 @@
 What it does: ``load_spec`` turns a parsed spec (departments, their arrival rates and bursts,
 size, runtime and priority distributions, the cluster, a horizon) into a ``GenSpec``, or
 raises ``ScenarioError`` naming every bad field (a negative rate, an unknown distribution, a
-quantity that does not parse...); ``Distribution`` says what each distribution takes.
+quantity that does not parse, a tree the departments cannot make...); ``Distribution`` says
+what each distribution takes; ``tree_manifest`` is the tree the departments make (or the
+given one) and ``cluster_total`` the cluster's capacity as quantities.
 What it must never do: open files (the CLI loads the spec and a ``tree:`` file), draw random
 numbers (``usher.simgen.generate`` does) or decide anything about admission.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from schemas import FieldError, QuotaNode
 from usher.core.errors import InputError, ScenarioError, TreeInvalid
-from usher.core.quantity import parse_resources
+from usher.core.quantity import format_quantity, parse_resources
 from usher.core.tree import parse_tree
 
 SPEC_KEYS = (
@@ -46,6 +49,9 @@ DEPARTMENT_KEYS = (
 ARRIVAL_KEYS = ("rate", "bursts")
 BURST_KEYS = ("every", "jobs")
 GPU = "nvidia.com/gpu"
+ROOT = "root"
+CHILD = re.compile(r"^spec\.root\.children\[(\d+)\]\.?(?:\([^)]*\)\.?)?")
+"""A generated tree's error about a department's node, renamed to the spec's path."""
 
 
 class Shape(StrEnum):
@@ -184,7 +190,7 @@ def load_spec(data: object, source: str, tree_manifest: object | None = None) ->
     departments = _departments(data.get("departments"), tree, classes, errors)
     if errors.items:
         raise ScenarioError(errors.items)
-    return GenSpec(
+    spec = GenSpec(
         name=name,
         seed=seed,
         horizon_s=horizon or 0.0,
@@ -196,6 +202,29 @@ def load_spec(data: object, source: str, tree_manifest: object | None = None) ->
         priority_classes=classes,
         departments=departments,
     )
+    if tree is None:
+        _check_made_tree(spec)
+    return spec
+
+
+def _check_made_tree(spec: GenSpec) -> None:
+    """The tree the departments make must be valid (a rejected one would leave every job
+    unmapped); its errors are named by the department's path in the spec."""
+    try:
+        parse_tree(tree_manifest(spec))
+    except TreeInvalid as failure:
+        raise ScenarioError(
+            [
+                FieldError(
+                    path=CHILD.sub(lambda m: f"departments[{m.group(1)}].", e.path).rstrip(".")
+                    if CHILD.match(e.path)
+                    else f"departments ({e.path})",
+                    code=e.code,
+                    message=e.message,
+                )
+                for e in failure.errors
+            ]
+        ) from None
 
 
 def _unknown(
@@ -476,6 +505,35 @@ def _priority(
     return weights
 
 
+def cluster_total(spec: GenSpec) -> dict[str, str]:
+    """Every node's allocatable summed, as quantities."""
+    each = parse_resources(spec.allocatable, "cluster.allocatable")
+    return {r: format_quantity(r, amount * spec.nodes) for r, amount in sorted(each.items())}
+
+
+def tree_manifest(spec: GenSpec) -> dict[str, object]:
+    """The given tree, or one the departments make: each a child of a root that guarantees the
+    whole cluster, with its ``min`` and its ``max`` (default: the whole cluster)."""
+    if spec.tree_manifest is not None:
+        return dict(spec.tree_manifest)
+    total = cluster_total(spec)
+    children = [
+        {
+            "name": d.name,
+            "min": dict(d.minimum),
+            "max": dict(d.maximum) if d.maximum is not None else dict(total),
+            "namespaces": [d.namespace],
+        }
+        for d in spec.departments
+    ]
+    return {
+        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
+        "kind": "ElasticQuotaTree",
+        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
+        "spec": {"root": {"name": ROOT, "min": total, "max": total, "children": children}},
+    }
+
+
 __all__ = [
     "DEFAULTS",
     "Bursts",
@@ -483,5 +541,7 @@ __all__ = [
     "Distribution",
     "GenSpec",
     "Shape",
+    "cluster_total",
     "load_spec",
+    "tree_manifest",
 ]
