@@ -162,3 +162,16 @@ def test_bad_until_is_refused() -> None:
     with pytest.raises(ScenarioError) as failure:
         sim.load_scenario(scenario() | {"until": -3}, "bad")
     assert [e.path for e in failure.value.errors] == ["until"]
+
+
+def test_a_run_is_ready_as_it_starts_so_a_ready_timeout_never_requeues_it() -> None:
+    """S2 under R10: a tree with a 30 s ready timeout; j1 runs 100 s untouched."""
+    tree = {**TREE, "spec": {"root": {**TREE["spec"]["root"]}}}  # type: ignore[index]
+    tree["spec"]["root"]["attributes"] = {"usher.io/ready-timeout-seconds": "30"}
+    data = scenario() | {
+        "objects": [tree],
+        "timeline": [{"at": 0, "create": job("a", "j1", "4"), "runSeconds": 100}],
+    }
+    result = sim.run(sim.load_scenario(data, "ready"))
+    made = [(r.at_ms // 1000, type(r.decision).__name__) for r in result.ledger]
+    assert ("Requeued" not in {name for _, name in made}) and (100, "Released") in made

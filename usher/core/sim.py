@@ -802,7 +802,7 @@ def run(scenario: Scenario) -> SimResult:
     hold_changes: list[HoldChange] = []
     runs = _Runs(
         {
-            step.event.workload: step.run_ms
+            step.event.workload: (step.run_ms, sum(p.count for p in step.event.pod_sets))
             for step in scenario.steps
             if isinstance(step.event, WorkloadObserved) and step.run_ms is not None
         }
@@ -824,10 +824,13 @@ def run(scenario: Scenario) -> SimResult:
 
     def decide(at_ms: Millis) -> None:
         made = engine.decide(at_ms)
-        runs.track(made, at_ms)
+        started = runs.track(made, at_ms)
         taken = [SimDecision(at_ms, d) for d in made]
         decisions.extend(taken)
         ledger.extend(taken)
+        for workload, pods in started:
+            # A run's pods are ready as it starts (S2): a ready timeout (R10) never ends it.
+            feed(WorkloadProgress(workload=workload, ready=pods, total=pods), at_ms)
         retries = [d for d in made if isinstance(d, Retried) and d.job is not None]
         for decision in retries:
             # The watcher's part, at once (S1): the next attempt is created and observed,
@@ -891,21 +894,27 @@ class _Runs:
     """S2: when each running job with a ``runSeconds`` ends: set at its admission, forgotten when
     it is preempted or requeued (that run is thrown away), handed out when due."""
 
-    def __init__(self, run_ms: dict[WorkloadKey, Millis]) -> None:
-        self.run_ms = run_ms
+    def __init__(self, runs: dict[WorkloadKey, tuple[Millis, int]]) -> None:
+        self.runs = runs
+        """Workload -> (its runtime, its pods)."""
         self.ends: dict[WorkloadKey, Millis] = {}
 
-    def track(self, made: list[Decision], at_ms: Millis) -> None:
+    def track(self, made: list[Decision], at_ms: Millis) -> list[tuple[WorkloadKey, int]]:
+        """Runs that start with these decisions, with their pods (a partial admission's)."""
+        started: list[tuple[WorkloadKey, int]] = []
         for decision in made:
             if isinstance(decision, Admitted) and decision.workload not in self.ends:
                 # A retry (R12) runs as long as its first attempt.
-                run = self.run_ms.get(decision.workload) or self.run_ms.get(
+                run = self.runs.get(decision.workload) or self.runs.get(
                     _first_attempt(decision.workload)
                 )
                 if run is not None:
-                    self.ends[decision.workload] = Millis(at_ms + run)
+                    self.ends[decision.workload] = Millis(at_ms + run[0])
+                    counts = decision.pod_counts
+                    started.append((decision.workload, sum(counts.values()) if counts else run[1]))
             elif isinstance(decision, Preempted | Requeued):
                 self.ends.pop(decision.workload, None)
+        return started
 
     def next_end(self) -> Millis | None:
         return min(self.ends.values(), default=None)
