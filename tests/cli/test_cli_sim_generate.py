@@ -71,6 +71,10 @@ def test_knobs_change_the_run(spec: Path) -> None:
     none = json.loads(usher("sim", "--generate", str(spec), "--json", "--rate-scale", "0").stdout)
     assert short["until_s"] == 300 and short["cluster"]["jobs"] < base["cluster"]["jobs"]
     assert none["cluster"]["jobs"] == 0
+    emitted = spec.parent / "block.yaml"
+    block = usher("sim", "--generate", str(spec), "--policy", "Block", "--emit", str(emitted))
+    assert block.returncode == 0, block.stderr
+    assert "policy: Block" in emitted.read_text()
 
 
 def test_csv_has_a_row_per_department_and_resource(spec: Path) -> None:

@@ -485,6 +485,12 @@ def report_input_error(source: str, exc: InputError) -> None:
     help="With --generate: multiply every department's arrival rate and bursts' jobs.",
 )
 @click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default=None,
+    help="With --generate: the admission policy (default: the spec's config, else Round).",
+)
+@click.option(
     "-o",
     "--output",
     type=click.Choice(["table", "json", "csv"]),
@@ -505,6 +511,7 @@ def sim(
     seed: int | None,
     horizon: float | None,
     rate_scale: float | None,
+    policy: str | None,
     output: str | None,
     emit: Path | None,
 ) -> None:
@@ -523,13 +530,15 @@ def sim(
             raise click.UsageError("--generate takes no FILES and no --check")
         from usher.cli.simgen import generate_and_report
 
-        knobs = (seed, horizon, rate_scale)
+        knobs = (seed, horizon, rate_scale, policy)
         generate_and_report(spec_file, knobs, output or ("json" if as_json else "table"), emit)
         return
     if not files:
         raise click.UsageError("Missing argument 'FILES...'.")
-    if any(v is not None for v in (seed, horizon, rate_scale, output, emit)):
-        raise click.UsageError("--seed, --horizon, --rate-scale, -o and --emit need --generate")
+    if any(v is not None for v in (seed, horizon, rate_scale, policy, output, emit)):
+        raise click.UsageError(
+            "--seed, --horizon, --rate-scale, --policy, -o and --emit need --generate"
+        )
     from usher.core import sim as simulator
 
     differing = 0

@@ -1,7 +1,7 @@
 """``usher sim --generate SPEC``: read a generation spec, generate, play, report per department.
 
 What it does: loads the spec (and the ``tree:`` file it names, relative to the spec), applies
-the command line's knobs (``--seed``, ``--horizon``, ``--rate-scale``), has
+the command line's knobs (``--seed``, ``--horizon``, ``--rate-scale``, ``--policy``), has
 ``usher.simgen.generate`` write the scenario, plays it with the core's simulator and prints
 ``usher.core.planning``'s report as a table, JSON or CSV; ``--emit`` also writes the generated
 scenario, which ``usher sim FILE`` then plays the same. A bad spec is refused naming each
@@ -26,8 +26,8 @@ from usher.core.errors import InputError
 from usher.simgen.generate import generate
 from usher.simgen.spec import GenSpec, load_spec
 
-Knobs = tuple[int | None, float | None, float | None]
-"""``--seed``, ``--horizon``, ``--rate-scale`` (None: the spec's)."""
+Knobs = tuple[int | None, float | None, float | None, str | None]
+"""``--seed``, ``--horizon``, ``--rate-scale``, ``--policy`` (None: the spec's)."""
 
 
 def _tree_manifest(spec_file: Path, data: object) -> object | None:
@@ -43,8 +43,10 @@ def _tree_manifest(spec_file: Path, data: object) -> object | None:
 
 
 def with_knobs(spec: GenSpec, knobs: Knobs) -> tuple[GenSpec, int]:
-    """The spec with the command line's horizon and rate scale, and the seed to use."""
-    seed, horizon, scale = knobs
+    """The spec with the command line's horizon, rate scale and policy, and the seed to use."""
+    seed, horizon, scale, policy = knobs
+    if policy is not None:
+        spec = dataclasses.replace(spec, config={**spec.config, "policy": policy})
     if horizon is not None:
         spec = dataclasses.replace(spec, horizon_s=horizon)
     if scale is not None:
