@@ -1,4 +1,4 @@
-"""The scenario simulator (docs/admission-rules.md S1): plays already-loaded scenario data.
+"""The scenario simulator (docs/admission-rules.md S1, S2): plays already-loaded scenario data.
 
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
@@ -11,7 +11,9 @@ after which it plays the watcher: a ``Retried`` next attempt is made from the jo
 and observed at once) and its wakeups (min-runtime ends, ready deadlines, requeue backoffs),
 ``render_json``/``render_table`` print the outcome, and ``check`` compares it with the
 scenario's ``expect:`` block (an optional ``usage:`` in it is checked against
-``usage_intervals``, the run's decisions folded as the log's are, U1).
+``usage_intervals``, the run's decisions folded as the log's are, U1). A ``create`` with
+``runSeconds`` finishes that long after each admission and ``until`` ends the run (S2);
+``planning_record`` hands a run to the planning report.
 What it must never do: open files, read a clock or draw random numbers: the caller loads the
 YAML, and time is the scenario's own ``at``.
 """
@@ -62,6 +64,7 @@ from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.errors import InputError, ScenarioError, TreeInvalid, WorkloadInvalid
 from usher.core.holds import HoldOrder, carry_out
 from usher.core.kinds import success
+from usher.core.planning import RunRecord, capacity_of
 from usher.core.quantity import CPU, format_quantity, parse_resources
 from usher.core.retry import container_memory, retry_manifest
 from usher.core.state import ENGINE_STATES
@@ -76,7 +79,19 @@ from usher.core.usage import (
 )
 from usher.core.workload import extract_priority_class, extract_workload
 
-TOP_LEVEL_KEYS = ("name", "description", "config", "nodes", "objects", "timeline", "expect")
+TOP_LEVEL_KEYS = (
+    "name",
+    "description",
+    "config",
+    "nodes",
+    "objects",
+    "timeline",
+    "until",
+    "expect",
+)
+RUN_KEY = "runSeconds"
+"""A ``create`` entry's optional runtime: the job finishes that long after each admission
+(a preemption throws the run away; the next admission starts it again: S2)."""
 CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
 ACTIONS = (
     "create",
@@ -124,6 +139,8 @@ class Step:
     """What the entry stands for; an operator's order is judged when it is played (R14)."""
     manifest: Mapping[str, object] | None = None
     """The manifest of a ``create``: a retry of the job is made from it (R12)."""
+    run_ms: Millis | None = None
+    """A ``create``'s ``runSeconds``: it finishes this long after it is admitted."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +176,8 @@ class Scenario:
     """Nodes and objects, applied at t=0 before the timeline."""
     steps: list[Step]
     expect: Expect | None
+    until_ms: Millis | None = None
+    """``until``: nothing at or after it is played (a planning run's horizon)."""
 
 
 @dataclass(frozen=True)
@@ -241,10 +260,17 @@ def load_scenario(data: object, source: str) -> Scenario:
     setup.extend(_load_objects(data.get("objects"), errors))
     steps = _load_timeline(data.get("timeline"), errors)
     expect = _load_expect(data.get("expect"), errors) if "expect" in data else None
+    until = _timeline_at(data["until"], "until", errors) if "until" in data else None
     if errors.items:
         raise ScenarioError(errors.items)
     return Scenario(
-        name=name, source=source, config=config, setup=setup, steps=steps, expect=expect
+        name=name,
+        source=source,
+        config=config,
+        setup=setup,
+        steps=steps,
+        expect=expect,
+        until_ms=Millis(until) if until is not None else None,
     )
 
 
@@ -411,9 +437,10 @@ def _load_timeline(raw: object, errors: _Errors) -> list[Step]:
                 errors.add(f"{path}.at", "not-monotonic", "at values must not decrease")
             last_ms = max(last_ms, at_ms)
         event = _timeline_event(entry, path, Millis(at_ms or 0), live, manifests, errors)
+        run_ms = _run_ms(entry, path, errors) if RUN_KEY in entry else None
         if event is not None and at_ms is not None:
             created = manifests.get(event.workload) if isinstance(event, WorkloadObserved) else None
-            steps.append(Step(at_ms=Millis(at_ms), event=event, manifest=created))
+            steps.append(Step(at_ms=Millis(at_ms), event=event, manifest=created, run_ms=run_ms))
     return steps
 
 
@@ -433,6 +460,21 @@ def _timeline_at(raw: object, path: str, errors: _Errors) -> int | None:
     return int(seconds * 1000)
 
 
+def _run_ms(entry: Mapping[object, object], path: str, errors: _Errors) -> Millis | None:
+    """``runSeconds`` of a ``create``: > 0 with at most millisecond precision."""
+    where = f"{path}.{RUN_KEY}"
+    if "create" not in entry:
+        errors.add(where, "unexpected-run", f"{RUN_KEY} is only allowed with create")
+        return None
+    seconds = _exact_number(entry[RUN_KEY], where, errors)
+    if seconds is None:
+        return None
+    if seconds <= 0 or (seconds * 1000).denominator != 1:
+        errors.add(where, "invalid-run", f"{RUN_KEY} must be > 0 with at most ms precision")
+        return None
+    return Millis(int(seconds * 1000))
+
+
 def _timeline_event(
     entry: Mapping[object, object],
     path: str,
@@ -443,10 +485,10 @@ def _timeline_event(
 ) -> ClusterEvent | HoldOrder | None:
     actions = [a for a in ACTIONS if a in entry]
     for key in sorted(str(k) for k in entry):
-        if key not in (*ACTIONS, "at", "name"):
+        if key not in (*ACTIONS, "at", "name", RUN_KEY):
             errors.add(f"{path}.{key}", "unknown-action", f"unknown key; actions are {ACTIONS}")
     if len(actions) != 1:
-        if not any(str(k) not in (*ACTIONS, "at", "name") for k in entry):
+        if not any(str(k) not in (*ACTIONS, "at", "name", RUN_KEY) for k in entry):
             errors.add(path, "one-action", f"exactly one of {ACTIONS} is required")
         return None
     action = actions[0]
@@ -785,6 +827,13 @@ def run(scenario: Scenario) -> SimResult:
     }
     """Each job's manifest as created (a retry's as the run made it): the watcher's part."""
     hold_changes: list[HoldChange] = []
+    runs = _Runs(
+        {
+            step.event.workload: (step.run_ms, sum(p.count for p in step.event.pod_sets))
+            for step in scenario.steps
+            if isinstance(step.event, WorkloadObserved) and step.run_ms is not None
+        }
+    )
 
     def feed(entry: ClusterEvent | HoldOrder, at_ms: Millis) -> None:
         event: LogEvent | None = (
@@ -802,9 +851,13 @@ def run(scenario: Scenario) -> SimResult:
 
     def decide(at_ms: Millis) -> None:
         made = engine.decide(at_ms)
+        started = runs.track(made, at_ms)
         taken = [SimDecision(at_ms, d) for d in made]
         decisions.extend(taken)
         ledger.extend(taken)
+        for workload, pods in started:
+            # A run's pods are ready as it starts (S2): a ready timeout (R10) never ends it.
+            feed(WorkloadProgress(workload=workload, ready=pods, total=pods), at_ms)
         retries = [d for d in made if isinstance(d, Retried) and d.job is not None]
         for decision in retries:
             # The watcher's part, at once (S1): the next attempt is created and observed,
@@ -819,24 +872,36 @@ def run(scenario: Scenario) -> SimResult:
         if retries:
             decide(at_ms)
 
+    def finish_due(at_ms: Millis) -> None:
+        for workload in runs.due(at_ms):
+            feed(WorkloadFinished(workload=workload), at_ms)
+
     def wake_until(limit: int | None) -> None:
-        for _ in range(MAX_WAKEUP_PASSES):
-            wakeup = engine.next_wakeup()
-            if wakeup is None or (limit is not None and wakeup >= limit):
+        """Passes at wakeups and at runs' ends before ``limit`` (a wakeup-only pass counts
+        against the safety net; a run's end is an input, as a timeline entry is)."""
+        passes = 0
+        while passes < MAX_WAKEUP_PASSES:
+            wakeup, finish = engine.next_wakeup(), runs.next_end()
+            upcoming = min((t for t in (wakeup, finish) if t is not None), default=None)
+            if upcoming is None or (limit is not None and upcoming >= limit):
                 return
-            decide(wakeup)
+            passes += upcoming != finish
+            finish_due(upcoming)
+            decide(upcoming)
 
     for setup in scenario.setup:
         feed(setup, Millis(0))
-    groups = _groups(scenario.steps)
+    until = scenario.until_ms
+    groups = [g for g in _groups(scenario.steps) if until is None or g[0] < until]
     if not groups or groups[0][0] > 0:
         decide(Millis(0))
     for at_ms, entries in groups:
         wake_until(at_ms)
+        finish_due(at_ms)
         for entry in entries:
             feed(entry, at_ms)
         decide(at_ms)
-    wake_until(None)
+    wake_until(until)
     preempted = sorted({d.decision.workload for d in decisions if _is_preempted(d.decision)})
     return SimResult(
         scenario=scenario,
@@ -849,6 +914,65 @@ def run(scenario: Scenario) -> SimResult:
         quota_limits=engine.quota_nodes(),
         preempted=preempted,
         ledger=ledger,
+    )
+
+
+class _Runs:
+    """S2: when each running job with a ``runSeconds`` ends: set at its admission, forgotten when
+    it is preempted or requeued (that run is thrown away), handed out when due."""
+
+    def __init__(self, runs: dict[WorkloadKey, tuple[Millis, int]]) -> None:
+        self.runs = runs
+        """Workload -> (its runtime, its pods)."""
+        self.ends: dict[WorkloadKey, Millis] = {}
+
+    def track(self, made: list[Decision], at_ms: Millis) -> list[tuple[WorkloadKey, int]]:
+        """Runs that start with these decisions, with their pods (a partial admission's)."""
+        started: list[tuple[WorkloadKey, int]] = []
+        for decision in made:
+            if isinstance(decision, Admitted) and decision.workload not in self.ends:
+                # A retry (R12) runs as long as its first attempt.
+                run = self.runs.get(decision.workload) or self.runs.get(
+                    _first_attempt(decision.workload)
+                )
+                if run is not None:
+                    self.ends[decision.workload] = Millis(at_ms + run[0])
+                    counts = decision.pod_counts
+                    started.append((decision.workload, sum(counts.values()) if counts else run[1]))
+            elif isinstance(decision, Preempted | Requeued):
+                self.ends.pop(decision.workload, None)
+        return started
+
+    def next_end(self) -> Millis | None:
+        return min(self.ends.values(), default=None)
+
+    def due(self, at_ms: Millis) -> list[WorkloadKey]:
+        """The runs ending at or before ``at_ms``, by name (removed)."""
+        done = sorted(key for key, end in self.ends.items() if end <= at_ms)
+        for key in done:
+            del self.ends[key]
+        return done
+
+
+def planning_record(result: SimResult) -> RunRecord:
+    """What the planning report reads of a run: its window is ``[0, until)`` (without
+    ``until``: up to its last step or decision), the capacity the nodes it saw leave."""
+    scenario = result.scenario
+    arrivals: dict[WorkloadKey, Millis] = {}
+    for step in scenario.steps:
+        played = scenario.until_ms is None or step.at_ms < scenario.until_ms
+        if isinstance(step.event, WorkloadObserved) and played:
+            arrivals.setdefault(step.event.workload, step.at_ms)
+    last = max([0, *(s.at_ms for s in scenario.steps), *(r.at_ms for r in result.ledger)])
+    return RunRecord(
+        decisions=[(record.at_ms, record.decision) for record in result.ledger],
+        arrivals=arrivals,
+        waiting=[entry.job for entries in result.queues.values() for entry in entries],
+        quotas={key: view.quota for key, view in result.jobs.items() if view.quota},
+        limits=result.quota_limits,
+        capacity=capacity_of([*scenario.setup, *(step.event for step in scenario.steps)]),
+        since_ms=Millis(0),
+        until_ms=scenario.until_ms if scenario.until_ms is not None else Millis(last),
     )
 
 
@@ -1160,6 +1284,7 @@ __all__ = [
     "UsageExpect",
     "check",
     "load_scenario",
+    "planning_record",
     "render_json",
     "render_table",
     "run",

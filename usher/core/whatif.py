@@ -30,7 +30,6 @@ What it must never do: perform I/O, read a clock, or feed a recorded decision to
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -50,6 +49,7 @@ from schemas import (
     PriorityClassDeleted,
     PriorityClassObserved,
     QuotaNode,
+    QuotaPath,
     QuotaTreeApplied,
     QuotaTreeDeleted,
     QuotaTreeRejected,
@@ -68,7 +68,17 @@ from usher.core.config import EngineConfig, format_rate
 from usher.core.engine import Engine
 from usher.core.history import History, format_datetime, prefix, to_datetime
 from usher.core.log import LogEntry
+from usher.core.planning import (
+    CLUSTER,
+    DepartmentStats,
+    ResourceUse,
+    RunRecord,
+    capacity_of,
+    planning_report,
+    wait_percentile,
+)
 from usher.core.sim import MAX_WAKEUP_PASSES
+from usher.core.usage import Interval, held_now
 
 DEFAULT_WINDOW_MS = 20
 DEFAULT_LIMIT = 10
@@ -168,6 +178,15 @@ class DecisionDiff(msgspec.Struct, frozen=True, kw_only=True):
     whatif_quota: str | None
 
 
+class DepartmentComparison(msgspec.Struct, frozen=True, kw_only=True):
+    """Baseline and what-if side by side for one department (``usher sim --generate``'s
+    report: waits, resource-seconds against the guarantee, work lost to preemption)."""
+
+    department: str
+    baseline: DepartmentStats
+    whatif: DepartmentStats
+
+
 class WhatIfReport(msgspec.Struct, frozen=True, kw_only=True):
     """What ``usher what-if`` prints."""
 
@@ -183,6 +202,8 @@ class WhatIfReport(msgspec.Struct, frozen=True, kw_only=True):
     queues: list[QueueComparison]
     differences: list[DecisionDiff]
     differences_total: int
+    departments: list[DepartmentComparison] = msgspec.field(default_factory=list)
+    """Per department (and ``(cluster)``) over the replayed window; empty without one."""
 
 
 # ---------------------------------------------------------------------------- one run
@@ -193,6 +214,13 @@ class _Run:
     decisions: list[tuple[Millis, Decision]] = field(default_factory=list)
     arrivals: dict[WorkloadKey, Millis] = field(default_factory=dict)
     pending: dict[str, int] = field(default_factory=dict)
+    ledger: list[tuple[Millis, Decision]] = field(default_factory=list)
+    """The run's decisions with the releases its replayed finishes bring (U1)."""
+    opening: list[Interval] = field(default_factory=list)
+    """What ran when the replay started (admitted in the recorded part before ``since``)."""
+    waiting: list[WorkloadKey] = field(default_factory=list)
+    quotas: dict[WorkloadKey, str] = field(default_factory=dict)
+    limits: dict[QuotaPath, tuple[dict[str, int], dict[str, int]]] = field(default_factory=dict)
 
 
 def _groups(items: Sequence[LogEntry], window_ms: int) -> list[list[LogEntry]]:
@@ -229,7 +257,9 @@ def _simulate(
             run.arrivals.setdefault(event.workload, item.time_ms)
 
     def decide(at_ms: Millis) -> None:
-        run.decisions.extend((at_ms, d) for d in engine.decide(at_ms))
+        made = [(at_ms, d) for d in engine.decide(at_ms)]
+        run.decisions.extend(made)
+        run.ledger.extend(made)
 
     def wake_until(limit: int | None) -> None:
         for _ in range(MAX_WAKEUP_PASSES):
@@ -241,6 +271,7 @@ def _simulate(
     for item in folded:
         arrive(item)
         engine.apply(item.event, item.time_ms)
+    run.opening = held_now(engine)
     if folded:
         start = folded[-1].time_ms
         if variant.tree is not None and any(isinstance(i.event, QuotaTreeApplied) for i in folded):
@@ -250,10 +281,15 @@ def _simulate(
         wake_until(group[0].time_ms)
         for item in group:
             arrive(item)
-            engine.apply(_input(item, variant.tree), item.time_ms)
+            released = engine.apply(_input(item, variant.tree), item.time_ms)
+            run.ledger.extend((item.time_ms, d) for d in released)
         decide(group[-1].time_ms)
     wake_until(until_ms + 1 if until_ms is not None else None)
-    run.pending = {str(name): len(entries) for name, entries in engine.queues().items()}
+    queues = engine.queues()
+    run.pending = {str(name): len(entries) for name, entries in queues.items()}
+    run.waiting = [entry.job for entries in queues.values() for entry in entries]
+    run.quotas = {key: view.quota for key, view in engine.jobs().items() if view.quota}
+    run.limits = engine.quota_nodes()
     return run
 
 
@@ -277,7 +313,7 @@ def _stats(run: _Run, queue: str | None) -> Stats:
     return Stats(
         admitted=len(first_admit),
         mean_wait_s=round(sum(waits) / len(waits), 3) if waits else None,
-        p95_wait_s=round(waits[math.ceil(0.95 * len(waits)) - 1], 3) if waits else None,
+        p95_wait_s=round(wait_percentile(waits, 0.95), 3) if waits else None,
         preemptions=preemptions,
         pending_at_end=pending,
     )
@@ -365,6 +401,9 @@ def what_if(history: History, spec: WhatIfSpec) -> WhatIfReport:
     differences = _differences(baseline, changed)
     start = window[0].time_ms if window else None
     end = upto[-1].time_ms if upto else None
+    capacity = capacity_of(item.event for item in upto if isinstance(item.event, _INPUTS))
+    since = Millis(spec.since_ms if spec.since_ms is not None else start or 0)
+    until = Millis(spec.until_ms if spec.until_ms is not None else end or 0)
     return WhatIfReport(
         baseline=_settings(spec.baseline),
         whatif=_settings(spec.changed),
@@ -382,6 +421,56 @@ def what_if(history: History, spec: WhatIfSpec) -> WhatIfReport:
         ],
         differences=differences[: max(spec.limit, 0)],
         differences_total=len(differences),
+        departments=_departments(baseline, changed, capacity, since, until) if window else [],
+    )
+
+
+def _departments(
+    baseline: _Run, whatif: _Run, capacity: dict[str, int], since: Millis, until: Millis
+) -> list[DepartmentComparison]:
+    """The planning report of each run over the replayed window, side by side."""
+
+    def report(run: _Run) -> list[DepartmentStats]:
+        done = planning_report(
+            RunRecord(
+                decisions=run.ledger,
+                arrivals=run.arrivals,
+                waiting=run.waiting,
+                quotas=run.quotas,
+                limits=run.limits,
+                capacity=capacity,
+                since_ms=since,
+                until_ms=until,
+                opening=run.opening,
+            )
+        )
+        return [*done.departments, done.cluster]
+
+    before = {row.department: row for row in report(baseline)}
+    after = {row.department: row for row in report(whatif)}
+    named = sorted((before.keys() | after.keys()) - {CLUSTER})
+    return [
+        DepartmentComparison(
+            department=name,
+            baseline=before.get(name) or _nothing(name),
+            whatif=after.get(name) or _nothing(name),
+        )
+        for name in [*named, CLUSTER]
+    ]
+
+
+def _nothing(department: str) -> DepartmentStats:
+    """A department one run's tree does not have (``--tree``)."""
+    return DepartmentStats(
+        department=department,
+        jobs=0,
+        admitted=0,
+        pending=0,
+        wait_mean_s=None,
+        wait_p95_s=None,
+        wait_max_s=None,
+        preemptions=0,
+        resources=[],
     )
 
 
@@ -445,7 +534,7 @@ def render_whatif_table(report: WhatIfReport) -> str:
     lines.append("")
     if not report.differences_total:
         lines.append("no differing decisions")
-        return "\n".join(lines) + "\n"
+        return "\n".join([*lines, *_department_lines(report.departments)]) + "\n"
     shown = len(report.differences)
     lines.append(
         f"first differing decisions ({shown} of {report.differences_total}), "
@@ -458,13 +547,58 @@ def render_whatif_table(report: WhatIfReport) -> str:
             f"{_at(diff.baseline_at, report.start, diff.baseline_quota):<32} "
             f"{_at(diff.whatif_at, report.start, diff.whatif_quota)}"
         )
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, *_department_lines(report.departments)]) + "\n"
+
+
+def _department_lines(rows: list[DepartmentComparison]) -> list[str]:
+    """The planning report's figures per department, baseline -> what-if (the window is the
+    replay's; resource-seconds in CPU-, GiB-, GPU-seconds)."""
+    if not rows:
+        return []
+    lines = [
+        "",
+        "per department over the replayed window (baseline -> what-if):",
+        f"  {'department':<36} {'jobs':<11} {'admitted':<11} {'pending':<11} "
+        f"{'mean wait':<20} {'p95 wait':<20} {'max wait':<20} preemptions",
+    ]
+    for row in rows:
+        a, b = row.baseline, row.whatif
+        lines.append(
+            f"  {row.department:<36} {_pair(a.jobs, b.jobs):<11} "
+            f"{_pair(a.admitted, b.admitted):<11} {_pair(a.pending, b.pending):<11} "
+            f"{_pair(a.wait_mean_s, b.wait_mean_s):<20} {_pair(a.wait_p95_s, b.wait_p95_s):<20} "
+            f"{_pair(a.wait_max_s, b.wait_max_s):<20} {_pair(a.preemptions, b.preemptions)}"
+        )
+    lines += [
+        "",
+        f"  {'department':<36} {'resource':<16} {'used':<28} {'of min':<18} "
+        f"{'of cluster':<18} lost to preemption",
+    ]
+    for row in rows:
+        before = {use.resource: use for use in row.baseline.resources}
+        after = {use.resource: use for use in row.whatif.resources}
+        for resource in sorted(before.keys() | after.keys()):
+            a_use, b_use = before.get(resource), after.get(resource)
+
+            def cell(use: ResourceUse | None, name: str) -> object:
+                value = getattr(use, name) if use is not None else None
+                return None if value is None else f"{value}%" if name.endswith("pct") else value
+
+            lines.append(
+                f"  {row.department:<36} {resource:<16} "
+                f"{_pair(cell(a_use, 'used'), cell(b_use, 'used')):<28} "
+                f"{_pair(cell(a_use, 'of_guarantee_pct'), cell(b_use, 'of_guarantee_pct')):<18} "
+                f"{_pair(cell(a_use, 'utilisation_pct'), cell(b_use, 'utilisation_pct')):<18} "
+                f"{_pair(cell(a_use, 'lost_to_preemption'), cell(b_use, 'lost_to_preemption'))}"
+            )
+    return lines
 
 
 __all__ = [
     "DEFAULT_LIMIT",
     "DEFAULT_WINDOW_MS",
     "DecisionDiff",
+    "DepartmentComparison",
     "QueueComparison",
     "RunSettings",
     "Stats",
