@@ -270,6 +270,20 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
 @click.option("--wait", is_flag=True, help="Follow the job until it finishes.")
 @click.option("--timeout", type=float, default=None, help="Seconds --wait waits at most.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Create nothing: say where it would go, whether the next pass admits it, whom it "
+    "would preempt and when it likely starts.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="With --dry-run: table for people, json or yaml for scripts.",
+)
 @target_options
 def submit(
     args: tuple[str, ...],
@@ -287,6 +301,8 @@ def submit(
     labels: tuple[str, ...],
     wait: bool,
     timeout: float | None,
+    dry_run: bool,
+    output: str,
     **options: Any,
 ) -> None:
     """Submit a suspended job: `usher submit FILE`, or build one from options:
@@ -295,8 +311,13 @@ def submit(
     --replicas 6 -- sleep 1d
 
     Usher admits it when its quota allows; --wait follows it (position and reason while
-    pending, then admitted, then finished) and exits 0 only when it succeeded.
+    pending, then admitted, then finished) and exits 0 only when it succeeded. --dry-run
+    creates nothing and says what would happen (each job of a file tried alone).
     """
+    if dry_run and wait:
+        fail("--dry-run creates nothing to --wait for", EXIT_USAGE)
+    if output != "table" and not dry_run:
+        fail("-o is for --dry-run (submit prints what it created)", EXIT_USAGE)
     label_map: dict[str, str] = {}
     for item in labels:
         key, sep, value = item.partition("=")
@@ -306,7 +327,26 @@ def submit(
     if image is None:
         if len(args) != 1:
             fail("give a manifest FILE, or --image (and the command after --)", EXIT_USAGE)
-        manifests = _workload_documents(Path(args[0]))
+        manifests = workload_manifests(Path(args[0]))
+
+    if dry_run:
+        request = {
+            "name": name,
+            "namespace": namespace,
+            "image": image,
+            "cpu": cpu,
+            "memory": memory,
+            "gpu": gpu,
+            "replicas": replicas,
+            "priority_class": priority_class,
+            "zone": zone,
+            "duration": duration,
+            "command": args,
+            "labels": label_map,
+        }
+        source = None if image is not None else (args[0], manifests)
+        _submit_dry_run(options, request, source, output)
+        return
 
     async def work(client: AsyncClient) -> None:
         if image is not None:
@@ -342,7 +382,36 @@ def submit(
     run(options, work)
 
 
-def _workload_documents(path: Path) -> list[dict[str, Any]]:
+def _submit_dry_run(
+    options: dict[str, Any],
+    request: dict[str, Any],
+    source: tuple[str, list[dict[str, Any]]] | None,
+    output: str,
+) -> None:
+    """``submit --dry-run``: the job built from ``request`` (options), or each of ``source``."""
+    from usher.core.dryrun import DryRun, render_dry_runs_json, render_dry_runs_table
+
+    async def work(client: AsyncClient) -> list[DryRun]:
+        if source is None:
+            return [await client.dry_run_job(**request)]
+        path, manifests = source
+        return [await client.dry_run(m, source=path, index=i) for i, m in enumerate(manifests, 1)]
+
+    results = run(options, work)
+    if output == "table":
+        click.echo(render_dry_runs_table(results), nl=False)
+    elif output == "json":
+        click.echo(render_dry_runs_json(results), nl=False)
+    else:
+        import json
+
+        import yaml
+
+        loaded = json.loads(render_dry_runs_json(results))
+        click.echo(yaml.safe_dump(loaded, sort_keys=False), nl=False)
+
+
+def workload_manifests(path: Path) -> list[dict[str, Any]]:
     from usher.client.manifests import KINDS, read_yaml_documents
 
     try:

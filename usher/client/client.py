@@ -268,7 +268,8 @@ class AsyncClient:
         """One job, by ``namespace/name`` (or ``name`` and ``namespace``); ``NotFound``."""
         key = _key(job, namespace)
         state = await self.state()
-        found = state.job(key, None, state.pending_reasons(now_ms()))
+        pending = state.pending(now_ms(), state.engine.jobs())
+        found = state.job(key, None, pending.reasons, pending.estimates)
         if found is None:
             raise UnknownObject(f"no job {key} is known to Usher")
         return found

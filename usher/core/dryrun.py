@@ -28,12 +28,13 @@ from schemas import (
     WorkloadKey,
     WorkloadObserved,
 )
+from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
 from usher.core.explain import people_json
-from usher.core.history import format_time, quantities
+from usher.core.history import History, fold, format_time, quantities
 from usher.core.state import JobState
-from usher.core.usage import Interval
+from usher.core.usage import Interval, intervals_of
 
 
 class AlreadyKnown(ValueError):
@@ -126,12 +127,31 @@ def _requests(observed: WorkloadObserved) -> dict[str, int]:
     return total
 
 
+def dry_run_on_history(
+    history: History, config: EngineConfig, observed: WorkloadObserved, now: Millis
+) -> DryRun:
+    """``dry_run`` on the state at the end of ``history`` (as ``usher explain`` folds it)."""
+    engine = Engine(config)
+    fold(engine, history.items)
+    return dry_run(engine, observed, now, intervals_of(history.items), history.last_seq)
+
+
 # ---------------------------------------------------------------------------- rendering
 
 
 def render_dry_run_json(result: DryRun) -> str:
     """One JSON object in the words of ``usher explain -o json`` (``job``, quantities)."""
     return people_json(result)
+
+
+def render_dry_runs_json(results: Sequence[DryRun]) -> str:
+    """One object for one workload; an array, in file order, for several."""
+    return people_json(results[0] if len(results) == 1 else list(results))
+
+
+def render_dry_runs_table(results: Sequence[DryRun]) -> str:
+    """Each workload's table, a blank line apart."""
+    return "\n".join(render_dry_run_table(result) for result in results)
 
 
 def render_dry_run_table(result: DryRun) -> str:
@@ -164,4 +184,13 @@ def render_dry_run_table(result: DryRun) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["AlreadyKnown", "DryRun", "dry_run", "render_dry_run_json", "render_dry_run_table"]
+__all__ = [
+    "AlreadyKnown",
+    "DryRun",
+    "dry_run",
+    "dry_run_on_history",
+    "render_dry_run_json",
+    "render_dry_run_table",
+    "render_dry_runs_json",
+    "render_dry_runs_table",
+]

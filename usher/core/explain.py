@@ -326,8 +326,9 @@ def render_explain_json(explanation: Explanation) -> str:
     return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
 
 
-def people_json(result: msgspec.Struct) -> str:
-    """Any result for people as indented JSON, in the words ``render_explain_json`` uses."""
+def people_json(result: object) -> str:
+    """Any result (a Struct, or a list of them) for people as indented JSON, in the words
+    ``render_explain_json`` uses."""
     data = _for_people(msgspec.to_builtins(result))
     return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
 
