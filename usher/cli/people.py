@@ -156,6 +156,23 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _start(job: JobInfo, now: datetime) -> str:
+    """A pending job's estimated start from ``now``: ``now``, ``~12m (5m-20m)`` or
+    ``unknown``; ``-`` for a job that does not wait."""
+    estimate = job.estimate
+    if estimate is None:
+        return "-"
+    if estimate.start is None or estimate.early is None or estimate.late is None:
+        return "unknown"
+    mid, early, late = (
+        datetime.fromtimestamp(at / 1000, tz=UTC)
+        for at in (estimate.start, estimate.early, estimate.late)
+    )
+    if late <= now:
+        return "now"
+    return f"~{age(now, mid)} ({age(now, early)}-{age(now, late)})"
+
+
 def _reason(job: JobInfo) -> str:
     if job.state == JobState.FINISHED:
         return "succeeded" if job.succeeded is not False else "failed"
@@ -511,10 +528,19 @@ cli.add_command(delete_command, "cancel")
     type=click.Choice([state.value for state in (*ENGINE_STATES, JobState.REJECTED)]),
     help="Only jobs in this state (repeatable).",
 )
+@click.option(
+    "--start",
+    "show_start",
+    is_flag=True,
+    help="Add START: a pending job's estimated start from now (p50, with p25-p75).",
+)
 @output_option
 @target_options
-def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options: Any) -> None:
-    """Every job Usher knows: state, queue, position, priority and why it waits."""
+def jobs(
+    namespace: str | None, states: tuple[str, ...], show_start: bool, output: str, **options: Any
+) -> None:
+    """Every job Usher knows: state, queue, position, priority and why it waits (-o json and
+    --start: when a pending one likely starts)."""
 
     async def work(client: AsyncClient) -> list[JobInfo]:
         found = await client.list_jobs(namespace, states=states or None)
@@ -548,6 +574,11 @@ def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options:
             for j in found
         ]
         headers = ["NAMESPACE", "NAME", "STATE", "QUEUE", "POS", "PRIO", "ZONE", "AGE", "REASON"]
+        if show_start:
+            now = datetime.now(UTC)
+            for row, j in zip(rows, found, strict=True):
+                row.insert(-1, _start(j, now))
+            headers.insert(-1, "START")
         return render_table(headers, rows)
 
     emit(found, output, table)

@@ -164,6 +164,8 @@ def render_dry_run_table(result: DryRun) -> str:
     if r.position is not None:
         lines.append(f"  position: {r.position}")
     verdict = "yes" if r.admitted else f"no ({r.state})"
+    if r.admitted and r.preempts:
+        verdict = "yes, once the jobs it preempts have stopped"
     lines.append(f"  next pass admits it: {verdict}")
     if r.reason is not None:
         lines.append(f"  why:      {r.reason.code}: {r.reason.message}")
