@@ -406,7 +406,18 @@ def _submit_dry_run(
     output: str,
 ) -> None:
     """``submit --dry-run``: the job built from ``request`` (options), or each of ``source``."""
+    from usher.client.manifests import workload_document
     from usher.core.dryrun import DryRun, render_dry_runs_json, render_dry_runs_table
+
+    if source is not None:  # a mistake in the file is named before anything is asked
+        path, manifests = source
+        for index, manifest in enumerate(manifests, 1):
+            try:
+                workload_document(manifest, source=path, index=index)
+            except BadInput as exc:
+                for line in exc.lines[:-1]:
+                    click.echo(f"usher: {line}", err=True)
+                fail(exc.lines[-1], EXIT_BAD_INPUT)
 
     async def work(client: AsyncClient) -> list[DryRun]:
         if source is None:

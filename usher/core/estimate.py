@@ -227,6 +227,8 @@ def describe(estimate: Estimate | None) -> str:
         return "-"
     if estimate.start is None or estimate.early is None or estimate.late is None:
         return estimate.basis
+    if estimate.early == estimate.late:
+        return format_time(estimate.start)
     return (
         f"{format_time(estimate.start)} (p25 {format_time(estimate.early)}, "
         f"p75 {format_time(estimate.late)})"
