@@ -12,6 +12,7 @@ from usher.core.estimate import (
     Waiting,
     describe,
     estimate_starts,
+    estimates_on_arrival,
     quantile,
     remaining,
     slot_starts,
@@ -186,3 +187,29 @@ def test_describe() -> None:
         "1970-01-01T00:01:00.000Z (p25 1970-01-01T00:00:00.000Z, p75 1970-01-01T00:02:00.000Z)"
     )
     assert describe(None) == "-"
+
+
+def test_estimates_on_arrival_fold_the_log_up_to_each_creation() -> None:
+    from tests.builders.log import BASE_MS, Log
+    from usher.core.config import EngineConfig
+
+    log = Log().tree(0)
+    for number, (start, length) in enumerate([(1, 30), (2, 60), (3, 90)]):
+        key = f"user-a/r{number}"
+        log = log.job(start, key, 10).admitted(start + 0.1, key, 10)
+        log = log.released(start + length, key, 10, "Finished")
+    log = log.job(100, "user-a/first", 60).admitted(100.1, "user-a/first", 60)
+    log = log.job(101, "user-a/second", 60)
+    found = estimates_on_arrival(log.history().items, EngineConfig())
+    # The first run arrived to an empty tree: it fits, so "now"; too few runs for the rest then.
+    at, first = found[WorkloadKey("user-a/r0")]
+    assert (at, first.start, first.basis) == (
+        BASE_MS + 1000,
+        at,
+        "the next decision pass admits it",
+    )
+    at, second = found[WorkloadKey("user-a/second")]
+    assert at == BASE_MS + 101_000
+    # first (60 cpu) has run 0.9 s: p50 of the runs longer than that is 59.9 s.
+    assert second.start == at + 59_900 - 900
+    assert "0 ahead in root-department-a-user-a, 1 running under root/Department-a" in second.basis

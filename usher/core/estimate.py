@@ -20,20 +20,26 @@ admission).
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right, insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
-from schemas import Admitted, Millis, QueueName, QuotaPath, WorkloadKey
-from usher.core.engine import JobView, PassPreview
+from schemas import Admitted, Millis, QueueName, QuotaPath, WorkloadKey, WorkloadObserved
+from usher.core.config import EngineConfig
+from usher.core.engine import Engine, JobView, PassPreview
 from usher.core.history import format_time
+from usher.core.log import LogEntry
 from usher.core.state import JobState
-from usher.core.usage import Interval
+from usher.core.usage import Interval, UsageFold
 
 MIN_RUNS = 3
 """Fewer ended runs than this (in its queue, then on the whole log) and the estimate is
 unknown: a quantile of one or two runs says little."""
+
+NOT_YET_EVALUATED = "NotYetEvaluated"
+"""The code of "fits now; the next decision pass admits it"."""
 
 QUANTILES = (25, 50, 75)
 """The range (p25-p75) and the middle (p50) every estimate gives."""
@@ -99,6 +105,59 @@ def waiting_of(views: dict[WorkloadKey, JobView], preview: PassPreview) -> list[
     return out
 
 
+def estimates_on_arrival(
+    items: Iterable[LogEntry], config: EngineConfig
+) -> dict[WorkloadKey, tuple[Millis, Estimate]]:
+    """The estimate each workload would have been given when it was first observed, and when
+    that was: the log folded up to each arrival (what ``make bench`` compares with the wait
+    that followed). Without a trial pass per arrival, the state's own answer
+    (``Engine.reason_now``) says whether it fits and which node limits it."""
+    engine = Engine(config)
+    usage = UsageFold()
+    by_queue: dict[QueueName, list[int]] = {}
+    out: dict[WorkloadKey, tuple[Millis, Estimate]] = {}
+    for item in items:
+        event, at = item.event, item.time_ms
+        usage.apply(event, at)
+        for interval in usage.closed:  # what just ended: one more run length
+            if interval.end_ms is not None:
+                insort(by_queue.setdefault(interval.queue, []), interval.end_ms - interval.start_ms)
+        usage.closed.clear()
+        try:
+            engine.apply(event, at)
+        except Exception:  # the core refused it; a service parks such an entry and goes on
+            continue
+        if isinstance(event, WorkloadObserved) and event.workload not in out:
+            found = _on_arrival(engine, event.workload, at, by_queue, usage)
+            if found is not None:
+                out[event.workload] = (at, found)
+    return out
+
+
+def _on_arrival(
+    engine: Engine,
+    key: WorkloadKey,
+    now: Millis,
+    by_queue: dict[QueueName, list[int]],
+    usage: UsageFold,
+) -> Estimate | None:
+    view = engine.job_state(key)
+    if view is None or view.state != JobState.PENDING or view.queue is None:
+        return None
+    if view.quota is None or view.position is None:
+        return None
+    reason = engine.reason_now(key)
+    waiting = Waiting(
+        workload=key,
+        queue=view.queue,
+        leaf=view.quota,
+        position=view.position,
+        node=reason.node if reason is not None else None,
+        admitted_next=reason is None or reason.code == NOT_YET_EVALUATED,
+    )
+    return estimate_with(now, [waiting], by_queue, list(usage.open.values())).get(key)
+
+
 def quantile(sorted_values: Sequence[int], q: int) -> int:
     """The nearest-rank ``q``-th percentile of a non-empty ascending sequence."""
     rank = max(1, -(-q * len(sorted_values) // 100))  # ceil(q * n / 100), at least 1
@@ -122,9 +181,13 @@ def _under(node: QuotaPath, quota: QuotaPath) -> bool:
 
 def remaining(lengths: Sequence[int], elapsed: int, q: int) -> int:
     """How much longer a run that has lasted ``elapsed`` ms goes on at quantile ``q``: from the
-    runs that lasted longer; 0 (any moment now) when none did."""
-    longer = [length for length in lengths if length > elapsed]
-    return quantile(longer, q) - elapsed if longer else 0
+    runs that lasted longer (``lengths`` ascending); 0 (any moment now) when none did."""
+    first = bisect_right(lengths, elapsed)
+    longer = len(lengths) - first
+    if longer == 0:
+        return 0
+    rank = max(1, -(-q * longer // 100))
+    return lengths[first + rank - 1] - elapsed
 
 
 def slot_starts(slots: Sequence[int], run: int, count: int) -> list[int]:
@@ -159,8 +222,18 @@ def estimate_starts(
 ) -> dict[WorkloadKey, Estimate]:
     """An estimate for each of ``waiting`` at ``now``, from the allocation ``intervals`` of the
     log so far (the ended ones give run lengths, the open ones are what runs now)."""
-    by_queue = run_lengths(intervals)
     running = [interval for interval in intervals if interval.end_ms is None]
+    return estimate_with(now, waiting, run_lengths(intervals), running)
+
+
+def estimate_with(
+    now: Millis,
+    waiting: Sequence[Waiting],
+    by_queue: dict[QueueName, list[int]],
+    running: Sequence[Interval],
+) -> dict[WorkloadKey, Estimate]:
+    """``estimate_starts`` from run lengths already gathered (``run_lengths``: ascending, per
+    queue) and the intervals still open: for a caller that keeps both as the log grows."""
     groups: dict[tuple[QueueName, QuotaPath], list[Waiting]] = {}
     out: dict[WorkloadKey, Estimate] = {}
     for item in waiting:
@@ -181,7 +254,7 @@ def _estimate_group(
     node: QuotaPath,
     members: list[Waiting],
     by_queue: dict[QueueName, list[int]],
-    running: list[Interval],
+    running: Sequence[Interval],
 ) -> dict[WorkloadKey, Estimate]:
     """Estimates for the workloads of one queue waiting for the same node: one pass of the
     slot model per quantile gives every position at once."""
@@ -242,6 +315,8 @@ __all__ = [
     "Waiting",
     "describe",
     "estimate_starts",
+    "estimate_with",
+    "estimates_on_arrival",
     "quantile",
     "remaining",
     "run_lengths",
