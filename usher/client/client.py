@@ -898,6 +898,40 @@ class Client:
         """See ``AsyncClient.dry_run``."""
         return self._run(self._client.dry_run(manifest, source=source, index=index))
 
+    def dry_run_job(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str,
+        image: str,
+        cpu: str | int | float | None = None,
+        memory: str | None = None,
+        gpu: str | int | None = None,
+        replicas: int = 1,
+        priority_class: str | None = None,
+        zone: str | None = None,
+        duration: float | None = None,
+        command: Iterable[str] = (),
+        labels: dict[str, str] | None = None,
+    ) -> DryRun:
+        """See ``AsyncClient.dry_run_job``."""
+        return self._run(
+            self._client.dry_run_job(
+                name,
+                namespace=namespace,
+                image=image,
+                cpu=cpu,
+                memory=memory,
+                gpu=gpu,
+                replicas=replicas,
+                priority_class=priority_class,
+                zone=zone,
+                duration=duration,
+                command=command,
+                labels=labels,
+            )
+        )
+
     def apply(self, path: Path | str) -> list[Applied]:
         return self._run(self._client.apply(path))
 
