@@ -553,11 +553,11 @@ def start_estimate_errors(
         mine = [a.key for a in arrivals if a.cls is cls]
         for key in mine:
             found = made.get(WorkloadKey(key))
-            if found is None or found[1].start is None or key not in admitted:
+            if found is None or found[1].start_ms is None or key not in admitted:
                 continue
             arrived, estimate = found
-            assert estimate.start is not None
-            errors.append(abs((estimate.start - arrived) - (admitted[key] - arrived)) / 1000)
+            assert estimate.start_ms is not None
+            errors.append(abs((estimate.start_ms - arrived) - (admitted[key] - arrived)) / 1000)
         out[f"start_estimate_mae_{cls.name}_s"] = median(errors) if errors else float("nan")
         out[f"start_estimate_known_{cls.name}_pct"] = 100 * len(errors) / max(1, len(mine))
     return out

@@ -83,7 +83,7 @@ def test_a_job_that_waits_says_why_and_when(tmp_path: Path, log_file: Path) -> N
     )
     assert doc["preempts"] == []
     estimate = doc["estimate"]
-    assert estimate["early"] <= estimate["start"] <= estimate["late"]
+    assert estimate["early_ms"] <= estimate["start_ms"] <= estimate["late_ms"]
     assert "1 ahead in root-department-a-user-a" in estimate["basis"]
     table = usher("explain", "-f", str(job), "--file", str(log_file)).stdout
     assert "next pass admits it: no (Pending)" in table

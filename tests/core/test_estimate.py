@@ -147,11 +147,11 @@ def test_estimate(case: Case) -> None:
     assert case.basis in estimate.basis
     if case.start_s is None:
         assert not estimate.known
-        assert (estimate.early, estimate.start, estimate.late) == (None, None, None)
+        assert (estimate.early_ms, estimate.start_ms, estimate.late_ms) == (None, None, None)
         assert describe(estimate) == estimate.basis
         return
     early, mid, late = (NOW + s * S for s in case.start_s)
-    assert (estimate.early, estimate.start, estimate.late) == (early, mid, late)
+    assert (estimate.early_ms, estimate.start_ms, estimate.late_ms) == (early, mid, late)
 
 
 def test_every_position_of_a_queue_from_one_pass_and_in_order() -> None:
@@ -160,7 +160,7 @@ def test_every_position_of_a_queue_from_one_pass_and_in_order() -> None:
         for p in (4, 1, 3, 2)
     ]
     found = estimate_starts(NOW, waiting, [*FOUR, runs(LEAF_A, 30, "x")])
-    starts = [found[WorkloadKey(f"ns/w{p}")].start for p in (1, 2, 3, 4)]
+    starts = [found[WorkloadKey(f"ns/w{p}")].start_ms for p in (1, 2, 3, 4)]
     assert starts == [NOW + s * S for s in (90, 210, 330, 450)]
     # Deterministic: the same inputs in another order give the same answers.
     assert estimate_starts(NOW, list(reversed(waiting)), [*FOUR, runs(LEAF_A, 30, "x")]) == found
@@ -182,7 +182,9 @@ def test_remaining_and_slots() -> None:
 
 
 def test_describe() -> None:
-    known = Estimate(start=Millis(60_000), early=Millis(0), late=Millis(120_000), basis="b")
+    known = Estimate(
+        start_ms=Millis(60_000), early_ms=Millis(0), late_ms=Millis(120_000), basis="b"
+    )
     assert describe(known) == (
         "1970-01-01T00:01:00.000Z (p25 1970-01-01T00:00:00.000Z, p75 1970-01-01T00:02:00.000Z)"
     )
@@ -203,7 +205,7 @@ def test_estimates_on_arrival_fold_the_log_up_to_each_creation() -> None:
     found = estimates_on_arrival(log.history().items, EngineConfig())
     # The first run arrived to an empty tree: it fits, so "now"; too few runs for the rest then.
     at, first = found[WorkloadKey("user-a/r0")]
-    assert (at, first.start, first.basis) == (
+    assert (at, first.start_ms, first.basis) == (
         BASE_MS + 1000,
         at,
         "the next decision pass admits it",
@@ -211,5 +213,5 @@ def test_estimates_on_arrival_fold_the_log_up_to_each_creation() -> None:
     at, second = found[WorkloadKey("user-a/second")]
     assert at == BASE_MS + 101_000
     # first (60 cpu) has run 0.9 s: p50 of the runs longer than that is 59.9 s.
-    assert second.start == at + 59_900 - 900
+    assert second.start_ms == at + 59_900 - 900
     assert "0 ahead in root-department-a-user-a, 1 running under root/Department-a" in second.basis

@@ -162,11 +162,11 @@ def _start(job: JobInfo, now: datetime) -> str:
     estimate = job.estimate
     if estimate is None:
         return "-"
-    if estimate.start is None or estimate.early is None or estimate.late is None:
+    if estimate.start_ms is None or estimate.early_ms is None or estimate.late_ms is None:
         return "unknown"
     mid, early, late = (
         datetime.fromtimestamp(at / 1000, tz=UTC)
-        for at in (estimate.start, estimate.early, estimate.late)
+        for at in (estimate.start_ms, estimate.early_ms, estimate.late_ms)
     )
     if late <= now:
         return "now"

@@ -31,7 +31,7 @@ from schemas import (
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
-from usher.core.explain import people_json
+from usher.core.explain import people_json, total_requests
 from usher.core.history import History, fold, format_time, quantities
 from usher.core.state import JobState
 from usher.core.usage import Interval, intervals_of
@@ -105,7 +105,7 @@ def dry_run(
         quota=arrived.quota,
         position=arrived.position,
         priority=arrived.priority,
-        requests=quantities(_requests(observed)),
+        requests=quantities(total_requests(observed)),
         reason=None if admitted else after.reason,
         preempts=[
             d
@@ -116,15 +116,6 @@ def dry_run(
         as_of_seq=as_of_seq,
         now=now,
     )
-
-
-def _requests(observed: WorkloadObserved) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for pod_set in observed.pod_sets:
-        for resource, amount in pod_set.requests.items():
-            if pod_set.count > 0 and amount > 0:
-                total[resource] = total.get(resource, 0) + amount * pod_set.count
-    return total
 
 
 def dry_run_on_history(

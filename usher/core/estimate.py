@@ -48,18 +48,18 @@ QUANTILES = (25, 50, 75)
 class Estimate(msgspec.Struct, frozen=True, kw_only=True):
     """When a pending workload is likely to start; the times are None when ``unknown``."""
 
-    start: Millis | None = None
+    start_ms: Millis | None = None
     """The middle estimate (p50 run lengths), in ms since the epoch."""
-    early: Millis | None = None
+    early_ms: Millis | None = None
     """With p25 run lengths."""
-    late: Millis | None = None
+    late_ms: Millis | None = None
     """With p75 run lengths."""
     basis: str
     """What it rests on, or why it is unknown, in words for people."""
 
     @property
     def known(self) -> bool:
-        return self.start is not None
+        return self.start_ms is not None
 
 
 @dataclass(frozen=True)
@@ -239,7 +239,7 @@ def estimate_with(
     for item in waiting:
         if item.admitted_next:
             out[item.workload] = Estimate(
-                start=now, early=now, late=now, basis="the next decision pass admits it"
+                start_ms=now, early_ms=now, late_ms=now, basis="the next decision pass admits it"
             )
         else:
             groups.setdefault((item.queue, item.node or item.leaf), []).append(item)
@@ -279,7 +279,7 @@ def _estimate_group(
             f"{named}: p25 {_span(quantile(lengths, 25))}, p50 {_span(quantile(lengths, 50))}, "
             f"p75 {_span(quantile(lengths, 75))}"
         )
-        out[m.workload] = Estimate(start=at[50], early=at[25], late=at[75], basis=basis)
+        out[m.workload] = Estimate(start_ms=at[50], early_ms=at[25], late_ms=at[75], basis=basis)
     return out
 
 
@@ -298,13 +298,13 @@ def describe(estimate: Estimate | None) -> str:
     """One line for people: ``2026-01-01T10:05:00.000Z (p25 .. - p75 ..)`` or the reason."""
     if estimate is None:
         return "-"
-    if estimate.start is None or estimate.early is None or estimate.late is None:
+    if estimate.start_ms is None or estimate.early_ms is None or estimate.late_ms is None:
         return estimate.basis
-    if estimate.early == estimate.late:
-        return format_time(estimate.start)
+    if estimate.early_ms == estimate.late_ms:
+        return format_time(estimate.start_ms)
     return (
-        f"{format_time(estimate.start)} (p25 {format_time(estimate.early)}, "
-        f"p75 {format_time(estimate.late)})"
+        f"{format_time(estimate.start_ms)} (p25 {format_time(estimate.early_ms)}, "
+        f"p75 {format_time(estimate.late_ms)})"
     )
 
 

@@ -134,7 +134,7 @@ def explain(
     for item in history.items:
         event = item.event
         if isinstance(event, WorkloadObserved) and event.workload == key:
-            requests = _requests(event)
+            requests = total_requests(event)
         if isinstance(event, WorkloadObserved | WorkloadRejected | WorkloadDeleted) and (
             event.workload == key
         ):
@@ -227,7 +227,8 @@ def _reclaim(engine: Engine, key: WorkloadKey, now_ms: Millis) -> ReclaimView:
     return ReclaimView(possible=True, detail=f"a pass now would preempt {names}", victims=victims)
 
 
-def _requests(event: WorkloadObserved) -> dict[str, int]:
+def total_requests(event: WorkloadObserved) -> dict[str, int]:
+    """What all the pods of a workload request together, in canonical units."""
     total: dict[str, int] = {}
     for pod_set in event.pod_sets:
         for resource, amount in pod_set.requests.items():
@@ -299,7 +300,7 @@ def _line(
 
 def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str:
     status = "suspended" if event.suspended else "running (unsuspended)"
-    if previous is not None and _requests(previous) == _requests(event):
+    if previous is not None and total_requests(previous) == total_requests(event):
         return status
     priority = (
         f"priority class {event.priority_class}"
@@ -307,7 +308,7 @@ def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str
         else f"priority {event.priority or 0}"
     )
     return (
-        f"{status}; {event.kind}; requests {format_resources(_requests(event))}; {priority}; "
+        f"{status}; {event.kind}; requests {format_resources(total_requests(event))}; {priority}; "
         f"zone {event.zone}"
     )
 
@@ -421,4 +422,5 @@ __all__ = [
     "people_json",
     "render_explain_json",
     "render_explain_table",
+    "total_requests",
 ]
