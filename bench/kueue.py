@@ -47,6 +47,12 @@ by the service that wrote them):
   ``cpu_s_<process>`` (CPU seconds of each process from the first creation until the last
   finish, PostgreSQL with its backends) with ``cpu_cores_busy`` (their sum / that time), and
   the same per admitted job in ms (``cpu_ms_per_job_<process>``, all summed: ``cpu_ms_per_job``).
+* ``start_estimate_mae_<class>_s``: median absolute error of the estimated start a workload
+  had when it arrived (``usher.core.estimate.estimates_on_arrival``: the log folded, after the
+  run, up to its first observation) against the wait that followed (that observation to its
+  first ``Admitted``, both log times), over the workloads whose estimate was known;
+  ``start_estimate_known_<class>_pct`` is how many of the class had one (the rest: "unknown",
+  too few runs had ended yet, or nothing ran on their path).
 * ``history_violations``: instants where the ledger's history shows a quota node above its
   ``max`` (the e2e tests' sweep, ``tests/e2e/checks.py``); must be 0.
 Quick mode scales down to 1 parent x 6 leaves and a fifth of each arrival stream (70 small,
@@ -67,6 +73,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from fractions import Fraction
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import nats
@@ -91,11 +98,15 @@ from schemas import (
     Preempted,
     Released,
     WorkloadFinished,
+    WorkloadKey,
     WorkloadObserved,
     decode_envelope,
 )
 from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
+from usher.core.estimate import estimates_on_arrival
+from usher.core.history import history_of
 
 
 @dataclass(frozen=True)
@@ -511,6 +522,7 @@ async def measure(servers: Servers, kubeconfig: Path, scale: Scale) -> dict[str,
         numbers[f"kueue_tta_{cls.name}_mean_s"] = KUEUE[cls.name]
         numbers[f"speedup_{cls.name}"] = KUEUE[cls.name] / ours if ours > 0 else float("nan")
         numbers[f"held_beyond_runtime_{cls.name}_mean_s"] = mean(held.overhead_s[cls.name])
+    numbers.update(start_estimate_errors(entries, arrivals))
     numbers["usage_pct"] = 100 * held.cpu_s / (leaves * LEAF_MIN_CPU * wall)
     numbers["kueue_usage_pct"] = KUEUE["usage_pct"]
     numbers["leaf_usage_of_max_pct"] = 100 * held.cpu_s / (leaves * LEAF_MAX_CPU * wall)
@@ -522,6 +534,33 @@ async def measure(servers: Servers, kubeconfig: Path, scale: Scale) -> dict[str,
         numbers[f"cpu_ms_per_job_{name}"] = 1000 * seconds / jobs
     numbers["cpu_ms_per_job"] = 1000 * sum(cpu.values()) / jobs
     return numbers
+
+
+def start_estimate_errors(
+    entries: list[tuple[int, str, Envelope]], arrivals: list[Arrival]
+) -> dict[str, float]:
+    """Per class: the median absolute error (s) of the estimate made at arrival against the
+    wait that followed, and the share of workloads that had a known estimate (%)."""
+    history = history_of([(subject, envelope) for _, subject, envelope in entries])
+    made = estimates_on_arrival(history.items, EngineConfig(within_quota="LowerPriority"))
+    admitted: dict[str, int] = {}
+    for item in history.items:
+        if isinstance(item.event, Admitted):
+            admitted.setdefault(str(item.event.workload), item.time_ms)
+    out: dict[str, float] = {}
+    for cls in CLASSES:
+        errors: list[float] = []
+        mine = [a.key for a in arrivals if a.cls is cls]
+        for key in mine:
+            found = made.get(WorkloadKey(key))
+            if found is None or found[1].start_ms is None or key not in admitted:
+                continue
+            arrived, estimate = found
+            assert estimate.start_ms is not None
+            errors.append(abs((estimate.start_ms - arrived) - (admitted[key] - arrived)) / 1000)
+        out[f"start_estimate_mae_{cls.name}_s"] = median(errors) if errors else float("nan")
+        out[f"start_estimate_known_{cls.name}_pct"] = 100 * len(errors) / max(1, len(mine))
+    return out
 
 
 def run(quick: bool) -> dict[str, float]:

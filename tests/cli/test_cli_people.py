@@ -483,6 +483,27 @@ def test_a_second_submit_of_the_same_name_is_refused(running: Path) -> None:
     assert result.stderr.strip() == "usher: job.batch/dup already exists in namespace user-b"
 
 
+def test_submit_dry_run_creates_nothing_and_says_what_submitting_does(running: Path) -> None:
+    job = ["--name", "dry", "-n", "user-b", "--image", "x", "--cpu", "1"]
+    said = usher_json(running, "submit", "--dry-run", *job)
+    assert (said["job"], said["queue"]) == ("user-b/dry", "root-department-a-user-a")
+    assert said["estimate"] is not None
+    assert "user-b/dry" not in {j["job"] for j in usher_json(running, "jobs")}
+    table = ok(running, "submit", "--dry-run", *job)
+    assert table.startswith("user-b/dry (dry run: nothing was created)\n")
+    ok(running, "submit", *job)
+
+    def placed() -> dict[str, Any] | None:
+        found = {j["job"]: j for j in usher_json(running, "jobs")}.get("user-b/dry")
+        wanted = "Admitted" if said["admitted"] else "Pending"
+        return found if found is not None and found["state"] == wanted else None
+
+    now = poll(placed)
+    assert now["queue"] == said["queue"]
+    listed = ok(running, "jobs", "-n", "user-b", "--start")
+    assert listed.splitlines()[0].split()[-2:] == ["START", "REASON"]
+
+
 @pytest.mark.parametrize(
     "args",
     [

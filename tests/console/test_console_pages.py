@@ -108,6 +108,14 @@ async def test_a_jobs_page_tells_its_story_and_links_its_preemptor(client: TestC
     assert (await client.get("/job/user-a/nobody")).status == 404
 
 
+async def test_a_pending_jobs_page_gives_its_estimated_start(client: TestClient) -> None:
+    text = await page(client, "/job/user-a/big")
+    assert '<dt>estimated start</dt><dd id="start">' in text
+    assert "(the next decision pass admits it)" in text.split('id="start">')[1].split("</dd>")[0]
+    admitted = await page(client, "/job/user-c/urgent")
+    assert 'id="start"' not in admitted
+
+
 async def test_the_decision_stream_filters(client: TestClient) -> None:
     def actions(text: str) -> list[str]:
         return re.findall(r'<tr class="(\w+)" data-seq', text)

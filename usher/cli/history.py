@@ -56,9 +56,9 @@ from usher.cli import (
     report_input_error,
 )
 from usher.core import audit as auditing
+from usher.core import dryrun, usage, whatif
 from usher.core import explain as explaining
 from usher.core import history as hist
-from usher.core import usage, whatif
 from usher.core.config import (
     POLICIES,
     WITHIN_QUOTA_MODES,
@@ -495,22 +495,40 @@ def what_if_command(
 
 
 @cli.command("explain")
-@click.argument("workload", metavar="NS/NAME")
+@click.argument("workload", metavar="NS/NAME", required=False)
+@click.option(
+    "-f",
+    "--filename",
+    "manifest",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="A job manifest not submitted yet: what the next pass would do with it (dry run).",
+)
 @OUTPUT
 @_source
 @_engine
-def explain_command(workload: str, output: str, log_file: Path | None, **options: Any) -> None:
-    """Why NS/NAME is where it is: state, queue, limit, reclaim, and its history on the log.
+def explain_command(
+    workload: str | None, manifest: Path | None, output: str, log_file: Path | None, **options: Any
+) -> None:
+    """Why NS/NAME is where it is: state, queue, limit, reclaim, estimated start, and its
+    history on the log; or, with -f FILE, what submitting the job(s) of FILE would do.
 
     The reclaim dry run uses the current time (the last entry's time with --file). A
-    workload the log never mentions is bad input (exit 3).
+    workload the log never mentions is bad input (exit 3). With -f nothing is created: each
+    job of the file is tried alone on the state at the end of the log (as `usher submit
+    --dry-run` does).
     """
+    if (workload is None) == (manifest is None):
+        fail("give NS/NAME, or -f FILE (a job manifest), not both", EXIT_USAGE)
+    if manifest is not None:
+        _explain_manifest(manifest, output, log_file, **options)
+        return
+    assert workload is not None
     namespace, _, name = workload.partition("/")
     if not namespace or not name or "/" in name:
         fail(f"{workload!r}: expected NAMESPACE/NAME", EXIT_USAGE)
     log = _load(log_file, **options)
-    end = log.history.end_ms
-    now = Millis(int(time.time() * 1000)) if log.live or end is None else end
+    now = _now(log)
     try:
         explanation = explaining.explain(
             log.history, _config(log.settings), WorkloadKey(workload), now
@@ -521,6 +539,41 @@ def explain_command(workload: str, output: str, log_file: Path | None, **options
         output,
         lambda: explaining.render_explain_json(explanation),
         lambda: explaining.render_explain_table(explanation),
+    )
+
+
+def _now(log: _Log) -> Millis:
+    """The clock for a live log; the last entry's time for an exported one (repeatable)."""
+    end = log.history.end_ms
+    return Millis(int(time.time() * 1000)) if log.live or end is None else end
+
+
+def _explain_manifest(path: Path, output: str, log_file: Path | None, **options: Any) -> None:
+    """``explain -f``: a dry run of every job of ``path`` on the log's state."""
+    from usher.cli.people import workload_manifests
+    from usher.client.errors import BadInput
+    from usher.client.manifests import observed_for_dry_run, workload_document
+
+    manifests = workload_manifests(path)
+    log = _load(log_file, **options)
+    now = _now(log)
+    config = _config(log.settings)
+    results: list[dryrun.DryRun] = []
+    for index, manifest in enumerate(manifests, start=1):
+        try:
+            document = workload_document(manifest, source=str(path), index=index)
+            observed = observed_for_dry_run(document, now)
+            results.append(dryrun.dry_run_on_history(log.history, config, observed, now))
+        except BadInput as exc:
+            for line in exc.lines[:-1]:
+                click.echo(f"usher: {line}", err=True)
+            fail(exc.lines[-1], EXIT_BAD_INPUT)
+        except dryrun.AlreadyKnown as exc:
+            fail(str(exc), EXIT_BAD_INPUT)
+    _show(
+        output,
+        lambda: dryrun.render_dry_runs_json(results),
+        lambda: dryrun.render_dry_runs_table(results),
     )
 
 

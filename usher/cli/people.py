@@ -156,6 +156,23 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _start(job: JobInfo, now: datetime) -> str:
+    """A pending job's estimated start from ``now``: ``now``, ``~12m (5m-20m)`` or
+    ``unknown``; ``-`` for a job that does not wait."""
+    estimate = job.estimate
+    if estimate is None:
+        return "-"
+    if estimate.start_ms is None or estimate.early_ms is None or estimate.late_ms is None:
+        return "unknown"
+    mid, early, late = (
+        datetime.fromtimestamp(at / 1000, tz=UTC)
+        for at in (estimate.start_ms, estimate.early_ms, estimate.late_ms)
+    )
+    if late <= now:
+        return "now"
+    return f"~{age(now, mid)} ({age(now, early)}-{age(now, late)})"
+
+
 def _reason(job: JobInfo) -> str:
     if job.state == JobState.FINISHED:
         return "succeeded" if job.succeeded is not False else "failed"
@@ -270,6 +287,20 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
 @click.option("--wait", is_flag=True, help="Follow the job until it finishes.")
 @click.option("--timeout", type=float, default=None, help="Seconds --wait waits at most.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Create nothing: say where it would go, whether the next pass admits it, whom it "
+    "would preempt and when it likely starts.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="With --dry-run: table for people, json or yaml for scripts.",
+)
 @target_options
 def submit(
     args: tuple[str, ...],
@@ -287,6 +318,8 @@ def submit(
     labels: tuple[str, ...],
     wait: bool,
     timeout: float | None,
+    dry_run: bool,
+    output: str,
     **options: Any,
 ) -> None:
     """Submit a suspended job: `usher submit FILE`, or build one from options:
@@ -295,8 +328,13 @@ def submit(
     --replicas 6 -- sleep 1d
 
     Usher admits it when its quota allows; --wait follows it (position and reason while
-    pending, then admitted, then finished) and exits 0 only when it succeeded.
+    pending, then admitted, then finished) and exits 0 only when it succeeded. --dry-run
+    creates nothing and says what would happen (each job of a file tried alone).
     """
+    if dry_run and wait:
+        fail("--dry-run creates nothing to --wait for", EXIT_USAGE)
+    if output != "table" and not dry_run:
+        fail("-o is for --dry-run (submit prints what it created)", EXIT_USAGE)
     label_map: dict[str, str] = {}
     for item in labels:
         key, sep, value = item.partition("=")
@@ -306,7 +344,26 @@ def submit(
     if image is None:
         if len(args) != 1:
             fail("give a manifest FILE, or --image (and the command after --)", EXIT_USAGE)
-        manifests = _workload_documents(Path(args[0]))
+        manifests = workload_manifests(Path(args[0]))
+
+    if dry_run:
+        request = {
+            "name": name,
+            "namespace": namespace,
+            "image": image,
+            "cpu": cpu,
+            "memory": memory,
+            "gpu": gpu,
+            "replicas": replicas,
+            "priority_class": priority_class,
+            "zone": zone,
+            "duration": duration,
+            "command": args,
+            "labels": label_map,
+        }
+        source = None if image is not None else (args[0], manifests)
+        _submit_dry_run(options, request, source, output)
+        return
 
     async def work(client: AsyncClient) -> None:
         if image is not None:
@@ -342,7 +399,47 @@ def submit(
     run(options, work)
 
 
-def _workload_documents(path: Path) -> list[dict[str, Any]]:
+def _submit_dry_run(
+    options: dict[str, Any],
+    request: dict[str, Any],
+    source: tuple[str, list[dict[str, Any]]] | None,
+    output: str,
+) -> None:
+    """``submit --dry-run``: the job built from ``request`` (options), or each of ``source``."""
+    from usher.client.manifests import workload_document
+    from usher.core.dryrun import DryRun, render_dry_runs_json, render_dry_runs_table
+
+    if source is not None:  # a mistake in the file is named before anything is asked
+        path, manifests = source
+        for index, manifest in enumerate(manifests, 1):
+            try:
+                workload_document(manifest, source=path, index=index)
+            except BadInput as exc:
+                for line in exc.lines[:-1]:
+                    click.echo(f"usher: {line}", err=True)
+                fail(exc.lines[-1], EXIT_BAD_INPUT)
+
+    async def work(client: AsyncClient) -> list[DryRun]:
+        if source is None:
+            return [await client.dry_run_job(**request)]
+        path, manifests = source
+        return [await client.dry_run(m, source=path, index=i) for i, m in enumerate(manifests, 1)]
+
+    results = run(options, work)
+    if output == "table":
+        click.echo(render_dry_runs_table(results), nl=False)
+    elif output == "json":
+        click.echo(render_dry_runs_json(results), nl=False)
+    else:
+        import json
+
+        import yaml
+
+        loaded = json.loads(render_dry_runs_json(results))
+        click.echo(yaml.safe_dump(loaded, sort_keys=False), nl=False)
+
+
+def workload_manifests(path: Path) -> list[dict[str, Any]]:
     from usher.client.manifests import KINDS, read_yaml_documents
 
     try:
@@ -442,10 +539,19 @@ cli.add_command(delete_command, "cancel")
     type=click.Choice([state.value for state in (*ENGINE_STATES, JobState.REJECTED)]),
     help="Only jobs in this state (repeatable).",
 )
+@click.option(
+    "--start",
+    "show_start",
+    is_flag=True,
+    help="Add START: a pending job's estimated start from now (p50, with p25-p75).",
+)
 @output_option
 @target_options
-def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options: Any) -> None:
-    """Every job Usher knows: state, queue, position, priority and why it waits."""
+def jobs(
+    namespace: str | None, states: tuple[str, ...], show_start: bool, output: str, **options: Any
+) -> None:
+    """Every job Usher knows: state, queue, position, priority and why it waits (-o json and
+    --start: when a pending one likely starts)."""
 
     async def work(client: AsyncClient) -> list[JobInfo]:
         found = await client.list_jobs(namespace, states=states or None)
@@ -479,6 +585,11 @@ def jobs(namespace: str | None, states: tuple[str, ...], output: str, **options:
             for j in found
         ]
         headers = ["NAMESPACE", "NAME", "STATE", "QUEUE", "POS", "PRIO", "ZONE", "AGE", "REASON"]
+        if show_start:
+            now = datetime.now(UTC)
+            for row, j in zip(rows, found, strict=True):
+                row.insert(-1, _start(j, now))
+            headers.insert(-1, "START")
         return render_table(headers, rows)
 
     emit(found, output, table)

@@ -2,7 +2,8 @@
 
 What it does: ``Client`` (blocking, notebook-safe) and ``AsyncClient`` (asyncio) submit jobs to
 Kubernetes and read states, queue positions, reasons and quota usage from Usher's log; results
-are msgspec Structs (``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``Submitted``, ``Applied``),
+are msgspec Structs (``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``Submitted``, ``Applied``,
+``DryRun`` of ``dry_run``, a pending job's ``Estimate``),
 failures typed ``ClientError``s. By default it talks to the running ``usher up``
 (``$USHER_HOME/stack.json``); pass ``kubeconfig=`` and ``nats_url=`` for a real installation.
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
         TreeRejection,
     )
     from usher.client.target import Target, resolve_target, target_of_stack
+    from usher.core.dryrun import DryRun
+    from usher.core.estimate import Estimate
 
 _LAZY = {
     "usher.client.client": (
@@ -56,6 +59,8 @@ _LAZY = {
         "TreeRejection",
     ),
     "usher.client.target": ("Target", "resolve_target", "target_of_stack"),
+    "usher.core.dryrun": ("DryRun",),
+    "usher.core.estimate": ("Estimate",),
 }
 """Names imported on first use (PEP 562): the errors alone must not pull NATS, YAML and the
 core in (the CLI catches them in every command, ``usher --version`` included)."""
@@ -79,6 +84,8 @@ __all__ = [
     "ClientError",
     "DecisionInfo",
     "Deleted",
+    "DryRun",
+    "Estimate",
     "JobInfo",
     "JobRequest",
     "NotFound",

@@ -60,18 +60,18 @@ from usher.client.errors import NotFound as UnknownObject
 from usher.client.manifests import (
     JOB,
     KINDS,
-    WORKLOAD_KINDS,
     Document,
     JobRequest,
     Kind,
     apply_patch,
-    check_document,
     documents_of,
     for_create,
     is_suspended,
     job_manifest,
     load_documents,
+    observed_for_dry_run,
     suspended,
+    workload_document,
 )
 from usher.client.state import (
     JobInfo,
@@ -85,6 +85,7 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.dryrun import AlreadyKnown, DryRun, dry_run
 from usher.core.holds import resolve_target as resolve_hold_target
 from usher.core.log import datetime_ms
 from usher.core.state import JobState
@@ -268,7 +269,8 @@ class AsyncClient:
         """One job, by ``namespace/name`` (or ``name`` and ``namespace``); ``NotFound``."""
         key = _key(job, namespace)
         state = await self.state()
-        found = state.job(key, None, state.pending_reasons(now_ms()))
+        pending = state.pending(now_ms(), state.engine.jobs())
+        found = state.job(key, None, pending.reasons, pending.estimates)
         if found is None:
             raise UnknownObject(f"no job {key} is known to Usher")
         return found
@@ -423,15 +425,8 @@ class AsyncClient:
 
         ``check_namespace`` and ``check_zone`` (its ``usher.io/zone`` label) as in ``submit``.
         """
-        kind = None
-        if isinstance(manifest, dict):
-            kind = KINDS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
-        if kind is None or not kind.is_workload:
-            raise BadInput(f"usher submit takes job manifests ({', '.join(WORKLOAD_KINDS)})")
-        document = Document(source, index, manifest, kind)
-        problems = check_document(document)
-        if problems:
-            raise BadInput(problems[0], problems)
+        document = workload_document(manifest, source=source, index=index)
+        kind = document.kind
         await self._check_target(
             (document.namespace or None) if check_namespace else None,
             _zone_label(manifest) if check_zone else None,
@@ -439,6 +434,58 @@ class AsyncClient:
         return await self._create(
             for_create(Document(source, index, suspended(manifest, kind), kind)), kind
         )
+
+    async def dry_run(
+        self, manifest: JsonObj, *, source: str = "manifest", index: int = 1
+    ) -> DryRun:
+        """What submitting ``manifest`` now would do, without creating anything: its queue and
+        quota node, the position it would take, whether the next decision pass admits it (if
+        not, the limiting node and numbers), whom that pass would preempt for it, and its
+        estimated start (``usher.core.dryrun``). ``BadInput`` for a manifest Usher cannot read
+        or a job that already exists."""
+        document = workload_document(manifest, source=source, index=index)
+        now = now_ms()
+        observed = observed_for_dry_run(document, now)
+        state = await self.state()
+        try:
+            return dry_run(state.engine, observed, now, state.usage.intervals(), state.applied_seq)
+        except AlreadyKnown as exc:
+            raise BadInput(str(exc)) from exc
+
+    async def dry_run_job(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str,
+        image: str,
+        cpu: str | int | float | None = None,
+        memory: str | None = None,
+        gpu: str | int | None = None,
+        replicas: int = 1,
+        priority_class: str | None = None,
+        zone: str | None = None,
+        duration: float | None = None,
+        command: Iterable[str] = (),
+        labels: dict[str, str] | None = None,
+    ) -> DryRun:
+        """``dry_run`` of the Job ``submit`` would build from the same arguments."""
+        manifest = job_manifest(
+            JobRequest(
+                namespace=namespace,
+                image=image,
+                name=name,
+                cpu=None if cpu is None else str(cpu),
+                memory=memory,
+                gpu=None if gpu is None else str(gpu),
+                replicas=replicas,
+                priority_class=priority_class,
+                zone=zone,
+                duration_s=duration,
+                command=tuple(command),
+                labels=dict(labels or {}),
+            )
+        )
+        return await self.dry_run(manifest, source="options")
 
     async def _check_target(self, namespace: str | None, zone: str | None) -> None:
         """Refuse a namespace no queue takes, or a zone no dequeuer serves (None: unchecked)."""
@@ -851,6 +898,44 @@ class Client:
                 check_zone=check_zone,
                 source=source,
                 index=index,
+            )
+        )
+
+    def dry_run(self, manifest: JsonObj, *, source: str = "manifest", index: int = 1) -> DryRun:
+        """See ``AsyncClient.dry_run``."""
+        return self._run(self._client.dry_run(manifest, source=source, index=index))
+
+    def dry_run_job(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str,
+        image: str,
+        cpu: str | int | float | None = None,
+        memory: str | None = None,
+        gpu: str | int | None = None,
+        replicas: int = 1,
+        priority_class: str | None = None,
+        zone: str | None = None,
+        duration: float | None = None,
+        command: Iterable[str] = (),
+        labels: dict[str, str] | None = None,
+    ) -> DryRun:
+        """See ``AsyncClient.dry_run_job``."""
+        return self._run(
+            self._client.dry_run_job(
+                name,
+                namespace=namespace,
+                image=image,
+                cpu=cpu,
+                memory=memory,
+                gpu=gpu,
+                replicas=replicas,
+                priority_class=priority_class,
+                zone=zone,
+                duration=duration,
+                command=command,
+                labels=labels,
             )
         )
 

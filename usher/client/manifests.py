@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from schemas import Millis
+from schemas import Millis, WorkloadObserved
 from usher.adapters.kube import JsonObj, Resource
 from usher.client.errors import BadInput
 from usher.core.errors import InputError
@@ -287,6 +287,38 @@ def check_document(document: Document) -> list[str]:
             f"{label}: {e.path + ': ' if e.path else ''}{e.message} [{e.code}]" for e in exc.errors
         ]
     return []
+
+
+def workload_document(manifest: object, *, source: str, index: int) -> Document:
+    """``manifest`` as a workload ``Document`` ``usher submit`` would create, checked by the core
+    (``BadInput`` naming every problem: not a job kind, a field path and what is wrong)."""
+    kind = None
+    if isinstance(manifest, dict):
+        kind = KINDS.get((str(manifest.get("apiVersion")), str(manifest.get("kind"))))
+    if not isinstance(manifest, dict) or kind is None or not kind.is_workload:
+        raise BadInput(f"usher submit takes job manifests ({', '.join(WORKLOAD_KINDS)})")
+    document = Document(source, index, manifest, kind)
+    problems = check_document(document)
+    if problems:
+        raise BadInput(problems[0], problems)
+    return document
+
+
+DRY_RUN_SUFFIX = "dry-run"
+"""What stands for the generated part of a ``generateName`` in a dry run (nothing is created,
+so the API server generates no name)."""
+
+
+def observed_for_dry_run(document: Document, now: Millis) -> WorkloadObserved:
+    """The ``WorkloadObserved`` the watcher would write for ``document`` created at ``now``:
+    suspended, as ``usher submit`` creates it, in its namespace (``default`` when it names
+    none, as the API server places it)."""
+    manifest = suspended(document.manifest, document.kind)
+    meta = dict(manifest.get("metadata") or {})
+    meta.setdefault("namespace", document.namespace or "default")
+    manifest["metadata"] = meta
+    name = document.name or f"{document.generate_name}{DRY_RUN_SUFFIX}"
+    return extract_workload(manifest, created_ms=now, name=name)
 
 
 def _type(value: object) -> str:

@@ -51,6 +51,7 @@ from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
+from usher.core.estimate import Estimate, estimate_starts, waiting_of
 from usher.core.holds import hold_over
 from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
@@ -89,6 +90,8 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     requests: dict[str, str] = msgspec.field(default_factory=dict)
     """Total over all pods, in Kubernetes notation."""
     created: datetime | None = None
+    estimate: Estimate | None = None
+    """While pending: when it likely starts, with a range, or why that is unknown."""
 
     @property
     def done(self) -> bool:
@@ -236,6 +239,13 @@ class StateView(msgspec.Struct, frozen=True, kw_only=True):
         """What people must know about the tree beyond the tree in force (one line each)."""
         events = (self.tree_rejection, self.tree_deleted)
         return [event.describe() for event in events if event is not None]
+
+
+class PendingView(msgspec.Struct, frozen=True, kw_only=True):
+    """What one trial pass says of every pending job: why it waits, when it likely starts."""
+
+    reasons: dict[WorkloadKey, Reason]
+    estimates: dict[WorkloadKey, Estimate]
 
 
 # --------------------------------------------------------------------------- the fold
@@ -467,9 +477,14 @@ class PeopleProjection:
     def pending_reasons(self, now: Millis) -> dict[WorkloadKey, Reason]:
         """Why each pending job waits: what a decision pass now would say (a preview: the
         engine decides nothing)."""
-        waiting = [k for k, v in self.engine.jobs().items() if v.state == JobState.PENDING]
+        return self.pending(now, self.engine.jobs()).reasons
+
+    def pending(self, now: Millis, views: dict[WorkloadKey, JobView]) -> PendingView:
+        """Why each pending job of ``views`` (the engine's) waits and when it likely starts,
+        from one trial pass at ``now``."""
+        waiting = [k for k, v in views.items() if v.state == JobState.PENDING]
         if not waiting:
-            return {}
+            return PendingView(reasons={}, estimates={})
         preview = self.engine.preview_pass(now)
         out: dict[WorkloadKey, Reason] = {}
         for key in waiting:
@@ -478,13 +493,15 @@ class PeopleProjection:
                 out[key] = after.reason
             else:
                 out[key] = reasons.not_yet_evaluated("fits now; the next decision pass admits it")
-        return out
+        estimates = estimate_starts(now, waiting_of(views, preview), self.usage.intervals())
+        return PendingView(reasons=out, estimates=estimates)
 
     def job(
         self,
         key: str,
         views: dict[WorkloadKey, JobView] | None = None,
         why: dict[WorkloadKey, Reason] | None = None,
+        estimates: dict[WorkloadKey, Estimate] | None = None,
     ) -> JobInfo | None:
         """One job by ``namespace/name`` (None when Usher has never seen it, or it is gone)."""
         wkey = WorkloadKey(key)
@@ -531,13 +548,16 @@ class PeopleProjection:
             kind=observed.kind if observed else None,
             requests=_quantities(totals),
             created=created,
+            estimate=(estimates or {}).get(wkey) if view.state == JobState.PENDING else None,
         )
 
     def view(self, now: Millis | None = None, *, reasons_too: bool = True) -> StateView:
         """Jobs, queues, quota and recent decisions as of ``applied_seq``."""
         views = self.engine.jobs()
-        why = self.pending_reasons(now or now_ms()) if reasons_too else {}
-        jobs = [info for key in views if (info := self.job(key, views, why)) is not None]
+        pending = self.pending(now or now_ms(), views) if reasons_too else None
+        why = pending.reasons if pending is not None else {}
+        estimates = pending.estimates if pending is not None else {}
+        jobs = [info for key in views if (info := self.job(key, views, why, estimates)) is not None]
         jobs.extend(
             info
             for key in sorted(self.rejected)

@@ -39,6 +39,7 @@ from usher.console import pages
 from usher.console.feed import KEEP_DECISIONS, ConsoleLog, Update
 from usher.core import explain as explaining
 from usher.core import history as hist
+from usher.core.estimate import describe
 
 HERE = Path(__file__).resolve().parent
 LOG_KEY: web.AppKey[ConsoleLog] = web.AppKey("log", ConsoleLog)
@@ -245,6 +246,7 @@ async def job_page(request: web.Request) -> web.Response:
         info=info,
         others=_other_jobs(history, key),
         waited=age(info.created if info else None, datetime.now(UTC)),
+        start=describe(story.estimate) if story.estimate is not None else None,
     )
 
 

@@ -41,6 +41,7 @@ from schemas import (
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
 from usher.core.history import (
     History,
     fold,
@@ -52,6 +53,7 @@ from usher.core.history import (
 from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.state import JobState
+from usher.core.usage import intervals_of
 
 
 class UnknownWorkload(LookupError):
@@ -117,6 +119,8 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     as_of: datetime | None
     attempts: list[AttemptLine] = []
     """Every attempt of its job, first to last, when it has retries (R12); else empty."""
+    estimate: Estimate | None = None
+    """Its estimated start while it waits in a queue (``usher.core.estimate``); else None."""
 
 
 def explain(
@@ -130,7 +134,7 @@ def explain(
     for item in history.items:
         event = item.event
         if isinstance(event, WorkloadObserved) and event.workload == key:
-            requests = _requests(event)
+            requests = total_requests(event)
         if isinstance(event, WorkloadObserved | WorkloadRejected | WorkloadDeleted) and (
             event.workload == key
         ):
@@ -159,11 +163,9 @@ def explain(
     engine = Engine(config)
     fold(engine, history.items)
     view = engine.job_state(key)
-    reclaim = (
-        _reclaim(engine, key, now_ms)
-        if view is not None and view.state == JobState.PENDING
-        else None
-    )
+    pending = view is not None and view.state == JobState.PENDING
+    reclaim = _reclaim(engine, key, now_ms) if pending else None
+    estimate = _estimate(engine, history, key, now_ms) if pending else None
     return Explanation(
         workload=key,
         state=view.state if view is not None else JobState.DELETED,
@@ -178,7 +180,19 @@ def explain(
         as_of_seq=last.seq,
         as_of=to_datetime(last.time_ms),
         attempts=attempts,
+        estimate=estimate,
     )
+
+
+def _estimate(
+    engine: Engine, history: History, key: WorkloadKey, now_ms: Millis
+) -> Estimate | None:
+    """When the pending ``key`` is likely to start, from a trial pass at ``now_ms``."""
+    view = engine.job_state(key)
+    if view is None:
+        return None
+    waiting = waiting_of({key: view}, engine.preview_pass(now_ms))
+    return estimate_starts(now_ms, waiting, intervals_of(history.items)).get(key)
 
 
 def _attempts(history: History, key: WorkloadKey) -> list[AttemptLine]:
@@ -213,7 +227,8 @@ def _reclaim(engine: Engine, key: WorkloadKey, now_ms: Millis) -> ReclaimView:
     return ReclaimView(possible=True, detail=f"a pass now would preempt {names}", victims=victims)
 
 
-def _requests(event: WorkloadObserved) -> dict[str, int]:
+def total_requests(event: WorkloadObserved) -> dict[str, int]:
+    """What all the pods of a workload request together, in canonical units."""
     total: dict[str, int] = {}
     for pod_set in event.pod_sets:
         for resource, amount in pod_set.requests.items():
@@ -285,7 +300,7 @@ def _line(
 
 def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str:
     status = "suspended" if event.suspended else "running (unsuspended)"
-    if previous is not None and _requests(previous) == _requests(event):
+    if previous is not None and total_requests(previous) == total_requests(event):
         return status
     priority = (
         f"priority class {event.priority_class}"
@@ -293,7 +308,7 @@ def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str
         else f"priority {event.priority or 0}"
     )
     return (
-        f"{status}; {event.kind}; requests {format_resources(_requests(event))}; {priority}; "
+        f"{status}; {event.kind}; requests {format_resources(total_requests(event))}; {priority}; "
         f"zone {event.zone}"
     )
 
@@ -307,6 +322,15 @@ def render_explain_json(explanation: Explanation) -> str:
     data = _for_people(msgspec.to_builtins(explanation))
     if not explanation.attempts:
         del data["attempts"]  # a job without retries reads as it did before R12
+    if explanation.estimate is None:
+        del data["estimate"]  # only a pending job has one
+    return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
+
+
+def people_json(result: object) -> str:
+    """Any result (a Struct, or a list of them) for people as indented JSON, in the words
+    ``render_explain_json`` uses."""
+    data = _for_people(msgspec.to_builtins(result))
     return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
 
 
@@ -366,6 +390,10 @@ def render_explain_table(explanation: Explanation) -> str:
         lines.append(f"  reclaim:  {answer}: {e.reclaim.detail}")
         for victim in e.reclaim.victims:
             lines.append(f"            {victim.workload}: {victim.reason.message}")
+    if e.estimate is not None:
+        lines.append(f"  start:    {describe(e.estimate)}")
+        if e.estimate.known:
+            lines.append(f"            {e.estimate.basis}")
     when = format_datetime(e.as_of) if e.as_of else "-"
     lines.append(f"  as of:    seq {e.as_of_seq} ({when})")
     if not e.attempts:
@@ -391,6 +419,8 @@ __all__ = [
     "ReclaimView",
     "UnknownWorkload",
     "explain",
+    "people_json",
     "render_explain_json",
     "render_explain_table",
+    "total_requests",
 ]
