@@ -215,6 +215,8 @@ class DecisionPass:
         # A held leaf admits nothing new (R14); a preemptor the ledger already granted capacity
         # to (``job.held``) still goes on.
         held = leaf in self.e._held_leaves
+        # A spent budget (B1) stops what its action says; a leaf under none skips the call.
+        budgeted = leaf in self.e._budget_stops
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
@@ -224,6 +226,7 @@ class DecisionPass:
                 and (not held or job.held)
                 and decides_for(job.zone)
                 and (job.readiness is None or not backing_off(job))
+                and (not budgeted or self.e.budget_stop(job) is None)
             ):
                 return job
             index += 1

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from math import gcd
 from typing import TypeVar
 
@@ -57,7 +57,7 @@ from schemas import (
     ZoneServed,
 )
 from schemas.envelope import LogEvent
-from usher.core import engine_queries, holds, readiness, reasons, reclaim_search, retry
+from usher.core import budgets, engine_queries, holds, readiness, reasons, reclaim_search, retry
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
@@ -93,6 +93,7 @@ from usher.core.state import (
     shape_of,
     shape_with,
 )
+from usher.core.tree import path_nodes
 
 _K = TypeVar("_K", QuotaPath, Zone)
 
@@ -130,6 +131,7 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_potential_offers",
     "_timed_offers",
     "_unready",
+    "_budget_stops",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -201,6 +203,9 @@ class Engine:
         """The hold or drain governing each held node, whichever its source (R14/R15)."""
         self._held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
         """Each leaf below a held node -> the hold nearest to it: it admits nothing new."""
+        self._budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
+        """Each leaf below a spent budget -> the nearest one (a ``hold`` before a ``min-only``),
+        as of the last ``refresh_budgets`` (B1)."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -249,6 +254,8 @@ class Engine:
         self._timed_offers = set()
         self._dirty = set(tree.leaves)
         self._refresh_holds()
+        self._budget_stops = {}
+        self.refresh_budgets()
         self._unready = {
             key: job.readiness.deadline_ms
             for key, job in state.jobs.items()
@@ -558,6 +565,7 @@ class Engine:
         """Out of the workload, still counted: its usage waits for the ledger's ``Released``."""
         assert job.used_path is not None
         if job.state == ADMITTED:
+            self._book_budgets(job)
             self._forget_admitted(job)
             job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
         self.state.preemptors.pop(job.key, None)
@@ -1017,6 +1025,95 @@ class Engine:
         """The hold nearest to ``leaf`` that stops its admissions, or None (R14)."""
         return self._held_leaves.get(leaf)
 
+    # ------------------------------------------------------------------ budgets (B1)
+
+    def _book_budgets(self, job: Job) -> None:
+        """An admitted workload stops counting as admitted: its interval closes now, and
+        every budget on its path books what it accrued in the current window (U1, B1)."""
+        found = self.state.tree.budgets
+        if not found or job.used_path is None:
+            return
+        on_path = [b for node in path_nodes(job.used_path) for b in found.get(node, ())]
+        if on_path:
+            self.state.budget_book.close(
+                on_path, dict(job.used_shape), job.admitted_ms, self.state.now
+            )
+
+    def _running(self) -> Iterator[budgets.Running]:
+        for job in self.state.jobs.values():
+            if job.state == ADMITTED and job.used_path is not None:
+                yield budgets.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
+
+    def budget_statuses(self) -> dict[budgets.BudgetKey, budgets.BudgetStatus]:
+        """Every budget of the tree in force at ``state.now``: spent, left, window (B1)."""
+        found = self.state.tree.budgets
+        if not found:
+            return {}
+        return budgets.statuses(found, self.state.budget_book, self._running(), self.state.now)
+
+    def refresh_budgets(self) -> None:
+        """Recompute which leaves a spent budget stops, at ``state.now`` (a pass does it first;
+        so do history queries, which run no pass). A leaf whose stop changed offers anew."""
+        found = self.budget_statuses()
+        stops: dict[QuotaPath, budgets.BudgetStatus] = {}
+        if any(status.exhausted for status in found.values()):
+            for leaf in self.state.tree.leaves:
+                status = budgets.stop_over(found, leaf, budgets.BudgetAction.HOLD)
+                if status is None:
+                    status = budgets.stop_over(found, leaf, budgets.BudgetAction.MIN_ONLY)
+                if status is not None:
+                    stops[leaf] = status
+        changed = {
+            leaf
+            for leaf in self._budget_stops.keys() | stops.keys()
+            if (self._budget_stops.get(leaf) is None) != (stops.get(leaf) is None)
+        }
+        if changed:
+            self.state.version += 1
+            self._dirty.update(changed)
+        self._budget_stops = stops
+
+    def budget_stop(self, job: Job) -> Reason | None:
+        """Why a spent budget on ``job``'s path keeps it from being admitted now, or None
+        (B1): ``hold`` stops everything new, ``min-only`` whatever would borrow beyond its
+        leaf's ``min``. A preemptor the ledger already holds capacity for goes on (R8)."""
+        if job.leaf is None or job.held:
+            return None
+        status = self._budget_stops.get(job.leaf)
+        if status is None:
+            return None
+        if status.budget.action == budgets.BudgetAction.HOLD:
+            return status.pending_reason(self.state.now)
+        info = self.state.tree.nodes[job.leaf]
+        if self._within_min(info, job.shape):
+            return None
+        return status.pending_reason(
+            self.state.now, f"min-only: {info.path} admits within min only"
+        )
+
+    def budget_holds(self, leaf: QuotaPath) -> bool:
+        """Whether a spent budget with action ``hold`` stops every new admission of ``leaf``."""
+        status = self._budget_stops.get(leaf)
+        return status is not None and status.budget.action == budgets.BudgetAction.HOLD
+
+    def _next_budget_change(self) -> Millis | None:
+        """When a budget with work waiting below it resets or is used up (B1), or None."""
+        if not self.state.tree.budgets:
+            return None
+        tree = self.state.tree
+        waiting = {
+            node
+            for leaf, queue in self._queues.items()
+            if queue.entries
+            for node in path_nodes(leaf)
+            if node in tree.budgets
+        }
+        if not waiting:
+            return None
+        found = [s for s in self.budget_statuses().values() if s.budget.node in waiting]
+        at = budgets.next_change(found, self.state.now)
+        return None if at is None else Millis(at)
+
     def _observe_node(self, event: NodeObserved) -> None:
         record = NodeCapacity(dict(event.allocatable), event.unschedulable)
         nodes = self.state.nodes.setdefault(event.zone, {})
@@ -1285,6 +1382,7 @@ class Engine:
     def _unadmit(self, job: Job) -> None:
         """Free an admitted workload's usage; the caller decides where it goes next."""
         assert job.used_path is not None
+        self._book_budgets(job)
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
@@ -1405,6 +1503,7 @@ class Engine:
             self._retry_failed(decisions)
         if self._holds:
             self._drain_due(decisions)
+        self.refresh_budgets()
         decisions.extend(self._announcements())
         # A backoff may have ended since: the leaves whose first candidate depends on the
         # clock are looked at again (the pass refreshes dirty leaves first).
@@ -1519,9 +1618,12 @@ class Engine:
         jobs = self.state.jobs
         self._timed_offers.discard(info.path)
         held = info.path in self._held_leaves
+        budgeted = info.path in self._budget_stops
         for entry in queue.entries:
             job = jobs[entry[2]]
             if not self._decides(job.zone) or (held and not job.held):
+                continue
+            if budgeted and self.budget_stop(job) is not None:
                 continue
             if job.readiness is not None and self.backing_off(job):
                 self._timed_offers.add(info.path)
@@ -1560,8 +1662,9 @@ class Engine:
         """Whether something in the queue might preempt (so it must be visited even if full)."""
         if not queue.entries:
             return False
-        if info.path in self._held_leaves:
-            # Held (R14): only a preemptor whose hold the ledger already granted may move.
+        if info.path in self._held_leaves or self.budget_holds(info.path):
+            # Held (R14, or a spent budget, B1): only a preemptor whose hold the ledger
+            # already granted may move.
             return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
         if info.within_quota == "LowerPriority" and info.path in self._leaf_admitted:
             return True
@@ -1702,8 +1805,12 @@ class Engine:
 
     def next_wakeup(self) -> Millis | None:
         """The next instant a min-runtime protection ends, a ready deadline or a backoff
-        runs out, or a drain's grace is over (R15): a pass should run then."""
+        runs out, a drain's grace is over (R15), or a budget with work waiting below it resets
+        or is used up by the running work (B1): a pass should run then."""
         drain = holds.next_drain(self._holds, self.state.now) if self._holds else None
+        budget = self._next_budget_change()
+        if budget is not None:
+            drain = budget if drain is None else min(drain, budget)
         heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
