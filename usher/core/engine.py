@@ -1044,12 +1044,16 @@ class Engine:
             if job.state == ADMITTED and job.used_path is not None:
                 yield budgets.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
 
-    def budget_statuses(self) -> dict[budgets.BudgetKey, budgets.BudgetStatus]:
-        """Every budget of the tree in force at ``state.now``: spent, left, window (B1)."""
+    def budget_statuses(
+        self, now: Millis | None = None
+    ) -> dict[budgets.BudgetKey, budgets.BudgetStatus]:
+        """Every budget of the tree in force at ``now`` (default ``state.now``; a later one
+        lets the running work accrue up to it): spent, left, window (B1)."""
         found = self.state.tree.budgets
         if not found:
             return {}
-        return budgets.statuses(found, self.state.budget_book, self._running(), self.state.now)
+        at = self.state.now if now is None else max(now, self.state.now)
+        return budgets.statuses(found, self.state.budget_book, self._running(), at)
 
     def refresh_budgets(self) -> None:
         """Recompute which leaves a spent budget stops, at ``state.now`` (a pass does it first;
