@@ -23,8 +23,9 @@ from schemas import (
 )
 from tests.builders.events import observed
 from tests.builders.generated import Op, ops, trees
-from tests.builders.trees import two_leaf_tree
-from usher.core import budgets
+from tests.builders.log import Log
+from tests.builders.trees import departments_tree, two_leaf_tree
+from usher.core import budgets, invariants
 from usher.core.budgets import MONTH, BudgetAction, BudgetBook, parse_budgets, window_of
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -297,3 +298,26 @@ def _leaves(node: QuotaNode) -> list[QuotaNode]:
     if not node.children:
         return [node]
     return [leaf for child in node.children for leaf in _leaves(child)]
+
+
+# ---------------------------------------------------------------- the audit
+
+
+def test_the_audit_finds_an_admission_below_a_spent_hold_budget() -> None:
+    tree = departments_tree()
+    dept_a = msgspec.structs.replace(
+        tree.children[0], attributes={"usher.io/budgets": "cpu=1h per 1d"}
+    )
+    tree = msgspec.structs.replace(tree, children=[dept_a, *tree.children[1:]])
+    # 60 cpu from 1 s spend the hour by 61 s: an admission at 30 s is fine, at 100 s is not
+    # (60 x 99 + 1 x 70 CPU-seconds spent by then).
+    log = Log().tree(0, tree).job(1, "user-a/big", 60).admitted(1, "user-a/big", 60)
+    log.job(2, "user-a/early", 1).admitted(30, "user-a/early", 1)
+    log.job(3, "user-a/late", 1).admitted(100, "user-a/late", 1)
+    [found] = invariants.check_log(log.history().items, EngineConfig(), at_end=False)
+    assert (found.check, found.node, found.workload) == (
+        invariants.ADMITTED_OVER_BUDGET,
+        "root/Department-a",
+        "user-a/late",
+    )
+    assert found.message.startswith("1.669 of 1 CPU-hours in the 1 day from 2024-05-01")
