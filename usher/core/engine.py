@@ -1040,8 +1040,19 @@ class Engine:
             )
 
     def _running(self) -> Iterator[budgets.Running]:
-        for job in self.state.jobs.values():
-            if job.state == ADMITTED and job.used_path is not None:
+        """The admitted workloads below some budget: the per-leaf reclaim lists (a vanished
+        leaf's too, C2) and the running pass's own admissions, not every job."""
+        found = self.state.tree.budgets
+        keys = {
+            victim[3]
+            for path, victims in self._leaf_admitted.items()
+            if any(node in found for node in path_nodes(path))
+            for victim in victims
+        }
+        keys.update(self._pass_admitted)
+        for key in keys:
+            job = self.state.jobs.get(key)
+            if job is not None and job.state == ADMITTED and job.used_path is not None:
                 yield budgets.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
 
     def budget_statuses(
