@@ -76,7 +76,7 @@ def test_a_budget_attribute_is_read_exactly(
         (
             {"usher.io/budgets": "cpu=1h per 1d", "usher.io/budget-action": "evict"},
             "usher.io/budget-action",
-            "must be one of hold, min-only",
+            "must be one of hold, min-only, lower-priority",
         ),
     ],
 )
@@ -187,6 +187,29 @@ def test_min_only_admits_within_min_and_refuses_borrowing() -> None:
     assert engine.stale_offer_keys() == []
 
 
+@pytest.mark.parametrize(
+    ("limit", "first"), [("1000h", "a1/first"), ("1h", "b1/second")], ids=["unspent", "spent"]
+)
+def test_lower_priority_offers_after_everything_else(limit: str, first: str) -> None:
+    """Both leaves borrow (min 0) with an infinite share and equal priority: R3 offers the
+    earlier job first, unless its leaf's lower-priority budget is spent (B1)."""
+    attributes = {
+        "usher.io/budgets": f"cpu={limit} per 1d",
+        "usher.io/budget-action": "lower-priority",
+    }
+    tree = two_leaf_tree(a_min=0, b_min=0, a_attributes=attributes)
+    engine = Engine(EngineConfig(instant_release=True))
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    engine.apply(observed("a1", "running", 10), Millis(0))
+    engine.apply(observed("b1", "running", 10), Millis(0))
+    engine.decide(Millis(0))
+    engine.apply(observed("a1", "first", 60, created=HOUR), Millis(HOUR))
+    engine.apply(observed("b1", "second", 60, created=HOUR + 1), Millis(HOUR))
+    [admitted] = engine.decide(Millis(HOUR))  # 80 cpu left: one of them
+    assert isinstance(admitted, Admitted) and admitted.workload == first
+    assert engine.stale_offer_keys() == []
+
+
 def test_a_budget_of_a_parent_holds_its_children() -> None:
     tree = two_leaf_tree()
     tree = msgspec.structs.replace(tree, attributes={"usher.io/budgets": "cpu=1h per month"})
@@ -225,9 +248,9 @@ def test_a_snapshot_carries_the_book() -> None:
 # ---------------------------------------------------------------- the property
 
 
-def with_budgets(tree: QuotaNode, chosen: list[tuple[int, int, bool]]) -> QuotaNode:
-    """``tree`` with a cpu budget on some nodes: (node index, tenths of an hour, min-only)."""
-    by_index: dict[int, tuple[int, bool]] = {i % 16: (t, m) for i, t, m in chosen}
+def with_budgets(tree: QuotaNode, chosen: list[tuple[int, int, str]]) -> QuotaNode:
+    """``tree`` with a cpu budget on some nodes: (node index, tenths of an hour, action)."""
+    by_index: dict[int, tuple[int, str]] = {i % 16: (t, a) for i, t, a in chosen}
     counter = iter(range(1000))
 
     def walk(node: QuotaNode) -> QuotaNode:
@@ -235,24 +258,25 @@ def with_budgets(tree: QuotaNode, chosen: list[tuple[int, int, bool]]) -> QuotaN
         children = [walk(child) for child in node.children]
         attributes = dict(node.attributes)
         if number in by_index:
-            tenths, min_only = by_index[number]
+            tenths, action = by_index[number]
             attributes["usher.io/budgets"] = f"cpu={tenths / 10}h per 1d"
-            if min_only:
-                attributes["usher.io/budget-action"] = "min-only"
+            attributes["usher.io/budget-action"] = action
         return msgspec.structs.replace(node, children=children, attributes=attributes)
 
     return walk(tree)
 
 
 budget_choices = st.lists(
-    st.tuples(st.integers(0, 15), st.integers(1, 30), st.booleans()), min_size=1, max_size=4
+    st.tuples(st.integers(0, 15), st.integers(1, 30), st.sampled_from(budgets.BUDGET_ACTIONS)),
+    min_size=1,
+    max_size=4,
 )
 
 
 @settings(max_examples=150, deadline=None)
 @given(trees(), ops, budget_choices, st.integers(60_000, 3 * HOUR))
 def test_nothing_is_admitted_below_a_spent_hold_budget(
-    tree: QuotaNode, stream: list[Op], chosen: list[tuple[int, int, bool]], step_ms: int
+    tree: QuotaNode, stream: list[Op], chosen: list[tuple[int, int, str]], step_ms: int
 ) -> None:
     tree = with_budgets(tree, chosen)
     assert validate_tree(tree) == []

@@ -51,6 +51,8 @@ class BudgetAction(StrEnum):
     """Nothing new is admitted below the node until the window resets."""
     MIN_ONLY = "min-only"
     """A workload is admitted only if its leaf stays within its ``min`` (no borrowing)."""
+    LOWER_PRIORITY = "lower-priority"
+    """Offered after every workload not below such a budget (a last interleave tier, R3)."""
 
 
 BUDGET_ACTIONS: Final = tuple(action.value for action in BudgetAction)

@@ -1073,15 +1073,15 @@ class Engine:
         stops: dict[QuotaPath, budgets.BudgetStatus] = {}
         if any(status.exhausted for status in found.values()):
             for leaf in self.state.tree.leaves:
-                status = budgets.stop_over(found, leaf, budgets.BudgetAction.HOLD)
-                if status is None:
-                    status = budgets.stop_over(found, leaf, budgets.BudgetAction.MIN_ONLY)
-                if status is not None:
-                    stops[leaf] = status
+                for action in budgets.BudgetAction:  # the strongest first
+                    status = budgets.stop_over(found, leaf, action)
+                    if status is not None:
+                        stops[leaf] = status
+                        break
         changed = {
             leaf
             for leaf in self._budget_stops.keys() | stops.keys()
-            if (self._budget_stops.get(leaf) is None) != (stops.get(leaf) is None)
+            if _stop_id(self._budget_stops.get(leaf)) != _stop_id(stops.get(leaf))
         }
         if changed:
             self.state.version += 1
@@ -1091,11 +1091,12 @@ class Engine:
     def budget_stop(self, job: Job) -> Reason | None:
         """Why a spent budget on ``job``'s path keeps it from being admitted now, or None
         (B1): ``hold`` stops everything new, ``min-only`` whatever would borrow beyond its
-        leaf's ``min``. A preemptor the ledger already holds capacity for goes on (R8)."""
+        leaf's ``min`` (``lower-priority`` stops nothing: it only orders, ``budget_tier``).
+        A preemptor the ledger already holds capacity for goes on (R8)."""
         if job.leaf is None or job.held:
             return None
         status = self._budget_stops.get(job.leaf)
-        if status is None:
+        if status is None or status.budget.action == budgets.BudgetAction.LOWER_PRIORITY:
             return None
         if status.budget.action == budgets.BudgetAction.HOLD:
             return status.pending_reason(self.state.now)
@@ -1105,6 +1106,18 @@ class Engine:
         return status.pending_reason(
             self.state.now, f"min-only: {info.path} admits within min only"
         )
+
+    def budget_tier(self, leaf: QuotaPath, job: Job, within: bool) -> int:
+        """The first element of an interleave key (R3, B1): 0 within min, 1 borrowing, and 2
+        below a spent ``lower-priority`` budget, whatever the rest (a held preemptor aside)."""
+        status = self._budget_stops.get(leaf)
+        if (
+            status is not None
+            and not job.held
+            and status.budget.action == budgets.BudgetAction.LOWER_PRIORITY
+        ):
+            return 2
+        return 0 if within else 1
 
     def budget_holds(self, leaf: QuotaPath) -> bool:
         """Whether a spent budget with action ``hold`` stops every new admission of ``leaf``."""
@@ -1645,7 +1658,8 @@ class Engine:
                 continue
             # A held preemptor's own hold is already counted in its leaf's usage.
             within = self._within_min(info, () if job.held else job.shape)
-            return job.key, (0 if within else 1, self._share(info), job.sort_key)
+            tier = self.budget_tier(info.path, job, within) if budgeted else int(not within)
+            return job.key, (tier, self._share(info), job.sort_key)
         return None
 
     def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
@@ -1952,6 +1966,11 @@ class Engine:
     ) -> Reason | None:
         """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit."""
         return engine_queries.admission_shortfall(self, key, quota, requests)
+
+
+def _stop_id(status: budgets.BudgetStatus | None) -> tuple[budgets.BudgetKey, str] | None:
+    """What a leaf's budget stop is, to tell whether it changed (B1)."""
+    return None if status is None else (status.budget.key, status.budget.action.value)
 
 
 def _pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:
