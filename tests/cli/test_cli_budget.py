@@ -11,6 +11,9 @@ import msgspec
 from tests.builders.log import Log
 from tests.builders.trees import departments_tree
 from tests.cli.history_cli import export, usher
+from usher.cli.live import queue_lines
+from usher.client.state import PeopleProjection
+from usher.core import history
 
 CORE_MS = 1000 * 1000  # one core for one second, in canonical units x ms
 
@@ -74,3 +77,24 @@ def test_no_budget_said(tmp_path: Path) -> None:
     result = usher("budget", "--file", str(export(log, tmp_path / "plain.jsonl")))
     assert result.returncode == 0, result.stderr
     assert "(no node of the quota tree carries a budget)" in result.stdout
+
+
+def test_the_people_view_and_the_live_view_say_a_budget_is_spent(tmp_path: Path) -> None:
+    _, entries = history.decode_export(_log_file(tmp_path).read_bytes())
+    log = history.decode_history(entries)
+    state = PeopleProjection()
+    for item in log.items:
+        state.apply(item)
+    assert log.end_ms is not None
+    view = state.view(log.end_ms)
+    spent = (
+        "hold: 60 of 10 CPU-hours in the 1 day from 2024-05-01, resets 2024-05-02 "
+        "(budget of root/Department-a)"
+    )
+    queues = {queue.name: queue for queue in view.queues}
+    assert queues["root-department-a-user-a"].budget == spent
+    assert queues["root-department-b-user-c"].budget is None
+    late = next(job for job in view.jobs if job.job == "user-a/late")
+    assert late.reason_code == "BudgetExhausted"
+    head = queue_lines(queues["root-department-a-user-a"])[0]
+    assert head.endswith(f"; budget spent ({spent})")

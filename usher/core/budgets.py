@@ -349,6 +349,16 @@ def stop_over(
     return None
 
 
+def nearest_stop(found: Mapping[BudgetKey, BudgetStatus], leaf: QuotaPath) -> BudgetStatus | None:
+    """The spent budget that governs ``leaf``: the strongest action first (``hold``, then
+    ``min-only``, then ``lower-priority``), of one action the nearest (``stop_over``)."""
+    for action in BudgetAction:
+        status = stop_over(found, leaf, action)
+        if status is not None:
+            return status
+    return None
+
+
 def next_change(found: Iterable[BudgetStatus], now: int) -> int | None:
     """The next instant after ``now`` a budget changes what it stops: a spent one resets at
     its window's end, an unspent one is used up by the running work (B1's wakeups)."""
@@ -459,6 +469,7 @@ __all__ = [
     "Running",
     "accrued",
     "budget_report",
+    "nearest_stop",
     "next_change",
     "parse_budgets",
     "people_hours",

@@ -1073,11 +1073,9 @@ class Engine:
         stops: dict[QuotaPath, budgets.BudgetStatus] = {}
         if any(status.exhausted for status in found.values()):
             for leaf in self.state.tree.leaves:
-                for action in budgets.BudgetAction:  # the strongest first
-                    status = budgets.stop_over(found, leaf, action)
-                    if status is not None:
-                        stops[leaf] = status
-                        break
+                status = budgets.nearest_stop(found, leaf)
+                if status is not None:
+                    stops[leaf] = status
         changed = {
             leaf
             for leaf in self._budget_stops.keys() | stops.keys()
