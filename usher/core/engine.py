@@ -132,6 +132,7 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_timed_offers",
     "_unready",
     "_budget_stops",
+    "_budget_seen",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -206,6 +207,9 @@ class Engine:
         self._budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
         """Each leaf below a spent budget -> the nearest one (a ``hold`` before a ``min-only``),
         as of the last ``refresh_budgets`` (B1)."""
+        self._budget_seen: dict[str, tuple[int, int]] = {}
+        """``at``: the (now, version) ``_budget_stops`` was computed for; the same pair
+        computes the same stops, so history queries asking per workload compute them once."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -255,6 +259,7 @@ class Engine:
         self._dirty = set(tree.leaves)
         self._refresh_holds()
         self._budget_stops = {}
+        self._budget_seen = {}
         self.refresh_budgets()
         self._unready = {
             key: job.readiness.deadline_ms
@@ -1069,6 +1074,8 @@ class Engine:
     def refresh_budgets(self) -> None:
         """Recompute which leaves a spent budget stops, at ``state.now`` (a pass does it first;
         so do history queries, which run no pass). A leaf whose stop changed offers anew."""
+        if self._budget_seen.get("at") == (self.state.now, self.state.version):
+            return
         found = self.budget_statuses()
         stops: dict[QuotaPath, budgets.BudgetStatus] = {}
         if any(status.exhausted for status in found.values()):
@@ -1085,6 +1092,7 @@ class Engine:
             self.state.version += 1
             self._dirty.update(changed)
         self._budget_stops = stops
+        self._budget_seen["at"] = (self.state.now, self.state.version)
 
     def budget_stop(self, job: Job) -> Reason | None:
         """Why a spent budget on ``job``'s path keeps it from being admitted now, or None

@@ -129,6 +129,7 @@ REBUILT: frozenset[str] = frozenset(
         "_holds",  # from ``holds`` and ``tree_holds``
         "_held_leaves",
         "_budget_stops",  # from the tree's budgets, ``budget_book`` and the admitted work
+        "_budget_seen",
     }
 )
 """Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""
