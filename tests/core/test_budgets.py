@@ -18,6 +18,7 @@ from schemas import (
     QuotaNode,
     QuotaPath,
     QuotaTreeApplied,
+    Reason,
     WorkloadFinished,
     WorkloadKey,
 )
@@ -220,6 +221,22 @@ def test_a_budget_of_a_parent_holds_its_children() -> None:
     engine.apply(observed("b1", "child", 1, created=HOUR), Millis(HOUR))
     assert engine.decide(Millis(HOUR)) == []
     assert reason_of(engine, "b1/child").endswith("(budget of root)")
+
+
+def test_a_refused_proposal_books_nothing_a_stop_books_what_it_held() -> None:
+    engine = Engine(EngineConfig())
+    tree = two_leaf_tree(a_attributes={"usher.io/budgets": "cpu=1h per 1d"})
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    engine.apply(observed("a1", "proposed", 10), Millis(0))
+    [proposal] = engine.decide(Millis(0))
+    assert isinstance(proposal, Admitted)
+    engine.state.now = Millis(5000)  # the ledger's refusal is read 5 s later
+    engine.revert_admission(proposal.workload, Reason(code="StaleView", message="refused"))
+    assert engine.state.budget_book.closed == {}
+    [again] = engine.decide(Millis(6000))
+    engine.apply(again, Millis(6000))
+    engine.apply(WorkloadFinished(workload=again.workload), Millis(9000))
+    assert engine.state.budget_book.closed == {"root/A cpu 1": (0, 10 * 1000 * 3000)}
 
 
 def test_no_budget_no_wakeup_and_no_book() -> None:

@@ -864,7 +864,7 @@ class Engine:
             self.state.held[key] = None
             self._place_pending_again(job)
         else:
-            self._unadmit(job)
+            self._unadmit(job, held=False)
             self._classify(job)
         self._set_note(job, reason)
 
@@ -1413,10 +1413,14 @@ class Engine:
         info = self.state.tree.nodes.get(path)
         return info.readiness if info is not None else self.config.readiness
 
-    def _unadmit(self, job: Job) -> None:
-        """Free an admitted workload's usage; the caller decides where it goes next."""
+    def _unadmit(self, job: Job, *, held: bool = True) -> None:
+        """Free an admitted workload's usage; the caller decides where it goes next.
+
+        ``held`` False: the admission was only proposed (the ledger refused it), so it held
+        nothing and no budget books it (B1)."""
         assert job.used_path is not None
-        self._book_budgets(job)
+        if held:
+            self._book_budgets(job)
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
