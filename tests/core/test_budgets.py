@@ -256,6 +256,7 @@ def test_a_snapshot_carries_the_book() -> None:
     engine.apply(observed("a1", "waiting", 10, created=2 * HOUR), Millis(2 * HOUR))
     twin = restore(snapshot(engine), EngineConfig(instant_release=True))
     assert twin.state.budget_book.closed == engine.state.budget_book.closed != {}
+    assert twin.state.version == engine.state.version  # restoring decides nothing
     assert twin.budget_statuses() == engine.budget_statuses()
     assert twin.next_wakeup() == engine.next_wakeup()
     assert twin.decide(Millis(2 * HOUR)) == engine.decide(Millis(2 * HOUR)) == []

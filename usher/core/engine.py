@@ -205,7 +205,7 @@ class Engine:
         self._held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
         """Each leaf below a held node -> the hold nearest to it: it admits nothing new."""
         self._budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
-        """Each leaf below a spent budget -> the nearest one (a ``hold`` before a ``min-only``),
+        """Each leaf below a spent budget -> the one governing it (``budgets.nearest_stop``),
         as of the last ``refresh_budgets`` (B1)."""
         self._budget_seen: dict[str, tuple[int, int]] = {}
         """``at``: the (now, version) ``_budget_stops`` was computed for; the same pair
@@ -258,9 +258,9 @@ class Engine:
         self._timed_offers = set()
         self._dirty = set(tree.leaves)
         self._refresh_holds()
-        self._budget_stops = {}
+        # Every leaf is dirty already, and the version is the snapshot's: no refresh's bump.
+        self._budget_stops = self._spent_budget_stops()
         self._budget_seen = {}
-        self.refresh_budgets()
         self._unready = {
             key: job.readiness.deadline_ms
             for key, job in state.jobs.items()
@@ -1076,13 +1076,7 @@ class Engine:
         so do history queries, which run no pass). A leaf whose stop changed offers anew."""
         if self._budget_seen.get("at") == (self.state.now, self.state.version):
             return
-        found = self.budget_statuses()
-        stops: dict[QuotaPath, budgets.BudgetStatus] = {}
-        if any(status.exhausted for status in found.values()):
-            for leaf in self.state.tree.leaves:
-                status = budgets.nearest_stop(found, leaf)
-                if status is not None:
-                    stops[leaf] = status
+        stops = self._spent_budget_stops()
         changed = {
             leaf
             for leaf in self._budget_stops.keys() | stops.keys()
@@ -1093,6 +1087,17 @@ class Engine:
             self._dirty.update(changed)
         self._budget_stops = stops
         self._budget_seen["at"] = (self.state.now, self.state.version)
+
+    def _spent_budget_stops(self) -> dict[QuotaPath, budgets.BudgetStatus]:
+        """Each leaf below a spent budget at ``state.now`` -> the one governing it."""
+        found = self.budget_statuses()
+        stops: dict[QuotaPath, budgets.BudgetStatus] = {}
+        if any(status.exhausted for status in found.values()):
+            for leaf in self.state.tree.leaves:
+                status = budgets.nearest_stop(found, leaf)
+                if status is not None:
+                    stops[leaf] = status
+        return stops
 
     def budget_stop(self, job: Job) -> Reason | None:
         """Why a spent budget on ``job``'s path keeps it from being admitted now, or None
