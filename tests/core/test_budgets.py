@@ -74,6 +74,7 @@ def test_a_budget_attribute_is_read_exactly(
         ({"usher.io/budgets": "nvidia.com/gpu=0.0000001h per 1d"}, "usher.io/budgets", "finer"),
         ({"usher.io/budgets": "cpu=1h per 1d; cpu=2h per 1d"}, "usher.io/budgets", "second"),
         ({"usher.io/budgets": " ; "}, "usher.io/budgets", "no budget given"),
+        ({"usher.io/budgets": f"memory={'9' * 30}h per 1d"}, "usher.io/budgets", "too large"),
         (
             {"usher.io/budgets": "cpu=1h per 1d", "usher.io/budget-action": "evict"},
             "usher.io/budget-action",

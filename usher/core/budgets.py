@@ -7,12 +7,14 @@ which window an instant falls in (a calendar month UTC, or consecutive N-day per
 from 1970-01-01 UTC) and when it resets. ``BudgetBook`` keeps, per budget, what closed
 allocation intervals accrued in the current window (U1's intervals: an interval closes when
 its workload stops counting as admitted); ``BudgetStatus`` adds the running work up to ``now``
-and says whether the budget is spent (``spent >= limit``), the instant the running work uses
-up what is left (``exhausted_at``) and the pending reason (``BudgetExhausted: 503.2 of 500
-GPU-hours in 2026-11, resets 2026-12-01 (budget of root/research)``). ``budget_report`` and
-its renderers print ``usher budget``.
+and says whether the budget is spent (``spent >= limit``), how long the running work takes to
+use up what is left (``ms_until_exhausted``) and the pending reason (``BudgetExhausted: 503.2
+of 500 GPU-hours in 2026-11, resets 2026-12-01 (budget of root/research)``); ``nearest_stop``
+says which spent budget governs a leaf (its action: ``hold``, ``min-only`` or
+``lower-priority``) and ``next_change`` when one resets or runs out (the engine's wakeups).
+``budget_report`` and its renderers print ``usher budget``.
 What it must never do: read a clock (``now`` is passed in), perform I/O, use float arithmetic on
-an amount, or evict anything (a spent budget only stops new admissions, B1).
+an amount, or evict anything (a spent budget only stops or orders new admissions, B1).
 """
 
 from __future__ import annotations
@@ -21,14 +23,14 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from enum import StrEnum
 from typing import Final, NamedTuple
 
 import msgspec
 
 from schemas import FieldError, Millis, QuotaPath, Reason
-from usher.core.quantity import MS_PER_HOUR, hours, unit_of
+from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, hours, unit_of
 
 BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
 BUDGET_ACTION_ATTRIBUTE: Final = "usher.io/budget-action"
@@ -128,10 +130,9 @@ def _parse_item(item: str, node: QuotaPath, action: BudgetAction) -> tuple[Budge
     if window != "month" and not 1 <= days <= MAX_DAYS:
         return None, f"{item.strip()!r}: a window is 1 to {MAX_DAYS} days"
     _, scale = unit_of(resource)
-    try:
-        exact = Decimal(match["amount"]) * scale * MS_PER_HOUR
-    except InvalidOperation:  # pragma: no cover - the pattern admits digits only
-        return None, f"{item.strip()!r}: not a number of hours"
+    exact = Decimal(match["amount"]) * scale * MS_PER_HOUR  # the pattern admits digits only
+    if exact > MAX_CANONICAL:  # also where Decimal's 28 digits would have rounded
+        return None, f"{item.strip()!r}: too large"
     if exact != exact.to_integral_value():
         return None, f"{item.strip()!r}: finer than one canonical unit x ms"
     return Budget(node=node, resource=resource, limit=int(exact), days=days, action=action), ""
