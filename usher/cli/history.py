@@ -644,7 +644,7 @@ def usage_command(
 def budget_command(output: str, log_file: Path | None, **options: Any) -> None:
     """Spent, left and reset time of every budget of the quota tree in force (B1).
 
-    A node's ``usher.io/budgets`` attribute limits resource x time below it per calendar month
+    A node's usher.io/budgets attribute limits resource x time below it per calendar month
     (UTC) or per N-day window; the work running below it counts up to now (offline, --file:
     the log's last entry). Amounts are exact in json (canonical units x ms) and shown in hours
     of the resource's unit (CPU-hours, GiB-hours, GPU-hours).
