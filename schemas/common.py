@@ -57,6 +57,7 @@ ReasonCode = Literal[
     "MemoryCapReached",  # not retried: an OOMKilled container already had the most memory allowed
     "Held",  # pending: a node on its path is held or drained by an operator (R14)
     "Drained",  # preempted: a drain of a node on its path ran out of grace (R15)
+    "BudgetExhausted",  # pending: a budget on its path is spent for the window (B1)
 ]
 
 

@@ -4,8 +4,9 @@ What it does: holds the process's single ``CollectorRegistry`` and every metric 
 services record into (``Metrics``; ``process_metrics()`` returns the one of this process, so
 services running side by side in one process, as in tests, share it), renders it in the
 standard text exposition format, copies per-queue and per-quota-node figures out of a pure
-engine (``record_engine``), adds usage accrued per quota node to its counters
-(``record_usage``, U1) and samples consumer lag now and then (``Sampler``).
+engine (``record_engine``), with each budget's spent and left (``record_budgets``, B1), adds
+usage accrued per quota node to its counters (``record_usage``, U1) and samples consumer lag
+now and then (``Sampler``).
 What it must never do: label by workload (cardinality: one series per queue, quota node and
 resource at most), run per-job work on the decision path, or let a metrics failure stop a
 service (samplers log and go on).
@@ -27,6 +28,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from schemas import HOLD_MODES, Millis
 from services.common.tasks import cancel_tasks
+from usher.core.budgets import window_text
 from usher.core.engine import Engine
 from usher.core.usage import UsageMeter, unit_seconds
 
@@ -35,6 +37,7 @@ __all__ = [
     "Metrics",
     "Sampler",
     "process_metrics",
+    "record_budgets",
     "record_engine",
     "record_usage",
 ]
@@ -103,6 +106,21 @@ class Metrics:
             ["mode"],
             registry=r,
         )
+        self.budget_spent = Gauge(
+            "usher_budget_spent_resource_seconds",
+            "What each budget has spent in its current window (B1), the running work counted up "
+            "to this process's last decision: core-seconds for cpu, byte-seconds for memory, "
+            "unit-seconds otherwise. window is month or <N>d.",
+            ["node", "resource", "window"],
+            registry=r,
+        )
+        self.budget_left = Gauge(
+            "usher_budget_left_resource_seconds",
+            "What each budget has left in its current window (B1), in the units of "
+            "usher_budget_spent_resource_seconds; 0 once spent.",
+            ["node", "resource", "window"],
+            registry=r,
+        )
         self.preemptions = Counter(
             "usher_preemptions",
             "Victims of accepted reclaims, by the reason code of their Preempted decision.",
@@ -164,6 +182,7 @@ class Metrics:
         # nodes that disappeared (a gauge otherwise keeps its last value forever).
         self._queues: set[str] = set()
         self._nodes: set[tuple[str, str]] = set()
+        self._budgets: set[tuple[str, str, str]] = set()
 
     def render(self) -> bytes:
         """The registry in the text exposition format (what ``/metrics`` serves)."""
@@ -214,6 +233,23 @@ def record_engine(metrics: Metrics, engine: Engine) -> None:
     modes = [record.mode for record in engine.holds_in_force().values()]
     for mode in HOLD_MODES:
         metrics.held_nodes.labels(mode).set(modes.count(mode))
+    record_budgets(metrics, engine)
+
+
+def record_budgets(metrics: Metrics, engine: Engine) -> None:
+    """Spent and left of every budget of the tree in force (B1); a budget gone is removed."""
+    series: set[tuple[str, str, str]] = set()
+    for status in engine.budget_statuses().values():
+        budget = status.budget
+        labels = (str(budget.node), budget.resource, window_text(budget.days))
+        series.add(labels)
+        metrics.budget_spent.labels(*labels).set(unit_seconds(budget.resource, status.spent))
+        metrics.budget_left.labels(*labels).set(unit_seconds(budget.resource, status.left))
+    for gone in metrics._budgets - series:
+        with contextlib.suppress(KeyError):
+            metrics.budget_spent.remove(*gone)
+            metrics.budget_left.remove(*gone)
+    metrics._budgets = series
 
 
 def record_usage(metrics: Metrics, meter: UsageMeter, now_ms: Millis) -> None:

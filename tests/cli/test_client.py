@@ -148,6 +148,9 @@ def test_usage_from_the_log_equals_the_ledgers_intervals(system: EmbeddedSystem)
             usher.usage(by="team")
         with pytest.raises(BadInput, match=r"^since: .* is after until"):
             usher.usage(since=until, until=until - timedelta(hours=1))
+        # B1: the demo tree carries no budget; the report says when it was taken.
+        report = usher.budget()
+        assert report.rows == [] and report.now_ms >= until_ms
 
 
 # --------------------------------------------------------------------------- pure parts

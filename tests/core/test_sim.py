@@ -254,3 +254,55 @@ def test_progress_counts_default_to_the_jobs_pods() -> None:
     data = scenario(timeline=[{"at": 0, "create": job("x")}, {"at": 1, "ready": "a/x"}])
     step = load_scenario(data, "test.yaml").steps[1]
     assert (step.event.ready, step.event.total) == (1, 1)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("expect", "path"),
+    [
+        ({"admitted": {"a/x": "soon"}}, "expect.admitted.a/x"),
+        ({"moments": {"at": 1}}, "expect.moments"),
+        ({"moments": [{"jobs": {}}]}, "expect.moments[0]"),
+        ({"moments": [{"at": 1, "when": 2}]}, "expect.moments[0].when"),
+        ({"moments": [{"at": 1, "jobs": {"a/x": "Running"}}]}, "expect.moments[0].jobs.a/x"),
+        ({"moments": [{"at": 1, "reasons": {"a/x": ""}}]}, "expect.moments[0].reasons.a/x"),
+    ],
+)
+def test_bad_time_based_expectations_name_the_field(expect: dict[str, Any], path: str) -> None:
+    assert path in error_paths(scenario(expect=expect))
+
+
+def test_admission_times_and_moments_are_checked() -> None:
+    """``a/y`` (8 cpu of 10) waits behind ``a/x`` until it finishes at 2 s."""
+    data = scenario(
+        timeline=[
+            {"at": 0, "create": job("x")},
+            {"at": 1, "create": job("y", cpu="8")},
+            {"at": 2, "finish": "a/x"},
+        ],
+        expect={
+            "admitted": {"a/x": 0, "a/y": 2},
+            "moments": [
+                {"at": 1, "jobs": {"a/y": "Pending"}, "reasons": {"a/y": "QuotaExceeded"}},
+                {"at": 2, "jobs": {"a/y": "Admitted", "a/x": "Finished"}},
+            ],
+        },
+    )
+    loaded = load_scenario(data, "t")
+    assert check(loaded, run(loaded)) == []
+    wrong = scenario(
+        timeline=data["timeline"],
+        expect={
+            "admitted": {"a/x": 1, "a/y": 2, "a/never": 3},
+            "moments": [
+                {"at": 1.5, "jobs": {"a/y": "Admitted"}, "reasons": {"a/y": "BudgetExhausted"}}
+            ],
+        },
+    )
+    loaded = load_scenario(wrong, "t")
+    assert check(loaded, run(loaded)) == [
+        "admitted a/x: expected at 1, was at 0",
+        "admitted a/never: expected at 3, was never",
+        "at 1.5 job a/y: expected Admitted, got Pending",
+        "at 1.5 reason of a/y: expected 'BudgetExhausted'..., got "
+        "'QuotaExceeded: root/A cpu 4 used + 8 requested > max 10 x 1.0'",
+    ]

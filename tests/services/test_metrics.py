@@ -238,3 +238,22 @@ def test_held_and_draining_nodes_are_counted_by_mode() -> None:
     engine.apply(NodeResumed(node=QuotaPath("root/B"), by="alice", at_ms=Millis(2)), Millis(2))
     record_engine(metrics, engine)
     assert value("usher_quota_nodes_held", {"mode": "Drain"}) == 0
+
+
+def test_budget_gauges_follow_spent_and_left_and_drop_with_the_budget() -> None:
+    """B1: spent and left of each budget in core-seconds; a tree without it removes them."""
+    metrics = Metrics()
+    engine = Engine(EngineConfig(instant_release=True))
+    tree = two_leaf_tree(a_attributes={"usher.io/budgets": "cpu=1h per month"})
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    engine.apply(observed("a1", "running", 2), Millis(0))
+    engine.decide(Millis(0))
+    engine.decide(Millis(600_000))  # 2 cpu for 600 s
+    record_engine(metrics, engine)
+    value = metrics.registry.get_sample_value
+    labels = {"node": "root/A", "resource": "cpu", "window": "month"}
+    assert value("usher_budget_spent_resource_seconds", labels) == 1200
+    assert value("usher_budget_left_resource_seconds", labels) == 2400
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(600_001))
+    record_engine(metrics, engine)
+    assert value("usher_budget_spent_resource_seconds", labels) is None

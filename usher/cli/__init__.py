@@ -97,7 +97,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
         "queue",
         "quota",
     ),
-    "usher.cli.history": ("replay", "audit", "what-if", "explain", "usage", "log"),
+    "usher.cli.history": ("replay", "audit", "what-if", "explain", "usage", "budget", "log"),
     "usher.cli.stack": ("status", "down"),
     "usher.cli.console": ("console",),
     "usher.cli.holds": ("hold", "drain", "resume"),

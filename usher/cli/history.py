@@ -1,4 +1,5 @@
-"""History commands: ``usher replay``, ``audit``, ``what-if``, ``explain``, ``usage``, ``log``.
+"""History commands: ``usher replay``, ``audit``, ``what-if``, ``explain``, ``usage``,
+``budget``, ``log``.
 
 What it does: reads the log (from the running installation over NATS, or offline from a file
 written by ``usher log export``), hands it to the pure history modules of the core, prints a
@@ -56,7 +57,7 @@ from usher.cli import (
     report_input_error,
 )
 from usher.core import audit as auditing
-from usher.core import dryrun, usage, whatif
+from usher.core import budgets, dryrun, usage, whatif
 from usher.core import explain as explaining
 from usher.core import history as hist
 from usher.core.config import (
@@ -678,6 +679,37 @@ def usage_command(
         "csv": usage.render_usage_csv,
     }[output]
     _print(render(report))
+
+
+# ---------------------------------------------------------------------------- budget
+
+
+@cli.command("budget")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="table for people, json for scripts.",
+)
+@_source
+def budget_command(output: str, log_file: Path | None, **options: Any) -> None:
+    """Spent, left and reset time of every budget of the quota tree in force (B1).
+
+    A node's usher.io/budgets attribute limits resource x time below it per calendar month
+    (UTC) or per N-day window; the work running below it counts up to now (offline, --file:
+    the log's last entry). Amounts are exact in json (canonical units x ms) and shown in hours
+    of the resource's unit (CPU-hours, GiB-hours, GPU-hours).
+    """
+    log = _load(log_file, **options)
+    now = Millis(int(time.time() * 1000)) if log.live else (log.history.end_ms or Millis(0))
+    report = hist.budgets_at(log.history, _config(log.settings), now)
+    _show(
+        output,
+        lambda: budgets.render_budget_json(report),
+        lambda: budgets.render_budget_table(report),
+    )
 
 
 # ---------------------------------------------------------------------------- log export/import

@@ -100,6 +100,8 @@ def queue_lines(queue: QueueInfo) -> list[str]:
     head += f"{len(queue.pending)} pending, {len(queue.admitted)} admitted"
     if queue.hold:
         head += f"; held: {queue.hold}"
+    if queue.budget:
+        head += f"; budget spent ({queue.budget})"
     lines = [head]
     for entry in queue.pending[:SHOWN_PER_QUEUE]:
         lines.append(
@@ -159,6 +161,8 @@ def _queues_table(view: StateView) -> RenderableType:
         name = f"{queue.name}\n[dim]{len(queue.admitted)} admitted, {queue.policy}[/dim]"
         if queue.hold:
             name += "\n[yellow]held[/yellow]"  # the reasons say by whom and why (R14)
+        if queue.budget:
+            name += "\n[yellow]budget spent[/yellow]"  # the reasons give the numbers (B1)
         if not queue.pending:
             table.add_row(name, "", "[dim](empty)[/dim]", "", "")
         for i, entry in enumerate(queue.pending[:SHOWN_PER_QUEUE]):

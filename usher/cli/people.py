@@ -623,6 +623,11 @@ def queues(output: str, **options: Any) -> None:
             headers.append("HOLD")
             for row, q in zip(rows, found, strict=True):
                 row.append(q.hold or "-")
+        if any(q.budget for q in found):
+            # Only while a budget is spent (B1), like HOLD.
+            headers.append("BUDGET")
+            for row, q in zip(rows, found, strict=True):
+                row.append(q.budget or "-")
         return render_table(headers, rows)
 
     emit(found, output, table)
@@ -643,6 +648,8 @@ def queue(name: str, output: str, **options: Any) -> None:
         )
         if found.hold:
             head += f"\nHeld: {found.hold}"
+        if found.budget:
+            head += f"\nBudget spent: {found.budget}"
         running = f"Admitted ({len(found.admitted)}): {', '.join(found.admitted) or '-'}"
         if not found.pending:
             return f"{head}\n{running}\nNo job waits."

@@ -85,6 +85,7 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
+from usher.core.budgets import BudgetReport, budget_report
 from usher.core.dryrun import AlreadyKnown, DryRun, dry_run
 from usher.core.holds import resolve_target as resolve_hold_target
 from usher.core.log import datetime_ms
@@ -315,6 +316,14 @@ class AsyncClient:
         return usage_report(
             state.usage.intervals(), since_ms=since_ms, until_ms=until_ms, now_ms=now_ms(), by=group
         )
+
+    async def budget(self) -> BudgetReport:
+        """Spent, left and reset of every budget of the quota tree in force (B1); the running
+        work counts up to now. Amounts are exact (canonical units x ms) with hours for people.
+        """
+        state = await self.state()
+        now = now_ms()
+        return budget_report(state.engine.budget_statuses(now), now)
 
     # ------------------------------------------------------------------ writing
 
@@ -979,6 +988,10 @@ class Client:
     ) -> UsageReport:
         """See ``AsyncClient.usage``."""
         return self._run(self._client.usage(since=since, until=until, by=by))
+
+    def budget(self) -> BudgetReport:
+        """See ``AsyncClient.budget``."""
+        return self._run(self._client.budget())
 
     def order_hold(
         self,

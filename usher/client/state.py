@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -49,6 +50,7 @@ from schemas import (
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
+from usher.core.budgets import BudgetKey, BudgetStatus, nearest_stop
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
 from usher.core.estimate import Estimate, estimate_starts, waiting_of
@@ -118,6 +120,8 @@ class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     admitted: list[str]
     hold: str | None = None
     """Held or drained (R14/R15): the node, who, when and why; None when it admits."""
+    budget: str | None = None
+    """A spent budget on its path (B1): its action and the numbers; None when none is."""
 
 
 class QuotaInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -258,6 +262,14 @@ LONG_AT_HEAD_S = 60.0
 class _Skips:
     first_ms: int
     count: int = 0
+
+
+def _budget(found: Mapping[BudgetKey, BudgetStatus], leaf: str, now: Millis) -> str | None:
+    """``hold: 503.2 of 500 GPU-hours ...`` for the spent budget governing ``leaf`` (B1)."""
+    status = nearest_stop(found, QuotaPath(leaf)) if found else None
+    if status is None:
+        return None
+    return f"{status.budget.action.value}: {status.pending_reason(now).message}"
 
 
 def now_ms() -> Millis:
@@ -564,7 +576,7 @@ class PeopleProjection:
             if key not in views and (info := self.job(key)) is not None
         )
         jobs.sort(key=lambda j: j.job)
-        queues = self._queues(views, why)
+        queues = self._queues(views, why, now or now_ms())
         return StateView(
             seq=self.applied_seq,
             jobs=jobs,
@@ -579,11 +591,12 @@ class PeopleProjection:
         )
 
     def _queues(
-        self, views: dict[WorkloadKey, JobView], why: dict[WorkloadKey, Reason]
+        self, views: dict[WorkloadKey, JobView], why: dict[WorkloadKey, Reason], now: Millis
     ) -> list[QueueInfo]:
         if self.tree is None:
             return []
         entries = self.engine.queues()
+        spent = self.engine.budget_statuses(now)
         admitted: dict[str, list[str]] = {}
         for key, view in views.items():
             if view.state == JobState.ADMITTED and view.queue is not None:
@@ -614,6 +627,7 @@ class PeopleProjection:
                     pending=pending,
                     admitted=sorted(admitted.get(name, [])),
                     hold=self._hold(path),
+                    budget=_budget(spent, path, now),
                 )
             )
         return out

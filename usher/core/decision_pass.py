@@ -32,7 +32,8 @@ share); exact ties in the float fall back to the integers, deterministically. ``
 infinite (used > 0 where min is 0)."""
 
 OfferKey = tuple[int, Share, SortKey]
-"""Interleave preference (section 4): within-min first, lower share, then queue order."""
+"""Interleave preference (section 4): within-min first, lower share, then queue order; the
+first element is 2 below a spent ``lower-priority`` budget (B1: after everything else)."""
 
 
 LeafOffer = tuple[WorkloadKey, OfferKey, int]
@@ -194,11 +195,14 @@ class DecisionPass:
             return
         info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
-        key: OfferKey = (
-            0 if self.e._within_min(info, () if job.held else job.shape) else 1,
-            self.e._share(info),
-            job.sort_key,
+        within = self.e._within_min(info, () if job.held else job.shape)
+        # Below a spent lower-priority budget (B1), a last tier; elsewhere R3's two.
+        tier = (
+            self.e.budget_tier(leaf, job, within)
+            if leaf in self.e._budget_stops
+            else int(not within)
         )
+        key: OfferKey = (tier, self.e._share(info), job.sort_key)
         self.stamp += 1
         heapq.heappush(self.heap, (key, self.stamp, leaf))
         self.live[leaf] = self.stamp
@@ -215,6 +219,8 @@ class DecisionPass:
         # A held leaf admits nothing new (R14); a preemptor the ledger already granted capacity
         # to (``job.held``) still goes on.
         held = leaf in self.e._held_leaves
+        # A spent budget (B1) stops what its action says; a leaf under none skips the call.
+        budgeted = leaf in self.e._budget_stops
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]
@@ -224,6 +230,7 @@ class DecisionPass:
                 and (not held or job.held)
                 and decides_for(job.zone)
                 and (job.readiness is None or not backing_off(job))
+                and (not budgeted or self.e.budget_stop(job) is None)
             ):
                 return job
             index += 1

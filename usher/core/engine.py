@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import insort
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from math import gcd
 from typing import TypeVar
 
@@ -57,7 +57,7 @@ from schemas import (
     ZoneServed,
 )
 from schemas.envelope import LogEvent
-from usher.core import engine_queries, holds, readiness, reasons, reclaim_search, retry
+from usher.core import budgets, engine_queries, holds, readiness, reasons, reclaim_search, retry
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
@@ -93,6 +93,7 @@ from usher.core.state import (
     shape_of,
     shape_with,
 )
+from usher.core.tree import path_nodes
 
 _K = TypeVar("_K", QuotaPath, Zone)
 
@@ -130,6 +131,8 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_potential_offers",
     "_timed_offers",
     "_unready",
+    "_budget_stops",
+    "_budget_seen",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -201,6 +204,12 @@ class Engine:
         """The hold or drain governing each held node, whichever its source (R14/R15)."""
         self._held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
         """Each leaf below a held node -> the hold nearest to it: it admits nothing new."""
+        self._budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
+        """Each leaf below a spent budget -> the one governing it (``budgets.nearest_stop``),
+        as of the last ``refresh_budgets`` (B1)."""
+        self._budget_seen: dict[str, tuple[int, int]] = {}
+        """``at``: the (now, version) ``_budget_stops`` was computed for; the same pair
+        computes the same stops, so history queries asking per workload compute them once."""
 
     def rebuild_derived(self) -> None:
         """Recompute everything besides ``state`` from it (after a snapshot is restored).
@@ -249,6 +258,9 @@ class Engine:
         self._timed_offers = set()
         self._dirty = set(tree.leaves)
         self._refresh_holds()
+        # Every leaf is dirty already, and the version is the snapshot's: no refresh's bump.
+        self._budget_stops = self._spent_budget_stops()
+        self._budget_seen = {}
         self._unready = {
             key: job.readiness.deadline_ms
             for key, job in state.jobs.items()
@@ -558,6 +570,7 @@ class Engine:
         """Out of the workload, still counted: its usage waits for the ledger's ``Released``."""
         assert job.used_path is not None
         if job.state == ADMITTED:
+            self._book_budgets(job)
             self._forget_admitted(job)
             job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
         self.state.preemptors.pop(job.key, None)
@@ -851,7 +864,7 @@ class Engine:
             self.state.held[key] = None
             self._place_pending_again(job)
         else:
-            self._unadmit(job)
+            self._unadmit(job, held=False)
             self._classify(job)
         self._set_note(job, reason)
 
@@ -1016,6 +1029,129 @@ class Engine:
     def hold_over(self, leaf: QuotaPath) -> holds.HoldRecord | None:
         """The hold nearest to ``leaf`` that stops its admissions, or None (R14)."""
         return self._held_leaves.get(leaf)
+
+    # ------------------------------------------------------------------ budgets (B1)
+
+    def _book_budgets(self, job: Job) -> None:
+        """An admitted workload stops counting as admitted: its interval closes now, and
+        every budget on its path books what it accrued in the current window (U1, B1)."""
+        found = self.state.tree.budgets
+        if not found or job.used_path is None:
+            return
+        on_path = [b for node in path_nodes(job.used_path) for b in found.get(node, ())]
+        if on_path:
+            self.state.budget_book.close(
+                on_path, dict(job.used_shape), job.admitted_ms, self.state.now
+            )
+
+    def _running(self) -> Iterator[budgets.Running]:
+        """The admitted workloads below some budget: the per-leaf reclaim lists (a vanished
+        leaf's too, C2) and the running pass's own admissions, not every job."""
+        found = self.state.tree.budgets
+        keys = {
+            victim[3]
+            for path, victims in self._leaf_admitted.items()
+            if any(node in found for node in path_nodes(path))
+            for victim in victims
+        }
+        keys.update(self._pass_admitted)
+        for key in keys:
+            job = self.state.jobs.get(key)
+            if job is not None and job.state == ADMITTED and job.used_path is not None:
+                yield budgets.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
+
+    def budget_statuses(
+        self, now: Millis | None = None
+    ) -> dict[budgets.BudgetKey, budgets.BudgetStatus]:
+        """Every budget of the tree in force at ``now`` (default ``state.now``; a later one
+        lets the running work accrue up to it): spent, left, window (B1)."""
+        found = self.state.tree.budgets
+        if not found:
+            return {}
+        at = self.state.now if now is None else max(now, self.state.now)
+        return budgets.statuses(found, self.state.budget_book, self._running(), at)
+
+    def refresh_budgets(self) -> None:
+        """Recompute which leaves a spent budget stops, at ``state.now`` (a pass does it first;
+        so do history queries, which run no pass). A leaf whose stop changed offers anew."""
+        if self._budget_seen.get("at") == (self.state.now, self.state.version):
+            return
+        stops = self._spent_budget_stops()
+        changed = {
+            leaf
+            for leaf in self._budget_stops.keys() | stops.keys()
+            if _stop_id(self._budget_stops.get(leaf)) != _stop_id(stops.get(leaf))
+        }
+        if changed:
+            self.state.version += 1
+            self._dirty.update(changed)
+        self._budget_stops = stops
+        self._budget_seen["at"] = (self.state.now, self.state.version)
+
+    def _spent_budget_stops(self) -> dict[QuotaPath, budgets.BudgetStatus]:
+        """Each leaf below a spent budget at ``state.now`` -> the one governing it."""
+        found = self.budget_statuses()
+        stops: dict[QuotaPath, budgets.BudgetStatus] = {}
+        if any(status.exhausted for status in found.values()):
+            for leaf in self.state.tree.leaves:
+                status = budgets.nearest_stop(found, leaf)
+                if status is not None:
+                    stops[leaf] = status
+        return stops
+
+    def budget_stop(self, job: Job) -> Reason | None:
+        """Why a spent budget on ``job``'s path keeps it from being admitted now, or None
+        (B1): ``hold`` stops everything new, ``min-only`` whatever would borrow beyond its
+        leaf's ``min`` (``lower-priority`` stops nothing: it only orders, ``budget_tier``).
+        A preemptor the ledger already holds capacity for goes on (R8)."""
+        if job.leaf is None or job.held:
+            return None
+        status = self._budget_stops.get(job.leaf)
+        if status is None or status.budget.action == budgets.BudgetAction.LOWER_PRIORITY:
+            return None
+        if status.budget.action == budgets.BudgetAction.HOLD:
+            return status.pending_reason(self.state.now)
+        info = self.state.tree.nodes[job.leaf]
+        if self._within_min(info, job.shape):
+            return None
+        return status.pending_reason(
+            self.state.now, f"min-only: {info.path} admits within min only"
+        )
+
+    def budget_tier(self, leaf: QuotaPath, job: Job, within: bool) -> int:
+        """The first element of an interleave key (R3, B1): 0 within min, 1 borrowing, and 2
+        below a spent ``lower-priority`` budget, whatever the rest (a held preemptor aside)."""
+        status = self._budget_stops.get(leaf)
+        if (
+            status is not None
+            and not job.held
+            and status.budget.action == budgets.BudgetAction.LOWER_PRIORITY
+        ):
+            return 2
+        return 0 if within else 1
+
+    def budget_holds(self, leaf: QuotaPath) -> bool:
+        """Whether a spent budget with action ``hold`` stops every new admission of ``leaf``."""
+        status = self._budget_stops.get(leaf)
+        return status is not None and status.budget.action == budgets.BudgetAction.HOLD
+
+    def _next_budget_change(self) -> Millis | None:
+        """When a budget with work waiting below it resets or is used up (B1), or None."""
+        if not self.state.tree.budgets:
+            return None
+        tree = self.state.tree
+        waiting = {
+            node
+            for leaf, queue in self._queues.items()
+            if queue.entries
+            for node in path_nodes(leaf)
+            if node in tree.budgets
+        }
+        if not waiting:
+            return None
+        found = [s for s in self.budget_statuses().values() if s.budget.node in waiting]
+        at = budgets.next_change(found, self.state.now)
+        return None if at is None else Millis(at)
 
     def _observe_node(self, event: NodeObserved) -> None:
         record = NodeCapacity(dict(event.allocatable), event.unschedulable)
@@ -1282,9 +1418,14 @@ class Engine:
         info = self.state.tree.nodes.get(path)
         return info.readiness if info is not None else self.config.readiness
 
-    def _unadmit(self, job: Job) -> None:
-        """Free an admitted workload's usage; the caller decides where it goes next."""
+    def _unadmit(self, job: Job, *, held: bool = True) -> None:
+        """Free an admitted workload's usage; the caller decides where it goes next.
+
+        ``held`` False: the admission was only proposed (the ledger refused it), so it held
+        nothing and no budget books it (B1)."""
         assert job.used_path is not None
+        if held:
+            self._book_budgets(job)
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
@@ -1405,6 +1546,7 @@ class Engine:
             self._retry_failed(decisions)
         if self._holds:
             self._drain_due(decisions)
+        self.refresh_budgets()
         decisions.extend(self._announcements())
         # A backoff may have ended since: the leaves whose first candidate depends on the
         # clock are looked at again (the pass refreshes dirty leaves first).
@@ -1519,16 +1661,20 @@ class Engine:
         jobs = self.state.jobs
         self._timed_offers.discard(info.path)
         held = info.path in self._held_leaves
+        budgeted = info.path in self._budget_stops
         for entry in queue.entries:
             job = jobs[entry[2]]
             if not self._decides(job.zone) or (held and not job.held):
+                continue
+            if budgeted and self.budget_stop(job) is not None:
                 continue
             if job.readiness is not None and self.backing_off(job):
                 self._timed_offers.add(info.path)
                 continue
             # A held preemptor's own hold is already counted in its leaf's usage.
             within = self._within_min(info, () if job.held else job.shape)
-            return job.key, (0 if within else 1, self._share(info), job.sort_key)
+            tier = self.budget_tier(info.path, job, within) if budgeted else int(not within)
+            return job.key, (tier, self._share(info), job.sort_key)
         return None
 
     def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
@@ -1560,8 +1706,9 @@ class Engine:
         """Whether something in the queue might preempt (so it must be visited even if full)."""
         if not queue.entries:
             return False
-        if info.path in self._held_leaves:
-            # Held (R14): only a preemptor whose hold the ledger already granted may move.
+        if info.path in self._held_leaves or self.budget_holds(info.path):
+            # Held (R14, or a spent budget, B1): only a preemptor whose hold the ledger
+            # already granted may move.
             return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
         if info.within_quota == "LowerPriority" and info.path in self._leaf_admitted:
             return True
@@ -1702,8 +1849,12 @@ class Engine:
 
     def next_wakeup(self) -> Millis | None:
         """The next instant a min-runtime protection ends, a ready deadline or a backoff
-        runs out, or a drain's grace is over (R15): a pass should run then."""
+        runs out, a drain's grace is over (R15), or a budget with work waiting below it resets
+        or is used up by the running work (B1): a pass should run then."""
         drain = holds.next_drain(self._holds, self.state.now) if self._holds else None
+        budget = self._next_budget_change()
+        if budget is not None:
+            drain = budget if drain is None else min(drain, budget)
         heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
@@ -1830,6 +1981,11 @@ class Engine:
     ) -> Reason | None:
         """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit."""
         return engine_queries.admission_shortfall(self, key, quota, requests)
+
+
+def _stop_id(status: budgets.BudgetStatus | None) -> tuple[budgets.BudgetKey, str] | None:
+    """What a leaf's budget stop is, to tell whether it changed (B1)."""
+    return None if status is None else (status.budget.key, status.budget.action.value)
 
 
 def _pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:

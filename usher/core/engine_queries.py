@@ -172,6 +172,10 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
     held_by = e.hold_over(job.leaf)
     if held_by is not None and not job.held:
         return held_by.pending_reason()
+    e.refresh_budgets()  # no pass ran at this instant: a budget may have run out since
+    spent = e.budget_stop(job)
+    if spent is not None:
+        return spent
     if job.held:
         return Reason(
             code="PreemptionInProgress",
@@ -233,6 +237,9 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     held_by = e.hold_over(job.leaf) if job.leaf is not None else None
     if held_by is not None and not job.held:
         return held_by.pending_reason()
+    spent = e.budget_stop(job)
+    if spent is not None:
+        return spent
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
     if not e.config.decides_for(job.zone):

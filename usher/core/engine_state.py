@@ -1,10 +1,11 @@
 """The engine's durable state as plain data: exactly what a snapshot stores.
 
 What it does: ``EngineState`` holds the records the engine's decisions depend on -- the tree in
-force with each node's usage, every workload, nodes, priority classes, holds, preemptions
-whose victims still stop, lingering usage, wakeups, the reclaim memo and the counters -- as
-plain containers with no behaviour. Everything else the engine keeps (queues, per-leaf
-candidate lists, pruning data, caches) is derived from it by ``Engine.rebuild_derived``.
+force with each node's usage, every workload, nodes, priority classes, holds, the budgets'
+book (B1), preemptions whose victims still stop, lingering usage, wakeups, the reclaim memo
+and the counters -- as plain containers with no behaviour. Everything else the engine keeps
+(queues, per-leaf candidate lists, pruning data, caches) is derived from it by
+``Engine.rebuild_derived``.
 ``copy_for_trial`` gives the working copy a preview pass runs on.
 What it must never do: decide anything, hold a cache or an index that can be recomputed from
 the rest (those belong to the engine), perform I/O or read a clock.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
+from usher.core.budgets import BudgetBook
 from usher.core.config import EngineConfig
 from usher.core.holds import HoldRecord
 from usher.core.retry import Failure, RetryLink
@@ -37,6 +39,7 @@ class EngineState:
 
     __slots__ = (
         "announce",
+        "budget_book",
         "failures",
         "held",
         "holds",
@@ -90,6 +93,8 @@ class EngineState:
         """Failed attempts of jobs with retries whose ``Retried`` is not yet applied (R12)."""
         self.retries: dict[WorkloadKey, RetryLink] = {}
         """Attempts a ``Retried`` named, by their key: their first attempt and place (R12)."""
+        self.budget_book = BudgetBook()
+        """What closed allocation intervals accrued in each budget's current window (B1)."""
         self.version = 0
         self.passes = 0
         self.seq = 0
@@ -121,6 +126,7 @@ class EngineState:
         twin.reclaim_failed = dict(self.reclaim_failed)
         twin.failures = dict(self.failures)
         twin.retries = dict(self.retries)
+        twin.budget_book = self.budget_book.copy()
         twin.version = self.version
         twin.passes = self.passes
         twin.seq = self.seq

@@ -6,7 +6,8 @@ it and the envelope exactly as stored), decodes entries into ``LogEntry`` values
 for what does not decode), parses the ``TIME`` arguments of the history commands, and rebuilds
 the queue state at any point of the log (``usher replay``): the same ``Engine`` the services
 use folds every entry, cluster events and recorded decisions alike, up to that point; no
-decision pass runs, so reasons come from ``Engine.reason_now``.
+decision pass runs, so reasons come from ``Engine.reason_now``; ``budgets_at`` says what the
+budgets of the tree in force have spent (B1, ``usher budget``).
 What it must never do: read files, sockets or a clock (the caller passes bytes and ``now``),
 or change what an entry says.
 """
@@ -28,6 +29,7 @@ from schemas import (
     QuotaPath,
     decode_envelope,
 )
+from usher.core.budgets import BudgetReport, budget_report
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView, QueueEntry
 from usher.core.log import BadEntry, LogEntry, envelope_ms
@@ -342,6 +344,15 @@ def replay(
         entries=len(items),
         undecodable=sum(1 for b in history.bad if last is not None and b.seq <= last.seq),
     )
+
+
+def budgets_at(history: History, config: EngineConfig, now: Millis) -> BudgetReport:
+    """Every budget of the tree in force at the log's end, as of ``now`` (B1): the running
+    work accrues up to ``now``, as in the dequeuer's passes."""
+    engine = Engine(config)
+    fold(engine, prefix(history))
+    at = Millis(max(now, engine.state.now))
+    return budget_report(engine.budget_statuses(at), at)
 
 
 def state_of(

@@ -20,6 +20,9 @@ What it does: walks the log once, in order, and reports every entry that breaks 
   the capacity for it already). A drain's ``Preempted`` (a workload that is its own
   preemptor, R15) is checked by ``preemption-refused``: justified only when a drain over it
   ran out of grace by the entry's time.
+* ``admitted-over-budget``: an ``Admitted`` below a node whose budget with action ``hold`` was
+  spent at the entry's time (B1: the closed intervals booked and the running work up to
+  then), with the same preemptor exception.
 * ``requeue-unjustified``: a ``Requeued`` (R10) for a workload that was not admitted then,
   or whose ready deadline had not passed by the entry's time (its ``Admitted`` on the log plus
   the ready timeout of its leaf), or whose latest ``WorkloadProgress`` since that admission
@@ -57,6 +60,7 @@ from schemas import (
 )
 from usher.core import reasons
 from usher.core.arbitration import effective_cap
+from usher.core.budgets import BudgetAction
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.history import format_time
@@ -66,6 +70,7 @@ from usher.core.state import JobState
 from usher.core.tree import iter_nodes, path_nodes
 
 LEDGER_DECISIONS = (Admitted, Preempted, Released, Requeued)
+HOLD = BudgetAction.HOLD
 
 OVER_COMMIT = "over-commit"
 ALREADY_ADMITTED = "already-admitted"
@@ -74,6 +79,7 @@ STUCK = "stuck"
 NEVER_RELEASED = "never-released"
 REQUEUE_UNJUSTIFIED = "requeue-unjustified"
 ADMITTED_WHILE_HELD = "admitted-while-held"
+ADMITTED_OVER_BUDGET = "admitted-over-budget"
 
 
 class Violation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -200,6 +206,7 @@ class _Checker:
             self.count(earlier.admitted, -1)  # one allocation per workload: the new one counts
         self.over_commit(item, event)
         self.held(item, event)
+        self.over_budget(item, event)
         self.count(event, 1)
         self.running[event.workload] = _Running(item.seq, event)
 
@@ -241,6 +248,27 @@ class _Checker:
         if record is not None:
             why = record.pending_reason().message
             self.note(item, ADMITTED_WHILE_HELD, why, node=record.node)
+
+    def over_budget(self, item: LogEntry, event: Admitted) -> None:
+        """B1: nothing is admitted below a spent budget with action hold (preemptors whose
+        capacity the ledger already held excepted, as for R14)."""
+        if event.workload in self.victims_of or not self.engine.state.tree.budgets:
+            return
+        on_path = set(path_nodes(event.quota))
+        for status in self.engine.budget_statuses(item.time_ms).values():
+            budget = status.budget
+            if budget.node in on_path and budget.action == HOLD and status.exhausted:
+                why = status.pending_reason(item.time_ms).message
+                self.note(
+                    item,
+                    ADMITTED_OVER_BUDGET,
+                    why,
+                    node=budget.node,
+                    resource=budget.resource,
+                    used=status.spent,
+                    cap=budget.limit,
+                )
+                return
 
     def stopping_on(self, node: QuotaPath) -> str:
         """The preempted victims still counted on ``node`` (what an over-commit usually is)."""
@@ -419,6 +447,7 @@ def render_violations(found: Sequence[Violation]) -> str:
 
 
 __all__ = [
+    "ADMITTED_OVER_BUDGET",
     "ADMITTED_WHILE_HELD",
     "ALREADY_ADMITTED",
     "NEVER_RELEASED",

@@ -3,7 +3,8 @@
 What it does: parses quantity notation with exact rational arithmetic into Usher's canonical
 units -- ``cpu`` in millicores, every other resource (memory, ephemeral-storage,
 ``nvidia.com/gpu``, pods, extended resources) in integer base units -- and formats canonical
-integers back into the short human form used in output.
+integers back into the short human form used in output; ``unit_of``/``hours`` name the unit
+people read resource x time in (CPU-hours, GiB-hours, GPU-hours: usage U1, budgets B1).
 
 Rounding follows Kubernetes: a value that is not a whole number of canonical units is rounded
 UP to the next integer (``cpu: 0.0001`` is 0.1m and becomes ``1`` millicore; ``memory: 0.5``
@@ -17,12 +18,19 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 from schemas import FieldError, Resources
 from usher.core.errors import InputError, QuantityError
 
 CPU = "cpu"
+
+MS_PER_HOUR = 3_600_000
+GIB = 1 << 30
+
+BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage"})
+"""Resources counted in bytes, shown in GiB-hours (hugepages-* too, by their prefix)."""
 
 MAX_CANONICAL = 2**63 - 1
 """The largest amount we accept, in canonical units (Kubernetes' own int64 bound)."""
@@ -214,3 +222,24 @@ def _scaled_by_exponent(
 
 def _type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
+
+
+# ---------------------------------------------------------------------------- resource x time
+# The units usage (U1) and budgets (B1) are read in: one place for both.
+
+
+def unit_of(resource: str) -> tuple[str, int]:
+    """The unit people read a resource's usage in, and how many canonical units it is."""
+    if resource == CPU:
+        return "CPU", 1000
+    if resource in BYTE_RESOURCES or resource.startswith("hugepages-"):
+        return "GiB", GIB
+    return resource.rsplit("/", 1)[-1].upper() if "/" in resource else resource, 1
+
+
+def hours(resource: str, amount_ms: int) -> Decimal:
+    """Canonical units x ms as hours of the resource's unit, exact to 3 decimals (rounded half
+    up only here, for display)."""
+    _, scale = unit_of(resource)
+    exact = Decimal(amount_ms) / Decimal(scale * MS_PER_HOUR)
+    return exact.quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)

@@ -271,6 +271,9 @@ def reclaim_preview(e: Engine, key: WorkloadKey, now: Millis) -> tuple[str | Non
         return f"it is not waiting in a queue ({'unknown' if job is None else job.state})", []
     if job.held:
         return "capacity is already held for it: its victims are stopping", []
+    e.refresh_budgets()
+    if e.budget_stop(job) is not None:
+        return "a budget on its path is spent (B1): it is not offered, so it preempts nothing", []
     if e._fits(job):
         return "it fits without preempting anything; the next decision pass admits it", []
     refusal = _reclaim_refusal(e, job)

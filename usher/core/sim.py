@@ -122,10 +122,16 @@ SCENARIO_OPERATOR = "scenario"
 """Who orders a hold in a scenario that names nobody."""
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
-EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage", "reasons")
+EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage", "reasons", "admitted", "moments")
+MOMENT_KEYS = ("at", "jobs", "reasons")
+"""``expect.moments``: a list of ``{at, jobs, reasons}``, each checked against the state after
+the last pass at or before scenario second ``at`` (time-based expectations: a budget's hold
+before its reset, B1)."""
 USAGE_KEYS = ("at", *USAGE_BY)
 """``expect.usage``: ``at`` (scenario seconds: the window is [0, at) and running workloads
 accrue up to it) and, per grouping, group -> resource -> unit-seconds (U1)."""
+MAX_MOMENT = 2**62
+"""Later than any moment a scenario can name: the final look."""
 MAX_WAKEUP_PASSES = 10_000
 """Bound on the passes run at wakeups after the last timeline entry (a safety net)."""
 
@@ -154,6 +160,18 @@ class Expect:
     usage: UsageExpect | None = None
     reasons: dict[WorkloadKey, str] = field(default_factory=dict)
     """Workload -> the start of its final ``Code: message`` reason (R14's ``Held: ...``)."""
+    admitted: dict[WorkloadKey, Millis] = field(default_factory=dict)
+    """Workload -> the scenario time of its last admission (``expect.admitted``, seconds)."""
+    moments: list[Moment] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """``expect.moments`` item: job states and reasons as they were at ``at_ms``."""
+
+    at_ms: Millis
+    jobs: dict[WorkloadKey, str]
+    reasons: dict[WorkloadKey, str]
 
 
 @dataclass(frozen=True)
@@ -220,6 +238,8 @@ class SimResult:
     quota_used: dict[QuotaPath, dict[str, int]]
     quota_limits: dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]
     preempted: list[WorkloadKey]
+    seen: dict[Millis, dict[WorkloadKey, JobView | None]] = field(default_factory=dict)
+    """What ``expect.moments`` asked about, at each of its instants."""
     ledger: list[SimDecision] = field(default_factory=list)
     """Every decision in the order it was taken, with the ``Released`` the engine returns as
     it folds a finish or deletion (the simulator's ledger releases at once, S1): what usage
@@ -762,9 +782,57 @@ def _load_expect(raw: object, errors: _Errors) -> Expect:
         else:
             said[WorkloadKey(job)] = text
     usage = _load_usage(raw.get("usage"), errors) if "usage" in raw else None
+    admitted: dict[WorkloadKey, Millis] = {}
+    for job, at in _mapping(raw.get("admitted"), "expect.admitted", errors).items():
+        at_ms = _timeline_at(at, f"expect.admitted.{job}", errors)
+        if at_ms is not None:
+            admitted[WorkloadKey(job)] = Millis(at_ms)
     return Expect(
-        jobs=jobs, queues=queues, preempted=preempted, quota=quota, usage=usage, reasons=said
+        jobs=jobs,
+        queues=queues,
+        preempted=preempted,
+        quota=quota,
+        usage=usage,
+        reasons=said,
+        admitted=admitted,
+        moments=_load_moments(raw.get("moments"), errors),
     )
+
+
+def _load_moments(raw: object, errors: _Errors) -> list[Moment]:
+    """``[{at: seconds, jobs: {job: state}, reasons: {job: start}}]``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        errors.add("expect.moments", "not-a-list", "moments is a list of {at, jobs, reasons}")
+        return []
+    out: list[Moment] = []
+    for index, item in enumerate(raw):
+        path = f"expect.moments[{index}]"
+        if not isinstance(item, Mapping) or "at" not in item:
+            errors.add(path, "missing-at", "a moment is a mapping with at (scenario seconds)")
+            continue
+        for key in sorted(str(k) for k in item):
+            if key not in MOMENT_KEYS:
+                errors.add(f"{path}.{key}", "unknown-key", f"moment keys: {MOMENT_KEYS}")
+        at_ms = _timeline_at(item.get("at"), f"{path}.at", errors)
+        jobs: dict[WorkloadKey, str] = {}
+        for job, state in _mapping(item.get("jobs"), f"{path}.jobs", errors).items():
+            if state not in STATES:
+                errors.add(f"{path}.jobs.{job}", "invalid-state", f"state must be one of {STATES}")
+            else:
+                jobs[WorkloadKey(job)] = str(state)
+        said: dict[WorkloadKey, str] = {}
+        for job, text in _mapping(item.get("reasons"), f"{path}.reasons", errors).items():
+            if not isinstance(text, str) or not text:
+                errors.add(
+                    f"{path}.reasons.{job}", "invalid-type", "a reason is a non-empty string"
+                )
+            else:
+                said[WorkloadKey(job)] = text
+        if at_ms is not None:
+            out.append(Moment(at_ms=Millis(at_ms), jobs=jobs, reasons=said))
+    return out
 
 
 def _load_usage(raw: object, errors: _Errors) -> UsageExpect | None:
@@ -834,8 +902,18 @@ def run(scenario: Scenario) -> SimResult:
             if isinstance(step.event, WorkloadObserved) and step.run_ms is not None
         }
     )
+    moments = sorted(scenario.expect.moments, key=lambda m: m.at_ms) if scenario.expect else []
+    seen: dict[Millis, dict[WorkloadKey, JobView | None]] = {}
+
+    def look_before(at_ms: int) -> None:
+        """The moments before ``at_ms`` see the state the passes before it left."""
+        while moments and moments[0].at_ms < at_ms:
+            moment = moments.pop(0)
+            asked = sorted(moment.jobs.keys() | moment.reasons.keys())
+            seen[moment.at_ms] = {key: engine.job_state(key) for key in asked}
 
     def feed(entry: ClusterEvent | HoldOrder, at_ms: Millis) -> None:
+        look_before(at_ms)
         event: LogEvent | None = (
             _judge(entry, engine, at_ms, rejections, hold_changes)
             if isinstance(entry, HoldOrder)
@@ -850,6 +928,7 @@ def run(scenario: Scenario) -> SimResult:
         ledger.extend(SimDecision(at_ms, d) for d in engine.apply(event, at_ms))
 
     def decide(at_ms: Millis) -> None:
+        look_before(at_ms)
         made = engine.decide(at_ms)
         started = runs.track(made, at_ms)
         taken = [SimDecision(at_ms, d) for d in made]
@@ -902,6 +981,7 @@ def run(scenario: Scenario) -> SimResult:
             feed(entry, at_ms)
         decide(at_ms)
     wake_until(until)
+    look_before(MAX_MOMENT)
     preempted = sorted({d.decision.workload for d in decisions if _is_preempted(d.decision)})
     return SimResult(
         scenario=scenario,
@@ -914,6 +994,7 @@ def run(scenario: Scenario) -> SimResult:
         quota_limits=engine.quota_nodes(),
         preempted=preempted,
         ledger=ledger,
+        seen=seen,
     )
 
 
@@ -1247,6 +1328,40 @@ def check(scenario: Scenario, result: SimResult) -> list[str]:
                 )
     if expect.usage is not None:
         problems += _usage_problems(expect.usage, usage_intervals(result))
+    problems += _admitted_problems(expect.admitted, result)
+    for moment in expect.moments:
+        problems += _moment_problems(moment, result.seen.get(moment.at_ms, {}))
+    return problems
+
+
+def _admitted_problems(expect: dict[WorkloadKey, Millis], result: SimResult) -> list[str]:
+    last: dict[WorkloadKey, Millis] = {}
+    for record in result.decisions:
+        if isinstance(record.decision, Admitted):
+            last[record.decision.workload] = record.at_ms
+    problems: list[str] = []
+    for key, at_ms in expect.items():
+        actual = last.get(key)
+        if actual != at_ms:
+            said = "never" if actual is None else f"at {_seconds(actual)}"
+            problems.append(f"admitted {key}: expected at {_seconds(at_ms)}, was {said}")
+    return problems
+
+
+def _moment_problems(moment: Moment, seen: dict[WorkloadKey, JobView | None]) -> list[str]:
+    problems: list[str] = []
+    at = _seconds(moment.at_ms)
+    for key, state in moment.jobs.items():
+        view = seen.get(key)
+        actual = view.state if view is not None else "absent"
+        if actual != state:
+            problems.append(f"at {at} job {key}: expected {state}, got {actual}")
+    for key, start in moment.reasons.items():
+        view = seen.get(key)
+        why = view.reason if view is not None else None
+        said = "" if why is None else f"{why.code}: {why.message}"
+        if not said.startswith(start):
+            problems.append(f"at {at} reason of {key}: expected {start!r}..., got {said!r}")
     return problems
 
 

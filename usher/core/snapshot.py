@@ -51,6 +51,7 @@ from schemas import (
     WorkloadKey,
     Zone,
 )
+from usher.core.budgets import BudgetBook
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
@@ -90,6 +91,7 @@ ENCODED: frozenset[str] = frozenset(
         "reclaim_failed",  # live entries only
         "failures",
         "retries",
+        "budget_book",
         "version",
         "passes",
         "seq",
@@ -126,6 +128,8 @@ REBUILT: frozenset[str] = frozenset(
         "_pass_admitted",  # empty between passes, when snapshots are taken
         "_holds",  # from ``holds`` and ``tree_holds``
         "_held_leaves",
+        "_budget_stops",  # from the tree's budgets, ``budget_book`` and the admitted work
+        "_budget_seen",
     }
 )
 """Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""
@@ -290,6 +294,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Holds and drains ordered on the log (R14/R15), by node path."""
     tree_holds: list[HoldRecord] = []
     """Holds and drains the tree's attributes put in force, by node path."""
+    budget_book: list[tuple[str, int, int]] = []
+    """What closed intervals accrued in each budget's window (B1): key, window start, amount."""
 
 
 class _Header(msgspec.Struct):
@@ -467,6 +473,10 @@ def _record(engine: Engine) -> EngineSnapshot:
         retries=[(str(key), link) for key, link in state.retries.items()],
         holds=[state.holds[path] for path in sorted(state.holds)],
         tree_holds=[state.tree_holds[path] for path in sorted(state.tree_holds)],
+        budget_book=[
+            (key, start, amount)
+            for key, (start, amount) in sorted(state.budget_book.closed.items())
+        ],
     )
 
 
@@ -571,6 +581,9 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.retries = {WorkloadKey(k): link for k, link in record.retries}
     state.holds = {hold.node: hold for hold in record.holds}
     state.tree_holds = {hold.node: hold for hold in record.tree_holds}
+    state.budget_book = BudgetBook(
+        closed={key: (start, amount) for key, start, amount in record.budget_book}
+    )
     engine.rebuild_derived()
     return engine
 

@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
+from usher.core.budgets import Budget, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
@@ -131,6 +132,7 @@ class TreeIndex:
     """The quota tree in force, indexed by path, namespace, node name and queue."""
 
     __slots__ = (
+        "budgets",
         "by_name",
         "leaf_of_namespace",
         "leaves",
@@ -149,6 +151,8 @@ class TreeIndex:
         self.queue_leaf: dict[QueueName, QuotaPath] = {}
         self.leaves_under: dict[QuotaPath, list[QuotaPath]] = {}
         """Every leaf below (or at) a node, in tree order: reclaim walks these level by level."""
+        self.budgets: dict[QuotaPath, tuple[Budget, ...]] = {}
+        """The budgets each node declares (B1); empty when none does (nothing is counted)."""
         if root is not None:
             self._index(root, config)
 
@@ -165,6 +169,9 @@ class TreeIndex:
                 node.attributes, parent.retry if parent is not None else RetryPolicy()
             )
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
+            budgets, _ = parse_budgets(node.attributes, path, "")
+            if budgets:
+                self.budgets[path] = tuple(budgets)
             self.nodes[path] = info
             self.by_name[node.name] = path
             if parent is not None:

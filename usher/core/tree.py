@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
+from usher.core.budgets import parse_budgets
 from usher.core.errors import TreeInvalid
 from usher.core.quantity import collect_resources, format_quantity
 
@@ -435,6 +436,8 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
     if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
         checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
+    for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
+        checks.report(error.path, error.code, error.message)
 
 
 def _check_retry_attributes(attributes: Mapping[str, str], path: str, checks: _Checks) -> None:

@@ -29,7 +29,6 @@ import io
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
 from enum import StrEnum
 
 import msgspec
@@ -47,16 +46,18 @@ from schemas import (
 from usher.core.engine import Engine
 from usher.core.history import format_time
 from usher.core.log import LogEntry
-from usher.core.quantity import CPU
+from usher.core.quantity import (  # re-exported: the units usage is read in (U1)
+    BYTE_RESOURCES,
+    CPU,
+    GIB,
+    MS_PER_HOUR,
+    hours,
+    unit_of,
+)
 from usher.core.state import JobState
 from usher.core.tree import path_nodes
 
-MS_PER_HOUR = 3_600_000
 MS_PER_SECOND = 1000
-GIB = 1 << 30
-
-BYTE_RESOURCES = frozenset({"memory", "ephemeral-storage"})
-"""Resources counted in bytes, shown in GiB-hours (hugepages-* too, by their prefix)."""
 
 
 class UsageBy(StrEnum):
@@ -316,23 +317,6 @@ def compare_usage(
 # ---------------------------------------------------------------------------- units
 
 
-def unit_of(resource: str) -> tuple[str, int]:
-    """The unit people read a resource's usage in, and how many canonical units it is."""
-    if resource == CPU:
-        return "CPU", 1000
-    if resource in BYTE_RESOURCES or resource.startswith("hugepages-"):
-        return "GiB", GIB
-    return resource.rsplit("/", 1)[-1].upper() if "/" in resource else resource, 1
-
-
-def hours(resource: str, amount_ms: int) -> Decimal:
-    """Canonical units x ms as hours of the resource's unit, exact to 3 decimals (rounded half
-    up only here, for display)."""
-    _, scale = unit_of(resource)
-    exact = Decimal(amount_ms) / Decimal(scale * MS_PER_HOUR)
-    return exact.quantize(Decimal("0.001"), rounding=ROUND_HALF_UP)
-
-
 def unit_seconds(resource: str, amount_ms: int) -> float:
     """Canonical units x ms as seconds of the resource's base unit (core-seconds, byte-seconds,
     GPU-seconds): what a Prometheus counter carries."""
@@ -432,6 +416,9 @@ def render_usage_csv(report: UsageReport) -> str:
 
 
 __all__ = [
+    "BYTE_RESOURCES",
+    "GIB",
+    "MS_PER_HOUR",
     "USAGE_BY",
     "Interval",
     "Totals",

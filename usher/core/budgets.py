@@ -1,0 +1,483 @@
+"""Window budgets of quota nodes (docs/admission-rules.md B1): what is spent, what it stops.
+
+What it does: ``parse_budgets`` reads a node's ``usher.io/budgets`` attribute
+(``nvidia.com/gpu=500h per month; cpu=20000h per 7d``) into ``Budget`` records, exact integers
+(canonical units x ms), or the errors refusing it (T1 names the attribute); ``window_of`` says
+which window an instant falls in (a calendar month UTC, or consecutive N-day periods counted
+from 1970-01-01 UTC) and when it resets. ``BudgetBook`` keeps, per budget, what closed
+allocation intervals accrued in the current window (U1's intervals: an interval closes when
+its workload stops counting as admitted); ``BudgetStatus`` adds the running work up to ``now``
+and says whether the budget is spent (``spent >= limit``), how long the running work takes to
+use up what is left (``ms_until_exhausted``) and the pending reason (``BudgetExhausted: 503.2
+of 500 GPU-hours in 2026-11, resets 2026-12-01 (budget of root/research)``); ``nearest_stop``
+says which spent budget governs a leaf (its action: ``hold``, ``min-only`` or
+``lower-priority``) and ``next_change`` when one resets or runs out (the engine's wakeups).
+``budget_report`` and its renderers print ``usher budget``.
+What it must never do: read a clock (``now`` is passed in), perform I/O, use float arithmetic on
+an amount, or evict anything (a spent budget only stops or orders new admissions, B1).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from enum import StrEnum
+from typing import Final, NamedTuple
+
+import msgspec
+
+from schemas import FieldError, Millis, QuotaPath, Reason
+from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, hours, unit_of
+
+BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
+BUDGET_ACTION_ATTRIBUTE: Final = "usher.io/budget-action"
+
+MS_PER_DAY: Final = 86_400_000
+MONTH: Final = 0
+"""``Budget.days`` of a calendar-month budget (UTC)."""
+MAX_DAYS: Final = 366
+
+_ITEM = re.compile(
+    r"^\s*(?P<resource>[^\s=;]+)\s*=\s*(?P<amount>[0-9]+(?:\.[0-9]+)?)h\s+per\s+"
+    r"(?P<window>month|[0-9]+d)\s*$"
+)
+
+
+class BudgetAction(StrEnum):
+    """What a spent budget does to new admissions below its node (B1)."""
+
+    HOLD = "hold"
+    """Nothing new is admitted below the node until the window resets."""
+    MIN_ONLY = "min-only"
+    """A workload is admitted only if its leaf stays within its ``min`` (no borrowing)."""
+    LOWER_PRIORITY = "lower-priority"
+    """Offered after every workload not below such a budget (a last interleave tier, R3)."""
+
+
+BUDGET_ACTIONS: Final = tuple(action.value for action in BudgetAction)
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True):
+    """One budget of one node: ``limit`` of ``resource`` x time per window."""
+
+    node: QuotaPath
+    resource: str
+    limit: int
+    """Canonical units (millicores for cpu) x milliseconds, exact."""
+    days: int
+    """The window: ``MONTH`` (0) for a calendar month UTC, else N-day periods from the epoch."""
+    action: BudgetAction = BudgetAction.HOLD
+
+    @property
+    def key(self) -> BudgetKey:
+        return (self.node, self.resource, self.days)
+
+
+BudgetKey = tuple[QuotaPath, str, int]
+"""A budget's identity in the book: node, resource and window length."""
+
+
+# ---------------------------------------------------------------------------- parsing (T1)
+
+
+def parse_budgets(
+    attributes: Mapping[str, str], node: QuotaPath, field_prefix: str
+) -> tuple[list[Budget], list[FieldError]]:
+    """The budgets a node's attributes declare, or every error refusing them, each at the
+    attribute's path under ``field_prefix`` (T1 names it). Items are separated by ``;``."""
+    errors: list[FieldError] = []
+    action = BudgetAction.HOLD
+    action_text = attributes.get(BUDGET_ACTION_ATTRIBUTE)
+    if action_text is not None:
+        if action_text not in BUDGET_ACTIONS:
+            allowed = ", ".join(BUDGET_ACTIONS)
+            message = f"{BUDGET_ACTION_ATTRIBUTE} must be one of {allowed}, got {action_text!r}"
+            errors.append(_invalid(f"{field_prefix}.{BUDGET_ACTION_ATTRIBUTE}", message))
+        else:
+            action = BudgetAction(action_text)
+    text = attributes.get(BUDGETS_ATTRIBUTE)
+    if text is None:
+        return [], errors
+    field = f"{field_prefix}.{BUDGETS_ATTRIBUTE}"
+    out: list[Budget] = []
+    seen: set[tuple[str, int]] = set()
+    for item in (part for part in text.split(";") if part.strip()):
+        budget, problem = _parse_item(item, node, action)
+        if budget is None:
+            errors.append(_invalid(field, problem))
+        elif (budget.resource, budget.days) in seen:
+            errors.append(_invalid(field, f"{item.strip()!r}: a second budget of the same window"))
+        else:
+            seen.add((budget.resource, budget.days))
+            out.append(budget)
+    if not out and not errors:
+        errors.append(_invalid(field, "no budget given; expected e.g. 'cpu=100h per month'"))
+    return (out if not errors else []), errors
+
+
+def _parse_item(item: str, node: QuotaPath, action: BudgetAction) -> tuple[Budget | None, str]:
+    match = _ITEM.match(item)
+    if match is None:
+        return None, (
+            f"{item.strip()!r} is not '<resource>=<hours>h per month' or "
+            f"'<resource>=<hours>h per <days>d'"
+        )
+    resource, window = match["resource"], match["window"]
+    days = MONTH if window == "month" else int(window[:-1])
+    if window != "month" and not 1 <= days <= MAX_DAYS:
+        return None, f"{item.strip()!r}: a window is 1 to {MAX_DAYS} days"
+    _, scale = unit_of(resource)
+    exact = Decimal(match["amount"]) * scale * MS_PER_HOUR  # the pattern admits digits only
+    if exact > MAX_CANONICAL:  # also where Decimal's 28 digits would have rounded
+        return None, f"{item.strip()!r}: too large"
+    if exact != exact.to_integral_value():
+        return None, f"{item.strip()!r}: finer than one canonical unit x ms"
+    return Budget(node=node, resource=resource, limit=int(exact), days=days, action=action), ""
+
+
+def _invalid(field: str, message: str) -> FieldError:
+    return FieldError(path=field, code="invalid-attribute", message=message)
+
+
+# ---------------------------------------------------------------------------- windows
+
+
+class Window(NamedTuple):
+    """One window ``[start_ms, end_ms)`` and its name for people."""
+
+    start_ms: int
+    end_ms: int
+    label: str
+
+
+def _utc(ms: int) -> datetime:
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
+
+
+def _ms(when: datetime) -> int:
+    return (when - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+def window_of(days: int, now: int) -> Window:
+    """The window of a budget of ``days`` (``MONTH``: the calendar month UTC) holding ``now``."""
+    if days == MONTH:
+        when = _utc(now)
+        start = datetime(when.year, when.month, 1, tzinfo=UTC)
+        end = datetime(when.year + when.month // 12, when.month % 12 + 1, 1, tzinfo=UTC)
+        return Window(_ms(start), _ms(end), f"{when.year:04d}-{when.month:02d}")
+    length = days * MS_PER_DAY
+    start_ms = now - now % length
+    label = f"the {days} day{'s' if days != 1 else ''} from {_day(start_ms)}"
+    return Window(start_ms, start_ms + length, label)
+
+
+def _day(ms: int) -> str:
+    return _utc(ms).strftime("%Y-%m-%d")
+
+
+def window_text(days: int) -> str:
+    """How a budget's window is written: ``month`` or ``7d``."""
+    return "month" if days == MONTH else f"{days}d"
+
+
+# ---------------------------------------------------------------------------- the book
+
+
+def accrued(amount: int, start_ms: int, window: Window, now: int) -> int:
+    """What ``amount`` held since ``start_ms`` accrued in ``window`` up to ``now`` (U1)."""
+    return amount * max(0, min(now, window.end_ms) - max(start_ms, window.start_ms))
+
+
+class BudgetBook(msgspec.Struct, kw_only=True):
+    """Per budget, what closed intervals accrued in its current window (a snapshot keeps it).
+
+    Only intervals that close while a budget is on their path are booked: a budget a new tree
+    brings counts the work running then from its admission, never work that ended before it.
+    """
+
+    closed: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
+    """``book_key`` -> (the window's start, canonical units x ms accrued there)."""
+
+    def booked(self, budget: Budget, window: Window) -> int:
+        kept = self.closed.get(book_key(budget.key))
+        return kept[1] if kept is not None and kept[0] == window.start_ms else 0
+
+    def close(
+        self, budgets: Iterable[Budget], shape: Mapping[str, int], start_ms: int, now: int
+    ) -> None:
+        """An interval from ``start_ms`` closes at ``now``: each budget on its path books it."""
+        for budget in budgets:
+            amount = shape.get(budget.resource, 0)
+            if not amount:
+                continue
+            window = window_of(budget.days, now)
+            add = accrued(amount, start_ms, window, now)
+            key = book_key(budget.key)
+            self.closed[key] = (window.start_ms, self.booked(budget, window) + add)
+
+    def copy(self) -> BudgetBook:
+        return BudgetBook(closed=dict(self.closed))
+
+
+def book_key(key: BudgetKey) -> str:
+    """A book entry's name (a string: a snapshot stores it as a JSON key)."""
+    node, resource, days = key
+    return f"{node} {resource} {days}"
+
+
+# ---------------------------------------------------------------------------- status
+
+
+class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One budget at ``now``: its window, what is spent and how fast the running work spends."""
+
+    budget: Budget
+    window: Window
+    spent: int
+    rate: int
+    """Canonical units the running work below the node holds: what one more ms adds."""
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent >= self.budget.limit
+
+    @property
+    def left(self) -> int:
+        return max(0, self.budget.limit - self.spent)
+
+    def ms_until_exhausted(self) -> int | None:
+        """How long the running work, at its present rate, takes to use up what is left
+        (rounded up to a whole ms, so the budget is spent then); None if nothing runs."""
+        if self.exhausted or self.rate <= 0:
+            return None
+        return _ceil_div(self.left, self.rate)
+
+    def pending_reason(self, now: int, within_min: str | None = None) -> Reason:
+        """What a workload waiting below a spent budget says (B1)."""
+        budget = self.budget
+        unit, _ = unit_of(budget.resource)
+        message = (
+            f"{people_hours(budget.resource, self.spent)} of "
+            f"{people_hours(budget.resource, budget.limit)} {unit}-hours in {self.window.label}, "
+            f"resets {_day(self.window.end_ms)} (budget of {budget.node}"
+        )
+        message += f"; {within_min})" if within_min is not None else ")"
+        return Reason(
+            code="BudgetExhausted",
+            message=message,
+            node=budget.node,
+            resource=budget.resource,
+            used=self.spent,
+            limit=budget.limit,
+        )
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def people_hours(resource: str, amount_ms: int) -> str:
+    """Hours of the resource's unit for people: exact to 3 decimals, no trailing zeros."""
+    text = f"{hours(resource, amount_ms):f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+class Running(NamedTuple):
+    """One admitted workload as budgets count it: where, what, since when."""
+
+    path: QuotaPath
+    shape: Mapping[str, int]
+    admitted_ms: int
+
+
+def statuses(
+    budgets: Mapping[QuotaPath, tuple[Budget, ...]],
+    book: BudgetBook,
+    running: Iterable[Running],
+    now: int,
+) -> dict[BudgetKey, BudgetStatus]:
+    """Every budget in force at ``now``: booked intervals plus the running work up to now."""
+    spent: dict[BudgetKey, int] = {}
+    rate: dict[BudgetKey, int] = {}
+    windows: dict[BudgetKey, Window] = {}
+    for node_budgets in budgets.values():
+        for budget in node_budgets:
+            window = window_of(budget.days, now)
+            windows[budget.key] = window
+            spent[budget.key] = book.booked(budget, window)
+            rate[budget.key] = 0
+    for item in running:
+        for node in _path_nodes(item.path):
+            for budget in budgets.get(node, ()):
+                amount = item.shape.get(budget.resource, 0)
+                if amount:
+                    window = windows[budget.key]
+                    spent[budget.key] += accrued(amount, item.admitted_ms, window, now)
+                    rate[budget.key] += amount
+    out: dict[BudgetKey, BudgetStatus] = {}
+    for node_budgets in budgets.values():
+        for budget in node_budgets:
+            key = budget.key
+            out[key] = BudgetStatus(
+                budget=budget, window=windows[key], spent=spent[key], rate=rate[key]
+            )
+    return out
+
+
+def _path_nodes(path: QuotaPath) -> list[QuotaPath]:
+    """``root/a/b`` -> ``root``, ``root/a``, ``root/a/b`` (as ``tree.path_nodes``, which this
+    module may not import: the tree imports it to check attributes)."""
+    parts = path.split("/")
+    return [QuotaPath("/".join(parts[: i + 1])) for i in range(len(parts))]
+
+
+def stop_over(
+    found: Mapping[BudgetKey, BudgetStatus], leaf: QuotaPath, action: BudgetAction
+) -> BudgetStatus | None:
+    """The spent budget with ``action`` nearest to ``leaf`` on its path (leaf first, then by
+    resource and window), or None."""
+    for node in reversed(_path_nodes(leaf)):
+        spent = sorted(
+            (s for s in found.values() if s.budget.node == node and s.budget.action == action),
+            key=lambda s: (s.budget.resource, s.budget.days),
+        )
+        for status in spent:
+            if status.exhausted:
+                return status
+    return None
+
+
+def nearest_stop(found: Mapping[BudgetKey, BudgetStatus], leaf: QuotaPath) -> BudgetStatus | None:
+    """The spent budget that governs ``leaf``: the strongest action first (``hold``, then
+    ``min-only``, then ``lower-priority``), of one action the nearest (``stop_over``)."""
+    for action in BudgetAction:
+        status = stop_over(found, leaf, action)
+        if status is not None:
+            return status
+    return None
+
+
+def next_change(found: Iterable[BudgetStatus], now: int) -> int | None:
+    """The next instant after ``now`` a budget changes what it stops: a spent one resets at
+    its window's end, an unspent one is used up by the running work (B1's wakeups)."""
+    ahead: list[int] = []
+    for status in found:
+        if status.exhausted:
+            ahead.append(status.window.end_ms)
+            continue
+        until = status.ms_until_exhausted()
+        if until is not None and now + until < status.window.end_ms:
+            ahead.append(now + until)
+    later = [at for at in ahead if at > now]
+    return min(later) if later else None
+
+
+# ---------------------------------------------------------------------------- report
+
+
+class BudgetRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One budget at the report's ``now``: for ``usher budget``, the client and metrics."""
+
+    node: QuotaPath
+    resource: str
+    window: str
+    """``month`` or ``<N>d``."""
+    period: str
+    """The current window for people: ``2026-11`` or ``the 7 days from 2026-11-19``."""
+    action: str
+    limit_ms: int
+    spent_ms: int
+    left_ms: int
+    """Canonical units x ms, exact."""
+    limit_hours: str
+    spent_hours: str
+    left_hours: str
+    unit: str
+    resets_ms: int
+    resets: str
+    exhausted: bool
+
+
+class BudgetReport(msgspec.Struct, frozen=True, kw_only=True):
+    now_ms: Millis
+    rows: list[BudgetRow]
+
+
+def budget_report(found: Mapping[BudgetKey, BudgetStatus], now: Millis) -> BudgetReport:
+    """One row per budget, by node, resource and window."""
+    rows: list[BudgetRow] = []
+    for key in sorted(found):
+        status = found[key]
+        budget = status.budget
+        unit, _ = unit_of(budget.resource)
+        rows.append(
+            BudgetRow(
+                node=budget.node,
+                resource=budget.resource,
+                window=window_text(budget.days),
+                period=status.window.label,
+                action=budget.action.value,
+                limit_ms=budget.limit,
+                spent_ms=status.spent,
+                left_ms=status.left,
+                limit_hours=people_hours(budget.resource, budget.limit),
+                spent_hours=people_hours(budget.resource, status.spent),
+                left_hours=people_hours(budget.resource, status.left),
+                unit=f"{unit}-hours",
+                resets_ms=status.window.end_ms,
+                resets=_day(status.window.end_ms),
+                exhausted=status.exhausted,
+            )
+        )
+    return BudgetReport(now_ms=now, rows=rows)
+
+
+def render_budget_table(report: BudgetReport) -> str:
+    """One line per budget: spent, limit, left, unit, reset day and whether it is spent."""
+    lines = [
+        f"  {'NODE':<28} {'RESOURCE':<16} {'WINDOW':<7} {'SPENT':>12} {'LIMIT':>12} "
+        f"{'LEFT':>12}  {'UNIT':<12} {'RESETS':<10}  STATE"
+    ]
+    for row in report.rows:
+        state = f"exhausted ({row.action})" if row.exhausted else "ok"
+        lines.append(
+            f"  {row.node:<28} {row.resource:<16} {row.window:<7} {row.spent_hours:>12} "
+            f"{row.limit_hours:>12} {row.left_hours:>12}  {row.unit:<12} {row.resets:<10}  {state}"
+        )
+    if not report.rows:
+        lines.append("  (no node of the quota tree carries a budget)")
+    return "\n".join(lines) + "\n"
+
+
+def render_budget_json(report: BudgetReport) -> str:
+    return json.dumps(msgspec.to_builtins(report), indent=2, sort_keys=True) + "\n"
+
+
+__all__ = [
+    "BUDGETS_ATTRIBUTE",
+    "BUDGET_ACTIONS",
+    "BUDGET_ACTION_ATTRIBUTE",
+    "MONTH",
+    "Budget",
+    "BudgetAction",
+    "BudgetBook",
+    "BudgetReport",
+    "BudgetRow",
+    "BudgetStatus",
+    "Running",
+    "accrued",
+    "budget_report",
+    "nearest_stop",
+    "next_change",
+    "parse_budgets",
+    "people_hours",
+    "render_budget_json",
+    "render_budget_table",
+    "statuses",
+    "stop_over",
+    "window_of",
+    "window_text",
+]
