@@ -598,10 +598,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 async def _read_log(js: Any, subjects: Subjects) -> list[tuple[int, str, Envelope]]:
     """The whole log as (seq, subject, envelope), through the export adapter's reader."""
     return [
@@ -609,3 +605,7 @@ async def _read_log(js: Any, subjects: Subjects) -> list[tuple[int, str, Envelop
         for entry in await read_entries(js, subjects)
         if entry.data is None  # not an envelope: nothing this report reads
     ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
