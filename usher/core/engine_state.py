@@ -52,6 +52,7 @@ class EngineState:
         "retries",
         "seq",
         "served",
+        "starving",
         "stops",
         "tree",
         "tree_holds",
@@ -90,6 +91,9 @@ class EngineState:
         """Failed attempts of jobs with retries whose ``Retried`` is not yet applied (R12)."""
         self.retries: dict[WorkloadKey, RetryLink] = {}
         """Attempts a ``Retried`` named, by their key: their first attempt and place (R12)."""
+        self.starving: dict[WorkloadKey, Millis] = {}
+        """Heads passed over by admissions, by key -> since when (N1): past their leaf's
+        starvation threshold capacity on their path is reserved for them."""
         self.version = 0
         self.passes = 0
         self.seq = 0
@@ -121,6 +125,7 @@ class EngineState:
         twin.reclaim_failed = dict(self.reclaim_failed)
         twin.failures = dict(self.failures)
         twin.retries = dict(self.retries)
+        twin.starving = dict(self.starving)
         twin.version = self.version
         twin.passes = self.passes
         twin.seq = self.seq

@@ -90,6 +90,7 @@ ENCODED: frozenset[str] = frozenset(
         "reclaim_failed",  # live entries only
         "failures",
         "retries",
+        "starving",
         "version",
         "passes",
         "seq",
@@ -290,6 +291,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Holds and drains ordered on the log (R14/R15), by node path."""
     tree_holds: list[HoldRecord] = []
     """Holds and drains the tree's attributes put in force, by node path."""
+    starving: list[tuple[str, int]] = []
+    """Heads passed over and since when (N1), by key."""
 
 
 class _Header(msgspec.Struct):
@@ -467,6 +470,7 @@ def _record(engine: Engine) -> EngineSnapshot:
         retries=[(str(key), link) for key, link in state.retries.items()],
         holds=[state.holds[path] for path in sorted(state.holds)],
         tree_holds=[state.tree_holds[path] for path in sorted(state.tree_holds)],
+        starving=[(str(key), since) for key, since in sorted(state.starving.items())],
     )
 
 
@@ -571,6 +575,7 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.retries = {WorkloadKey(k): link for k, link in record.retries}
     state.holds = {hold.node: hold for hold in record.holds}
     state.tree_holds = {hold.node: hold for hold in record.tree_holds}
+    state.starving = {WorkloadKey(k): Millis(since) for k, since in record.starving}
     engine.rebuild_derived()
     return engine
 
