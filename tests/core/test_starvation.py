@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from schemas import Admitted, Millis, QuotaTreeApplied, WorkloadFinished, WorkloadKey
 from tests.builders.events import observed
-from usher.core import sim
+from tests.builders.log import Log
+from tests.builders.trees import departments_tree
+from usher.core import history, sim
 from usher.core.config import EngineConfig, Policy
 from usher.core.engine import Engine
 from usher.core.snapshot import restore, snapshot
@@ -174,3 +176,33 @@ def test_a_snapshot_carries_the_starvation_clock() -> None:
     decoded = msgspec.msgpack.decode(straight)
     assert any("BehindReservation" in str(item) for item in decoded)
     assert original.jobs()[WorkloadKey("b/big")].state == "Admitted"
+
+
+def test_replay_of_the_log_alone_shows_the_reservation() -> None:
+    """``usher explain``/``replay`` run no pass: the clock starts at the log's ``Admitted`` of
+    a workload admitted past the head, and the reasons name the reservation."""
+    root = msgspec.structs.replace(
+        departments_tree(), attributes={"usher.io/starvation-seconds": "60"}
+    )
+    log = (
+        Log()
+        .tree(0, root)
+        .job(1, "user-a/run", 50)
+        .admitted(1.5, "user-a/run", 50)
+        .job(2, "user-a/big", 60)
+        .job(3, "user-a/small", 10)
+        .admitted(3.5, "user-a/small", 10)
+        .job(100, "user-a/later", 10)
+    )
+    rows = {row.job: row for row in history.replay(log.history(), EngineConfig()).jobs}
+    big, later = rows[WorkloadKey("user-a/big")].reason, rows[WorkloadKey("user-a/later")].reason
+    assert big is not None and later is not None
+    assert big.message == (
+        "root/Department-a holds cpu 40 of 60 for it since 2024-05-01T12:01:03Z, "
+        "waited 96.5 s at the head"
+    )
+    assert (later.code, later.blocker) == ("BehindReservation", "user-a/big")
+    # Before the threshold has run out nothing is held: the usual shortfall.
+    early = history.replay(log.history(), EngineConfig(), until_seq=6)
+    waiting = next(row for row in early.jobs if row.job == "user-a/big")
+    assert waiting.reason is not None and waiting.reason.code == "QuotaExceeded"

@@ -340,6 +340,10 @@ class Engine:
                 self._serve(event.zone)
             case Admitted():
                 self._apply_admitted(event)
+                if self.state.tree.starvation_on:
+                    # From the log too, so an engine that runs no pass (replay, explain,
+                    # audit) and other zones' admissions start the clock as well (N1).
+                    starvation.track(self, [event])
             case Preempted():
                 self._apply_preempted(event)
             case Released():

@@ -1,8 +1,9 @@
 """No starvation (ADMISSION-RULES N1): a head passed over long enough gets capacity reserved.
 
-What it does: after each decision pass, notes since when each head of a queue under a node
-with ``usher.io/starvation-seconds`` has stayed pending while the engine admitted other
-workloads (``track``). Once that wait reaches the threshold, the head has a *reservation*:
+What it does: after each decision pass and each ``Admitted`` applied from the log, notes
+since when each head of a queue under a node with ``usher.io/starvation-seconds`` has stayed
+pending while other workloads were admitted (``track``; so a replay of the log alone knows
+it too). Once that wait reaches the threshold, the head has a *reservation*:
 every pass tries it before anyone else and, if it still does not fit, counts its request on
 every node of its path for the rest of the pass (``serve_first``, ``release``), for fit but
 not against guarantees -- the way the residual of stopping victims counts (R7) -- so the
@@ -80,8 +81,9 @@ def release(e: Engine, holders: list[Job]) -> None:
 
 
 def track(e: Engine, decisions: list[Decision]) -> None:
-    """After a pass: start the clock of each head passed over by an admission; forget every
-    workload that is no longer a pending head of its queue (admitted, overtaken, gone)."""
+    """After a pass or an applied ``Admitted`` (``decisions``): start the clock of each head
+    passed over by an admission; forget every workload that is no longer a pending head of
+    its queue (admitted, overtaken, gone)."""
     heads: dict[WorkloadKey, None] = {}
     for leaf in e.state.tree.leaves:
         info = e.state.tree.nodes[leaf]
