@@ -206,3 +206,14 @@ def test_replay_of_the_log_alone_shows_the_reservation() -> None:
     early = history.replay(log.history(), EngineConfig(), until_seq=6)
     waiting = next(row for row in early.jobs if row.job == "user-a/big")
     assert waiting.reason is not None and waiting.reason.code == "QuotaExceeded"
+
+
+def test_a_preview_under_a_reservation_is_the_pass_and_changes_nothing() -> None:
+    engine = _engine_until_passed_over()
+    engine.apply(observed("a", "s2", 1, created=32000), Millis(32000))
+    before = snapshot(engine)
+    preview = engine.preview_pass(Millis(32000))
+    assert snapshot(engine) == before
+    assert preview.decisions == engine.decide(Millis(32000)) == []
+    reason = preview.waiting[WorkloadKey("a/s2")].reason
+    assert reason is not None and reason.code == "BehindReservation"

@@ -1436,7 +1436,7 @@ class Engine:
             return
         holders: list[Job] = []
         try:
-            holders = starvation.serve_first(self, decisions)
+            starvation.serve_first(self, decisions, holders)
             DecisionPass(self, decisions, skip=[job.key for job in holders]).run()
         finally:
             starvation.release(self, holders)

@@ -58,12 +58,12 @@ def next_start(e: Engine) -> Millis | None:
     return Millis(min(later)) if later else None
 
 
-def serve_first(e: Engine, decisions: list[Decision]) -> list[Job]:
+def serve_first(e: Engine, decisions: list[Decision], holders: list[Job]) -> None:
     """Try every reserved workload before the pass; hold the path of each that still does
-    not fit. Returns the holders (every one must be ``release``d when the pass ends)."""
+    not fit, adding it to ``holders`` (each must be ``release``d when the pass ends, also
+    when the pass fails half-way: the caller owns the list)."""
     from usher.core.decision_pass import DecisionPass  # the pass module imports the engine
 
-    holders: list[Job] = []
     for job in reservations(e):
         if not _may_try(e, job):
             continue
@@ -71,7 +71,6 @@ def serve_first(e: Engine, decisions: list[Decision]) -> list[Job]:
             continue
         _hold(e, job, 1)
         holders.append(job)
-    return holders
 
 
 def release(e: Engine, holders: list[Job]) -> None:
