@@ -58,6 +58,8 @@ ReasonCode = Literal[
     "Held",  # pending: a node on its path is held or drained by an operator (R14)
     "Drained",  # preempted: a drain of a node on its path ran out of grace (R15)
     "BudgetExhausted",  # pending: a budget on its path is spent for the window (B1)
+    "Reserved",  # pending: waited past the starvation threshold; capacity is held for it (N1)
+    "BehindReservation",  # pending: it would fit but for capacity reserved for a starved head (N1)
 ]
 
 
@@ -74,4 +76,4 @@ class Reason(msgspec.Struct, frozen=True, kw_only=True):
     limit: int | None = None
     """The effective limit that was hit (``max x oversellRate``), in canonical units."""
     blocker: WorkloadKey | None = None
-    """For ``BlockedByHead``/``HeldForPreemptor``: the workload in the way."""
+    """For ``BlockedByHead``/``HeldForPreemptor``/``BehindReservation``: the workload in the way."""

@@ -51,7 +51,10 @@ class DecisionPass:
     carries it, with a stamp per offer (``live``) so a newer offer supersedes an older one.
     """
 
-    def __init__(self, engine: Engine, decisions: list[Decision]) -> None:
+    def __init__(
+        self, engine: Engine, decisions: list[Decision], skip: list[WorkloadKey] | None = None
+    ) -> None:
+        """``skip``: workloads not to try in this pass (already tried first, N1)."""
         self.e = engine
         self.decisions = decisions
         self.heap: list[tuple[OfferKey, int, QuotaPath]] = []
@@ -62,7 +65,7 @@ class DecisionPass:
         self.touched: set[QuotaPath] = set()
         self.cursor: dict[QuotaPath, SortKey] = {}
         self.closed: set[QuotaPath] = set()
-        self.tried: set[WorkloadKey] = set()
+        self.tried: set[WorkloadKey] = set(skip or ())
         self.stamp = 0
         self.full_pruned = False
         self.policy = engine._policy

@@ -57,7 +57,16 @@ from schemas import (
     ZoneServed,
 )
 from schemas.envelope import LogEvent
-from usher.core import budgets, engine_queries, holds, readiness, reasons, reclaim_search, retry
+from usher.core import (
+    budgets,
+    engine_queries,
+    holds,
+    readiness,
+    reasons,
+    reclaim_search,
+    retry,
+    starvation,
+)
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
@@ -344,6 +353,10 @@ class Engine:
                 self._serve(event.zone)
             case Admitted():
                 self._apply_admitted(event)
+                if self.state.tree.starvation_on:
+                    # From the log too, so an engine that runs no pass (replay, explain,
+                    # audit) and other zones' admissions start the clock as well (N1).
+                    starvation.track(self, [event])
             case Preempted():
                 self._apply_preempted(event)
             case Released():
@@ -1552,11 +1565,26 @@ class Engine:
         # clock are looked at again (the pass refreshes dirty leaves first).
         self._dirty.update(self._timed_offers)
         if self.state.tree.root is not None:
+            self._run_pass(decisions)
+        return decisions
+
+    def _run_pass(self, decisions: list[Decision]) -> None:
+        """The pass proper; with the starvation guard on (N1), reserved workloads first and
+        their holds counted while the others are tried."""
+        if not self.state.tree.starvation_on:
             try:
                 DecisionPass(self, decisions).run()
             finally:
                 self._end_pass_admissions()
-        return decisions
+            return
+        holders: list[Job] = []
+        try:
+            starvation.serve_first(self, decisions, holders)
+            DecisionPass(self, decisions, skip=[job.key for job in holders]).run()
+        finally:
+            starvation.release(self, holders)
+            self._end_pass_admissions()
+        starvation.track(self, decisions)
 
     def preview_pass(self, now: Millis) -> PassPreview:
         """What a pass at ``now`` would decide, and how it would leave each waiting workload.
@@ -1849,20 +1877,22 @@ class Engine:
 
     def next_wakeup(self) -> Millis | None:
         """The next instant a min-runtime protection ends, a ready deadline or a backoff
-        runs out, a drain's grace is over (R15), or a budget with work waiting below it resets
-        or is used up by the running work (B1): a pass should run then."""
-        drain = holds.next_drain(self._holds, self.state.now) if self._holds else None
-        budget = self._next_budget_change()
-        if budget is not None:
-            drain = budget if drain is None else min(drain, budget)
+        runs out, a drain's grace is over (R15), a budget with work waiting below it resets
+        or is used up by the running work (B1) or a reservation starts (N1): a pass should
+        run then."""
+        timed = [holds.next_drain(self._holds, self.state.now) if self._holds else None]
+        timed.append(self._next_budget_change())
+        if self.state.starving:
+            timed.append(starvation.next_start(self))
+        other = min((t for t in timed if t is not None), default=None)
         heap = self.state.wakeups
         while heap:
             end, seq, key = heap[0]
             if not self._wakeup_live(end, seq, key) or end <= self.state.now:
                 heapq.heappop(heap)
                 continue
-            return Millis(end if drain is None else min(end, drain))
-        return None if drain is None else Millis(drain)
+            return Millis(end if other is None else min(end, other))
+        return None if other is None else Millis(other)
 
     def _wakeup_live(self, end: int, seq: int, key: WorkloadKey) -> bool:
         """Whether a wakeup still waits for something: a min-runtime end (``seq`` > 0), a

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from schemas import QueueName, QuotaPath, Reason, WorkloadKey
-from usher.core import reasons
+from usher.core import reasons, starvation
 from usher.core.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
 from usher.core.state import (
     ADMITTED,
@@ -176,6 +176,9 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
     spent = e.budget_stop(job)
     if spent is not None:
         return spent
+    starved = starvation.reason(e, job)
+    if starved is not None:
+        return starved
     if job.held:
         return Reason(
             code="PreemptionInProgress",
@@ -242,6 +245,9 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
         return spent
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
+    starved = starvation.reason(e, job)
+    if starved is not None:
+        return starved
     if not e.config.decides_for(job.zone):
         return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {job.zone}")
     assert job.leaf is not None

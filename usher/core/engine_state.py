@@ -55,6 +55,7 @@ class EngineState:
         "retries",
         "seq",
         "served",
+        "starving",
         "stops",
         "tree",
         "tree_holds",
@@ -95,6 +96,9 @@ class EngineState:
         """Attempts a ``Retried`` named, by their key: their first attempt and place (R12)."""
         self.budget_book = BudgetBook()
         """What closed allocation intervals accrued in each budget's current window (B1)."""
+        self.starving: dict[WorkloadKey, Millis] = {}
+        """Heads passed over by admissions, by key -> since when (N1): past their leaf's
+        starvation threshold capacity on their path is reserved for them."""
         self.version = 0
         self.passes = 0
         self.seq = 0
@@ -127,6 +131,7 @@ class EngineState:
         twin.failures = dict(self.failures)
         twin.retries = dict(self.retries)
         twin.budget_book = self.budget_book.copy()
+        twin.starving = dict(self.starving)
         twin.version = self.version
         twin.passes = self.passes
         twin.seq = self.seq

@@ -390,6 +390,46 @@ def format_moment(ms: int) -> str:
     return when.strftime("%Y-%m-%dT%H:%MZ" if whole_minute else "%Y-%m-%dT%H:%M:%SZ")
 
 
+def reserved(
+    node: QuotaPath, resource: str, holds: int, requested: int, since_ms: int, waited_ms: int
+) -> Reason:
+    """Pending (N1): it starved at the head of its queue; capacity on its path is held for it."""
+    message = (
+        f"{node} holds {resource} {format_quantity(resource, holds)} of "
+        f"{format_quantity(resource, requested)} for it since {format_moment(since_ms)}, "
+        f"waited {_seconds(waited_ms)} s at the head"
+    )
+    return Reason(
+        code="Reserved",
+        message=message,
+        node=node,
+        resource=resource,
+        used=holds,
+        requested=requested,
+    )
+
+
+def behind_reservation(
+    node: QuotaPath, resource: str, held: int, requested: int, cap: int, holder: WorkloadKey
+) -> Reason:
+    """Pending (N1): it would fit but for the capacity reserved for a starved workload."""
+    message = (
+        f"{node} {resource}: {format_quantity(resource, held)} of "
+        f"{format_quantity(resource, cap)} held for {holder}, which starved at the head of "
+        f"its queue; {format_quantity(resource, requested)} requested does not fit beside it"
+    )
+    return Reason(
+        code="BehindReservation",
+        message=message,
+        node=node,
+        resource=resource,
+        used=held,
+        requested=requested,
+        limit=cap,
+        blocker=holder,
+    )
+
+
 def held(node: QuotaPath, mode: str, by: str, since_ms: int, why: str) -> Reason:
     """Pending (R14): a node on its path is held or drained; by whom, since when and why."""
     verb = "held" if mode == "Hold" else "drained"

@@ -92,6 +92,7 @@ ENCODED: frozenset[str] = frozenset(
         "failures",
         "retries",
         "budget_book",
+        "starving",
         "version",
         "passes",
         "seq",
@@ -296,6 +297,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Holds and drains the tree's attributes put in force, by node path."""
     budget_book: list[tuple[str, int, int]] = []
     """What closed intervals accrued in each budget's window (B1): key, window start, amount."""
+    starving: list[tuple[str, int]] = []
+    """Heads passed over and since when (N1), by key."""
 
 
 class _Header(msgspec.Struct):
@@ -477,6 +480,7 @@ def _record(engine: Engine) -> EngineSnapshot:
             (key, start, amount)
             for key, (start, amount) in sorted(state.budget_book.closed.items())
         ],
+        starving=[(str(key), since) for key, since in sorted(state.starving.items())],
     )
 
 
@@ -584,6 +588,7 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.budget_book = BudgetBook(
         closed={key: (start, amount) for key, start, amount in record.budget_book}
     )
+    state.starving = {WorkloadKey(k): Millis(since) for k, since in record.starving}
     engine.rebuild_derived()
     return engine
 

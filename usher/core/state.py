@@ -18,7 +18,7 @@ from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
-from usher.core.tree import iter_nodes, queue_name
+from usher.core.tree import STARVATION_ATTRIBUTE, iter_nodes, queue_name
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -98,6 +98,7 @@ class QuotaNodeInfo:
         "readiness",
         "residual",
         "retry",
+        "starvation_ms",
         "used",
         "within_quota",
     )
@@ -125,6 +126,8 @@ class QuotaNodeInfo:
         """Ready timeout, requeue backoff and attempts, inherited down the tree (R10)."""
         self.retry = RetryPolicy()
         """Retry limit and OOM memory factor, inherited down the tree (R12, R13)."""
+        self.starvation_ms = 0
+        """How long a head may be passed over before capacity is reserved for it (N1); 0 = off."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
 
 
@@ -140,6 +143,7 @@ class TreeIndex:
         "nodes",
         "queue_leaf",
         "root",
+        "starvation_on",
     )
 
     def __init__(self, root: QuotaNode | None, config: EngineConfig) -> None:
@@ -153,6 +157,8 @@ class TreeIndex:
         """Every leaf below (or at) a node, in tree order: reclaim walks these level by level."""
         self.budgets: dict[QuotaPath, tuple[Budget, ...]] = {}
         """The budgets each node declares (B1); empty when none does (nothing is counted)."""
+        self.starvation_on = False
+        """Whether any node turns the starvation guard on (N1): passes skip it otherwise."""
         if root is not None:
             self._index(root, config)
 
@@ -168,6 +174,8 @@ class TreeIndex:
             info.retry = retry_policy(
                 node.attributes, parent.retry if parent is not None else RetryPolicy()
             )
+            info.starvation_ms = _starvation_ms(node, parent)
+            self.starvation_on = self.starvation_on or info.starvation_ms > 0
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
@@ -196,6 +204,15 @@ def _inherited_attributes(
         else (config.within_quota, config.min_runtime_ms)
     )
     return node_policy(node.attributes, inherited)
+
+
+def _starvation_ms(node: QuotaNode, parent: QuotaNodeInfo | None) -> int:
+    """The node's starvation threshold (N1): its own attribute (T1 checked it is whole
+    seconds), else its parent's, else 0 (off)."""
+    raw = node.attributes.get(STARVATION_ATTRIBUTE)
+    if raw is not None:
+        return int(raw) * 1000
+    return parent.starvation_ms if parent is not None else 0
 
 
 class Job:

@@ -54,12 +54,16 @@ DRAIN_GRACE_ATTRIBUTE = "usher.io/drain-grace-seconds"
 """A drain's grace (R15), inherited down the tree; also the default of ``usher drain``."""
 HOLD_REASON_ATTRIBUTE = "usher.io/hold-reason"
 """Free text saying why the tree holds the node (shown in the pending reasons)."""
+STARVATION_ATTRIBUTE = "usher.io/starvation-seconds"
+"""Seconds a workload may wait at the head of its queue while others are admitted past it
+before capacity on its path is reserved for it (N1), inherited; 0, the default, is off."""
 WHOLE_SECONDS_ATTRIBUTES = (
     MIN_RUNTIME_ATTRIBUTE,
     READY_TIMEOUT_ATTRIBUTE,
     REQUEUE_BACKOFF_ATTRIBUTE,
     REQUEUE_BACKOFF_MAX_ATTRIBUTE,
     DRAIN_GRACE_ATTRIBUTE,
+    STARVATION_ATTRIBUTE,
 )
 """Attributes holding a whole, non-negative number of seconds."""
 ALLOW_ZERO_REQUESTS_ATTRIBUTE = "usher.io/allow-zero-requests"
