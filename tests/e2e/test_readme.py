@@ -112,6 +112,10 @@ MASKS = (
     (re.compile(r"\bin \d+ groups \(window"), "in <N> groups (window"),
     (re.compile(r'resourceVersion: "\d+"'), 'resourceVersion: "<RV>"'),
     (re.compile(r"\b(python|pi)-[a-z0-9]{5}\b(?<!pi-8k5pn)(?<!pi-2xtcj)(?<!pi-6nsc7)"), r"\1-<N>"),
+    # What-if's per-department usage: resource-seconds and shares follow how long the
+    # walkthrough's jobs happened to run.
+    (re.compile(r"\b\d+\.\d{3}\b"), "<RS>"),
+    (re.compile(r"\b\d+\.\d%"), "<PCT>"),
     (re.compile(r" {2,}"), " "),
 )
 
