@@ -58,6 +58,7 @@ ReasonCode = Literal[
     "Held",  # pending: a node on its path is held or drained by an operator (R14)
     "Drained",  # preempted: a drain of a node on its path ran out of grace (R15)
     "BudgetExhausted",  # pending: a budget on its path is spent for the window (B1)
+    "ZoneQuotaExceeded",  # pending: a node's cap in the workload's zone has no room (Z1)
 ]
 
 

@@ -57,7 +57,16 @@ from schemas import (
     ZoneServed,
 )
 from schemas.envelope import LogEvent
-from usher.core import budgets, engine_queries, holds, readiness, reasons, reclaim_search, retry
+from usher.core import (
+    budgets,
+    engine_queries,
+    holds,
+    readiness,
+    reasons,
+    reclaim_search,
+    retry,
+    zone_quota,
+)
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.decision_pass import (
@@ -154,7 +163,7 @@ is classified)."""
 _TrialKept = tuple[
     EngineState,
     dict[str, object],
-    list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int]]],
+    list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int], dict[Zone, dict[str, int]]]],
 ]
 """What ``preview_pass`` set aside: the state, the derived attributes, each node's usage."""
 
@@ -228,6 +237,7 @@ class Engine:
         self._zone_cap = {zone: _zone_capacity(nodes) for zone, nodes in state.nodes.items()}
         for info in tree.nodes.values():
             info.residual = {}
+        self._recount_zone_quota()
         self._stopping = {}
         for preemptor, group in state.stops.items():
             if not group.victims:
@@ -994,6 +1004,7 @@ class Engine:
                 self._account_quota(job.used_path, job.used_shape)
         for path, shape, _ in self.state.lingering.values():
             self._account_quota(path, shape)
+        self._recount_zone_quota()
         for group in self.state.stops.values():
             # Stopping victims keep counting on the nodes of their paths that still exist.
             group.residual = {}
@@ -1329,6 +1340,7 @@ class Engine:
 
     def _account(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape)
+        self._account_zone_quota(path, shape, zone)
         zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) + amount
@@ -1341,8 +1353,25 @@ class Engine:
             after[resource] = after.get(resource, 0) + amount
         self.state.version += 1
 
+    def _account_zone_quota(self, path: QuotaPath, shape: Shape, zone: Zone, sign: int = 1) -> None:
+        """Count ``shape`` in ``zone`` on the nodes of ``path`` that cap that zone (Z1)."""
+        if self.state.tree.zone_capped:
+            zone_quota.count_in_zone(self._path_nodes(path), zone, shape, sign)
+
+    def _recount_zone_quota(self) -> None:
+        """Per-zone usage from scratch (a snapshot stores none): every admission, hold and
+        lingering usage counts in its zone on its path's capping nodes (Z1)."""
+        for info in self.state.tree.nodes.values():
+            info.zone_used = {}
+        for job in self.state.jobs.values():
+            if job.used_path is not None:
+                self._account_zone_quota(job.used_path, job.used_shape, job.zone)
+        for path, shape, zone in self.state.lingering.values():
+            self._account_zone_quota(path, shape, zone)
+
     def _unaccount(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape, -1)
+        self._account_zone_quota(path, shape, zone, -1)
         zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
@@ -1470,7 +1499,10 @@ class Engine:
         return True
 
     def _fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
-        """Whether the zone has room for ``shape`` (the whole request when None)."""
+        """Whether the zone has room for ``shape`` (the whole request when None): within every
+        cap the tree sets in that zone (Z1) and within its nodes' capacity."""
+        if self.state.tree.zone_capped and not self._fits_zone_quota(job, shape):
+            return False
         if job.zone not in self.state.nodes:
             return True
         cap = self._zone_cap.get(job.zone, {})
@@ -1479,6 +1511,11 @@ class Engine:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
         return all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods)
+
+    def _fits_zone_quota(self, job: Job, shape: Shape | None = None) -> bool:
+        assert job.leaf is not None
+        request = job.shape if shape is None else shape
+        return zone_quota.fits_zone_caps(self._path_nodes(job.leaf), job.zone, request)
 
     def _pod_fits_schedulable(self, zone: Zone, pod: Shape) -> bool:
         if zone not in self.state.nodes:
@@ -1589,9 +1626,12 @@ class Engine:
         self._leaf_admitted = {path: list(keys) for path, keys in self._leaf_admitted.items()}
         for name in _COPIED_FLAT:
             setattr(self, name, getattr(self, name).copy())
-        usage = [(info, info.used, info.residual) for info in state.tree.nodes.values()]
-        for info, used, residual in usage:
+        usage = [
+            (info, info.used, info.residual, info.zone_used) for info in state.tree.nodes.values()
+        ]
+        for info, used, residual, zone_used in usage:
             info.used, info.residual = dict(used), dict(residual)
+            info.zone_used = {zone: dict(amounts) for zone, amounts in zone_used.items()}
         return state, derived, usage
 
     def _put_back_after_trial(self, kept: _TrialKept) -> None:
@@ -1599,8 +1639,8 @@ class Engine:
         self.state = state
         for name, value in derived.items():
             setattr(self, name, value)
-        for info, used, residual in usage:
-            info.used, info.residual = used, residual
+        for info, used, residual, zone_used in usage:
+            info.used, info.residual, info.zone_used = used, residual, zone_used
 
     def _announcements(self) -> list[Decision]:
         out: list[Decision] = []
@@ -1956,6 +1996,12 @@ class Engine:
         return None
 
     def _zone_shortfall(self, job: Job) -> Reason | None:
+        if self.state.tree.zone_capped:
+            assert job.leaf is not None
+            nodes = self._path_nodes(job.leaf)
+            short = zone_quota.zone_shortfall(nodes, job.zone, job.shape)
+            if short is not None:
+                return zone_quota.zone_quota_exceeded(short)  # Z1
         if job.zone not in self.state.nodes:
             return None
         cap = self._zone_cap.get(job.zone, {})

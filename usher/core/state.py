@@ -19,6 +19,7 @@ from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
 from usher.core.tree import iter_nodes, queue_name
+from usher.core.zone_quota import ZoneCaps, parse_zone_max
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -100,6 +101,8 @@ class QuotaNodeInfo:
         "retry",
         "used",
         "within_quota",
+        "zone_max",
+        "zone_used",
     )
 
     def __init__(self, path: QuotaPath, node: QuotaNode, parent: QuotaNodeInfo | None) -> None:
@@ -126,6 +129,10 @@ class QuotaNodeInfo:
         self.retry = RetryPolicy()
         """Retry limit and OOM memory factor, inherited down the tree (R12, R13)."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
+        self.zone_max: ZoneCaps = parse_zone_max(node.attributes, "")[0]
+        """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
+        self.zone_used: ZoneCaps = {}
+        """Per capped zone, what admissions, holds and lingering usage count there (Z1)."""
 
 
 class TreeIndex:
@@ -140,6 +147,7 @@ class TreeIndex:
         "nodes",
         "queue_leaf",
         "root",
+        "zone_capped",
     )
 
     def __init__(self, root: QuotaNode | None, config: EngineConfig) -> None:
@@ -153,6 +161,8 @@ class TreeIndex:
         """Every leaf below (or at) a node, in tree order: reclaim walks these level by level."""
         self.budgets: dict[QuotaPath, tuple[Budget, ...]] = {}
         """The budgets each node declares (B1); empty when none does (nothing is counted)."""
+        self.zone_capped = False
+        """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
         if root is not None:
             self._index(root, config)
 
@@ -172,6 +182,7 @@ class TreeIndex:
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
                 self.budgets[path] = tuple(budgets)
+            self.zone_capped = self.zone_capped or bool(info.zone_max)
             self.nodes[path] = info
             self.by_name[node.name] = path
             if parent is not None:
