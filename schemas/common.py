@@ -59,6 +59,7 @@ ReasonCode = Literal[
     "Drained",  # preempted: a drain of a node on its path ran out of grace (R15)
     "BudgetExhausted",  # pending: a budget on its path is spent for the window (B1)
     "ZoneQuotaExceeded",  # pending: a node's cap in the workload's zone has no room (Z1)
+    "ZoneFallback",  # admitted in a later accepted zone: the earlier ones had no room (Z2)
 ]
 
 

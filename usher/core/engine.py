@@ -103,6 +103,7 @@ from usher.core.state import (
     shape_with,
 )
 from usher.core.tree import path_nodes
+from usher.core.zone_fallback import passed_over, zone_choice
 
 _K = TypeVar("_K", QuotaPath, Zone)
 
@@ -397,10 +398,14 @@ class Engine:
                 self._forget_admitted(job)
                 old_zone = job.zone
                 self._fill(job, event)
+                if old_zone in job.zones:
+                    job.zone = old_zone  # admitted into an accepted zone: it runs there (Z2)
                 if job.zone != old_zone:
                     # Its pods run where they were admitted; usage follows the zone label so
                     # that the release later subtracts from the zone it was added to.
                     self._move_zone_usage(job.used_shape, old_zone, job.zone)
+                    self._account_zone_quota(job.used_path, job.used_shape, old_zone, -1)
+                    self._account_zone_quota(job.used_path, job.used_shape, job.zone)
                 job.refresh_victim_key()
                 insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
             else:
@@ -410,6 +415,7 @@ class Engine:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(job.key, None)
         job.zone = Zone(self._name(event.zone))
+        job.zones = tuple(Zone(self._name(zone)) for zone in event.zones)
         job.priority_class = (
             None if event.priority_class is None else self._name(event.priority_class)
         )
@@ -589,6 +595,7 @@ class Engine:
         self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
+        self._back_to_first_zone(job)
         job.held = False  # a held workload stays where it waits; the caller takes it out
         self.state.version += 1
 
@@ -736,6 +743,8 @@ class Engine:
             self._unplace(job)
         if job.held:
             self._drop_hold(job)
+        if decision.zone in job.zones:
+            job.zone = decision.zone  # a fallback admission counts where it runs (Z2)
         shape = self._intern(shape_of(decision.requests))
         self._admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
 
@@ -1461,8 +1470,23 @@ class Engine:
         self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
+        self._back_to_first_zone(job)
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
         self.state.version += 1
+
+    @staticmethod
+    def _back_to_first_zone(job: Job) -> None:
+        """Out of its admission: a job accepting several zones waits in its first again, whose
+        dequeuer owns it (Z2); the fallback is chosen afresh at its next admission."""
+        if job.zones:
+            job.zone = job.zones[0]
+
+    def _decides_some_zone(self, job: Job) -> bool:
+        """Whether a pass of this engine decides for the job: its zone, or, while it waits,
+        one of the zones it accepts (each accepted zone's dequeuer offers it, Z2)."""
+        if self._decides(job.zone):
+            return True
+        return job.state != ADMITTED and any(self._decides(zone) for zone in job.zones)
 
     def _forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
@@ -1704,7 +1728,7 @@ class Engine:
         budgeted = info.path in self._budget_stops
         for entry in queue.entries:
             job = jobs[entry[2]]
-            if not self._decides(job.zone) or (held and not job.held):
+            if not self._decides_some_zone(job) or (held and not job.held):
                 continue
             if budgeted and self.budget_stop(job) is not None:
                 continue
@@ -1956,7 +1980,7 @@ class Engine:
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
             job = self.state.jobs[key]
-            if self._decides(job.zone) and not self.backing_off(job):
+            if self._decides_some_zone(job) and not self.backing_off(job):
                 return key
         return None
 
@@ -1996,6 +2020,22 @@ class Engine:
         return None
 
     def _zone_shortfall(self, job: Job) -> Reason | None:
+        """What the zone lacks for the whole request; for a waiting job accepting several
+        zones, what each of them lacks (none: the first that fits admits it, Z2)."""
+        if not job.zones or job.state == ADMITTED:
+            return self._shortfall_here(job)
+        chosen, passed = zone_choice(job.zones, lambda zone: self._shortfall_in_zone(job, zone))
+        return None if chosen is not None else passed_over(None, passed)
+
+    def _shortfall_in_zone(self, job: Job, zone: Zone) -> Reason | None:
+        """What ``zone`` lacks for ``job`` as if it waited there (Z2)."""
+        home, job.zone = job.zone, zone
+        try:
+            return self._shortfall_here(job)
+        finally:
+            job.zone = home
+
+    def _shortfall_here(self, job: Job) -> Reason | None:
         if self.state.tree.zone_capped:
             assert job.leaf is not None
             nodes = self._path_nodes(job.leaf)

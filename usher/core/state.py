@@ -242,6 +242,7 @@ class Job:
         "used_shape",
         "victim_key",
         "zone",
+        "zones",
     )
 
     def __init__(self, key: WorkloadKey, namespace: str, name: str) -> None:
@@ -249,6 +250,9 @@ class Job:
         self.namespace = namespace
         self.name = name
         self.zone: Zone = Zone("default")
+        """Where it counts: its first accepted zone, or the zone it was admitted into (Z2)."""
+        self.zones: tuple[Zone, ...] = ()
+        """Every zone it accepts, most preferred first (Z2); empty: only ``zone``."""
         self.priority_class: str | None = None
         self.spec_priority: int | None = None
         self.priority = 0
