@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from schemas import FieldError, Reason, Zone
+from usher.core.kinds.family import ZONE_LABEL
 
 ZONES_ANNOTATION: Final = "usher.io/zones"
 """A job's accepted zones, comma separated, most preferred first (Z2)."""
@@ -52,6 +53,17 @@ def parse_accepted_zones(
         message = f"the first accepted zone must be the job's usher.io/zone label {label_zone!r}"
         return [], [_invalid(field, f"{raw!r}: {message}")]
     return [Zone(zone) for zone in zones], []
+
+
+def owner_zone(labels: Mapping[str, object], annotations: Mapping[str, object]) -> str | None:
+    """The zone that owns a job, as its metadata says: its ``usher.io/zone`` label, else the
+    first zone its ``usher.io/zones`` lists (None: neither; the default zone owns it)."""
+    label = labels.get(ZONE_LABEL)
+    if isinstance(label, str) and label:
+        return label
+    listed = annotations.get(ZONES_ANNOTATION)
+    first = listed.split(",")[0].strip() if isinstance(listed, str) else ""
+    return first or None
 
 
 def zone_choice(
