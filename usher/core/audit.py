@@ -14,8 +14,7 @@ against the state *just before it*:
   set's declared minimum and count, R11) and ``zone`` its zone or one it accepts (Z2); and
   ``used + requested <= max x oversellRate`` on every node root..leaf
   (``Engine.admission_shortfall``: its own held capacity set aside, capacity held for another
-  preemptor counted). Zone capacity is not
-  checked: the ledger does not arbitrate it.
+  preemptor counted). Zone capacity is not checked: the ledger does not arbitrate it.
 * ``Preempted``: each victim runs on the quota the decision names.
 * ``Requeued`` (R10): the workload runs on the quota the decision names; whether it had been
   admitted long enough without every pod ready is an invariant (``requeue-unjustified``).
