@@ -1969,6 +1969,15 @@ class Engine:
         """Used amounts of every node of the tree in force (leaves and inner nodes)."""
         return engine_queries.quota_used(self)
 
+    def quota_zones(self) -> dict[tuple[QuotaPath, Zone], tuple[dict[str, int], dict[str, int]]]:
+        """Per node and zone it caps, what is used there and the cap (Z1); empty when no node
+        of the tree in force caps a zone."""
+        return {
+            (path, zone): (dict(info.zone_used.get(zone, {})), dict(caps))
+            for path, info in self.state.tree.nodes.items()
+            for zone, caps in sorted(info.zone_max.items())
+        }
+
     def quota_nodes(self) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
         """``(min, max)`` of every node of the tree in force, for reports."""
         return engine_queries.quota_nodes(self)
