@@ -1298,6 +1298,22 @@ class Engine:
                     return reasons.exceeds_max(
                         info.path, resource, amount, info.max[resource], cap, rate
                     )
+        first = self._never_fits_nodes(job)
+        if first is None or not job.zones:
+            return first
+        # Z2: inadmissible only when no accepted zone's nodes could ever hold it.
+        for zone in job.zones[1:]:
+            home, job.zone = job.zone, zone
+            try:
+                elsewhere = self._never_fits_nodes(job)
+            finally:
+                job.zone = home
+            if elsewhere is None:
+                return None
+        return first
+
+    def _never_fits_nodes(self, job: Job) -> Reason | None:
+        """Why no set of ``job``'s zone's nodes could ever hold it, or None (section 3)."""
         nodes = self.state.nodes.get(job.zone)
         if not nodes:
             return None
