@@ -60,6 +60,8 @@ ReasonCode = Literal[
     "BudgetExhausted",  # pending: a budget on its path is spent for the window (B1)
     "Reserved",  # pending: waited past the starvation threshold; capacity is held for it (N1)
     "BehindReservation",  # pending: it would fit but for capacity reserved for a starved head (N1)
+    "ZoneQuotaExceeded",  # pending: a node's cap in the workload's zone has no room (Z1)
+    "ZoneFallback",  # admitted in a later accepted zone: the earlier ones had no room (Z2)
 ]
 
 

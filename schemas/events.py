@@ -65,6 +65,9 @@ class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed
     resource_version: str = ""
     retry: RetryAsk | None = None
     """The job's retry annotations (R12, R13); None when it carries none."""
+    zones: list[Zone] = []
+    """``usher.io/zones``: every zone it accepts, most preferred first (``zone`` is the first);
+    empty when it accepts only ``zone`` (Z2)."""
 
 
 class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):

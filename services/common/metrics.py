@@ -4,12 +4,13 @@ What it does: holds the process's single ``CollectorRegistry`` and every metric 
 services record into (``Metrics``; ``process_metrics()`` returns the one of this process, so
 services running side by side in one process, as in tests, share it), renders it in the
 standard text exposition format, copies per-queue and per-quota-node figures out of a pure
-engine (``record_engine``), with each budget's spent and left (``record_budgets``, B1), adds
+engine (``record_engine``), with each budget's spent and left (``record_budgets``, B1) and
+each node's usage and cap per zone it caps (``record_zone_quota``, Z1), adds
 usage accrued per quota node to its counters (``record_usage``, U1) and samples consumer lag
 now and then (``Sampler``).
-What it must never do: label by workload (cardinality: one series per queue, quota node and
-resource at most), run per-job work on the decision path, or let a metrics failure stop a
-service (samplers log and go on).
+What it must never do: label by workload (cardinality: one series per queue, quota node (and
+zone it caps) and resource at most), run per-job work on the decision path, or let a metrics
+failure stop a service (samplers log and go on).
 
 Units: seconds for durations, entries for lag; quota amounts in the engine's canonical units
 (cpu in millicores, memory in bytes, other resources as counted).
@@ -77,6 +78,19 @@ class Metrics:
             "usher_quota_used",
             "Usage per quota node and resource (canonical units: millicores, bytes).",
             ["node", "resource"],
+            registry=r,
+        )
+        self.quota_zone_used = Gauge(
+            "usher_quota_zone_used",
+            "Usage per quota node, zone and resource, for each zone the node caps (Z1; "
+            "canonical units). usher_quota_used is the node's total across zones.",
+            ["node", "zone", "resource"],
+            registry=r,
+        )
+        self.quota_zone_max = Gauge(
+            "usher_quota_zone_max",
+            "Cap per quota node, zone and resource (Z1, usher.io/zone-max; canonical units).",
+            ["node", "zone", "resource"],
             registry=r,
         )
         self.quota_min = Gauge(
@@ -183,6 +197,7 @@ class Metrics:
         self._queues: set[str] = set()
         self._nodes: set[tuple[str, str]] = set()
         self._budgets: set[tuple[str, str, str]] = set()
+        self._zone_nodes: set[tuple[str, str, str]] = set()
 
     def render(self) -> bytes:
         """The registry in the text exposition format (what ``/metrics`` serves)."""
@@ -230,10 +245,26 @@ def record_engine(metrics: Metrics, engine: Engine) -> None:
             for gauge in (metrics.quota_used, metrics.quota_min, metrics.quota_max):
                 gauge.remove(*gone_node)
     metrics._nodes = nodes
+    record_zone_quota(metrics, engine)
     modes = [record.mode for record in engine.holds_in_force().values()]
     for mode in HOLD_MODES:
         metrics.held_nodes.labels(mode).set(modes.count(mode))
     record_budgets(metrics, engine)
+
+
+def record_zone_quota(metrics: Metrics, engine: Engine) -> None:
+    """Used and cap of every node per zone it caps (Z1); a cap gone is removed."""
+    series: set[tuple[str, str, str]] = set()
+    for (path, zone), (used, caps) in engine.quota_zones().items():
+        for resource, cap in caps.items():
+            series.add((str(path), str(zone), resource))
+            metrics.quota_zone_used.labels(path, zone, resource).set(used.get(resource, 0))
+            metrics.quota_zone_max.labels(path, zone, resource).set(cap)
+    for gone in metrics._zone_nodes - series:
+        with contextlib.suppress(KeyError):
+            metrics.quota_zone_used.remove(*gone)
+            metrics.quota_zone_max.remove(*gone)
+    metrics._zone_nodes = series
 
 
 def record_budgets(metrics: Metrics, engine: Engine) -> None:

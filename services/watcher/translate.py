@@ -63,11 +63,11 @@ from usher.core.quantity import collect_resources
 from usher.core.retry import container_memory
 from usher.core.tree import parse_tree
 from usher.core.workload import (
-    ZONE_LABEL,
     extract_priority_class,
     extract_workload,
     unrequested_containers,
 )
+from usher.core.zone_fallback import owner_zone
 
 GONE = "gone"
 OOM_KILLED = "OOMKilled"
@@ -101,8 +101,8 @@ class Identity:
 
 def identity(obj: JsonObj) -> Identity:
     meta = _mapping(obj.get("metadata"))
-    labels = _mapping(meta.get("labels"))
-    zone = labels.get(ZONE_LABEL)
+    # The label, else the first accepted zone (Z2): the subject the workload's events go on.
+    zone = owner_zone(_mapping(meta.get("labels")), _mapping(meta.get("annotations")))
     return Identity(
         namespace=_text(meta.get("namespace")),
         name=_text(meta.get("name")),

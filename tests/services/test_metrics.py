@@ -257,3 +257,24 @@ def test_budget_gauges_follow_spent_and_left_and_drop_with_the_budget() -> None:
     engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(600_001))
     record_engine(metrics, engine)
     assert value("usher_budget_spent_resource_seconds", labels) is None
+
+
+def test_zone_quota_gauges_follow_usage_per_capped_zone_and_drop_with_the_cap() -> None:
+    """Z1: used and cap per node and zone it caps; a tree without the cap removes them."""
+    metrics = Metrics()
+    engine = Engine(EngineConfig(instant_release=True))
+    tree = two_leaf_tree(a_attributes={"usher.io/zone-max": "a100: cpu=10"})
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    engine.apply(observed("a1", "in-a100", 6, zone="a100"), Millis(0))
+    engine.apply(observed("a1", "in-h100", 3, zone="h100"), Millis(0))
+    engine.decide(Millis(0))
+    record_engine(metrics, engine)
+    value = metrics.registry.get_sample_value
+    labels = {"node": "root/A", "zone": "a100", "resource": "cpu"}
+    assert value("usher_quota_zone_used", labels) == 6 * CORE
+    assert value("usher_quota_zone_max", labels) == 10 * CORE
+    assert value("usher_quota_used", {"node": "root/A", "resource": "cpu"}) == 9 * CORE
+    assert value("usher_quota_zone_used", {**labels, "zone": "h100"}) is None
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(1))
+    record_engine(metrics, engine)
+    assert value("usher_quota_zone_used", labels) is None

@@ -11,10 +11,10 @@ against the state *just before it*:
   capacity freed for it by a preemption); the decision's ``quota`` is the workload's leaf
   and ``queue`` that leaf's queue; ``requests`` equal the observed workload's (count x
   per-pod requests summed over pod sets; a partial admission's ``pod_counts`` within each
-  set's declared minimum and count, R11) and ``zone`` its zone; and ``used + requested <= max
-  x oversellRate`` on every node root..leaf (``Engine.admission_shortfall``: its own held
-  capacity set aside, capacity held for another preemptor counted). Zone capacity is not
-  checked: the ledger does not arbitrate it.
+  set's declared minimum and count, R11) and ``zone`` its zone or one it accepts (Z2); and
+  ``used + requested <= max x oversellRate`` on every node root..leaf
+  (``Engine.admission_shortfall``: its own held capacity set aside, capacity held for another
+  preemptor counted). Zone capacity is not checked: the ledger does not arbitrate it.
 * ``Preempted``: each victim runs on the quota the decision names.
 * ``Requeued`` (R10): the workload runs on the quota the decision names; whether it had been
   admitted long enough without every pod ready is an invariant (``requeue-unjustified``).
@@ -323,7 +323,7 @@ class _Auditor:
                 f"requests {format_resources(event.requests)}, but the observed workload "
                 f"requests {format_resources(wanted)}",
             )
-        if event.zone != observed.zone:
+        if event.zone != observed.zone and event.zone not in observed.zones:  # Z2
             self.note(item, "wrong-zone", f"zone {event.zone}, but it is in zone {observed.zone}")
         shortfall = self.engine.admission_shortfall(key, event.quota, event.requests)
         if shortfall is not None:

@@ -20,6 +20,7 @@ from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason,
 from usher.core import reasons
 from usher.core.reclaim_search import find_victims
 from usher.core.state import Job, Placement, Shape, SortKey, shape_with
+from usher.core.zone_fallback import passed_over, zone_choice
 
 if TYPE_CHECKING:
     from usher.core.engine import Engine
@@ -217,7 +218,7 @@ class DecisionPass:
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
         jobs = self.e.state.jobs
-        decides_for = self.e._decides
+        decides_for = self.e._decides_some_zone
         backing_off = self.e.backing_off
         # A held leaf admits nothing new (R14); a preemptor the ledger already granted capacity
         # to (``job.held``) still goes on.
@@ -231,7 +232,7 @@ class DecisionPass:
             if (
                 key not in self.tried
                 and (not held or job.held)
-                and decides_for(job.zone)
+                and decides_for(job)
                 and (job.readiness is None or not backing_off(job))
                 and (not budgeted or self.e.budget_stop(job) is None)
             ):
@@ -264,6 +265,10 @@ class DecisionPass:
             return False  # preempted, not seen stopped yet: the ledger would refuse it
         if job.held:
             e._drop_hold(job)  # its own hold is what it may use now
+        if job.zones:
+            fell_back = self.try_accepted_zones(job, fits_quota)
+            if fell_back is not None:
+                return fell_back
         if e._fits_zone(job) if fits_quota else e._fits(job):
             self.admit(job)
             return True
@@ -278,7 +283,29 @@ class DecisionPass:
         self.reopen(victims)
         return True
 
-    def admit(self, job: Job, partial: tuple[Shape, int, Reason] | None = None) -> None:
+    def try_accepted_zones(self, job: Job, fits_quota: bool) -> bool | None:
+        """Z2: admit a job accepting several zones into the first that fits now, when this
+        engine decides for that zone (True); False when another zone's dequeuer will (or none
+        fits and this one may not reclaim for it); None: none fits, reclaim in the first zone
+        goes on as for any job (a fallback never preempts)."""
+        e = self.e
+        assert job.leaf is not None
+        if fits_quota or e._fits_quota(job.leaf, job.shape):
+            chosen, passed = zone_choice(job.zones, lambda zone: e._shortfall_in_zone(job, zone))
+            if chosen is not None:
+                if not e._decides(chosen):
+                    return False  # the dequeuer of that zone admits it (or the ledger refuses)
+                job.zone = chosen
+                self.admit(job, fallback=passed_over(chosen, passed) if passed else None)
+                return True
+        return None if e._decides(job.zone) else False
+
+    def admit(
+        self,
+        job: Job,
+        partial: tuple[Shape, int, Reason] | None = None,
+        fallback: Reason | None = None,
+    ) -> None:
         """Admit ``job`` whole, or with ``partial``'s shape, pods and reason (R11)."""
         e = self.e
         assert job.leaf is not None
@@ -286,7 +313,7 @@ class DecisionPass:
         e._note_shapes(leaf, e._queues[leaf].remove(job))
         queue = e.state.tree.nodes[leaf].queue
         assert queue is not None
-        shape, pods, reason = partial if partial is not None else (job.shape, None, None)
+        shape, pods, reason = partial if partial is not None else (job.shape, None, fallback)
         counts = None
         if partial is not None and job.scalable is not None:
             counts = {job.scalable[0]: partial[1]}

@@ -66,6 +66,7 @@ from usher.core import (
     reclaim_search,
     retry,
     starvation,
+    zone_quota,
 )
 from usher.core.arbitration import first_shortfall, quota_exceeded
 from usher.core.config import EngineConfig, ReadinessPolicy
@@ -103,6 +104,7 @@ from usher.core.state import (
     shape_with,
 )
 from usher.core.tree import path_nodes
+from usher.core.zone_fallback import passed_over, zone_choice
 
 _K = TypeVar("_K", QuotaPath, Zone)
 
@@ -163,7 +165,7 @@ is classified)."""
 _TrialKept = tuple[
     EngineState,
     dict[str, object],
-    list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int]]],
+    list[tuple[QuotaNodeInfo, dict[str, int], dict[str, int], dict[Zone, dict[str, int]]]],
 ]
 """What ``preview_pass`` set aside: the state, the derived attributes, each node's usage."""
 
@@ -237,6 +239,7 @@ class Engine:
         self._zone_cap = {zone: _zone_capacity(nodes) for zone, nodes in state.nodes.items()}
         for info in tree.nodes.values():
             info.residual = {}
+        self._recount_zone_quota()
         self._stopping = {}
         for preemptor, group in state.stops.items():
             if not group.victims:
@@ -400,10 +403,14 @@ class Engine:
                 self._forget_admitted(job)
                 old_zone = job.zone
                 self._fill(job, event)
+                if old_zone in job.zones:
+                    job.zone = old_zone  # admitted into an accepted zone: it runs there (Z2)
                 if job.zone != old_zone:
                     # Its pods run where they were admitted; usage follows the zone label so
                     # that the release later subtracts from the zone it was added to.
                     self._move_zone_usage(job.used_shape, old_zone, job.zone)
+                    self._account_zone_quota(job.used_path, job.used_shape, old_zone, -1)
+                    self._account_zone_quota(job.used_path, job.used_shape, job.zone)
                 job.refresh_victim_key()
                 insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
             else:
@@ -413,6 +420,7 @@ class Engine:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(job.key, None)
         job.zone = Zone(self._name(event.zone))
+        job.zones = tuple(Zone(self._name(zone)) for zone in event.zones)
         job.priority_class = (
             None if event.priority_class is None else self._name(event.priority_class)
         )
@@ -592,6 +600,7 @@ class Engine:
         self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
+        self._back_to_first_zone(job)
         job.held = False  # a held workload stays where it waits; the caller takes it out
         self.state.version += 1
 
@@ -739,6 +748,8 @@ class Engine:
             self._unplace(job)
         if job.held:
             self._drop_hold(job)
+        if decision.zone in job.zones:
+            job.zone = decision.zone  # a fallback admission counts where it runs (Z2)
         shape = self._intern(shape_of(decision.requests))
         self._admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
 
@@ -1007,6 +1018,7 @@ class Engine:
                 self._account_quota(job.used_path, job.used_shape)
         for path, shape, _ in self.state.lingering.values():
             self._account_quota(path, shape)
+        self._recount_zone_quota()
         for group in self.state.stops.values():
             # Stopping victims keep counting on the nodes of their paths that still exist.
             group.residual = {}
@@ -1291,6 +1303,22 @@ class Engine:
                     return reasons.exceeds_max(
                         info.path, resource, amount, info.max[resource], cap, rate
                     )
+        first = self._never_fits_nodes(job)
+        if first is None or not job.zones:
+            return first
+        # Z2: inadmissible only when no accepted zone's nodes could ever hold it.
+        for zone in job.zones[1:]:
+            home, job.zone = job.zone, zone
+            try:
+                elsewhere = self._never_fits_nodes(job)
+            finally:
+                job.zone = home
+            if elsewhere is None:
+                return None
+        return first
+
+    def _never_fits_nodes(self, job: Job) -> Reason | None:
+        """Why no set of ``job``'s zone's nodes could ever hold it, or None (section 3)."""
         nodes = self.state.nodes.get(job.zone)
         if not nodes:
             return None
@@ -1342,6 +1370,7 @@ class Engine:
 
     def _account(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape)
+        self._account_zone_quota(path, shape, zone)
         zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) + amount
@@ -1354,8 +1383,25 @@ class Engine:
             after[resource] = after.get(resource, 0) + amount
         self.state.version += 1
 
+    def _account_zone_quota(self, path: QuotaPath, shape: Shape, zone: Zone, sign: int = 1) -> None:
+        """Count ``shape`` in ``zone`` on the nodes of ``path`` that cap that zone (Z1)."""
+        if self.state.tree.zone_capped:
+            zone_quota.count_in_zone(self._path_nodes(path), zone, shape, sign)
+
+    def _recount_zone_quota(self) -> None:
+        """Per-zone usage from scratch (a snapshot stores none): every admission, hold and
+        lingering usage counts in its zone on its path's capping nodes (Z1)."""
+        for info in self.state.tree.nodes.values():
+            info.zone_used = {}
+        for job in self.state.jobs.values():
+            if job.used_path is not None:
+                self._account_zone_quota(job.used_path, job.used_shape, job.zone)
+        for path, shape, zone in self.state.lingering.values():
+            self._account_zone_quota(path, shape, zone)
+
     def _unaccount(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
         self._account_quota(path, shape, -1)
+        self._account_zone_quota(path, shape, zone, -1)
         zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
@@ -1445,8 +1491,23 @@ class Engine:
         self._unready.pop(job.key, None)
         job.used_path = None
         job.used_shape = ()
+        self._back_to_first_zone(job)
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
         self.state.version += 1
+
+    @staticmethod
+    def _back_to_first_zone(job: Job) -> None:
+        """Out of its admission: a job accepting several zones waits in its first again, whose
+        dequeuer owns it (Z2); the fallback is chosen afresh at its next admission."""
+        if job.zones:
+            job.zone = job.zones[0]
+
+    def _decides_some_zone(self, job: Job) -> bool:
+        """Whether a pass of this engine decides for the job: its zone, or, while it waits,
+        one of the zones it accepts (each accepted zone's dequeuer offers it, Z2)."""
+        if self._decides(job.zone):
+            return True
+        return job.state != ADMITTED and any(self._decides(zone) for zone in job.zones)
 
     def _forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
@@ -1483,7 +1544,10 @@ class Engine:
         return True
 
     def _fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
-        """Whether the zone has room for ``shape`` (the whole request when None)."""
+        """Whether the zone has room for ``shape`` (the whole request when None): within every
+        cap the tree sets in that zone (Z1) and within its nodes' capacity."""
+        if self.state.tree.zone_capped and not self._fits_zone_quota(job, shape):
+            return False
         if job.zone not in self.state.nodes:
             return True
         cap = self._zone_cap.get(job.zone, {})
@@ -1492,6 +1556,11 @@ class Engine:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
         return all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods)
+
+    def _fits_zone_quota(self, job: Job, shape: Shape | None = None) -> bool:
+        assert job.leaf is not None
+        request = job.shape if shape is None else shape
+        return zone_quota.fits_zone_caps(self._path_nodes(job.leaf), job.zone, request)
 
     def _pod_fits_schedulable(self, zone: Zone, pod: Shape) -> bool:
         if zone not in self.state.nodes:
@@ -1617,9 +1686,12 @@ class Engine:
         self._leaf_admitted = {path: list(keys) for path, keys in self._leaf_admitted.items()}
         for name in _COPIED_FLAT:
             setattr(self, name, getattr(self, name).copy())
-        usage = [(info, info.used, info.residual) for info in state.tree.nodes.values()]
-        for info, used, residual in usage:
+        usage = [
+            (info, info.used, info.residual, info.zone_used) for info in state.tree.nodes.values()
+        ]
+        for info, used, residual, zone_used in usage:
             info.used, info.residual = dict(used), dict(residual)
+            info.zone_used = {zone: dict(amounts) for zone, amounts in zone_used.items()}
         return state, derived, usage
 
     def _put_back_after_trial(self, kept: _TrialKept) -> None:
@@ -1627,8 +1699,8 @@ class Engine:
         self.state = state
         for name, value in derived.items():
             setattr(self, name, value)
-        for info, used, residual in usage:
-            info.used, info.residual = used, residual
+        for info, used, residual, zone_used in usage:
+            info.used, info.residual, info.zone_used = used, residual, zone_used
 
     def _announcements(self) -> list[Decision]:
         out: list[Decision] = []
@@ -1692,7 +1764,7 @@ class Engine:
         budgeted = info.path in self._budget_stops
         for entry in queue.entries:
             job = jobs[entry[2]]
-            if not self._decides(job.zone) or (held and not job.held):
+            if not self._decides_some_zone(job) or (held and not job.held):
                 continue
             if budgeted and self.budget_stop(job) is not None:
                 continue
@@ -1935,6 +2007,15 @@ class Engine:
         """Used amounts of every node of the tree in force (leaves and inner nodes)."""
         return engine_queries.quota_used(self)
 
+    def quota_zones(self) -> dict[tuple[QuotaPath, Zone], tuple[dict[str, int], dict[str, int]]]:
+        """Per node and zone it caps, what is used there and the cap (Z1); empty when no node
+        of the tree in force caps a zone."""
+        return {
+            (path, zone): (dict(info.zone_used.get(zone, {})), dict(caps))
+            for path, info in self.state.tree.nodes.items()
+            for zone, caps in sorted(info.zone_max.items())
+        }
+
     def quota_nodes(self) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
         """``(min, max)`` of every node of the tree in force, for reports."""
         return engine_queries.quota_nodes(self)
@@ -1946,7 +2027,7 @@ class Engine:
     def _head(self, queue: Queue) -> WorkloadKey | None:
         for _, _, key in queue.entries:
             job = self.state.jobs[key]
-            if self._decides(job.zone) and not self.backing_off(job):
+            if self._decides_some_zone(job) and not self.backing_off(job):
                 return key
         return None
 
@@ -1986,6 +2067,28 @@ class Engine:
         return None
 
     def _zone_shortfall(self, job: Job) -> Reason | None:
+        """What the zone lacks for the whole request; for a waiting job accepting several
+        zones, what each of them lacks (none: the first that fits admits it, Z2)."""
+        if not job.zones or job.state == ADMITTED:
+            return self._shortfall_here(job)
+        chosen, passed = zone_choice(job.zones, lambda zone: self._shortfall_in_zone(job, zone))
+        return None if chosen is not None else passed_over(None, passed)
+
+    def _shortfall_in_zone(self, job: Job, zone: Zone) -> Reason | None:
+        """What ``zone`` lacks for ``job`` as if it waited there (Z2)."""
+        home, job.zone = job.zone, zone
+        try:
+            return self._shortfall_here(job)
+        finally:
+            job.zone = home
+
+    def _shortfall_here(self, job: Job) -> Reason | None:
+        if self.state.tree.zone_capped:
+            assert job.leaf is not None
+            nodes = self._path_nodes(job.leaf)
+            short = zone_quota.zone_shortfall(nodes, job.zone, job.shape)
+            if short is not None:
+                return zone_quota.zone_quota_exceeded(short)  # Z1
         if job.zone not in self.state.nodes:
             return None
         cap = self._zone_cap.get(job.zone, {})

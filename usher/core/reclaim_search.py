@@ -57,23 +57,45 @@ def _remove_until_fits(
     e: Engine, job: Job, candidates: Iterator[tuple[Job, bool]]
 ) -> list[tuple[Job, Reason]] | None:
     removed: list[tuple[Job, Reason]] = []
+    deferred: list[tuple[Job, bool]] = []
     for victim, cross in candidates:
-        assert victim.used_path is not None
-        if cross:
-            why = borrowing_reason(e, job, victim.used_path)
-            if why is None:
-                continue  # its leaf is no longer borrowing: it keeps running
-        else:
-            assert job.leaf is not None
-            why = reasons.lower_priority(job.key, job.priority, victim.priority, job.leaf)
-        e._unaccount(victim.used_path, victim.used_shape, victim.zone)
-        removed.append((victim, why))
-        if e._fits(job):
+        if _frees_no_capped_zone(e, job, victim):
+            deferred.append((victim, cross))
+        elif _remove_fits(e, job, victim, cross, removed):
+            return removed
+    for victim, cross in deferred:
+        if _remove_fits(e, job, victim, cross, removed):
             return removed
     for victim, _ in reversed(removed):
         assert victim.used_path is not None
         e._account(victim.used_path, victim.used_shape, victim.zone)
     return None
+
+
+def _remove_fits(
+    e: Engine, job: Job, victim: Job, cross: bool, removed: list[tuple[Job, Reason]]
+) -> bool:
+    """Take ``victim`` out of usage if it may be one (appended to ``removed``); whether
+    ``job`` fits now."""
+    assert victim.used_path is not None
+    if cross:
+        why = borrowing_reason(e, job, victim.used_path)
+        if why is None:
+            return False  # its leaf is no longer borrowing: it keeps running
+    else:
+        assert job.leaf is not None
+        why = reasons.lower_priority(job.key, job.priority, victim.priority, job.leaf)
+    e._unaccount(victim.used_path, victim.used_shape, victim.zone)
+    removed.append((victim, why))
+    return e._fits(job)
+
+
+def _frees_no_capped_zone(e: Engine, job: Job, victim: Job) -> bool:
+    """Whether ``victim`` runs in another zone while ``job`` still exceeds a cap the tree sets
+    in its own zone (Z1): evicting it cannot make room there, so it is deferred until the
+    candidates of that zone are used up -- a reclaim restores the guarantee in the zone it
+    was lent from. Once the zone has room, a deferred one may still be what frees the total."""
+    return e.state.tree.zone_capped and victim.zone != job.zone and not e._fits_zone_quota(job)
 
 
 def _put_back(e: Engine, job: Job, removed: list[tuple[Job, Reason]]) -> list[tuple[Job, Reason]]:

@@ -122,7 +122,17 @@ SCENARIO_OPERATOR = "scenario"
 """Who orders a hold in a scenario that names nobody."""
 STATES = tuple(state.value for state in ENGINE_STATES)
 """The states ``expect.jobs`` may name, as plain strings (an error message prints them)."""
-EXPECT_KEYS = ("jobs", "queues", "preempted", "quota", "usage", "reasons", "admitted", "moments")
+EXPECT_KEYS = (
+    "jobs",
+    "queues",
+    "preempted",
+    "quota",
+    "usage",
+    "reasons",
+    "admitted",
+    "moments",
+    "zones",
+)
 MOMENT_KEYS = ("at", "jobs", "reasons")
 """``expect.moments``: a list of ``{at, jobs, reasons}``, each checked against the state after
 the last pass at or before scenario second ``at`` (time-based expectations: a budget's hold
@@ -163,6 +173,8 @@ class Expect:
     admitted: dict[WorkloadKey, Millis] = field(default_factory=dict)
     """Workload -> the scenario time of its last admission (``expect.admitted``, seconds)."""
     moments: list[Moment] = field(default_factory=list)
+    zones: dict[WorkloadKey, Zone] = field(default_factory=dict)
+    """Workload -> the zone its last ``Admitted`` names (``expect.zones``, Z2)."""
 
 
 @dataclass(frozen=True)
@@ -787,6 +799,12 @@ def _load_expect(raw: object, errors: _Errors) -> Expect:
         at_ms = _timeline_at(at, f"expect.admitted.{job}", errors)
         if at_ms is not None:
             admitted[WorkloadKey(job)] = Millis(at_ms)
+    zones: dict[WorkloadKey, Zone] = {}
+    for job, zone in _mapping(raw.get("zones"), "expect.zones", errors).items():
+        if not isinstance(zone, str) or not zone:
+            errors.add(f"expect.zones.{job}", "invalid-type", "a zone is a non-empty string")
+        else:
+            zones[WorkloadKey(job)] = Zone(zone)
     return Expect(
         jobs=jobs,
         queues=queues,
@@ -796,6 +814,7 @@ def _load_expect(raw: object, errors: _Errors) -> Expect:
         reasons=said,
         admitted=admitted,
         moments=_load_moments(raw.get("moments"), errors),
+        zones=zones,
     )
 
 
@@ -1329,6 +1348,7 @@ def check(scenario: Scenario, result: SimResult) -> list[str]:
     if expect.usage is not None:
         problems += _usage_problems(expect.usage, usage_intervals(result))
     problems += _admitted_problems(expect.admitted, result)
+    problems += _zone_problems(expect.zones, result)
     for moment in expect.moments:
         problems += _moment_problems(moment, result.seen.get(moment.at_ms, {}))
     return problems
@@ -1345,6 +1365,21 @@ def _admitted_problems(expect: dict[WorkloadKey, Millis], result: SimResult) -> 
         if actual != at_ms:
             said = "never" if actual is None else f"at {_seconds(actual)}"
             problems.append(f"admitted {key}: expected at {_seconds(at_ms)}, was {said}")
+    return problems
+
+
+def _zone_problems(expect: dict[WorkloadKey, Zone], result: SimResult) -> list[str]:
+    """``expect.zones``: the zone each workload's last ``Admitted`` names (Z2)."""
+    last: dict[WorkloadKey, Zone] = {}
+    for record in result.decisions:
+        if isinstance(record.decision, Admitted):
+            last[record.decision.workload] = record.decision.zone
+    problems: list[str] = []
+    for key, zone in expect.items():
+        actual = last.get(key)
+        if actual != zone:
+            said = "never admitted" if actual is None else f"admitted in {actual}"
+            problems.append(f"zone of {key}: expected {zone}, was {said}")
     return problems
 
 

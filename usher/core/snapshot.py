@@ -234,6 +234,8 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Shape index of the least it may start with; None when that is ``shape``."""
     retry_ask: RetryAsk | None = None
     """Its retry annotations (R12, R13)."""
+    zones: list[str] = []
+    """Every zone it accepts in order (Z2); empty when only ``zone``."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -430,6 +432,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 else (job.scalable[0], sid(job.scalable[1]), job.scalable[2], job.scalable[3]),
                 None if job.fit_shape == job.shape else sid(job.fit_shape),
                 job.retry_ask,
+                list(job.zones),
             )
         )
     version = state.version
@@ -652,6 +655,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
             job.scalable = (name, shapes[pod], count, least)
         job.fit_shape = job.shape if r.fit_shape is None else shapes[r.fit_shape]
         job.retry_ask = r.retry_ask
+        job.zones = tuple(Zone(zone) for zone in r.zones)
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

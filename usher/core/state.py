@@ -19,6 +19,7 @@ from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
 from usher.core.tree import STARVATION_ATTRIBUTE, iter_nodes, queue_name
+from usher.core.zone_quota import ZoneCaps, parse_zone_max
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -101,6 +102,8 @@ class QuotaNodeInfo:
         "starvation_ms",
         "used",
         "within_quota",
+        "zone_max",
+        "zone_used",
     )
 
     def __init__(self, path: QuotaPath, node: QuotaNode, parent: QuotaNodeInfo | None) -> None:
@@ -129,6 +132,10 @@ class QuotaNodeInfo:
         self.starvation_ms = 0
         """How long a head may be passed over before capacity is reserved for it (N1); 0 = off."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
+        self.zone_max: ZoneCaps = parse_zone_max(node.attributes, "")[0]
+        """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
+        self.zone_used: ZoneCaps = {}
+        """Per capped zone, what admissions, holds and lingering usage count there (Z1)."""
 
 
 class TreeIndex:
@@ -144,6 +151,7 @@ class TreeIndex:
         "queue_leaf",
         "root",
         "starvation_on",
+        "zone_capped",
     )
 
     def __init__(self, root: QuotaNode | None, config: EngineConfig) -> None:
@@ -159,6 +167,8 @@ class TreeIndex:
         """The budgets each node declares (B1); empty when none does (nothing is counted)."""
         self.starvation_on = False
         """Whether any node turns the starvation guard on (N1): passes skip it otherwise."""
+        self.zone_capped = False
+        """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
         if root is not None:
             self._index(root, config)
 
@@ -180,6 +190,7 @@ class TreeIndex:
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
                 self.budgets[path] = tuple(budgets)
+            self.zone_capped = self.zone_capped or bool(info.zone_max)
             self.nodes[path] = info
             self.by_name[node.name] = path
             if parent is not None:
@@ -248,6 +259,7 @@ class Job:
         "used_shape",
         "victim_key",
         "zone",
+        "zones",
     )
 
     def __init__(self, key: WorkloadKey, namespace: str, name: str) -> None:
@@ -255,6 +267,9 @@ class Job:
         self.namespace = namespace
         self.name = name
         self.zone: Zone = Zone("default")
+        """Where it counts: its first accepted zone, or the zone it was admitted into (Z2)."""
+        self.zones: tuple[Zone, ...] = ()
+        """Every zone it accepts, most preferred first (Z2); empty: only ``zone``."""
         self.priority_class: str | None = None
         self.spec_priority: int | None = None
         self.priority = 0

@@ -26,6 +26,7 @@ from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
 from usher.core.budgets import parse_budgets
 from usher.core.errors import TreeInvalid
 from usher.core.quantity import collect_resources, format_quantity
+from usher.core.zone_quota import parse_zone_max
 
 API_VERSION = "scheduling.sigs.k8s.io/v1beta1"
 KIND = "ElasticQuotaTree"
@@ -441,6 +442,8 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
         checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
     for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
+        checks.report(error.path, error.code, error.message)
+    for error in parse_zone_max(attributes, path)[1]:  # Z1
         checks.report(error.path, error.code, error.message)
 
 

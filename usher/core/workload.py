@@ -66,6 +66,7 @@ from usher.core.kinds.fields import (
 from usher.core.quantity import format_quantity, parse_quantity
 from usher.core.retry import container_memory
 from usher.core.tree import OOM_MEMORY_FACTOR_ATTRIBUTE, RETRY_LIMIT_ATTRIBUTE, is_memory_factor
+from usher.core.zone_fallback import parse_accepted_zones
 
 QUOTA_LABEL = "quota.scheduling.alibabacloud.com/name"
 MIN_PARALLELISM_ANNOTATION = "usher.io/min-parallelism"
@@ -125,6 +126,7 @@ def extract_workload(
         suspended=suspended,
         resource_version=identity.resource_version,
         retry=retry_ask,
+        zones=identity.zones,
     )
 
 
@@ -286,6 +288,8 @@ class _Identity:
     uid: str
     resource_version: str
     zone: Zone
+    zones: list[Zone]
+    """Every zone it accepts in order (Z2); empty when only ``zone``."""
     quota_name: str | None
 
 
@@ -309,12 +313,19 @@ def _identity(manifest: Raw, name_override: str | None, errors: Errors) -> _Iden
     zone = optional_string(labels.get(ZONE_LABEL), f"metadata.labels.{ZONE_LABEL}", errors)
     quota = optional_string(labels.get(QUOTA_LABEL), f"metadata.labels.{QUOTA_LABEL}", errors)
     version = metadata.get("resourceVersion")
+    annotations = metadata.get("annotations")
+    zones, problems = parse_accepted_zones(
+        annotations if isinstance(annotations, Mapping) else {}, zone, "metadata.annotations."
+    )
+    errors.extend(problems)
     return _Identity(
         namespace=namespace or DEFAULT_NAMESPACE,
         name=name_override or _workload_name(metadata, errors),
         uid=optional_string(metadata.get("uid"), "metadata.uid", errors) or "",
         resource_version=optional_string(version, "metadata.resourceVersion", errors) or "",
-        zone=Zone(zone) if zone else DEFAULT_ZONE,
+        # With accepted zones and no label, the first accepted zone owns the job (Z2).
+        zone=Zone(zone) if zone else (zones[0] if zones else DEFAULT_ZONE),
+        zones=zones,
         quota_name=quota or None,
     )
 

@@ -2,7 +2,8 @@
 
 What it does: applies quota trees to ``quota_nodes``/``quota_usage``; grants or refuses batches
 of reservations inside one transaction that locks every ``quota_usage`` row on each path
-root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (R2, R8);
+root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (R2, R8), and each
+node's cap in the reservation's zone (Z1, ``ledger_zones``);
 carries out preemptions after re-checking the reclaim rules against its own rows (victims
 admitted, past their minimum runtime, borrowing what the preemptor needs or of lower priority
 in its leaf; the preemptor within its guarantee and fitting without them) and holds the
@@ -62,6 +63,7 @@ from schemas import (
 )
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
+from usher.adapters.pg.ledger_zones import ZoneBook
 from usher.adapters.pg.models import Base
 from usher.core.arbitration import (
     CLAIMING,
@@ -467,6 +469,8 @@ class LedgerStore:
             if item.quota in known and item.workload not in live:
                 keys.update(_keys(item.quota, item.requests))
         usage = await _lock_usage(conn, keys)
+        # Read after the locks: the allocations below a capping node cannot change now (Z1).
+        zones = await ZoneBook.load(conn, {r.quota for r in reservations if r.quota in known})
 
         results: list[ReservationResult] = []
         granted: list[Reservation] = []
@@ -485,12 +489,13 @@ class LedgerStore:
                 )
             elif item.quota not in known:
                 results.append(_unknown(item))
-            elif (refusal := self._refusal(item, usage)) is not None:
+            elif (refusal := self._refusal(item, usage) or zones.refusal(item)) is not None:
                 results.append(
                     ReservationResult(workload=item.workload, granted=False, reason=refusal)
                 )
             else:
                 _add(usage, item.quota, item.requests, +1)
+                zones.add(item.quota, item.zone, item.requests)
                 touched |= _keys(item.quota, item.requests)
                 # A second reservation of the same workload later in the batch is a retry.
                 live[item.workload] = _placeholder(item, _ADMITTED)

@@ -1,0 +1,94 @@
+"""The ledger's check of quota per zone (docs/admission-rules.md Z1), over its own rows.
+
+What it does: ``ZoneBook.load`` reads, for the paths of a batch of reservations, every node that
+caps a zone (its ``usher.io/zone-max`` attribute, as the tree rows keep it) and what the
+ledger's counted allocations (``reserved``, ``admitted``, ``held``: what the engine counts in a
+zone) hold in each such zone below it; ``refusal`` answers the core's ``ZoneQuotaExceeded``
+for a reservation that would overfill one, and ``add`` counts a grant so that later ones of the
+same batch see it. The caller has already locked the ``quota_usage`` rows of every path
+(``ledger_store._lock_usage``): any two reservations below one capping node lock its rows for
+the resources they share, so the allocation rows read here cannot change under the check.
+What it must never do: lock or write anything (the store does), read before the usage locks
+are held, or differ from the engine's fit check (it calls the core's ``zone_shortfall``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import Table, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from schemas import QuotaPath, Reason, Zone
+from schemas.ledger import Reservation
+from usher.adapters.pg.models import Base
+from usher.core.arbitration import COUNTED
+from usher.core.state import shape_of
+from usher.core.tree import path_nodes
+from usher.core.zone_quota import ZoneCaps, parse_zone_max, zone_quota_exceeded, zone_shortfall
+
+_NODES: Table = Base.metadata.tables["quota_nodes"]
+_ALLOCATIONS: Table = Base.metadata.tables["allocations"]
+
+
+@dataclass
+class _CappedNode:
+    """One node that caps some zone, as ``zone_shortfall`` reads it."""
+
+    path: QuotaPath
+    zone_max: ZoneCaps
+    zone_used: ZoneCaps = field(default_factory=dict)
+
+
+@dataclass
+class ZoneBook:
+    """The capping nodes above a batch's leaves and their usage per capped zone."""
+
+    nodes: dict[QuotaPath, _CappedNode] = field(default_factory=dict)
+
+    @classmethod
+    async def load(cls, conn: AsyncConnection, leaves: Iterable[QuotaPath]) -> ZoneBook:
+        prefixes = {p for leaf in leaves for p in path_nodes(leaf)}
+        book = cls()
+        if not prefixes:
+            return book
+        rows = await conn.execute(
+            select(_NODES.c.path, _NODES.c.attributes).where(_NODES.c.path.in_(prefixes))
+        )
+        for path, attributes in rows:
+            caps, _ = parse_zone_max(dict(attributes or {}), "")
+            if caps:
+                book.nodes[QuotaPath(path)] = _CappedNode(QuotaPath(path), caps)
+        if book.nodes:
+            await book._count(conn)
+        return book
+
+    async def _count(self, conn: AsyncConnection) -> None:
+        zones = sorted({zone for node in self.nodes.values() for zone in node.zone_max})
+        rows = await conn.execute(
+            select(_ALLOCATIONS.c.quota_path, _ALLOCATIONS.c.zone, _ALLOCATIONS.c.requests).where(
+                _ALLOCATIONS.c.zone.in_(zones),
+                _ALLOCATIONS.c.state.in_([state.value for state in COUNTED]),
+            )
+        )
+        for quota, zone, requests in rows:
+            self.add(QuotaPath(quota), Zone(zone), dict(requests))
+
+    def _path(self, leaf: QuotaPath) -> Sequence[_CappedNode]:
+        return [self.nodes[p] for p in path_nodes(leaf) if p in self.nodes]
+
+    def refusal(self, item: Reservation) -> Reason | None:
+        """``ZoneQuotaExceeded`` naming the nearest node whose cap in the item's zone it would
+        exceed (Z1), or None."""
+        short = zone_shortfall(self._path(item.quota), item.zone, shape_of(item.requests))
+        return None if short is None else zone_quota_exceeded(short)
+
+    def add(self, leaf: QuotaPath, zone: Zone, requests: dict[str, int]) -> None:
+        """Count ``requests`` in ``zone`` on the capping nodes of ``leaf``'s path."""
+        for node in self._path(leaf):
+            if zone not in node.zone_max:
+                continue
+            used = node.zone_used.setdefault(zone, {})
+            for resource, amount in requests.items():
+                used[resource] = used.get(resource, 0) + amount
