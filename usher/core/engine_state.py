@@ -18,6 +18,7 @@ import msgspec
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
 from usher.core.budgets import BudgetBook
 from usher.core.config import EngineConfig
+from usher.core.fairshare import FairBook
 from usher.core.holds import HoldRecord
 from usher.core.retry import Failure, RetryLink
 from usher.core.state import Job, Placement, Shape, StopGroup, TreeIndex
@@ -41,6 +42,7 @@ class EngineState:
         "announce",
         "budget_book",
         "failures",
+        "fair_book",
         "held",
         "holds",
         "jobs",
@@ -95,6 +97,9 @@ class EngineState:
         """Attempts a ``Retried`` named, by their key: their first attempt and place (R12)."""
         self.budget_book = BudgetBook()
         """What closed allocation intervals accrued in each budget's current window (B1)."""
+        self.fair_book = FairBook()
+        """Decayed usage of each leaf's closed allocation intervals (F1; kept only with a
+        half-life configured)."""
         self.version = 0
         self.passes = 0
         self.seq = 0
@@ -127,6 +132,7 @@ class EngineState:
         twin.failures = dict(self.failures)
         twin.retries = dict(self.retries)
         twin.budget_book = self.budget_book.copy()
+        twin.fair_book = self.fair_book.copy()
         twin.version = self.version
         twin.passes = self.passes
         twin.seq = self.seq

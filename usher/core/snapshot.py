@@ -36,6 +36,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from fractions import Fraction
 from typing import Literal
 
 import msgspec
@@ -56,6 +57,7 @@ from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
+from usher.core.fairshare import FairBook
 from usher.core.holds import HoldRecord
 from usher.core.readiness import Readiness
 from usher.core.retry import Failure, RetryLink
@@ -92,6 +94,7 @@ ENCODED: frozenset[str] = frozenset(
         "failures",
         "retries",
         "budget_book",
+        "fair_book",
         "version",
         "passes",
         "seq",
@@ -178,6 +181,8 @@ class ConfigRecord(msgspec.Struct, frozen=True, array_like=True):
     instant_release: bool = False
     readiness: tuple[int, int, int, int] | None = None
     """Timeout, backoff base and cap (ms) and attempts (R10); None for the defaults."""
+    half_life_ms: int | None = None
+    """Fair share's half-life (F1); None when off."""
 
 
 class PlacementRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -296,6 +301,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Holds and drains the tree's attributes put in force, by node path."""
     budget_book: list[tuple[str, int, int]] = []
     """What closed intervals accrued in each budget's window (B1): key, window start, amount."""
+    fair_book: list[tuple[str, int, str, int, int]] = []
+    """Decayed usage of closed intervals (F1): leaf, anchor, resource, value as a fraction."""
 
 
 class _Header(msgspec.Struct):
@@ -328,6 +335,7 @@ def config_record(config: EngineConfig) -> ConfigRecord:
             config.readiness.backoff_cap_ms,
             config.readiness.max_attempts,
         ),
+        half_life_ms=config.half_life_ms,
     )
 
 
@@ -344,6 +352,8 @@ def _fingerprint(record: ConfigRecord) -> str:
     zones = "*" if record.zones is None else ",".join(record.zones)
     stop = ";instant_release" if record.instant_release else ""
     ready = "" if record.readiness is None else ";readiness=" + ",".join(map(str, record.readiness))
+    if record.half_life_ms is not None:
+        ready += f";half_life_ms={record.half_life_ms}"
     return (
         f"policy={record.policy};oversell={numerator}/{denominator};"
         f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}{stop}"
@@ -477,6 +487,11 @@ def _record(engine: Engine) -> EngineSnapshot:
             (key, start, amount)
             for key, (start, amount) in sorted(state.budget_book.closed.items())
         ],
+        fair_book=[
+            (str(leaf), anchor, resource, value.numerator, value.denominator)
+            for leaf, (anchor, values) in sorted(state.fair_book.closed.items())
+            for resource, value in sorted(values.items())
+        ],
     )
 
 
@@ -584,8 +599,20 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.budget_book = BudgetBook(
         closed={key: (start, amount) for key, start, amount in record.budget_book}
     )
+    state.fair_book = _fair_book(record.fair_book)
     engine.rebuild_derived()
     return engine
+
+
+def _fair_book(rows: list[tuple[str, int, str, int, int]]) -> FairBook:
+    """The fair book a snapshot carries (F1), row by row; a zero denominator is refused."""
+    closed: dict[QuotaPath, tuple[int, dict[str, Fraction]]] = {}
+    for leaf, anchor, resource, numerator, denominator in rows:
+        if denominator <= 0:
+            raise SnapshotError("inconsistent", f"fair book of {leaf}: denominator {denominator}")
+        _, values = closed.setdefault(QuotaPath(leaf), (anchor, {}))
+        values[resource] = Fraction(numerator, denominator)
+    return FairBook(closed=closed)
 
 
 def _stops(records: list[StopRecord], shapes: list[Shape]) -> dict[WorkloadKey, StopGroup]:

@@ -15,6 +15,7 @@ from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, W
 from usher.core.arbitration import effective_cap
 from usher.core.budgets import Budget, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
+from usher.core.fairshare import DEFAULT_WEIGHT, fair_weight
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
@@ -134,6 +135,7 @@ class TreeIndex:
     __slots__ = (
         "budgets",
         "by_name",
+        "fair_weights",
         "leaf_of_namespace",
         "leaves",
         "leaves_under",
@@ -153,6 +155,8 @@ class TreeIndex:
         """Every leaf below (or at) a node, in tree order: reclaim walks these level by level."""
         self.budgets: dict[QuotaPath, tuple[Budget, ...]] = {}
         """The budgets each node declares (B1); empty when none does (nothing is counted)."""
+        self.fair_weights: dict[QuotaPath, int] = {}
+        """Each node's fair-share weight (F1: ``usher.io/fair-weight``, inherited, default 1)."""
         if root is not None:
             self._index(root, config)
 
@@ -169,6 +173,8 @@ class TreeIndex:
                 node.attributes, parent.retry if parent is not None else RetryPolicy()
             )
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
+            inherited = self.fair_weights[parent.path] if parent is not None else DEFAULT_WEIGHT
+            self.fair_weights[path] = fair_weight(node.attributes, inherited)
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
                 self.budgets[path] = tuple(budgets)

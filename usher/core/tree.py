@@ -25,6 +25,7 @@ from fractions import Fraction
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
 from usher.core.budgets import parse_budgets
 from usher.core.errors import TreeInvalid
+from usher.core.fairshare import weight_errors
 from usher.core.quantity import collect_resources, format_quantity
 
 API_VERSION = "scheduling.sigs.k8s.io/v1beta1"
@@ -437,6 +438,8 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
         checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
     for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
+        checks.report(error.path, error.code, error.message)
+    for error in weight_errors(attributes, path):  # F1
         checks.report(error.path, error.code, error.message)
 
 
