@@ -18,7 +18,7 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from collections.abc import Callable, Iterator, Sequence
-from fractions import Fraction
+from decimal import Decimal
 from math import gcd
 from typing import TypeVar
 
@@ -1053,7 +1053,7 @@ class Engine:
             job.used_path, dict(job.used_shape), job.admitted_ms, self.state.now, half_life
         )
 
-    def decayed_usage(self, leaf: QuotaPath) -> dict[str, Fraction]:
+    def decayed_usage(self, leaf: QuotaPath) -> dict[str, Decimal]:
         """``leaf``'s usage decayed to ``state.now`` (F1): its closed intervals from the fair
         book and its admitted workloads up to now; empty with fair share off."""
         half_life = self.config.half_life_ms

@@ -3,31 +3,32 @@
 What it does: where leaves compete beyond their guarantees (R3's borrowing tier), the engine
 orders them by *decayed usage per weight* when a half-life is configured. Usage is U1's
 allocation intervals (resource x time a workload held), each instant weighted by how long ago
-it was: usage at ``t`` counts ``decay(now - t)``, halving every half-life. ``FairBook`` keeps,
-per leaf, what closed intervals accrued (folded as they close, so the log alone gives it and
-a snapshot carries it); ``decayed_usage`` adds the running work up to ``now``; ``fair_key``
-turns a leaf's decayed usage into its interleave key: the largest, over resources, of decayed
-usage / (root capacity x weight). ``fair_weight`` reads the ``usher.io/fair-weight`` tree
-attribute (a positive integer, inherited down the tree, default 1); ``weight_errors`` refuses a
-bad one (T1).
+it was: usage at ``t`` seen at ``now`` counts ``decay(now - t) = 2 ** (-(now - t) / H)``.
+``FairBook`` keeps, per leaf, the decayed usage of its closed intervals as of the last close
+(folded as they close, so the log alone gives it and a snapshot carries it);
+``decayed_usage`` adds the running work up to ``now``; ``fair_key`` turns a leaf's decayed
+usage into its interleave key: the largest, over resources, of decayed usage / (root capacity
+x weight). ``fair_weight`` reads the ``usher.io/fair-weight`` tree attribute (a whole number,
+inherited down the tree, default 1); ``weight_errors`` refuses a bad one (T1).
 
-The arithmetic is exact (Fractions of integers), so the same log gives the same decisions on
-any machine. The decay is a documented fixed-point form of ``2 ** -x``: ``exp2(x)`` is
-``2 ** floor(x) * (1 + frac(x))`` -- exact at every whole half-life, linear in between (within
-6.2 % of the real exponential), strictly increasing and continuous, with ``exp2(x + 1) ==
-2 * exp2(x)`` exactly, so moving the reference point by whole half-lives changes nothing. Usage
-at ``t`` seen at ``now`` weighs ``exp2(t / H) / exp2(now / H)``: exactly 1/2 one half-life
-later, exactly 1/4 two half-lives later.
+The arithmetic is a documented fixed precision: decimal floating point of 34 significant
+digits (IEEE 754 decimal128's), every operation through one explicit ``decimal.Context`` (never
+the thread's), round-half-even. The General Decimal Arithmetic specification makes each
+operation, ``exp`` and ``ln`` included, correctly rounded, so the same log gives the same
+numbers on any machine and Python version; and since rounding is monotone, decayed usage only
+falls while nothing runs and moves monotonically toward its steady state while the same work
+runs. Whole half-lives are exact powers of two (``decay(2 H) == 1/4``).
 
-What it must never do: read a clock (``now`` is passed in), perform I/O, use a float, or decide
-anything itself (the engine puts the key in its interleave; nothing here admits or evicts).
+What it must never do: read a clock (``now`` is passed in), perform I/O, use a binary float or
+the thread's decimal context, or decide anything itself (the engine puts the key in its
+interleave; nothing here admits or evicts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
+from decimal import Context, Decimal, DivisionByZero, InvalidOperation, Overflow
 from typing import Final, NamedTuple
 
 from schemas import FieldError, Millis, QuotaPath
@@ -35,52 +36,60 @@ from usher.core.quantity import hours, unit_of
 
 FAIR_WEIGHT_ATTRIBUTE: Final = "usher.io/fair-weight"
 DEFAULT_WEIGHT: Final = 1
+MAX_WEIGHT: Final = 1_000_000
 
-FairKey = Fraction | int
-"""A leaf's place in the borrowing tier (F1): 0 when fair share is off or the leaf is within
+ARITHMETIC: Final = Context(
+    prec=34,
+    rounding="ROUND_HALF_EVEN",
+    Emin=-999_999,
+    Emax=999_999,
+    capitals=1,
+    clamp=0,
+    flags=[],
+    traps=[InvalidOperation, DivisionByZero, Overflow],
+)
+"""The one context every F1 operation goes through (decimal128's precision)."""
+
+ZERO: Final = Decimal(0)
+ONE: Final = Decimal(1)
+LN2: Final = Decimal(2).ln(ARITHMETIC)
+
+FairKey = Decimal | int
+"""A leaf's element of the interleave key (F1): 0 when fair share is off or the leaf is within
 its guarantee, else its dominant decayed usage per weight (smaller goes first)."""
 
 
-def exp2(x: Fraction) -> Fraction:
-    """``2 ** x`` in the fixed-point form F1 documents: ``2 ** n * (1 + f)``, ``x = n + f``."""
-    n = x.numerator // x.denominator
-    return _pow2(n) * (1 + (x - n))
+def decay(elapsed_ms: int, half_life_ms: int) -> Decimal:
+    """``2 ** (-elapsed / H)``: whole half-lives as an exact power of two, the rest by ``exp``
+    (correctly rounded); non-increasing in ``elapsed``, 1 at 0."""
+    if elapsed_ms <= 0:
+        return ONE
+    whole, rest = divmod(elapsed_ms, half_life_ms)
+    c = ARITHMETIC
+    part = c.exp(c.minus(c.divide(c.multiply(LN2, Decimal(rest)), Decimal(half_life_ms))))
+    return c.multiply(c.power(Decimal(2), -whole), part)
 
 
-def exp2_integral(x: Fraction) -> Fraction:
-    """An antiderivative of ``exp2``: ``2 ** n * (3/2 + f + f * f / 2)``; continuous at every
-    integer (``f -> 1`` gives ``2 ** (n + 1) * 3/2``), so differences are exact integrals."""
-    n = x.numerator // x.denominator
-    f = x - n
-    return _pow2(n) * (Fraction(3, 2) + f + f * f / 2)
+def time_constant(half_life_ms: int) -> Decimal:
+    """``H / ln 2`` in ms: a constant amount held forever tends to amount x this."""
+    return ARITHMETIC.divide(Decimal(half_life_ms), LN2)
 
 
-def _pow2(n: int) -> Fraction:
-    return Fraction(1 << n) if n >= 0 else Fraction(1, 1 << -n)
+def relaxed(value: Decimal, steady: Decimal, elapsed_ms: int, half_life_ms: int) -> Decimal:
+    """Decayed usage ``elapsed`` after it was ``value`` while work whose steady state is
+    ``steady`` ran throughout: ``steady + (value - steady) x decay`` (never below 0)."""
+    c = ARITHMETIC
+    moved = c.add(steady, c.multiply(c.subtract(value, steady), decay(elapsed_ms, half_life_ms)))
+    return max(moved, ZERO)
 
 
-def anchor_of(at_ms: int, half_life_ms: int) -> int:
-    """The whole half-life at or before ``at_ms``: the reference point amounts are kept
-    against (small numbers; exact to move, ``exp2(x + 1) == 2 * exp2(x)``)."""
-    return (at_ms // half_life_ms) * half_life_ms
-
-
-def accrued(amount: int, start_ms: int, end_ms: int, anchor_ms: int, half_life_ms: int) -> Fraction:
-    """``amount`` held over ``[start_ms, end_ms)``, each instant ``t`` weighed ``exp2((t -
-    anchor) / H)``: the integral of the weight, in amount x ms."""
+def accrued(amount: int, start_ms: int, end_ms: int, half_life_ms: int) -> Decimal:
+    """``amount`` held over ``[start, end)``, decayed as seen at ``end``: amount x H / ln 2 x
+    (1 - decay(end - start))."""
     if end_ms <= start_ms or amount == 0:
-        return Fraction(0)
-    h = half_life_ms
-    upper = exp2_integral(Fraction(end_ms - anchor_ms, h))
-    lower = exp2_integral(Fraction(start_ms - anchor_ms, h))
-    return amount * h * (upper - lower)
-
-
-def rebased(value: Fraction, from_ms: int, to_ms: int, half_life_ms: int) -> Fraction:
-    """``value`` kept against anchor ``from_ms``, kept against ``to_ms`` (both whole
-    half-lives): exact, ``exp2`` doubles per half-life."""
-    steps = (to_ms - from_ms) // half_life_ms
-    return value * _pow2(-steps)
+        return ZERO
+    steady = ARITHMETIC.multiply(Decimal(amount), time_constant(half_life_ms))
+    return relaxed(ZERO, steady, end_ms - start_ms, half_life_ms)
 
 
 class Running(NamedTuple):
@@ -93,15 +102,11 @@ class Running(NamedTuple):
 
 @dataclass(slots=True)
 class FairBook:
-    """Per leaf, the decayed usage of its closed intervals, kept against a whole half-life.
+    """Per leaf, the decayed usage of its closed intervals as of its last close:
+    ``closed[leaf] = (at_ms, {resource: value})``; at ``now`` a value is ``value x
+    decay(now - at)``. A close decays the leaf's values to its instant and adds the interval."""
 
-    ``closed[leaf] = (anchor_ms, {resource: value})``: the value seen at ``anchor_ms`` is
-    itself; at ``now`` it is ``value / exp2((now - anchor) / H)``. When a close falls in a later
-    half-life the leaf's values move to the new anchor and are floored to whole amount x ms (a
-    documented rounding of at most one unit x ms per half-life; it depends only on the log).
-    """
-
-    closed: dict[QuotaPath, tuple[int, dict[str, Fraction]]] = field(default_factory=dict)
+    closed: dict[QuotaPath, tuple[int, dict[str, Decimal]]] = field(default_factory=dict)
 
     def close(
         self,
@@ -112,20 +117,16 @@ class FairBook:
         half_life_ms: int,
     ) -> None:
         """A workload of ``leaf`` stops holding ``requests`` at ``end_ms`` (U1's close)."""
-        anchor = anchor_of(end_ms, half_life_ms)
-        kept_anchor, values = self.closed.get(leaf, (anchor, {}))
-        if kept_anchor != anchor:
-            values = {
-                resource: Fraction(int(rebased(value, kept_anchor, anchor, half_life_ms)))
-                for resource, value in values.items()
-            }
-        else:
-            values = dict(values)
+        at, kept = self.closed.get(leaf, (end_ms, {}))
+        values = {
+            resource: relaxed(value, ZERO, end_ms - at, half_life_ms)
+            for resource, value in kept.items()
+        }
         for resource in sorted(requests):
-            add = accrued(requests[resource], start_ms, end_ms, anchor, half_life_ms)
+            add = accrued(requests[resource], start_ms, end_ms, half_life_ms)
             if add:
-                values[resource] = values.get(resource, Fraction(0)) + add
-        self.closed[leaf] = (anchor, values)
+                values[resource] = ARITHMETIC.add(values.get(resource, ZERO), add)
+        self.closed[leaf] = (end_ms, values)
 
     def copy(self) -> FairBook:
         return FairBook(closed=dict(self.closed))
@@ -137,31 +138,50 @@ def decayed_usage(
     running: Iterable[Running],
     now: Millis,
     half_life_ms: int,
-) -> dict[str, Fraction]:
-    """``leaf``'s decayed usage at ``now`` per resource (amount x ms, as if held now): its
-    closed intervals from the book, and ``running`` (its open ones) accrued up to ``now``."""
-    anchor = anchor_of(now, half_life_ms)
-    totals: dict[str, Fraction] = {}
-    kept = book.closed.get(leaf)
-    if kept is not None:
-        for resource, value in kept[1].items():
-            totals[resource] = rebased(value, kept[0], anchor, half_life_ms)
-    for work in running:
-        for resource in sorted(work.requests):
-            add = accrued(work.requests[resource], work.start_ms, now, anchor, half_life_ms)
-            totals[resource] = totals.get(resource, Fraction(0)) + add
-    scale = exp2(Fraction(now - anchor, half_life_ms))
-    return {resource: value / scale for resource, value in sorted(totals.items()) if value}
+) -> dict[str, Decimal]:
+    """``leaf``'s decayed usage at ``now`` per resource (amount x ms): its closed intervals
+    from the book and ``running`` (its open ones) up to ``now``.
+
+    Computed at the leaf's last event (its last close or admission, ``last``) and moved from
+    there as one exponential toward the running work's steady state, so it is monotone in
+    ``now`` between events by construction, rounding included."""
+    c = ARITHMETIC
+    work = list(running)
+    kept_at, kept = book.closed.get(leaf, (now, {}))
+    last = max([kept_at, *(min(w.start_ms, now) for w in work)])
+    last = min(last, now)
+    tau = time_constant(half_life_ms)
+    totals: dict[str, Decimal] = {}
+    held: dict[str, int] = {}
+    for resource, value in kept.items():
+        totals[resource] = relaxed(value, ZERO, last - kept_at, half_life_ms)
+    for one in work:
+        for resource in sorted(one.requests):
+            amount = one.requests[resource]
+            so_far = accrued(amount, one.start_ms, last, half_life_ms)
+            totals[resource] = c.add(totals.get(resource, ZERO), so_far)
+            held[resource] = held.get(resource, 0) + amount
+    # The steady state of what runs: the summed amount (exact) x H / ln 2, rounded once.
+    moved = {
+        resource: relaxed(
+            totals.get(resource, ZERO),
+            c.multiply(Decimal(held.get(resource, 0)), tau),
+            now - last,
+            half_life_ms,
+        )
+        for resource in sorted(totals.keys() | held.keys())
+    }
+    return {resource: value for resource, value in moved.items() if value}
 
 
-def fair_key(usage: Mapping[str, Fraction], capacity: Mapping[str, int], weight: int) -> Fraction:
+def fair_key(usage: Mapping[str, Decimal], capacity: Mapping[str, int], weight: int) -> Decimal:
     """The dominant decayed share per weight: max over resources of usage / (capacity x
     weight). A resource the root declares no capacity for is not compared (F1)."""
-    best = Fraction(0)
+    best = ZERO
     for resource in sorted(usage):
         total = capacity.get(resource, 0)
         if total > 0:
-            best = max(best, usage[resource] / (total * weight))
+            best = max(best, ARITHMETIC.divide(usage[resource], Decimal(total * weight)))
     return best
 
 
@@ -183,7 +203,7 @@ def fair_weight(attributes: Mapping[str, str], inherited: int) -> int:
 
 
 def _is_weight(text: str) -> bool:
-    return text.isascii() and text.isdigit() and 0 < int(text) <= 1_000_000
+    return text.isascii() and text.isdigit() and 0 < int(text) <= MAX_WEIGHT
 
 
 def weight_errors(attributes: Mapping[str, str], field_prefix: str) -> list[FieldError]:
@@ -200,7 +220,7 @@ def weight_errors(attributes: Mapping[str, str], field_prefix: str) -> list[Fiel
     ]
 
 
-def format_usage(usage: Mapping[str, Fraction]) -> str:
+def format_usage(usage: Mapping[str, Decimal]) -> str:
     """Decayed usage for people (explain): ``12.500 CPU-hours`` (U1's units, floored to ms)."""
     if not usage:
         return "none"

@@ -34,9 +34,10 @@ Why each piece is encoded or rebuilt (see ``ENCODED`` and ``REBUILT`` below):
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from fractions import Fraction
+from decimal import Decimal
 from typing import Literal
 
 import msgspec
@@ -301,8 +302,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Holds and drains the tree's attributes put in force, by node path."""
     budget_book: list[tuple[str, int, int]] = []
     """What closed intervals accrued in each budget's window (B1): key, window start, amount."""
-    fair_book: list[tuple[str, int, str, int, int]] = []
-    """Decayed usage of closed intervals (F1): leaf, anchor, resource, value as a fraction."""
+    fair_book: list[tuple[str, int, str, str]] = []
+    """Decayed usage of closed intervals (F1): leaf, its last close, resource, exact decimal."""
 
 
 class _Header(msgspec.Struct):
@@ -488,8 +489,8 @@ def _record(engine: Engine) -> EngineSnapshot:
             for key, (start, amount) in sorted(state.budget_book.closed.items())
         ],
         fair_book=[
-            (str(leaf), anchor, resource, value.numerator, value.denominator)
-            for leaf, (anchor, values) in sorted(state.fair_book.closed.items())
+            (str(leaf), at, resource, str(value))
+            for leaf, (at, values) in sorted(state.fair_book.closed.items())
             for resource, value in sorted(values.items())
         ],
     )
@@ -604,15 +605,20 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     return engine
 
 
-def _fair_book(rows: list[tuple[str, int, str, int, int]]) -> FairBook:
-    """The fair book a snapshot carries (F1), row by row; a zero denominator is refused."""
-    closed: dict[QuotaPath, tuple[int, dict[str, Fraction]]] = {}
-    for leaf, anchor, resource, numerator, denominator in rows:
-        if denominator <= 0:
-            raise SnapshotError("inconsistent", f"fair book of {leaf}: denominator {denominator}")
-        _, values = closed.setdefault(QuotaPath(leaf), (anchor, {}))
-        values[resource] = Fraction(numerator, denominator)
+def _fair_book(rows: list[tuple[str, int, str, str]]) -> FairBook:
+    """The fair book a snapshot carries (F1), row by row; a value that is not a finite
+    decimal >= 0 is refused (``str`` of a Decimal reads back exactly)."""
+    closed: dict[QuotaPath, tuple[int, dict[str, Decimal]]] = {}
+    for leaf, at, resource, text in rows:
+        value = Decimal(text) if _DECIMAL.fullmatch(text) else None
+        if value is None:
+            raise SnapshotError("inconsistent", f"fair book of {leaf}: {text!r} is not a decimal")
+        _, values = closed.setdefault(QuotaPath(leaf), (at, {}))
+        values[resource] = value
     return FairBook(closed=closed)
+
+
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?(E[-+]?[0-9]+)?")
 
 
 def _stops(records: list[StopRecord], shapes: list[Shape]) -> dict[WorkloadKey, StopGroup]:
