@@ -113,6 +113,13 @@ def _engine(command: F) -> F:
             click.option(
                 "--min-runtime", "min_runtime_s", type=float, default=None, help="Seconds."
             ),
+            click.option(
+                "--half-life",
+                "half_life_s",
+                type=float,
+                default=None,
+                help="Seconds: fair share's half-life (F1; default the installation's, off).",
+            ),
         )
     ):
         command = option(command)
@@ -147,6 +154,7 @@ def _settings(
     oversell_rate: str | None = None,
     within_quota: str | None = None,
     min_runtime_s: float | None = None,
+    half_life_s: float | None = None,
 ) -> ServiceSettings:
     try:
         settings = load_settings(
@@ -159,6 +167,7 @@ def _settings(
             within_quota=within_quota,
             min_runtime_s=min_runtime_s,
             home=home,
+            half_life_s=half_life_s,
         )
     except SettingsError as exc:
         if exc.name == "nats":
