@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from schemas import Millis, QuotaNode, QuotaPath, QuotaTreeApplied
 from tests.builders.events import CORE
 from tests.builders.generated import Op, configs, ops, trees
-from tests.builders.log import Log
+from tests.builders.log import B, Log
+from tests.builders.trees import two_leaf_tree
 from tests.core.test_properties import play
 from tests.core.test_snapshot import Step, _check_split, histories, snapshot_configs
 from usher.core import fairshare, whatif
@@ -218,27 +219,26 @@ def test_a_snapshot_carries_the_fair_book(
 
 
 def _heavy_then_tie() -> Log:
-    """A ran 70 cpu for a day beside its 10, B ran 10: both borrow (min 0) and their shares
-    tie, so R3 alone offers a1/tie first (by name); A's memory hands it to b1/tie."""
-    tree = QuotaNode(
-        name="root",
-        min={"cpu": 100 * CORE},
-        max={"cpu": 100 * CORE},
-        children=[
-            QuotaNode(name="A", max={"cpu": 100 * CORE}, namespaces=["a1"]),
-            QuotaNode(name="B", max={"cpu": 100 * CORE}, namespaces=["b1"]),
-        ],
+    """As the services record it: Department-a ran 70 cpu for a day beside its 10,
+    Department-b ran 10; both borrow (min 0) and their shares tie, so R3 alone offers
+    user-a/tie first (by name); Department-a's memory hands the tie to user-c/tie."""
+    tree = two_leaf_tree(
+        ("user-a",), ("user-c",), names=("Department-a", "Department-b"), a_min=0, b_min=0
     )
     day = 86_400
     return (
         Log()
         .tree(0, tree)
-        .job(1, "a1/base", 10)
-        .job(1, "b1/base", 10)
-        .job(1, "a1/heavy", 70)
-        .finished(day, "a1/heavy")
-        .job(day + 1, "a1/tie", 80)
-        .job(day + 1, "b1/tie", 80)
+        .job(1, "user-a/base", 10)
+        .job(1, "user-c/base", 10)
+        .job(1, "user-a/heavy", 70)
+        .admitted(1.1, "user-a/base", 10)
+        .admitted(1.1, "user-c/base", 10, B)
+        .admitted(1.1, "user-a/heavy", 70)
+        .finished(day, "user-a/heavy")
+        .released(day + 0.1, "user-a/heavy", 70, "Finished")
+        .job(day + 1, "user-a/tie", 80)
+        .job(day + 1, "user-c/tie", 80)
     )
 
 
@@ -253,7 +253,7 @@ def test_what_if_compares_half_lives_on_recorded_history() -> None:
         for diff in report.differences
         if diff.action == "admit"
     }
-    assert admitted == {("a1/tie", True, False), ("b1/tie", False, True)}
+    assert admitted == {("user-a/tie", True, False), ("user-c/tie", False, True)}
     assert report.whatif.half_life_s == 3600 and report.baseline.half_life_s is None
     assert "fair-share half-life 3600s" in whatif.render_whatif_table(report)
 

@@ -111,7 +111,8 @@ class FairShareView(msgspec.Struct, frozen=True, kw_only=True):
     decayed_usage: dict[str, str]
     """Per resource, in hours of its unit (``12.5 CPU-hours``), decayed to the end of the log."""
     key: str
-    """Dominant decayed usage per weight (lower goes first among borrowing queues)."""
+    """Dominant decayed usage per weight, as hours of the whole root (``0.144 root-hours``;
+    lower goes first among borrowing queues)."""
 
 
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,7 +213,7 @@ def _fair_share(engine: Engine, quota: QuotaPath | None) -> FairShareView | None
         half_life_s=half_life / 1000,
         weight=engine.state.tree.fair_weights.get(quota, fairshare.DEFAULT_WEIGHT),
         decayed_usage={r: fairshare.format_usage({r: usage[r]}) for r in sorted(usage)},
-        key=str(engine.fair_key(engine.state.tree.nodes[quota], 1)),
+        key=fairshare.format_key(engine.fair_key(engine.state.tree.nodes[quota], 1)),
     )
 
 

@@ -32,7 +32,7 @@ from decimal import Context, Decimal, DivisionByZero, InvalidOperation, Overflow
 from typing import Final, NamedTuple
 
 from schemas import FieldError, Millis, QuotaPath
-from usher.core.quantity import hours, unit_of
+from usher.core.quantity import MS_PER_HOUR, hours, unit_of
 
 FAIR_WEIGHT_ATTRIBUTE: Final = "usher.io/fair-weight"
 DEFAULT_WEIGHT: Final = 1
@@ -218,6 +218,13 @@ def weight_errors(attributes: Mapping[str, str], field_prefix: str) -> list[Fiel
             message=f"{FAIR_WEIGHT_ATTRIBUTE} must be an integer from 1 to 1000000, got {text!r}",
         )
     ]
+
+
+def format_key(key: FairKey) -> str:
+    """A key for people (explain): the whole root's capacity for that many hours, per weight
+    (``0.144 root-hours``), 3 decimals half-even."""
+    hours_of_root = ARITHMETIC.divide(Decimal(key), Decimal(MS_PER_HOUR))
+    return f"{ARITHMETIC.quantize(hours_of_root, Decimal('0.001'))} root-hours"
 
 
 def format_usage(usage: Mapping[str, Decimal]) -> str:
