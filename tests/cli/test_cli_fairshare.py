@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from services.common.settings import SettingsError, load_settings
 from tests.cli.history_cli import export, usher
 from tests.cli.test_cli_history import one_line_error
 from tests.core.test_fairshare import _heavy_then_tie
@@ -57,3 +58,45 @@ def test_explain_shows_the_leaf_decayed_usage_only_with_fair_share_on(heavy_file
     assert doc["fair_share"]["quota"] == "root/Department-b" and doc["fair_share"]["weight"] == 1
     off = usher("explain", "user-a/tie", "--file", str(heavy_file), "-o", "json")
     assert "fair_share" not in json.loads(off.stdout)
+
+
+@pytest.mark.parametrize(
+    ("explicit", "variable", "expected"),
+    [
+        (None, None, None),  # off unless asked
+        (3600.0, None, 3_600_000),
+        (None, "90", 90_000),
+        (None, "off", None),
+        (1.5, "off", 1500),  # the option wins over the variable
+    ],
+)
+def test_the_installation_half_life_comes_from_option_then_variable(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    explicit: float | None,
+    variable: str | None,
+    expected: int | None,
+) -> None:
+    if variable is None:
+        monkeypatch.delenv("USHER_HALF_LIFE_SECONDS", raising=False)
+    else:
+        monkeypatch.setenv("USHER_HALF_LIFE_SECONDS", variable)
+    settings = load_settings(nats_url="nats://offline", home=tmp_path, half_life_s=explicit)
+    assert settings.engine.half_life_ms == expected
+
+
+@pytest.mark.parametrize("variable", ["0", "-5", "soon"])
+def test_a_bad_half_life_variable_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    monkeypatch.setenv("USHER_HALF_LIFE_SECONDS", variable)
+    with pytest.raises(SettingsError) as caught:
+        load_settings(nats_url="nats://offline", home=tmp_path)
+    assert caught.value.name == "half-life"
+
+
+def test_usher_run_refuses_a_bad_half_life_in_one_line(tmp_path: Path) -> None:
+    line = one_line_error(
+        usher("run", "dequeuer", "--nats", "nats://127.0.0.1:1", "--half-life", "0"), 2
+    )
+    assert "half-life" in line and "more than 0 seconds" in line

@@ -1,7 +1,8 @@
 """One decision pass: queues offer candidates, the best is tried, until none is left (R3).
 
 What it does: ``DecisionPass`` runs the cross-queue interleave of one pass over an engine's
-state -- within-min first, lower dominant share, then queue order -- admitting what fits and
+state -- within-min first, lower dominant share, then queue order (beyond the guarantee, with
+fair share on, lower decayed usage per weight before the share: F1) -- admitting what fits and
 asking reclaim for the rest; the policy seam says whether a candidate that stays pending
 closes its queue. Also the pruning helpers (the lowest request under a node) a pass and the
 engine's pruning data share.
