@@ -2,8 +2,9 @@
 
 What it does: one frozen ``EngineConfig`` holding the admission policy, the exact oversell
 rate, the default within-quota preemption mode, minimum runtime and readiness policy (R10),
-fair share's half-life (F1, off by default) and the zones one engine decides for; the ``Policy`` enum and the within-quota modes every
-choice list (CLI, settings, scenarios) is built from.
+fair share's half-life (F1, off by default) and the zones one engine decides for; the
+``Policy`` enum and the within-quota modes every choice list (CLI, settings, scenarios) is
+built from.
 What it must never do: read the environment or files; callers build it from their own input.
 """
 
