@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import Millis, QuotaNode, QuotaPath, QuotaTreeApplied
-from tests.builders.events import CORE
+from tests.builders.events import CORE, observed
 from tests.builders.generated import Op, configs, ops, trees
 from tests.builders.log import B, Log
 from tests.builders.trees import two_leaf_tree
@@ -198,7 +198,11 @@ fair_configs = st.builds(
 def test_the_same_log_gives_the_same_decisions(
     config: EngineConfig, tree: QuotaNode, stream: list[Op]
 ) -> None:
-    first = play(config, tree, [*stream, Op("pass", 0)])
+
+    def fresh_offers(engine: Engine, _made: object) -> None:
+        assert engine.stale_offer_keys() == []  # kept keys agree with the clock (F1)
+
+    first = play(config, tree, [*stream, Op("pass", 0)], fresh_offers)
     second = play(config, tree, [*stream, Op("pass", 0)])
     assert msgspec.msgpack.encode(first) == msgspec.msgpack.encode(second)
 
@@ -264,3 +268,18 @@ def test_what_if_with_fair_share_off_on_both_sides_changes_nothing() -> None:
         changed=whatif.Variant(config=EngineConfig()),
     )
     assert whatif.what_if(_heavy_then_tie().history(), spec).differences == []
+
+
+def test_a_borrowing_leaf_offer_follows_the_clock_even_from_zero_usage() -> None:
+    """Work admitted now has accrued nothing yet (key 0), but will: the leaf's kept offer must
+    be refreshed as time passes, or it would keep the key of the instant it was admitted."""
+    tree = two_leaf_tree(("a1",), ("b1",), a_min=0, b_min=0, total=10, a_max=10, b_max=10)
+    engine = Engine(EngineConfig(half_life_ms=H))
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    engine.apply(observed("a1", "one", 5), Millis(0))
+    engine.apply(observed("a1", "two", 10), Millis(0))
+    assert [d.workload for d in engine.decide(Millis(0))] == ["a1/one"]
+    assert engine.decide(Millis(0)) == []  # A's offer is kept as of 0: nothing accrued yet
+    assert engine.decide(Millis(H)) == []
+    assert engine.stale_offer_keys() == []
+    assert engine.fair_key(engine.state.tree.nodes[QuotaPath("root/A")], 1) > 0

@@ -1729,9 +1729,10 @@ class Engine:
             # A held preemptor's own hold is already counted in its leaf's usage.
             within = self._within_min(info, () if job.held else job.shape)
             tier = self.budget_tier(info.path, job, within) if budgeted else int(not within)
+            if tier and self.config.half_life_ms is not None:
+                # Decayed usage moves with the clock (F1), even from 0 (work admitted now).
+                self._timed_offers.add(info.path)
             fair = self.fair_key(info, tier)
-            if fair:
-                self._timed_offers.add(info.path)  # decayed usage moves with the clock (F1)
             return job.key, (tier, fair, self._share(info), job.sort_key)
         return None
 

@@ -147,9 +147,9 @@ def decayed_usage(
     ``now`` between events by construction, rounding included."""
     c = ARITHMETIC
     work = list(running)
-    kept_at, kept = book.closed.get(leaf, (now, {}))
-    last = max([kept_at, *(min(w.start_ms, now) for w in work)])
-    last = min(last, now)
+    kept_at, kept = book.closed.get(leaf, (0, {}))
+    events = [min(w.start_ms, now) for w in work] + ([kept_at] if leaf in book.closed else [])
+    last = min(max(events), now) if events else now
     tau = time_constant(half_life_ms)
     totals: dict[str, Decimal] = {}
     held: dict[str, int] = {}
