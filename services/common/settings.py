@@ -87,6 +87,28 @@ def parse_rate(raw: str) -> Fraction:
     return rate
 
 
+def _half_life_ms(
+    explicit: float | None, env: Mapping[str, str], stack: StackInfo | None
+) -> int | None:
+    """Fair share's half-life (F1): explicit seconds, else ``USHER_HALF_LIFE_SECONDS``
+    (``off`` or empty: off), else the running stack's; None (off) when none is given."""
+    seconds = explicit
+    if seconds is None:
+        raw = env.get("USHER_HALF_LIFE_SECONDS")
+        if raw is None:
+            seconds = stack.half_life_s if stack else None
+        elif raw.strip().lower() not in ("", "off"):
+            try:
+                seconds = float(raw)
+            except ValueError as exc:
+                raise SettingsError("half-life", f"not a number: {raw!r}") from exc
+    if seconds is None:
+        return None
+    if not seconds > 0 or round(seconds * 1000) <= 0:
+        raise SettingsError("half-life", f"must be more than 0 seconds, got {seconds:g}")
+    return round(seconds * 1000)
+
+
 def load_settings(
     *,
     nats_url: str | None = None,
@@ -100,6 +122,7 @@ def load_settings(
     min_runtime_s: float | None = None,
     settle_ms: int | None = None,
     home: Path | None = None,
+    half_life_s: float | None = None,
 ) -> ServiceSettings:
     """Resolve settings: explicit values, then ``USHER_*`` variables, then ``stack.json``."""
     env = os.environ
@@ -135,6 +158,7 @@ def load_settings(
             within_quota=_within(chosen_within),
             min_runtime_ms=int(runtime_s * 1000),
             zones=frozenset({Zone(zone)}) if zone else None,
+            half_life_ms=_half_life_ms(half_life_s, env, stack),
         )
     except ValueError as exc:
         raise SettingsError("engine", str(exc)) from exc

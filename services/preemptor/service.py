@@ -65,6 +65,7 @@ class Preemptor:
             oversell_rate=config.oversell_rate,
             within_quota=config.within_quota,
             min_runtime_ms=config.min_runtime_ms,
+            half_life_ms=config.half_life_ms,  # offers are ordered as the dequeuers order them
         )
         self.snapshots = EngineSnapshots(ctx, "preemptor", engine_config)
         # Until ``run`` opens the latest snapshot (or starts a full replay).

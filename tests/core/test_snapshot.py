@@ -465,6 +465,7 @@ def test_snapshot_bytes_are_deterministic() -> None:
         (EngineConfig(within_quota="LowerPriority"), "within=LowerPriority"),
         (EngineConfig(min_runtime_ms=5000), "min_runtime_ms=5000"),
         (EngineConfig(zones=frozenset({Zone("default")})), "zones=default"),
+        (EngineConfig(half_life_ms=3_600_000), "half_life_ms=3600000"),  # F1
     ],
 )
 def test_snapshot_of_another_config_is_refused(changed: EngineConfig, field: str) -> None:

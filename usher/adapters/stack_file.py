@@ -49,6 +49,8 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     oversell_rate: str = "1"
     within_quota: str = "Never"
     min_runtime_s: float = 0.0
+    half_life_s: float | None = None
+    """Fair share's half-life (F1, ``usher up --half-life``); None: off."""
     admin_nats_url: str = ""
     """The admin identity's URL: creates streams, imports a log (``usher import``)."""
     stream_replicas: int = 1

@@ -162,6 +162,14 @@ def cli() -> None:
     help="Seconds an admitted job is protected from reclaim.",
 )
 @click.option(
+    "--half-life",
+    "half_life_s",
+    type=float,
+    default=None,
+    help="Seconds: fair share with memory (F1) orders borrowing queues by usage decayed with"
+    " this half-life (default off).",
+)
+@click.option(
     "--durable",
     is_flag=True,
     help="NATS fsyncs every entry before acknowledging it (sync_interval: always).",
@@ -192,6 +200,7 @@ def up(
     oversell_rate: str,
     within_quota: str,
     min_runtime_s: float,
+    half_life_s: float | None,
     durable: bool,
     seed: int,
     plain: bool,
@@ -234,6 +243,7 @@ def up(
         oversell_rate=oversell_rate,
         within_quota=within_quota,
         min_runtime_s=min_runtime_s,
+        half_life_s=half_life_s,
         durable=durable,
         console_port=None if no_console else console_port,
     )
@@ -326,10 +336,13 @@ def _check_service_settings(home: Path, options: Any) -> None:
             within_quota=options.within_quota,
             min_runtime_s=options.min_runtime_s,
             settle_ms=options.settle_ms,
+            half_life_s=options.half_life_s,
         )
     except SettingsError as exc:
         name = (
-            f"--{exc.name}" if exc.name in ("oversell-rate", "policy", "within-quota") else exc.name
+            f"--{exc.name}"
+            if exc.name in ("oversell-rate", "policy", "within-quota", "half-life")
+            else exc.name
         )
         fail(f"{name}: {exc.detail}", EXIT_USAGE)
     except ValueError as exc:  # a USHER_* variable that is not a number
@@ -593,6 +606,14 @@ SERVICES = ("watcher", "ledger", "dequeuer", "preemptor", "webhook")
     help="Seconds an admitted workload is protected from reclaim.",
 )
 @click.option(
+    "--half-life",
+    "half_life_s",
+    type=float,
+    default=None,
+    help="Seconds: fair share with memory (F1) orders borrowing queues by usage decayed with"
+    " this half-life (default off).",
+)
+@click.option(
     "--settle-ms",
     type=int,
     default=None,
@@ -609,6 +630,7 @@ def run(
     oversell_rate: str | None,
     within_quota: str | None,
     min_runtime_s: float | None,
+    half_life_s: float | None,
     settle_ms: int | None,
 ) -> None:
     """Run one SERVICE in the foreground until SIGTERM or Ctrl-C.
@@ -642,6 +664,7 @@ def run(
             within_quota=within_quota,
             min_runtime_s=min_runtime_s,
             settle_ms=settle_ms,
+            half_life_s=half_life_s,
         )
     except SettingsError as exc:
         fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)

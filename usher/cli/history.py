@@ -113,6 +113,13 @@ def _engine(command: F) -> F:
             click.option(
                 "--min-runtime", "min_runtime_s", type=float, default=None, help="Seconds."
             ),
+            click.option(
+                "--half-life",
+                "half_life_s",
+                type=float,
+                default=None,
+                help="Seconds: fair share's half-life (F1; default the installation's, off).",
+            ),
         )
     ):
         command = option(command)
@@ -147,6 +154,7 @@ def _settings(
     oversell_rate: str | None = None,
     within_quota: str | None = None,
     min_runtime_s: float | None = None,
+    half_life_s: float | None = None,
 ) -> ServiceSettings:
     try:
         settings = load_settings(
@@ -159,6 +167,7 @@ def _settings(
             within_quota=within_quota,
             min_runtime_s=min_runtime_s,
             home=home,
+            half_life_s=half_life_s,
         )
     except SettingsError as exc:
         if exc.name == "nats":
@@ -346,7 +355,12 @@ def _within(raw: str) -> WithinQuota:
 
 
 def _config_of(
-    policy: str, rate: str, within: str, runtime_s: float, ready_timeout_s: float = 0.0
+    policy: str,
+    rate: str,
+    within: str,
+    runtime_s: float,
+    ready_timeout_s: float = 0.0,
+    half_life_s: float | None = None,
 ) -> EngineConfig:
     try:
         return EngineConfig(
@@ -355,11 +369,25 @@ def _config_of(
             within_quota=_within(within),
             min_runtime_ms=round(runtime_s * 1000),
             readiness=ReadinessPolicy(timeout_ms=round(ready_timeout_s * 1000)),
+            half_life_ms=None if half_life_s is None else round(half_life_s * 1000),
         )
     except SettingsError as exc:
         fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
+
+
+def _half_life(name: str, raw: str) -> float | None:
+    """A ``--half-life`` value (F1): seconds > 0, or ``off``."""
+    if raw.strip().lower() == "off":
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        fail(f"{name}: expected seconds or off, got {raw!r}", EXIT_USAGE)
+    if not seconds > 0 or round(seconds * 1000) <= 0:
+        fail(f"{name}: must be more than 0 seconds, got {raw}", EXIT_USAGE)
+    return seconds
 
 
 def _tree(path: Path) -> whatif.Variant:
@@ -394,11 +422,20 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
         " admission counts as never ready."
     ),
 )
+@click.option(
+    "--half-life",
+    "half_life",
+    default=None,
+    metavar="SECONDS|off",
+    help="Fair share with memory (F1): order borrowing queues by usage decayed with this"
+    " half-life; off = R3's order.",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
 @click.option("--baseline-min-runtime", type=float, default=0.0, show_default=True)
 @click.option("--baseline-ready-timeout", type=float, default=0.0, show_default=True)
+@click.option("--baseline-half-life", default="off", show_default=True, metavar="SECONDS|off")
 @click.option("--since", metavar="TIME", default=None, help="Replay from TIME (state as recorded).")
 @click.option("--until", metavar="TIME", default=None, help="Stop the replay at TIME.")
 @click.option(
@@ -424,11 +461,13 @@ def what_if_command(
     within_quota: str | None,
     min_runtime_s: float | None,
     ready_timeout_s: float | None,
+    half_life: str | None,
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
     baseline_min_runtime: float,
     baseline_ready_timeout: float,
+    baseline_half_life: str,
     since: str | None,
     until: str | None,
     window_ms: int,
@@ -442,18 +481,20 @@ def what_if_command(
     """Replay the recorded inputs with other settings and compare with the baseline.
 
     Cluster events are replayed through the core twice, with the baseline settings (the
-    --baseline-* options: Round, 1, Never, 0 s, no ready timeout unless given) and with the
+    --baseline-* options: Round, 1, Never, 0 s, no ready timeout, fair share off unless given)
+    and with the
     changed ones; a pass runs after each group of events that arrived together and at
     min-runtime, ready-deadline and requeue-backoff wakeups.
     Recorded decisions are ignored; finishes and deletions happen when they happened.
     """
-    changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s)
+    changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s, half_life)
     if all(change is None for change in changes):
         fail(
             "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
-            "--min-runtime or --ready-timeout",
+            "--min-runtime, --ready-timeout or --half-life",
             EXIT_USAGE,
         )
+    base_half_life = _half_life("--baseline-half-life", baseline_half_life)
     for name, seconds in (
         ("--ready-timeout", ready_timeout_s),
         ("--baseline-ready-timeout", baseline_ready_timeout),
@@ -466,6 +507,7 @@ def what_if_command(
         baseline_within_quota,
         baseline_min_runtime,
         baseline_ready_timeout,
+        base_half_life,
     )
     changed = _config_of(
         policy or baseline_policy,
@@ -473,6 +515,7 @@ def what_if_command(
         within_quota or baseline_within_quota,
         min_runtime_s if min_runtime_s is not None else baseline_min_runtime,
         ready_timeout_s if ready_timeout_s is not None else baseline_ready_timeout,
+        _half_life("--half-life", half_life) if half_life is not None else base_half_life,
     )
     alternative = _tree(tree) if tree is not None else whatif.Variant(config=changed)
     log = _load(log_file, nats_url=nats_url, prefix=prefix, home=home)

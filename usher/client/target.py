@@ -61,7 +61,9 @@ def _stack(home: Path) -> StackInfo | None:
         raise NotRunning(f"{home / 'stack.json'} is unreadable ({exc}); remove it") from exc
 
 
-def _engine(policy: str, rate: str, within: str, min_runtime_s: float) -> EngineConfig:
+def _engine(
+    policy: str, rate: str, within: str, min_runtime_s: float, half_life_s: float | None = None
+) -> EngineConfig:
     if policy not in POLICIES:
         raise BadInput(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
     if within not in WITHIN_QUOTA_MODES:
@@ -76,6 +78,7 @@ def _engine(policy: str, rate: str, within: str, min_runtime_s: float) -> Engine
             oversell_rate=fraction,
             within_quota=within,
             min_runtime_ms=int(min_runtime_s * 1000),
+            half_life_ms=None if half_life_s is None else round(half_life_s * 1000),  # F1
         )
     except ValueError as exc:
         raise BadInput(str(exc)) from exc
@@ -87,7 +90,9 @@ def target_of_stack(info: StackInfo) -> Target:
         kubeconfig=Path(info.kubeconfig) if info.kubeconfig else None,
         nats_url=info.nats_url,
         prefix=info.prefix,
-        engine=_engine(info.policy, info.oversell_rate, info.within_quota, info.min_runtime_s),
+        engine=_engine(
+            info.policy, info.oversell_rate, info.within_quota, info.min_runtime_s, info.half_life_s
+        ),
         zones=tuple(Zone(z) for z in info.zones),
         home=Path(info.home),
         admin_nats_url=info.admin_nats_url or None,
@@ -123,6 +128,7 @@ def resolve_target(
         env.get("USHER_OVERSELL_RATE") or (stack.oversell_rate if stack else "1"),
         env.get("USHER_WITHIN_QUOTA") or (stack.within_quota if stack else "Never"),
         stack.min_runtime_s if stack else float(env.get("USHER_MIN_RUNTIME_SECONDS", "0") or 0),
+        stack.half_life_s if stack else None,
     )
     return Target(
         kubeconfig=Path(kube) if kube else None,

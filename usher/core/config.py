@@ -2,8 +2,9 @@
 
 What it does: one frozen ``EngineConfig`` holding the admission policy, the exact oversell
 rate, the default within-quota preemption mode, minimum runtime and readiness policy (R10),
-and the zones one engine decides for; the ``Policy`` enum and the within-quota modes every
-choice list (CLI, settings, scenarios) is built from.
+fair share's half-life (F1, off by default) and the zones one engine decides for; the
+``Policy`` enum and the within-quota modes every choice list (CLI, settings, scenarios) is
+built from.
 What it must never do: read the environment or files; callers build it from their own input.
 """
 
@@ -89,6 +90,9 @@ class EngineConfig:
     workload's usage leaves, the instant it happens. A running system (False) keeps any usage
     counted until the ledger's ``Released`` for it is on the log (docs/admission-rules.md R7):
     what the engine believes is what the ledger holds."""
+    half_life_ms: int | None = None
+    """Fair share with memory (F1): borrowing leaves are ordered by usage decayed with this
+    half-life. ``None`` (the default) = off: R3's order, exactly as before F1."""
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -106,6 +110,8 @@ class EngineConfig:
             raise ValueError(f"oversell_rate must be positive, got {self.oversell_rate}")
         if self.min_runtime_ms < 0:
             raise ValueError(f"min_runtime_ms must be >= 0, got {self.min_runtime_ms}")
+        if self.half_life_ms is not None and self.half_life_ms <= 0:
+            raise ValueError(f"half_life_ms must be > 0, got {self.half_life_ms}")
 
     def decides_for(self, zone: Zone) -> bool:
         """Whether this engine admits workloads of ``zone``."""

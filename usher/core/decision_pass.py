@@ -1,7 +1,8 @@
 """One decision pass: queues offer candidates, the best is tried, until none is left (R3).
 
 What it does: ``DecisionPass`` runs the cross-queue interleave of one pass over an engine's
-state -- within-min first, lower dominant share, then queue order -- admitting what fits and
+state -- within-min first, lower dominant share, then queue order (beyond the guarantee, with
+fair share on, lower decayed usage per weight before the share: F1) -- admitting what fits and
 asking reclaim for the rest; the policy seam says whether a candidate that stays pending
 closes its queue. Also the pruning helpers (the lowest request under a node) a pass and the
 engine's pruning data share.
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core import reasons
+from usher.core.fairshare import FairKey
 from usher.core.reclaim_search import find_victims
 from usher.core.state import Job, Placement, Shape, SortKey, shape_with
 from usher.core.zone_fallback import passed_over, zone_choice
@@ -32,9 +34,11 @@ The float orders shares at C speed (rounding is monotonic, so a smaller float is
 share); exact ties in the float fall back to the integers, deterministically. ``(1, ...)`` is
 infinite (used > 0 where min is 0)."""
 
-OfferKey = tuple[int, Share, SortKey]
+OfferKey = tuple[int, FairKey, Share, SortKey]
 """Interleave preference (section 4): within-min first, lower share, then queue order; the
-first element is 2 below a spent ``lower-priority`` budget (B1: after everything else)."""
+first element is 2 below a spent ``lower-priority`` budget (B1: after everything else). The
+second is 0 unless fair share is on (F1): then, beyond the guarantee, lower decayed usage per
+weight goes first and the share breaks its ties."""
 
 
 LeafOffer = tuple[WorkloadKey, OfferKey, int]
@@ -206,7 +210,7 @@ class DecisionPass:
             if leaf in self.e._budget_stops
             else int(not within)
         )
-        key: OfferKey = (tier, self.e._share(info), job.sort_key)
+        key: OfferKey = (tier, self.e.fair_key(info, tier), self.e._share(info), job.sort_key)
         self.stamp += 1
         heapq.heappush(self.heap, (key, self.stamp, leaf))
         self.live[leaf] = self.stamp

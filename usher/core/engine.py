@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 from bisect import insort
 from collections.abc import Callable, Iterator, Sequence
+from decimal import Decimal
 from math import gcd
 from typing import TypeVar
 
@@ -60,6 +61,7 @@ from schemas.envelope import LogEvent
 from usher.core import (
     budgets,
     engine_queries,
+    fairshare,
     holds,
     readiness,
     reasons,
@@ -592,6 +594,7 @@ class Engine:
         assert job.used_path is not None
         if job.state == ADMITTED:
             self._book_budgets(job)
+            self._book_fair(job)
             self._forget_admitted(job)
             job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
         self.state.preemptors.pop(job.key, None)
@@ -1055,6 +1058,49 @@ class Engine:
         """The hold nearest to ``leaf`` that stops its admissions, or None (R14)."""
         return self._held_leaves.get(leaf)
 
+    # ------------------------------------------------------------------ fair share (F1)
+
+    def _book_fair(self, job: Job) -> None:
+        """An admitted workload stops counting as admitted: its leaf's fair book folds the
+        interval, decayed (F1). Nothing is kept with fair share off."""
+        half_life = self.config.half_life_ms
+        if half_life is None or job.used_path is None:
+            return
+        self.state.fair_book.close(
+            job.used_path, dict(job.used_shape), job.admitted_ms, self.state.now, half_life
+        )
+
+    def decayed_usage(self, leaf: QuotaPath) -> dict[str, Decimal]:
+        """``leaf``'s usage decayed to ``state.now`` (F1): its closed intervals from the fair
+        book and its admitted workloads up to now; empty with fair share off."""
+        half_life = self.config.half_life_ms
+        if half_life is None:
+            return {}
+        running = [
+            fairshare.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
+            for victim in self._leaf_admitted.get(leaf, ())
+            if (job := self.state.jobs.get(victim[3])) is not None
+            and job.state == ADMITTED
+            and job.used_path is not None
+        ]
+        return fairshare.decayed_usage(
+            self.state.fair_book, leaf, running, self.state.now, half_life
+        )
+
+    def fair_key(self, info: QuotaNodeInfo, tier: int) -> fairshare.FairKey:
+        """The interleave key's fair-share element (F1): within the guarantee (tier 0), or
+        with fair share off, 0 (R3's order); beyond it, the leaf's dominant decayed usage per
+        weight. The running pass's own admissions started now: they add nothing yet."""
+        if tier == 0 or self.config.half_life_ms is None:
+            return 0
+        tree = self.state.tree
+        root = next(iter(tree.nodes.values()))  # the index is in pre-order: root first
+        return fairshare.fair_key(
+            self.decayed_usage(info.path),
+            fairshare.root_capacity(root.max, root.min),
+            tree.fair_weights.get(info.path, fairshare.DEFAULT_WEIGHT),
+        )
+
     # ------------------------------------------------------------------ budgets (B1)
 
     def _book_budgets(self, job: Job) -> None:
@@ -1485,6 +1531,7 @@ class Engine:
         assert job.used_path is not None
         if held:
             self._book_budgets(job)
+            self._book_fair(job)
         self._unaccount(job.used_path, job.used_shape, job.zone)
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
@@ -1774,7 +1821,11 @@ class Engine:
             # A held preemptor's own hold is already counted in its leaf's usage.
             within = self._within_min(info, () if job.held else job.shape)
             tier = self.budget_tier(info.path, job, within) if budgeted else int(not within)
-            return job.key, (tier, self._share(info), job.sort_key)
+            if tier and self.config.half_life_ms is not None:
+                # Decayed usage moves with the clock (F1), even from 0 (work admitted now).
+                self._timed_offers.add(info.path)
+            fair = self.fair_key(info, tier)
+            return job.key, (tier, fair, self._share(info), job.sort_key)
         return None
 
     def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:

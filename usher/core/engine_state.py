@@ -18,6 +18,7 @@ import msgspec
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
 from usher.core.budgets import BudgetBook
 from usher.core.config import EngineConfig
+from usher.core.fairshare import FairBook
 from usher.core.holds import HoldRecord
 from usher.core.retry import Failure, RetryLink
 from usher.core.state import Job, Placement, Shape, StopGroup, TreeIndex
@@ -41,6 +42,7 @@ class EngineState:
         "announce",
         "budget_book",
         "failures",
+        "fair_book",
         "held",
         "holds",
         "jobs",
@@ -99,6 +101,9 @@ class EngineState:
         self.starving: dict[WorkloadKey, Millis] = {}
         """Heads passed over by admissions, by key -> since when (N1): past their leaf's
         starvation threshold capacity on their path is reserved for them."""
+        self.fair_book = FairBook()
+        """Decayed usage of each leaf's closed allocation intervals (F1; kept only with a
+        half-life configured)."""
         self.version = 0
         self.passes = 0
         self.seq = 0
@@ -132,6 +137,7 @@ class EngineState:
         twin.retries = dict(self.retries)
         twin.budget_book = self.budget_book.copy()
         twin.starving = dict(self.starving)
+        twin.fair_book = self.fair_book.copy()
         twin.version = self.version
         twin.passes = self.passes
         twin.seq = self.seq

@@ -6,7 +6,8 @@ waits as of now (``Engine.reason_now``: the limiting node, resource and numbers,
 ``root/Department-a cpu 60 used + 60 requested > max 100 x 1.0``); for a pending workload, a
 dry run of reclaim on that state (``Engine.reclaim_preview``, which leaves the engine as it
 was): whether it may reclaim and whom it would preempt; and its history: every decision about
-it on the log (including the preemptions it caused) and its cluster events, with times.
+it on the log (including the preemptions it caused) and its cluster events, with times; with
+fair share on, its leaf's decayed usage, weight and interleave key (F1).
 What it must never do: perform I/O or read a clock (``now`` comes from the caller), or decide
 anything: the engine it queries is thrown away afterwards.
 """
@@ -38,7 +39,7 @@ from schemas import (
     WorkloadProgress,
     WorkloadRejected,
 )
-from usher.core import reasons
+from usher.core import fairshare, reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
@@ -100,6 +101,20 @@ class ReclaimView(msgspec.Struct, frozen=True, kw_only=True):
     victims: list[Preempted]
 
 
+class FairShareView(msgspec.Struct, frozen=True, kw_only=True):
+    """What fair share with memory (F1) saw of the job's leaf at the end of the log: its
+    decayed usage, weight, and the key it is ordered by beyond its guarantee."""
+
+    quota: QuotaPath
+    half_life_s: float
+    weight: int
+    decayed_usage: dict[str, str]
+    """Per resource, in hours of its unit (``12.5 CPU-hours``), decayed to the end of the log."""
+    key: str
+    """Dominant decayed usage per weight, as hours of the whole root (``0.144 root-hours``;
+    lower goes first among borrowing queues)."""
+
+
 class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     """What ``usher explain`` prints."""
 
@@ -121,6 +136,8 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
     """Every attempt of its job, first to last, when it has retries (R12); else empty."""
     estimate: Estimate | None = None
     """Its estimated start while it waits in a queue (``usher.core.estimate``); else None."""
+    fair_share: FairShareView | None = None
+    """Its leaf's decayed usage when fair share is on (F1); else None."""
 
 
 def explain(
@@ -181,6 +198,22 @@ def explain(
         as_of=to_datetime(last.time_ms),
         attempts=attempts,
         estimate=estimate,
+        fair_share=_fair_share(engine, view.quota if view is not None else None),
+    )
+
+
+def _fair_share(engine: Engine, quota: QuotaPath | None) -> FairShareView | None:
+    """The leaf's decayed usage, weight and key as the interleave uses them (F1)."""
+    half_life = engine.config.half_life_ms
+    if half_life is None or quota is None or quota not in engine.state.tree.nodes:
+        return None
+    usage = engine.decayed_usage(quota)
+    return FairShareView(
+        quota=quota,
+        half_life_s=half_life / 1000,
+        weight=engine.state.tree.fair_weights.get(quota, fairshare.DEFAULT_WEIGHT),
+        decayed_usage={r: fairshare.format_usage({r: usage[r]}) for r in sorted(usage)},
+        key=fairshare.format_key(engine.fair_key(engine.state.tree.nodes[quota], 1)),
     )
 
 
@@ -324,6 +357,8 @@ def render_explain_json(explanation: Explanation) -> str:
         del data["attempts"]  # a job without retries reads as it did before R12
     if explanation.estimate is None:
         del data["estimate"]  # only a pending job has one
+    if explanation.fair_share is None:
+        del data["fair_share"]  # only with fair share on (F1)
     return msgspec.json.format(msgspec.json.encode(data).decode(), indent=2) + "\n"
 
 
@@ -394,6 +429,13 @@ def render_explain_table(explanation: Explanation) -> str:
         lines.append(f"  start:    {describe(e.estimate)}")
         if e.estimate.known:
             lines.append(f"            {e.estimate.basis}")
+    if e.fair_share is not None:
+        f = e.fair_share
+        usage = ", ".join(f.decayed_usage.values()) or "none"
+        lines.append(
+            f"  fair:     {f.quota} decayed usage {usage} (half-life {f.half_life_s:g}s), "
+            f"weight {f.weight}, key {f.key} (F1: lower goes first beyond the guarantee)"
+        )
     when = format_datetime(e.as_of) if e.as_of else "-"
     lines.append(f"  as of:    seq {e.as_of_seq} ({when})")
     if not e.attempts:
@@ -415,6 +457,7 @@ def render_explain_table(explanation: Explanation) -> str:
 __all__ = [
     "AttemptLine",
     "Explanation",
+    "FairShareView",
     "HistoryLine",
     "ReclaimView",
     "UnknownWorkload",

@@ -92,7 +92,7 @@ TOP_LEVEL_KEYS = (
 RUN_KEY = "runSeconds"
 """A ``create`` entry's optional runtime: the job finishes that long after each admission
 (a preemption throws the run away; the next admission starts it again: S2)."""
-CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds")
+CONFIG_KEYS = ("policy", "oversellRate", "withinQuota", "minRuntimeSeconds", "halfLifeSeconds")
 ACTIONS = (
     "create",
     "finish",
@@ -353,7 +353,25 @@ def _load_config(raw: object, errors: _Errors) -> EngineConfig:
         oversell_rate=rate if rate is not None else Fraction(1),
         within_quota=within,
         min_runtime_ms=runtime_ms,
+        half_life_ms=_half_life_ms(raw, errors),
     )
+
+
+def _half_life_ms(raw: Mapping[str, object], errors: _Errors) -> int | None:
+    """``halfLifeSeconds`` (F1): fair share with memory; absent = off."""
+    if raw.get("halfLifeSeconds") is None:
+        return None
+    half_life = _exact_number(raw["halfLifeSeconds"], "config.halfLifeSeconds", errors)
+    if half_life is None:
+        return None
+    if half_life <= 0 or (half_life * 1000).denominator != 1:
+        errors.add(
+            "config.halfLifeSeconds",
+            "invalid-value",
+            "halfLifeSeconds must be > 0 with at most millisecond precision",
+        )
+        return None
+    return int(half_life * 1000)
 
 
 def _exact_number(raw: object, path: str, errors: _Errors) -> Fraction | None:

@@ -34,8 +34,10 @@ Why each piece is encoded or rebuilt (see ``ENCODED`` and ``REBUILT`` below):
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from decimal import Decimal
 from typing import Literal
 
 import msgspec
@@ -56,6 +58,7 @@ from usher.core.config import EngineConfig, ReadinessPolicy
 from usher.core.engine import Engine
 from usher.core.engine_state import NodeCapacity
 from usher.core.errors import InputError
+from usher.core.fairshare import FairBook
 from usher.core.holds import HoldRecord
 from usher.core.readiness import Readiness
 from usher.core.retry import Failure, RetryLink
@@ -93,6 +96,7 @@ ENCODED: frozenset[str] = frozenset(
         "retries",
         "budget_book",
         "starving",
+        "fair_book",
         "version",
         "passes",
         "seq",
@@ -179,6 +183,8 @@ class ConfigRecord(msgspec.Struct, frozen=True, array_like=True):
     instant_release: bool = False
     readiness: tuple[int, int, int, int] | None = None
     """Timeout, backoff base and cap (ms) and attempts (R10); None for the defaults."""
+    half_life_ms: int | None = None
+    """Fair share's half-life (F1); None when off."""
 
 
 class PlacementRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -301,6 +307,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """What closed intervals accrued in each budget's window (B1): key, window start, amount."""
     starving: list[tuple[str, int]] = []
     """Heads passed over and since when (N1), by key."""
+    fair_book: list[tuple[str, int, str, str]] = []
+    """Decayed usage of closed intervals (F1): leaf, its last close, resource, exact decimal."""
 
 
 class _Header(msgspec.Struct):
@@ -333,6 +341,7 @@ def config_record(config: EngineConfig) -> ConfigRecord:
             config.readiness.backoff_cap_ms,
             config.readiness.max_attempts,
         ),
+        half_life_ms=config.half_life_ms,
     )
 
 
@@ -349,6 +358,8 @@ def _fingerprint(record: ConfigRecord) -> str:
     zones = "*" if record.zones is None else ",".join(record.zones)
     stop = ";instant_release" if record.instant_release else ""
     ready = "" if record.readiness is None else ";readiness=" + ",".join(map(str, record.readiness))
+    if record.half_life_ms is not None:
+        ready += f";half_life_ms={record.half_life_ms}"
     return (
         f"policy={record.policy};oversell={numerator}/{denominator};"
         f"within={record.within_quota};min_runtime_ms={record.min_runtime_ms};zones={zones}{stop}"
@@ -484,6 +495,11 @@ def _record(engine: Engine) -> EngineSnapshot:
             for key, (start, amount) in sorted(state.budget_book.closed.items())
         ],
         starving=[(str(key), since) for key, since in sorted(state.starving.items())],
+        fair_book=[
+            (str(leaf), at, resource, str(value))
+            for leaf, (at, values) in sorted(state.fair_book.closed.items())
+            for resource, value in sorted(values.items())
+        ],
     )
 
 
@@ -592,8 +608,25 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
         closed={key: (start, amount) for key, start, amount in record.budget_book}
     )
     state.starving = {WorkloadKey(k): Millis(since) for k, since in record.starving}
+    state.fair_book = _fair_book(record.fair_book)
     engine.rebuild_derived()
     return engine
+
+
+def _fair_book(rows: list[tuple[str, int, str, str]]) -> FairBook:
+    """The fair book a snapshot carries (F1), row by row; a value that is not a finite
+    decimal >= 0 is refused (``str`` of a Decimal reads back exactly)."""
+    closed: dict[QuotaPath, tuple[int, dict[str, Decimal]]] = {}
+    for leaf, at, resource, text in rows:
+        value = Decimal(text) if _DECIMAL.fullmatch(text) else None
+        if value is None:
+            raise SnapshotError("inconsistent", f"fair book of {leaf}: {text!r} is not a decimal")
+        _, values = closed.setdefault(QuotaPath(leaf), (at, {}))
+        values[resource] = value
+    return FairBook(closed=closed)
+
+
+_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?(E[-+]?[0-9]+)?")
 
 
 def _stops(records: list[StopRecord], shapes: list[Shape]) -> dict[WorkloadKey, StopGroup]:

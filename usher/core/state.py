@@ -15,6 +15,7 @@ from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, W
 from usher.core.arbitration import effective_cap
 from usher.core.budgets import Budget, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
+from usher.core.fairshare import DEFAULT_WEIGHT, fair_weight
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
@@ -144,6 +145,7 @@ class TreeIndex:
     __slots__ = (
         "budgets",
         "by_name",
+        "fair_weights",
         "leaf_of_namespace",
         "leaves",
         "leaves_under",
@@ -169,6 +171,8 @@ class TreeIndex:
         """Whether any node turns the starvation guard on (N1): passes skip it otherwise."""
         self.zone_capped = False
         """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
+        self.fair_weights: dict[QuotaPath, int] = {}
+        """Each node's fair-share weight (F1: ``usher.io/fair-weight``, inherited, default 1)."""
         if root is not None:
             self._index(root, config)
 
@@ -187,6 +191,8 @@ class TreeIndex:
             info.starvation_ms = _starvation_ms(node, parent)
             self.starvation_on = self.starvation_on or info.starvation_ms > 0
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
+            inherited = self.fair_weights[parent.path] if parent is not None else DEFAULT_WEIGHT
+            self.fair_weights[path] = fair_weight(node.attributes, inherited)
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
                 self.budgets[path] = tuple(budgets)

@@ -25,6 +25,7 @@ from fractions import Fraction
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
 from usher.core.budgets import parse_budgets
 from usher.core.errors import TreeInvalid
+from usher.core.fairshare import weight_errors
 from usher.core.quantity import collect_resources, format_quantity
 from usher.core.zone_quota import parse_zone_max
 
@@ -444,6 +445,8 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
     for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
         checks.report(error.path, error.code, error.message)
     for error in parse_zone_max(attributes, path)[1]:  # Z1
+        checks.report(error.path, error.code, error.message)
+    for error in weight_errors(attributes, path):  # F1
         checks.report(error.path, error.code, error.message)
 
 

@@ -144,6 +144,8 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     tree: str
     ready_timeout_s: float | None = None
     """Ready timeout of nodes that set none (R10); None (off) is not printed."""
+    half_life_s: float | None = None
+    """Fair share's half-life (F1); None (off) is not printed."""
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -383,6 +385,7 @@ def _settings(variant: Variant) -> RunSettings:
         within_quota=config.within_quota,
         min_runtime_s=config.min_runtime_ms / 1000,
         ready_timeout_s=config.readiness.timeout_ms / 1000 or None,
+        half_life_s=None if config.half_life_ms is None else config.half_life_ms / 1000,
         tree=f"{label} (replaces every recorded tree)" if variant.tree else "as recorded",
     )
 
@@ -484,6 +487,8 @@ def render_whatif_json(report: WhatIfReport) -> str:
 
 def _describe(settings: RunSettings) -> str:
     ready = f", ready-timeout {settings.ready_timeout_s:g}s" if settings.ready_timeout_s else ""
+    if settings.half_life_s is not None:
+        ready += f", fair-share half-life {settings.half_life_s:g}s"
     return (
         f"policy {settings.policy}, oversell {settings.oversell_rate}, within-quota "
         f"{settings.within_quota}, min-runtime {settings.min_runtime_s:g}s{ready}, "

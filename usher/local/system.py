@@ -61,6 +61,8 @@ class SystemOptions:
     oversell_rate: str = "1"
     within_quota: str = "Never"
     min_runtime_s: float = 0.0
+    half_life_s: float | None = None
+    """Fair share with memory (F1): the half-life of decayed usage; None: off."""
     kubelet_speed: float = 1.0
     settle_ms: int = 20
     durable: bool = False
@@ -277,6 +279,9 @@ class EmbeddedSystem:
             "USHER_WITHIN_QUOTA": options.within_quota,
             "USHER_MIN_RUNTIME_SECONDS": str(options.min_runtime_s),
             "USHER_SETTLE_MS": str(options.settle_ms),
+            "USHER_HALF_LIFE_SECONDS": "off"
+            if options.half_life_s is None
+            else str(options.half_life_s),
             # Every service on one machine: each takes a free port for /metrics and probes.
             "USHER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
@@ -364,6 +369,7 @@ class EmbeddedSystem:
             oversell_rate=options.oversell_rate,
             within_quota=options.within_quota,
             min_runtime_s=options.min_runtime_s,
+            half_life_s=options.half_life_s,
             up_pid=self.up_pid,
             console_url=self.console_url,
             console_pid=self.console.process.pid or 0 if self.console else 0,
