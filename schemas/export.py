@@ -18,6 +18,7 @@ from schemas.decisions import DECISION_TYPES
 from schemas.envelope import DeadLetter, Envelope
 from schemas.events import CLUSTER_EVENT_TYPES
 from schemas.holds import HOLD_EVENT_TYPES, HoldReply, HoldRequest
+from schemas.passes import PASS_EVENT_TYPES
 from schemas.ledger import (
     LedgerError,
     PreemptRequest,
@@ -34,6 +35,7 @@ EXPORTED: tuple[type[msgspec.Struct], ...] = (
     *CLUSTER_EVENT_TYPES,
     *DECISION_TYPES,
     *HOLD_EVENT_TYPES,
+    *PASS_EVENT_TYPES,
     ReserveRequest,
     ReserveReply,
     PreemptRequest,

@@ -32,7 +32,7 @@ from schemas import (
     decode,
 )
 from services.common.settings import ServiceSettings
-from services.dequeuer.service import PassPlan, main, plan_pass
+from services.dequeuer.service import main
 from services.ledger.service import main as ledger_main
 from tests.builders.events import observed
 from tests.builders.trees import two_leaf_tree
@@ -43,6 +43,7 @@ from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.pass_plan import PassPlan, plan_pass
 
 
 def _settings(infra: Infra, subjects: Subjects, zone: str) -> ServiceSettings:
