@@ -18,7 +18,6 @@ from schemas.decisions import DECISION_TYPES
 from schemas.envelope import DeadLetter, Envelope
 from schemas.events import CLUSTER_EVENT_TYPES
 from schemas.holds import HOLD_EVENT_TYPES, HoldReply, HoldRequest
-from schemas.passes import PASS_EVENT_TYPES
 from schemas.ledger import (
     LedgerError,
     PreemptRequest,
@@ -28,6 +27,7 @@ from schemas.ledger import (
     ReserveReply,
     ReserveRequest,
 )
+from schemas.passes import PASS_EVENT_TYPES
 
 EXPORTED: tuple[type[msgspec.Struct], ...] = (
     Envelope,
