@@ -59,6 +59,7 @@ from schemas import (
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.history import format_time
 from usher.core.log import LogEntry
 from usher.core.pass_plan import LedgerProposal, PassPlan, on_the_log, plan_pass
 
@@ -355,7 +356,7 @@ class _Run:
         record = given.record
         where = (
             f"pass at seq {given.entry.seq} (zone {record.zone}, log up to seq {record.seq}, "
-            f"now {record.now_ms})"
+            f"now {format_time(record.now_ms)})"
         )
         self.findings.append(
             PassFinding(
