@@ -17,9 +17,12 @@ or of a drained workload in it) are matched against it, in log order:
 * A decision the pass gives at a position already passed is **out of order**
   (``out-of-order``: two admissions swapped, names both and the pass).
 * A decision the pass does not give at all (``not-from-pass``: a higher-ranked job skipped,
-  a job no rule admits then) names the pass and what it gives. A decision published after the
-  zone's next ``PassRan`` that does not match this pass is left to the next one (the ledger's
-  outbox may publish a pass's decisions after the dequeuer's next pass has started).
+  a job no rule admits then) names the pass and what it gives.
+* Which pass a decision answers: the last ``PassRan`` of its zone before it, unless it was
+  granted (the ledger's stamp, its envelope time) at or after the ``now`` of a later
+  ``PassRan`` that is also before it: the dequeuer waits for every answer before its next
+  pass, so a pass's answers are stamped before the next one begins, even when the ledger's
+  outbox publishes them after the next ``PassRan``.
 * A reclaim's victims are all on the log or none (``partial-reclaim``). Its preemptor's
   ``Admitted`` is not matched: the ledger gives it once its victims stop (R7); nor is an
   admission of a workload holding freed capacity (a preemptor) outside a pass's list.
@@ -32,8 +35,8 @@ engine is rebuilt from the log when the recorded replica changes.
 
 Known ways a finding can appear without a bug: the services ran with other settings than the
 audit was given; the ledger granted a request again after a lost reply (no new entry on the log,
-counted as refused); the ledger's outbox published a refused-then-proposed-again decision after
-the zone's next pass (it is matched to the earlier pass).
+counted as refused); the clocks of the ledger's database and a dequeuer disagree by more than
+the time between two passes (a decision is then taken for the other pass's).
 
 What it must never do: perform I/O or read a clock, decide anything the engine would not, or
 stop at the first mismatch (every one is listed, in log order).
@@ -49,6 +52,7 @@ import msgspec
 from schemas import (
     DEQUEUER_SOURCE,
     Admitted,
+    Millis,
     PassRan,
     Preempted,
     Requeued,
@@ -274,7 +278,11 @@ class _Run:
         for index, (entry, record) in enumerate(recorded):
             given = mirror.rerun(entry, record)
             self.passes += 1
-            following = recorded[index + 1][0].seq if index + 1 < len(recorded) else None
+            following = (
+                (recorded[index + 1][0].seq, recorded[index + 1][1].now_ms)
+                if index + 1 < len(recorded)
+                else None
+            )
             at = self.match(mirror, given, stream, at, following)
             self.refused += mirror.undo_refused(given)
 
@@ -284,18 +292,23 @@ class _Run:
         given: _Given,
         stream: list[LogEntry],
         at: int,
-        following: int | None,
+        following: tuple[int, Millis] | None,
     ) -> int:
-        """Match the zone's decisions from ``at`` against ``given``; where the next pass starts."""
+        """Match the zone's decisions from ``at`` against ``given``; where the next pass starts.
+
+        ``following``: where the zone's next ``PassRan`` is and its ``now``. A decision after
+        it was granted by the ledger either for this pass (published late by the outbox) or
+        for a later one; the ledger's stamp says which: this pass's answers were all in before
+        the next pass began (the dequeuer waits for them), the next pass's come after.
+        """
         while at < len(stream):
             entry = stream[at]
             event = entry.event
             assert isinstance(event, Admitted | Preempted | Requeued)
             kind = proposal_kind(event)
-            later = following is not None and entry.seq > following
+            if self.answers_a_later_pass(entry, following):
+                return at
             found = given.find(kind, event.workload, given.cursor)
-            if found is None and later:
-                return at  # the next pass's, or an answer to it
             at += 1
             if found is not None:
                 self.matched_one(given, found, entry, event)
@@ -304,6 +317,11 @@ class _Run:
             else:
                 self.unexpected(given, entry, kind, event.workload)
         return at
+
+    @staticmethod
+    def answers_a_later_pass(entry: LogEntry, following: tuple[int, Millis] | None) -> bool:
+        """After the zone's next ``PassRan`` and granted once that pass began."""
+        return following is not None and entry.seq > following[0] and entry.time_ms >= following[1]
 
     def matched_one(
         self, given: _Given, index: int, entry: LogEntry, event: LedgerProposal
