@@ -26,7 +26,7 @@ from schemas import (
 )
 from tests.builders.log import BASE_MS, CPU, QA, A, B, Log
 from usher.core import audit, reasons
-from usher.core.config import EngineConfig
+from usher.core.config import EngineConfig, Policy
 from usher.core.engine import Engine
 from usher.core.pass_audit import audit_passes, proposal_kind, what_differs
 from usher.core.pass_plan import on_the_log, plan_pass
@@ -198,6 +198,22 @@ def test_a_reclaim_is_matched_by_its_victims_and_its_preemptor_admitted_later() 
     found, _ = audit_passes(log.history().items, EngineConfig())
     first = found[0]
     assert (first.entry.seq, first.check, first.pass_seq) == (9, "not-from-pass", 4)
+
+
+def test_round_skips_ahead_where_block_holds_the_head() -> None:
+    """A Round pass admits the small job behind a head that does not fit; audited as Block,
+    the same log fails: the Block rule gives nothing while the head waits."""
+    log = (
+        Log().tree().job(1, "user-a/first", 30).job(2, "user-a/head", 80).job(3, "user-b/small", 10)
+    )
+    dequeuer = Dequeuer(log)
+    assert dequeuer.run_pass(4) == ["Admitted user-a/first", "Admitted user-b/small"]
+    assert audit_passes(log.history().items, EngineConfig(policy=Policy.ROUND))[0] == []
+    found, _ = audit_passes(log.history().items, EngineConfig(policy=Policy.BLOCK))
+    assert [(f.entry.seq, f.check) for f in found] == [(7, "not-from-pass")]
+    assert "does not give Admitted user-b/small; it gives Admitted user-a/first" in (
+        found[0].message
+    )
 
 
 def _later_pass_of_another_replica(log: Log) -> None:
