@@ -88,6 +88,7 @@ from schemas.ledger import (
     ReserveReply,
     ReserveRequest,
 )
+from schemas.passes import PASS_EVENT_TYPES, PassRan
 from schemas.quota import QuotaNode
 
 __all__ = [
@@ -100,6 +101,7 @@ __all__ = [
     "HOLD_MODES",
     "LEDGER_DECISION_TYPES",
     "LEDGER_SOURCE",
+    "PASS_EVENT_TYPES",
     "SCHEMA_VERSION",
     "Admitted",
     "ClusterEvent",
@@ -124,6 +126,7 @@ __all__ = [
     "NodeObserved",
     "NodeRemoved",
     "NodeResumed",
+    "PassRan",
     "Pending",
     "PodSet",
     "PreemptRequest",

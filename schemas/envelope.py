@@ -17,10 +17,11 @@ from schemas.decisions import Decision
 from schemas.events import ClusterEvent
 from schemas.holds import HoldEvent
 from schemas.ids import EventId
+from schemas.passes import PassRan
 
 SCHEMA_VERSION = 1
 
-LogEvent = ClusterEvent | Decision | HoldEvent
+LogEvent = ClusterEvent | Decision | HoldEvent | PassRan
 
 
 class Envelope(msgspec.Struct, frozen=True, kw_only=True, tag="envelope.v1"):

@@ -27,6 +27,7 @@ from schemas.ledger import (
     ReserveReply,
     ReserveRequest,
 )
+from schemas.passes import PASS_EVENT_TYPES
 
 EXPORTED: tuple[type[msgspec.Struct], ...] = (
     Envelope,
@@ -34,6 +35,7 @@ EXPORTED: tuple[type[msgspec.Struct], ...] = (
     *CLUSTER_EVENT_TYPES,
     *DECISION_TYPES,
     *HOLD_EVENT_TYPES,
+    *PASS_EVENT_TYPES,
     ReserveRequest,
     ReserveReply,
     PreemptRequest,

@@ -12,7 +12,8 @@ Inadmissible and unmapped workloads of its zone are
 announced on the log, and so is what follows each failed attempt of a job with retries
 (``Retried``, R12: it moves no quota, so this dequeuer owns it), and the zone itself at start
 (``ZoneServed``: people's views and ``usher submit --zone`` learn from it which zones have a
-dequeuer).
+dequeuer), and each pass that proposed something (``PassRan``: the log sequence it had applied
+and its ``now``, before its requests, so that ``usher audit`` re-runs it exactly, D4).
 High availability: several replicas of one zone's dequeuer may run; they elect a leader
 (``services.common.leader``, key ``dequeuer-<zone>``). Every replica follows the log (a warm
 standby takes over within about the TTL); only the leader runs passes and saves snapshots.
@@ -33,15 +34,15 @@ import asyncio
 import itertools
 import os
 import time
-from dataclasses import dataclass, field
 
 from schemas import (
     DEQUEUER_SOURCE,
     Admitted,
-    Decision,
     Envelope,
     EventId,
     Inadmissible,
+    Millis,
+    PassRan,
     Preempted,
     PreemptRequest,
     Reason,
@@ -72,53 +73,12 @@ from usher.adapters.nats.log import publish_envelope
 from usher.core import reasons
 from usher.core.engine import Engine
 from usher.core.log import BadEntry, LogEntry
+from usher.core.pass_plan import plan_pass
 from usher.core.usage import UsageMeter, held_now
 
 SOURCE = DEQUEUER_SOURCE
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
-
-
-@dataclass
-class PassPlan:
-    """What one pass asks of the others: reservations, reclaims and announcements."""
-
-    admissions: list[Admitted] = field(default_factory=list)
-    requeues: list[Requeued] = field(default_factory=list)
-    retries: list[Retried] = field(default_factory=list)
-    drains: list[Preempted] = field(default_factory=list)
-    """Preemptions for a drain whose grace ran out (R15): each its own preemptor."""
-    reclaims: list[tuple[Admitted, list[Preempted]]] = field(default_factory=list)
-    announcements: list[Inadmissible | Unmapped] = field(default_factory=list)
-
-
-def plan_pass(decisions: list[Decision]) -> PassPlan:
-    """Split a pass's decisions: a preemptor's ``Admitted`` follows its victims' ``Preempted``."""
-    plan = PassPlan()
-    victims: list[Preempted] = []
-    for decision in decisions:
-        match decision:
-            case Preempted() if decision.preemptor == decision.workload:
-                plan.drains.append(decision)
-            case Preempted():
-                victims.append(decision)
-            case Admitted():
-                mine = [v for v in victims if v.preemptor == decision.workload]
-                if mine:
-                    plan.reclaims.append((decision, mine))
-                    victims = [v for v in victims if v.preemptor != decision.workload]
-                else:
-                    plan.admissions.append(decision)
-            case Inadmissible() | Unmapped():
-                plan.announcements.append(decision)
-            case Requeued():
-                plan.requeues.append(decision)
-            case Retried():
-                plan.retries.append(decision)
-            case _:
-                # Released comes from the ledger; Pending is not emitted by passes.
-                pass
-    return plan
 
 
 def reservation_of(decision: Admitted, preempting: list[WorkloadKey] | None = None) -> Reservation:
@@ -343,10 +303,15 @@ class Dequeuer:
         self.passes += 1
         self._led = True
         started = time.perf_counter()
-        decisions = self.engine.decide(wall_ms())
+        now = wall_ms()
+        seen = self.projection.applied_seq
+        decisions = self.engine.decide(now)
         self._pass_s = time.perf_counter() - started
         self.metrics.pass_seconds.labels(self.zone).observe(self._pass_s)
         plan = plan_pass(decisions)
+        if plan.proposes:
+            # Before any request: whatever reaches the log from this pass comes after it (D4).
+            await self._record_pass(seen, now)
         if plan.requeues or plan.drains:
             # First: the quota they free is what the pass's admissions may count on (R10).
             await self._requeue(plan.requeues, plan.drains)
@@ -359,6 +324,19 @@ class Dequeuer:
         if plan.retries:
             await self._publish_retries(plan.retries)
         self._refresh_gauges()
+
+    async def _record_pass(self, seen: int, now: Millis) -> None:
+        """Put this pass on the log (``PassRan``, D4) so that the audit can re-run it exactly.
+
+        The id names the zone, the replica and the pass: a retried publish is deduplicated.
+        """
+        envelope = Envelope(
+            id=EventId(f"dequeuer:{self.zone}:pass:{self._instance}:{self.passes}"),
+            time=to_utc(now),
+            source=f"{SOURCE}/{self.zone}",
+            event=PassRan(zone=self.zone, seq=seen, now_ms=now, replica=self._instance),
+        )
+        await self._publish(self.ctx.subjects.pass_ran(self.zone), envelope)
 
     def _request_id(self) -> RequestId:
         return RequestId(f"{self._instance}-{next(self._ids)}")

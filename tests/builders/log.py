@@ -47,12 +47,14 @@ class Log:
         self.allocations: dict[WorkloadKey, int] = {}
         self._ids = 0
 
-    def add(self, at: float, event: LogEvent, *, id: str | None = None) -> Log:
+    def add(
+        self, at: float, event: LogEvent, *, id: str | None = None, source: str = "test"
+    ) -> Log:
         self._ids += 1
         envelope = Envelope(
             id=EventId(id or f"e{self._ids}"),
             time=BASE + timedelta(seconds=at),
-            source="test",
+            source=source,
             event=event,
         )
         self.entries.append((f"usher.test.{self._ids}", envelope))

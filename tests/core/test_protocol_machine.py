@@ -47,7 +47,6 @@ from schemas import (
     WorkloadProgress,
     Zone,
 )
-from services.dequeuer.service import plan_pass
 from tests.core.ledger_model import (
     ADMITTED,
     HELD,
@@ -61,6 +60,7 @@ from tests.core.ledger_model import (
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.pass_plan import plan_pass
 from usher.core.snapshot import restore, snapshot
 
 CORE = 1000

@@ -1,10 +1,11 @@
 """History commands after real runs: the seed scenarios through the whole stack, then the CLI.
 
 emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger: the log and the ledger a real run
-leaves behind are audited (no findings), exported, tampered with (the audit names the
-decision), replayed with other settings (``what-if --oversell 2`` admits both seed-1 jobs),
-imported into another installation, and explained (the seed-3 victim's Preempted history and
-reclaim reason). Every command runs as a person would: ``python -m usher.cli ...``.
+leaves behind are audited (no findings; every recorded pass re-run exactly), exported, tampered
+with (the audit names the decision, or the pass that does not give it), replayed with other
+settings (``what-if --oversell 2`` admits both seed-1 jobs), imported into another
+installation, and explained (the seed-3 victim's Preempted history and reclaim reason). Every
+command runs as a person would: ``python -m usher.cli ...``.
 """
 
 from __future__ import annotations
@@ -96,6 +97,30 @@ def tamper_first_admitted(source: Path, target: Path) -> tuple[int, str]:
     return found
 
 
+def tamper_skip_the_ranked_first(source: Path, target: Path, instead: str) -> int:
+    """Admit ``instead`` (waiting behind it) in place of the first job a recorded pass
+    admitted; the seq of that pass's ``PassRan`` (D4)."""
+    lines = source.read_text().splitlines()
+    out, pass_seq, done = [lines[0]], 0, False
+    for line in lines[1:]:
+        entry = json.loads(line)
+        event = entry["envelope"]["event"]
+        if event["type"] == "pass.ran.v1" and not done:
+            pass_seq = entry["seq"]
+        elif pass_seq and not done and event["type"] == "decision.admitted.v1":
+            event["workload"] = instead
+            done = True
+        out.append(json.dumps(entry))
+    target.write_text("\n".join(out) + "\n")
+    return pass_seq
+
+
+def count_types(exported: Path, *types: str) -> int:
+    """How many entries of the exported log have one of ``types``."""
+    lines = exported.read_text().splitlines()[1:]
+    return sum(json.loads(line)["envelope"]["event"]["type"] in types for line in lines)
+
+
 @pytest.mark.parametrize("name", SEEDS, ids=[n.removesuffix(".yaml") for n in SEEDS])
 async def test_history_commands_after_a_real_run(
     name: str,
@@ -122,6 +147,10 @@ async def test_history_commands_after_a_real_run(
     assert result.returncode == 0, result.stderr
     offline = await usher(tmp_path, "audit", "--file", str(exported), *policy)
     assert offline.returncode == 0, offline.stdout + offline.stderr
+    # Every pass that proposed something is on the log and was re-run exactly (D4).
+    passes = count_types(exported, "pass.ran.v1")
+    assert passes >= 1
+    assert f"re-ran {passes} recorded pass" in offline.stdout, offline.stdout
 
     live_state = await usher(tmp_path, "replay", *live, *policy, "-o", "json")
     file_state = await usher(tmp_path, "replay", "--file", str(exported), *policy, "-o", "json")
@@ -136,6 +165,11 @@ async def test_history_commands_after_a_real_run(
     assert "wrong-requests" in caught.stdout
 
     if name.startswith("01"):
+        skipped = tmp_path / "skipped.jsonl"
+        pass_seq = tamper_skip_the_ranked_first(exported, skipped, "user-a/pi-2xtcj")
+        caught = await usher(tmp_path, "audit", "--file", str(skipped), *policy)
+        assert caught.returncode == 1, caught.stdout + caught.stderr
+        assert "not-from-pass" in caught.stdout and f"pass at seq {pass_seq}" in caught.stdout
         await _what_if_oversell_two(tmp_path, exported)
     if name.startswith("03"):
         await _explain_the_victim(tmp_path, live)

@@ -16,8 +16,10 @@ from schemas import (
     Envelope,
     EventId,
     Inadmissible,
+    LogEvent,
     Millis,
     NodeHeld,
+    PassRan,
     Preempted,
     QueueName,
     QuotaPath,
@@ -28,11 +30,12 @@ from schemas import (
     Unmapped,
     WorkloadFinished,
     WorkloadKey,
+    WorkloadObserved,
     Zone,
     decode,
 )
 from services.common.settings import ServiceSettings
-from services.dequeuer.service import PassPlan, main, plan_pass
+from services.dequeuer.service import main
 from services.ledger.service import main as ledger_main
 from tests.builders.events import observed
 from tests.builders.trees import two_leaf_tree
@@ -43,6 +46,9 @@ from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.log import log_entry
+from usher.core.pass_audit import audit_passes
+from usher.core.pass_plan import PassPlan, plan_pass
 
 
 def _settings(infra: Infra, subjects: Subjects, zone: str) -> ServiceSettings:
@@ -262,3 +268,47 @@ async def test_a_failed_job_with_retries_is_retried_once_across_a_restart(
     )
     await publish_envelope(js, subject, envelope)
     assert len(await retried()) == 1
+
+
+async def test_each_pass_that_proposes_is_recorded_before_its_decisions_and_re_runs(
+    infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str
+) -> None:
+    """D4: a ``PassRan`` of its zone, from its dequeuer, precedes the ledger's ``Admitted`` of
+    the pass; the audit re-runs it and finds exactly those; an idle pass is not recorded."""
+    await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
+    ledger_settings = ServiceSettings(
+        nats_url=infra.nats_url, database_url=migrated_url, prefix=subjects.prefix
+    )
+    async with (
+        running("ledger", ledger_main, ledger_settings, subjects),
+        running("dequeuer", main, _settings(infra, subjects, "default"), subjects),
+    ):
+        for name in ("one", "two"):
+            await publish(js, subjects.job(Zone("default"), "a1", name), observed("a1", name, 30))
+
+        async def admitted() -> list[LogEvent]:
+            return [e for e in await log_events(js, subjects) if isinstance(e, Admitted)]
+
+        assert await eventually(lambda: _enough(admitted, 2), timeout_s=10)
+        # Too big for what is left: a pass runs and proposes nothing, so nothing is recorded.
+        await publish(js, subjects.job(Zone("default"), "a1", "big"), observed("a1", "big", 60))
+        await asyncio.sleep(0.5)
+    entries = await read_log(js, subjects)
+    records = [(seq, s, env) for seq, s, env in entries if isinstance(env.event, PassRan)]
+    assert records
+    for seq, subject, envelope in records:
+        assert subject == subjects.pass_ran(Zone("default"))
+        assert envelope.source == "usher/dequeuer/default"
+        assert envelope.event.seq < seq
+    first_admitted = min(seq for seq, _, env in entries if isinstance(env.event, Admitted))
+    assert records[0][0] < first_admitted
+    last_observed = max(seq for seq, _, e in entries if isinstance(e.event, WorkloadObserved))
+    assert all(seq < last_observed for seq, _, _ in records)  # the idle pass: no record
+    items = [log_entry(seq, subject, envelope) for seq, subject, envelope in entries]
+    found, stats = audit_passes(items, EngineConfig())
+    assert found == []
+    assert stats.passes == len(records) and stats.matched == 2
+
+
+async def _enough(found: Callable[[], Awaitable[list[LogEvent]]], count: int) -> bool:
+    return len(await found()) >= count

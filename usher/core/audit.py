@@ -42,6 +42,12 @@ against the state *just before it*:
   leaf under ``LowerPriority``; and the preemptor fits once they are gone); and, only with
   ``quiescent`` (a log that has come to rest), ``stuck`` and ``never-released`` at its end.
 
+Exact re-runs (D4): where the dequeuers recorded their passes (``PassRan``), every pass is
+re-run on the log up to the sequence it recorded, at the ``now`` it recorded, and the ledger's
+decisions of its zone must be exactly what it gives, in order, refusals accounted for
+(``usher.core.pass_audit``: ``not-from-pass``, ``out-of-order``, ``differs``,
+``partial-reclaim``, ``bad-pass``; each names the pass by its seq).
+
 Entries of the log that are not valid envelopes are reported apart (``rejected``), not as
 findings: they carry no decision and change no state (every reader decodes with the same
 schema and parks what does not decode, so no service acted on them), and the log is
@@ -111,6 +117,7 @@ from usher.core.history import (
 )
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.log import BadEntry, LogEntry
+from usher.core.pass_audit import PassFinding, PassStats, audit_passes
 from usher.core.state import JobState, shape_of
 from usher.core.usage import Interval, compare_usage, hours, intervals_of, unit_of
 
@@ -177,6 +184,8 @@ class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
     findings: list[Finding]
     rejected: list[BadEntry] = msgspec.field(default_factory=list)
     """Entries that are not valid envelopes: listed apart, not findings (module docstring)."""
+    passes: PassStats = msgspec.field(default_factory=PassStats)
+    """The exact re-runs of recorded passes (D4): passes, decisions matched and refused."""
 
 
 # ---------------------------------------------------------------------------- the log part
@@ -504,7 +513,8 @@ def audit_log(
     """Findings of the log part (in log order) and how many decisions were re-derived.
 
     The invariants' findings are included (from ``since_ms`` on); ``quiescent`` adds their
-    end-of-log check, after every other finding.
+    end-of-log check, after every other finding. The exact re-runs of recorded passes are
+    ``audit_recorded_passes``'s.
     """
     auditor = _Auditor(engine=Engine(config), since_ms=since_ms)
     auditor.run(history.items)
@@ -519,6 +529,28 @@ def audit_log(
     at_end = [_finding(v) for v in violations if v.seq is None]
     findings = sorted(auditor.findings + at_entries, key=lambda f: f.seq or 0)
     return findings + at_end, auditor.decisions
+
+
+def audit_recorded_passes(
+    history: History, config: EngineConfig, *, since_ms: Millis | None = None
+) -> tuple[list[Finding], PassStats]:
+    """Re-run every recorded pass (D4) over the whole log; its findings from ``since_ms`` on."""
+    found, stats = audit_passes(history.items, config)
+    return [_pass_finding(f) for f in found if in_window(f.entry, since_ms)], stats
+
+
+def _pass_finding(found: PassFinding) -> Finding:
+    """A mismatch of a re-run pass as an audit finding (the message names the pass)."""
+    entry = found.entry
+    return Finding(
+        check=found.check,
+        message=found.message,
+        decision=type(entry.event).__name__,
+        seq=entry.seq,
+        event_id=entry.envelope.id,
+        workload=getattr(entry.event, "workload", None),
+        time=entry.envelope.time,
+    )
 
 
 def _finding(violation: Violation) -> Finding:
@@ -710,6 +742,13 @@ def audit(
     ``quiescent``: the log has come to rest, so its end is checked too (nothing stuck).
     """
     findings, decisions = audit_log(history, config, since_ms=since_ms, quiescent=quiescent)
+    exact, passes = audit_recorded_passes(history, config, since_ms=since_ms)
+    if exact:
+        at_end = [f for f in findings if f.seq is None]
+        findings = sorted(
+            [f for f in findings if f.seq is not None] + exact, key=lambda f: f.seq or 0
+        )
+        findings += at_end
     if ledger is not None:
         findings += check_ledger(history, ledger, since_ms=since_ms)
         if ledger.intervals is not None:
@@ -721,6 +760,7 @@ def audit(
         since=to_datetime(since_ms) if since_ms is not None else None,
         findings=findings,
         rejected=list(history.bad),
+        passes=passes,
     )
 
 
@@ -745,6 +785,14 @@ def render_audit_table(report: AuditReport) -> str:
         f"audited {_count(report.entries, 'log entry', 'log entries')}{window}: "
         f"{_count(report.decisions, 'decision', 'decisions')} re-derived{ledger}"
     ]
+    exact = report.passes
+    if exact.passes:
+        lines.append(
+            f"re-ran {_count(exact.passes, 'recorded pass', 'recorded passes')} exactly: "
+            f"{_count(exact.matched, 'decision', 'decisions')} as given, "
+            f"{exact.refused} refused by the ledger"
+            + (f", {exact.unrecorded} before any recorded pass" if exact.unrecorded else "")
+        )
     for finding in report.findings:
         where = f"seq {finding.seq}" if finding.seq is not None else finding.decision
         what = finding.decision if finding.seq is not None else ""
@@ -774,6 +822,7 @@ __all__ = [
     "OutboxRecord",
     "audit",
     "audit_log",
+    "audit_recorded_passes",
     "check_ledger",
     "check_usage",
     "in_window",

@@ -34,6 +34,7 @@ from schemas import (
     NodeObserved,
     NodeRemoved,
     NodeResumed,
+    PassRan,
     Pending,
     Preempted,
     PriorityClassDeleted,
@@ -374,6 +375,8 @@ class Engine:
                 # A rejected input changes nothing (the last valid state stays in force); the
                 # other decisions carry no state change of their own.
                 pass
+            case PassRan():
+                pass  # a record of a pass, for the audit (D4): it decides nothing
             case WorkloadProgress():
                 self._progress(event)
             case NodeHeld():

@@ -139,7 +139,8 @@ def dequeuer(subjects: Subjects, zone: str) -> Identity:
     p, name = subjects.prefix, f"dequeuer-{zone}"
     decisions = [f"{p}.decision.{token(zone)}.{action}.>" for action in DECISIONS_OF_A_DEQUEUER]
     return Identity(name, (
-        *decisions, subjects.zone_served(Zone(zone)), subjects.ledger_reserve,
+        *decisions, subjects.zone_served(Zone(zone)), subjects.pass_ran(Zone(zone)),
+        subjects.ledger_reserve,
         subjects.ledger_requeue, subjects.preempt_request, subjects.dlq("dequeuer"),
         *_follow_log(subjects), *_snapshots(subjects, name), *_leader_key(subjects, name),
     ))  # fmt: skip
@@ -182,6 +183,7 @@ HEADER = """\
 #              serves {prefix}.ledger.hold.<identity>: who asks is the subject's identity
 #   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped,retried}}.>  (own zone only)
 #              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
+#              {prefix}.decision.<zone>.pass.ran  (records a pass that proposed something)
 #              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
 #              {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request

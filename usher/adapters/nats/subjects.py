@@ -25,6 +25,7 @@ from schemas import (
     NodeHeld,
     NodeName,
     NodeResumed,
+    PassRan,
     QuotaPath,
     Retried,
     Zone,
@@ -111,6 +112,11 @@ class Subjects:
         """Where a dequeuer announces that it serves ``zone`` (``ZoneServed``)."""
         return f"{self.prefix}.decision.{token(zone)}.zone.served"
 
+    def pass_ran(self, zone: Zone) -> str:
+        """Where the dequeuer of ``zone`` records a pass that proposed something (``PassRan``,
+        D4); NATS lets only that dequeuer publish there."""
+        return f"{self.prefix}.decision.{token(zone)}.pass.ran"
+
     @property
     def zones_served(self) -> str:
         """Filter matching every zone's ``ZoneServed`` subject."""
@@ -169,9 +175,12 @@ class Subjects:
 
         The ledger's as ``ledger_decision_problem`` says; a ``Retried`` (R12) is the dequeuer
         of its zone's: on that zone's ``retried`` subject of its own workload, from that
-        dequeuer (NATS lets only it publish there)."""
+        dequeuer (NATS lets only it publish there); so is a ``PassRan`` (D4), on that zone's
+        ``pass.ran`` subject."""
         problem = self.ledger_decision_problem(subject, envelope)
         decision = envelope.event
+        if problem is None and isinstance(decision, PassRan):
+            return self._pass_problem(subject, decision, envelope.source)
         if problem is not None or not isinstance(decision, Retried):
             return problem
         tag = type(decision).__struct_config__.tag
@@ -185,6 +194,17 @@ class Subjects:
         owner = f"{DEQUEUER_SOURCE}/{decision.zone}"
         if envelope.source != owner:
             return f"a {tag} from {envelope.source!r}; only {owner!r} makes it"
+        return None
+
+    def _pass_problem(self, subject: str, event: PassRan, source: str) -> str | None:
+        """Why a ``PassRan`` is not its zone dequeuer's record (D4); None when it is."""
+        tag = type(event).__struct_config__.tag
+        home = self.pass_ran(event.zone)
+        if subject != home:
+            return f"a {tag} of zone {event.zone!r} on {subject!r}; it belongs on {home!r}"
+        owner = f"{DEQUEUER_SOURCE}/{event.zone}"
+        if source != owner:
+            return f"a {tag} from {source!r}; only {owner!r} makes it"
         return None
 
     def _hold_problem(self, subject: str, event: NodeHeld | NodeResumed, source: str) -> str | None:
