@@ -28,6 +28,7 @@ test: lint typecheck
 # Nightly-style: the admission-protocol state machine with many more, longer examples.
 test-long: setup
 	USHER_LONG_TESTS=1 $(BIN)/pytest tests/core/test_protocol_machine.py
+	USHER_LONG_TESTS=1 $(BIN)/pytest tests/e2e/test_resilience.py -k accepting_both_zones
 	USHER_LOAD_SEEDS=11,12,13,14,15 $(BIN)/pytest tests/e2e/test_borrowing_load.py
 
 run: setup

@@ -13,6 +13,7 @@ jobs of 1-3 cpu, so borrowing and reclaim happen all the time:
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from collections import Counter
@@ -250,11 +251,12 @@ async def test_two_zone_dequeuers_racing_for_jobs_accepting_both_zones_never_adm
     js: JetStreamContext,
     migrated_url: str,
 ) -> None:
-    """Z2 under the race: a third of 2,000 jobs accept both zones, so both dequeuers may
+    """Z2 under the race: a third of the jobs accept both zones, so both dequeuers may
     propose them; the ledger's one live allocation per workload lets one through. The same
-    checks as above: each workload admitted once more than it was preempted, no over-commit."""
+    checks as above: each workload admitted once more than it was preempted, no over-commit.
+    600 jobs in ``make test``, the issue's 2,000 in ``make test-long`` (``USHER_LONG_TESTS=1``)."""
     procs, api = cluster
-    count = 2000
+    count = 2000 if os.environ.get("USHER_LONG_TESTS") == "1" else 600
     await asyncio.sleep(2.0)
     custom = client.CustomObjectsApi(api)
     # Each zone may hold 14 of the root's 24 cpu (Z1): a zone fills before the total does, so
