@@ -7,7 +7,9 @@ this machine's NATS JetStream and PostgreSQL can do without Usher), ``stack`` (j
 the log -> committed decisions, services as processes), ``replay`` (rebuilding a service from
 the log, with and without a snapshot), ``kueue`` (Kueue's scheduler baseline through the whole
 stack, emulator and fake kubelet included), ``scale`` (the core at 1,000,000 pending on
-10,000 leaves; not with ``--quick``) -- each with fresh servers of its own; derives the
+10,000 leaves; not with ``--quick``), ``fairness`` (fair share's shares against weights and
+the longest wait of a large job with and without the starvation guard, simulated) -- each with
+fresh servers of its own; derives the
 numbers that compare suites (the stack's admission rate against the limits suite's pipelined
 publish rate); records the machine (cores, memory, Python), each suite's duration and notes
 beside the numbers, and writes one JSON file per run. ``--quick`` runs smaller sizes (the
@@ -63,7 +65,7 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("console", "queue_page_browser_ms"): (1000, "<="),
 }
 
-SUITES = ("core", "cli", "console", "limits", "stack", "replay", "kueue", "scale")
+SUITES = ("core", "cli", "console", "limits", "stack", "replay", "kueue", "scale", "fairness")
 """Run order; ``replay`` only when ``bench/replay.py`` is present."""
 
 SKIPPED_WHEN_QUICK = ("scale",)
@@ -143,6 +145,13 @@ def notes(chosen: list[str], quick: bool) -> dict[str, str]:
         from bench import kueue
 
         out["kueue"] = kueue.notes(quick)
+    if "fairness" in chosen:
+        out["fairness"] = (
+            "simulated (usher.core.sim on usher/simgen workloads): share_* are each department's"
+            " share of the cpu-seconds used (weights 1, 1, 2) with fair share off and on;"
+            " large_* the longest wait of a 16-core job among 1-core ones under Round, without"
+            " and with usher.io/starvation-seconds (to the end for one never started)"
+        )
     if "cli" in chosen:
         out["cli"] = (
             "each command a new process of the usher console script, median of runs; *_s wall"
