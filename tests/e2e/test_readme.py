@@ -14,7 +14,8 @@ An HTML comment just before a block tells what the block needs (``<!-- readme-te
 ``skip: <why>`` (a real cluster, or ``make``), ``restart <usher up args>`` (Ctrl-C, then
 ``usher up`` again on the same data), ``fresh <home> <usher up args>`` (a new data folder),
 ``python`` (run the block with this checkout's Python; the next block is its output),
-``progress`` (a "fits now" progress line may be missed by a fast run: left out on both sides).
+``progress`` (a "fits now" progress line may be missed by a fast run: left out on both sides;
+``usher wait`` commands are always read so, as a slow run may catch one any time).
 ``$ usher up ...`` in a block starts the system itself; its banner is compared.
 """
 
@@ -268,7 +269,10 @@ def test_every_readme_command_runs_as_shown(session: Session) -> None:
                 actual = normalise(session.local(banner).splitlines())
                 assert actual == normalise(command.output), "\n".join(actual)
                 continue
-            difference = check_output(session, block, command, progress=marker == "progress")
+            # ``usher wait`` prints each state it sees: whether it catches the job in the instant
+            # before its pass ("fits now") is timing, in any block.
+            progress = marker == "progress" or command.text.startswith("usher wait")
+            difference = check_output(session, block, command, progress=progress)
             if difference is not None:
                 differences.append(difference)
     assert ran >= 30  # the README's walkthrough, not an empty match
