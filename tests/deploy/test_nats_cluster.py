@@ -102,7 +102,10 @@ async def _publish_until_acked(nc: Client, number: int) -> int:
             await asyncio.sleep(0.1)  # the leader died: an election is under way
 
 
-async def _read_all(url: str, expected: int) -> list[int]:
+async def _read_all(url: str, expected: int, timeout_s: float = 40) -> list[int]:
+    """Every entry of the log as the survivor ``url`` holds it, once it serves reads again
+    (after a leader is killed, the stream's new leader may still be elected: creating the
+    reading consumer is retried until ``timeout_s``, as a client reconnecting would)."""
     nc = await nats.connect(url)
     got: list[int] = []
     done = asyncio.Event()
@@ -112,12 +115,20 @@ async def _read_all(url: str, expected: int) -> list[int]:
         if len(got) >= expected:
             done.set()
 
+    deadline = time.monotonic() + timeout_s
     try:
-        sub = await nc.jetstream().subscribe(
-            SUBJECTS.all_cluster, stream=SUBJECTS.stream_name, cb=on_entry, ordered_consumer=True,
-            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
-        )  # fmt: skip
-        await asyncio.wait_for(done.wait(), 20)
+        while True:
+            try:
+                sub = await nc.jetstream(timeout=5).subscribe(
+                    SUBJECTS.all_cluster, stream=SUBJECTS.stream_name, cb=on_entry,
+                    ordered_consumer=True, config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+                )  # fmt: skip
+                break
+            except (nats.errors.Error, nats.js.errors.Error, TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+        await asyncio.wait_for(done.wait(), max(5.0, deadline - time.monotonic()))
         await asyncio.sleep(0.3)  # anything beyond the expected count would show up now
         await sub.unsubscribe()
     finally:

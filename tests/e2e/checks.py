@@ -112,12 +112,15 @@ def admissions_per_workload(entries: list[tuple[int, str, Any]]) -> Counter[str]
 
 
 def story_checks(entries: list[tuple[int, str, Any]], jobs: set[str]) -> int:
-    """Each job's story on the whole log: admitted once more than preempted (or as often, if
-    it finished before the ledger carried the preemption out), never while it held quota, and
-    holding none at the end. Returns the number of preemptions."""
+    """Each job's story on the whole log: admitted once more than it was sent back (preempted,
+    or requeued after its ready timeout, R10), or as often if it finished before the ledger
+    carried the eviction out; never while it held quota, never after it finished, and holding
+    none at the end. Returns the number of preemptions."""
     admitted: Counter[str] = Counter()
     preempted: Counter[str] = Counter()
+    requeued: Counter[str] = Counter()
     finished_running: set[str] = set()
+    finished: set[str] = set()
     live: set[str] = set()
     problems: list[str] = []
     for seq, _, envelope in entries:
@@ -127,23 +130,28 @@ def story_checks(entries: list[tuple[int, str, Any]], jobs: set[str]) -> int:
         if kind == "Admitted":
             if key in live:
                 problems.append(f"seq {seq}: {key} admitted while it still holds quota")
+            if key in finished:
+                problems.append(f"seq {seq}: {key} admitted after it finished")
             live.add(key)
             admitted[key] += 1
             finished_running.discard(key)
         elif kind == "Preempted":
             preempted[key] += 1
+        elif kind == "Requeued" and event.retry_after_ms is not None:
+            requeued[key] += 1
         elif kind == "Released":
             live.discard(key)
         elif kind == "WorkloadFinished" and admitted[key]:
             finished_running.add(key)
-    # Each preemption is followed by a new admission, unless the victim's pods completed
-    # before it was suspended (its job finished, maybe before the ledger, which learns of it
-    # from the log, carried out the preemption): then nothing is left to admit.
+            finished.add(key)
+    # Each eviction is followed by a new admission, unless the victim's pods completed before
+    # it was suspended (its job finished, maybe before the ledger, which learns of it from the
+    # log, carried out the preemption): then nothing is left to admit.
     problems += [
-        f"{key}: admitted {admitted[key]}x, preempted {preempted[key]}x"
+        f"{key}: admitted {admitted[key]}x, preempted {preempted[key]}x, requeued {requeued[key]}x"
         for key in sorted(jobs)
-        if admitted[key] != preempted[key] + 1
-        and not (admitted[key] == preempted[key] and key in finished_running)
+        if admitted[key] != preempted[key] + requeued[key] + 1
+        and not (admitted[key] == preempted[key] + requeued[key] and key in finished_running)
     ]
     problems += [f"{key} still holds quota at the end" for key in sorted(live)]
     assert problems == [], problems[:10]

@@ -26,6 +26,9 @@ from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 
+READY_TIMEOUT_S = 40.0
+"""How long a service under test may take to be ready (its ``ctx.ready``)."""
+
 
 @contextlib.asynccontextmanager
 async def running(
@@ -44,10 +47,17 @@ async def running(
     )
     task = asyncio.create_task(main(ctx))
     ready = asyncio.ensure_future(ctx.ready.wait())
-    await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    # Generous: on a loaded machine creating the leader bucket alone can take seconds, and a
+    # test that went on before the service was ready would fail for the wrong reason.
+    await asyncio.wait({task, ready}, timeout=READY_TIMEOUT_S, return_when=asyncio.FIRST_COMPLETED)
     ready.cancel()
     if task.done():
         task.result()  # raise what made the service end
+    if not ctx.ready.is_set():
+        ctx.stop.set()
+        await asyncio.wait_for(task, timeout=10)
+        await nc.drain()
+        raise AssertionError(f"service {name} not ready within {READY_TIMEOUT_S} s")
     try:
         yield ctx
         assert not task.done() or task.exception() is None, task.exception()

@@ -131,7 +131,7 @@ async def ledger(
     )
     task = asyncio.create_task(main(ctx))
     ready = asyncio.ensure_future(ctx.ready.wait())
-    await asyncio.wait({task, ready}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({task, ready}, timeout=40, return_when=asyncio.FIRST_COMPLETED)
     ready.cancel()
     if task.done():
         task.result()
