@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import schemas
 from schemas.export import DEFAULT_DIR, EXPORTED, render_all
 from schemas.quota import QuotaNode
+from tests.long import examples
 
 # Datetimes must carry a timezone to survive JSON unchanged (the contract says UTC).
 st.register_type_strategy(
@@ -58,7 +59,7 @@ def _strategy(tp: Any) -> st.SearchStrategy[Any]:
 
 
 @pytest.mark.parametrize("type_", WIRE_TYPES, ids=lambda t: t.__name__)
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=st.data())
 def test_every_wire_type_round_trips(type_: type[Any], data: st.DataObject) -> None:
     value = data.draw(_strategy(type_))
@@ -119,7 +120,7 @@ def _agrees(decoded: Any, given: Any) -> bool:
     return bool(decoded == given)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(case=st.tuples(st.binary(max_size=256), st.none()) | _envelope_bytes())
 def test_arbitrary_bytes_raise_only_msgspec_errors(
     case: tuple[bytes, schemas.Envelope | None],
@@ -139,7 +140,7 @@ def test_arbitrary_bytes_raise_only_msgspec_errors(
     assert schemas.decode_envelope(schemas.encode(decoded)) == decoded
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(doc=_json | _envelope_docs())
 def test_arbitrary_json_raises_only_msgspec_errors(doc: object) -> None:
     try:

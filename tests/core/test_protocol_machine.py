@@ -22,7 +22,6 @@ What it must never do: start servers, read the wall clock, or share state betwee
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import hypothesis.strategies as st
@@ -57,6 +56,7 @@ from tests.core.ledger_model import (
     LedgerModel,
     Message,
 )
+from tests.long import LONG
 from usher.core import reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -64,7 +64,6 @@ from usher.core.pass_plan import plan_pass
 from usher.core.snapshot import restore, snapshot
 
 CORE = 1000
-LONG = os.environ.get("USHER_LONG_TESTS") == "1"
 ZONES = (Zone("zone-1"), Zone("zone-2"), Zone("zone-3"))
 PREEMPTOR = "preemptor"
 NAMESPACES = ("ns-a", "ns-b", "ns-c")

@@ -398,13 +398,17 @@ ELECTING = {
 LEADER_TTL_S = 5.0
 
 
-def _context(session: Session, user: str, instance: str) -> ServiceContext:
+def _context(
+    session: Session, user: str, instance: str, *, timeout_s: float = 5.0
+) -> ServiceContext:
+    """A service's context on ``session``; a refused request shows only as its timeout (the
+    server answers a permission violation with an asynchronous error), hence ``timeout_s``."""
     settings = ServiceSettings(
         nats_url="nats://unused", instance=instance, leader_election=True, leader_ttl_s=LEADER_TTL_S
     )
     return ServiceContext(
-        name=user, settings=settings, nc=session.nc, js=session.nc.jetstream(), subjects=SUBJECTS,
-        stop=asyncio.Event(), log=get_logger(service=user), metrics=Metrics(),
+        name=user, settings=settings, nc=session.nc, js=session.nc.jetstream(timeout=timeout_s),
+        subjects=SUBJECTS, stop=asyncio.Event(), log=get_logger(service=user), metrics=Metrics(),
     )  # fmt: skip
 
 
@@ -442,7 +446,7 @@ async def test_an_electing_service_cannot_take_another_roles_key(
     streams: str, user: str, role: str
 ) -> None:
     async with login(streams, user) as session:
-        leadership = Leadership(_context(session, user, f"{user}-intruder"), role)
+        leadership = Leadership(_context(session, user, f"{user}-intruder", timeout_s=1.0), role)
         assert not await leadership.start()
         await leadership.close()
     assert any(f"$kv.usher_leaders.{role}" in err.lower() for err in session.refused)

@@ -13,7 +13,6 @@ jobs of 1-3 cpu, so borrowing and reclaim happen all the time:
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from collections import Counter
@@ -40,6 +39,7 @@ from tests.e2e.checks import (
 )
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
+from tests.long import LONG
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 
@@ -256,7 +256,7 @@ async def test_two_zone_dequeuers_racing_for_jobs_accepting_both_zones_never_adm
     checks as above: each workload admitted once more than it was preempted, no over-commit.
     600 jobs in ``make test``, the issue's 2,000 in ``make test-long`` (``USHER_LONG_TESTS=1``)."""
     procs, api = cluster
-    count = 2000 if os.environ.get("USHER_LONG_TESTS") == "1" else 600
+    count = 2000 if LONG else 600
     await asyncio.sleep(2.0)
     custom = client.CustomObjectsApi(api)
     # Each zone may hold 14 of the root's 24 cpu (Z1): a zone fills before the total does, so
