@@ -29,7 +29,7 @@ test: lint typecheck
 # many more, longer examples (tests/long.py), the both-zones race at 2,000 jobs, more load seeds.
 test-long: setup
 	USHER_LONG_TESTS=1 $(BIN)/pytest tests/core/test_protocol_machine.py tests/test_schemas.py
-	USHER_LONG_TESTS=1 $(BIN)/pytest tests/e2e/test_resilience.py -k accepting_both_zones
+	USHER_LONG_TESTS=1 $(BIN)/pytest tests/e2e/test_resilience.py -k two_zone_dequeuers
 	USHER_LOAD_SEEDS=11,12,13,14,15 $(BIN)/pytest tests/e2e/test_borrowing_load.py
 
 run: setup
