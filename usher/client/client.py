@@ -55,6 +55,7 @@ from usher.adapters.kube import (
 from usher.adapters.logs import redact_url
 from usher.adapters.nats.permissions import ADMIN
 from usher.adapters.nats.subjects import Subjects
+from usher.client.errors import AlreadyExists as ObjectExists
 from usher.client.errors import BadInput, ClientError, NotRunning, Refused, WaitTimeout
 from usher.client.errors import NotFound as UnknownObject
 from usher.client.manifests import (
@@ -510,11 +511,17 @@ class AsyncClient:
         kube = await self.kube()
         meta = manifest.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        what = f"{kind.label}/{meta.get('name') or meta.get('generateName', '') + '*'}"
+        name = str(meta.get("name") or meta.get("generateName", "") + "*")
+        what = f"{kind.label}/{name}"
         try:
             created = await kube.create(kind.resource, namespace, manifest)
         except AlreadyExists as exc:
-            raise BadInput(f"{what} already exists in namespace {namespace}") from exc
+            raise ObjectExists(
+                f"{what} already exists in namespace {namespace}",
+                kind=kind.resource.kind,
+                namespace=str(namespace),
+                name=name,
+            ) from exc
         except KubeError as exc:
             raise _kube_failure(exc, what) from exc
         name = str(created["metadata"]["name"])
