@@ -195,3 +195,22 @@ def seed_reclaim() -> Log:
         .released(3.3, "user-b/borrow", 40, "Preempted")
         .admitted(3.3, "user-c/urgent", 10, B, priority=3)
     )
+
+
+def waiting_behind_a_run(now: float) -> Log:
+    """Seconds after BASE: runs of 10, 20 and 30 minutes ended long before ``now``;
+    user-a/running (90 cpu of Department-a's 100) started 90 s before ``now``, and user-a/next
+    (50 cpu) waits for it. Its estimated start at ``now`` is when the runs longer than 90 s
+    end, less 90 s: p25 8m30s, p50 18m30s, p75 28m30s (half a minute from a minute's edge, so
+    the words ``~18m (8m-28m)`` hold for a test that takes some seconds)."""
+    log = Log().tree(now - 7200)
+    for number, minutes in enumerate((10, 20, 30)):
+        key = f"user-a/r{number}"
+        began = now - 7000 + number
+        log.job(began, key, 10).admitted(began + 0.1, key, 10)
+        log.released(began + 0.1 + minutes * 60, key, 10, "Finished")
+    return (
+        log.job(now - 91, "user-a/running", 90)
+        .admitted(now - 90, "user-a/running", 90)
+        .job(now - 30, "user-a/next", 50)
+    )

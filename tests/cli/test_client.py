@@ -18,6 +18,7 @@ from schemas import Millis
 from usher.adapters.pg.audit_reads import read_usage_intervals
 from usher.adapters.stack_file import read_stack_info
 from usher.client import (
+    AlreadyExists,
     AsyncClient,
     BadInput,
     Client,
@@ -30,6 +31,7 @@ from usher.client import (
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
 from usher.core.usage import UsageBy, usage_totals
+from usher.demo.driver import DemoDriver, SeedJob
 from usher.local.processes import pid_alive
 from usher.local.system import EmbeddedSystem, SystemOptions
 
@@ -151,6 +153,37 @@ def test_usage_from_the_log_equals_the_ledgers_intervals(system: EmbeddedSystem)
         # B1: the demo tree carries no budget; the report says when it was taken.
         report = usher.budget()
         assert report.rows == [] and report.now_ms >= until_ms
+
+
+def test_a_job_created_twice_is_a_typed_already_exists(system: EmbeddedSystem) -> None:
+    """The API's 409 AlreadyExists is ``AlreadyExists`` (kind, namespace, name), still a
+    ``BadInput`` with the same words; the demo driver run again passes over it by its type."""
+
+    async def scenario() -> list[str]:
+        said: list[str] = []
+        async with AsyncClient(home=system.home) as usher:
+            await usher.submit("twice", namespace="user-b", image="x", cpu=1)
+            with pytest.raises(AlreadyExists) as again:
+                await usher.submit("twice", namespace="user-b", image="x", cpu=1)
+            assert isinstance(again.value, BadInput)
+            assert (again.value.kind, again.value.namespace, again.value.name) == (
+                "Job",
+                "user-b",
+                "twice",
+            )
+            assert again.value.message == "job.batch/twice already exists in namespace user-b"
+            manifest = job_manifest(
+                JobRequest(namespace="user-b", image="x", name="twice", cpu="1")
+            )
+            with pytest.raises(AlreadyExists, match=r"^job\.batch/twice already exists"):
+                await usher.submit_manifest(manifest)
+            driver = DemoDriver(usher, say=said.append)
+            job = SeedJob(0, "seeded-twice", "user-b", 1, 1, note="once")
+            await driver._seed_job(job)
+            await driver._seed_job(job)  # a restart replays the script: no error, no line
+        return said
+
+    assert asyncio.run(scenario()) == ["demo: job.batch/seeded-twice submitted (once)"]
 
 
 # --------------------------------------------------------------------------- pure parts

@@ -2,7 +2,8 @@
 
 One `usher up` (the seed's three scenarios, then the steady workload) and one headless
 Chromium serve every test of the module: the tree page shows the seed tree's numbers, a queue
-page the seed's positions (the same as `usher replay` at the page's log position), a
+page the seed's positions (the same as `usher replay` at the page's log position) and each
+job's estimated start, a
 preempted job's page its preemptor, the live stream shows a decision within a second of it,
 the time travel view at an old position is what `usher replay --seq N` prints, and no page
 shows a password or a server's address. Every page
@@ -12,6 +13,7 @@ is saved as a screenshot (see ``tests.console.browser.artefacts``).
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,6 +31,8 @@ skip_without_chromium()
 pytestmark = pytest.mark.e2e
 
 QUEUE_A = "root-department-a-user-a"
+START = r"now|~\w+ \(\w+-\w+\)|unknown: .+"
+"""A pending job's estimated start as the console words it (``estimated_start``)."""
 
 
 class Console:
@@ -112,6 +116,9 @@ def test_a_queue_page_shows_the_seeds_positions(console: Console) -> None:
 
     seq, positions = poll(shown, timeout=60, every=0.5)
     assert positions["user-a/pi-6nsc7"] < positions["user-a/pi-2xtcj"]
+    # Each row's estimated start in usher jobs --start's words, or unknown with the reason.
+    starts = console.page.locator("tr[data-job] td.start").all_inner_texts()
+    assert starts and all(re.fullmatch(START, text.strip()) for text in starts), starts
     replay = _replay_json(console.home, seq)
     [queue] = [q for q in replay["queues"] if q["queue"] == QUEUE_A]
     assert positions == {entry["job"]: entry["position"] for entry in queue["jobs"]}

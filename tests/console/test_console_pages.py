@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from schemas import Millis, NodeHeld, NodeResumed, QuotaPath
-from tests.builders.log import BASE_MS, QA, B, Log
+from tests.builders.log import BASE_MS, QA, B, Log, waiting_behind_a_run
 from usher.console import pages
 from usher.console.feed import SAMPLE_MS, ConsoleLog
 from usher.console.server import make_app
@@ -114,6 +115,40 @@ async def test_a_pending_jobs_page_gives_its_estimated_start(client: TestClient)
     assert "(the next decision pass admits it)" in text.split('id="start">')[1].split("</dd>")[0]
     admitted = await page(client, "/job/user-c/urgent")
     assert 'id="start"' not in admitted
+
+
+def cell(text: str, job: str, klass: str = "start") -> str:
+    """The text of the ``klass`` cell of ``job``'s row (tags dropped, entities kept)."""
+    row = text.split(f'<tr data-job="{job}">')[1].split("</tr>")[0]
+    inside = row.split(f'<td class="{klass}"')[1].split(">", 1)[1].split("</td>")[0]
+    return re.sub(r"<[^>]+>", "", inside)
+
+
+async def test_each_pending_row_gives_its_estimated_start_as_usher_jobs_words_it() -> None:
+    now = time.time() - BASE_MS / 1000  # seconds after the builder's BASE
+    async with TestClient(TestServer(make_app(folded(waiting_behind_a_run(now))))) as test_client:
+        for path in (f"/queue/{QA}", "/queues"):
+            text = await page(test_client, path)
+            assert "<th" in text and ">starts</th>" in text
+            assert cell(text, "user-a/next") == "~18m (8m-28m)"
+            row = text.split('<tr data-job="user-a/next">')[1].split("</tr>")[0]
+            assert 'title="0 ahead in root-department-a-user-a, 1 running under ' in row
+        glance = (await page(test_client, "/")).split("Queues at a glance")[1]
+        head = glance.split('href="/job/user-a/next"')[1].split("</tr>")[0]
+        assert '<td class="start"' in head and ">~18m (8m-28m)</td>" in head
+        story = await page(test_client, "/job/user-a/next")
+        start = story.split('id="start">')[1].split("</dd>")[0]
+        assert start.startswith("~18m (8m-28m): at 20"), start
+        assert "(p25 " in start and "3 runs of queue root-department-a-user-a" in start
+
+
+async def test_an_unknown_start_says_why(client: TestClient) -> None:
+    text = await page(client, f"/queue/{QA}")
+    assert cell(text, "user-a/big") == "now"  # the next pass admits it
+    why = "unknown: 1 run has ended on the log, 3 are needed"
+    assert cell(text, "user-a/next") == why
+    story = await page(client, "/job/user-a/next")
+    assert story.split('id="start">')[1].split("</dd>")[0] == why
 
 
 async def test_the_decision_stream_filters(client: TestClient) -> None:

@@ -2,9 +2,10 @@
 
 What it does: follows the log (ordered consumer, pure-core projection: ``usher.client.state``)
 and, on a terminal, redraws a rich ``Live`` screen about once a second: every queue with its
-pending jobs in order (position, priority, reason), the quota tree with used/min/max bars per
-resource, and the latest decisions with their reasons. When stdout is not a terminal it
-prints plain lines instead: one per decision as it happens, and a summary every
+pending jobs in order (position, priority, estimated start as ``usher jobs --start`` words it
+and why when it is unknown, reason), the quota tree with used/min/max bars per resource, and
+the latest decisions with their reasons. When stdout is not a terminal it prints plain lines
+instead: one per decision as it happens, and a summary every
 ``interval_s``. ``run_up`` is the asyncio part of ``usher up``: the view, the demo driver,
 and the watch over the system's processes, until a stop is requested.
 What it must never do: decide or publish anything, block the event loop for long, or print
@@ -18,7 +19,8 @@ import contextlib
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
@@ -30,6 +32,7 @@ from rich.text import Text
 
 from usher.adapters.stack_file import StackInfo
 from usher.client import AsyncClient, ClientError
+from usher.client.durations import estimated_start
 from usher.client.state import (
     PeopleProjection,
     QueueInfo,
@@ -95,7 +98,19 @@ def summary_line(view: StateView) -> str:
     return f"log seq {view.seq}; {states}; policy {view.policy}"
 
 
-def queue_lines(queue: QueueInfo) -> list[str]:
+def starts_of(view: StateView, now: datetime) -> dict[str, str]:
+    """Each pending job's estimated start from ``now``, as ``usher jobs --start`` words it, and
+    why when it is unknown (the screen has room for the reason; the START column has not)."""
+    return {
+        job.job: estimated_start(job.estimate, now, why=True)
+        for job in view.jobs
+        if job.state == JobState.PENDING
+    }
+
+
+def queue_lines(queue: QueueInfo, starts: Mapping[str, str] | None = None) -> list[str]:
+    """The plain lines of one queue: its head line, then its first pending jobs (with their
+    estimated start where ``starts``, from ``starts_of``, gives one)."""
     head = f"queue {queue.name} ({queue.quota}, {queue.policy}): "
     head += f"{len(queue.pending)} pending, {len(queue.admitted)} admitted"
     if queue.hold:
@@ -104,10 +119,12 @@ def queue_lines(queue: QueueInfo) -> list[str]:
         head += f"; budget spent ({queue.budget})"
     lines = [head]
     for entry in queue.pending[:SHOWN_PER_QUEUE]:
-        lines.append(
+        line = (
             f"  #{entry.position} {entry.job} prio {entry.priority}: "
             f"{entry.reason_code or ''} {entry.reason or ''}".rstrip()
         )
+        start = (starts or {}).get(entry.job)
+        lines.append(line if start is None else f"{line}; starts {start}")
     if len(queue.pending) > SHOWN_PER_QUEUE:
         lines.append(f"  ... {len(queue.pending) - SHOWN_PER_QUEUE} more")
     return lines
@@ -146,17 +163,19 @@ def render(view: StateView, header: str, notes: list[str]) -> RenderableType:
 
 
 def _queues_table(view: StateView) -> RenderableType:
+    starts = starts_of(view, datetime.now(UTC))
     table = Table(title="Queues", box=box.SIMPLE_HEAD, expand=True, title_justify="left")
     for column, kwargs in (
         ("queue", {"no_wrap": True}),
         ("#", {"justify": "right"}),
         ("job", {"no_wrap": True}),
         ("prio", {"justify": "right"}),
+        ("starts", {"max_width": 32}),
         ("why it waits", {"ratio": 1}),
     ):
         table.add_column(column, **kwargs)
     if not view.queues:
-        table.add_row("(no quota tree yet)", "", "", "", "")
+        table.add_row("(no quota tree yet)", "", "", "", "", "")
     for queue in view.queues:
         name = f"{queue.name}\n[dim]{len(queue.admitted)} admitted, {queue.policy}[/dim]"
         if queue.hold:
@@ -164,15 +183,20 @@ def _queues_table(view: StateView) -> RenderableType:
         if queue.budget:
             name += "\n[yellow]budget spent[/yellow]"  # the reasons give the numbers (B1)
         if not queue.pending:
-            table.add_row(name, "", "[dim](empty)[/dim]", "", "")
+            table.add_row(name, "", "[dim](empty)[/dim]", "", "", "")
         for i, entry in enumerate(queue.pending[:SHOWN_PER_QUEUE]):
             reason = f"[bold]{entry.reason_code or ''}[/bold] {entry.reason or ''}"
             table.add_row(
-                name if i == 0 else "", str(entry.position), entry.job, str(entry.priority), reason
+                name if i == 0 else "",
+                str(entry.position),
+                entry.job,
+                str(entry.priority),
+                Text(starts.get(entry.job, "-")),  # Text: the words are not markup
+                reason,
             )
         hidden = len(queue.pending) - SHOWN_PER_QUEUE
         if hidden > 0:
-            table.add_row("", "", f"[dim]... {hidden} more[/dim]", "", "")
+            table.add_row("", "", f"[dim]... {hidden} more[/dim]", "", "", "")
     return table
 
 
@@ -328,8 +352,9 @@ class LiveView:
     def _print_summary(self) -> None:
         view = self._view()
         lines = [f"== {time.strftime('%H:%M:%S')} {summary_line(view)}"]
+        starts = starts_of(view, datetime.now(UTC))
         for queue in view.queues:
-            lines.extend(queue_lines(queue))
+            lines.extend(queue_lines(queue, starts))
         lines.extend(quota_line(node) for node in view.quota)
         lines.extend(view.tree_notes())
         lines.extend(head.describe() for head in view.skipped_heads)

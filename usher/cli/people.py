@@ -34,7 +34,7 @@ from usher.cli import (
     home_option,
     import_nats_without_websockets,
 )
-from usher.client.durations import age
+from usher.client.durations import age, estimated_start
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
 from usher.client.timing import UNKNOWN_GRACE_S
@@ -154,23 +154,6 @@ def render_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         cells = [cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])] + [row[-1]]
         lines.append("   ".join(cells).rstrip())
     return "\n".join(lines)
-
-
-def _start(job: JobInfo, now: datetime) -> str:
-    """A pending job's estimated start from ``now``: ``now``, ``~12m (5m-20m)`` or
-    ``unknown``; ``-`` for a job that does not wait."""
-    estimate = job.estimate
-    if estimate is None:
-        return "-"
-    if estimate.start_ms is None or estimate.early_ms is None or estimate.late_ms is None:
-        return "unknown"
-    mid, early, late = (
-        datetime.fromtimestamp(at / 1000, tz=UTC)
-        for at in (estimate.start_ms, estimate.early_ms, estimate.late_ms)
-    )
-    if late <= now:
-        return "now"
-    return f"~{age(now, mid)} ({age(now, early)}-{age(now, late)})"
 
 
 def _reason(job: JobInfo) -> str:
@@ -588,7 +571,7 @@ def jobs(
         if show_start:
             now = datetime.now(UTC)
             for row, j in zip(rows, found, strict=True):
-                row.insert(-1, _start(j, now))
+                row.insert(-1, estimated_start(j.estimate, now))
             headers.insert(-1, "START")
         return render_table(headers, rows)
 

@@ -17,7 +17,15 @@ What it must never do: decide anything or publish on the log (it is a client lik
 
 from typing import TYPE_CHECKING, Any
 
-from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
+from usher.client.errors import (
+    AlreadyExists,
+    BadInput,
+    ClientError,
+    NotFound,
+    NotRunning,
+    Refused,
+    WaitTimeout,
+)
 from usher.client.timing import UNKNOWN_GRACE_S
 
 if TYPE_CHECKING:
@@ -77,6 +85,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "UNKNOWN_GRACE_S",
+    "AlreadyExists",
     "Applied",
     "AsyncClient",
     "BadInput",

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import msgspec
 import nats
@@ -55,6 +56,7 @@ from usher.adapters.kube import (
 from usher.adapters.logs import redact_url
 from usher.adapters.nats.permissions import ADMIN
 from usher.adapters.nats.subjects import Subjects
+from usher.client.errors import AlreadyExists as ObjectExists
 from usher.client.errors import BadInput, ClientError, NotRunning, Refused, WaitTimeout
 from usher.client.errors import NotFound as UnknownObject
 from usher.client.manifests import (
@@ -99,6 +101,7 @@ if TYPE_CHECKING:
     from usher.adapters.kube.client import KubeClient
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class Submitted(msgspec.Struct, frozen=True, kw_only=True):
@@ -510,11 +513,17 @@ class AsyncClient:
         kube = await self.kube()
         meta = manifest.get("metadata") or {}
         namespace = meta.get("namespace") or "default"
-        what = f"{kind.label}/{meta.get('name') or meta.get('generateName', '') + '*'}"
+        name = str(meta.get("name") or meta.get("generateName", "") + "*")
+        what = f"{kind.label}/{name}"
         try:
             created = await kube.create(kind.resource, namespace, manifest)
         except AlreadyExists as exc:
-            raise BadInput(f"{what} already exists in namespace {namespace}") from exc
+            raise ObjectExists(
+                f"{what} already exists in namespace {namespace}",
+                kind=kind.resource.kind,
+                namespace=str(namespace),
+                name=name,
+            ) from exc
         except KubeError as exc:
             raise _kube_failure(exc, what) from exc
         name = str(created["metadata"]["name"])
@@ -790,6 +799,30 @@ def _key(job: str, namespace: str | None) -> str:
 
 # --------------------------------------------------------------------------- blocking client
 
+SEE_ASYNC = "See ``AsyncClient.{name}``."
+"""The docstring of a blocking twin unless it says more."""
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+    doc: str | None = SEE_ASYNC,
+) -> Callable[Concatenate[Client, P], T]:
+    """The blocking twin of the ``AsyncClient`` coroutine ``method``: a ``Client`` method
+    taking exactly its parameters (``P``: mypy checks every call against the async list, so
+    the two cannot drift) that runs it on the client's own loop. ``help()`` and IDEs read the
+    same parameters from its ``__signature__``; ``doc`` is its docstring (``{name}``: the
+    method's name; None: none)."""
+
+    def blocking(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._client, *args, **kwargs))
+
+    name = method.__name__
+    blocking.__name__ = name
+    blocking.__qualname__ = f"Client.{name}"
+    blocking.__doc__ = doc.format(name=name) if doc is not None else None
+    blocking.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
+    return blocking
+
 
 class Client:
     """Usher for blocking code and notebooks: the ``AsyncClient`` on a private event loop.
@@ -852,173 +885,24 @@ class Client:
     def target(self) -> Target:
         return self._client.target
 
-    def submit(
-        self,
-        name: str | None = None,
-        *,
-        namespace: str,
-        image: str,
-        cpu: str | int | float | None = None,
-        memory: str | None = None,
-        gpu: str | int | None = None,
-        replicas: int = 1,
-        priority_class: str | None = None,
-        zone: str | None = None,
-        duration: float | None = None,
-        command: Iterable[str] = (),
-        labels: dict[str, str] | None = None,
-        check_namespace: bool = True,
-        check_zone: bool = True,
-    ) -> Submitted:
-        """See ``AsyncClient.submit``."""
-        return self._run(
-            self._client.submit(
-                name,
-                namespace=namespace,
-                image=image,
-                cpu=cpu,
-                memory=memory,
-                gpu=gpu,
-                replicas=replicas,
-                priority_class=priority_class,
-                zone=zone,
-                duration=duration,
-                command=command,
-                labels=labels,
-                check_namespace=check_namespace,
-                check_zone=check_zone,
-            )
-        )
-
-    def submit_manifest(
-        self,
-        manifest: JsonObj,
-        *,
-        check_namespace: bool = True,
-        check_zone: bool = True,
-        source: str = "manifest",
-        index: int = 1,
-    ) -> Submitted:
-        """See ``AsyncClient.submit_manifest``."""
-        return self._run(
-            self._client.submit_manifest(
-                manifest,
-                check_namespace=check_namespace,
-                check_zone=check_zone,
-                source=source,
-                index=index,
-            )
-        )
-
-    def dry_run(self, manifest: JsonObj, *, source: str = "manifest", index: int = 1) -> DryRun:
-        """See ``AsyncClient.dry_run``."""
-        return self._run(self._client.dry_run(manifest, source=source, index=index))
-
-    def dry_run_job(
-        self,
-        name: str | None = None,
-        *,
-        namespace: str,
-        image: str,
-        cpu: str | int | float | None = None,
-        memory: str | None = None,
-        gpu: str | int | None = None,
-        replicas: int = 1,
-        priority_class: str | None = None,
-        zone: str | None = None,
-        duration: float | None = None,
-        command: Iterable[str] = (),
-        labels: dict[str, str] | None = None,
-    ) -> DryRun:
-        """See ``AsyncClient.dry_run_job``."""
-        return self._run(
-            self._client.dry_run_job(
-                name,
-                namespace=namespace,
-                image=image,
-                cpu=cpu,
-                memory=memory,
-                gpu=gpu,
-                replicas=replicas,
-                priority_class=priority_class,
-                zone=zone,
-                duration=duration,
-                command=command,
-                labels=labels,
-            )
-        )
-
-    def apply(self, path: Path | str) -> list[Applied]:
-        return self._run(self._client.apply(path))
-
-    def apply_manifests(self, manifests: list[JsonObj], source: str) -> list[Applied]:
-        """See ``AsyncClient.apply_manifests``."""
-        return self._run(self._client.apply_manifests(manifests, source))
-
-    def delete(self, job: str, namespace: str | None = None, *, kind: str | None = None) -> Deleted:
-        """See ``AsyncClient.delete``."""
-        return self._run(self._client.delete(job, namespace, kind=kind))
-
-    def list_jobs(
-        self, namespace: str | None = None, *, states: Iterable[str] | None = None
-    ) -> list[JobInfo]:
-        return self._run(self._client.list_jobs(namespace, states=states))
-
-    def job(self, job: str, namespace: str | None = None) -> JobInfo:
-        return self._run(self._client.job(job, namespace))
-
-    def queues(self) -> list[QueueInfo]:
-        return self._run(self._client.queues())
-
-    def queue(self, name: str) -> QueueInfo:
-        return self._run(self._client.queue(name))
-
-    def quota(self) -> list[QuotaInfo]:
-        return self._run(self._client.quota())
-
-    def view(self) -> StateView:
-        return self._run(self._client.view())
-
-    def usage(
-        self,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        by: str = "node",
-    ) -> UsageReport:
-        """See ``AsyncClient.usage``."""
-        return self._run(self._client.usage(since=since, until=until, by=by))
-
-    def budget(self) -> BudgetReport:
-        """See ``AsyncClient.budget``."""
-        return self._run(self._client.budget())
-
-    def order_hold(
-        self,
-        action: HoldAction,
-        node: str,
-        *,
-        reason: str = "",
-        grace_seconds: int | None = None,
-    ) -> NodeHeld | NodeResumed:
-        """See ``AsyncClient.order_hold``."""
-        return self._run(
-            self._client.order_hold(action, node, reason=reason, grace_seconds=grace_seconds)
-        )
-
-    def wait(
-        self,
-        job: str,
-        namespace: str | None = None,
-        *,
-        until: str = "done",
-        timeout: float | None = None,
-        on_change: Callable[[JobInfo], None] | None = None,
-        grace: float = UNKNOWN_GRACE_S,
-    ) -> JobInfo:
-        """See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."""
-        return self._run(
-            self._client.wait(
-                job, namespace, until=until, timeout=timeout, on_change=on_change, grace=grace
-            )
-        )
+    # Each verb is its ``AsyncClient`` twin run on the client's loop: one argument list, kept
+    # by ``_blocking`` (for mypy through ``P``, for ``help()`` and IDEs through its signature).
+    submit = _blocking(AsyncClient.submit)
+    submit_manifest = _blocking(AsyncClient.submit_manifest)
+    dry_run = _blocking(AsyncClient.dry_run)
+    dry_run_job = _blocking(AsyncClient.dry_run_job)
+    apply = _blocking(AsyncClient.apply, doc=None)
+    apply_manifests = _blocking(AsyncClient.apply_manifests)
+    delete = _blocking(AsyncClient.delete)
+    list_jobs = _blocking(AsyncClient.list_jobs, doc=None)
+    job = _blocking(AsyncClient.job, doc=None)
+    queues = _blocking(AsyncClient.queues, doc=None)
+    queue = _blocking(AsyncClient.queue, doc=None)
+    quota = _blocking(AsyncClient.quota, doc=None)
+    view = _blocking(AsyncClient.view, doc=None)
+    usage = _blocking(AsyncClient.usage)
+    budget = _blocking(AsyncClient.budget)
+    order_hold = _blocking(AsyncClient.order_hold)
+    wait = _blocking(
+        AsyncClient.wait, doc="See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."
+    )

@@ -1,13 +1,22 @@
-"""How long ago something happened, as ``usher jobs`` prints AGE and the console shows waits.
+"""How long ago something happened and when a pending job likely starts, as people read it.
 
-What it does: one short human form of an elapsed time (``45s``, ``3m``, ``2h``, ``4d``), the
-same everywhere people read it. What it must never do: read the clock itself (the caller says
-what "now" is) or import anything beyond the standard library.
+What it does: one short human form of an elapsed time (``45s``, ``3m``, ``2h``, ``4d``: ``age``,
+as ``usher jobs`` prints AGE and the console shows waits), and on it the one wording of a
+pending job's estimated start (``estimated_start``: ``~12m (5m-20m)``, ``now`` or ``unknown``,
+as ``usher jobs --start`` prints START and the live views show it), the same everywhere people
+read them.
+What it must never do: read the clock itself (the caller says what "now" is) or import anything
+beyond the standard library when it runs (the estimate's type is only named for the checker:
+``usher jobs`` starts without importing the core).
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from usher.core.estimate import Estimate
 
 
 def age(since: datetime | None, now: datetime) -> str:
@@ -19,3 +28,23 @@ def age(since: datetime | None, now: datetime) -> str:
         if seconds >= size * 2:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def estimated_start(estimate: Estimate | None, now: datetime, *, why: bool = False) -> str:
+    """A pending job's estimated start from ``now``: ``now``, ``~12m (5m-20m)`` (p50, with
+    p25-p75) or ``unknown``; ``-`` for a job that does not wait.
+
+    With ``why`` an unknown start is given with its reason, as the estimate words it
+    (``unknown: 2 runs have ended on the log, 3 are needed``): where there is room for it
+    (the live views), not in ``usher jobs``' column."""
+    if estimate is None:
+        return "-"
+    if estimate.start_ms is None or estimate.early_ms is None or estimate.late_ms is None:
+        return estimate.basis if why else "unknown"
+    mid, early, late = (
+        datetime.fromtimestamp(at / 1000, tz=UTC)
+        for at in (estimate.start_ms, estimate.early_ms, estimate.late_ms)
+    )
+    if late <= now:
+        return "now"
+    return f"~{age(now, mid)} ({age(now, early)}-{age(now, late)})"

@@ -2,8 +2,9 @@
 
 What it does: one exception class per thing a caller decides on: nothing to talk to
 (``NotRunning``), a bad file, manifest or option (``BadInput``, with one line per problem), an
-object that does not exist (``NotFound``), a refusal by the Kubernetes API (``Refused``), and a
-wait that ran out of time (``WaitTimeout``).
+object the Kubernetes API already has (``AlreadyExists``, a ``BadInput`` naming it), an object
+that does not exist (``NotFound``), a refusal by the Kubernetes API (``Refused``), and a wait
+that ran out of time (``WaitTimeout``).
 What it must never do: carry a secret (URLs are redacted before they get here) or a traceback
 meant for people.
 """
@@ -26,6 +27,19 @@ class NotRunning(ClientError):
 
 class BadInput(ClientError):
     """A file, manifest or option is wrong; ``lines`` name each problem with its place."""
+
+
+class AlreadyExists(BadInput):
+    """A create the Kubernetes API answered 409 ``AlreadyExists``: an object of that ``kind``
+    (``Job``, ``TFJob``...) and ``name`` is already in ``namespace``. A ``BadInput`` (what it
+    was before it had a type of its own), so callers that catch that keep working; a script run
+    again catches this one to know its job is there (never by reading the message)."""
+
+    def __init__(self, message: str, *, kind: str, namespace: str, name: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
 
 
 class NotFound(ClientError):

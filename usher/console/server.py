@@ -32,7 +32,7 @@ from aiohttp import web
 
 from schemas import Preempted, WorkloadKey
 from usher.client import AsyncClient
-from usher.client.durations import age
+from usher.client.durations import age, estimated_start
 from usher.client.state import DecisionInfo, QueuedJob, StateView, now_ms
 from usher.client.target import Target
 from usher.console import pages
@@ -64,6 +64,7 @@ def templates() -> jinja2.Environment:
     env.filters["clock"] = lambda when: when.strftime("%H:%M:%S") if when else ""
     env.filters["stamp"] = lambda when: hist.format_datetime(when) if when else "-"
     env.globals["age"] = age
+    env.globals["estimated_start"] = estimated_start
     return env
 
 
@@ -154,6 +155,8 @@ async def tree_page(request: web.Request) -> web.Response:
         loans=pages.loans(view.quota),
         states=_state_counts(view),
         decisions=list(reversed(view.decisions[-10:])),
+        jobs={job.job: job for job in view.jobs},
+        now=datetime.now(UTC),
     )
 
 
@@ -225,7 +228,8 @@ async def queue_page(request: web.Request) -> web.Response:
 
 @routes.get("/job/{namespace}/{name}")
 async def job_page(request: web.Request) -> web.Response:
-    """A job's whole story from the log, as ``usher explain`` tells it."""
+    """A job's whole story from the log, as ``usher explain`` tells it; a pending one's
+    estimated start first as ``usher jobs --start`` words it, then as ``explain`` does."""
     log = request.app[LOG_KEY]
     key = WorkloadKey(f"{request.match_info['namespace']}/{request.match_info['name']}")
     history = log.history()
@@ -247,6 +251,7 @@ async def job_page(request: web.Request) -> web.Response:
         others=_other_jobs(history, key),
         waited=age(info.created if info else None, datetime.now(UTC)),
         start=describe(story.estimate) if story.estimate is not None else None,
+        start_words=estimated_start(story.estimate, datetime.now(UTC), why=True),
     )
 
 

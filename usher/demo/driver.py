@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from usher.client import AsyncClient, BadInput, ClientError, QuotaInfo
+from usher.client import AlreadyExists, AsyncClient, ClientError, QuotaInfo
 from usher.client.manifests import JobRequest, job_manifest, read_yaml_documents
 from usher.core.tree import (
     READY_TIMEOUT_ATTRIBUTE,
@@ -204,10 +204,8 @@ class DemoDriver:
                 command=("sleep", "1d"),
                 check_namespace=False,
             )
-        except BadInput as exc:
-            if "already exists" in exc.message:
-                return  # a restart: the script already ran
-            raise
+        except AlreadyExists:
+            return  # a restart: the script already ran
         self.say(f"demo: {submitted.label} submitted ({job.note})")
 
     async def _oom_job(self) -> None:
@@ -228,10 +226,8 @@ class DemoDriver:
         manifest["spec"]["backoffLimit"] = 0  # the first failed pod fails the Job
         try:
             submitted = await self.client.submit_manifest(manifest, check_namespace=False)
-        except BadInput as exc:
-            if "already exists" in exc.message:
-                return  # a restart: the script already ran
-            raise
+        except AlreadyExists:
+            return  # a restart: the script already ran
         self.say(f"demo: {submitted.label} submitted (4Gi, OOMKilled below 6Gi, 2 retries)")
 
     async def _stuck_gang(self) -> None:
@@ -260,10 +256,8 @@ class DemoDriver:
         manifest["metadata"].setdefault("annotations", {})[NEVER_READY] = "3600"
         try:
             submitted = await self.client.submit_manifest(manifest, check_namespace=False)
-        except BadInput as exc:
-            if "already exists" in exc.message:
-                return  # a restart: the script already ran
-            raise
+        except AlreadyExists:
+            return  # a restart: the script already ran
         self.say(f"demo: {submitted.label} submitted (4 pods that never become ready)")
 
     def _played_zone(self) -> str | None:
