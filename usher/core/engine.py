@@ -433,6 +433,8 @@ class Engine:
         job.created_ms = event.created_ms
         job.quota_name = None if event.quota_name is None else self._name(event.quota_name)
         job.retry_ask = event.retry
+        seconds = event.max_runtime_seconds
+        job.max_runtime_ms = None if seconds is None else seconds * 1000
         link = self.state.retries.get(job.key)
         if link is not None:
             # A retry keeps its job's place: the first attempt's creation (R12).

@@ -245,6 +245,7 @@ class Job:
         "held",
         "key",
         "leaf",
+        "max_runtime_ms",
         "name",
         "namespace",
         "note",
@@ -308,6 +309,8 @@ class Job:
         """Readiness after admission (R10); None until a ready timeout applied to it."""
         self.retry_ask: RetryAsk | None = None
         """Its own retry annotations (R12, R13); None: it carries none."""
+        self.max_runtime_ms: int | None = None
+        """Its declared maximum runtime (RT1); None: it declares none."""
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""
