@@ -60,6 +60,7 @@ from schemas import (
 )
 from schemas.envelope import LogEvent
 from usher.core import (
+    backfill,
     budgets,
     engine_queries,
     fairshare,
@@ -1702,6 +1703,7 @@ class Engine:
         try:
             starvation.serve_first(self, decisions, holders)
             DecisionPass(self, decisions, skip=[job.key for job in holders]).run()
+            backfill.run(self, decisions, holders)  # N2: opt-in, needs a declared runtime
         finally:
             starvation.release(self, holders)
             self._end_pass_admissions()
