@@ -30,7 +30,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from schemas import FieldError, Millis, QuotaPath, Reason
-from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, hours, unit_of
+from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, format_quantity, hours, unit_of
 
 BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
 BUDGET_ACTION_ATTRIBUTE: Final = "usher.io/budget-action"
@@ -271,6 +271,31 @@ class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
             node=budget.node,
             resource=budget.resource,
             used=self.spent,
+            limit=budget.limit,
+        )
+
+    def overrun_reason(self, amount: int, runtime_ms: int) -> Reason:
+        """What a workload held because its declared runtime x request is more than the
+        budget has left says (B2): ``amount`` of the resource for ``runtime_ms``."""
+        budget = self.budget
+        unit, _ = unit_of(budget.resource)
+        need = amount * runtime_ms
+        message = (
+            f"declared {runtime_ms // 1000} s x {budget.resource} "
+            f"{format_quantity(budget.resource, amount)} = "
+            f"{people_hours(budget.resource, need)} {unit}-hours, more than the "
+            f"{people_hours(budget.resource, self.left)} of "
+            f"{people_hours(budget.resource, budget.limit)} {unit}-hours left in "
+            f"{self.window.label}, "
+            f"resets {_day(self.window.end_ms)} (budget of {budget.node})"
+        )
+        return Reason(
+            code="BudgetOverrun",
+            message=message,
+            node=budget.node,
+            resource=budget.resource,
+            used=self.spent,
+            requested=need,
             limit=budget.limit,
         )
 

@@ -135,7 +135,7 @@ def may_try(e: Engine, job: Job) -> bool:
         and job.leaf not in e._held_leaves
         and e._decides(job.zone)
         and not e.backing_off(job)
-        and (job.leaf not in e._budget_stops or e.budget_stop(job) is None)
+        and (not e.budget_gated(job.leaf) or e.budget_stop(job) is None)
     )
 
 

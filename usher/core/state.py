@@ -13,6 +13,7 @@ from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
+from usher.core.budget_overrun import holds_overrun
 from usher.core.budgets import Budget, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.fairshare import DEFAULT_WEIGHT, fair_weight
@@ -154,6 +155,8 @@ class TreeIndex:
         "leaves",
         "leaves_under",
         "nodes",
+        "overrun_leaves",
+        "overrun_nodes",
         "queue_leaf",
         "root",
         "starvation_on",
@@ -175,6 +178,10 @@ class TreeIndex:
         """Whether any node turns the starvation guard on (N1): passes skip it otherwise."""
         self.backfill_on = False
         """Whether any leaf may backfill beside a reservation (N2)."""
+        self.overrun_nodes: set[QuotaPath] = set()
+        """Nodes whose budgets hold a declared runtime that would overrun them (B2)."""
+        self.overrun_leaves: set[QuotaPath] = set()
+        """Leaves below such a node; empty when none opts in (nothing is checked)."""
         self.zone_capped = False
         """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
         self.fair_weights: dict[QuotaPath, int] = {}
@@ -204,12 +211,16 @@ class TreeIndex:
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
                 self.budgets[path] = tuple(budgets)
+                if holds_overrun(node.attributes):
+                    self.overrun_nodes.add(path)
             self.zone_capped = self.zone_capped or bool(info.zone_max)
             self.nodes[path] = info
             self.by_name[node.name] = path
             if parent is not None:
                 parent.children.append(path)
             if info.is_leaf:
+                if any(ancestor.path in self.overrun_nodes for ancestor in info.ancestors):
+                    self.overrun_leaves.add(path)
                 info.queue = queue_name(path, node.namespaces[0] if node.namespaces else None)
                 self.leaves.append(path)
                 for ancestor in info.ancestors:
