@@ -1,52 +1,26 @@
 """The budget overrun hold (docs/admission-rules.md B2): a declared runtime that would not fit.
 
-What it does: reads the opt-in ``usher.io/budget-overrun: hold`` of a node carrying budgets
-(``attribute_errors`` for T1, ``holds_overrun``), and says whether a waiting workload that
-declares a maximum runtime (RT1) is held because, on a budget of such a node on its path, its
-request x declared runtime is more than the budget has left in its window (``stop``, with the
-numbers: ``BudgetOverrun: declared 3600 s x cpu 4 = 4 CPU-hours, more than the 2.5 of 10
-CPU-hours left in 2026-11, resets 2026-12-01 (budget of root/a)``), and when such a hold can
-next lift: at a window's reset (``next_release``; what is left only shrinks within a window).
+What it does: below a node that opts in with ``usher.io/budget-overrun: hold`` (read with the
+other budget attributes: ``budgets.holds_overrun``, T1's ``budgets.overrun_errors``), says
+whether a waiting workload that declares a maximum runtime (RT1) is held because, on a budget
+of such a node on its path, its request x declared runtime is more than the budget has left
+in its window (``stop``, with the numbers: ``BudgetOverrun: declared 3600 s x cpu 4 = 4
+CPU-hours, more than the 2.5 of 10 CPU-hours left in 2026-11, resets 2026-12-01 (budget of
+root/a)``), and when such a hold can next lift: at a window's reset (``next_release``; what
+is left only shrinks within a window).
 What it must never do: hold a workload that declares no runtime, hold anything below a node
 that does not opt in, evict or preempt anything, or read a clock (``now`` is the engine's).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from schemas import FieldError, Millis, Reason
-from usher.core.budgets import BUDGETS_ATTRIBUTE
+from schemas import Millis, Reason
 
 if TYPE_CHECKING:
     from usher.core.engine import Engine
     from usher.core.state import Job
-
-OVERRUN_ATTRIBUTE: Final = "usher.io/budget-overrun"
-OVERRUN_VALUES: Final = ("hold", "off")
-"""``hold``: the node's budgets hold a workload whose declared runtime would overrun what is
-left; ``off`` (the default): they do not."""
-
-
-def attribute_errors(attributes: Mapping[str, str], field_prefix: str) -> list[FieldError]:
-    """T1: the attribute is ``hold`` or ``off``, on a node that carries budgets."""
-    raw = attributes.get(OVERRUN_ATTRIBUTE)
-    if raw is None:
-        return []
-    field = f"{field_prefix}.{OVERRUN_ATTRIBUTE}"
-    if raw not in OVERRUN_VALUES:
-        message = f'{OVERRUN_ATTRIBUTE} must be "hold" or "off", got {raw!r}'
-        return [FieldError(path=field, code="invalid-attribute", message=message)]
-    if raw == "hold" and BUDGETS_ATTRIBUTE not in attributes:
-        message = f"{OVERRUN_ATTRIBUTE} is set on a node without {BUDGETS_ATTRIBUTE}"
-        return [FieldError(path=field, code="invalid-attribute", message=message)]
-    return []
-
-
-def holds_overrun(attributes: Mapping[str, str]) -> bool:
-    """Whether a node's budgets hold workloads whose declared runtime would overrun them."""
-    return attributes.get(OVERRUN_ATTRIBUTE) == "hold"
 
 
 def stop(e: Engine, job: Job) -> Reason | None:

@@ -12,7 +12,9 @@ use up what is left (``ms_until_exhausted``) and the pending reason (``BudgetExh
 of 500 GPU-hours in 2026-11, resets 2026-12-01 (budget of root/research)``); ``nearest_stop``
 says which spent budget governs a leaf (its action: ``hold``, ``min-only`` or
 ``lower-priority``) and ``next_change`` when one resets or runs out (the engine's wakeups).
-``budget_report`` and its renderers print ``usher budget``.
+``budget_report`` and its renderers print ``usher budget``. Also the opt-in of B2's overrun
+hold, ``usher.io/budget-overrun`` (``overrun_errors``, ``holds_overrun``; the hold itself is
+``budget_overrun``'s).
 What it must never do: read a clock (``now`` is passed in), perform I/O, use float arithmetic on
 an amount, or evict anything (a spent budget only stops or orders new admissions, B1).
 """
@@ -140,6 +142,32 @@ def _parse_item(item: str, node: QuotaPath, action: BudgetAction) -> tuple[Budge
 
 def _invalid(field: str, message: str) -> FieldError:
     return FieldError(path=field, code="invalid-attribute", message=message)
+
+
+OVERRUN_ATTRIBUTE: Final = "usher.io/budget-overrun"
+OVERRUN_VALUES: Final = ("hold", "off")
+"""``hold``: the node's budgets hold a workload whose declared runtime would overrun what is
+left; ``off`` (the default): they do not."""
+
+
+def overrun_errors(attributes: Mapping[str, str], field_prefix: str) -> list[FieldError]:
+    """T1: the attribute is ``hold`` or ``off``, on a node that carries budgets."""
+    raw = attributes.get(OVERRUN_ATTRIBUTE)
+    if raw is None:
+        return []
+    field = f"{field_prefix}.{OVERRUN_ATTRIBUTE}"
+    if raw not in OVERRUN_VALUES:
+        message = f'{OVERRUN_ATTRIBUTE} must be "hold" or "off", got {raw!r}'
+        return [FieldError(path=field, code="invalid-attribute", message=message)]
+    if raw == "hold" and BUDGETS_ATTRIBUTE not in attributes:
+        message = f"{OVERRUN_ATTRIBUTE} is set on a node without {BUDGETS_ATTRIBUTE}"
+        return [FieldError(path=field, code="invalid-attribute", message=message)]
+    return []
+
+
+def holds_overrun(attributes: Mapping[str, str]) -> bool:
+    """Whether a node's budgets hold workloads whose declared runtime would overrun them."""
+    return attributes.get(OVERRUN_ATTRIBUTE) == "hold"
 
 
 # ---------------------------------------------------------------------------- windows

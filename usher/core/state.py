@@ -13,8 +13,7 @@ from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
-from usher.core.budget_overrun import holds_overrun
-from usher.core.budgets import Budget, parse_budgets
+from usher.core.budgets import Budget, holds_overrun, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.fairshare import DEFAULT_WEIGHT, fair_weight
 from usher.core.readiness import Readiness, readiness_policy

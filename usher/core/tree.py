@@ -23,8 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
-from usher.core import budget_overrun
-from usher.core.budgets import parse_budgets
+from usher.core.budgets import overrun_errors, parse_budgets
 from usher.core.errors import TreeInvalid
 from usher.core.fairshare import weight_errors
 from usher.core.quantity import collect_resources, format_quantity
@@ -452,7 +451,7 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
         checks.report(f"{path}.{BACKFILL_ATTRIBUTE}", "invalid-attribute", message)  # N2
     for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
         checks.report(error.path, error.code, error.message)
-    for error in budget_overrun.attribute_errors(attributes, path):  # B2
+    for error in overrun_errors(attributes, path):  # B2
         checks.report(error.path, error.code, error.message)
     for error in parse_zone_max(attributes, path)[1]:  # Z1
         checks.report(error.path, error.code, error.message)
