@@ -43,7 +43,7 @@ from schemas import (
 from usher.core import fairshare, reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
+from usher.core.estimate import Estimate, describe, estimate_pending
 from usher.core.history import (
     History,
     fold,
@@ -225,8 +225,9 @@ def _estimate(
     view = engine.job_state(key)
     if view is None:
         return None
-    waiting = waiting_of({key: view}, engine.preview_pass(now_ms))
-    return estimate_starts(now_ms, waiting, intervals_of(history.items)).get(key)
+    preview = engine.preview_pass(now_ms)
+    found = estimate_pending(engine, now_ms, {key: view}, preview, intervals_of(history.items))
+    return found.get(key)
 
 
 def _attempts(history: History, key: WorkloadKey) -> list[AttemptLine]:
