@@ -58,7 +58,8 @@ UNKNOWN: Final = "unknown: "
 
 
 class Estimate(msgspec.Struct, frozen=True, kw_only=True):
-    """When a pending workload is likely to start; the times are None when ``unknown``."""
+    """When a pending workload is likely to start; the times are None when ``unknown``. From
+    declared runtimes alone (E1) the three times are one: the latest start they give."""
 
     start_ms: Millis | None = None
     """The middle estimate (p50 run lengths), in ms since the epoch."""
