@@ -62,6 +62,8 @@ ReasonCode = Literal[
     "BehindReservation",  # pending: it would fit but for capacity reserved for a starved head (N1)
     "ZoneQuotaExceeded",  # pending: a node's cap in the workload's zone has no room (Z1)
     "ZoneFallback",  # admitted in a later accepted zone: the earlier ones had no room (Z2)
+    "Backfilled",  # admitted beside a reservation: it declared it ends before it is needed (N2)
+    "BudgetOverrun",  # pending: its declared runtime x request is more than a budget has left (B2)
 ]
 
 

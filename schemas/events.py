@@ -68,6 +68,10 @@ class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed
     zones: list[Zone] = []
     """``usher.io/zones``: every zone it accepts, most preferred first (``zone`` is the first);
     empty when it accepts only ``zone`` (Z2)."""
+    max_runtime_seconds: int | None = None
+    """Its declared maximum runtime (RT1): the smaller of ``usher.io/max-runtime-seconds`` and
+    the kind's own deadline (a batch Job's ``spec.activeDeadlineSeconds``); None: none declared.
+    Left out by watchers older than RT1."""
 
 
 class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):

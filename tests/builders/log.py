@@ -72,6 +72,7 @@ class Log:
         priority: int = 0,
         suspended: bool = True,
         pods: int = 1,
+        max_runtime_s: int | None = None,
     ) -> Log:
         namespace, name = key.split("/")
         return self.add(
@@ -86,6 +87,7 @@ class Log:
                 created_ms=Millis(BASE_MS + int(at * 1000)),
                 pod_sets=[PodSet(name="main", count=pods, requests={"cpu": cpu * CPU // pods})],
                 suspended=suspended,
+                max_runtime_seconds=max_runtime_s,
             ),
         )
 

@@ -8,14 +8,18 @@ import pytest
 
 from schemas import Millis, QueueName, QuotaPath, WorkloadKey
 from usher.core.estimate import (
+    NO_DECLARATIONS,
+    Declared,
     Estimate,
     Waiting,
     describe,
+    estimate_pending,
     estimate_starts,
     estimates_on_arrival,
     quantile,
     remaining,
     slot_starts,
+    starts_in_turn,
 )
 from usher.core.usage import Interval
 
@@ -69,6 +73,7 @@ class Case:
     """(p25, p50, p75) seconds from now; None: unknown."""
     basis: str
     more: list[Waiting] = field(default_factory=list)
+    declared: Declared = NO_DECLARATIONS
 
 
 CASES = [
@@ -142,7 +147,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_estimate(case: Case) -> None:
-    found = estimate_starts(NOW, [case.waiting, *case.more], case.intervals)
+    found = estimate_starts(NOW, [case.waiting, *case.more], case.intervals, case.declared)
     estimate = found[case.waiting.workload]
     assert case.basis in estimate.basis
     if case.start_s is None:
@@ -152,6 +157,140 @@ def test_estimate(case: Case) -> None:
         return
     early, mid, late = (NOW + s * S for s in case.start_s)
     assert (estimate.early_ms, estimate.start_ms, estimate.late_ms) == (early, mid, late)
+
+
+def declares(running: dict[str, int] | None = None, qa: list[int | None] | None = None) -> Declared:
+    """Declared maximum runtimes in seconds: of running workloads by name, of qa's by position."""
+    return Declared(
+        running={WorkloadKey(f"ns/{name}"): s * S for name, s in (running or {}).items()},
+        queued={QA: [None if s is None else s * S for s in qa]} if qa is not None else {},
+    )
+
+
+DECLARED_CASES = [
+    Case(
+        "a running job's declared end bounds every quantile of its remaining time",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 30, "x")],
+        # x declares 60 s and has run 30: it ends within 30 s, before history's p25 (30 s).
+        (30, 30, 30),
+        "0 ahead in qa, 1 running under root/D/A; 4 runs of queue qa: p25 60s, p50 2m, p75 3m; "
+        "bounded by the declared maximum runtimes of 1 of 1 running and 0 of 0 ahead",
+        declared=declares({"x": 60}),
+    ),
+    Case(
+        "a declaration longer than history's middle only pulls in the late end",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 30, "x")],
+        # x declares 130 s: at most 100 s left; history says 30, 90, 150.
+        (30, 90, 100),
+        "bounded by the declared maximum runtimes of 1 of 1 running",
+        declared=declares({"x": 130}),
+    ),
+    Case(
+        "a running job past its declared end ends any moment now",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 30, "x")],
+        (0, 0, 0),
+        "1 of 1 running",
+        declared=declares({"x": 20}),
+    ),
+    Case(
+        "a job ahead that declares one holds its slot at most that long",
+        wait(3),
+        [*FOUR, runs(LEAF_A, 30, "x"), runs(LEAF_A, 90, "y")],
+        # slots free at 90 and 90 (p50); #1 declares 20 s, so its slot is free again at 110,
+        # before #2's (90 + 120): #3 starts at 110. p25: 30, 30 and #1 20 s -> 50; p75: 150,
+        # 150 and #1 20 s -> 170.
+        (50, 110, 170),
+        "2 ahead in qa, 2 running under root/D/A; 4 runs of queue qa: p25 60s, p50 2m, p75 3m; "
+        "bounded by the declared maximum runtimes of 0 of 2 running and 1 of 2 ahead",
+        declared=declares(qa=[20, None, None]),
+    ),
+    Case(
+        "its own declaration does not move its own start",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 30, "x")],
+        (30, 90, 150),
+        "0 ahead in qa, 1 running under root/D/A; 4 runs of queue qa: p25 60s, p50 2m, p75 3m",
+        declared=declares(qa=[5]),
+    ),
+    Case(
+        "no history, the one running declares: at the latest its declared end, one time",
+        wait(1),
+        [ran(QA, 60), ran(QB, 90), runs(LEAF_A, 5, "x")],
+        (60, 60, 60),
+        "at the latest: 0 ahead in qa, 1 running under root/D/A; by the declared maximum "
+        "runtimes of 1 of 1 running and 0 of 0 ahead, which may end earlier; 2 runs have ended "
+        "on the log, 3 are needed for a range",
+        declared=declares({"x": 65}),
+    ),
+    Case(
+        "no history, nothing at all ended: declarations of running and queued alone",
+        wait(3),
+        [runs(LEAF_A, 5, "x"), runs(LEAF_A, 10, "y")],
+        # slots free at 60 (x) and 100 (y); #1 declares 40 s: free again at 100; #2 declares
+        # nothing and takes the slot at 100 for good; #3 takes #1's at 100.
+        (100, 100, 100),
+        "at the latest: 2 ahead in qa, 2 running under root/D/A; by the declared maximum "
+        "runtimes of 2 of 2 running and 1 of 2 ahead, which may end earlier; 0 runs have ended",
+        declared=declares({"x": 65, "y": 110}, qa=[40, None, None]),
+    ),
+    Case(
+        "no history, one of two running declares: first in line starts by its end",
+        wait(1),
+        [runs(LEAF_A, 5, "x"), runs(LEAF_A, 10, "y")],
+        (60, 60, 60),
+        "at the latest: 0 ahead in qa, 2 running under root/D/A; by the declared maximum "
+        "runtimes of 1 of 2 running and 0 of 0 ahead",
+        declared=declares({"x": 65}),
+    ),
+    Case(
+        "no history, and the declarations do not make room: unknown, saying what declared",
+        wait(2),
+        [runs(LEAF_A, 5, "x"), runs(LEAF_A, 10, "y")],
+        # #1 takes x's slot at 60 and declares nothing; y declares nothing: #2 has no bound.
+        None,
+        "unknown: 0 runs have ended on the log, 3 are needed, and the declared maximum runtimes "
+        "of 1 of 2 running and 0 of 1 ahead do not make room",
+        declared=declares({"x": 65}),
+    ),
+    Case(
+        "no history, declarations only off its path: unknown exactly as without them",
+        wait(1),
+        [ran(QA, 60), ran(QB, 90), runs(LEAF_A, 5, "x"), runs(OTHER, 5, "elsewhere")],
+        None,
+        "unknown: 2 runs have ended on the log, 3 are needed",
+        declared=declares({"elsewhere": 60}),
+    ),
+    Case(
+        "declarations do not make room where nothing runs",
+        wait(1),
+        [*FOUR, runs(OTHER, 10, "elsewhere")],
+        None,
+        "unknown: nothing runs under root/D/A whose end would make room",
+        declared=declares({"elsewhere": 60}, qa=[10]),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", DECLARED_CASES, ids=lambda c: c.name)
+def test_estimate_with_declarations(case: Case) -> None:
+    test_estimate(case)
+
+
+UNRELATED = Declared(
+    running={WorkloadKey("ns/nobody"): 5 * S}, queued={QueueName("qz"): [S, None, 2 * S]}
+)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_declarations_of_nothing_that_matters_change_nothing(case: Case) -> None:
+    """Jobs whose path and queue declare nothing estimate exactly as without declarations."""
+    waiting = [case.waiting, *case.more]
+    assert estimate_starts(NOW, waiting, case.intervals, UNRELATED) == estimate_starts(
+        NOW, waiting, case.intervals
+    )
 
 
 def test_every_position_of_a_queue_from_one_pass_and_in_order() -> None:
@@ -179,6 +318,23 @@ def test_remaining_and_slots() -> None:
     assert remaining([60, 120, 180], 100, 50) == 20  # of 120 and 180: rank 1 -> 120 - 100
     assert remaining([60, 120, 180], 200, 50) == 0
     assert slot_starts([10, 40], 100, 4) == [10, 40, 110, 140]
+    assert starts_in_turn([10, 40], [5, 100, 100, 100]) == [10, 15, 40, 115]
+
+
+def test_declared_positions_of_one_queue_each_shape_the_ones_behind() -> None:
+    """With no history: each workload's own declaration is what frees the slot for the one
+    behind it; one that declares nothing leaves those behind it unknown once no other slot
+    frees."""
+    waiting = [
+        Waiting(workload=WorkloadKey(f"ns/w{p}"), queue=QA, leaf=LEAF_A, position=p)
+        for p in (1, 2, 3, 4)
+    ]
+    found = estimate_starts(
+        NOW, waiting, [runs(LEAF_A, 5, "x")], declares({"x": 15}, qa=[30, 20, None, 5])
+    )
+    starts = [found[WorkloadKey(f"ns/w{p}")].start_ms for p in (1, 2, 3, 4)]
+    assert starts == [NOW + 10 * S, NOW + 40 * S, NOW + 60 * S, None]
+    assert found[WorkloadKey("ns/w4")].basis.startswith("unknown: 0 runs have ended")
 
 
 def test_describe() -> None:
@@ -215,3 +371,39 @@ def test_estimates_on_arrival_fold_the_log_up_to_each_creation() -> None:
     # first (60 cpu) has run 0.9 s: p50 of the runs longer than that is 59.9 s.
     assert second.start_ms == at + 59_900 - 900
     assert "0 ahead in root-department-a-user-a, 1 running under root/Department-a" in second.basis
+
+
+def test_declared_runtimes_on_the_log_estimate_without_history() -> None:
+    """The engine's declarations reach the estimate (``declared_of``): at arrival (what the
+    bench measures) and between passes (``estimate_pending``: explain, the client, dry run)."""
+    from tests.builders.log import BASE_MS, Log
+    from usher.core.config import EngineConfig
+    from usher.core.engine import Engine
+    from usher.core.usage import intervals_of
+
+    log = Log().tree(0).job(100, "user-a/first", 60, max_runtime_s=300)
+    log = log.admitted(100.1, "user-a/first", 60)
+    log = log.job(101, "user-a/second", 60, max_runtime_s=50)
+    log = log.job(102, "user-a/third", 60)
+    items = log.history().items
+    found = estimates_on_arrival(items, EngineConfig())
+    # No run has ended: first's declared end (100.1 s + 300 s) is the latest second starts.
+    at, second = found[WorkloadKey("user-a/second")]
+    assert at == BASE_MS + 101_000
+    assert (second.early_ms, second.start_ms, second.late_ms) == (BASE_MS + 400_100,) * 3
+    assert second.basis.startswith("at the latest: 0 ahead in root-department-a-user-a")
+    # third follows second, which declares 50 s.
+    at, third = found[WorkloadKey("user-a/third")]
+    assert at == BASE_MS + 102_000
+    assert third.start_ms == BASE_MS + 450_100
+    assert "1 of 1 running and 1 of 1 ahead" in third.basis
+
+    engine = Engine(EngineConfig())
+    for item in items:
+        engine.apply(item.event, item.time_ms)
+    now = Millis(BASE_MS + 200_000)
+    later = estimate_pending(
+        engine, now, engine.jobs(), engine.preview_pass(now), intervals_of(items)
+    )
+    assert later[WorkloadKey("user-a/second")].start_ms == BASE_MS + 400_100
+    assert later[WorkloadKey("user-a/third")].start_ms == BASE_MS + 450_100

@@ -6,6 +6,8 @@ guarantee, so nobody reclaims) arrives among a stream of small jobs that finish 
 (``runSeconds``). It is admitted by ``arrival + R`` if nothing is admitted past it, else by
 ``first passed over + threshold + R``, R being the longest runtime (what any job running when
 the reservation starts has left at most). Without the guard the same stream may starve it.
+With backfill on (N2: leaf a opts in, every small job declares its runtime) the bound holds
+all the same.
 """
 
 from __future__ import annotations
@@ -28,7 +30,10 @@ CAPACITY = 16
 CONFIG = EngineConfig(policy=Policy.ROUND, instant_release=True)
 
 
-def _tree(threshold: int) -> dict[str, object]:
+def _tree(threshold: int, backfill: bool = False) -> dict[str, object]:
+    leaf_a: dict[str, object] = {"name": "a", "max": {"cpu": str(CAPACITY)}, "namespaces": ["a"]}
+    if backfill:
+        leaf_a["attributes"] = {"usher.io/backfill": "true"}  # N2
     return {
         "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
         "kind": "ElasticQuotaTree",
@@ -41,7 +46,7 @@ def _tree(threshold: int) -> dict[str, object]:
                 "children": [
                     # No guarantees below the root: nobody reclaims (R5), the head waits
                     # only for skip-ahead to stop.
-                    {"name": "a", "max": {"cpu": str(CAPACITY)}, "namespaces": ["a"]},
+                    leaf_a,
                     {
                         "name": "b",
                         "max": {"cpu": str(CAPACITY)},
@@ -54,11 +59,14 @@ def _tree(threshold: int) -> dict[str, object]:
     }
 
 
-def _job(namespace: str, name: str, cpu: int) -> dict[str, object]:
+def _job(namespace: str, name: str, cpu: int, runtime: int | None = None) -> dict[str, object]:
+    metadata: dict[str, object] = {"name": name, "namespace": namespace}
+    if runtime is not None:
+        metadata["annotations"] = {"usher.io/max-runtime-seconds": str(runtime)}  # RT1
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
+        "metadata": metadata,
         "spec": {
             "suspend": True,
             "template": {
@@ -81,11 +89,20 @@ smalls = st.lists(
 
 
 def _play(
-    threshold: int, big_at: int, big_cpu: int, stream: list[tuple[int, int, int]]
+    threshold: int,
+    big_at: int,
+    big_cpu: int,
+    stream: list[tuple[int, int, int]],
+    backfill: bool = False,
 ) -> tuple[sim.SimResult, int]:
+    """With ``backfill``, leaf a opts in (N2) and every small job declares its runtime."""
     longest = max([run for _, _, run in stream] + [10])
     timeline: list[dict[str, object]] = [
-        {"at": at, "create": _job("a", f"s{i:02d}", cpu), "runSeconds": run}
+        {
+            "at": at,
+            "create": _job("a", f"s{i:02d}", cpu, run if backfill else None),
+            "runSeconds": run,
+        }
         for i, (at, cpu, run) in enumerate(stream)
     ]
     timeline.append({"at": big_at, "create": _job("b", "big", big_cpu), "runSeconds": 10})
@@ -94,7 +111,7 @@ def _play(
     data = {
         "name": "starvation-bound",
         "config": {"policy": "Round", "oversellRate": 1.0},
-        "objects": [_tree(threshold)],
+        "objects": [_tree(threshold, backfill)],
         "timeline": timeline,
         "until": until,
     }
@@ -112,6 +129,38 @@ def test_a_reserved_head_waits_at_most_threshold_plus_longest_run(
     threshold: int, big_at: int, big_cpu: int, stream: list[tuple[int, int, int]]
 ) -> None:
     result, longest = _play(threshold, big_at, big_cpu, stream)
+    _assert_bound(result, longest, threshold, big_at)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(1, 60),
+    st.integers(0, 120),
+    st.integers(CAPACITY // 2, CAPACITY),
+    smalls,
+)
+def test_with_backfill_a_reserved_head_still_waits_at_most_threshold_plus_longest_run(
+    threshold: int, big_at: int, big_cpu: int, stream: list[tuple[int, int, int]]
+) -> None:
+    """N2: small jobs that declare their runtime may be admitted beside the reservation;
+    the bound N1 promises holds all the same, and each one admitted past the reserved head
+    while it was reserved ended by the time the head was admitted."""
+    result, longest = _play(threshold, big_at, big_cpu, stream, backfill=True)
+    _assert_bound(result, longest, threshold, big_at)
+    big = WorkloadKey("b/big")
+    big_at_ms = next(
+        d.at_ms
+        for d in result.decisions
+        if isinstance(d.decision, Admitted) and d.decision.workload == big
+    )
+    runs = {f"a/s{i:02d}": run for i, (_, _, run) in enumerate(stream)}
+    for d in result.decisions:
+        reason = d.decision.reason if isinstance(d.decision, Admitted) else None
+        if reason is not None and reason.code == "Backfilled":
+            assert d.at_ms + runs[d.decision.workload] * 1000 <= big_at_ms
+
+
+def _assert_bound(result: sim.SimResult, longest: int, threshold: int, big_at: int) -> None:
     big = WorkloadKey("b/big")
     admitted = [d.at_ms for d in result.decisions if isinstance(d.decision, Admitted)]
     big_admitted = [

@@ -53,7 +53,7 @@ from usher.core import reasons
 from usher.core.budgets import BudgetKey, BudgetStatus, nearest_stop
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
-from usher.core.estimate import Estimate, estimate_starts, waiting_of
+from usher.core.estimate import Estimate, estimate_pending
 from usher.core.holds import hold_over
 from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
@@ -505,7 +505,7 @@ class PeopleProjection:
                 out[key] = after.reason
             else:
                 out[key] = reasons.not_yet_evaluated("fits now; the next decision pass admits it")
-        estimates = estimate_starts(now, waiting_of(views, preview), self.usage.intervals())
+        estimates = estimate_pending(self.engine, now, views, preview, self.usage.intervals())
         return PendingView(reasons=out, estimates=estimates)
 
     def job(

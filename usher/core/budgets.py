@@ -12,7 +12,9 @@ use up what is left (``ms_until_exhausted``) and the pending reason (``BudgetExh
 of 500 GPU-hours in 2026-11, resets 2026-12-01 (budget of root/research)``); ``nearest_stop``
 says which spent budget governs a leaf (its action: ``hold``, ``min-only`` or
 ``lower-priority``) and ``next_change`` when one resets or runs out (the engine's wakeups).
-``budget_report`` and its renderers print ``usher budget``.
+``budget_report`` and its renderers print ``usher budget``. Also the opt-in of B2's overrun
+hold, ``usher.io/budget-overrun`` (``overrun_errors``, ``holds_overrun``; the hold itself is
+``budget_overrun``'s).
 What it must never do: read a clock (``now`` is passed in), perform I/O, use float arithmetic on
 an amount, or evict anything (a spent budget only stops or orders new admissions, B1).
 """
@@ -30,7 +32,7 @@ from typing import Final, NamedTuple
 import msgspec
 
 from schemas import FieldError, Millis, QuotaPath, Reason
-from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, hours, unit_of
+from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, format_quantity, hours, unit_of
 
 BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
 BUDGET_ACTION_ATTRIBUTE: Final = "usher.io/budget-action"
@@ -140,6 +142,32 @@ def _parse_item(item: str, node: QuotaPath, action: BudgetAction) -> tuple[Budge
 
 def _invalid(field: str, message: str) -> FieldError:
     return FieldError(path=field, code="invalid-attribute", message=message)
+
+
+OVERRUN_ATTRIBUTE: Final = "usher.io/budget-overrun"
+OVERRUN_VALUES: Final = ("hold", "off")
+"""``hold``: the node's budgets hold a workload whose declared runtime would overrun what is
+left; ``off`` (the default): they do not."""
+
+
+def overrun_errors(attributes: Mapping[str, str], field_prefix: str) -> list[FieldError]:
+    """T1: the attribute is ``hold`` or ``off``, on a node that carries budgets."""
+    raw = attributes.get(OVERRUN_ATTRIBUTE)
+    if raw is None:
+        return []
+    field = f"{field_prefix}.{OVERRUN_ATTRIBUTE}"
+    if raw not in OVERRUN_VALUES:
+        message = f'{OVERRUN_ATTRIBUTE} must be "hold" or "off", got {raw!r}'
+        return [FieldError(path=field, code="invalid-attribute", message=message)]
+    if raw == "hold" and BUDGETS_ATTRIBUTE not in attributes:
+        message = f"{OVERRUN_ATTRIBUTE} is set on a node without {BUDGETS_ATTRIBUTE}"
+        return [FieldError(path=field, code="invalid-attribute", message=message)]
+    return []
+
+
+def holds_overrun(attributes: Mapping[str, str]) -> bool:
+    """Whether a node's budgets hold workloads whose declared runtime would overrun them."""
+    return attributes.get(OVERRUN_ATTRIBUTE) == "hold"
 
 
 # ---------------------------------------------------------------------------- windows
@@ -271,6 +299,31 @@ class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
             node=budget.node,
             resource=budget.resource,
             used=self.spent,
+            limit=budget.limit,
+        )
+
+    def overrun_reason(self, amount: int, runtime_ms: int) -> Reason:
+        """What a workload held because its declared runtime x request is more than the
+        budget has left says (B2): ``amount`` of the resource for ``runtime_ms``."""
+        budget = self.budget
+        unit, _ = unit_of(budget.resource)
+        need = amount * runtime_ms
+        message = (
+            f"declared {runtime_ms // 1000} s x {budget.resource} "
+            f"{format_quantity(budget.resource, amount)} = "
+            f"{people_hours(budget.resource, need)} {unit}-hours, more than the "
+            f"{people_hours(budget.resource, self.left)} of "
+            f"{people_hours(budget.resource, budget.limit)} {unit}-hours left in "
+            f"{self.window.label}, "
+            f"resets {_day(self.window.end_ms)} (budget of {budget.node})"
+        )
+        return Reason(
+            code="BudgetOverrun",
+            message=message,
+            node=budget.node,
+            resource=budget.resource,
+            used=self.spent,
+            requested=need,
             limit=budget.limit,
         )
 

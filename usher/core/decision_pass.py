@@ -228,7 +228,7 @@ class DecisionPass:
         # to (``job.held``) still goes on.
         held = leaf in self.e._held_leaves
         # A spent budget (B1) stops what its action says; a leaf under none skips the call.
-        budgeted = leaf in self.e._budget_stops
+        budgeted = self.e.budget_gated(leaf)  # B2's holds too
         while index < len(entries):
             key = entries[index][2]
             job = jobs[key]

@@ -30,7 +30,7 @@ from schemas import (
 )
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
+from usher.core.estimate import Estimate, describe, estimate_pending
 from usher.core.explain import people_json, total_requests
 from usher.core.history import History, fold, format_time, quantities
 from usher.core.state import JobState
@@ -96,7 +96,7 @@ def dry_run(
     after = preview.waiting.get(key, arrived)
     estimate = None
     if arrived.state == JobState.PENDING:
-        estimate = estimate_starts(now, waiting_of({key: arrived}, preview), intervals).get(key)
+        estimate = estimate_pending(engine, now, {key: arrived}, preview, intervals).get(key)
     return DryRun(
         workload=key,
         state=JobState.ADMITTED if admitted else after.state,

@@ -60,6 +60,8 @@ from schemas import (
 )
 from schemas.envelope import LogEvent
 from usher.core import (
+    backfill,
+    budget_overrun,
     budgets,
     engine_queries,
     fairshare,
@@ -433,6 +435,8 @@ class Engine:
         job.created_ms = event.created_ms
         job.quota_name = None if event.quota_name is None else self._name(event.quota_name)
         job.retry_ask = event.retry
+        seconds = event.max_runtime_seconds
+        job.max_runtime_ms = None if seconds is None else seconds * 1000
         link = self.state.retries.get(job.key)
         if link is not None:
             # A retry keeps its job's place: the first attempt's creation (R12).
@@ -1182,15 +1186,26 @@ class Engine:
             return None
         status = self._budget_stops.get(job.leaf)
         if status is None or status.budget.action == budgets.BudgetAction.LOWER_PRIORITY:
-            return None
+            return self._overrun_stop(job)
         if status.budget.action == budgets.BudgetAction.HOLD:
             return status.pending_reason(self.state.now)
         info = self.state.tree.nodes[job.leaf]
         if self._within_min(info, job.shape):
-            return None
+            return self._overrun_stop(job)
         return status.pending_reason(
             self.state.now, f"min-only: {info.path} admits within min only"
         )
+
+    def _overrun_stop(self, job: Job) -> Reason | None:
+        """B2: held when its declared runtime would overrun an opted-in budget's remainder."""
+        if job.leaf not in self.state.tree.overrun_leaves:
+            return None
+        return budget_overrun.stop(self, job)
+
+    def budget_gated(self, leaf: QuotaPath) -> bool:
+        """Whether ``budget_stop`` may stop a workload of ``leaf``: a spent budget governs it
+        (B1) or an opted-in budget may hold a declared runtime (B2). Callers skip it otherwise."""
+        return leaf in self._budget_stops or leaf in self.state.tree.overrun_leaves
 
     def budget_tier(self, leaf: QuotaPath, job: Job, within: bool) -> int:
         """The first element of an interleave key (R3, B1): 0 within min, 1 borrowing, and 2
@@ -1700,6 +1715,7 @@ class Engine:
         try:
             starvation.serve_first(self, decisions, holders)
             DecisionPass(self, decisions, skip=[job.key for job in holders]).run()
+            backfill.run(self, decisions, holders)  # N2: opt-in, needs a declared runtime
         finally:
             starvation.release(self, holders)
             self._end_pass_admissions()
@@ -1811,7 +1827,10 @@ class Engine:
         jobs = self.state.jobs
         self._timed_offers.discard(info.path)
         held = info.path in self._held_leaves
-        budgeted = info.path in self._budget_stops
+        budgeted = self.budget_gated(info.path)
+        if info.path in self.state.tree.overrun_leaves:
+            # What a budget has left shrinks with the clock: a B2 hold may start any pass.
+            self._timed_offers.add(info.path)
         for entry in queue.entries:
             job = jobs[entry[2]]
             if not self._decides_some_zone(job) or (held and not job.held):
@@ -2008,6 +2027,8 @@ class Engine:
         run then."""
         timed = [holds.next_drain(self._holds, self.state.now) if self._holds else None]
         timed.append(self._next_budget_change())
+        if self.state.tree.overrun_leaves:
+            timed.append(budget_overrun.next_release(self))
         if self.state.starving:
             timed.append(starvation.next_start(self))
         other = min((t for t in timed if t is not None), default=None)

@@ -10,7 +10,11 @@ workload of the queue for a typical run. The workload starts when the slot it is
 Run lengths are the allocation intervals the log records (U1: ``Admitted`` to ``Released``,
 ``Preempted`` or ``Requeued``, in ``usher.core.usage``), of its own queue, or of every queue
 when its own has fewer than ``MIN_RUNS``; a quantile is the nearest rank, so every answer is
-an exact function of its inputs.
+an exact function of its inputs. A declared maximum runtime (RT1, ``Declared``) bounds a run
+(docs/admission-rules.md E1): a running workload that declares one frees its slot at the latest
+at its admission + the declaration, a queued one holds a slot at most that long; each quantile
+is the smaller of the history's and the bound. With too few runs on the log, the declarations
+alone give a latest start where they make room (what declares nothing counts as never ending).
 
 What it must never do: read a clock (``now`` is passed in), perform I/O, use randomness, or
 feed anything back into a decision (an estimate is advice for people, never an input of
@@ -21,8 +25,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right, insort
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
 
 import msgspec
 
@@ -44,9 +49,17 @@ NOT_YET_EVALUATED = "NotYetEvaluated"
 QUANTILES = (25, 50, 75)
 """The range (p25-p75) and the middle (p50) every estimate gives."""
 
+NEVER: Final = 2**62
+"""A slot nothing says will ever free (ms from now): later than any real time, so a start at
+or after it is no start at all."""
+
+UNKNOWN: Final = "unknown: "
+"""How the basis of an estimate without times begins."""
+
 
 class Estimate(msgspec.Struct, frozen=True, kw_only=True):
-    """When a pending workload is likely to start; the times are None when ``unknown``."""
+    """When a pending workload is likely to start; the times are None when ``unknown``. From
+    declared runtimes alone (E1) the three times are one: the latest start they give."""
 
     start_ms: Millis | None = None
     """The middle estimate (p50 run lengths), in ms since the epoch."""
@@ -77,6 +90,37 @@ class Waiting:
     """The next decision pass admits it."""
 
 
+@dataclass(frozen=True)
+class Declared:
+    """The declared maximum runtimes (RT1) an estimate may use, in ms; empty: none declared."""
+
+    running: Mapping[WorkloadKey, int] = field(default_factory=dict)
+    """By admitted workload: it ends at the latest at its admission + this."""
+    queued: Mapping[QueueName, Sequence[int | None]] = field(default_factory=dict)
+    """By queue, its pending workloads' in queue order (index 0: position 1); None: that one
+    declares nothing. A queue where none declares may be left out."""
+
+
+NO_DECLARATIONS: Final = Declared()
+
+
+def declared_of(engine: Engine, running: Iterable[Interval]) -> Declared:
+    """What the engine's workloads declare (RT1): the admitted ones of ``running`` (the open
+    allocation intervals), and every queue's pending ones in order."""
+    jobs = engine.state.jobs
+    admitted: dict[WorkloadKey, int] = {}
+    for interval in running:
+        job = jobs.get(interval.workload)
+        if job is not None and job.max_runtime_ms is not None:
+            admitted[interval.workload] = job.max_runtime_ms
+    queued: dict[QueueName, list[int | None]] = {}
+    for name, entries in engine.queues().items():
+        runtimes = [jobs[entry.job].max_runtime_ms for entry in entries]
+        if any(runtime is not None for runtime in runtimes):
+            queued[name] = runtimes
+    return Declared(running=admitted, queued=queued)
+
+
 def waiting_of(views: dict[WorkloadKey, JobView], preview: PassPreview) -> list[Waiting]:
     """Every pending workload of ``views`` (the engine's, before the pass), with what the
     trial pass ``preview`` says of it: whether it admits it, else the node it waits for."""
@@ -105,6 +149,20 @@ def waiting_of(views: dict[WorkloadKey, JobView], preview: PassPreview) -> list[
     return out
 
 
+def estimate_pending(
+    engine: Engine,
+    now: Millis,
+    views: dict[WorkloadKey, JobView],
+    preview: PassPreview,
+    intervals: Sequence[Interval],
+) -> dict[WorkloadKey, Estimate]:
+    """The estimate of every pending workload of ``views`` (``waiting_of``) from the log's
+    allocation ``intervals`` and what ``engine``'s workloads declare (``declared_of``)."""
+    running = [interval for interval in intervals if interval.end_ms is None]
+    declared = declared_of(engine, running)
+    return estimate_starts(now, waiting_of(views, preview), intervals, declared)
+
+
 def estimates_on_arrival(
     items: Iterable[LogEntry], config: EngineConfig
 ) -> dict[WorkloadKey, tuple[Millis, Estimate]]:
@@ -116,6 +174,7 @@ def estimates_on_arrival(
     usage = UsageFold()
     by_queue: dict[QueueName, list[int]] = {}
     out: dict[WorkloadKey, tuple[Millis, Estimate]] = {}
+    declares = False  # until a workload declares a runtime, there is nothing to look up
     for item in items:
         event, at = item.event, item.time_ms
         usage.apply(event, at)
@@ -127,10 +186,12 @@ def estimates_on_arrival(
             engine.apply(event, at)
         except Exception:  # the core refused it; a service parks such an entry and goes on
             continue
-        if isinstance(event, WorkloadObserved) and event.workload not in out:
-            found = _on_arrival(engine, event.workload, at, by_queue, usage)
-            if found is not None:
-                out[event.workload] = (at, found)
+        if isinstance(event, WorkloadObserved):
+            declares = declares or event.max_runtime_seconds is not None
+            if event.workload not in out:
+                found = _on_arrival(engine, event.workload, at, by_queue, usage, declares)
+                if found is not None:
+                    out[event.workload] = (at, found)
     return out
 
 
@@ -140,6 +201,7 @@ def _on_arrival(
     now: Millis,
     by_queue: dict[QueueName, list[int]],
     usage: UsageFold,
+    declares: bool,
 ) -> Estimate | None:
     view = engine.job_state(key)
     if view is None or view.state != JobState.PENDING or view.queue is None:
@@ -155,7 +217,9 @@ def _on_arrival(
         node=reason.node if reason is not None else None,
         admitted_next=reason is None or reason.code == NOT_YET_EVALUATED,
     )
-    return estimate_with(now, [waiting], by_queue, list(usage.open.values())).get(key)
+    running = list(usage.open.values())
+    declared = declared_of(engine, running) if declares else NO_DECLARATIONS
+    return estimate_with(now, [waiting], by_queue, running, declared).get(key)
 
 
 def quantile(sorted_values: Sequence[int], q: int) -> int:
@@ -193,10 +257,16 @@ def remaining(lengths: Sequence[int], elapsed: int, q: int) -> int:
 def slot_starts(slots: Sequence[int], run: int, count: int) -> list[int]:
     """When each of the next ``count`` workloads of a queue starts (ms from now): the earliest
     free slot is taken, and frees again ``run`` ms later."""
+    return starts_in_turn(slots, [run] * count)
+
+
+def starts_in_turn(slots: Sequence[int], runs: Sequence[int]) -> list[int]:
+    """When each of the next workloads of a queue starts (ms from now), the i-th running for
+    ``runs[i]``: each takes the earliest free slot, which frees again when its run ends."""
     heap = list(slots)
     heapq.heapify(heap)
     starts: list[int] = []
-    for _ in range(count):
+    for run in runs:
         free = heapq.heappop(heap)
         starts.append(free)
         heapq.heappush(heap, free + run)
@@ -206,7 +276,8 @@ def slot_starts(slots: Sequence[int], run: int, count: int) -> list[int]:
 def _lengths_for(
     queue: QueueName, by_queue: dict[QueueName, list[int]]
 ) -> tuple[list[int], str] | str:
-    """The run lengths an estimate in ``queue`` rests on and their name, or why none do."""
+    """The run lengths an estimate in ``queue`` rests on and their name, or (without
+    ``UNKNOWN``) why there are too few."""
     own = by_queue.get(queue, [])
     if len(own) >= MIN_RUNS:
         return own, f"{len(own)} runs of queue {queue}"
@@ -214,16 +285,20 @@ def _lengths_for(
     if len(every) >= MIN_RUNS:
         return every, f"{len(every)} runs of every queue ({len(own)} of {queue})"
     ended = f"{len(every)} run has" if len(every) == 1 else f"{len(every)} runs have"
-    return f"unknown: {ended} ended on the log, {MIN_RUNS} are needed"
+    return f"{ended} ended on the log, {MIN_RUNS} are needed"
 
 
 def estimate_starts(
-    now: Millis, waiting: Sequence[Waiting], intervals: Sequence[Interval]
+    now: Millis,
+    waiting: Sequence[Waiting],
+    intervals: Sequence[Interval],
+    declared: Declared = NO_DECLARATIONS,
 ) -> dict[WorkloadKey, Estimate]:
     """An estimate for each of ``waiting`` at ``now``, from the allocation ``intervals`` of the
-    log so far (the ended ones give run lengths, the open ones are what runs now)."""
+    log so far (the ended ones give run lengths, the open ones are what runs now) and what the
+    workloads declare (``declared_of``)."""
     running = [interval for interval in intervals if interval.end_ms is None]
-    return estimate_with(now, waiting, run_lengths(intervals), running)
+    return estimate_with(now, waiting, run_lengths(intervals), running, declared)
 
 
 def estimate_with(
@@ -231,6 +306,7 @@ def estimate_with(
     waiting: Sequence[Waiting],
     by_queue: dict[QueueName, list[int]],
     running: Sequence[Interval],
+    declared: Declared = NO_DECLARATIONS,
 ) -> dict[WorkloadKey, Estimate]:
     """``estimate_starts`` from run lengths already gathered (``run_lengths``: ascending, per
     queue) and the intervals still open: for a caller that keeps both as the log grows."""
@@ -244,8 +320,44 @@ def estimate_with(
         else:
             groups.setdefault((item.queue, item.node or item.leaf), []).append(item)
     for (queue, node), members in sorted(groups.items()):
-        out.update(_estimate_group(now, queue, node, members, by_queue, running))
+        out.update(_estimate_group(now, queue, node, members, by_queue, running, declared))
     return out
+
+
+@dataclass(frozen=True)
+class _Holder:
+    """A workload holding quota under the node waited for."""
+
+    elapsed: int
+    """How long it has run, ms."""
+    left: int | None
+    """At most how much longer it runs by its declaration (0: past its declared end, any
+    moment now); None: it declares nothing."""
+
+
+def _holders(
+    now: Millis, node: QuotaPath, running: Sequence[Interval], declared: Declared
+) -> list[_Holder]:
+    """What runs under ``node`` now, each with the bound its declaration puts on it."""
+    out: list[_Holder] = []
+    for interval in running:
+        if not _under(node, interval.quota):
+            continue
+        runtime = declared.running.get(interval.workload)
+        left = None if runtime is None else max(0, interval.start_ms + runtime - now)
+        out.append(_Holder(elapsed=now - interval.start_ms, left=left))
+    return out
+
+
+def _bounded(typical: int, bound: int | None) -> int:
+    """A run length from history, no longer than a declaration allows."""
+    return typical if bound is None else min(typical, bound)
+
+
+def _queued(declared: Declared, queue: QueueName, count: int) -> list[int | None]:
+    """The declared runtimes of the first ``count`` workloads of ``queue`` (None: none)."""
+    found = list(declared.queued.get(queue, ()))[:count]
+    return found + [None] * (count - len(found))
 
 
 def _estimate_group(
@@ -255,32 +367,90 @@ def _estimate_group(
     members: list[Waiting],
     by_queue: dict[QueueName, list[int]],
     running: Sequence[Interval],
+    declared: Declared,
 ) -> dict[WorkloadKey, Estimate]:
     """Estimates for the workloads of one queue waiting for the same node: one pass of the
     slot model per quantile gives every position at once."""
     found = _lengths_for(queue, by_queue)
-    if isinstance(found, str):
-        return {m.workload: Estimate(basis=found) for m in members}
-    lengths, named = found
-    elapsed = sorted(now - i.start_ms for i in running if _under(node, i.quota))
-    if not elapsed:
-        why = f"unknown: nothing runs under {node} whose end would make room"
+    holders = _holders(now, node, running, declared)
+    if isinstance(found, str) and not holders:  # too few runs is said first, as ever
+        return {m.workload: Estimate(basis=f"{UNKNOWN}{found}") for m in members}
+    if not holders:
+        why = f"{UNKNOWN}nothing runs under {node} whose end would make room"
         return {m.workload: Estimate(basis=why) for m in members}
-    last = max(m.position for m in members)
+    queued = _queued(declared, queue, max(m.position for m in members))
+    if isinstance(found, str):
+        return _by_declarations(now, queue, node, members, holders, queued, found)
+    lengths, named = found
     starts = {
-        q: slot_starts([remaining(lengths, e, q) for e in elapsed], quantile(lengths, q), last)
+        q: starts_in_turn(
+            [_bounded(remaining(lengths, h.elapsed, q), h.left) for h in holders],
+            [_bounded(quantile(lengths, q), runtime) for runtime in queued],
+        )
         for q in QUANTILES
     }
     out: dict[WorkloadKey, Estimate] = {}
     for m in members:
         at = {q: Millis(now + starts[q][m.position - 1]) for q in QUANTILES}
         basis = (
-            f"{m.position - 1} ahead in {queue}, {len(elapsed)} running under {node}; "
+            f"{m.position - 1} ahead in {queue}, {len(holders)} running under {node}; "
             f"{named}: p25 {_span(quantile(lengths, 25))}, p50 {_span(quantile(lengths, 50))}, "
             f"p75 {_span(quantile(lengths, 75))}"
         )
+        note = _declarations_used(holders, queued[: m.position - 1])
+        if note is not None:
+            basis = f"{basis}; bounded by {note}"
         out[m.workload] = Estimate(start_ms=at[50], early_ms=at[25], late_ms=at[75], basis=basis)
     return out
+
+
+def _by_declarations(
+    now: Millis,
+    queue: QueueName,
+    node: QuotaPath,
+    members: list[Waiting],
+    holders: list[_Holder],
+    queued: list[int | None],
+    too_few: str,
+) -> dict[WorkloadKey, Estimate]:
+    """With too few runs on the log: the latest start the declarations alone give, where they
+    make room (a holder or a workload ahead that declares nothing never frees its slot, as far
+    as anything says); p25, p50 and p75 are that one bound, since nothing says how much
+    earlier the declared work ends. Unknown otherwise, saying what was missing."""
+    starts = starts_in_turn(
+        [NEVER if h.left is None else h.left for h in holders],
+        [NEVER if runtime is None else runtime for runtime in queued],
+    )
+    out: dict[WorkloadKey, Estimate] = {}
+    for m in members:
+        note = _declarations_used(holders, queued[: m.position - 1])
+        start = starts[m.position - 1]
+        if note is None:  # nothing declared: as without declarations at all
+            out[m.workload] = Estimate(basis=f"{UNKNOWN}{too_few}")
+        elif start >= NEVER:
+            basis = f"{UNKNOWN}{too_few}, and {note} do not make room"
+            out[m.workload] = Estimate(basis=basis)
+        else:
+            at = Millis(now + start)
+            basis = (
+                f"at the latest: {m.position - 1} ahead in {queue}, {len(holders)} running "
+                f"under {node}; by {note}, which may end earlier; {too_few} for a range"
+            )
+            out[m.workload] = Estimate(start_ms=at, early_ms=at, late_ms=at, basis=basis)
+    return out
+
+
+def _declarations_used(holders: Sequence[_Holder], ahead: Sequence[int | None]) -> str | None:
+    """Which of the running work and the workloads ahead declare a maximum runtime (RT1), for
+    the basis; None when none does."""
+    running = sum(1 for h in holders if h.left is not None)
+    queued = sum(1 for runtime in ahead if runtime is not None)
+    if running == 0 and queued == 0:
+        return None
+    return (
+        f"the declared maximum runtimes of {running} of {len(holders)} running and "
+        f"{queued} of {len(ahead)} ahead"
+    )
 
 
 def _span(ms: int) -> str:
@@ -310,10 +480,14 @@ def describe(estimate: Estimate | None) -> str:
 
 __all__ = [
     "MIN_RUNS",
+    "NO_DECLARATIONS",
     "QUANTILES",
+    "Declared",
     "Estimate",
     "Waiting",
+    "declared_of",
     "describe",
+    "estimate_pending",
     "estimate_starts",
     "estimate_with",
     "estimates_on_arrival",
@@ -321,5 +495,6 @@ __all__ = [
     "remaining",
     "run_lengths",
     "slot_starts",
+    "starts_in_turn",
     "waiting_of",
 ]

@@ -7,7 +7,8 @@ waits as of now (``Engine.reason_now``: the limiting node, resource and numbers,
 dry run of reclaim on that state (``Engine.reclaim_preview``, which leaves the engine as it
 was): whether it may reclaim and whom it would preempt; and its history: every decision about
 it on the log (including the preemptions it caused) and its cluster events, with times; with
-fair share on, its leaf's decayed usage, weight and interleave key (F1).
+fair share on, its leaf's decayed usage, weight and interleave key (F1); its declared maximum
+runtime when it declares one (RT1), and what backfill (N2) and the overrun hold (B2) said.
 What it must never do: perform I/O or read a clock (``now`` comes from the caller), or decide
 anything: the engine it queries is thrown away afterwards.
 """
@@ -42,7 +43,7 @@ from schemas import (
 from usher.core import fairshare, reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
-from usher.core.estimate import Estimate, describe, estimate_starts, waiting_of
+from usher.core.estimate import Estimate, describe, estimate_pending
 from usher.core.history import (
     History,
     fold,
@@ -224,8 +225,9 @@ def _estimate(
     view = engine.job_state(key)
     if view is None:
         return None
-    waiting = waiting_of({key: view}, engine.preview_pass(now_ms))
-    return estimate_starts(now_ms, waiting, intervals_of(history.items)).get(key)
+    preview = engine.preview_pass(now_ms)
+    found = estimate_pending(engine, now_ms, {key: view}, preview, intervals_of(history.items))
+    return found.get(key)
 
 
 def _attempts(history: History, key: WorkloadKey) -> list[AttemptLine]:
@@ -340,9 +342,14 @@ def _observed(event: WorkloadObserved, previous: WorkloadObserved | None) -> str
         if event.priority_class
         else f"priority {event.priority or 0}"
     )
+    declared = (
+        f"; declares a maximum runtime of {event.max_runtime_seconds} s"  # RT1
+        if event.max_runtime_seconds is not None
+        else ""
+    )
     return (
         f"{status}; {event.kind}; requests {format_resources(total_requests(event))}; {priority}; "
-        f"zone {event.zone}"
+        f"zone {event.zone}{declared}"
     )
 
 

@@ -430,6 +430,17 @@ def behind_reservation(
     )
 
 
+def backfilled(runtime_ms: int, ends_ms: int, holder: WorkloadKey, satisfied_ms: int) -> Reason:
+    """Admitted (N2) beside a reservation: its declared maximum runtime ends it before the
+    declared runtimes of the running work free enough for the reserved workload."""
+    message = (
+        f"declared to run at most {_seconds(runtime_ms)} s, so it ends by "
+        f"{format_moment(ends_ms)}, before the reservation of {holder} can be satisfied "
+        f"({format_moment(satisfied_ms)} by the declared runtimes of the running work)"
+    )
+    return Reason(code="Backfilled", message=message, blocker=holder)
+
+
 def held(node: QuotaPath, mode: str, by: str, since_ms: int, why: str) -> Reason:
     """Pending (R14): a node on its path is held or drained; by whom, since when and why."""
     verb = "held" if mode == "Hold" else "drained"

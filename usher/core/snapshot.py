@@ -242,6 +242,8 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Its retry annotations (R12, R13)."""
     zones: list[str] = []
     """Every zone it accepts in order (Z2); empty when only ``zone``."""
+    max_runtime_ms: int | None = None
+    """Its declared maximum runtime (RT1); None: none declared."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -444,6 +446,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 None if job.fit_shape == job.shape else sid(job.fit_shape),
                 job.retry_ask,
                 list(job.zones),
+                job.max_runtime_ms,
             )
         )
     version = state.version
@@ -689,6 +692,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.fit_shape = job.shape if r.fit_shape is None else shapes[r.fit_shape]
         job.retry_ask = r.retry_ask
         job.zones = tuple(Zone(zone) for zone in r.zones)
+        job.max_runtime_ms = r.max_runtime_ms
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Millis, Reason, WorkloadKey
-from usher.core import reasons
+from usher.core import backfill, reasons
 from usher.core.arbitration import Load, first_shortfall
 from usher.core.state import PENDING, Job
 
@@ -65,7 +65,7 @@ def serve_first(e: Engine, decisions: list[Decision], holders: list[Job]) -> Non
     from usher.core.decision_pass import DecisionPass  # the pass module imports the engine
 
     for job in reservations(e):
-        if not _may_try(e, job):
+        if not may_try(e, job):
             continue
         if DecisionPass(e, decisions).try_candidate(job):
             continue
@@ -77,6 +77,13 @@ def release(e: Engine, holders: list[Job]) -> None:
     """The pass is over: what was held for ``holders`` counts no more."""
     for job in reversed(holders):
         _hold(e, job, -1)
+
+
+def hold_again(e: Engine, holders: list[Job]) -> None:
+    """Count the holds of ``holders`` again after a ``release`` within the pass (N2 sets them
+    aside to ask whether a backfill candidate fits beside everything else)."""
+    for job in holders:
+        _hold(e, job, 1)
 
 
 def track(e: Engine, decisions: list[Decision]) -> None:
@@ -115,11 +122,11 @@ def reason(e: Engine, job: Job) -> Reason | None:
     for holder in held:
         found = _behind(e, job, holder)
         if found is not None:
-            return found
+            return backfill.with_why_not(e, found, job, holder)  # N2
     return None
 
 
-def _may_try(e: Engine, job: Job) -> bool:
+def may_try(e: Engine, job: Job) -> bool:
     """Whether this engine may offer ``job`` now (the checks a pass makes of a candidate)."""
     assert job.leaf is not None
     return (
@@ -128,7 +135,7 @@ def _may_try(e: Engine, job: Job) -> bool:
         and job.leaf not in e._held_leaves
         and e._decides(job.zone)
         and not e.backing_off(job)
-        and (job.leaf not in e._budget_stops or e.budget_stop(job) is None)
+        and (not e.budget_gated(job.leaf) or e.budget_stop(job) is None)
     )
 
 

@@ -13,13 +13,13 @@ from enum import StrEnum
 
 from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, WorkloadKey, Zone
 from usher.core.arbitration import effective_cap
-from usher.core.budgets import Budget, parse_budgets
+from usher.core.budgets import Budget, holds_overrun, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.fairshare import DEFAULT_WEIGHT, fair_weight
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
-from usher.core.tree import STARVATION_ATTRIBUTE, iter_nodes, queue_name
+from usher.core.tree import BACKFILL_ATTRIBUTE, STARVATION_ATTRIBUTE, iter_nodes, queue_name
 from usher.core.zone_quota import ZoneCaps, parse_zone_max
 
 Shape = tuple[tuple[str, int], ...]
@@ -85,6 +85,7 @@ class QuotaNodeInfo:
 
     __slots__ = (
         "ancestors",
+        "backfill",
         "cap",
         "children",
         "depth",
@@ -132,6 +133,8 @@ class QuotaNodeInfo:
         """Retry limit and OOM memory factor, inherited down the tree (R12, R13)."""
         self.starvation_ms = 0
         """How long a head may be passed over before capacity is reserved for it (N1); 0 = off."""
+        self.backfill = False
+        """Whether its workloads may backfill beside a reservation (N2, inherited)."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
         self.zone_max: ZoneCaps = parse_zone_max(node.attributes, "")[0]
         """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
@@ -143,6 +146,7 @@ class TreeIndex:
     """The quota tree in force, indexed by path, namespace, node name and queue."""
 
     __slots__ = (
+        "backfill_on",
         "budgets",
         "by_name",
         "fair_weights",
@@ -150,6 +154,8 @@ class TreeIndex:
         "leaves",
         "leaves_under",
         "nodes",
+        "overrun_leaves",
+        "overrun_nodes",
         "queue_leaf",
         "root",
         "starvation_on",
@@ -169,6 +175,12 @@ class TreeIndex:
         """The budgets each node declares (B1); empty when none does (nothing is counted)."""
         self.starvation_on = False
         """Whether any node turns the starvation guard on (N1): passes skip it otherwise."""
+        self.backfill_on = False
+        """Whether any leaf may backfill beside a reservation (N2)."""
+        self.overrun_nodes: set[QuotaPath] = set()
+        """Nodes whose budgets hold a declared runtime that would overrun them (B2)."""
+        self.overrun_leaves: set[QuotaPath] = set()
+        """Leaves below such a node; empty when none opts in (nothing is checked)."""
         self.zone_capped = False
         """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
         self.fair_weights: dict[QuotaPath, int] = {}
@@ -190,18 +202,24 @@ class TreeIndex:
             )
             info.starvation_ms = _starvation_ms(node, parent)
             self.starvation_on = self.starvation_on or info.starvation_ms > 0
+            info.backfill = _backfill(node, parent)
+            self.backfill_on = self.backfill_on or (info.backfill and info.is_leaf)
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
             inherited = self.fair_weights[parent.path] if parent is not None else DEFAULT_WEIGHT
             self.fair_weights[path] = fair_weight(node.attributes, inherited)
             budgets, _ = parse_budgets(node.attributes, path, "")
             if budgets:
                 self.budgets[path] = tuple(budgets)
+                if holds_overrun(node.attributes):
+                    self.overrun_nodes.add(path)
             self.zone_capped = self.zone_capped or bool(info.zone_max)
             self.nodes[path] = info
             self.by_name[node.name] = path
             if parent is not None:
                 parent.children.append(path)
             if info.is_leaf:
+                if any(ancestor.path in self.overrun_nodes for ancestor in info.ancestors):
+                    self.overrun_leaves.add(path)
                 info.queue = queue_name(path, node.namespaces[0] if node.namespaces else None)
                 self.leaves.append(path)
                 for ancestor in info.ancestors:
@@ -232,6 +250,15 @@ def _starvation_ms(node: QuotaNode, parent: QuotaNodeInfo | None) -> int:
     return parent.starvation_ms if parent is not None else 0
 
 
+def _backfill(node: QuotaNode, parent: QuotaNodeInfo | None) -> bool:
+    """Whether the node's workloads may backfill (N2): its own attribute (T1 checked it is
+    ``"true"`` or ``"false"``), else its parent's, else no."""
+    raw = node.attributes.get(BACKFILL_ATTRIBUTE)
+    if raw is not None:
+        return raw == "true"
+    return parent.backfill if parent is not None else False
+
+
 class Job:
     """One workload as the engine tracks it (pending, admitted, finished, ...)."""
 
@@ -245,6 +272,7 @@ class Job:
         "held",
         "key",
         "leaf",
+        "max_runtime_ms",
         "name",
         "namespace",
         "note",
@@ -308,6 +336,8 @@ class Job:
         """Readiness after admission (R10); None until a ready timeout applied to it."""
         self.retry_ask: RetryAsk | None = None
         """Its own retry annotations (R12, R13); None: it carries none."""
+        self.max_runtime_ms: int | None = None
+        """Its declared maximum runtime (RT1); None: it declares none."""
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
-from usher.core.budgets import parse_budgets
+from usher.core.budgets import overrun_errors, parse_budgets
 from usher.core.errors import TreeInvalid
 from usher.core.fairshare import weight_errors
 from usher.core.quantity import collect_resources, format_quantity
@@ -68,6 +68,9 @@ WHOLE_SECONDS_ATTRIBUTES = (
     STARVATION_ATTRIBUTE,
 )
 """Attributes holding a whole, non-negative number of seconds."""
+BACKFILL_ATTRIBUTE = "usher.io/backfill"
+"""``"true"`` on a node (inherited unless a node below says ``"false"``): a workload of its
+leaves that declares a maximum runtime may be admitted beside a reservation it ends before (N2)."""
 ALLOW_ZERO_REQUESTS_ATTRIBUTE = "usher.io/allow-zero-requests"
 """``"true"`` on a node (inherited by every node below unless one says ``"false"``): jobs of
 its leaves may have containers that request nothing."""
@@ -442,7 +445,13 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
     if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
         message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
         checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
+    backfill = attributes.get(BACKFILL_ATTRIBUTE)
+    if backfill is not None and backfill not in BOOLEAN_VALUES:
+        message = f'{BACKFILL_ATTRIBUTE} must be "true" or "false", got {backfill!r}'
+        checks.report(f"{path}.{BACKFILL_ATTRIBUTE}", "invalid-attribute", message)  # N2
     for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
+        checks.report(error.path, error.code, error.message)
+    for error in overrun_errors(attributes, path):  # B2
         checks.report(error.path, error.code, error.message)
     for error in parse_zone_max(attributes, path)[1]:  # Z1
         checks.report(error.path, error.code, error.message)

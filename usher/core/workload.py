@@ -20,6 +20,7 @@ Choices where SEMANTICS is silent (Kubernetes' own rules where it has one):
 - Replica types keep their written names (``PS``, ``Worker``); pod set names must be unique.
 - ``usher.io/min-parallelism`` (an annotation) gives the kind's scalable pod set the fewest
   pods it may start with (R11, docs/admission-rules.md); a kind without one refuses it.
+- A declared maximum runtime (RT1) is read by ``kinds.runtime``.
 
 It also says where each kind keeps its suspend flag (``suspend_path``, for the admission
 webhook), fills containers that request nothing from a namespace's LimitRange defaults
@@ -48,7 +49,7 @@ from schemas import (
 )
 from usher.core.errors import InputError, WorkloadInvalid
 from usher.core.kinds import SUPPORTED_KINDS as SUPPORTED_KINDS  # re-exported: its users
-from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id
+from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtime
 from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
 from usher.core.kinds.fields import (
     Errors,
@@ -109,6 +110,7 @@ def extract_workload(
     pod_sets = _with_minimum(manifest, rule, pod_sets, errors)
     suspended = _suspended(spec, rule.suspend_path, errors)
     retry_ask = _retry_ask(manifest, errors)
+    max_runtime = runtime.declared_seconds(manifest, rule, errors)
     if errors:
         raise WorkloadInvalid(key, kind, errors)
     return WorkloadObserved(
@@ -127,6 +129,7 @@ def extract_workload(
         resource_version=identity.resource_version,
         retry=retry_ask,
         zones=identity.zones,
+        max_runtime_seconds=max_runtime,
     )
 
 

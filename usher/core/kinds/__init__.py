@@ -6,8 +6,9 @@ What it does: gathers the ``KindFamily`` of every job kind Usher admits -- batch
 observes only to reject (Kubeflow's XGBoostJob, PaddleJob, MXJob). The core's workload parsing,
 the watcher, the client's manifests, the webhook and the Kubernetes emulator (served resources,
 fake kubelet) all read their kind knowledge from here (how each kind's pods are counted and
-found too: ``KindFamily.pods``; ``usher.io/min-success`` is read by ``success``), and the
-watcher's RBAC rules are checked against it. Adding a kind is one module and one line below.
+found too: ``KindFamily.pods``; ``usher.io/min-success`` is read by ``success``, a declared
+maximum runtime by ``runtime``, RT1), and the watcher's RBAC rules are checked against it.
+Adding a kind is one module and one line below.
 What it must never do: do I/O, or hold knowledge of a kind outside its family module.
 """
 

@@ -193,6 +193,7 @@ JOB = KindFamily(
     versions=("v1",),
     emulated_versions=("v1",),
     suspend_path=("suspend",),
+    deadline_path=("activeDeadlineSeconds",),
     pod_sets=_pod_sets,
     templates=_templates,
     selector_patch=_selector_patch,

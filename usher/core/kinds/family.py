@@ -136,6 +136,9 @@ class KindFamily:
     """The pod set that may start with fewer pods (partial admission, R11); None: none may."""
     count_patch: Callable[[int], Spec] | None = None
     """The ``spec`` part of a merge patch that runs ``scalable_pod_set`` with that many pods."""
+    deadline_path: tuple[str, ...] | None = None
+    """Under ``spec``: the kind's own maximum runtime in seconds, which Kubernetes enforces (a
+    batch Job's ``activeDeadlineSeconds``); None: Usher reads none (RT1, ``kinds.runtime``)."""
 
     @property
     def storage(self) -> tuple[str, str]:
