@@ -242,6 +242,9 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Its retry annotations (R12, R13)."""
     zones: list[str] = []
     """Every zone it accepts in order (Z2); empty when only ``zone``."""
+    listed: list[str] | None = None
+    """The zones its own annotation lists when not ``zones`` (the tree gave those, Z3);
+    None: the same as ``zones``."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -444,6 +447,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 None if job.fit_shape == job.shape else sid(job.fit_shape),
                 job.retry_ask,
                 list(job.zones),
+                None if job.listed == job.zones else list(job.listed),
             )
         )
     version = state.version
@@ -689,6 +693,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.fit_shape = job.shape if r.fit_shape is None else shapes[r.fit_shape]
         job.retry_ask = r.retry_ask
         job.zones = tuple(Zone(zone) for zone in r.zones)
+        job.listed = job.zones if r.listed is None else tuple(Zone(zone) for zone in r.listed)
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

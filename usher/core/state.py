@@ -20,6 +20,7 @@ from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
 from usher.core.tree import STARVATION_ATTRIBUTE, iter_nodes, queue_name
+from usher.core.zone_burst import burst_zones, default_zones
 from usher.core.zone_quota import ZoneCaps, parse_zone_max
 
 Shape = tuple[tuple[str, int], ...]
@@ -87,6 +88,7 @@ class QuotaNodeInfo:
         "ancestors",
         "cap",
         "children",
+        "default_zones",
         "depth",
         "is_leaf",
         "max",
@@ -137,6 +139,10 @@ class QuotaNodeInfo:
         """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
         self.zone_used: ZoneCaps = {}
         """Per capped zone, what admissions, holds and lingering usage count there (Z1)."""
+        self.default_zones: tuple[Zone, ...] = default_zones(
+            node.attributes, parent.default_zones if parent is not None else ()
+        )
+        """The accepted zones of workloads below that list none (Z3, inherited); empty: none."""
 
 
 class TreeIndex:
@@ -144,6 +150,7 @@ class TreeIndex:
 
     __slots__ = (
         "budgets",
+        "burst",
         "by_name",
         "fair_weights",
         "leaf_of_namespace",
@@ -173,6 +180,10 @@ class TreeIndex:
         """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
         self.fair_weights: dict[QuotaPath, int] = {}
         """Each node's fair-share weight (F1: ``usher.io/fair-weight``, inherited, default 1)."""
+        self.burst: frozenset[Zone] = (
+            burst_zones(root.attributes) if root is not None else frozenset()
+        )
+        """The zones the root marks as burst (Z3); empty: every order is Z2's and R5's."""
         if root is not None:
             self._index(root, config)
 
@@ -245,6 +256,7 @@ class Job:
         "held",
         "key",
         "leaf",
+        "listed",
         "name",
         "namespace",
         "note",
@@ -275,7 +287,10 @@ class Job:
         self.zone: Zone = Zone("default")
         """Where it counts: its first accepted zone, or the zone it was admitted into (Z2)."""
         self.zones: tuple[Zone, ...] = ()
-        """Every zone it accepts, most preferred first (Z2); empty: only ``zone``."""
+        """Every zone it accepts, most preferred first (Z2); empty: only ``zone``. Its own
+        list, else the one its leaf's ``usher.io/zones`` gives it (Z3)."""
+        self.listed: tuple[Zone, ...] = ()
+        """The zones its own ``usher.io/zones`` annotation lists (Z2); empty: none."""
         self.priority_class: str | None = None
         self.spec_priority: int | None = None
         self.priority = 0

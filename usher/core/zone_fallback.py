@@ -43,16 +43,24 @@ def parse_accepted_zones(
     field = f"{field_prefix}{ZONES_ANNOTATION}"
     if not isinstance(raw, str):
         return [], [_invalid(field, f"{ZONES_ANNOTATION} must be a string, got {raw!r}")]
-    zones = [part.strip() for part in raw.split(",")]
-    if not raw.strip() or any(not zone or any(c.isspace() for c in zone) for zone in zones):
-        message = f"{raw!r} is not a comma-separated list of zone names, e.g. 'a100,h100'"
-        return [], [_invalid(field, message)]
-    if len(set(zones)) != len(zones):
-        return [], [_invalid(field, f"{raw!r} names a zone twice")]
+    zones, problem = parse_zone_names(raw)
+    if problem is not None:
+        return [], [_invalid(field, problem)]
     if label_zone and zones[0] != label_zone:
         message = f"the first accepted zone must be the job's usher.io/zone label {label_zone!r}"
         return [], [_invalid(field, f"{raw!r}: {message}")]
-    return [Zone(zone) for zone in zones], []
+    return zones, []
+
+
+def parse_zone_names(raw: str) -> tuple[list[Zone], str | None]:
+    """A comma-separated list of distinct zone names in its order, or why it is not one (the
+    annotation of Z2 and the tree attributes of Z3 read zone lists alike)."""
+    zones = [part.strip() for part in raw.split(",")]
+    if not raw.strip() or any(not zone or any(c.isspace() for c in zone) for zone in zones):
+        return [], f"{raw!r} is not a comma-separated list of zone names, e.g. 'a100,h100'"
+    if len(set(zones)) != len(zones):
+        return [], f"{raw!r} names a zone twice"
+    return [Zone(zone) for zone in zones], None
 
 
 def owner_zone(labels: Mapping[str, object], annotations: Mapping[str, object]) -> str | None:
