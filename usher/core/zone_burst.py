@@ -21,13 +21,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Final, TypeVar
 
 from schemas import FieldError, Zone
-from usher.core.zone_fallback import ZONES_ANNOTATION, parse_zone_names
+from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
 BURST_ZONES_ATTRIBUTE: Final = "usher.io/burst-zones"
 """On the root only: the zones used only when a workload's other accepted zones are full, and
 whose workloads are reclaimed first among candidates of one standing (Z3)."""
 
-DEFAULT_ZONES_ATTRIBUTE: Final = ZONES_ANNOTATION
+DEFAULT_ZONES_ATTRIBUTE: Final = ZONES_KEY
 """On any node, inherited: the accepted zones of workloads below it that list none (Z3); the
 same key and syntax as the job annotation of Z2, which wins over it."""
 

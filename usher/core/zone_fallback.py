@@ -27,8 +27,9 @@ from typing import Final
 
 from schemas import FieldError, Reason, Zone
 from usher.core.kinds.family import ZONE_LABEL
+from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
-ZONES_ANNOTATION: Final = "usher.io/zones"
+ZONES_ANNOTATION: Final = ZONES_KEY
 """A job's accepted zones, comma separated, most preferred first (Z2)."""
 
 
@@ -50,17 +51,6 @@ def parse_accepted_zones(
         message = f"the first accepted zone must be the job's usher.io/zone label {label_zone!r}"
         return [], [_invalid(field, f"{raw!r}: {message}")]
     return zones, []
-
-
-def parse_zone_names(raw: str) -> tuple[list[Zone], str | None]:
-    """A comma-separated list of distinct zone names in its order, or why it is not one (the
-    annotation of Z2 and the tree attributes of Z3 read zone lists alike)."""
-    zones = [part.strip() for part in raw.split(",")]
-    if not raw.strip() or any(not zone or any(c.isspace() for c in zone) for zone in zones):
-        return [], f"{raw!r} is not a comma-separated list of zone names, e.g. 'a100,h100'"
-    if len(set(zones)) != len(zones):
-        return [], f"{raw!r} names a zone twice"
-    return [Zone(zone) for zone in zones], None
 
 
 def owner_zone(labels: Mapping[str, object], annotations: Mapping[str, object]) -> str | None:
