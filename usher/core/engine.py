@@ -2067,6 +2067,12 @@ class Engine:
         """What the engine knows about one workload, or None if unknown (or deleted)."""
         return engine_queries.job_state(self, key)
 
+    def zone_of(self, key: WorkloadKey) -> Zone | None:
+        """Where a workload counts: the zone it was admitted into (Z2, Z3: maybe not its
+        own), else its own; None when unknown."""
+        job = self.state.jobs.get(key)
+        return job.zone if job is not None else None
+
     def accepted_zones(self, key: WorkloadKey) -> tuple[Zone, ...]:
         """The zones a workload accepts in order: its own list (Z2) or its leaf's (Z3); empty:
         only its own zone, or unknown."""

@@ -50,6 +50,18 @@ class StoryJob:
         return f"{self.namespace}/{self.name}"
 
 
+def story_jobs(own_zone: str, burst_zone: str) -> tuple[StoryJob, StoryJob, StoryJob, StoryJob]:
+    """fill (the own node's 64 cpu), burst (2x8 cpu, Department-a), run (60 cpu on the own
+    node once fill is done: Department-a borrows), reclaim (30 cpu within Department-b's
+    40-cpu guarantee, while the cluster's 100 cpu are taken)."""
+    return (
+        StoryJob(f"fill-{own_zone}", "user-a", 4, "16", 3, own_zone),
+        StoryJob(f"burst-{burst_zone}", "user-b", 2, "8", 8, own_zone),
+        StoryJob(f"run-{own_zone}", "user-a", 4, "15", 4, own_zone),
+        StoryJob("reclaim-burst", "user-c", 1, "30", 2, None, "priority-3"),
+    )
+
+
 @dataclass
 class BurstStory:
     """The story against the running system, telling what happens through ``say``."""
@@ -59,20 +71,9 @@ class BurstStory:
     burst_zone: str
     say: Callable[[str], None]
 
-    def jobs(self) -> tuple[StoryJob, StoryJob, StoryJob, StoryJob]:
-        """fill (the own node's 64 cpu), burst (2x8 cpu, Department-a), own (60 cpu on the own
-        node once fill is done), reclaim (30 cpu within Department-b's 40-cpu guarantee)."""
-        own = self.own_zone
-        return (
-            StoryJob(f"fill-{own}", "user-a", 4, "16", 3, own),
-            StoryJob(f"burst-{self.burst_zone}", "user-b", 2, "8", 8, own),
-            StoryJob(f"run-{own}", "user-a", 4, "15", 4, own),
-            StoryJob("reclaim-burst", "user-c", 1, "30", 2, None, "priority-3"),
-        )
-
     async def play(self) -> None:
         started = time.monotonic()
-        fill, burst, run, reclaim = self.jobs()
+        fill, burst, run, reclaim = story_jobs(self.own_zone, self.burst_zone)
         if not await self._submit(fill, "fills the 64-cpu node of zone " + self.own_zone):
             return  # a restart: the story already ran
         await self._submit(burst, f"zone {self.own_zone} is full: it bursts")
