@@ -33,7 +33,7 @@ test-long: setup
 	USHER_LOAD_SEEDS=11,12,13,14,15 $(BIN)/pytest tests/e2e/test_borrowing_load.py
 
 run: setup
-	$(BIN)/usher up
+	$(BIN)/usher up --burst-zones eci
 
 schemas: setup
 	$(BIN)/python -m schemas.export

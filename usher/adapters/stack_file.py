@@ -43,6 +43,8 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Kubeconfig of the Kubernetes API (the emulator's, under ``$USHER_HOME``)."""
     zones: list[str] = msgspec.field(default_factory=list)
     """Zones served by a dequeuer each (``default`` takes jobs without ``usher.io/zone``)."""
+    burst_zones: list[str] = msgspec.field(default_factory=list)
+    """Those of ``zones`` whose node is a virtual kubelet's (``usher up --burst-zones``, Z3)."""
     service_pids: dict[str, int] = msgspec.field(default_factory=dict)
     """Service processes by name: ``ledger``, ``preemptor``, ``dequeuer-<zone>``, ``watcher``."""
     policy: str = "Round"

@@ -141,6 +141,12 @@ def cli() -> None:
     help="Zones, each with a node and a dequeuer (unlabelled jobs: zone default).",
 )
 @click.option(
+    "--burst-zones",
+    default="",
+    help="Zones with a virtual kubelet's node (large allocatable) and a dequeuer each, added"
+    " to --zones; the demo marks them burst in the tree (Z3).",
+)
+@click.option(
     "--policy",
     type=click.Choice(POLICIES),
     default="Round",
@@ -196,6 +202,7 @@ def up(
     home: Path | None,
     no_demo: bool,
     zones: str,
+    burst_zones: str,
     policy: str,
     oversell_rate: str,
     within_quota: str,
@@ -225,20 +232,18 @@ def up(
     configure()
     logging.getLogger("alembic").setLevel(logging.WARNING)  # migrations: no chatter on screen
     home = home or usher_home()
-    zone_list = tuple(z.strip() for z in zones.split(",") if z.strip())
-    for zone in zone_list:
-        if not _ZONE.match(zone):
-            fail(
-                f"--zones: {zone!r} is not a valid zone name (letters, digits, '-', '_', '.')",
-                EXIT_USAGE,
-            )
+    zone_list = _zone_names("--zones", zones)
+    burst_list = _zone_names("--burst-zones", burst_zones)
+    if "default" in burst_list:
+        fail("--burst-zones: zone default takes unlabelled jobs; it cannot be burst", EXIT_USAGE)
     if interval_s <= 0:
         fail(f"--interval: must be positive, got {interval_s:g}", EXIT_USAGE)
     if min_runtime_s < 0:
         fail(f"--min-runtime: must be 0 or more seconds, got {min_runtime_s:g}", EXIT_USAGE)
     _refuse_second_start(home)
     options = SystemOptions(
-        zones=zone_list,
+        zones=(*zone_list, *(z for z in burst_list if z not in zone_list)),
+        burst_zones=burst_list,
         policy=policy,
         oversell_rate=oversell_rate,
         within_quota=within_quota,
@@ -426,6 +431,18 @@ def nats_errors() -> type[Exception]:
 
 
 _ZONE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+
+
+def _zone_names(option: str, text: str) -> tuple[str, ...]:
+    """The zones a comma-separated option names; a usage error naming a bad one."""
+    names = tuple(z.strip() for z in text.split(",") if z.strip())
+    for zone in names:
+        if not _ZONE.match(zone):
+            fail(
+                f"{option}: {zone!r} is not a valid zone name (letters, digits, '-', '_', '.')",
+                EXIT_USAGE,
+            )
+    return names
 
 
 def _refuse_second_start(home: Path) -> None:

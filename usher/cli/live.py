@@ -392,6 +392,7 @@ async def run_up(
                 client,
                 seed=seed,
                 zones=tuple(info.zones),
+                burst_zones=tuple(info.burst_zones),
                 say=view.note,
                 backlog=view.backlog,
                 quota=view.quota,

@@ -412,7 +412,12 @@ class PeopleProjection:
                     tree=name, at=at, errors=self.tree_rejected, kept=self.tree is not None
                 )
             case Admitted():
-                self._decision(item.seq, at, "admit", event.workload, quota=event.quota)
+                # Its reason, when it has one, says why (a fallback zone, Z2/Z3; a partial
+                # admission, R11).
+                reason = event.reason.message if event.reason is not None else None
+                self._decision(
+                    item.seq, at, "admit", event.workload, quota=event.quota, reason=reason
+                )
             case Preempted():
                 self.preemptions[event.workload] = self.preemptions.get(event.workload, 0) + 1
                 self._decision(
@@ -550,7 +555,7 @@ class PeopleProjection:
             state=view.state,
             queue=view.queue,
             quota=view.quota,
-            zone=observed.zone if observed else None,
+            zone=self.engine.zone_of(wkey) or (observed.zone if observed else None),
             position=view.position,
             priority=view.priority,
             reason=message,

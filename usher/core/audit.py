@@ -332,7 +332,8 @@ class _Auditor:
                 f"requests {format_resources(event.requests)}, but the observed workload "
                 f"requests {format_resources(wanted)}",
             )
-        if event.zone != observed.zone and event.zone not in observed.zones:  # Z2
+        # Z2 (its own list), Z3 (its leaf's list).
+        if event.zone != observed.zone and event.zone not in self.engine.accepted_zones(key):
             self.note(item, "wrong-zone", f"zone {event.zone}, but it is in zone {observed.zone}")
         shortfall = self.engine.admission_shortfall(key, event.quota, event.requests)
         if shortfall is not None:

@@ -295,7 +295,8 @@ class DecisionPass:
         e = self.e
         assert job.leaf is not None
         if fits_quota or e._fits_quota(job.leaf, job.shape):
-            chosen, passed = zone_choice(job.zones, lambda zone: e._shortfall_in_zone(job, zone))
+            order = e._zone_order(job)  # burst zones last (Z3)
+            chosen, passed = zone_choice(order, lambda zone: e._shortfall_in_zone(job, zone))
             if chosen is not None:
                 if not e._decides(chosen):
                     return False  # the dequeuer of that zone admits it (or the ledger refuses)

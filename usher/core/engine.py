@@ -109,6 +109,7 @@ from usher.core.state import (
     shape_with,
 )
 from usher.core.tree import path_nodes
+from usher.core.zone_burst import tree_accepted, try_order
 from usher.core.zone_fallback import passed_over, zone_choice
 
 _K = TypeVar("_K", QuotaPath, Zone)
@@ -427,7 +428,10 @@ class Engine:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(job.key, None)
         job.zone = Zone(self._name(event.zone))
-        job.zones = tuple(Zone(self._name(zone)) for zone in event.zones)
+        listed = tuple(Zone(self._name(zone)) for zone in event.zones)
+        if not (job.state == ADMITTED and not job.listed and not listed):
+            job.zones = listed  # else it keeps the tree's list it was admitted under (Z3)
+        job.listed = listed
         job.priority_class = (
             None if event.priority_class is None else self._name(event.priority_class)
         )
@@ -1314,11 +1318,13 @@ class Engine:
         if leaf is None:
             assert unmapped is not None
             job.leaf = None
+            self._accept_tree_zones(job, None)
             job.state = UNMAPPED
             self._outside[job.key] = None
             self._announce_if_new(job, unmapped)
             return
         job.leaf = leaf
+        self._accept_tree_zones(job, leaf)
         never = self._never_fits(job, self.state.tree.nodes[leaf])
         if never is None and job.readiness is not None and job.readiness.exhausted:
             never = job.readiness.last  # its last attempt timed out (R10)
@@ -1330,6 +1336,18 @@ class Engine:
         job.state = PENDING
         job.announced = None
         self._note_shapes(leaf, self._queues[leaf].add(job))
+
+    def _accept_tree_zones(self, job: Job, leaf: QuotaPath | None) -> None:
+        """Z3: a waiting job listing no zones of its own accepts those its leaf's
+        ``usher.io/zones`` lists from its own zone on (none outside the tree)."""
+        if job.listed:
+            return
+        default = self.state.tree.nodes[leaf].default_zones if leaf is not None else ()
+        job.zones = tree_accepted(default, job.zone) if default else ()
+
+    def _zone_order(self, job: Job) -> Sequence[Zone]:
+        """The order ``job``'s accepted zones are tried in: burst zones last (Z3)."""
+        return try_order(job.zones, self.state.tree.burst)
 
     def _note_shapes(self, leaf: QuotaPath, changed: bool) -> None:
         # The shape groups of a leaf feed the pass's pruning; any change makes it stale.
@@ -2070,6 +2088,18 @@ class Engine:
         """What the engine knows about one workload, or None if unknown (or deleted)."""
         return engine_queries.job_state(self, key)
 
+    def zone_of(self, key: WorkloadKey) -> Zone | None:
+        """Where a workload counts: the zone it was admitted into (Z2, Z3: maybe not its
+        own), else its own; None when unknown."""
+        job = self.state.jobs.get(key)
+        return job.zone if job is not None else None
+
+    def accepted_zones(self, key: WorkloadKey) -> tuple[Zone, ...]:
+        """The zones a workload accepts in order: its own list (Z2) or its leaf's (Z3); empty:
+        only its own zone, or unknown."""
+        job = self.state.jobs.get(key)
+        return job.zones if job is not None else ()
+
     def ready_timeout_ms(self, key: WorkloadKey) -> int:
         """The ready timeout (R10) in force for a workload where it is; 0 = off or unknown."""
         return engine_queries.ready_timeout_ms(self, key)
@@ -2146,7 +2176,8 @@ class Engine:
         zones, what each of them lacks (none: the first that fits admits it, Z2)."""
         if not job.zones or job.state == ADMITTED:
             return self._shortfall_here(job)
-        chosen, passed = zone_choice(job.zones, lambda zone: self._shortfall_in_zone(job, zone))
+        order = self._zone_order(job)
+        chosen, passed = zone_choice(order, lambda zone: self._shortfall_in_zone(job, zone))
         return None if chosen is not None else passed_over(None, passed)
 
     def _shortfall_in_zone(self, job: Job, zone: Zone) -> Reason | None:

@@ -2,7 +2,8 @@
 
 What it does: over an engine's state, finds the minimal victim set for a candidate --
 borrowers of other leaves nearest in the tree first (when the candidate asks within its
-``min``), then strictly lower-priority workloads of its own leaf (``LowerPriority``) --
+``min``), then strictly lower-priority workloads of its own leaf (``LowerPriority``); among
+candidates of one standing, those running in a burst zone first (Z3) --
 skipping workloads within their minimum runtime or protected by R6; checks a reclaim decided
 elsewhere against the same rules (``check_preemption``); and previews a reclaim without
 deciding it (``reclaim_preview``). The predicates it shares with the ledger are in
@@ -19,10 +20,11 @@ from collections.abc import Iterator, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING
 
-from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
+from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core import reasons
 from usher.core.reclaim import borrowed_resource
 from usher.core.state import ADMITTED, PENDING, Job, Placement
+from usher.core.zone_burst import burst_first
 
 if TYPE_CHECKING:
     from usher.core.engine import Engine
@@ -130,7 +132,7 @@ def _cross_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
             if leaf not in inner and leaf in e._leaf_admitted
         ]
         leaves.extend(vanished.get(level + 1, ()))
-        yield from _merged_victims(e, job, leaves)
+        yield from _burst_first(e, _merged_victims(e, job, leaves))
 
 
 def _vanished_by_depth(e: Engine, leaf: QuotaPath, deepest: int) -> dict[int, list[QuotaPath]]:
@@ -157,8 +159,27 @@ def _merged_victims(e: Engine, job: Job, leaves: list[QuotaPath]) -> Iterator[Jo
             yield victim
 
 
+def _burst_first(e: Engine, candidates: Iterator[Job]) -> Iterator[Job]:
+    """Z3: candidates of one standing (one tree level, one priority) running in a burst zone
+    come before the others; nothing moves when the tree marks no burst zone."""
+    return burst_first(candidates, e.state.tree.burst, _zone_of, _priority_of)
+
+
+def _zone_of(victim: Job) -> Zone:
+    return victim.zone
+
+
+def _priority_of(victim: Job) -> int:
+    return victim.priority
+
+
 def _same_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
-    """Strictly lower-priority workloads of ``job``'s own leaf, in reclaim order."""
+    """Strictly lower-priority workloads of ``job``'s own leaf, in reclaim order (Z3: of one
+    priority, those in a burst zone first)."""
+    return _burst_first(e, _lower_priority_of_leaf(e, job))
+
+
+def _lower_priority_of_leaf(e: Engine, job: Job) -> Iterator[Job]:
     assert job.leaf is not None
     runtime = e._min_runtime(job.leaf)
     for victim_key in list(e._leaf_admitted.get(job.leaf, ())):

@@ -244,6 +244,9 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """Every zone it accepts in order (Z2); empty when only ``zone``."""
     max_runtime_ms: int | None = None
     """Its declared maximum runtime (RT1); None: none declared."""
+    listed: list[str] | None = None
+    """The zones its own annotation lists when not ``zones`` (the tree gave those, Z3);
+    None: the same as ``zones``."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -447,6 +450,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.retry_ask,
                 list(job.zones),
                 job.max_runtime_ms,
+                None if job.listed == job.zones else list(job.listed),
             )
         )
     version = state.version
@@ -693,6 +697,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.retry_ask = r.retry_ask
         job.zones = tuple(Zone(zone) for zone in r.zones)
         job.max_runtime_ms = r.max_runtime_ms
+        job.listed = job.zones if r.listed is None else tuple(Zone(zone) for zone in r.listed)
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

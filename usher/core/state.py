@@ -20,6 +20,7 @@ from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
 from usher.core.tree import BACKFILL_ATTRIBUTE, STARVATION_ATTRIBUTE, iter_nodes, queue_name
+from usher.core.zone_burst import burst_zones, default_zones
 from usher.core.zone_quota import ZoneCaps, parse_zone_max
 
 Shape = tuple[tuple[str, int], ...]
@@ -88,6 +89,7 @@ class QuotaNodeInfo:
         "backfill",
         "cap",
         "children",
+        "default_zones",
         "depth",
         "is_leaf",
         "max",
@@ -140,6 +142,10 @@ class QuotaNodeInfo:
         """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
         self.zone_used: ZoneCaps = {}
         """Per capped zone, what admissions, holds and lingering usage count there (Z1)."""
+        self.default_zones: tuple[Zone, ...] = default_zones(
+            node.attributes, parent.default_zones if parent is not None else ()
+        )
+        """The accepted zones of workloads below that list none (Z3, inherited); empty: none."""
 
 
 class TreeIndex:
@@ -148,6 +154,7 @@ class TreeIndex:
     __slots__ = (
         "backfill_on",
         "budgets",
+        "burst",
         "by_name",
         "fair_weights",
         "leaf_of_namespace",
@@ -185,6 +192,10 @@ class TreeIndex:
         """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
         self.fair_weights: dict[QuotaPath, int] = {}
         """Each node's fair-share weight (F1: ``usher.io/fair-weight``, inherited, default 1)."""
+        self.burst: frozenset[Zone] = (
+            burst_zones(root.attributes) if root is not None else frozenset()
+        )
+        """The zones the root marks as burst (Z3); empty: every order is Z2's and R5's."""
         if root is not None:
             self._index(root, config)
 
@@ -272,6 +283,7 @@ class Job:
         "held",
         "key",
         "leaf",
+        "listed",
         "max_runtime_ms",
         "name",
         "namespace",
@@ -303,7 +315,10 @@ class Job:
         self.zone: Zone = Zone("default")
         """Where it counts: its first accepted zone, or the zone it was admitted into (Z2)."""
         self.zones: tuple[Zone, ...] = ()
-        """Every zone it accepts, most preferred first (Z2); empty: only ``zone``."""
+        """Every zone it accepts, most preferred first (Z2); empty: only ``zone``. Its own
+        list, else the one its leaf's ``usher.io/zones`` gives it (Z3)."""
+        self.listed: tuple[Zone, ...] = ()
+        """The zones its own ``usher.io/zones`` annotation lists (Z2); empty: none."""
         self.priority_class: str | None = None
         self.spec_priority: int | None = None
         self.priority = 0

@@ -27,6 +27,7 @@ from usher.core.budgets import overrun_errors, parse_budgets
 from usher.core.errors import TreeInvalid
 from usher.core.fairshare import weight_errors
 from usher.core.quantity import collect_resources, format_quantity
+from usher.core.zone_burst import attribute_errors as zone_list_errors
 from usher.core.zone_quota import parse_zone_max
 
 API_VERSION = "scheduling.sigs.k8s.io/v1beta1"
@@ -454,6 +455,9 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
     for error in overrun_errors(attributes, path):  # B2
         checks.report(error.path, error.code, error.message)
     for error in parse_zone_max(attributes, path)[1]:  # Z1
+        checks.report(error.path, error.code, error.message)
+    root = labelled.field_path == ROOT_FIELD_PATH
+    for error in zone_list_errors(attributes, path, root=root):  # Z3
         checks.report(error.path, error.code, error.message)
     for error in weight_errors(attributes, path):  # F1
         checks.report(error.path, error.code, error.message)

@@ -27,8 +27,9 @@ from typing import Final
 
 from schemas import FieldError, Reason, Zone
 from usher.core.kinds.family import ZONE_LABEL
+from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
-ZONES_ANNOTATION: Final = "usher.io/zones"
+ZONES_ANNOTATION: Final = ZONES_KEY
 """A job's accepted zones, comma separated, most preferred first (Z2)."""
 
 
@@ -43,16 +44,13 @@ def parse_accepted_zones(
     field = f"{field_prefix}{ZONES_ANNOTATION}"
     if not isinstance(raw, str):
         return [], [_invalid(field, f"{ZONES_ANNOTATION} must be a string, got {raw!r}")]
-    zones = [part.strip() for part in raw.split(",")]
-    if not raw.strip() or any(not zone or any(c.isspace() for c in zone) for zone in zones):
-        message = f"{raw!r} is not a comma-separated list of zone names, e.g. 'a100,h100'"
-        return [], [_invalid(field, message)]
-    if len(set(zones)) != len(zones):
-        return [], [_invalid(field, f"{raw!r} names a zone twice")]
+    zones, problem = parse_zone_names(raw)
+    if problem is not None:
+        return [], [_invalid(field, problem)]
     if label_zone and zones[0] != label_zone:
         message = f"the first accepted zone must be the job's usher.io/zone label {label_zone!r}"
         return [], [_invalid(field, f"{raw!r}: {message}")]
-    return [Zone(zone) for zone in zones], []
+    return zones, []
 
 
 def owner_zone(labels: Mapping[str, object], annotations: Mapping[str, object]) -> str | None:

@@ -1,7 +1,9 @@
 """The demo workload driver (see the package docstring).
 
-What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses, plays the
-seed's three scenarios step by step, then a job that is OOMKilled and retried with more
+What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses (when the
+stack runs a burst zone, the tree again with it marked burst, and plays the burst story of
+``usher.demo.burst``, Z3), plays the seed's three scenarios step by step, then a job that is
+OOMKilled and retried with more
 memory (R12, R13), then a gang whose pods never become ready, requeued after Department-b's
 ready timeout (R10, turned on by applying the seed tree again with it), then submits a
 steady, seeded-random mix of jobs until ``stop`` is set, telling what it does through
@@ -28,6 +30,7 @@ from usher.core.tree import (
     REQUEUE_BACKOFF_ATTRIBUTE,
     RETRY_LIMIT_ATTRIBUTE,
 )
+from usher.demo.burst import BurstStory, burst_attributes, play_story
 from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
@@ -129,6 +132,7 @@ class DemoDriver:
         *,
         seed: int = 7,
         zones: tuple[str, ...] = (),
+        burst_zones: tuple[str, ...] = (),
         say: Callable[[str], None] = lambda _line: None,
         backlog: Callable[[], int] = lambda: 0,
         quota: Callable[[], Sequence[QuotaInfo]] = lambda: (),
@@ -138,7 +142,12 @@ class DemoDriver:
     ) -> None:
         self.client = client
         self.rng = random.Random(seed)
-        self.zones = tuple(z for z in zones if z != "default")
+        self.zones = tuple(z for z in zones if z != "default" and z not in burst_zones)
+        self.burst_zone = burst_zones[0] if burst_zones else None
+        """Where the demo's zoned jobs burst (Z3); None: the stack runs no burst zone."""
+        self.root_attributes: dict[str, str] = {}
+        """What the demo adds to the seed tree's root (its burst zone), kept when it is
+        applied again."""
         self.say = say
         self.backlog = backlog
         self.quota = quota
@@ -155,6 +164,10 @@ class DemoDriver:
         for _ in range(300):  # jobs land on a known tree: wait (30 s at most) until it is in force
             if self.tree_in_force() or await _sleep(stop, 0.1):
                 break
+        if self.burst_zone is not None and self.zones:
+            await self._step(stop, self._mark_burst_zone(self.zones[0], self.burst_zone))
+            story = BurstStory(self.client, self.zones[0], self.burst_zone, self.say)
+            await play_story(story, stop)
         clock = 0.0
         for job in SEED_SCRIPT:
             if await _sleep(stop, job.at_s - clock):
@@ -189,6 +202,23 @@ class DemoDriver:
     async def _apply(self, name: str) -> None:
         for applied in await self.client.apply(demo_file(name)):
             self.say(f"demo: {applied.label}/{applied.name} {applied.action}")
+
+    def _seed_tree(self) -> dict[str, Any]:
+        """The seed tree as the demo applies it again: with what it added to the root."""
+        [tree] = read_yaml_documents(demo_file("seed-tree.yaml"))
+        assert isinstance(tree, dict)
+        if self.root_attributes:
+            root = tree["spec"]["root"]
+            root["attributes"] = {**root.get("attributes", {}), **self.root_attributes}
+        return tree
+
+    async def _mark_burst_zone(self, own_zone: str, burst_zone: str) -> None:
+        """Apply the seed tree again with ``burst_zone`` burst and the default list
+        ``own_zone,burst_zone`` on its root (Z3)."""
+        self.root_attributes = burst_attributes(own_zone, burst_zone)
+        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: burst"):
+            note = f"zone {burst_zone} burst, jobs of zone {own_zone} may burst there"
+            self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
     async def _seed_job(self, job: SeedJob) -> None:
         try:
@@ -235,8 +265,7 @@ class DemoDriver:
         submit a gang the emulator's kubelet never lets become ready: it is admitted, requeued
         after 60 s with its reason (``PodsNotReady: 0/4 pods ready after 60 s ...``), its
         quota goes to the jobs waiting, and it is offered again after its backoff (R10)."""
-        [tree] = read_yaml_documents(demo_file("seed-tree.yaml"))
-        assert isinstance(tree, dict)
+        tree = self._seed_tree()
         for child in tree["spec"]["root"]["children"]:
             if child["name"] == STUCK_DEPARTMENT:
                 child["attributes"] = {**child.get("attributes", {}), **READINESS}

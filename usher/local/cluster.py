@@ -1,10 +1,11 @@
 """The one-machine Kubernetes cluster: the API emulator + fake kubelet, kept on disk.
 
-What it does: ``python -m usher.local.cluster --kubeconfig F --state S --zones a,b``
-runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1, restores every object
-it held before from the state file ``S`` (same uid, resourceVersion, creationTimestamp and
-status, so the watcher sees nothing new and the log stays the truth), creates one schedulable
-Node per zone listed (labelled ``usher.io/zone``) unless it exists, writes the kubeconfig,
+What it does: ``python -m usher.local.cluster --kubeconfig F --state S --zones a,b
+[--burst-zones eci]`` runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1,
+restores every object it held before from the state file ``S`` (same uid, resourceVersion,
+creationTimestamp and status, so the watcher sees nothing new and the log stays the truth),
+creates one schedulable Node per zone listed (labelled ``usher.io/zone``; a burst zone's is a
+virtual kubelet's node with large allocatable, Z3) unless it exists, writes the kubeconfig,
 and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
 restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
 timers are not persisted).
@@ -26,6 +27,7 @@ from typing import Any
 
 from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
 from usher.local.kube_emulator.store import StoreEvent
+from usher.local.kube_emulator.virtual_node import add_virtual_node
 
 STATE_VERSION = 1
 SAVE_INTERVAL_S = 1.0
@@ -119,11 +121,15 @@ def node_manifest(zone: str) -> JsonObj:
     }
 
 
-def ensure_nodes(store: Store, zones: list[str]) -> None:
+def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozenset()) -> None:
+    """One node per zone unless there; a burst zone's is a virtual node (Z3)."""
     nodes = next(rt for rt in RESOURCES if rt.plural == "nodes")
     for zone in zones:
         if zone == DEFAULT_ZONE:
             continue  # jobs without a zone label: no nodes, only quota limits them
+        if zone in burst:
+            add_virtual_node(store, zone)
+            continue
         with contextlib.suppress(ApiError):  # already there (restored)
             store.create(nodes, None, node_manifest(zone))
 
@@ -133,6 +139,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")
     parser.add_argument("--state", type=Path, required=True, help="file the objects live in")
     parser.add_argument("--zones", default="", help="comma-separated zones to give a node")
+    parser.add_argument(
+        "--burst-zones", default="", help="those of --zones whose node is a virtual node (Z3)"
+    )
     parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
     parser.add_argument("--history", type=int, default=100_000, help="watch events kept")
     return parser.parse_args(argv)
@@ -145,7 +154,8 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     store = PersistentStore(history_size=args.history)
     restored = store.restore(load_state(args.state))
-    ensure_nodes(store, [z for z in args.zones.split(",") if z])
+    burst = frozenset(z for z in args.burst_zones.split(",") if z)
+    ensure_nodes(store, [z for z in args.zones.split(",") if z], burst)
     dirty = asyncio.Event()
 
     def changed(_event: StoreEvent) -> None:

@@ -57,6 +57,8 @@ class SystemOptions:
 
     zones: tuple[str, ...] = DEFAULT_ZONES
     """Zones with nodes and a dequeuer each; ``default`` (unlabelled jobs) is always served."""
+    burst_zones: tuple[str, ...] = ()
+    """Those of ``zones`` whose node is a virtual kubelet's, with large allocatable (Z3)."""
     policy: str = "Round"
     oversell_rate: str = "1"
     within_quota: str = "Never"
@@ -240,6 +242,8 @@ class EmbeddedSystem:
             "--speed",
             str(self.options.kubelet_speed),
         ]
+        if self.options.burst_zones:
+            argv += ["--burst-zones", ",".join(self.options.burst_zones)]
         self.emulator = ManagedProcess(EMULATOR, argv, self.logs / f"{EMULATOR}.log")
         self.emulator.start()
         deadline = time.monotonic() + timeout_s
@@ -364,6 +368,7 @@ class EmbeddedSystem:
             started_at=datetime.now(UTC),
             kubeconfig=str(self.kubeconfig),
             zones=list(options.served_zones),
+            burst_zones=list(options.burst_zones),
             service_pids={name: s.process.pid or 0 for name, s in self.services.items()},
             policy=options.policy,
             oversell_rate=options.oversell_rate,

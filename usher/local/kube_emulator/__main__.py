@@ -1,7 +1,8 @@
 """Run the Kubernetes API emulator until SIGTERM/SIGINT.
 
-What it does: ``python -m usher.local.kube_emulator --port 0 --kubeconfig PATH [--kubelet]``
-starts the emulator on 127.0.0.1, writes the kubeconfig, prints the URL and waits for a signal.
+What it does: ``python -m usher.local.kube_emulator --port 0 --kubeconfig PATH [--kubelet]
+[--virtual-node ZONE]`` starts the emulator on 127.0.0.1 (with a virtual kubelet's node for
+each ``--virtual-node`` zone, Z3), writes the kubeconfig, prints the URL and waits for a signal.
 What it must never do: bind anything but 127.0.0.1 unless told with ``--host``.
 """
 
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 from usher.local.kube_emulator.server import KubeEmulator
+from usher.local.kube_emulator.store import Store
+from usher.local.kube_emulator.virtual_node import add_virtual_node
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,6 +28,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
     parser.add_argument("--bookmark-interval", type=float, default=60.0, help="seconds")
     parser.add_argument("--history", type=int, default=1000, help="watch events kept")
+    parser.add_argument(
+        "--virtual-node",
+        action="append",
+        default=[],
+        metavar="ZONE",
+        help="serve a virtual kubelet's node of this zone (large allocatable); repeatable",
+    )
     return parser.parse_args(argv)
 
 
@@ -33,14 +43,17 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    store = Store(history_size=args.history)
+    for zone in args.virtual_node:
+        add_virtual_node(store, zone)
     emulator = KubeEmulator(
         host=args.host,
         port=args.port,
         kubeconfig_path=args.kubeconfig,
+        store=store,
         kubelet=args.kubelet,
         kubelet_speed=args.speed,
         bookmark_interval=args.bookmark_interval,
-        history_size=args.history,
     )
     async with emulator:
         print(emulator.url, flush=True)
