@@ -103,6 +103,13 @@ def test_a_queue_page_shows_the_seeds_positions(console: Console) -> None:
 
     def shown() -> tuple[int, dict[str, int]] | None:
         page = console.open(f"/queue/{QUEUE_A}")
+
+        def seq() -> int:
+            return int(page.locator("[data-view-seq]").first.inner_text())
+
+        # The page refreshes itself when the log moves: rows read between two reads of the
+        # same log position belong to that position, otherwise read again.
+        before = seq()
         rows = page.locator("tr[data-job]")
         positions = {
             rows.nth(i).get_attribute("data-job") or "": int(
@@ -110,9 +117,9 @@ def test_a_queue_page_shows_the_seeds_positions(console: Console) -> None:
             )
             for i in range(rows.count())
         }
-        if not {"user-a/pi-6nsc7", "user-a/pi-2xtcj"} <= set(positions):
+        if seq() != before or not {"user-a/pi-6nsc7", "user-a/pi-2xtcj"} <= set(positions):
             return None
-        return int(page.locator("[data-view-seq]").first.inner_text()), positions
+        return before, positions
 
     seq, positions = poll(shown, timeout=60, every=0.5)
     assert positions["user-a/pi-6nsc7"] < positions["user-a/pi-2xtcj"]

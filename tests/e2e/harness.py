@@ -157,7 +157,8 @@ async def read_log(js: JetStreamContext, subjects: Subjects) -> list[tuple[int, 
     """Every entry of the log as (seq, subject, envelope), via direct gets (no consumer)."""
     info = await js.stream_info(subjects.stream_name)
     out = []
-    for seq in range(int(info.state.first_seq), int(info.state.last_seq) + 1):
+    # An empty stream reports first and last sequence 0, and a get of sequence 0 is refused.
+    for seq in range(max(1, int(info.state.first_seq)), int(info.state.last_seq) + 1):
         msg = await js.get_msg(subjects.stream_name, seq, direct=True)
         out.append((seq, msg.subject, decode_envelope(msg.data or b"")))
     return out
