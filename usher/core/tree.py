@@ -527,11 +527,13 @@ def _check_zone_min(labelled: _Labelled, checks: _Checks) -> None:
     that zone, and the children's within the parent's where the parent guarantees the zone.
     A value that cannot be read is refused once, by ``_check_attributes``."""
     node, path = labelled.node, labelled.field_path
-    for error in zone_min_errors(node.min, node.attributes, path):
+    attributes = f"{path}.attributes"
+    for error in zone_min_errors(node.min, node.attributes, attributes):
         # A min that failed to parse reads as empty: do not blame the zone guarantee for it.
         checks.report(error.path, error.code, error.message, about=(f"{path}.min",))
     children = [child.node.attributes for child in labelled.children]
-    for error in children_zone_min_errors(node.attributes, children, path, labelled.quota_path):
+    quota_path = labelled.quota_path
+    for error in children_zone_min_errors(node.attributes, children, attributes, quota_path):
         checks.report(error.path, error.code, error.message)
 
 
