@@ -1469,7 +1469,7 @@ class Engine:
         """Count ``shape`` in ``zone`` on the nodes of ``path`` that cap (Z1) or guarantee
         (Z4) that zone."""
         if self.state.tree.zone_counted:
-            zone_quota.count_in_zone(self._path_nodes(path), zone, shape, sign)
+            zone_quota.count_in_counted_zone(self._path_nodes(path), zone, shape, sign)
 
     def _recount_zone_quota(self) -> None:
         """Per-zone usage from scratch (a snapshot stores none): every admission, hold and

@@ -153,7 +153,7 @@ def _merged_victims(e: Engine, job: Job, leaves: list[QuotaPath]) -> Iterator[Jo
     for leaf in leaves:
         if borrowing_reason(e, job, leaf, None) is not None:
             lists.append(e._leaf_admitted[leaf])
-        elif borrowing_reason(e, job, leaf, job.zone) is not None:
+        elif _zone_borrowing_reason(e, job, leaf, job.zone) is not None:
             # Z4: above its guarantee in the preemptor's zone only, it lends that zone's work.
             lists.append([k for k in e._leaf_admitted[leaf] if e.state.jobs[k[3]].zone == job.zone])
     for victim_key in heapq.merge(*lists):

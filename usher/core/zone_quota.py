@@ -8,8 +8,8 @@ would exceed, with the numbers (``root/gpu-team nvidia.com/gpu in zone a100: 6 u
 requested > max 8``). A node without the attribute caps no zone: its total ``max`` (R2) is the
 only limit, so trees that never use it decide exactly as before. ``parse_zone_min`` reads
 ``usher.io/zone-min`` (same syntax, Z4: a guarantee per zone) and ``zone_min_errors`` the T1
-checks relating it to the node's ``min``, its ``zone-max`` and its children's; ``count_in_zone``
-counts usage on every node that caps or guarantees the zone.
+checks relating it to the node's ``min``, its ``zone-max`` and its children's;
+``count_in_counted_zone`` counts usage on every node that caps or guarantees the zone.
 What it must never do: perform I/O, read a clock, use float arithmetic on an amount, or scale
 a zone cap by ``oversellRate`` (a zone cap is a hard partition of scarce hardware).
 """
@@ -174,14 +174,26 @@ def zone_quota_exceeded(short: ZoneShortfall) -> Reason:
 
 
 def count_in_zone(
-    path: Iterable[ZoneCounted], zone: Zone, shape: Iterable[tuple[str, int]], sign: int
+    path: Iterable[ZoneCapped], zone: Zone, shape: Iterable[tuple[str, int]], sign: int
 ) -> None:
     """Add (``sign`` 1) or take back (-1) ``shape`` in ``zone`` on every node of ``path`` that
-    caps (Z1) or guarantees (Z4) ``zone`` (only that usage is ever looked at; a new tree counts
-    it again)."""
-    for node in path:
-        if zone not in node.zone_max and zone not in node.zone_min:
-            continue
+    caps ``zone`` (Z1: only capped usage is ever looked at; a new tree counts it again)."""
+    _add_in_zone([node for node in path if zone in node.zone_max], zone, tuple(shape), sign)
+
+
+def count_in_counted_zone(
+    path: Iterable[ZoneCounted], zone: Zone, shape: Iterable[tuple[str, int]], sign: int
+) -> None:
+    """``count_in_zone`` on every node of ``path`` that caps (Z1) or guarantees (Z4) ``zone``:
+    what the engine counts, since reclaim judges the claims of guaranteeing leaves."""
+    nodes = [node for node in path if zone in node.zone_max or zone in node.zone_min]
+    _add_in_zone(nodes, zone, tuple(shape), sign)
+
+
+def _add_in_zone(
+    nodes: Iterable[ZoneCapped], zone: Zone, shape: tuple[tuple[str, int], ...], sign: int
+) -> None:
+    for node in nodes:
         used = node.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             used[resource] = used.get(resource, 0) + sign * amount
