@@ -1,5 +1,6 @@
-"""The ledger's per-zone check (Z1) against a real PostgreSQL: caps refuse while the total has
-room, within a batch, after a release, and under racing writers."""
+"""The ledger's per-zone checks against a real PostgreSQL: caps (Z1) refuse while the total has
+room, within a batch, after a release, and under racing writers; a reclaim of a guarantee per
+zone (Z4) is judged per zone on the ledger's own rows."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import msgspec
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from schemas import QuotaNode, Reservation
-from schemas.ids import WorkloadKey, Zone
+from schemas import Preempted, QuotaNode, Reason, Reservation
+from schemas.ids import QueueName, QuotaPath, WorkloadKey, Zone
 from tests.builders.events import CORE
 from tests.builders.events import reservation as res
 from tests.builders.trees import users_tree
@@ -99,3 +100,71 @@ async def test_racing_writers_never_overfill_a_zone(store: LedgerStore) -> None:
     in_a100 = sum(a.requests["cpu"] for a in live if a.zone == "a100")
     assert in_a100 == 18 * CORE  # six grants of 3 fit under 20, a seventh would not
     assert len({a.workload for a in live}) == len(live)
+
+
+def guaranteed_tree(owner_zone_min: str | None) -> QuotaNode:
+    """A and B are each guaranteed 50 cpu, B 20 of them in zone a100 (Z4); A the same when
+    ``owner_zone_min`` is given."""
+    cores = {"cpu": 100 * CORE}
+    half = {"cpu": 50 * CORE}
+    owner = {"usher.io/zone-min": owner_zone_min} if owner_zone_min else {}
+    return QuotaNode(
+        name="root",
+        min=cores,
+        max=cores,
+        children=[
+            QuotaNode(name="A", min=half, max=cores, namespaces=["a"], attributes=owner),
+            QuotaNode(
+                name="B",
+                min=half,
+                max=cores,
+                namespaces=["b"],
+                attributes={"usher.io/zone-min": "a100: cpu=20"},
+            ),
+        ],
+    )
+
+
+def zone_victim(name: str) -> Preempted:
+    return Preempted(
+        workload=WorkloadKey(f"ns/{name}"),
+        queue=QueueName("q"),
+        quota=QuotaPath("root/B"),
+        preemptor=WorkloadKey("ns/p"),
+        reason=Reason(code="Reclaim", message="the owner reclaims its guarantee in a100"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "owner_zone_min", "owner_holds", "victim", "granted"),
+    [
+        ("a borrower in the zone, within its total min", "a100: cpu=20", 0, "b2", True),
+        ("a victim in another zone never helps", "a100: cpu=20", 0, "b3", False),
+        ("an owner with no guarantee in the zone", None, 0, "b2", False),
+        ("an owner beyond its guarantee in the zone", "a100: cpu=20", 10, "b2", False),
+    ],
+)
+async def test_a_zone_guarantee_is_reclaimed_in_its_zone(
+    engine: AsyncEngine,
+    case: str,
+    owner_zone_min: str | None,
+    owner_holds: int,
+    victim: str,
+    granted: bool,
+) -> None:
+    """Z4 on the ledger: B holds 40 cpu in a100 (above its 20 there) and 10 in h100, 50 in
+    all (within its min); A's owner asks 20 in a100."""
+    store = LedgerStore(engine)
+    await store.apply_tree(guaranteed_tree(owner_zone_min), version=1)
+    held = [
+        in_zone("b1", "root/B", 20, "a100"),
+        in_zone("b2", "root/B", 20, "a100"),
+        in_zone("b3", "root/B", 10, "h100"),
+    ]
+    if owner_holds:
+        held.append(in_zone("a1", "root/A", owner_holds, "a100"))
+    assert all(r.granted for r in await store.reserve(held))
+    result = await store.preempt(in_zone("p", "root/A", 20, "a100"), [zone_victim(victim)])
+    assert result.granted is granted, (case, result.reason)
+    if not granted:
+        assert result.reason is not None and result.reason.code == "StaleView", case

@@ -36,6 +36,8 @@ from schemas.events import ClusterEvent
 
 WITHIN_QUOTA = "usher.io/within-quota"
 MIN_RUNTIME = "usher.io/min-runtime-seconds"
+ZONE_MIN = "usher.io/zone-min"
+ZONE_MAX = "usher.io/zone-max"
 
 ADMITTED = "admitted"
 HELD = "held"
@@ -84,6 +86,10 @@ class NodeRules:
     cap: dict[str, int]
     lower_priority: bool
     min_runtime_ms: int
+    zone_min: dict[Zone, dict[str, int]] = field(default_factory=dict)
+    """Its ``usher.io/zone-min`` (Z4); empty when it guarantees no zone."""
+    zone_max: dict[Zone, dict[str, int]] = field(default_factory=dict)
+    """Its ``usher.io/zone-max`` (Z1): a reservation over it is refused."""
 
 
 @dataclass
@@ -119,6 +125,8 @@ class LedgerModel:
                 min_runtime_ms=int(runtime) * 1000
                 if runtime is not None
                 else (above.min_runtime_ms if above else 0),
+                zone_min=_zone_amounts(node.attributes.get(ZONE_MIN, "")),
+                zone_max=_zone_amounts(node.attributes.get(ZONE_MAX, "")),
             )
             nodes[path] = rules
             if not node.children:
@@ -165,11 +173,12 @@ class LedgerModel:
                 _add(used, self._on_path(row.leaf, row.requests))
         return _nonzero(used)
 
-    def claim(self, leaf: QuotaPath) -> dict[str, int]:
-        """What a leaf holds for itself: its admitted and held allocations."""
+    def claim(self, leaf: QuotaPath, zone: Zone | None = None) -> dict[str, int]:
+        """What a leaf holds for itself: its admitted and held allocations (in ``zone`` only,
+        when given: Z4)."""
         out: dict[str, int] = {}
         for row in self.live.values():
-            if row.leaf == leaf and row.state in (ADMITTED, HELD):
+            if row.leaf == leaf and row.state in (ADMITTED, HELD) and zone in (None, row.zone):
                 for resource, amount in row.requests.items():
                     out[resource] = out.get(resource, 0) + amount
         return out
@@ -206,7 +215,7 @@ class LedgerModel:
             return Reason(code="AlreadyAdmitted", message=f"{item.workload} live elsewhere")
         if item.quota not in self.leaves:
             return Reason(code="UnknownQuota", message=f"{item.quota} is no leaf")
-        refusal = self._over(self.usage(), item.quota, item.requests)
+        refusal = self._over(self.usage(), item.quota, item.requests) or self._over_zone(item)
         if refusal is not None:
             return refusal
         row = self._insert(item, ADMITTED, now)
@@ -265,7 +274,16 @@ class LedgerModel:
         claim = self.claim(leaf)
         wanted = {r: a for r, a in preemptor.requests.items() if a > 0}
         within = all(claim.get(r, 0) + a <= rules.min.get(r, 0) for r, a in wanted.items())
+        # Z4: in its zone, also within its guarantee there on the resources it names.
+        zone = preemptor.zone
+        owned = rules.zone_min.get(zone)
+        if owned is not None:
+            mine = self.claim(leaf, zone)
+            within = within and all(
+                mine.get(r, 0) + a <= owned[r] for r, a in wanted.items() if r in owned
+            )
         claims: dict[QuotaPath, dict[str, int]] = {}
+        zone_claims: dict[QuotaPath, dict[str, int]] = {}
         for row in rows:
             assert row.admitted_at is not None
             if now - row.admitted_at < self.nodes[row.leaf].min_runtime_ms:
@@ -278,10 +296,41 @@ class LedgerModel:
                 return _stale(f"{preemptor.workload} is not within the min of {leaf}")
             held = claims.setdefault(row.leaf, self.claim(row.leaf))
             minimum = self.nodes[row.leaf].min
-            if not any(held.get(r, 0) > minimum.get(r, 0) for r in wanted):
+            in_zone = zone_claims.setdefault(row.leaf, self.claim(row.leaf, zone))
+            lent = self.nodes[row.leaf].zone_min.get(zone, {})
+            zone_borrowing = (
+                owned is not None
+                and row.zone == zone
+                and any(r in lent and in_zone.get(r, 0) > lent[r] for r in wanted)
+            )
+            if not zone_borrowing and not any(held.get(r, 0) > minimum.get(r, 0) for r in wanted):
                 return _stale(f"victim {row.workload} is not borrowing what is asked")
             for resource, amount in row.requests.items():
                 held[resource] = held.get(resource, 0) - amount
+                if row.zone == zone:
+                    in_zone[resource] = in_zone.get(resource, 0) - amount
+        return None
+
+    def _over_zone(self, item: Admitted) -> Reason | None:
+        """Z1: a node capping the item's zone whose admitted and held allocations there (victims
+        stopping aside) leave no room for it; a preemption's hold is not checked (the ledger's
+        rule too)."""
+        for node in self.path_of(item.quota):
+            cap = self.nodes[node].zone_max.get(item.zone, {})
+            below = [
+                row
+                for row in self.live.values()
+                if row.zone == item.zone
+                and row.state in (ADMITTED, HELD)
+                and node in self.path_of(row.leaf)
+            ]
+            for resource, limit in sorted(cap.items()):
+                used = sum(row.requests.get(resource, 0) for row in below)
+                if used + item.requests.get(resource, 0) > limit:
+                    return Reason(
+                        code="ZoneQuotaExceeded",
+                        message=f"{node} {resource} in zone {item.zone}: {used} > {limit}",
+                    )
         return None
 
     def _over(self, used: Usage, leaf: QuotaPath, requests: dict[str, int]) -> Reason | None:
@@ -395,4 +444,19 @@ def _nonzero(used: Usage) -> Usage:
         kept = {r: a for r, a in sorted(amounts.items()) if a != 0}
         if kept:
             out[node] = kept
+    return out
+
+
+def _zone_amounts(text: str) -> dict[Zone, dict[str, int]]:
+    """``usher.io/zone-min`` or ``zone-max`` as the model's trees write them (``zone-1: cpu=30;
+    zone-2: cpu=5``, whole cores only, canonical millicores); the engine parses the full syntax
+    itself."""
+    out: dict[Zone, dict[str, int]] = {}
+    for item in filter(None, (part.strip() for part in text.split(";"))):
+        zone, _, pairs = item.partition(":")
+        amounts = out.setdefault(Zone(zone.strip()), {})
+        for pair in filter(None, (p.strip() for p in pairs.split(","))):
+            resource, _, cores = pair.partition("=")
+            assert resource.strip() == "cpu", "the model's trees guarantee cpu only"
+            amounts["cpu"] = int(cores) * 1000
     return out

@@ -15,7 +15,8 @@ The tree borrows and reclaims: Department-a min 60 / Department-b min 40 under a
 cpu, one leaf with ``LowerPriority``, one with a minimum runtime, one with min 0 and a ready
 timeout (R10): its admitted jobs that no rule reports ready in time are requeued through the
 ledger, stop like preempted victims (counted until released) and come back after a backoff,
-or end inadmissible after their last attempt (teardown deletes those).
+or end inadmissible after their last attempt (teardown deletes those). A second machine plays
+the same rules over ``ZONED_TREE``, whose leaves guarantee part of their ``min`` per zone (Z4).
 ``USHER_LONG_TESTS=1`` (``make test-long``) runs many more and longer examples.
 What it must never do: start servers, read the wall clock, or share state between examples.
 """
@@ -52,6 +53,8 @@ from tests.core.ledger_model import (
     MIN_RUNTIME,
     PREEMPTING,
     WITHIN_QUOTA,
+    ZONE_MAX,
+    ZONE_MIN,
     Allocation,
     LedgerModel,
     Message,
@@ -110,6 +113,40 @@ TREE = QuotaNode(
         ),
     ],
 )
+
+
+ZONED_TREE = QuotaNode(
+    name="root",
+    min={"cpu": 100 * CORE},
+    max={"cpu": 100 * CORE},
+    attributes={ZONE_MAX: "zone-1: cpu=40"},
+    children=[
+        QuotaNode(
+            name="Department-a",
+            min={"cpu": 60 * CORE},
+            max={"cpu": 100 * CORE},
+            children=[_leaf("team-a", 60, 100, "ns-a", **{ZONE_MIN: "zone-1: cpu=30"})],
+        ),
+        QuotaNode(
+            name="Department-b",
+            min={"cpu": 40 * CORE},
+            max={"cpu": 100 * CORE},
+            children=[
+                _leaf(
+                    "team-b",
+                    40,
+                    100,
+                    "ns-b",
+                    **{MIN_RUNTIME: str(MIN_RUNTIME_S), ZONE_MIN: "zone-1: cpu=10; zone-2: cpu=20"},
+                ),
+                _leaf("team-c", 0, 50, "ns-c", **READINESS),
+            ],
+        ),
+    ],
+)
+"""TREE with zone-1 capped at 40 cpu (Z1, so it fills while the root has room) and guarantees
+per zone (Z4): team-a and team-b reclaim in zone-1 (team-b in zone-2 too) from each other's
+usage there beyond their zone guarantees, though within ``min``."""
 
 
 @dataclass(frozen=True)
@@ -192,10 +229,12 @@ def _said(what: str, key: WorkloadKey, why: Reason | None) -> str:
 class ProtocolMachine(RuleBasedStateMachine):
     """Zone engines, the preemptor's engine, the ledger model, the log and its outbox."""
 
+    tree = TREE
+
     def __init__(self) -> None:
         super().__init__()
         self.now = START_MS
-        self.ledger = LedgerModel.of_tree(TREE, EngineConfig().oversell_rate)
+        self.ledger = LedgerModel.of_tree(self.tree, EngineConfig().oversell_rate)
         self.log: list[Message] = []
         self.names = [*ZONES, PREEMPTOR]
         self.engines: dict[str, Engine] = {n: Engine(self._config_of(n)) for n in self.names}
@@ -256,7 +295,7 @@ class ProtocolMachine(RuleBasedStateMachine):
     @initialize(burst=bursts(), settled=st.booleans(), data=st.data())
     def preload(self, burst: list[JobSpec], settled: bool, data: st.DataObject) -> None:
         """The tree, then a first burst decided at once: a team borrows before others come."""
-        self._append(Message(QuotaTreeApplied(root=TREE)))
+        self._append(Message(QuotaTreeApplied(root=self.tree)))
         self.create(burst)
         for zone in ZONES:
             self.decide_caught_up(zone, data)
@@ -555,3 +594,20 @@ ProtocolMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestProtocol = ProtocolMachine.TestCase
+
+
+class ZonedProtocolMachine(ProtocolMachine):
+    """The same protocol over ZONED_TREE: reclaims of guarantees per zone (Z4) proposed by the
+    engines, checked by the preemptor and granted by the ledger model alike."""
+
+    tree = ZONED_TREE
+
+
+ZonedProtocolMachine.TestCase.settings = settings(
+    max_examples=2000 if LONG else 200,
+    stateful_step_count=80 if LONG else 50,
+    deadline=None,
+    report_multiple_bugs=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestZonedProtocol = ZonedProtocolMachine.TestCase

@@ -1466,13 +1466,15 @@ class Engine:
         self.state.version += 1
 
     def _account_zone_quota(self, path: QuotaPath, shape: Shape, zone: Zone, sign: int = 1) -> None:
-        """Count ``shape`` in ``zone`` on the nodes of ``path`` that cap that zone (Z1)."""
-        if self.state.tree.zone_capped:
-            zone_quota.count_in_zone(self._path_nodes(path), zone, shape, sign)
+        """Count ``shape`` in ``zone`` on the nodes of ``path`` that cap (Z1) or guarantee
+        (Z4) that zone."""
+        if self.state.tree.zone_counted:
+            zone_quota.count_in_counted_zone(self._path_nodes(path), zone, shape, sign)
 
     def _recount_zone_quota(self) -> None:
         """Per-zone usage from scratch (a snapshot stores none): every admission, hold and
-        lingering usage counts in its zone on its path's capping nodes (Z1)."""
+        lingering usage counts in its zone on its path's capping or guaranteeing nodes (Z1,
+        Z4)."""
         for info in self.state.tree.nodes.values():
             info.zone_used = {}
         for job in self.state.jobs.values():

@@ -242,6 +242,35 @@ def reclaimed(
     )
 
 
+def zone_reclaimed(
+    preemptor: WorkloadKey,
+    preemptor_leaf: QuotaPath,
+    victim_leaf: QuotaPath,
+    zone: Zone,
+    resource: str,
+    used: int,
+    minimum: int,
+    requested: int,
+) -> Reason:
+    """Preempted: a leaf within its guarantee in ``zone`` reclaimed what a leaf above its own
+    guarantee there was using in that zone (Z4)."""
+    message = (
+        f"{preemptor} reclaims the guarantee of {preemptor_leaf} in zone {zone}: "
+        f"{victim_leaf} {resource} in zone {zone}: {format_quantity(resource, used)} used > "
+        f"min {format_quantity(resource, minimum)}"
+    )
+    return Reason(
+        code="Reclaim",
+        message=message,
+        node=victim_leaf,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=minimum,
+        blocker=preemptor,
+    )
+
+
 def lower_priority(
     preemptor: WorkloadKey, priority: int, victim_priority: int, leaf: QuotaPath
 ) -> Reason:

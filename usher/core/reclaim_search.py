@@ -2,8 +2,10 @@
 
 What it does: over an engine's state, finds the minimal victim set for a candidate --
 borrowers of other leaves nearest in the tree first (when the candidate asks within its
-``min``), then strictly lower-priority workloads of its own leaf (``LowerPriority``); among
-candidates of one standing, those running in a burst zone first (Z3) --
+``min`` and, in its zone, within its ``zone-min``: Z4), then strictly lower-priority workloads
+of its own leaf (``LowerPriority``); among candidates of one standing, those running in a burst
+zone first (Z3); a leaf above its guarantee in the candidate's zone lends only its workloads
+of that zone (Z4) --
 skipping workloads within their minimum runtime or protected by R6; checks a reclaim decided
 elsewhere against the same rules (``check_preemption``); and previews a reclaim without
 deciding it (``reclaim_preview``). The predicates it shares with the ledger are in
@@ -25,6 +27,7 @@ from usher.core import reasons
 from usher.core.reclaim import borrowed_resource
 from usher.core.state import ADMITTED, PENDING, Job, Placement
 from usher.core.zone_burst import burst_first
+from usher.core.zone_quota import within_zone_min, zone_borrowed_resource
 
 if TYPE_CHECKING:
     from usher.core.engine import Engine
@@ -34,7 +37,7 @@ def find_victims(e: Engine, job: Job) -> list[tuple[Job, Reason]] | None:
     """Victims that make room for ``job`` (section 5), already removed from usage."""
     assert job.leaf is not None
     leaf = e.state.tree.nodes[job.leaf]
-    within = e._within_min(leaf, job.shape)
+    within = within_guarantee(e, job)
     lower = leaf.within_quota == "LowerPriority"
     if not within and not lower:
         return None
@@ -81,7 +84,7 @@ def _remove_fits(
     ``job`` fits now."""
     assert victim.used_path is not None
     if cross:
-        why = borrowing_reason(e, job, victim.used_path)
+        why = borrowing_reason(e, job, victim.used_path, victim.zone)
         if why is None:
             return False  # its leaf is no longer borrowing: it keeps running
     else:
@@ -148,8 +151,11 @@ def _vanished_by_depth(e: Engine, leaf: QuotaPath, deepest: int) -> dict[int, li
 def _merged_victims(e: Engine, job: Job, leaves: list[QuotaPath]) -> Iterator[Job]:
     lists = []
     for leaf in leaves:
-        if borrowing_reason(e, job, leaf) is not None:
+        if borrowing_reason(e, job, leaf, None) is not None:
             lists.append(e._leaf_admitted[leaf])
+        elif _zone_borrowing_reason(e, job, leaf, job.zone) is not None:
+            # Z4: above its guarantee in the preemptor's zone only, it lends that zone's work.
+            lists.append([k for k in e._leaf_admitted[leaf] if e.state.jobs[k[3]].zone == job.zone])
     for victim_key in heapq.merge(*lists):
         victim = e.state.jobs[victim_key[3]]
         assert victim.used_path is not None
@@ -209,8 +215,49 @@ def _fits_once_stopped(e: Engine, job: Job) -> bool:
     return True
 
 
-def borrowing_reason(e: Engine, job: Job, path: QuotaPath) -> Reason | None:
-    """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None."""
+def within_guarantee(e: Engine, job: Job) -> bool:
+    """Whether ``job`` asks within its leaf's guarantee (R5): within its total ``min`` and, in
+    its zone, within its ``zone-min`` where the leaf declares one for that zone (Z4)."""
+    assert job.leaf is not None
+    info = e.state.tree.nodes[job.leaf]
+    if not e._within_min(info, job.shape):
+        return False
+    return not e.state.tree.zone_guaranteed or within_zone_min(
+        info.zone_min, info.zone_used, job.zone, job.shape
+    )
+
+
+def borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone | None) -> Reason | None:
+    """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None: above its
+    total ``min`` (R5), or, for a victim running in ``zone`` (None: whatever its zone), above
+    its ``zone-min`` there when that is ``job``'s zone and ``job``'s leaf guarantees it (Z4)."""
+    assert job.leaf is not None
+    total = _total_borrowing_reason(e, job, path)
+    if total is not None or zone is None:
+        return total
+    return _zone_borrowing_reason(e, job, path, zone)
+
+
+def _zone_borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone) -> Reason | None:
+    """Z4: the victim's leaf holds more in ``job``'s zone than it is guaranteed there, and
+    ``job``'s leaf has a guarantee there to restore (a leaf with none there reclaims by its
+    total ``min`` alone)."""
+    assert job.leaf is not None
+    if not e.state.tree.zone_guaranteed or zone != job.zone:
+        return None
+    info = e.state.tree.nodes.get(path)
+    if info is None or zone not in e.state.tree.nodes[job.leaf].zone_min:
+        return None
+    resource = zone_borrowed_resource(info.zone_min, info.zone_used, zone, job.shape)
+    if resource is None:
+        return None
+    used = info.zone_used.get(zone, {}).get(resource, 0)
+    amount = dict(job.shape)[resource]
+    minimum = info.zone_min[zone][resource]
+    return reasons.zone_reclaimed(job.key, job.leaf, path, zone, resource, used, minimum, amount)
+
+
+def _total_borrowing_reason(e: Engine, job: Job, path: QuotaPath) -> Reason | None:
     assert job.leaf is not None
     info = e.state.tree.nodes.get(path)
     if info is None and job.shape:
@@ -250,7 +297,7 @@ def check_preemption(
     if not victims:
         return reasons.stale_view(preemptor, "no victims named")
     info = e.state.tree.nodes[job.leaf]
-    within = e._within_min(info, job.shape)
+    within = within_guarantee(e, job)
     lower = info.within_quota == "LowerPriority"
     removed: list[Placement] = []
     try:
@@ -296,7 +343,7 @@ def _victim_refusal(
         if victim is not None and lower and victim.priority < job.priority:
             return None
         return reasons.stale_view(job.key, f"{key} is not of lower priority", key)
-    if within and borrowing_reason(e, job, path) is not None:
+    if within and borrowing_reason(e, job, path, where[2]) is not None:
         return None
     return reasons.stale_view(job.key, f"{key} is not borrowing what is asked", key)
 
@@ -354,8 +401,20 @@ def _reclaim_refusal(e: Engine, job: Job) -> str | None:
     info = e.state.tree.nodes[job.leaf]
     if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return f"no schedulable node of zone {job.zone} can host one of its pods"
-    if e._within_min(info, job.shape) or info.within_quota == "LowerPriority":
+    if within_guarantee(e, job) or info.within_quota == "LowerPriority":
         return None
+    zone_min = info.zone_min.get(job.zone, {}) if e._within_min(info, job.shape) else {}
+    for resource, amount in job.shape:
+        if resource not in zone_min:
+            continue
+        used, minimum = info.zone_used.get(job.zone, {}).get(resource, 0), zone_min[resource]
+        if used + amount > minimum:  # Z4: within its total min, beyond its zone's
+            return (
+                f"{job.leaf} {resource} in zone {job.zone}: {format_quantity(resource, used)} "
+                f"used + {format_quantity(resource, amount)} requested > min "
+                f"{format_quantity(resource, minimum)}: reclaim only restores a guarantee, "
+                "and within-quota preemption is Never"
+            )
     for resource, amount in job.shape:
         used, minimum = info.used.get(resource, 0), info.min.get(resource, 0)
         if used + amount > minimum:

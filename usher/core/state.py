@@ -21,7 +21,7 @@ from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
 from usher.core.tree import BACKFILL_ATTRIBUTE, STARVATION_ATTRIBUTE, iter_nodes, queue_name
 from usher.core.zone_burst import burst_zones, default_zones
-from usher.core.zone_quota import ZoneCaps, parse_zone_max
+from usher.core.zone_quota import ZoneCaps, parse_zone_max, parse_zone_min
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -107,6 +107,7 @@ class QuotaNodeInfo:
         "used",
         "within_quota",
         "zone_max",
+        "zone_min",
         "zone_used",
     )
 
@@ -140,8 +141,11 @@ class QuotaNodeInfo:
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
         self.zone_max: ZoneCaps = parse_zone_max(node.attributes, "")[0]
         """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
+        self.zone_min: ZoneCaps = parse_zone_min(node.attributes, "")[0]
+        """Per zone, what this node is guaranteed there (Z4); empty = no zone guarantee."""
         self.zone_used: ZoneCaps = {}
-        """Per capped zone, what admissions, holds and lingering usage count there (Z1)."""
+        """Per capped or guaranteed zone, what admissions, holds and lingering usage count
+        there (Z1, Z4): stopping victims' residual is not in it (it is a claim, R7)."""
         self.default_zones: tuple[Zone, ...] = default_zones(
             node.attributes, parent.default_zones if parent is not None else ()
         )
@@ -167,6 +171,8 @@ class TreeIndex:
         "root",
         "starvation_on",
         "zone_capped",
+        "zone_counted",
+        "zone_guaranteed",
     )
 
     def __init__(self, root: QuotaNode | None, config: EngineConfig) -> None:
@@ -189,7 +195,11 @@ class TreeIndex:
         self.overrun_leaves: set[QuotaPath] = set()
         """Leaves below such a node; empty when none opts in (nothing is checked)."""
         self.zone_capped = False
-        """Whether some node caps a zone (Z1); False: no per-zone usage is counted at all."""
+        """Whether some node caps a zone (Z1): fit checks zone caps only then."""
+        self.zone_guaranteed = False
+        """Whether some node guarantees a zone (Z4): reclaim judges zone guarantees only then."""
+        self.zone_counted = False
+        """Whether either holds: False, no per-zone usage is counted on nodes at all."""
         self.fair_weights: dict[QuotaPath, int] = {}
         """Each node's fair-share weight (F1: ``usher.io/fair-weight``, inherited, default 1)."""
         self.burst: frozenset[Zone] = (
@@ -224,6 +234,8 @@ class TreeIndex:
                 if holds_overrun(node.attributes):
                     self.overrun_nodes.add(path)
             self.zone_capped = self.zone_capped or bool(info.zone_max)
+            self.zone_guaranteed = self.zone_guaranteed or bool(info.zone_min)
+            self.zone_counted = self.zone_capped or self.zone_guaranteed
             self.nodes[path] = info
             self.by_name[node.name] = path
             if parent is not None:

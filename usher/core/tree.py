@@ -28,7 +28,12 @@ from usher.core.errors import TreeInvalid
 from usher.core.fairshare import weight_errors
 from usher.core.quantity import collect_resources, format_quantity
 from usher.core.zone_burst import attribute_errors as zone_list_errors
-from usher.core.zone_quota import parse_zone_max
+from usher.core.zone_quota import (
+    children_zone_min_errors,
+    parse_zone_max,
+    parse_zone_min,
+    zone_min_errors,
+)
 
 API_VERSION = "scheduling.sigs.k8s.io/v1beta1"
 KIND = "ElasticQuotaTree"
@@ -368,6 +373,7 @@ def _check_tree(root: _Labelled, checks: _Checks) -> None:
         _check_attributes(labelled, checks)
         _check_min_within_max(labelled, checks)
         _check_children_min(labelled, checks)
+        _check_zone_min(labelled, checks)
     _check_root_min_is_max(root, checks)
 
 
@@ -456,6 +462,8 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
         checks.report(error.path, error.code, error.message)
     for error in parse_zone_max(attributes, path)[1]:  # Z1
         checks.report(error.path, error.code, error.message)
+    for error in parse_zone_min(attributes, path)[1]:  # Z4
+        checks.report(error.path, error.code, error.message)
     root = labelled.field_path == ROOT_FIELD_PATH
     for error in zone_list_errors(attributes, path, root=root):  # Z3
         checks.report(error.path, error.code, error.message)
@@ -512,6 +520,21 @@ def _check_children_min(labelled: _Labelled, checks: _Checks) -> None:
             f"parent {labelled.quota_path} min {format_quantity(resource, own)}"
         )
         checks.report(min_path, "children-min-exceed-parent-min", message, about=child_paths)
+
+
+def _check_zone_min(labelled: _Labelled, checks: _Checks) -> None:
+    """Z4, as ``min`` is checked: a zone guarantee within the node's ``min`` and its cap in
+    that zone, and the children's within the parent's where the parent guarantees the zone.
+    A value that cannot be read is refused once, by ``_check_attributes``."""
+    node, path = labelled.node, labelled.field_path
+    attributes = f"{path}.attributes"
+    for error in zone_min_errors(node.min, node.attributes, attributes):
+        # A min that failed to parse reads as empty: do not blame the zone guarantee for it.
+        checks.report(error.path, error.code, error.message, about=(f"{path}.min",))
+    children = [child.node.attributes for child in labelled.children]
+    quota_path = labelled.quota_path
+    for error in children_zone_min_errors(node.attributes, children, attributes, quota_path):
+        checks.report(error.path, error.code, error.message)
 
 
 def _check_root_min_is_max(root: _Labelled, checks: _Checks) -> None:

@@ -63,7 +63,7 @@ from schemas import (
 )
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
-from usher.adapters.pg.ledger_zones import ZoneBook
+from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
 from usher.core.arbitration import (
     CLAIMING,
@@ -644,7 +644,10 @@ class LedgerStore:
         policies = await self._policies(conn, leaves)
         request = shape_of(preemptor.requests)
         mine = preemptor.quota
-        within = within_guarantee(claims.get(mine, {}), {}, minimums.get(mine, {}), request)
+        zones = await ZoneGuarantees.load(conn, leaves, preemptor.zone)  # Z4
+        within = within_guarantee(
+            claims.get(mine, {}), {}, minimums.get(mine, {}), request
+        ) and zones.within(mine, request)
         lower = policies[mine][0] == "LowerPriority"
         present = await _present(conn, leaves)
         for victim in victims:
@@ -659,13 +662,15 @@ class LedgerStore:
                 or borrowed_resource(
                     claims.get(victim.quota, {}), {}, minimums.get(victim.quota, {}), request
                 )
-                is not None,
+                is not None
+                or zones.borrowing(mine, victim.quota, victim.zone, request),
             )
             if why is not None:
                 return stale_view(preemptor.workload, f"ledger: {why}", victim.workload)
             claim = claims.setdefault(victim.quota, {})
             for resource, amount in victim.requests.items():
                 claim[resource] = claim.get(resource, 0) - amount
+            zones.add(victim.quota, victim.zone, dict(victim.requests), -1)
         return None
 
     async def _policies(

@@ -8,8 +8,13 @@ for a reservation that would overfill one, and ``add`` counts a grant so that la
 same batch see it. The caller has already locked the ``quota_usage`` rows of every path
 (``ledger_store._lock_usage``): any two reservations below one capping node lock its rows for
 the resources they share, so the allocation rows read here cannot change under the check.
+``ZoneGuarantees.load`` reads, for a reclaim's leaves, their guarantees per zone
+(``usher.io/zone-min``, Z4) and their claims (``admitted`` and ``held``, stopping victims
+aside, as for ``min``) in the preemptor's zone, so that the store's reclaim check judges
+"within its guarantee" and "borrowing" per zone as the engine does.
 What it must never do: lock or write anything (the store does), read before the usage locks
-are held, or differ from the engine's fit check (it calls the core's ``zone_shortfall``).
+are held, or differ from the engine's checks (it calls the core's ``zone_shortfall``,
+``within_zone_min`` and ``zone_borrowed_resource``).
 """
 
 from __future__ import annotations
@@ -23,10 +28,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from schemas import QuotaPath, Reason, Zone
 from schemas.ledger import Reservation
 from usher.adapters.pg.models import Base
-from usher.core.arbitration import COUNTED
+from usher.core.arbitration import CLAIMING, COUNTED
 from usher.core.state import shape_of
 from usher.core.tree import path_nodes
-from usher.core.zone_quota import ZoneCaps, parse_zone_max, zone_quota_exceeded, zone_shortfall
+from usher.core.zone_quota import (
+    ZoneCaps,
+    parse_zone_max,
+    parse_zone_min,
+    within_zone_min,
+    zone_borrowed_resource,
+    zone_quota_exceeded,
+    zone_shortfall,
+)
 
 _NODES: Table = Base.metadata.tables["quota_nodes"]
 _ALLOCATIONS: Table = Base.metadata.tables["allocations"]
@@ -92,3 +105,70 @@ class ZoneBook:
             used = node.zone_used.setdefault(zone, {})
             for resource, amount in requests.items():
                 used[resource] = used.get(resource, 0) + amount
+
+
+@dataclass
+class ZoneGuarantees:
+    """Z4 on the ledger's rows: a reclaim's leaves' guarantees and claims in one zone."""
+
+    zone: Zone
+    minimums: dict[QuotaPath, ZoneCaps] = field(default_factory=dict)
+    claims: dict[QuotaPath, ZoneCaps] = field(default_factory=dict)
+
+    @classmethod
+    async def load(
+        cls, conn: AsyncConnection, leaves: Iterable[QuotaPath], zone: Zone
+    ) -> ZoneGuarantees:
+        """The leaves' ``usher.io/zone-min`` and, when one of them declares any, their claims
+        in ``zone`` (a tree with no zone guarantee costs one read of the leaves' rows)."""
+        book = cls(zone)
+        wanted = sorted(set(leaves))
+        rows = await conn.execute(
+            select(_NODES.c.path, _NODES.c.attributes).where(_NODES.c.path.in_(wanted))
+        )
+        for path, attributes in rows:
+            minimums, _ = parse_zone_min(dict(attributes or {}), "")
+            if minimums:
+                book.minimums[QuotaPath(path)] = minimums
+        if book.minimums:
+            await book._count(conn, wanted)
+        return book
+
+    async def _count(self, conn: AsyncConnection, leaves: list[QuotaPath]) -> None:
+        rows = await conn.execute(
+            select(_ALLOCATIONS.c.quota_path, _ALLOCATIONS.c.requests).where(
+                _ALLOCATIONS.c.quota_path.in_(leaves),
+                _ALLOCATIONS.c.zone == self.zone,
+                _ALLOCATIONS.c.state.in_([state.value for state in CLAIMING]),
+            )
+        )
+        for quota, requests in rows:
+            self.add(QuotaPath(quota), self.zone, dict(requests), 1)
+
+    def within(self, leaf: QuotaPath, request: Sequence[tuple[str, int]]) -> bool:
+        """Whether ``request`` stays within ``leaf``'s guarantee in the zone, where it declares
+        one (the total ``min`` is checked by the store)."""
+        return within_zone_min(
+            self.minimums.get(leaf, {}), self.claims.get(leaf, {}), self.zone, request
+        )
+
+    def borrowing(
+        self, owner: QuotaPath, victim: QuotaPath, zone: Zone, request: Sequence[tuple[str, int]]
+    ) -> bool:
+        """Whether a victim of ``victim``'s leaf running in ``zone`` may go for ``owner``'s
+        guarantee in the zone: it runs there, ``owner`` declares a guarantee there, and
+        ``victim`` holds more there than it is guaranteed, on a resource asked for."""
+        if zone != self.zone or self.zone not in self.minimums.get(owner, {}):
+            return False
+        held = zone_borrowed_resource(
+            self.minimums.get(victim, {}), self.claims.get(victim, {}), self.zone, request
+        )
+        return held is not None
+
+    def add(self, leaf: QuotaPath, zone: Zone, requests: dict[str, int], sign: int) -> None:
+        """Count (``sign`` 1) or take back (-1) ``requests`` in ``leaf``'s claim in ``zone``."""
+        if zone != self.zone:
+            return
+        claim = self.claims.setdefault(leaf, {}).setdefault(zone, {})
+        for resource, amount in requests.items():
+            claim[resource] = claim.get(resource, 0) + sign * int(amount)
