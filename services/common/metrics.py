@@ -5,7 +5,8 @@ services record into (``Metrics``; ``process_metrics()`` returns the one of this
 services running side by side in one process, as in tests, share it), renders it in the
 standard text exposition format, copies per-queue and per-quota-node figures out of a pure
 engine (``record_engine``), with each budget's spent and left (``record_budgets``, B1) and
-each node's usage and cap per zone it caps (``record_zone_quota``, Z1), adds
+each node's usage and cap per zone it caps (``record_zone_quota``, Z1), counts admissions
+per zone, burst or not (``record_admission``, Z3), adds
 usage accrued per quota node to its counters (``record_usage``, U1) and samples consumer lag
 now and then (``Sampler``).
 What it must never do: label by workload (cardinality: one series per queue, quota node (and
@@ -38,6 +39,7 @@ __all__ = [
     "Metrics",
     "Sampler",
     "process_metrics",
+    "record_admission",
     "record_budgets",
     "record_engine",
     "record_usage",
@@ -139,6 +141,14 @@ class Metrics:
             "usher_preemptions",
             "Victims of accepted reclaims, by the reason code of their Preempted decision.",
             ["reason"],
+            registry=r,
+        )
+        self.zone_admissions = Counter(
+            "usher_zone_admissions",
+            "Admissions into each zone that the ledger granted its dequeuer: reservations, and "
+            "accepted reclaims (whose preemptor the ledger admits once its victims stop). "
+            "burst is true for a zone the tree in force marks usher.io/burst-zones (Z3).",
+            ["zone", "burst"],
             registry=r,
         )
         self.requeues = Counter(
@@ -265,6 +275,13 @@ def record_zone_quota(metrics: Metrics, engine: Engine) -> None:
             metrics.quota_zone_used.remove(*gone)
             metrics.quota_zone_max.remove(*gone)
     metrics._zone_nodes = series
+
+
+def record_admission(metrics: Metrics, engine: Engine, zone: str) -> None:
+    """One admission granted in ``zone``, labelled burst when the tree in force marks it so
+    (Z3): what an operator of paid virtual nodes watches."""
+    burst = "true" if zone in engine.burst_zones() else "false"
+    metrics.zone_admissions.labels(zone, burst).inc()
 
 
 def record_budgets(metrics: Metrics, engine: Engine) -> None:

@@ -62,7 +62,7 @@ from schemas import (
     ZoneServed,
 )
 from services.common.leader import Leadership, LeadershipLost
-from services.common.metrics import Sampler, record_engine, record_usage
+from services.common.metrics import Sampler, record_admission, record_engine, record_usage
 from services.common.projection import Projection
 from services.common.requests import PermanentReplyError, Stopping, ask
 from services.common.retry import Backoff, retrying
@@ -363,6 +363,7 @@ class Dequeuer:
         for result in reply.results:
             if result.granted:
                 granted += 1
+                record_admission(self.metrics, self.engine, self.zone)
                 since = self._seen.pop(result.workload, None)
                 if since is not None:
                     self.metrics.admission_wait.labels(self.zone).observe(
@@ -434,6 +435,7 @@ class Dequeuer:
             result = reply.results[0] if reply.results else None
             if result is not None and result.granted:
                 log.info("reclaim accepted", victims=[v.workload for v in victims])
+                record_admission(self.metrics, self.engine, self.zone)
                 for victim in victims:
                     self.metrics.preemptions.labels(victim.reason.code).inc()
                 return

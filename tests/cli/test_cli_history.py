@@ -219,3 +219,39 @@ def test_explain_shows_progress_and_a_requeue(tmp_path: Path) -> None:
     assert "1/4 pods ready" in result.stdout
     assert "Requeued" in result.stdout and "PodsNotReady" in result.stdout
     assert "attempt 1 of 5" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--zone-max", "Department-a"], "--zone-max 'Department-a': expected NODE=VALUE"),
+        (["--zone-max", "Department-a=default cpu=4"], "--zone-max Department-a=default cpu=4:"),
+        (["--zones", "Department-a=a,,b"], "--zones Department-a=a,,b: 'a,,b' is not a comma"),
+        (["--zones", "x=a", "--zones", "x=b"], "--zones x: the node is given twice"),
+        (["--burst-zones", "eci,eci"], "--burst-zones 'eci,eci' names a zone twice"),
+        (["--zones", "gpu-team=a,b"], "--zones gpu-team: no such node in the replayed window"),
+    ],
+)
+def test_bad_zone_policy_flags_get_one_line_naming_the_flag(
+    round_file: Path, args: list[str], needle: str
+) -> None:
+    line = one_line_error(usher("what-if", *args, "--file", str(round_file)), 2)
+    assert needle in line, line
+
+
+def test_what_if_a_burst_zone_names_the_zone_it_admitted_into(tmp_path: Path) -> None:
+    log = Log().tree(0).job(1, "user-a/first", 60).job(2, "user-a/second", 30)
+    file = export(log, tmp_path / "zones.jsonl")
+    flags = [
+        "--zone-max", "root=default: cpu=70",
+        "--zones", "root=default,eci",
+        "--burst-zones", "eci",
+    ]  # fmt: skip
+    result = usher("what-if", *flags, "--file", str(file))
+    assert result.returncode == 0, result.stderr
+    assert "zone policy --zone-max root=default: cpu=70; --zones root=default,eci;" in result.stdout
+    assert "+2.000s root/Department-a in zone eci" in result.stdout, result.stdout
+    doc = json.loads(usher("what-if", *flags, "--file", str(file), "-o", "json").stdout)
+    assert [(d["workload"], d["whatif_zone"]) for d in doc["differences"]] == [
+        ("user-a/second", "eci")
+    ]

@@ -142,6 +142,8 @@ Q95 = "histogram_quantile(0.95, sum by "
         ("Health", "usher_leader"),
         ("Usage", "increase(usher_usage_resource_seconds_total"),
         ("Usage", "rate(usher_usage_resource_seconds_total"),
+        ("Usage", 'rate(usher_zone_admissions_total{namespace=~"$namespace", burst="true"}'),
+        ("Usage", 'rate(usher_zone_admissions_total{namespace=~"$namespace", burst="false"}'),
     ],
 )  # fmt: skip
 def test_the_required_panels_are_in_their_rows(
@@ -156,6 +158,24 @@ def test_the_required_panels_are_in_their_rows(
         if any(needle in t["expr"] for t in panel["targets"]):
             found.append(current)
     assert row in found, (needle, found)
+
+
+def test_burst_zones_stand_out_in_the_admissions_per_zone_panel(dashboard: dict[str, Any]) -> None:
+    """Z3: the burst series' legend is matched by an override giving it its own colour."""
+    [panel] = [
+        p
+        for p in panels(dashboard)
+        if any("usher_zone_admissions" in t["expr"] for t in p["targets"])
+    ]
+    legends = {t["legendFormat"]: t["expr"] for t in panel["targets"]}
+    assert 'burst="true"' in legends["{{zone}} (burst)"]
+    assert 'burst="false"' in legends["{{zone}}"]
+    [override] = panel["fieldConfig"]["overrides"]
+    pattern = re.compile(override["matcher"]["options"])
+    assert override["matcher"]["id"] == "byRegexp"
+    assert pattern.fullmatch("eci (burst)") and not pattern.fullmatch("default")
+    colour = next(p for p in override["properties"] if p["id"] == "color")
+    assert colour["value"]["mode"] == "fixed"
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (kustomize) not installed")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import aiohttp
+import msgspec
 import pytest
 from nats.js import JetStreamContext
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,7 +21,7 @@ from schemas import (
     Zone,
 )
 from services.common.health import HealthServer
-from services.common.metrics import Metrics, process_metrics, record_engine
+from services.common.metrics import Metrics, process_metrics, record_admission, record_engine
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
 from services.dequeuer.service import main as dequeuer_main
@@ -98,6 +99,10 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                 # The registry is the process's: earlier tests in it may have counted usage on
                 # nodes of the same names. What this test adds is measured from here.
                 before, _ = await _scrape(session, base)
+                admissions_name = "usher_zone_admissions_total"
+                admissions_before = (
+                    _value(before, admissions_name, zone="default", burst="false") or 0.0
+                )
                 usage_name = "usher_usage_resource_seconds_total"
                 leaf_before = _value(before, usage_name, node="root/A", resource="cpu") or 0.0
                 root_before = _value(before, usage_name, node="root", resource="cpu") or 0.0
@@ -120,7 +125,8 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                     samples, _ = await _scrape(session, base)
                     pending = _value(samples, "usher_queue_pending_workloads", queue=queue)
                     ledger_lag = _value(samples, "usher_consumer_lag_entries", service="ledger")
-                    if pending == 1 and ledger_lag == 0:
+                    counted = _value(samples, admissions_name, zone="default", burst="false")
+                    if pending == 1 and ledger_lag == 0 and (counted or 0) > admissions_before:
                         return samples
                     return None
 
@@ -147,8 +153,14 @@ async def test_metrics_and_probes_of_a_dequeuer_and_a_ledger(
                     "usher_dlq_parked",
                     "usher_leader",
                     "usher_usage_resource_seconds",
+                    "usher_zone_admissions",
                 ):
                     assert family in families, family
+                # One granted reservation in zone default, which the tree does not mark burst.
+                assert (
+                    _value(samples, admissions_name, zone="default", burst="false")
+                    == admissions_before + 1
+                )
                 assert _value(samples, "usher_queue_admitted_workloads", queue=queue) == 1
                 assert _value(samples, "usher_quota_nodes_held", mode="Hold") == 0
                 assert _value(samples, "usher_quota_used", node="root/A", resource="cpu") == (
@@ -278,3 +290,22 @@ def test_zone_quota_gauges_follow_usage_per_capped_zone_and_drop_with_the_cap() 
     engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(1))
     record_engine(metrics, engine)
     assert value("usher_quota_zone_used", labels) is None
+
+
+def test_admissions_are_counted_per_zone_with_burst_zones_labelled() -> None:
+    """Z3: the counter's burst label follows the root's usher.io/burst-zones in force."""
+    metrics = Metrics()
+    engine = Engine()
+    burst_tree = msgspec.structs.replace(
+        two_leaf_tree(), attributes={"usher.io/burst-zones": "eci"}
+    )
+    engine.apply(QuotaTreeApplied(root=burst_tree), Millis(0))
+    record_admission(metrics, engine, "eci")
+    record_admission(metrics, engine, "eci")
+    record_admission(metrics, engine, "default")
+    value = metrics.registry.get_sample_value
+    assert value("usher_zone_admissions_total", {"zone": "eci", "burst": "true"}) == 2
+    assert value("usher_zone_admissions_total", {"zone": "default", "burst": "false"}) == 1
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(1))
+    record_admission(metrics, engine, "eci")
+    assert value("usher_zone_admissions_total", {"zone": "eci", "burst": "false"}) == 1

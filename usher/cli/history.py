@@ -430,6 +430,29 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     help="Fair share with memory (F1): order borrowing queues by usage decayed with this"
     " half-life; off = R3's order.",
 )
+@click.option(
+    "--zone-max",
+    "zone_max",
+    multiple=True,
+    metavar="NODE=VALUE",
+    help="Set NODE's usher.io/zone-max (Z1) on every replayed tree, e.g. 'gpu-team=a100:"
+    " nvidia.com/gpu=8; h100: nvidia.com/gpu=4'; NODE= removes it. Repeatable.",
+)
+@click.option(
+    "--zones",
+    "zone_lists",
+    multiple=True,
+    metavar="NODE=LIST",
+    help="Set NODE's default accepted zones, usher.io/zones (Z3), e.g. 'gpu-team=a100,eci';"
+    " NODE= removes it. Jobs whose own annotation lists zones keep theirs. Repeatable.",
+)
+@click.option(
+    "--burst-zones",
+    "burst_zones",
+    default=None,
+    metavar="LIST",
+    help="Set the root's usher.io/burst-zones (Z3), e.g. 'eci'; '' removes it.",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
@@ -462,6 +485,9 @@ def what_if_command(
     min_runtime_s: float | None,
     ready_timeout_s: float | None,
     half_life: str | None,
+    zone_max: tuple[str, ...],
+    zone_lists: tuple[str, ...],
+    burst_zones: str | None,
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
@@ -486,12 +512,17 @@ def what_if_command(
     changed ones; a pass runs after each group of events that arrived together and at
     min-runtime, ready-deadline and requeue-backoff wakeups.
     Recorded decisions are ignored; finishes and deletions happen when they happened.
+    --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed.
     """
+    try:
+        zone_policy = whatif.parse_zone_policy(zone_max, zone_lists, burst_zones)
+    except whatif.ZonePolicyError as exc:
+        fail(str(exc), EXIT_USAGE)
     changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s, half_life)
-    if all(change is None for change in changes):
+    if all(change is None for change in changes) and zone_policy is None:
         fail(
             "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
-            "--min-runtime, --ready-timeout or --half-life",
+            "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones or --burst-zones",
             EXIT_USAGE,
         )
     base_half_life = _half_life("--baseline-half-life", baseline_half_life)
@@ -521,13 +552,16 @@ def what_if_command(
     log = _load(log_file, nats_url=nats_url, prefix=prefix, home=home)
     spec = whatif.WhatIfSpec(
         baseline=whatif.Variant(config=base),
-        changed=replace(alternative, config=changed),
+        changed=replace(alternative, config=changed, zone_policy=zone_policy),
         since_ms=_when("--since", since, log.history),
         until_ms=_when("--until", until, log.history),
         window_ms=window_ms,
         limit=limit,
     )
-    report = whatif.what_if(log.history, spec)
+    try:
+        report = whatif.what_if(log.history, spec)
+    except whatif.ZonePolicyError as exc:
+        fail(str(exc), EXIT_USAGE)
     _show(
         output,
         lambda: whatif.render_whatif_json(report),

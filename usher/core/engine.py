@@ -2114,6 +2114,10 @@ class Engine:
         """Used amounts of every node of the tree in force (leaves and inner nodes)."""
         return engine_queries.quota_used(self)
 
+    def burst_zones(self) -> frozenset[Zone]:
+        """The zones the tree in force marks as burst (Z3); empty: none."""
+        return self.state.tree.burst
+
     def quota_zones(self) -> dict[tuple[QuotaPath, Zone], tuple[dict[str, int], dict[str, int]]]:
         """Per node and zone it caps, what is used there and the cap (Z1); empty when no node
         of the tree in force caps a zone."""

@@ -18,6 +18,12 @@ With ``since``, the log before it is folded as recorded (cluster events and deci
 so the state at ``since`` is the real one) and only what follows is replayed; ``until`` ends
 the replay. ``tree`` replaces every recorded ``QuotaTreeApplied`` in the replayed part (and is
 applied at ``since`` when the folded part already had a tree): it is in force throughout.
+``zone_policy`` (``with_zone_policy``) sets zone attributes -- a node's ``usher.io/zone-max``
+(Z1) and default ``usher.io/zones`` (Z3), the root's ``usher.io/burst-zones`` (Z3) -- on every
+tree the run replays (each recorded version, ``tree`` when given, and the tree in force at
+``since``), so the engine decides with them exactly as it would have. A job's own
+``usher.io/zones`` annotation was fixed when it was observed (the log has it) and still wins;
+a job listing none takes its leaf's list afresh from each tree, as the engine always does.
 
 Approximations, by design: finish and delete events are replayed at their recorded times,
 whatever the other run decided. A workload still pending when its recorded finish arrives
@@ -39,6 +45,7 @@ import msgspec
 from schemas import (
     Admitted,
     Decision,
+    FieldError,
     Inadmissible,
     Millis,
     NodeHeld,
@@ -61,6 +68,7 @@ from schemas import (
     WorkloadObserved,
     WorkloadProgress,
     WorkloadRejected,
+    Zone,
     ZoneServed,
 )
 from schemas.events import ClusterEvent
@@ -78,7 +86,11 @@ from usher.core.planning import (
     wait_percentile,
 )
 from usher.core.sim import MAX_WAKEUP_PASSES
+from usher.core.tree import iter_nodes, validate_tree
 from usher.core.usage import Interval, held_now
+from usher.core.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
+from usher.core.zone_names import parse_zone_names
+from usher.core.zone_quota import ZONE_MAX_ATTRIBUTE, parse_zone_max
 
 DEFAULT_WINDOW_MS = 20
 DEFAULT_LIMIT = 10
@@ -113,13 +125,165 @@ _ACTIONS: dict[type, str] = {
 }
 
 
+ZONE_MAX_FLAG = "--zone-max"
+ZONES_FLAG = "--zones"
+BURST_ZONES_FLAG = "--burst-zones"
+
+
+class ZonePolicyError(ValueError):
+    """A zone policy change that cannot be applied, naming the flag and what is wrong."""
+
+    def __init__(self, flag: str, detail: str) -> None:
+        self.flag = flag
+        self.detail = detail
+        super().__init__(f"{flag} {detail}")
+
+
+@dataclass(frozen=True)
+class ZoneSetting:
+    """One node's attribute value as a flag gives it; ``value`` empty: remove the attribute."""
+
+    flag: str
+    node: str
+    """A node name (names are unique in a tree) or its path (``root/gpu-team``)."""
+    value: str
+
+    def text(self) -> str:
+        return f"{self.flag} {self.node}={self.value}"
+
+
+@dataclass(frozen=True)
+class ZonePolicy:
+    """Zone attributes set on every tree a run replays (Z1, Z3): per node ``usher.io/zone-max``
+    and ``usher.io/zones``, on the root ``usher.io/burst-zones`` (None: as recorded; empty:
+    removed)."""
+
+    nodes: tuple[ZoneSetting, ...] = ()
+    burst_zones: str | None = None
+
+    def text(self) -> str:
+        """The flags as given, for the report."""
+        parts = [setting.text() for setting in self.nodes]
+        if self.burst_zones is not None:
+            parts.append(f"{BURST_ZONES_FLAG} {self.burst_zones}")
+        return "; ".join(parts)
+
+
+_ATTRIBUTES = {ZONE_MAX_FLAG: ZONE_MAX_ATTRIBUTE, ZONES_FLAG: DEFAULT_ZONES_ATTRIBUTE}
+"""The tree attribute each per-node flag sets."""
+
+
+def parse_zone_policy(
+    zone_max: Sequence[str], zones: Sequence[str], burst_zones: str | None
+) -> ZonePolicy | None:
+    """The zone policy of ``--zone-max NODE=VALUE``, ``--zones NODE=LIST`` (each repeatable)
+    and ``--burst-zones LIST``, every value in its attribute's own syntax and an empty one
+    removing the attribute; None when no flag is given. Raises ``ZonePolicyError``."""
+    settings = [
+        *(_node_setting(ZONE_MAX_FLAG, raw) for raw in zone_max),
+        *(_node_setting(ZONES_FLAG, raw) for raw in zones),
+    ]
+    seen: set[tuple[str, str]] = set()
+    for setting in settings:
+        if (setting.flag, setting.node) in seen:
+            raise ZonePolicyError(setting.flag, f"{setting.node}: the node is given twice")
+        seen.add((setting.flag, setting.node))
+    if burst_zones is not None and burst_zones.strip():
+        problem = parse_zone_names(burst_zones)[1]
+        if problem is not None:
+            raise ZonePolicyError(BURST_ZONES_FLAG, problem)
+    if not settings and burst_zones is None:
+        return None
+    return ZonePolicy(
+        nodes=tuple(settings),
+        burst_zones=None if burst_zones is None else burst_zones.strip(),
+    )
+
+
+def _node_setting(flag: str, raw: str) -> ZoneSetting:
+    node, equals, value = raw.partition("=")
+    node, value = node.strip(), value.strip()
+    if not equals or not node:
+        expected = "NODE=VALUE (a node name or path, then the attribute's value; empty removes it)"
+        raise ZonePolicyError(flag, f"{raw!r}: expected {expected}")
+    if value:
+        problem = _value_problem(flag, value)
+        if problem is not None:
+            raise ZonePolicyError(flag, f"{node}={value}: {problem}")
+    return ZoneSetting(flag=flag, node=node, value=value)
+
+
+def _value_problem(flag: str, value: str) -> str | None:
+    """Why ``value`` is not what the flag's attribute takes (T1's own parsers say it)."""
+    if flag == ZONE_MAX_FLAG:
+        errors = parse_zone_max({ZONE_MAX_ATTRIBUTE: value}, "")[1]
+        return "; ".join(error.message for error in errors) or None
+    return parse_zone_names(value)[1]
+
+
+def with_zone_policy(root: QuotaNode, policy: ZonePolicy) -> QuotaNode:
+    """``root`` with the zone attributes ``policy`` sets; a node it names that this tree lacks
+    is left out (another version of the tree may have it). Pure: ``root`` is not changed."""
+
+    def rebuilt(node: QuotaNode, path: str) -> QuotaNode:
+        attributes = dict(node.attributes)
+        for setting in policy.nodes:
+            if setting.node in (node.name, path):
+                _set(attributes, _ATTRIBUTES[setting.flag], setting.value)
+        if path == root.name and policy.burst_zones is not None:
+            _set(attributes, BURST_ZONES_ATTRIBUTE, policy.burst_zones)
+        children = [rebuilt(child, f"{path}/{child.name}") for child in node.children]
+        if attributes == node.attributes and all(
+            new is old for new, old in zip(children, node.children, strict=True)
+        ):
+            return node
+        return msgspec.structs.replace(node, attributes=attributes, children=children)
+
+    return rebuilt(root, root.name)
+
+
+def _set(attributes: dict[str, str], name: str, value: str) -> None:
+    if value:
+        attributes[name] = value
+    else:
+        attributes.pop(name, None)
+
+
+def check_zone_policy(policy: ZonePolicy, trees: Sequence[QuotaNode]) -> None:
+    """Raise ``ZonePolicyError`` when a node the policy names is in none of ``trees`` (the
+    ones a run replays), or when a tree with the policy applied breaks T1."""
+    known: set[str] = set()
+    for tree in trees:
+        known.update(part for path, node, _ in iter_nodes(tree) for part in (path, node.name))
+    for setting in policy.nodes:
+        if setting.node not in known:
+            where = "the replayed window's quota trees" if trees else "any tree: none is replayed"
+            raise ZonePolicyError(setting.flag, f"{setting.node}: no such node in {where}")
+    for tree in trees:
+        errors = validate_tree(with_zone_policy(tree, policy))
+        if errors:
+            first = errors[0]
+            raise ZonePolicyError(
+                _flag_of(first), f"makes the tree invalid: {first.path}: {first.message}"
+            )
+
+
+def _flag_of(error: FieldError) -> str:
+    for flag, attribute in (*_ATTRIBUTES.items(), (BURST_ZONES_FLAG, BURST_ZONES_ATTRIBUTE)):
+        if error.path.endswith(attribute):
+            return flag
+    return "zone policy"
+
+
 @dataclass(frozen=True)
 class Variant:
-    """One set of settings to replay with; ``tree`` replaces the recorded trees."""
+    """One set of settings to replay with; ``tree`` replaces the recorded trees, and
+    ``zone_policy`` changes the zone attributes of every tree replayed."""
 
     config: EngineConfig
     tree: QuotaNode | None = None
     tree_label: str | None = None
+    zone_policy: ZonePolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +310,9 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     """Ready timeout of nodes that set none (R10); None (off) is not printed."""
     half_life_s: float | None = None
     """Fair share's half-life (F1); None (off) is not printed."""
+    zone_policy: str | None = None
+    """The zone attributes changed on every replayed tree, as the flags gave them (Z1, Z3);
+    None (as recorded) is not printed."""
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -178,6 +345,10 @@ class DecisionDiff(msgspec.Struct, frozen=True, kw_only=True):
     whatif_at: datetime | None
     baseline_quota: str | None
     whatif_quota: str | None
+    baseline_zone: Zone | None = None
+    """The zone an admission was made in when it is not the workload's own (its first
+    accepted zone): a fallback (Z2) or a burst (Z3). None otherwise."""
+    whatif_zone: Zone | None = None
 
 
 class DepartmentComparison(msgspec.Struct, frozen=True, kw_only=True):
@@ -223,6 +394,8 @@ class _Run:
     waiting: list[WorkloadKey] = field(default_factory=list)
     quotas: dict[WorkloadKey, str] = field(default_factory=dict)
     limits: dict[QuotaPath, tuple[dict[str, int], dict[str, int]]] = field(default_factory=dict)
+    homes: dict[WorkloadKey, Zone] = field(default_factory=dict)
+    """Each workload's own zone, as first observed (the one that owns it, Z2)."""
 
 
 def _groups(items: Sequence[LogEntry], window_ms: int) -> list[list[LogEntry]]:
@@ -235,12 +408,32 @@ def _groups(items: Sequence[LogEntry], window_ms: int) -> list[list[LogEntry]]:
     return groups
 
 
-def _input(item: LogEntry, tree: QuotaNode | None) -> ClusterEvent | NodeHeld | NodeResumed:
+def _input(item: LogEntry, variant: Variant) -> ClusterEvent | NodeHeld | NodeResumed:
     event = item.event
     assert isinstance(event, _INPUTS)
-    if tree is not None and isinstance(event, QuotaTreeApplied):
-        return QuotaTreeApplied(root=tree)
+    return _replayed_tree(event, variant) if isinstance(event, QuotaTreeApplied) else event
+
+
+def _replayed_tree(event: QuotaTreeApplied, variant: Variant) -> QuotaTreeApplied:
+    """A recorded tree as ``variant`` replays it: replaced by ``tree``, then given the zone
+    policy's attributes."""
+    if variant.tree is not None:
+        event = QuotaTreeApplied(root=variant.tree)
+    if variant.zone_policy is not None:
+        root = with_zone_policy(event.root, variant.zone_policy)
+        event = msgspec.structs.replace(event, root=root)
     return event
+
+
+def _tree_in_force(folded: Sequence[LogEntry], variant: Variant) -> QuotaNode | None:
+    """The tree the run starts from at ``since``, when the folded part had one and the
+    variant changes it (``tree``, ``zone_policy``); None: keep the folded state as it is."""
+    if variant.tree is None and variant.zone_policy is None:
+        return None
+    last = next((i.event for i in reversed(folded) if isinstance(i.event, QuotaTreeApplied)), None)
+    if last is None:
+        return None
+    return _replayed_tree(last, variant).root
 
 
 def _simulate(
@@ -257,6 +450,7 @@ def _simulate(
         event = item.event
         if isinstance(event, WorkloadObserved):
             run.arrivals.setdefault(event.workload, item.time_ms)
+            run.homes.setdefault(event.workload, event.zone)
 
     def decide(at_ms: Millis) -> None:
         made = [(at_ms, d) for d in engine.decide(at_ms)]
@@ -276,14 +470,15 @@ def _simulate(
     run.opening = held_now(engine)
     if folded:
         start = folded[-1].time_ms
-        if variant.tree is not None and any(isinstance(i.event, QuotaTreeApplied) for i in folded):
-            engine.apply(QuotaTreeApplied(root=variant.tree), start)
+        in_force = _tree_in_force(folded, variant)
+        if in_force is not None:
+            engine.apply(QuotaTreeApplied(root=in_force), start)
         decide(start)
     for group in groups:
         wake_until(group[0].time_ms)
         for item in group:
             arrive(item)
-            released = engine.apply(_input(item, variant.tree), item.time_ms)
+            released = engine.apply(_input(item, variant), item.time_ms)
             run.ledger.extend((item.time_ms, d) for d in released)
         decide(group[-1].time_ms)
     wake_until(until_ms + 1 if until_ms is not None else None)
@@ -335,9 +530,11 @@ def _queues(*runs: _Run) -> list[str]:
 DiffKey = tuple[WorkloadKey, str, int]
 
 
-def _indexed(run: _Run) -> dict[DiffKey, tuple[Millis, str | None]]:
+def _indexed(run: _Run) -> dict[DiffKey, tuple[Millis, str | None, Zone | None]]:
+    """Each decision by (workload, action, occurrence): when, on which node, and for an
+    admission outside the workload's own zone, that zone (Z2, Z3)."""
     counts: dict[tuple[WorkloadKey, str], int] = {}
-    out: dict[DiffKey, tuple[Millis, str | None]] = {}
+    out: dict[DiffKey, tuple[Millis, str | None, Zone | None]] = {}
     for at_ms, decision in run.decisions:
         action = _ACTIONS.get(type(decision))
         if action is None:
@@ -346,7 +543,10 @@ def _indexed(run: _Run) -> dict[DiffKey, tuple[Millis, str | None]]:
         n = counts.get((workload, action), 0) + 1
         counts[(workload, action)] = n
         quota = None if isinstance(decision, Unmapped) else decision.quota
-        out[(workload, action, n)] = (at_ms, quota)
+        zone = decision.zone if isinstance(decision, Admitted) else None
+        if zone == run.homes.get(workload):
+            zone = None
+        out[(workload, action, n)] = (at_ms, quota, zone)
     return out
 
 
@@ -370,6 +570,8 @@ def _differences(baseline: _Run, whatif: _Run) -> list[DecisionDiff]:
                     whatif_at=to_datetime(b[0]) if b else None,
                     baseline_quota=a[1] if a else None,
                     whatif_quota=b[1] if b else None,
+                    baseline_zone=a[2] if a else None,
+                    whatif_zone=b[2] if b else None,
                 ),
             )
         )
@@ -387,7 +589,16 @@ def _settings(variant: Variant) -> RunSettings:
         ready_timeout_s=config.readiness.timeout_ms / 1000 or None,
         half_life_s=None if config.half_life_ms is None else config.half_life_ms / 1000,
         tree=f"{label} (replaces every recorded tree)" if variant.tree else "as recorded",
+        zone_policy=variant.zone_policy.text() if variant.zone_policy else None,
     )
+
+
+def _replayed_trees(folded: Sequence[LogEntry], window: Sequence[LogEntry]) -> list[QuotaNode]:
+    """The recorded trees a run replays: the one in force at the window's start, then every
+    one applied in it."""
+    trees = [i.event.root for i in window if isinstance(i.event, QuotaTreeApplied)]
+    last = next((i.event for i in reversed(folded) if isinstance(i.event, QuotaTreeApplied)), None)
+    return [last.root, *trees] if last is not None else trees
 
 
 def what_if(history: History, spec: WhatIfSpec) -> WhatIfReport:
@@ -399,6 +610,11 @@ def what_if(history: History, spec: WhatIfSpec) -> WhatIfReport:
     folded, window = upto[:cut], upto[cut:]
     inputs = [item for item in window if isinstance(item.event, _INPUTS)]
     groups = _groups(inputs, spec.window_ms)
+    for variant in (spec.baseline, spec.changed):
+        if variant.zone_policy is not None:
+            recorded = _replayed_trees(folded, window)
+            trees = [variant.tree] if variant.tree is not None and recorded else recorded
+            check_zone_policy(variant.zone_policy, trees)
     baseline = _simulate(folded, groups, spec.baseline, spec.until_ms)
     changed = _simulate(folded, groups, spec.changed, spec.until_ms)
     differences = _differences(baseline, changed)
@@ -489,10 +705,11 @@ def _describe(settings: RunSettings) -> str:
     ready = f", ready-timeout {settings.ready_timeout_s:g}s" if settings.ready_timeout_s else ""
     if settings.half_life_s is not None:
         ready += f", fair-share half-life {settings.half_life_s:g}s"
+    zones = f", zone policy {settings.zone_policy}" if settings.zone_policy else ""
     return (
         f"policy {settings.policy}, oversell {settings.oversell_rate}, within-quota "
         f"{settings.within_quota}, min-runtime {settings.min_runtime_s:g}s{ready}, "
-        f"tree {settings.tree}"
+        f"tree {settings.tree}{zones}"
     )
 
 
@@ -514,11 +731,12 @@ def _stats_row(row: QueueComparison) -> str:
     )
 
 
-def _at(when: datetime | None, start: datetime | None, quota: str | None) -> str:
+def _at(when: datetime | None, start: datetime | None, quota: str | None, zone: Zone | None) -> str:
     if when is None:
         return "-"
     offset = f"+{(when - start).total_seconds():.3f}s" if start is not None else ""
-    return f"{offset} {quota or ''}".strip()
+    elsewhere = f" in zone {zone}" if zone is not None else ""
+    return f"{offset} {quota or ''}{elsewhere}".strip()
 
 
 def render_whatif_table(report: WhatIfReport) -> str:
@@ -549,8 +767,8 @@ def render_whatif_table(report: WhatIfReport) -> str:
     for diff in report.differences:
         lines.append(
             f"  {diff.workload:<32} {f'{diff.action} #{diff.occurrence}':<16} "
-            f"{_at(diff.baseline_at, report.start, diff.baseline_quota):<32} "
-            f"{_at(diff.whatif_at, report.start, diff.whatif_quota)}"
+            f"{_at(diff.baseline_at, report.start, diff.baseline_quota, diff.baseline_zone):<32} "
+            f"{_at(diff.whatif_at, report.start, diff.whatif_quota, diff.whatif_zone)}"
         )
     return "\n".join([*lines, *_department_lines(report.departments)]) + "\n"
 
@@ -610,7 +828,13 @@ __all__ = [
     "Variant",
     "WhatIfReport",
     "WhatIfSpec",
+    "ZonePolicy",
+    "ZonePolicyError",
+    "ZoneSetting",
+    "check_zone_policy",
+    "parse_zone_policy",
     "render_whatif_json",
     "render_whatif_table",
     "what_if",
+    "with_zone_policy",
 ]
