@@ -2,13 +2,13 @@
 
 What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses (when the
 stack runs a burst zone, the tree again with it marked burst, and plays the burst story of
-``usher.demo.burst``, Z3), plays the seed's three scenarios step by step, then a job that is
-OOMKilled and retried with more
-memory (R12, R13), then a gang whose pods never become ready, requeued after Department-b's
-ready timeout (R10, turned on by applying the seed tree again with it), then submits a
-steady, seeded-random mix of jobs until ``stop`` is set, telling what it does through
-``say``; every ``BURST_EVERY`` ticks a reclaim burst is due, sent once the quota tree
-(``quota``) shows it can only be admitted by reclaiming.
+``usher.demo.burst``, Z3; then the tree again with the small budgeted leaf of
+``usher.demo.budget`` and its story, B1), plays the seed's three scenarios step by step, then a
+job that is OOMKilled and retried with more memory (R12, R13), then a gang whose pods never
+become ready, requeued after Department-b's ready timeout (R10, turned on by applying the seed
+tree again with it), then submits a steady, seeded-random mix of jobs until ``stop`` is set,
+telling what it does through ``say``; every ``BURST_EVERY`` ticks a reclaim burst is due, sent
+once the quota tree (``quota``) shows it can only be admitted by reclaiming.
 What it must never do: raise for a job that already exists (a restart replays the script),
 or keep submitting while more than ``max_backlog`` jobs wait.
 """
@@ -25,11 +25,13 @@ from typing import Any, TypeVar
 
 from usher.client import AlreadyExists, AsyncClient, ClientError, QuotaInfo
 from usher.client.manifests import JobRequest, job_manifest, read_yaml_documents
+from usher.core.budgets import BUDGETS_ATTRIBUTE as BUDGETS
 from usher.core.tree import (
     READY_TIMEOUT_ATTRIBUTE,
     REQUEUE_BACKOFF_ATTRIBUTE,
     RETRY_LIMIT_ATTRIBUTE,
 )
+from usher.demo.budget import BudgetStory, budget_leaf
 from usher.demo.burst import BurstStory, burst_attributes, play_story
 from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
@@ -148,6 +150,9 @@ class DemoDriver:
         self.root_attributes: dict[str, str] = {}
         """What the demo adds to the seed tree's root (its burst zone), kept when it is
         applied again."""
+        self.root_children: list[dict[str, Any]] = []
+        """Leaves the demo adds below the seed tree's root (the budget story's), kept when
+        it is applied again."""
         self.say = say
         self.backlog = backlog
         self.quota = quota
@@ -168,6 +173,8 @@ class DemoDriver:
             await self._step(stop, self._mark_burst_zone(self.zones[0], self.burst_zone))
             story = BurstStory(self.client, self.zones[0], self.burst_zone, self.say)
             await play_story(story, stop)
+        await self._step(stop, self._add_budget_leaf())
+        await play_story(BudgetStory(self.client, self.say), stop, "budget story")
         clock = 0.0
         for job in SEED_SCRIPT:
             if await _sleep(stop, job.at_s - clock):
@@ -210,7 +217,18 @@ class DemoDriver:
         if self.root_attributes:
             root = tree["spec"]["root"]
             root["attributes"] = {**root.get("attributes", {}), **self.root_attributes}
+        if self.root_children:
+            root = tree["spec"]["root"]
+            root["children"] = [*root["children"], *self.root_children]
         return tree
+
+    async def _add_budget_leaf(self) -> None:
+        """Apply the seed tree again with the budget story's leaf below its root (B1)."""
+        leaf = budget_leaf()
+        self.root_children = [leaf]
+        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: budget"):
+            note = f"{leaf['name']} added with a budget of {leaf['attributes'][BUDGETS]}"
+            self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
     async def _mark_burst_zone(self, own_zone: str, burst_zone: str) -> None:
         """Apply the seed tree again with ``burst_zone`` burst and the default list
