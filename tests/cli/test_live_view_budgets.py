@@ -108,6 +108,9 @@ def test_with_fair_share_on_each_queue_gives_explains_decayed_usage() -> None:
     assert "CPU-hours" in words and "(half-life 3600s), weight 1, key " in words
     assert explained.fair_share.key in words
     assert queue_lines(queue)[0].endswith(f"; {words}")
+    screen = io.StringIO()
+    Console(file=screen, width=400, color_system=None).print(render(view, "usher", []))
+    assert words in screen.getvalue()  # one line at this width, in the queue's rows
     rendered = explain_mod.render_explain_table(explained)
     assert f"decayed usage {', '.join(explained.fair_share.decayed_usage.values())}" in rendered
 

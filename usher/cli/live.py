@@ -28,7 +28,6 @@ from typing import Any
 from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -200,9 +199,6 @@ def _queues_table(view: StateView) -> RenderableType:
             name += "\n[yellow]held[/yellow]"  # the reasons say by whom and why (R14)
         if queue.budget:
             name += "\n[yellow]budget spent[/yellow]"  # the reasons give the numbers (B1)
-        fair = queue.fair_words()
-        if fair is not None:
-            name += f"\n[dim]{escape(fair)}[/dim]"
         if not queue.pending:
             table.add_row(name, "", "[dim](empty)[/dim]", "", "", "")
         for i, entry in enumerate(queue.pending[:SHOWN_PER_QUEUE]):
@@ -218,6 +214,9 @@ def _queues_table(view: StateView) -> RenderableType:
         hidden = len(queue.pending) - SHOWN_PER_QUEUE
         if hidden > 0:
             table.add_row("", "", f"[dim]... {hidden} more[/dim]", "", "", "")
+        fair = queue.fair_words()
+        if fair is not None:  # in the wide column: the queue's own does not wrap
+            table.add_row("", "", "", "", "", Text(fair, style="dim"))
     return table
 
 
@@ -251,7 +250,7 @@ def _budgets_panel(view: StateView) -> list[RenderableType]:
     lines = view.budget_lines()
     if not lines:
         return []
-    text = Text(no_wrap=True, overflow="ellipsis")
+    text = Text(overflow="fold")  # a narrow screen folds the table, never drops a number
     for i, (line, spent) in enumerate(lines):
         text.append(
             ("\n" if i else "") + line, style="bold red" if spent else "bold" if i == 0 else ""
