@@ -431,6 +431,7 @@ async def run_up(
                 say=view.note,
                 backlog=view.backlog,
                 quota=view.quota,
+                fair_share=info.half_life_s is not None,
             )
             tasks.append(asyncio.create_task(_guard(driver.run(stop), view.note), name="demo"))
         reason: str | None = None
