@@ -3,7 +3,9 @@
 What it does: follows the log (ordered consumer, pure-core projection: ``usher.client.state``)
 and, on a terminal, redraws a rich ``Live`` screen about once a second: every queue with its
 pending jobs in order (position, priority, estimated start as ``usher jobs --start`` words it
-and why when it is unknown, reason), the quota tree with used/min/max bars per resource, and
+and why when it is unknown, reason), the quota tree with used/min/max bars per resource, the
+budgets as ``usher budget`` prints them (B1; each queue below a spent one is marked), each
+queue's decayed usage per weight as ``usher explain`` gives it when fair share is on (F1), and
 the latest decisions with their reasons. When stdout is not a terminal it prints plain lines
 instead: one per decision as it happens, and a summary every
 ``interval_s``. ``run_up`` is the asyncio part of ``usher up``: the view, the demo driver,
@@ -117,6 +119,9 @@ def queue_lines(queue: QueueInfo, starts: Mapping[str, str] | None = None) -> li
         head += f"; held: {queue.hold}"
     if queue.budget:
         head += f"; budget spent ({queue.budget})"
+    fair = queue.fair_words()
+    if fair is not None:
+        head += f"; {fair}"
     lines = [head]
     for entry in queue.pending[:SHOWN_PER_QUEUE]:
         line = (
@@ -128,6 +133,17 @@ def queue_lines(queue: QueueInfo, starts: Mapping[str, str] | None = None) -> li
     if len(queue.pending) > SHOWN_PER_QUEUE:
         lines.append(f"  ... {len(queue.pending) - SHOWN_PER_QUEUE} more")
     return lines
+
+
+def budget_lines(view: StateView) -> list[str]:
+    """``usher budget``'s table under a ``budgets`` head, or nothing when no node carries a
+    budget (B1)."""
+    lines = view.budget_lines()
+    if not lines:
+        return []
+    return ["budgets (spent, limit and left per node, as usher budget prints them):"] + [
+        line for line, _ in lines
+    ]
 
 
 def quota_line(node: QuotaInfo) -> str:
@@ -158,6 +174,7 @@ def render(view: StateView, header: str, notes: list[str]) -> RenderableType:
         Panel(top, box=box.ROUNDED, padding=(0, 1)),
         _queues_table(view),
         _quota_table(view),
+        *_budgets_panel(view),
         _decisions_table(view),
     )
 
@@ -197,6 +214,9 @@ def _queues_table(view: StateView) -> RenderableType:
         hidden = len(queue.pending) - SHOWN_PER_QUEUE
         if hidden > 0:
             table.add_row("", "", f"[dim]... {hidden} more[/dim]", "", "", "")
+        fair = queue.fair_words()
+        if fair is not None:  # in the wide column: the queue's own does not wrap
+            table.add_row("", "", "", "", "", Text(fair, style="dim"))
     return table
 
 
@@ -222,6 +242,20 @@ def _quota_table(view: StateView) -> RenderableType:
             cells.append(cell)
         table.add_row(*cells)
     return table
+
+
+def _budgets_panel(view: StateView) -> list[RenderableType]:
+    """``usher budget``'s table (its words, B1), a spent budget's line in red; nothing when no
+    node carries a budget."""
+    lines = view.budget_lines()
+    if not lines:
+        return []
+    text = Text(overflow="fold")  # a narrow screen folds the table, never drops a number
+    for i, (line, spent) in enumerate(lines):
+        text.append(
+            ("\n" if i else "") + line, style="bold red" if spent else "bold" if i == 0 else ""
+        )
+    return [Panel(text, title="Budgets", title_align="left", box=box.SIMPLE_HEAD, padding=(0, 0))]
 
 
 def _decisions_table(view: StateView) -> RenderableType:
@@ -356,6 +390,7 @@ class LiveView:
         for queue in view.queues:
             lines.extend(queue_lines(queue, starts))
         lines.extend(quota_line(node) for node in view.quota)
+        lines.extend(budget_lines(view))
         lines.extend(view.tree_notes())
         lines.extend(head.describe() for head in view.skipped_heads)
         print("\n".join(lines), flush=True)
@@ -396,6 +431,7 @@ async def run_up(
                 say=view.note,
                 backlog=view.backlog,
                 quota=view.quota,
+                fair_share=info.half_life_s is not None,
             )
             tasks.append(asyncio.create_task(_guard(driver.run(stop), view.note), name="demo"))
         reason: str | None = None

@@ -6,10 +6,11 @@ workload's kind, zone, requests and creation time, manifests the watcher rejecte
 field errors), whether a finished job succeeded, how often it was preempted, the tree in force
 or the last rejected one, the latest decisions and the allocation intervals usage accounting
 sums (U1). ``view()`` turns that into typed results
-(``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``DecisionInfo``). A pending job's reason is what
-the next decision pass would say: the pass runs on a copy of the engine, so the projection
-itself never decides anything. ``read_state`` reads the whole log with an ordered consumer
-until it has caught up with the end it saw at start.
+(``JobInfo``, ``QueueInfo``, ``QuotaInfo``, ``DecisionInfo``), with every budget as ``usher
+budget`` reports it (B1) and each leaf's fair share as ``usher explain`` shows it (F1). A
+pending job's reason is what the next decision pass would say: the pass runs on a copy of the
+engine, so the projection itself never decides anything. ``read_state`` reads the whole log
+with an ordered consumer until it has caught up with the end it saw at start.
 What it must never do: publish anything, acknowledge anything, or let a decision of its own
 (the reason pass) leak into the projection.
 """
@@ -50,10 +51,19 @@ from schemas import (
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core import reasons
-from usher.core.budgets import BudgetKey, BudgetStatus, nearest_stop
+from usher.core.budgets import (
+    BudgetKey,
+    BudgetReport,
+    BudgetStatus,
+    budget_report,
+    nearest_stop,
+    render_budget_table,
+)
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView
 from usher.core.estimate import Estimate, estimate_pending
+from usher.core.explain import FairShareView
+from usher.core.explain import _fair_share as fair_share_of  # explain's own view of a leaf (F1)
 from usher.core.holds import hold_over
 from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
@@ -122,6 +132,21 @@ class QueueInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Held or drained (R14/R15): the node, who, when and why; None when it admits."""
     budget: str | None = None
     """A spent budget on its path (B1): its action and the numbers; None when none is."""
+    fair_share: FairShareView | None = None
+    """Its leaf's decayed usage, weight and key as ``usher explain`` shows them, when fair
+    share is on (F1); else None."""
+
+    def fair_words(self) -> str | None:
+        """``fair share: decayed usage 12.5 CPU-hours (half-life 3600s), weight 2, key 0.06
+        root-hours`` (explain's words, F1), or None with fair share off."""
+        f = self.fair_share
+        if f is None:
+            return None
+        usage = ", ".join(f.decayed_usage.values()) or "none"
+        return (
+            f"fair share: decayed usage {usage} (half-life {f.half_life_s:g}s), "
+            f"weight {f.weight}, key {f.key}"
+        )
 
 
 class QuotaInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -238,6 +263,19 @@ class StateView(msgspec.Struct, frozen=True, kw_only=True):
     policy: str = "Round"
     skipped_heads: list[SkippedHead] = msgspec.field(default_factory=list)
     """Heads of queues passed over for at least ``LONG_AT_HEAD_S`` (``track_skips`` only)."""
+    budgets: BudgetReport | None = None
+    """Every budget of the tree in force at the view's ``now`` (B1), as ``usher budget``
+    reports it; None when no node carries one."""
+
+    def budget_lines(self) -> list[tuple[str, bool]]:
+        """``usher budget``'s table, line by line (its one formatting place), each with
+        whether the line is a spent budget's; empty when no node carries a budget."""
+        if self.budgets is None:
+            return []
+        header, *rows = render_budget_table(self.budgets).rstrip("\n").split("\n")
+        return [(header, False)] + [
+            (line, row.exhausted) for line, row in zip(rows, self.budgets.rows, strict=True)
+        ]
 
     def tree_notes(self) -> list[str]:
         """What people must know about the tree beyond the tree in force (one line each)."""
@@ -582,6 +620,7 @@ class PeopleProjection:
         )
         jobs.sort(key=lambda j: j.job)
         queues = self._queues(views, why, now or now_ms())
+        spent = self.engine.budget_statuses(now or now_ms())
         return StateView(
             seq=self.applied_seq,
             jobs=jobs,
@@ -593,6 +632,7 @@ class PeopleProjection:
             tree_rejection=self.tree_rejection,
             policy=self.config.policy,
             skipped_heads=self._skipped_heads(queues, now or now_ms()),
+            budgets=budget_report(spent, now or now_ms()) if spent else None,
         )
 
     def _queues(
@@ -633,6 +673,7 @@ class PeopleProjection:
                     admitted=sorted(admitted.get(name, [])),
                     hold=self._hold(path),
                     budget=_budget(spent, path, now),
+                    fair_share=fair_share_of(self.engine, QuotaPath(path)),
                 )
             )
         return out

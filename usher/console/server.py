@@ -143,7 +143,8 @@ def _int(request: web.Request, name: str, default: int) -> int:
 
 @routes.get("/")
 async def tree_page(request: web.Request) -> web.Response:
-    """The quota tree with bars, who borrows from whom, each queue's head and why it waits."""
+    """The quota tree with bars, the budgets as ``usher budget`` prints them (B1), who borrows
+    from whom, each queue's head and why it waits (a held queue marked)."""
     view = request.app[LOG_KEY].view()
     resources = pages.resources_of(view.quota)
     return render(

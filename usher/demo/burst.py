@@ -19,6 +19,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from usher.client import AsyncClient, BadInput, ClientError
 from usher.core.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
@@ -112,8 +113,19 @@ class BurstStory:
         return True
 
 
-async def play_story(story: BurstStory, stop: asyncio.Event) -> None:
-    """Play ``story`` until it ends, fails (told, the demo goes on) or ``stop`` is set."""
+class Story(Protocol):
+    """A demo story: plays against the running system, telling what happens through ``say``
+    (``BurstStory``; ``usher.demo.budget``'s ``BudgetStory``)."""
+
+    @property
+    def say(self) -> Callable[[str], None]: ...
+
+    async def play(self) -> None: ...
+
+
+async def play_story(story: Story, stop: asyncio.Event, name: str = "burst story") -> None:
+    """Play ``story`` until it ends, fails (told as ``name``'s, the demo goes on) or ``stop``
+    is set."""
     play = asyncio.ensure_future(story.play())
     stopping = asyncio.ensure_future(stop.wait())
     try:
@@ -121,7 +133,7 @@ async def play_story(story: BurstStory, stop: asyncio.Event) -> None:
         if play.done():
             play.result()
     except ClientError as exc:
-        story.say(f"demo: burst story: {exc.message}")
+        story.say(f"demo: {name}: {exc.message}")
     finally:
         for task in (play, stopping):
             task.cancel()

@@ -2,13 +2,14 @@
 
 What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses (when the
 stack runs a burst zone, the tree again with it marked burst, and plays the burst story of
-``usher.demo.burst``, Z3), plays the seed's three scenarios step by step, then a job that is
-OOMKilled and retried with more
-memory (R12, R13), then a gang whose pods never become ready, requeued after Department-b's
-ready timeout (R10, turned on by applying the seed tree again with it), then submits a
-steady, seeded-random mix of jobs until ``stop`` is set, telling what it does through
-``say``; every ``BURST_EVERY`` ticks a reclaim burst is due, sent once the quota tree
-(``quota``) shows it can only be admitted by reclaiming.
+``usher.demo.burst``, Z3), then the tree again with the small budgeted leaf of
+``usher.demo.budget`` and its story (B1) and, with fair share on, with the Teams of
+``usher.demo.fairshare`` and its story (F1), plays the seed's three scenarios step by step,
+then a job that is OOMKilled and retried with more memory (R12, R13), then a gang whose pods
+never become ready, requeued after Department-b's ready timeout (R10, turned on by applying the
+seed tree again with it), then submits a steady, seeded-random mix of jobs until ``stop`` is
+set, telling what it does through ``say``; every ``BURST_EVERY`` ticks a reclaim burst is due,
+sent once the quota tree (``quota``) shows it can only be admitted by reclaiming.
 What it must never do: raise for a job that already exists (a restart replays the script),
 or keep submitting while more than ``max_backlog`` jobs wait.
 """
@@ -25,12 +26,15 @@ from typing import Any, TypeVar
 
 from usher.client import AlreadyExists, AsyncClient, ClientError, QuotaInfo
 from usher.client.manifests import JobRequest, job_manifest, read_yaml_documents
+from usher.core.budgets import BUDGETS_ATTRIBUTE as BUDGETS
 from usher.core.tree import (
     READY_TIMEOUT_ATTRIBUTE,
     REQUEUE_BACKOFF_ATTRIBUTE,
     RETRY_LIMIT_ATTRIBUTE,
 )
+from usher.demo.budget import BudgetStory, budget_leaf
 from usher.demo.burst import BurstStory, burst_attributes, play_story
+from usher.demo.fairshare import FairShareStory, fair_share_nodes
 from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
@@ -137,6 +141,7 @@ class DemoDriver:
         backlog: Callable[[], int] = lambda: 0,
         quota: Callable[[], Sequence[QuotaInfo]] = lambda: (),
         tree_in_force: Callable[[], bool] = lambda: True,
+        fair_share: bool = False,
         max_backlog: int = 12,
         pace_s: float = 3.0,
     ) -> None:
@@ -148,10 +153,15 @@ class DemoDriver:
         self.root_attributes: dict[str, str] = {}
         """What the demo adds to the seed tree's root (its burst zone), kept when it is
         applied again."""
+        self.root_children: list[dict[str, Any]] = []
+        """Leaves the demo adds below the seed tree's root (the budget story's), kept when
+        it is applied again."""
         self.say = say
         self.backlog = backlog
         self.quota = quota
         self.tree_in_force = tree_in_force
+        self.fair_share = fair_share
+        """Whether the system runs fair share (``usher up --half-life``): its story plays."""
         self.max_backlog = max_backlog
         self.pace_s = pace_s
         self.submitted = 0
@@ -168,6 +178,11 @@ class DemoDriver:
             await self._step(stop, self._mark_burst_zone(self.zones[0], self.burst_zone))
             story = BurstStory(self.client, self.zones[0], self.burst_zone, self.say)
             await play_story(story, stop)
+        await self._step(stop, self._add_budget_leaf())
+        await play_story(BudgetStory(self.client, self.say), stop, "budget story")
+        if self.fair_share:
+            await self._step(stop, self._add_fair_share_nodes())
+            await play_story(FairShareStory(self.client, self.say), stop, "fair-share story")
         clock = 0.0
         for job in SEED_SCRIPT:
             if await _sleep(stop, job.at_s - clock):
@@ -210,7 +225,26 @@ class DemoDriver:
         if self.root_attributes:
             root = tree["spec"]["root"]
             root["attributes"] = {**root.get("attributes", {}), **self.root_attributes}
+        if self.root_children:
+            root = tree["spec"]["root"]
+            root["children"] = [*root["children"], *self.root_children]
         return tree
+
+    async def _add_budget_leaf(self) -> None:
+        """Apply the seed tree again with the budget story's leaf below its root (B1)."""
+        leaf = budget_leaf()
+        self.root_children = [leaf]
+        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: budget"):
+            note = f"{leaf['name']} added with a budget of {leaf['attributes'][BUDGETS]}"
+            self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
+
+    async def _add_fair_share_nodes(self) -> None:
+        """Apply the seed tree again with the fair-share story's Teams below its root (F1)."""
+        teams = fair_share_nodes()
+        self.root_children = [*self.root_children, teams]
+        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: fair"):
+            note = f"{teams['name']} added: two leaves of weights 1 and 3 share 12 cpu"
+            self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
     async def _mark_burst_zone(self, own_zone: str, burst_zone: str) -> None:
         """Apply the seed tree again with ``burst_zone`` burst and the default list

@@ -1,0 +1,116 @@
+"""The demo's budget story (docs/admission-rules.md B1), played before the seed's scenarios.
+
+What it does: ``budget_leaf`` is the leaf the demo adds to the seed tree's root for it --
+Department-c (namespace user-d), no guarantee, at most 12 cpu, and a budget of 0.01 CPU-hours
+(36 cpu-seconds) a month with the ``hold`` action -- and ``BudgetStory.play`` spends it in
+about 8 s: a job of 12 cpu for 4 s is admitted and runs to its end (a running job is never
+evicted for a budget, so it overruns it), then the next job of Department-c waits with
+``BudgetExhausted: 0.013 of 0.01 CPU-hours in <month>, resets <the 1st of the next> (budget of
+root/Department-c)``, which the live view shows for the rest of the demo beside ``usher
+budget``'s table (spent, limit, left, reset). It takes nothing from the seed's scenarios: the
+leaf has no guarantee, its spending job ends before they start and the held job holds nothing.
+What it must never do: raise for a job that already exists (a restart: the story ran, it is
+skipped whole), or hold the demo up longer than ``STORY_LIMIT_S``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from usher.client import AsyncClient, BadInput, JobInfo, WaitTimeout
+from usher.core.budgets import BUDGET_ACTION_ATTRIBUTE, BUDGETS_ATTRIBUTE, BudgetAction
+
+STORY_LIMIT_S: Final = 15.0
+"""The most the story may add to the demo before the seed's scenarios start."""
+HELD_SEEN_S: Final = 3.0
+"""How long the story waits for the held job's reason to reach the log."""
+DEPARTMENT: Final = "Department-c"
+NAMESPACE: Final = "user-d"
+BUDGET: Final = "cpu=0.01h per month"
+"""36 cpu-seconds: the first job (12 cpu x 4 s = 48) spends it."""
+
+
+def budget_leaf() -> dict[str, Any]:
+    """The seed tree root's extra child in the demo: a small leaf with a monthly CPU budget
+    that holds new work once spent (B1)."""
+    return {
+        "name": DEPARTMENT,
+        "max": {"cpu": "12", "memory": "12Gi"},
+        "min": {"cpu": "0", "memory": "0"},
+        "namespaces": [NAMESPACE],
+        "attributes": {BUDGETS_ATTRIBUTE: BUDGET, BUDGET_ACTION_ATTRIBUTE: BudgetAction.HOLD},
+    }
+
+
+@dataclass(frozen=True)
+class BudgetJob:
+    """One job of the story, as ``usher submit`` options."""
+
+    name: str
+    cpu: str
+    duration_s: float
+
+    @property
+    def key(self) -> str:
+        return f"{NAMESPACE}/{self.name}"
+
+
+def story_jobs() -> tuple[BudgetJob, BudgetJob]:
+    """spend (12 cpu for 4 s: 48 cpu-seconds, more than the 36 of the budget), then held
+    (the same again: it waits until the budget's month ends)."""
+    return BudgetJob("spend-budget", "12", 4), BudgetJob("over-budget", "12", 4)
+
+
+@dataclass
+class BudgetStory:
+    """The story against the running system (its tree already applied with ``budget_leaf``),
+    telling what happens through ``say``."""
+
+    client: AsyncClient
+    say: Callable[[str], None]
+
+    async def play(self) -> None:
+        started = time.monotonic()
+        spend, held = story_jobs()
+        if not await self._submit(spend, f"spends {DEPARTMENT}'s budget of {BUDGET}"):
+            return  # a restart: the story already ran
+        await self.client.wait(spend.key, until="done", timeout=self._left(started))
+        await self._submit(held, f"{DEPARTMENT}'s budget is spent: it is held")
+        last = await self._waiting(held, started)
+        if last is not None and last.reason_code is not None:
+            self.say(f"demo: {held.key} waits: {last.reason_code}: {last.reason}")
+
+    async def _waiting(self, job: BudgetJob, started: float) -> JobInfo | None:
+        """The held job's state once its reason is on the log (it is not admitted)."""
+        try:
+            return await self.client.wait(
+                job.key, until="admitted", timeout=min(HELD_SEEN_S, self._left(started))
+            )
+        except WaitTimeout as exc:
+            return exc.job if isinstance(exc.job, JobInfo) else None
+
+    def _left(self, started: float) -> float:
+        return max(0.1, STORY_LIMIT_S - (time.monotonic() - started))
+
+    async def _submit(self, job: BudgetJob, note: str) -> bool:
+        """Submit one job; False when it exists already (a restart)."""
+        try:
+            submitted = await self.client.submit(
+                job.name,
+                namespace=NAMESPACE,
+                image="registry.local/budget:latest",
+                cpu=job.cpu,
+                duration=job.duration_s,
+                check_namespace=False,
+            )
+        except BadInput as exc:
+            if "already exists" in exc.message:
+                return False
+            raise
+        self.say(
+            f"demo: {submitted.label} submitted ({job.cpu} cpu for {job.duration_s:g} s, {note})"
+        )
+        return True

@@ -1,0 +1,131 @@
+"""The demo's fair-share story (docs/admission-rules.md F1), played when fair share is on.
+
+What it does: with ``usher up --half-life`` the demo adds ``fair_share_nodes`` below the seed
+tree's root -- Teams (no guarantee, at most 12 cpu) with Team-x (namespace user-x, weight 1)
+and Team-y (namespace user-y, ``usher.io/fair-weight: 3``) -- and ``FairShareStory.play``
+shows both leaves competing for the same 12 cpu in about 8 s: Team-x runs a 12-cpu job for 2 s,
+then Team-y one (which holds the 12 cpu), then Team-x and Team-y each submit a 12-cpu job, x's
+first. Both used the same (24 cpu-seconds, x's longer ago), but Team-y's weight is 3, so its
+decayed usage per weight is lower and its job goes first when the 12 cpu free up; with fair
+share off, R3's order would take x's, submitted first. The live view shows each leaf's decayed
+usage, weight and key as ``usher explain`` does. It takes nothing from the seed's scenarios:
+Teams has no guarantee and its jobs end before they start.
+What it must never do: raise for a job that already exists (a restart: skipped whole), or hold
+the demo up longer than ``STORY_LIMIT_S``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from usher.client import AsyncClient, BadInput
+from usher.core.fairshare import FAIR_WEIGHT_ATTRIBUTE
+from usher.core.state import JobState
+
+STORY_LIMIT_S: Final = 12.0
+"""The most the story may add to the demo before the seed's scenarios start."""
+PARENT: Final = "Teams"
+X_NAMESPACE: Final = "user-x"
+Y_NAMESPACE: Final = "user-y"
+Y_WEIGHT: Final = 3
+
+
+def fair_share_nodes() -> dict[str, Any]:
+    """The seed tree root's extra child when fair share is on: Teams, 12 cpu shared by two
+    leaves of weights 1 and 3, neither with a guarantee (so both compete beyond it, F1)."""
+
+    def leaf(name: str, namespace: str, weight: int) -> dict[str, Any]:
+        node: dict[str, Any] = {
+            "name": name,
+            "max": {"cpu": "12", "memory": "12Gi"},
+            "min": {"cpu": "0", "memory": "0"},
+            "namespaces": [namespace],
+        }
+        if weight != 1:
+            node["attributes"] = {FAIR_WEIGHT_ATTRIBUTE: str(weight)}
+        return node
+
+    return {
+        "name": PARENT,
+        "max": {"cpu": "12", "memory": "12Gi"},
+        "min": {"cpu": "0", "memory": "0"},
+        "children": [leaf("Team-x", X_NAMESPACE, 1), leaf("Team-y", Y_NAMESPACE, Y_WEIGHT)],
+    }
+
+
+@dataclass(frozen=True)
+class FairJob:
+    """One job of the story, as ``usher submit`` options (12 cpu: all of Teams)."""
+
+    name: str
+    namespace: str
+    duration_s: float
+    cpu: str = "12"
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def story_jobs() -> tuple[FairJob, FairJob, FairJob, FairJob]:
+    """warm-x (Team-x's usage), warm-y (Team-y's, the same; it holds the 12 cpu while the
+    next two arrive), next-x (submitted first), next-y (goes first: lower usage per weight)."""
+    return (
+        FairJob("warm-x", X_NAMESPACE, 2),
+        FairJob("warm-y", Y_NAMESPACE, 2),
+        FairJob("next-x", X_NAMESPACE, 1),
+        FairJob("next-y", Y_NAMESPACE, 1),
+    )
+
+
+@dataclass
+class FairShareStory:
+    """The story against the running system (its tree applied with ``fair_share_nodes``),
+    telling what happens through ``say``."""
+
+    client: AsyncClient
+    say: Callable[[str], None]
+
+    async def play(self) -> None:
+        started = time.monotonic()
+        warm_x, warm_y, next_x, next_y = story_jobs()
+        if not await self._submit(warm_x, "Team-x uses Teams' 12 cpu"):
+            return  # a restart: the story already ran
+        await self.client.wait(warm_x.key, until="done", timeout=self._left(started))
+        await self._submit(warm_y, "Team-y uses as much, and holds the 12 cpu")
+        await self.client.wait(warm_y.key, until="admitted", timeout=self._left(started))
+        await self._submit(next_x, "waits; submitted first")
+        await self._submit(next_y, f"waits; Team-y's weight is {Y_WEIGHT}")
+        await self.client.wait(next_y.key, until="admitted", timeout=self._left(started))
+        if (await self.client.job(next_x.key)).state == JobState.PENDING:
+            self.say(
+                f"demo: {next_y.key} admitted before {next_x.key}: Team-y's decayed usage per "
+                "weight is lower (fair share, F1)"
+            )
+        await self.client.wait(next_x.key, until="done", timeout=self._left(started))
+
+    def _left(self, started: float) -> float:
+        return max(0.1, STORY_LIMIT_S - (time.monotonic() - started))
+
+    async def _submit(self, job: FairJob, note: str) -> bool:
+        """Submit one job; False when it exists already (a restart)."""
+        try:
+            submitted = await self.client.submit(
+                job.name,
+                namespace=job.namespace,
+                image="registry.local/fair:latest",
+                cpu=job.cpu,
+                duration=job.duration_s,
+                check_namespace=False,
+            )
+        except BadInput as exc:
+            if "already exists" in exc.message:
+                return False
+            raise
+        self.say(
+            f"demo: {submitted.label} submitted ({job.cpu} cpu for {job.duration_s:g} s, {note})"
+        )
+        return True
