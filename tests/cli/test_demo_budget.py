@@ -6,17 +6,11 @@ budget``'s table; the leaf takes nothing from the seed's departments."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
-
 from schemas import Admitted, Millis, Preempted, WorkloadKey
+from tests.builders.demo import seed_tree, story_request, story_setup
 from tests.cli.test_demo_reclaim import Playback
 from usher.cli.live import budget_lines, queue_lines
-from usher.client.manifests import JobRequest
-from usher.core import sim as simulator
-from usher.demo import demo_file
-from usher.demo.budget import NAMESPACE, BudgetJob, budget_leaf, story_jobs
+from usher.demo.budget import budget_leaf, story_jobs
 
 END_S = 10
 """When the views are taken: after the story."""
@@ -24,30 +18,19 @@ END_S = 10
 
 def _cluster() -> Playback:
     """The demo's system once the budget story's leaf is added below the seed tree's root."""
-    tree: dict[str, Any] = yaml.safe_load(demo_file("seed-tree.yaml").read_text())
+    tree = seed_tree()
     tree["spec"]["root"]["children"].append(budget_leaf())
-    setup = simulator.load_scenario({"name": "budget", "objects": [tree]}, "b")
     play = Playback()
-    play.feed(0, list(setup.setup))
+    play.feed(0, story_setup("budget", tree))
     return play
-
-
-def _request(job: BudgetJob) -> JobRequest:
-    return JobRequest(
-        namespace=NAMESPACE,
-        image="busybox",
-        name=job.name,
-        cpu=job.cpu,
-        duration_s=job.duration_s,
-    )
 
 
 def _played() -> Playback:
     play = _cluster()
     spend, held = story_jobs()
-    play.submit(1, _request(spend))
+    play.submit(1, story_request(spend))
     play.finish(1 + spend.duration_s, spend.key)
-    play.submit(6, _request(held))
+    play.submit(6, story_request(held))
     return play
 
 

@@ -5,45 +5,25 @@ jobs as ``usher submit`` builds them, an engine deciding (victims stop at once).
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
-
 from schemas import Admitted, Preempted, WorkloadKey
+from tests.builders.demo import seed_tree, story_request, story_setup
 from tests.cli.test_demo_reclaim import Playback
-from usher.client.manifests import JobRequest
-from usher.core import sim as simulator
-from usher.demo import demo_file
-from usher.demo.burst import StoryJob, burst_attributes, story_jobs
+from usher.demo.burst import burst_attributes, story_jobs
 from usher.local.cluster import NODE_ALLOCATABLE
 from usher.local.kube_emulator.virtual_node import VIRTUAL_ALLOCATABLE
 
 
 def _cluster(attributes: dict[str, str]) -> Playback:
     """The demo's system once the burst zone is marked (``attributes`` on the tree's root)."""
-    tree: dict[str, Any] = yaml.safe_load(demo_file("seed-tree.yaml").read_text())
+    tree = seed_tree()
     tree["spec"]["root"]["attributes"] = attributes
     nodes = [
         {"name": "node-a", "zone": "a", "allocatable": dict(NODE_ALLOCATABLE)},
         {"name": "virtual-node-eci", "zone": "eci", "allocatable": dict(VIRTUAL_ALLOCATABLE)},
     ]
-    setup = simulator.load_scenario({"name": "burst", "objects": [tree], "nodes": nodes}, "b")
     play = Playback()
-    play.feed(0, list(setup.setup))
+    play.feed(0, story_setup("burst", tree, nodes))
     return play
-
-
-def _request(job: StoryJob) -> JobRequest:
-    return JobRequest(
-        namespace=job.namespace,
-        image="busybox",
-        name=job.name,
-        cpu=job.cpu,
-        replicas=job.replicas,
-        priority_class=job.priority_class,
-        zone=job.zone,
-        duration_s=job.duration_s,
-    )
 
 
 def _play(attributes: dict[str, str]) -> tuple[list[Admitted], list[Preempted]]:
@@ -54,11 +34,11 @@ def _play(attributes: dict[str, str]) -> tuple[list[Admitted], list[Preempted]]:
 def _played(attributes: dict[str, str]) -> tuple[list[Admitted], list[Preempted], Playback]:
     play = _cluster(attributes)
     fill, burst, run, reclaim = story_jobs("a", "eci")
-    play.submit(1, _request(fill))
-    play.submit(1, _request(burst))
+    play.submit(1, story_request(fill))
+    play.submit(1, story_request(burst))
     play.finish(4, fill.key)
-    play.submit(5, _request(run))
-    play.submit(6, _request(reclaim))
+    play.submit(5, story_request(run))
+    play.submit(6, story_request(reclaim))
     admitted = [d for d in play.decisions if isinstance(d, Admitted)]
     return admitted, [d for d in play.decisions if isinstance(d, Preempted)], play
 
@@ -91,8 +71,8 @@ def test_people_see_where_the_burst_job_runs_and_why() -> None:
     admission into the burst zone says why, and the job shows the zone it runs in."""
     play = _cluster(burst_attributes("a", "eci"))
     fill, burst, _, _ = story_jobs("a", "eci")
-    play.submit(1, _request(fill))
-    play.submit(1, _request(burst))
+    play.submit(1, story_request(fill))
+    play.submit(1, story_request(burst))
     [line] = [d for d in play.state.decisions if d.action == "admit" and d.job == burst.key]
     assert line.reason == (
         "admitted in zone eci, passed over zone a: zone a cpu 64 admitted + 16 requested > "

@@ -6,40 +6,23 @@ because fair share is on; the live view gives each leaf's decayed usage per weig
 
 from __future__ import annotations
 
-from typing import Any
-
-import yaml
-
 from schemas import Admitted, Millis, WorkloadKey
+from tests.builders.demo import seed_tree, story_request, story_setup
 from tests.cli.test_demo_reclaim import Playback
 from usher.cli.live import queue_lines
-from usher.client.manifests import JobRequest
-from usher.core import sim as simulator
 from usher.core.config import EngineConfig
-from usher.demo import demo_file
-from usher.demo.fairshare import FairJob, fair_share_nodes, story_jobs
+from usher.demo.fairshare import fair_share_nodes, story_jobs
 
 HALF_LIFE_MS = 60_000
 
 
 def _cluster(config: EngineConfig) -> Playback:
     """The demo's system once the story's Teams are added below the seed tree's root."""
-    tree: dict[str, Any] = yaml.safe_load(demo_file("seed-tree.yaml").read_text())
+    tree = seed_tree()
     tree["spec"]["root"]["children"].append(fair_share_nodes())
-    setup = simulator.load_scenario({"name": "fair", "objects": [tree]}, "f")
     play = Playback(config)
-    play.feed(0, list(setup.setup))
+    play.feed(0, story_setup("fair", tree))
     return play
-
-
-def _request(job: FairJob) -> JobRequest:
-    return JobRequest(
-        namespace=job.namespace,
-        image="busybox",
-        name=job.name,
-        cpu=job.cpu,
-        duration_s=job.duration_s,
-    )
 
 
 def _played(config: EngineConfig) -> tuple[list[WorkloadKey], Playback]:
@@ -47,11 +30,11 @@ def _played(config: EngineConfig) -> tuple[list[WorkloadKey], Playback]:
     duration); returns the order of admissions."""
     play = _cluster(config)
     warm_x, warm_y, next_x, next_y = story_jobs()
-    play.submit(1, _request(warm_x))
+    play.submit(1, story_request(warm_x))
     play.finish(3, warm_x.key)
-    play.submit(4, _request(warm_y))
-    play.submit(5, _request(next_x))
-    play.submit(5.5, _request(next_y))
+    play.submit(4, story_request(warm_y))
+    play.submit(5, story_request(next_x))
+    play.submit(5.5, story_request(next_y))
     play.finish(6, warm_y.key)
     admitted = [d.workload for d in play.decisions if isinstance(d, Admitted)]
     return admitted, play

@@ -16,12 +16,11 @@ skipped whole), or hold the demo up longer than ``STORY_LIMIT_S``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from usher.client import AsyncClient, BadInput, JobInfo, WaitTimeout
+from usher.client import JobInfo, WaitTimeout
 from usher.core.budgets import BUDGET_ACTION_ATTRIBUTE, BUDGETS_ATTRIBUTE, BudgetAction
+from usher.demo.story import StoryBase, StoryJob
 
 STORY_LIMIT_S: Final = 15.0
 """The most the story may add to the demo before the seed's scenarios start."""
@@ -45,72 +44,35 @@ def budget_leaf() -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class BudgetJob:
-    """One job of the story, as ``usher submit`` options."""
-
-    name: str
-    cpu: str
-    duration_s: float
-
-    @property
-    def key(self) -> str:
-        return f"{NAMESPACE}/{self.name}"
-
-
-def story_jobs() -> tuple[BudgetJob, BudgetJob]:
+def story_jobs() -> tuple[StoryJob, StoryJob]:
     """spend (12 cpu for 4 s: 48 cpu-seconds, more than the 36 of the budget), then held
     (the same again: it waits until the budget's month ends)."""
-    return BudgetJob("spend-budget", "12", 4), BudgetJob("over-budget", "12", 4)
+    return StoryJob("spend-budget", NAMESPACE, "12", 4), StoryJob("over-budget", NAMESPACE, "12", 4)
 
 
-@dataclass
-class BudgetStory:
+class BudgetStory(StoryBase):
     """The story against the running system (its tree already applied with ``budget_leaf``),
     telling what happens through ``say``."""
 
-    client: AsyncClient
-    say: Callable[[str], None]
+    image: ClassVar[str] = "registry.local/budget:latest"
+    limit_s: ClassVar[float] = STORY_LIMIT_S
 
     async def play(self) -> None:
         started = time.monotonic()
         spend, held = story_jobs()
-        if not await self._submit(spend, f"spends {DEPARTMENT}'s budget of {BUDGET}"):
+        if not await self.submit(spend, f"spends {DEPARTMENT}'s budget of {BUDGET}"):
             return  # a restart: the story already ran
-        await self.client.wait(spend.key, until="done", timeout=self._left(started))
-        await self._submit(held, f"{DEPARTMENT}'s budget is spent: it is held")
+        await self.client.wait(spend.key, until="done", timeout=self.left(started))
+        await self.submit(held, f"{DEPARTMENT}'s budget is spent: it is held")
         last = await self._waiting(held, started)
         if last is not None and last.reason_code is not None:
             self.say(f"demo: {held.key} waits: {last.reason_code}: {last.reason}")
 
-    async def _waiting(self, job: BudgetJob, started: float) -> JobInfo | None:
+    async def _waiting(self, job: StoryJob, started: float) -> JobInfo | None:
         """The held job's state once its reason is on the log (it is not admitted)."""
         try:
             return await self.client.wait(
-                job.key, until="admitted", timeout=min(HELD_SEEN_S, self._left(started))
+                job.key, until="admitted", timeout=min(HELD_SEEN_S, self.left(started))
             )
         except WaitTimeout as exc:
             return exc.job if isinstance(exc.job, JobInfo) else None
-
-    def _left(self, started: float) -> float:
-        return max(0.1, STORY_LIMIT_S - (time.monotonic() - started))
-
-    async def _submit(self, job: BudgetJob, note: str) -> bool:
-        """Submit one job; False when it exists already (a restart)."""
-        try:
-            submitted = await self.client.submit(
-                job.name,
-                namespace=NAMESPACE,
-                image="registry.local/budget:latest",
-                cpu=job.cpu,
-                duration=job.duration_s,
-                check_namespace=False,
-            )
-        except BadInput as exc:
-            if "already exists" in exc.message:
-                return False
-            raise
-        self.say(
-            f"demo: {submitted.label} submitted ({job.cpu} cpu for {job.duration_s:g} s, {note})"
-        )
-        return True

@@ -33,8 +33,9 @@ from usher.core.tree import (
     RETRY_LIMIT_ATTRIBUTE,
 )
 from usher.demo.budget import BudgetStory, budget_leaf
-from usher.demo.burst import BurstStory, burst_attributes, play_story
+from usher.demo.burst import BurstStory, burst_attributes
 from usher.demo.fairshare import FairShareStory, fair_share_nodes
+from usher.demo.story import play_story
 from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
@@ -176,8 +177,10 @@ class DemoDriver:
                 break
         if self.burst_zone is not None and self.zones:
             await self._step(stop, self._mark_burst_zone(self.zones[0], self.burst_zone))
-            story = BurstStory(self.client, self.zones[0], self.burst_zone, self.say)
-            await play_story(story, stop)
+            story = BurstStory(
+                self.client, self.say, own_zone=self.zones[0], burst_zone=self.burst_zone
+            )
+            await play_story(story, stop, "burst story")
         await self._step(stop, self._add_budget_leaf())
         await play_story(BudgetStory(self.client, self.say), stop, "budget story")
         if self.fair_share:

@@ -17,13 +17,11 @@ the demo up longer than ``STORY_LIMIT_S``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from usher.client import AsyncClient, BadInput
 from usher.core.fairshare import FAIR_WEIGHT_ATTRIBUTE
 from usher.core.state import JobState
+from usher.demo.story import StoryBase, StoryJob
 
 STORY_LIMIT_S: Final = 12.0
 """The most the story may add to the demo before the seed's scenarios start."""
@@ -31,6 +29,8 @@ PARENT: Final = "Teams"
 X_NAMESPACE: Final = "user-x"
 Y_NAMESPACE: Final = "user-y"
 Y_WEIGHT: Final = 3
+TEAMS_CPU: Final = "12"
+"""What every job of the story asks for: all of Teams."""
 
 
 def fair_share_nodes() -> dict[str, Any]:
@@ -56,76 +56,38 @@ def fair_share_nodes() -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
-class FairJob:
-    """One job of the story, as ``usher submit`` options (12 cpu: all of Teams)."""
-
-    name: str
-    namespace: str
-    duration_s: float
-    cpu: str = "12"
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def story_jobs() -> tuple[FairJob, FairJob, FairJob, FairJob]:
+def story_jobs() -> tuple[StoryJob, StoryJob, StoryJob, StoryJob]:
     """warm-x (Team-x's usage), warm-y (Team-y's, the same; it holds the 12 cpu while the
     next two arrive), next-x (submitted first), next-y (goes first: lower usage per weight)."""
     return (
-        FairJob("warm-x", X_NAMESPACE, 2),
-        FairJob("warm-y", Y_NAMESPACE, 2),
-        FairJob("next-x", X_NAMESPACE, 1),
-        FairJob("next-y", Y_NAMESPACE, 1),
+        StoryJob("warm-x", X_NAMESPACE, TEAMS_CPU, 2),
+        StoryJob("warm-y", Y_NAMESPACE, TEAMS_CPU, 2),
+        StoryJob("next-x", X_NAMESPACE, TEAMS_CPU, 1),
+        StoryJob("next-y", Y_NAMESPACE, TEAMS_CPU, 1),
     )
 
 
-@dataclass
-class FairShareStory:
+class FairShareStory(StoryBase):
     """The story against the running system (its tree applied with ``fair_share_nodes``),
     telling what happens through ``say``."""
 
-    client: AsyncClient
-    say: Callable[[str], None]
+    image: ClassVar[str] = "registry.local/fair:latest"
+    limit_s: ClassVar[float] = STORY_LIMIT_S
 
     async def play(self) -> None:
         started = time.monotonic()
         warm_x, warm_y, next_x, next_y = story_jobs()
-        if not await self._submit(warm_x, "Team-x uses Teams' 12 cpu"):
+        if not await self.submit(warm_x, "Team-x uses Teams' 12 cpu"):
             return  # a restart: the story already ran
-        await self.client.wait(warm_x.key, until="done", timeout=self._left(started))
-        await self._submit(warm_y, "Team-y uses as much, and holds the 12 cpu")
-        await self.client.wait(warm_y.key, until="admitted", timeout=self._left(started))
-        await self._submit(next_x, "waits; submitted first")
-        await self._submit(next_y, f"waits; Team-y's weight is {Y_WEIGHT}")
-        await self.client.wait(next_y.key, until="admitted", timeout=self._left(started))
+        await self.client.wait(warm_x.key, until="done", timeout=self.left(started))
+        await self.submit(warm_y, "Team-y uses as much, and holds the 12 cpu")
+        await self.client.wait(warm_y.key, until="admitted", timeout=self.left(started))
+        await self.submit(next_x, "waits; submitted first")
+        await self.submit(next_y, f"waits; Team-y's weight is {Y_WEIGHT}")
+        await self.client.wait(next_y.key, until="admitted", timeout=self.left(started))
         if (await self.client.job(next_x.key)).state == JobState.PENDING:
             self.say(
                 f"demo: {next_y.key} admitted before {next_x.key}: Team-y's decayed usage per "
                 "weight is lower (fair share, F1)"
             )
-        await self.client.wait(next_x.key, until="done", timeout=self._left(started))
-
-    def _left(self, started: float) -> float:
-        return max(0.1, STORY_LIMIT_S - (time.monotonic() - started))
-
-    async def _submit(self, job: FairJob, note: str) -> bool:
-        """Submit one job; False when it exists already (a restart)."""
-        try:
-            submitted = await self.client.submit(
-                job.name,
-                namespace=job.namespace,
-                image="registry.local/fair:latest",
-                cpu=job.cpu,
-                duration=job.duration_s,
-                check_namespace=False,
-            )
-        except BadInput as exc:
-            if "already exists" in exc.message:
-                return False
-            raise
-        self.say(
-            f"demo: {submitted.label} submitted ({job.cpu} cpu for {job.duration_s:g} s, {note})"
-        )
-        return True
+        await self.client.wait(next_x.key, until="done", timeout=self.left(started))
