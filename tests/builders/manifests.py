@@ -97,3 +97,28 @@ def elastic_quota_tree(
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"root": root},
     }
+
+
+def quota_node(
+    name: str,
+    *,
+    max_cpu: str | None = None,
+    min_cpu: str | None = None,
+    namespaces: list[str] | None = None,
+    attributes: dict[str, str] | None = None,
+    children: list[JsonObj] | None = None,
+) -> JsonObj:
+    """A node of an ElasticQuotaTree's spec in cpu, as a manifest writes it; ``min_cpu``,
+    ``namespaces``, ``attributes`` and ``children`` are set only when given."""
+    node: JsonObj = {"name": name}
+    if max_cpu is not None:
+        node["max"] = {"cpu": max_cpu}
+    if min_cpu is not None:
+        node["min"] = {"cpu": min_cpu}
+    if namespaces is not None:
+        node["namespaces"] = namespaces
+    if attributes is not None:
+        node["attributes"] = attributes
+    if children is not None:
+        node["children"] = children
+    return node

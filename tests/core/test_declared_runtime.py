@@ -15,6 +15,7 @@ import pytest
 from schemas import Admitted, Millis, QuotaTreeApplied, WorkloadKey, WorkloadObserved
 from tests.builders.events import observed
 from tests.builders.log import BASE_MS, Log
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import departments_tree
 from usher.core import budget_overrun, explain
 from usher.core.config import EngineConfig, Policy
@@ -105,22 +106,10 @@ def _reservation_tree(backfill: bool) -> dict[str, object]:
     attributes = {"usher.io/starvation-seconds": "10"}
     if backfill:
         attributes["usher.io/backfill"] = "true"
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "max": {"cpu": "16"},
-                "min": {"cpu": "16"},
-                "attributes": attributes,
-                "children": [
-                    {"name": "a", "max": {"cpu": "16"}, "min": {"cpu": "16"}, "namespaces": ["a"]}
-                ],
-            }
-        },
-    }
+    leaf = quota_node("a", max_cpu="16", min_cpu="16", namespaces=["a"])
+    return elastic_quota_tree(
+        quota_node("root", max_cpu="16", min_cpu="16", attributes=attributes, children=[leaf])
+    )
 
 
 def _declaring(event: WorkloadObserved, seconds: int | None) -> WorkloadObserved:
@@ -196,27 +185,8 @@ def _budget_tree(opt_in: bool) -> dict[str, object]:
     attributes = {"usher.io/budgets": "cpu=2h per month"}
     if opt_in:
         attributes["usher.io/budget-overrun"] = "hold"
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "max": {"cpu": "8"},
-                "min": {"cpu": "8"},
-                "children": [
-                    {
-                        "name": "A",
-                        "max": {"cpu": "8"},
-                        "min": {"cpu": "8"},
-                        "namespaces": ["a"],
-                        "attributes": attributes,
-                    }
-                ],
-            }
-        },
-    }
+    leaf = quota_node("A", max_cpu="8", min_cpu="8", namespaces=["a"], attributes=attributes)
+    return elastic_quota_tree(quota_node("root", max_cpu="8", min_cpu="8", children=[leaf]))
 
 
 @pytest.mark.parametrize(

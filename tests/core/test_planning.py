@@ -5,25 +5,21 @@ from __future__ import annotations
 
 import pytest
 
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from usher.core import planning, sim
 from usher.core.errors import ScenarioError
 
-TREE = {
-    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-    "kind": "ElasticQuotaTree",
-    "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-    "spec": {
-        "root": {
-            "name": "root",
-            "min": {"cpu": "4"},
-            "max": {"cpu": "4"},
-            "children": [
-                {"name": "a", "min": {"cpu": "2"}, "max": {"cpu": "4"}, "namespaces": ["a"]},
-                {"name": "b", "min": {"cpu": "2"}, "max": {"cpu": "4"}, "namespaces": ["b"]},
-            ],
-        }
-    },
-}
+TREE = elastic_quota_tree(
+    quota_node(
+        "root",
+        max_cpu="4",
+        min_cpu="4",
+        children=[
+            quota_node("a", max_cpu="4", min_cpu="2", namespaces=["a"]),
+            quota_node("b", max_cpu="4", min_cpu="2", namespaces=["b"]),
+        ],
+    )
+)
 
 
 def job(namespace: str, name: str, cpu: str) -> dict[str, object]:
@@ -166,7 +162,7 @@ def test_bad_until_is_refused() -> None:
 
 def test_a_run_is_ready_as_it_starts_so_a_ready_timeout_never_requeues_it() -> None:
     """S2 under R10: a tree with a 30 s ready timeout; j1 runs 100 s untouched."""
-    tree = {**TREE, "spec": {"root": {**TREE["spec"]["root"]}}}  # type: ignore[index]
+    tree = {**TREE, "spec": {"root": {**TREE["spec"]["root"]}}}
     tree["spec"]["root"]["attributes"] = {"usher.io/ready-timeout-seconds": "30"}
     data = scenario() | {
         "objects": [tree],

@@ -31,6 +31,7 @@ from schemas import (
 )
 from tests.builders.events import observed
 from tests.builders.log import BASE_MS, Log, seed_round
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
 from usher.core import audit, explain
 from usher.core.config import EngineConfig
@@ -308,22 +309,9 @@ def test_good_annotations_are_carried() -> None:
 def test_bad_tree_attributes_are_refused_naming_the_field(
     attributes: dict[str, str], field: str
 ) -> None:
-    manifest = {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "max": {"cpu": "8"},
-                "min": {"cpu": "8"},
-                "attributes": attributes,
-                "children": [
-                    {"name": "a", "max": {"cpu": "8"}, "min": {"cpu": "8"}, "namespaces": ["a1"]}
-                ],
-            }
-        },
-    }
+    leaf = quota_node("a", max_cpu="8", min_cpu="8", namespaces=["a1"])
+    root = quota_node("root", max_cpu="8", min_cpu="8", attributes=attributes, children=[leaf])
+    manifest = elastic_quota_tree(root, name="t")
     with pytest.raises(TreeInvalid) as caught:
         parse_tree(manifest)
     [error] = caught.value.errors

@@ -8,25 +8,25 @@ from typing import Any
 import pytest
 
 from schemas import WorkloadFinished, WorkloadKey, WorkloadProgress
-from tests.builders.manifests import batch_job, container, pod_template
+from tests.builders.manifests import (
+    batch_job,
+    container,
+    elastic_quota_tree,
+    pod_template,
+    quota_node,
+)
 from usher.core.errors import ScenarioError
 from usher.core.sim import check, load_scenario, render_json, render_table, run
 
-TREE: dict[str, Any] = {
-    "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-    "kind": "ElasticQuotaTree",
-    "metadata": {"name": "t", "namespace": "kube-system"},
-    "spec": {
-        "root": {
-            "name": "root",
-            "min": {"cpu": "10"},
-            "max": {"cpu": "10"},
-            "children": [
-                {"name": "A", "min": {"cpu": "10"}, "max": {"cpu": "10"}, "namespaces": ["a"]}
-            ],
-        }
-    },
-}
+TREE: dict[str, Any] = elastic_quota_tree(
+    quota_node(
+        "root",
+        max_cpu="10",
+        min_cpu="10",
+        children=[quota_node("A", max_cpu="10", min_cpu="10", namespaces=["a"])],
+    ),
+    name="t",
+)
 
 
 def job(name: str | None, cpu: str = "4", generate: bool = False) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from schemas import Admitted, Millis, QuotaTreeApplied, WorkloadFinished, WorkloadKey
 from tests.builders.events import observed
 from tests.builders.log import Log
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import departments_tree
 from usher.core import history, sim
 from usher.core.config import EngineConfig, Policy
@@ -31,32 +32,18 @@ CONFIG = EngineConfig(policy=Policy.ROUND, instant_release=True)
 
 
 def _tree(threshold: int, backfill: bool = False) -> dict[str, object]:
-    leaf_a: dict[str, object] = {"name": "a", "max": {"cpu": str(CAPACITY)}, "namespaces": ["a"]}
-    if backfill:
-        leaf_a["attributes"] = {"usher.io/backfill": "true"}  # N2
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "elasticquotatree", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "min": {"cpu": str(CAPACITY)},
-                "max": {"cpu": str(CAPACITY)},
-                "children": [
-                    # No guarantees below the root: nobody reclaims (R5), the head waits
-                    # only for skip-ahead to stop.
-                    leaf_a,
-                    {
-                        "name": "b",
-                        "max": {"cpu": str(CAPACITY)},
-                        "namespaces": ["b"],
-                        "attributes": {"usher.io/starvation-seconds": str(threshold)},
-                    },
-                ],
-            }
-        },
-    }
+    capacity = str(CAPACITY)
+    backfills = {"usher.io/backfill": "true"} if backfill else None  # N2
+    guard = {"usher.io/starvation-seconds": str(threshold)}
+    # No guarantees below the root: nobody reclaims (R5), the head waits only for skip-ahead
+    # to stop.
+    leaves = [
+        quota_node("a", max_cpu=capacity, namespaces=["a"], attributes=backfills),
+        quota_node("b", max_cpu=capacity, namespaces=["b"], attributes=guard),
+    ]
+    return elastic_quota_tree(
+        quota_node("root", max_cpu=capacity, min_cpu=capacity, children=leaves)
+    )
 
 
 def _job(namespace: str, name: str, cpu: int, runtime: int | None = None) -> dict[str, object]:

@@ -16,6 +16,7 @@ import pytest
 from schemas import Admitted, Millis, QuotaNode, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
 from tests.builders.events import CORE, admitted, observed
 from tests.builders.log import QA, Log
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import departments_tree, two_leaf_tree
 from usher.core import audit
 from usher.core.config import EngineConfig
@@ -66,27 +67,15 @@ def test_good_zone_lists_pass(attributes: dict[str, str]) -> None:
 
 
 def test_t1_refuses_the_whole_tree_naming_every_bad_zone_list() -> None:
-    manifest = {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "max": {"cpu": "8"},
-                "min": {"cpu": "8"},
-                "attributes": {BURST_ZONES_ATTRIBUTE: "eci,eci"},
-                "children": [
-                    {
-                        "name": "a",
-                        "max": {"cpu": "8"},
-                        "namespaces": ["a"],
-                        "attributes": {BURST_ZONES_ATTRIBUTE: "eci"},
-                    }
-                ],
-            }
-        },
-    }
+    leaf = quota_node("a", max_cpu="8", namespaces=["a"], attributes={BURST_ZONES_ATTRIBUTE: "eci"})
+    root = quota_node(
+        "root",
+        max_cpu="8",
+        min_cpu="8",
+        attributes={BURST_ZONES_ATTRIBUTE: "eci,eci"},
+        children=[leaf],
+    )
+    manifest = elastic_quota_tree(root, name="t")
     with pytest.raises(TreeInvalid) as refused:
         parse_tree(manifest)
     assert sorted(e.path for e in refused.value.errors) == [

@@ -25,6 +25,7 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import CORE, admitted, cpu, observed
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.errors import TreeInvalid
@@ -74,22 +75,13 @@ def _manifest(
 ) -> dict[str, object]:
     """A root of 100 cpu with children ``(min cores, attributes)``."""
     kids = [
-        {"name": f"t{i}", "min": {"cpu": str(low)}, "max": {"cpu": "100"}, "attributes": attrs}
+        quota_node(f"t{i}", max_cpu="100", min_cpu=str(low), attributes=attrs)
         for i, (low, attrs) in enumerate(children)
     ]
-    root = {
-        "name": "root",
-        "min": {"cpu": "100"},
-        "max": {"cpu": "100"},
-        "attributes": root_attributes,
-        "children": kids,
-    }
-    return {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t", "namespace": "kube-system"},
-        "spec": {"root": root},
-    }
+    root = quota_node(
+        "root", max_cpu="100", min_cpu="100", attributes=root_attributes, children=kids
+    )
+    return elastic_quota_tree(root, name="t")
 
 
 ZMIN, ZMAX = ZONE_MIN_ATTRIBUTE, "usher.io/zone-max"

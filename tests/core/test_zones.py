@@ -24,6 +24,7 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import CORE, admitted, observed
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
@@ -79,19 +80,10 @@ def test_zone_max_refuses_bad_values_naming_the_attribute(text: str, says: str) 
 
 
 def test_a_tree_with_a_bad_zone_cap_is_refused_by_t1() -> None:
-    manifest = {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t"},
-        "spec": {
-            "root": {
-                "name": "root",
-                "max": {"cpu": "4"},
-                "min": {"cpu": "4"},
-                "attributes": {ZONE_MAX_ATTRIBUTE: "a100 cpu=1"},
-            }
-        },
-    }
+    root = quota_node(
+        "root", max_cpu="4", min_cpu="4", attributes={ZONE_MAX_ATTRIBUTE: "a100 cpu=1"}
+    )
+    manifest = elastic_quota_tree(root, name="t")
     with pytest.raises(TreeInvalid) as refused:
         parse_tree(manifest)
     assert [e.path for e in refused.value.errors] == [FIELD]

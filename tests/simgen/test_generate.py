@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.builders.manifests import elastic_quota_tree, quota_node
 from usher.core import planning, sim
 from usher.core.errors import ScenarioError
 from usher.simgen.generate import arrivals, draw, draw_whole, generate, jobs
@@ -122,26 +123,9 @@ def test_the_generated_scenario_plays_and_replays_the_same_from_yaml() -> None:
 
 
 def test_a_given_tree_places_departments_on_its_nodes() -> None:
-    tree = {
-        "apiVersion": "scheduling.sigs.k8s.io/v1beta1",
-        "kind": "ElasticQuotaTree",
-        "metadata": {"name": "t", "namespace": "kube-system"},
-        "spec": {
-            "root": {
-                "name": "org",
-                "max": {"cpu": "32"},
-                "min": {"cpu": "32"},
-                "children": [
-                    {
-                        "name": "lab",
-                        "max": {"cpu": "32"},
-                        "min": {"cpu": "32"},
-                        "namespaces": ["lab-1", "lab-2"],
-                    },
-                ],
-            }
-        },
-    }
+    lab = quota_node("lab", max_cpu="32", min_cpu="32", namespaces=["lab-1", "lab-2"])
+    org = quota_node("org", max_cpu="32", min_cpu="32", children=[lab])
+    tree = elastic_quota_tree(org, name="t")
     data = spec_data(tree="tree.yaml", departments=[{"name": "lab", "arrivals": {"rate": 0.01}}])
     spec = load_spec(data, "s", tree)
     assert (spec.departments[0].path, spec.departments[0].namespace) == ("org/lab", "lab-1")
