@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.builders.manifests import elastic_quota_tree, quota_node
+from tests.builders.manifests import (
+    batch_job,
+    container,
+    elastic_quota_tree,
+    pod_template,
+    quota_node,
+)
 from usher.core import planning, sim
 from usher.core.errors import ScenarioError
 
@@ -23,22 +29,7 @@ TREE = elastic_quota_tree(
 
 
 def job(namespace: str, name: str, cpu: str) -> dict[str, object]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "containers": [
-                        {"name": "w", "image": "x", "resources": {"requests": {"cpu": cpu}}}
-                    ],
-                    "restartPolicy": "Never",
-                }
-            },
-        },
-    }
+    return batch_job(name, namespace, template=pod_template(container("w", "x", cpu=cpu)))
 
 
 def scenario() -> dict[str, object]:

@@ -91,58 +91,42 @@ def _leaf(name: str, lo: int, hi: int, namespace: str, **attributes: str) -> Quo
     )
 
 
-TREE = QuotaNode(
-    name="root",
-    min={"cpu": 100 * CORE},
-    max={"cpu": 100 * CORE},
-    children=[
-        QuotaNode(
-            name="Department-a",
-            min={"cpu": 60 * CORE},
-            max={"cpu": 100 * CORE},
-            children=[_leaf("team-a", 60, 100, "ns-a", **{WITHIN_QUOTA: "LowerPriority"})],
-        ),
-        QuotaNode(
-            name="Department-b",
-            min={"cpu": 40 * CORE},
-            max={"cpu": 100 * CORE},
-            children=[
-                _leaf("team-b", 40, 100, "ns-b", **{MIN_RUNTIME: str(MIN_RUNTIME_S)}),
-                _leaf("team-c", 0, 50, "ns-c", **READINESS),
-            ],
-        ),
-    ],
-)
+def _tree(root: dict[str, str], team_a: dict[str, str], team_b: dict[str, str]) -> QuotaNode:
+    """Department-a (team-a, min 60) and Department-b (team-b, min 40; team-c, no guarantee,
+    readiness timeouts) under a root of 100 cpu; ``root``, ``team_a`` and ``team_b`` are
+    those nodes' attributes."""
+    return QuotaNode(
+        name="root",
+        min={"cpu": 100 * CORE},
+        max={"cpu": 100 * CORE},
+        attributes=root,
+        children=[
+            QuotaNode(
+                name="Department-a",
+                min={"cpu": 60 * CORE},
+                max={"cpu": 100 * CORE},
+                children=[_leaf("team-a", 60, 100, "ns-a", **team_a)],
+            ),
+            QuotaNode(
+                name="Department-b",
+                min={"cpu": 40 * CORE},
+                max={"cpu": 100 * CORE},
+                children=[
+                    _leaf("team-b", 40, 100, "ns-b", **team_b),
+                    _leaf("team-c", 0, 50, "ns-c", **READINESS),
+                ],
+            ),
+        ],
+    )
 
 
-ZONED_TREE = QuotaNode(
-    name="root",
-    min={"cpu": 100 * CORE},
-    max={"cpu": 100 * CORE},
-    attributes={ZONE_MAX: "zone-1: cpu=40"},
-    children=[
-        QuotaNode(
-            name="Department-a",
-            min={"cpu": 60 * CORE},
-            max={"cpu": 100 * CORE},
-            children=[_leaf("team-a", 60, 100, "ns-a", **{ZONE_MIN: "zone-1: cpu=30"})],
-        ),
-        QuotaNode(
-            name="Department-b",
-            min={"cpu": 40 * CORE},
-            max={"cpu": 100 * CORE},
-            children=[
-                _leaf(
-                    "team-b",
-                    40,
-                    100,
-                    "ns-b",
-                    **{MIN_RUNTIME: str(MIN_RUNTIME_S), ZONE_MIN: "zone-1: cpu=10; zone-2: cpu=20"},
-                ),
-                _leaf("team-c", 0, 50, "ns-c", **READINESS),
-            ],
-        ),
-    ],
+TREE = _tree({}, {WITHIN_QUOTA: "LowerPriority"}, {MIN_RUNTIME: str(MIN_RUNTIME_S)})
+
+
+ZONED_TREE = _tree(
+    {ZONE_MAX: "zone-1: cpu=40"},
+    {ZONE_MIN: "zone-1: cpu=30"},
+    {MIN_RUNTIME: str(MIN_RUNTIME_S), ZONE_MIN: "zone-1: cpu=10; zone-2: cpu=20"},
 )
 """TREE with zone-1 capped at 40 cpu (Z1, so it fills while the root has room) and guarantees
 per zone (Z4): team-a and team-b reclaim in zone-1 (team-b in zone-2 too) from each other's

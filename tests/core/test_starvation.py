@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 from schemas import Admitted, Millis, QuotaTreeApplied, WorkloadFinished, WorkloadKey
 from tests.builders.events import observed
 from tests.builders.log import Log
-from tests.builders.manifests import elastic_quota_tree, quota_node
+from tests.builders.manifests import (
+    batch_job,
+    container,
+    elastic_quota_tree,
+    pod_template,
+    quota_node,
+)
 from tests.builders.trees import departments_tree
 from usher.core import history, sim
 from usher.core.config import EngineConfig, Policy
@@ -47,25 +53,9 @@ def _tree(threshold: int, backfill: bool = False) -> dict[str, object]:
 
 
 def _job(namespace: str, name: str, cpu: int, runtime: int | None = None) -> dict[str, object]:
-    metadata: dict[str, object] = {"name": name, "namespace": namespace}
-    if runtime is not None:
-        metadata["annotations"] = {"usher.io/max-runtime-seconds": str(runtime)}  # RT1
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": metadata,
-        "spec": {
-            "suspend": True,
-            "template": {
-                "spec": {
-                    "restartPolicy": "Never",
-                    "containers": [
-                        {"name": "w", "image": "x", "resources": {"requests": {"cpu": str(cpu)}}}
-                    ],
-                }
-            },
-        },
-    }
+    declares = None if runtime is None else {"usher.io/max-runtime-seconds": str(runtime)}  # RT1
+    template = pod_template(container("w", "x", cpu=str(cpu)))
+    return batch_job(name, namespace, template=template, annotations=declares)
 
 
 smalls = st.lists(
@@ -73,6 +63,13 @@ smalls = st.lists(
     min_size=1,
     max_size=30,
 )
+heads_and_streams = given(
+    st.integers(1, 60),
+    st.integers(0, 120),
+    st.integers(CAPACITY // 2, CAPACITY),
+    smalls,
+)
+"""A threshold, when the big head arrives and its cpu, and the stream of small jobs."""
 
 
 def _play(
@@ -106,12 +103,7 @@ def _play(
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.integers(1, 60),
-    st.integers(0, 120),
-    st.integers(CAPACITY // 2, CAPACITY),
-    smalls,
-)
+@heads_and_streams
 def test_a_reserved_head_waits_at_most_threshold_plus_longest_run(
     threshold: int, big_at: int, big_cpu: int, stream: list[tuple[int, int, int]]
 ) -> None:
@@ -120,12 +112,7 @@ def test_a_reserved_head_waits_at_most_threshold_plus_longest_run(
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    st.integers(1, 60),
-    st.integers(0, 120),
-    st.integers(CAPACITY // 2, CAPACITY),
-    smalls,
-)
+@heads_and_streams
 def test_with_backfill_a_reserved_head_still_waits_at_most_threshold_plus_longest_run(
     threshold: int, big_at: int, big_cpu: int, stream: list[tuple[int, int, int]]
 ) -> None:
