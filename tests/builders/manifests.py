@@ -64,24 +64,14 @@ def batch_job(
     spec: JsonObj | None = None,
 ) -> JsonObj:
     """A ``batch/v1`` Job; ``suspend=None`` leaves the field out, ``spec`` adds fields."""
-    metadata: JsonObj = {}
-    if name is not None:
-        metadata["name"] = name
-    if generate_name is not None:
-        metadata["generateName"] = generate_name
-    if namespace is not None:
-        metadata["namespace"] = namespace
-    if labels is not None:
-        metadata["labels"] = labels
-    if annotations is not None:
-        metadata["annotations"] = annotations
-    job_spec: JsonObj = {}
-    if suspend is not None:
-        job_spec["suspend"] = suspend
-    if parallelism is not None:
-        job_spec["parallelism"] = parallelism
-    if completions is not None:
-        job_spec["completions"] = completions
+    metadata = _given(
+        name=name,
+        generateName=generate_name,
+        namespace=namespace,
+        labels=labels,
+        annotations=annotations,
+    )
+    job_spec = _given(suspend=suspend, parallelism=parallelism, completions=completions)
     job_spec["template"] = template
     job_spec.update(spec or {})
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": job_spec}
@@ -110,15 +100,18 @@ def quota_node(
 ) -> JsonObj:
     """A node of an ElasticQuotaTree's spec in cpu, as a manifest writes it; ``min_cpu``,
     ``namespaces``, ``attributes`` and ``children`` are set only when given."""
-    node: JsonObj = {"name": name}
-    if max_cpu is not None:
-        node["max"] = {"cpu": max_cpu}
-    if min_cpu is not None:
-        node["min"] = {"cpu": min_cpu}
-    if namespaces is not None:
-        node["namespaces"] = namespaces
-    if attributes is not None:
-        node["attributes"] = attributes
-    if children is not None:
-        node["children"] = children
-    return node
+    return {
+        "name": name,
+        **_given(
+            max=None if max_cpu is None else {"cpu": max_cpu},
+            min=None if min_cpu is None else {"cpu": min_cpu},
+            namespaces=namespaces,
+            attributes=attributes,
+            children=children,
+        ),
+    }
+
+
+def _given(**fields: object) -> JsonObj:
+    """The fields a caller gave, in order: one left as None stays absent."""
+    return {key: value for key, value in fields.items() if value is not None}

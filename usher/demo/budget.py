@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Final
 
 from usher.client import JobInfo, WaitTimeout
 from usher.core.budgets import BUDGET_ACTION_ATTRIBUTE, BUDGETS_ATTRIBUTE, BudgetAction
-from usher.demo.story import StoryBase, StoryJob
+from usher.demo.story import StoryBase, StoryJob, story_node
 
 STORY_LIMIT_S: Final = 15.0
 """The most the story may add to the demo before the seed's scenarios start."""
@@ -35,13 +35,8 @@ BUDGET: Final = "cpu=0.01h per month"
 def budget_leaf() -> dict[str, Any]:
     """The seed tree root's extra child in the demo: a small leaf with a monthly CPU budget
     that holds new work once spent (B1)."""
-    return {
-        "name": DEPARTMENT,
-        "max": {"cpu": "12", "memory": "12Gi"},
-        "min": {"cpu": "0", "memory": "0"},
-        "namespaces": [NAMESPACE],
-        "attributes": {BUDGETS_ATTRIBUTE: BUDGET, BUDGET_ACTION_ATTRIBUTE: BudgetAction.HOLD},
-    }
+    budget = {BUDGETS_ATTRIBUTE: BUDGET, BUDGET_ACTION_ATTRIBUTE: BudgetAction.HOLD}
+    return story_node(DEPARTMENT, namespace=NAMESPACE, attributes=budget)
 
 
 def story_jobs() -> tuple[StoryJob, StoryJob]:

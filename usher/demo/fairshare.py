@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Final
 
 from usher.core.fairshare import FAIR_WEIGHT_ATTRIBUTE
 from usher.core.state import JobState
-from usher.demo.story import StoryBase, StoryJob
+from usher.demo.story import StoryBase, StoryJob, story_node
 
 STORY_LIMIT_S: Final = 12.0
 """The most the story may add to the demo before the seed's scenarios start."""
@@ -37,23 +37,12 @@ def fair_share_nodes() -> dict[str, Any]:
     """The seed tree root's extra child when fair share is on: Teams, 12 cpu shared by two
     leaves of weights 1 and 3, neither with a guarantee (so both compete beyond it, F1)."""
 
-    def leaf(name: str, namespace: str, weight: int) -> dict[str, Any]:
-        node: dict[str, Any] = {
-            "name": name,
-            "max": {"cpu": "12", "memory": "12Gi"},
-            "min": {"cpu": "0", "memory": "0"},
-            "namespaces": [namespace],
-        }
-        if weight != 1:
-            node["attributes"] = {FAIR_WEIGHT_ATTRIBUTE: str(weight)}
-        return node
-
-    return {
-        "name": PARENT,
-        "max": {"cpu": "12", "memory": "12Gi"},
-        "min": {"cpu": "0", "memory": "0"},
-        "children": [leaf("Team-x", X_NAMESPACE, 1), leaf("Team-y", Y_NAMESPACE, Y_WEIGHT)],
-    }
+    weighted = {FAIR_WEIGHT_ATTRIBUTE: str(Y_WEIGHT)}
+    teams = [
+        story_node("Team-x", namespace=X_NAMESPACE),  # weight 1, the default
+        story_node("Team-y", namespace=Y_NAMESPACE, attributes=weighted),
+    ]
+    return story_node(PARENT, children=teams)
 
 
 def story_jobs() -> tuple[StoryJob, StoryJob, StoryJob, StoryJob]:

@@ -5,6 +5,7 @@ What it does: a story (``usher.demo.burst``'s, ``budget``'s, ``fairshare``'s) is
 ``say`` as ``demo: <job> submitted (<size>, <note>)``; ``StoryBase`` gives it the time left
 of its budget (``limit_s``, counted from when it started) and ``submit``, which says False when
 its job exists already -- a restart, the story ran (``AlreadyExists``, never the message).
+The nodes a story adds below the seed tree's root are ``story_node``s (no guarantee).
 ``play_story`` plays one until it ends, fails (told, the demo goes on) or the demo stops.
 What it must never do: raise for a job that already exists, or wait past a story's budget.
 """
@@ -15,9 +16,33 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 from usher.client import AlreadyExists, AsyncClient, ClientError
+
+
+def story_node(
+    name: str,
+    *,
+    namespace: str | None = None,
+    attributes: dict[str, str] | None = None,
+    children: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A node a story adds below the seed tree's root (a leaf of ``namespace``, or a parent of
+    ``children``): at most 12 cpu, with no guarantee, so it takes nothing from the seed's
+    departments."""
+    node: dict[str, Any] = {
+        "name": name,
+        "max": {"cpu": "12", "memory": "12Gi"},
+        "min": {"cpu": "0", "memory": "0"},
+    }
+    if namespace is not None:
+        node["namespaces"] = [namespace]
+    if attributes is not None:
+        node["attributes"] = attributes
+    if children is not None:
+        node["children"] = children
+    return node
 
 
 @dataclass(frozen=True)
