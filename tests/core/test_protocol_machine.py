@@ -570,13 +570,18 @@ class ProtocolMachine(RuleBasedStateMachine):
                     )
 
 
-ProtocolMachine.TestCase.settings = settings(
-    max_examples=5000 if LONG else 500,
-    stateful_step_count=80 if LONG else 50,
-    deadline=None,
-    report_multiple_bugs=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+def _machine_settings(examples: int, long_examples: int) -> settings:
+    """How a protocol machine runs: ``examples`` histories, ``long_examples`` with LONG."""
+    return settings(
+        max_examples=long_examples if LONG else examples,
+        stateful_step_count=80 if LONG else 50,
+        deadline=None,
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+
+ProtocolMachine.TestCase.settings = _machine_settings(500, 5000)
 TestProtocol = ProtocolMachine.TestCase
 
 
@@ -587,11 +592,5 @@ class ZonedProtocolMachine(ProtocolMachine):
     tree = ZONED_TREE
 
 
-ZonedProtocolMachine.TestCase.settings = settings(
-    max_examples=2000 if LONG else 200,
-    stateful_step_count=80 if LONG else 50,
-    deadline=None,
-    report_multiple_bugs=False,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
+ZonedProtocolMachine.TestCase.settings = _machine_settings(200, 2000)
 TestZonedProtocol = ZonedProtocolMachine.TestCase
