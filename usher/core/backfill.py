@@ -132,16 +132,7 @@ def with_why_not(e: Engine, reason: Reason, job: Job, holder: Job) -> Reason:
     extra = why_not(e, job, holder)
     if extra is None:
         return reason
-    return Reason(
-        code=reason.code,
-        message=f"{reason.message}; {extra}",
-        node=reason.node,
-        resource=reason.resource,
-        used=reason.used,
-        requested=reason.requested,
-        limit=reason.limit,
-        blocker=reason.blocker,
-    )
+    return reasons.reworded(reason, f"{reason.message}; {extra}")
 
 
 def _declared_ends(e: Engine, on_path: set[QuotaPath]) -> Iterator[tuple[int, WorkloadKey]]:

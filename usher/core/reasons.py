@@ -10,6 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
+import msgspec
+
 from schemas import (
     ContainerTermination,
     FieldError,
@@ -24,6 +26,43 @@ from usher.core.config import format_rate
 from usher.core.quantity import format_quantity
 
 
+def requested_over(resource: str, requested: int, limit: str) -> str:
+    """``4 requested > max 8``: a request of ``resource`` above ``limit`` (already worded:
+    ``max 8``, ``min 4``, ``8``)."""
+    return f"{format_quantity(resource, requested)} requested > {limit}"
+
+
+def used_and_requested_over(resource: str, used: int, requested: int, limit: str) -> str:
+    """``6 used + 4 requested > max 8``: what is used of ``resource`` and what is asked
+    together exceed ``limit`` (already worded)."""
+    return f"{format_quantity(resource, used)} used + {requested_over(resource, requested, limit)}"
+
+
+def used_over(resource: str, used: int, limit: str) -> str:
+    """``6 used > min 4``: what is used of ``resource`` is above ``limit`` (already worded)."""
+    return f"{format_quantity(resource, used)} used > {limit}"
+
+
+def bound(word: str, resource: str, amount: int) -> str:
+    """A named limit of ``resource``: ``max 8``, ``min 4``."""
+    return f"{word} {format_quantity(resource, amount)}"
+
+
+def oversold_max(resource: str, maximum: int, rate: Fraction) -> str:
+    """A node's cap as R2 words it: ``max 100 x 1.5``."""
+    return f"{bound('max', resource, maximum)} x {format_rate(rate)}"
+
+
+def in_zone(node: QuotaPath, resource: str, zone: Zone) -> str:
+    """Where a per-zone amount is counted: ``root/gpu-team nvidia.com/gpu in zone a100``."""
+    return f"{node} {resource} in zone {zone}"
+
+
+def reworded(reason: Reason, message: str) -> Reason:
+    """The same finding (code and numbers kept) told with another sentence."""
+    return msgspec.structs.replace(reason, message=message)
+
+
 def quota_exceeded(
     node: QuotaPath,
     resource: str,
@@ -34,11 +73,8 @@ def quota_exceeded(
     rate: Fraction,
 ) -> Reason:
     """Pending: some node on the path would exceed ``max x oversellRate``."""
-    message = (
-        f"{node} {resource} {format_quantity(resource, used)} used + "
-        f"{format_quantity(resource, requested)} requested > max "
-        f"{format_quantity(resource, maximum)} x {format_rate(rate)}"
-    )
+    over = used_and_requested_over(resource, used, requested, oversold_max(resource, maximum, rate))
+    message = f"{node} {resource} {over}"
     return Reason(
         code="QuotaExceeded",
         message=message,
@@ -54,11 +90,8 @@ def held_for_preemptor(
     node: QuotaPath, resource: str, used: int, requested: int, cap: int, holder: WorkloadKey
 ) -> Reason:
     """Pending: the capacity is held for a preemptor whose admission is not confirmed yet."""
-    message = (
-        f"{node} {resource}: capacity freed by preemption is held for {holder} "
-        f"({format_quantity(resource, used)} used + {format_quantity(resource, requested)} "
-        f"requested > {format_quantity(resource, cap)})"
-    )
+    over = used_and_requested_over(resource, used, requested, format_quantity(resource, cap))
+    message = f"{node} {resource}: capacity freed by preemption is held for {holder} ({over})"
     return Reason(
         code="HeldForPreemptor",
         message=message,
@@ -75,11 +108,10 @@ def victims_still_stopping(
     node: QuotaPath, resource: str, used: int, requested: int, cap: int, stopping: int
 ) -> Reason:
     """Pending: it fits once preempted workloads still winding down have stopped."""
+    over = used_and_requested_over(resource, used, requested, format_quantity(resource, cap))
     message = (
-        f"{node} {resource} {format_quantity(resource, used)} used + "
-        f"{format_quantity(resource, requested)} requested > {format_quantity(resource, cap)}, "
-        f"of which {format_quantity(resource, stopping)} is held by preempted workloads "
-        "whose pods were not seen stopped yet"
+        f"{node} {resource} {over}, of which {format_quantity(resource, stopping)} is held by "
+        "preempted workloads whose pods were not seen stopped yet"
     )
     return Reason(
         code="VictimsStopping",
@@ -108,10 +140,8 @@ def exceeds_max(
     node: QuotaPath, resource: str, requested: int, maximum: int, cap: int, rate: Fraction
 ) -> Reason:
     """Inadmissible: the request alone is above ``max x oversellRate`` of a node."""
-    message = (
-        f"{node} {resource} {format_quantity(resource, requested)} requested > max "
-        f"{format_quantity(resource, maximum)} x {format_rate(rate)}; it can never fit"
-    )
+    over = requested_over(resource, requested, oversold_max(resource, maximum, rate))
+    message = f"{node} {resource} {over}; it can never fit"
     return Reason(
         code="ExceedsMax",
         message=message,
@@ -227,8 +257,7 @@ def reclaimed(
     """Preempted: a leaf within its min reclaimed capacity a borrowing leaf was using."""
     message = (
         f"{preemptor} reclaims the guarantee of {preemptor_leaf}: {victim_leaf} borrows "
-        f"{resource} ({format_quantity(resource, used)} used > min "
-        f"{format_quantity(resource, minimum)})"
+        f"{resource} ({used_over(resource, used, bound('min', resource, minimum))})"
     )
     return Reason(
         code="Reclaim",
@@ -256,8 +285,8 @@ def zone_reclaimed(
     guarantee there was using in that zone (Z4)."""
     message = (
         f"{preemptor} reclaims the guarantee of {preemptor_leaf} in zone {zone}: "
-        f"{victim_leaf} {resource} in zone {zone}: {format_quantity(resource, used)} used > "
-        f"min {format_quantity(resource, minimum)}"
+        f"{in_zone(victim_leaf, resource, zone)}: "
+        f"{used_over(resource, used, bound('min', resource, minimum))}"
     )
     return Reason(
         code="Reclaim",
