@@ -54,6 +54,7 @@ from usher.core.history import (
 )
 from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.reason_text import requested_over, used_and_requested_over
 from usher.core.state import JobState
 from usher.core.usage import intervals_of
 
@@ -402,9 +403,9 @@ def _limit(reason: Reason) -> str | None:
     r = reason.resource
     allowed = f"{format_quantity(r, reason.limit)} allowed"
     over = (
-        reasons.requested_over(r, reason.requested, allowed)
+        requested_over(r, reason.requested, allowed)
         if reason.used is None
-        else reasons.used_and_requested_over(r, reason.used, reason.requested, allowed)
+        else used_and_requested_over(r, reason.used, reason.requested, allowed)
     )
     where = f"{reason.node} " if reason.node else ""
     return f"{where}{r}: {over}"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Final
 
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core import reasons
+from usher.core.reason_text import bound, in_zone, used_and_requested_over
 from usher.core.reclaim import borrowed_resource
 from usher.core.state import ADMITTED, PENDING, Job, Placement
 from usher.core.zone_burst import burst_first
@@ -411,16 +412,12 @@ def _reclaim_refusal(e: Engine, job: Job) -> str | None:
             continue
         used, minimum = info.zone_used.get(job.zone, {}).get(resource, 0), zone_min[resource]
         if used + amount > minimum:  # Z4: within its total min, beyond its zone's
-            over = reasons.used_and_requested_over(
-                resource, used, amount, reasons.bound("min", resource, minimum)
-            )
-            return f"{reasons.in_zone(job.leaf, resource, job.zone)}: {over}: {_ONLY_RESTORES}"
+            over = used_and_requested_over(resource, used, amount, bound("min", resource, minimum))
+            return f"{in_zone(job.leaf, resource, job.zone)}: {over}: {_ONLY_RESTORES}"
     for resource, amount in job.shape:
         used, minimum = info.used.get(resource, 0), info.min.get(resource, 0)
         if used + amount > minimum:
-            over = reasons.used_and_requested_over(
-                resource, used, amount, reasons.bound("min", resource, minimum)
-            )
+            over = used_and_requested_over(resource, used, amount, bound("min", resource, minimum))
             return f"{job.leaf} {resource} {over}: {_ONLY_RESTORES}"
     return None
 

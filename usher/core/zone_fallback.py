@@ -27,7 +27,7 @@ from typing import Final
 
 from schemas import FieldError, Reason, Zone
 from usher.core.kinds.family import ZONE_LABEL
-from usher.core.reasons import reworded
+from usher.core.reason_text import reworded
 from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
 ZONES_ANNOTATION: Final = ZONES_KEY

@@ -21,7 +21,7 @@ from typing import Final, NamedTuple, Protocol
 
 from schemas import FieldError, QuotaPath, Reason, Zone
 from usher.core.quantity import collect_resources, format_quantity
-from usher.core.reasons import bound, in_zone, used_and_requested_over
+from usher.core.reason_text import bound, in_zone, used_and_requested_over
 
 ZONE_MAX_ATTRIBUTE: Final = "usher.io/zone-max"
 """Per zone, the most a node's subtree may use there (Z1), on top of its total ``max``."""
