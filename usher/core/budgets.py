@@ -31,7 +31,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from schemas import FieldError, Millis, QuotaPath, Reason
+from schemas import FieldError, Millis, QuotaPath, Reason, ReasonCode
 from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, format_quantity, hours, unit_of
 
 BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
@@ -299,19 +299,23 @@ class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
             f"{self.window.label}, resets {_day(self.window.end_ms)} (budget of {self.budget.node}"
         )
 
+    def _reason(self, code: ReasonCode, message: str, requested: int | None = None) -> Reason:
+        """A budget reason's numbers: the budget's node and resource, spent against limit."""
+        return Reason(
+            code=code,
+            message=message,
+            node=self.budget.node,
+            resource=self.budget.resource,
+            used=self.spent,
+            requested=requested,
+            limit=self.budget.limit,
+        )
+
     def pending_reason(self, now: int, within_min: str | None = None) -> Reason:
         """What a workload waiting below a spent budget says (B1)."""
-        budget = self.budget
         message = f"{self._of_limit(self.spent)} in {self._window_of_budget()}"
         message += f"; {within_min})" if within_min is not None else ")"
-        return Reason(
-            code="BudgetExhausted",
-            message=message,
-            node=budget.node,
-            resource=budget.resource,
-            used=self.spent,
-            limit=budget.limit,
-        )
+        return self._reason("BudgetExhausted", message)
 
     def overrun_reason(self, amount: int, runtime_ms: int) -> Reason:
         """What a workload held because its declared runtime x request is more than the
@@ -325,15 +329,7 @@ class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
             f"{people_hours(budget.resource, need)} {unit}-hours, more than the "
             f"{self._of_limit(self.left)} left in {self._window_of_budget()})"
         )
-        return Reason(
-            code="BudgetOverrun",
-            message=message,
-            node=budget.node,
-            resource=budget.resource,
-            used=self.spent,
-            requested=need,
-            limit=budget.limit,
-        )
+        return self._reason("BudgetOverrun", message, requested=need)
 
 
 def _ceil_div(a: int, b: int) -> int:

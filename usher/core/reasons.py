@@ -228,16 +228,7 @@ def reclaimed(
         f"{preemptor} reclaims the guarantee of {preemptor_leaf}: {victim_leaf} borrows "
         f"{resource} ({used_over(resource, used, bound('min', resource, minimum))})"
     )
-    return Reason(
-        code="Reclaim",
-        message=message,
-        node=victim_leaf,
-        resource=resource,
-        used=used,
-        requested=requested,
-        limit=minimum,
-        blocker=preemptor,
-    )
+    return _reclaim(message, preemptor, victim_leaf, resource, used, minimum, requested)
 
 
 def zone_reclaimed(
@@ -257,6 +248,19 @@ def zone_reclaimed(
         f"{in_zone(victim_leaf, resource, zone)}: "
         f"{used_over(resource, used, bound('min', resource, minimum))}"
     )
+    return _reclaim(message, preemptor, victim_leaf, resource, used, minimum, requested)
+
+
+def _reclaim(
+    message: str,
+    preemptor: WorkloadKey,
+    victim_leaf: QuotaPath,
+    resource: str,
+    used: int,
+    minimum: int,
+    requested: int,
+) -> Reason:
+    """A ``Reclaim`` preemption's numbers: the victim's leaf, what it used above its min."""
     return Reason(
         code="Reclaim",
         message=message,
