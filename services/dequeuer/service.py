@@ -109,8 +109,6 @@ class Dequeuer:
         self._ids = itertools.count(1)
         self._instance = f"{zone}-{os.getpid()}-{wall_ms()}"
         self.passes = 0
-        self._pass_s = 0.0
-        """How long the latest pass took (logged with its reservations)."""
         self._replayed = False
         self.metrics = ctx.metrics
         self.leader = Leadership(ctx, f"dequeuer-{zone}", on_change=self._leadership_changed)
@@ -306,8 +304,8 @@ class Dequeuer:
         now = wall_ms()
         seen = self.projection.applied_seq
         decisions = self.engine.decide(now)
-        self._pass_s = time.perf_counter() - started
-        self.metrics.pass_seconds.labels(self.zone).observe(self._pass_s)
+        pass_s = time.perf_counter() - started
+        self.metrics.pass_seconds.labels(self.zone).observe(pass_s)
         plan = plan_pass(decisions)
         if plan.proposes:
             # Before any request: whatever reaches the log from this pass comes after it (D4).
@@ -316,7 +314,7 @@ class Dequeuer:
             # First: the quota they free is what the pass's admissions may count on (R10).
             await self._requeue(plan.requeues, plan.drains)
         if plan.admissions:
-            await self._reserve(plan.admissions)
+            await self._reserve(plan.admissions, pass_s)
         for preemptor, victims in plan.reclaims:
             await self._reclaim(preemptor, victims)
         if plan.announcements:
@@ -341,7 +339,9 @@ class Dequeuer:
     def _request_id(self) -> RequestId:
         return RequestId(f"{self._instance}-{next(self._ids)}")
 
-    async def _reserve(self, admissions: list[Admitted]) -> None:
+    async def _reserve(self, admissions: list[Admitted], pass_s: float) -> None:
+        """Ask the ledger for this pass's admissions; ``pass_s``, how long the pass took, is
+        logged with the outcome."""
         request = ReserveRequest(
             request_id=self._request_id(),
             zone=self.zone,
@@ -382,7 +382,7 @@ class Dequeuer:
             "pass reserved",
             requested=len(admissions),
             granted=granted,
-            pass_ms=round(self._pass_s * 1000, 2),
+            pass_ms=round(pass_s * 1000, 2),
             ledger_ms=round((time.perf_counter() - asked) * 1000, 2),
         )
         if granted < len(admissions):

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from schemas import Decision, QuotaPath, Reason, WorkloadKey
 from usher.core import reasons
 from usher.core.arbitration import Load, first_shortfall
+from usher.core.reason_text import reworded
 from usher.core.reasons import format_moment
 from usher.core.state import ADMITTED, PENDING, Job
 from usher.core.tree import path_nodes
@@ -132,16 +133,7 @@ def with_why_not(e: Engine, reason: Reason, job: Job, holder: Job) -> Reason:
     extra = why_not(e, job, holder)
     if extra is None:
         return reason
-    return Reason(
-        code=reason.code,
-        message=f"{reason.message}; {extra}",
-        node=reason.node,
-        resource=reason.resource,
-        used=reason.used,
-        requested=reason.requested,
-        limit=reason.limit,
-        blocker=reason.blocker,
-    )
+    return reworded(reason, f"{reason.message}; {extra}")
 
 
 def _declared_ends(e: Engine, on_path: set[QuotaPath]) -> Iterator[tuple[int, WorkloadKey]]:

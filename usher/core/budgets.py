@@ -31,7 +31,7 @@ from typing import Final, NamedTuple
 
 import msgspec
 
-from schemas import FieldError, Millis, QuotaPath, Reason
+from schemas import FieldError, Millis, QuotaPath, Reason, ReasonCode
 from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, format_quantity, hours, unit_of
 
 BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
@@ -283,24 +283,39 @@ class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
             return None
         return _ceil_div(self.left, self.rate)
 
+    def _of_limit(self, amount_ms: int) -> str:
+        """``amount_ms`` against the budget's limit: ``12 of 100 <unit>-hours``."""
+        resource = self.budget.resource
+        unit, _ = unit_of(resource)
+        return (
+            f"{people_hours(resource, amount_ms)} of "
+            f"{people_hours(resource, self.budget.limit)} {unit}-hours"
+        )
+
+    def _window_of_budget(self) -> str:
+        """Which window of which budget, its parenthesis left open for a note:
+        ``2026-11, resets 2026-12-01 (budget of root/a``."""
+        return (
+            f"{self.window.label}, resets {_day(self.window.end_ms)} (budget of {self.budget.node}"
+        )
+
+    def _reason(self, code: ReasonCode, message: str, requested: int | None = None) -> Reason:
+        """A budget reason's numbers: the budget's node and resource, spent against limit."""
+        return Reason(
+            code=code,
+            message=message,
+            node=self.budget.node,
+            resource=self.budget.resource,
+            used=self.spent,
+            requested=requested,
+            limit=self.budget.limit,
+        )
+
     def pending_reason(self, now: int, within_min: str | None = None) -> Reason:
         """What a workload waiting below a spent budget says (B1)."""
-        budget = self.budget
-        unit, _ = unit_of(budget.resource)
-        message = (
-            f"{people_hours(budget.resource, self.spent)} of "
-            f"{people_hours(budget.resource, budget.limit)} {unit}-hours in {self.window.label}, "
-            f"resets {_day(self.window.end_ms)} (budget of {budget.node}"
-        )
+        message = f"{self._of_limit(self.spent)} in {self._window_of_budget()}"
         message += f"; {within_min})" if within_min is not None else ")"
-        return Reason(
-            code="BudgetExhausted",
-            message=message,
-            node=budget.node,
-            resource=budget.resource,
-            used=self.spent,
-            limit=budget.limit,
-        )
+        return self._reason("BudgetExhausted", message)
 
     def overrun_reason(self, amount: int, runtime_ms: int) -> Reason:
         """What a workload held because its declared runtime x request is more than the
@@ -312,20 +327,9 @@ class BudgetStatus(msgspec.Struct, frozen=True, kw_only=True):
             f"declared {runtime_ms // 1000} s x {budget.resource} "
             f"{format_quantity(budget.resource, amount)} = "
             f"{people_hours(budget.resource, need)} {unit}-hours, more than the "
-            f"{people_hours(budget.resource, self.left)} of "
-            f"{people_hours(budget.resource, budget.limit)} {unit}-hours left in "
-            f"{self.window.label}, "
-            f"resets {_day(self.window.end_ms)} (budget of {budget.node})"
+            f"{self._of_limit(self.left)} left in {self._window_of_budget()})"
         )
-        return Reason(
-            code="BudgetOverrun",
-            message=message,
-            node=budget.node,
-            resource=budget.resource,
-            used=self.spent,
-            requested=need,
-            limit=budget.limit,
-        )
+        return self._reason("BudgetOverrun", message, requested=need)
 
 
 def _ceil_div(a: int, b: int) -> int:

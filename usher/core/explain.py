@@ -54,6 +54,7 @@ from usher.core.history import (
 )
 from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
+from usher.core.reason_text import requested_over, used_and_requested_over
 from usher.core.state import JobState
 from usher.core.usage import intervals_of
 
@@ -400,12 +401,14 @@ def _limit(reason: Reason) -> str | None:
     if reason.resource is None or reason.requested is None or reason.limit is None:
         return None
     r = reason.resource
-    used = f"{format_quantity(r, reason.used)} used + " if reason.used is not None else ""
-    where = f"{reason.node} " if reason.node else ""
-    return (
-        f"{where}{r}: {used}{format_quantity(r, reason.requested)} requested > "
-        f"{format_quantity(r, reason.limit)} allowed"
+    allowed = f"{format_quantity(r, reason.limit)} allowed"
+    over = (
+        requested_over(r, reason.requested, allowed)
+        if reason.used is None
+        else used_and_requested_over(r, reason.used, reason.requested, allowed)
     )
+    where = f"{reason.node} " if reason.node else ""
+    return f"{where}{r}: {over}"
 
 
 def render_explain_table(explanation: Explanation) -> str:

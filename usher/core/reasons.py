@@ -22,6 +22,14 @@ from schemas import (
 )
 from usher.core.config import format_rate
 from usher.core.quantity import format_quantity
+from usher.core.reason_text import (
+    bound,
+    in_zone,
+    oversold_max,
+    requested_over,
+    used_and_requested_over,
+    used_over,
+)
 
 
 def quota_exceeded(
@@ -34,11 +42,8 @@ def quota_exceeded(
     rate: Fraction,
 ) -> Reason:
     """Pending: some node on the path would exceed ``max x oversellRate``."""
-    message = (
-        f"{node} {resource} {format_quantity(resource, used)} used + "
-        f"{format_quantity(resource, requested)} requested > max "
-        f"{format_quantity(resource, maximum)} x {format_rate(rate)}"
-    )
+    over = used_and_requested_over(resource, used, requested, oversold_max(resource, maximum, rate))
+    message = f"{node} {resource} {over}"
     return Reason(
         code="QuotaExceeded",
         message=message,
@@ -54,11 +59,8 @@ def held_for_preemptor(
     node: QuotaPath, resource: str, used: int, requested: int, cap: int, holder: WorkloadKey
 ) -> Reason:
     """Pending: the capacity is held for a preemptor whose admission is not confirmed yet."""
-    message = (
-        f"{node} {resource}: capacity freed by preemption is held for {holder} "
-        f"({format_quantity(resource, used)} used + {format_quantity(resource, requested)} "
-        f"requested > {format_quantity(resource, cap)})"
-    )
+    over = used_and_requested_over(resource, used, requested, format_quantity(resource, cap))
+    message = f"{node} {resource}: capacity freed by preemption is held for {holder} ({over})"
     return Reason(
         code="HeldForPreemptor",
         message=message,
@@ -75,11 +77,10 @@ def victims_still_stopping(
     node: QuotaPath, resource: str, used: int, requested: int, cap: int, stopping: int
 ) -> Reason:
     """Pending: it fits once preempted workloads still winding down have stopped."""
+    over = used_and_requested_over(resource, used, requested, format_quantity(resource, cap))
     message = (
-        f"{node} {resource} {format_quantity(resource, used)} used + "
-        f"{format_quantity(resource, requested)} requested > {format_quantity(resource, cap)}, "
-        f"of which {format_quantity(resource, stopping)} is held by preempted workloads "
-        "whose pods were not seen stopped yet"
+        f"{node} {resource} {over}, of which {format_quantity(resource, stopping)} is held by "
+        "preempted workloads whose pods were not seen stopped yet"
     )
     return Reason(
         code="VictimsStopping",
@@ -108,10 +109,8 @@ def exceeds_max(
     node: QuotaPath, resource: str, requested: int, maximum: int, cap: int, rate: Fraction
 ) -> Reason:
     """Inadmissible: the request alone is above ``max x oversellRate`` of a node."""
-    message = (
-        f"{node} {resource} {format_quantity(resource, requested)} requested > max "
-        f"{format_quantity(resource, maximum)} x {format_rate(rate)}; it can never fit"
-    )
+    over = requested_over(resource, requested, oversold_max(resource, maximum, rate))
+    message = f"{node} {resource} {over}; it can never fit"
     return Reason(
         code="ExceedsMax",
         message=message,
@@ -227,19 +226,9 @@ def reclaimed(
     """Preempted: a leaf within its min reclaimed capacity a borrowing leaf was using."""
     message = (
         f"{preemptor} reclaims the guarantee of {preemptor_leaf}: {victim_leaf} borrows "
-        f"{resource} ({format_quantity(resource, used)} used > min "
-        f"{format_quantity(resource, minimum)})"
+        f"{resource} ({used_over(resource, used, bound('min', resource, minimum))})"
     )
-    return Reason(
-        code="Reclaim",
-        message=message,
-        node=victim_leaf,
-        resource=resource,
-        used=used,
-        requested=requested,
-        limit=minimum,
-        blocker=preemptor,
-    )
+    return _reclaim(message, preemptor, victim_leaf, resource, used, minimum, requested)
 
 
 def zone_reclaimed(
@@ -256,9 +245,22 @@ def zone_reclaimed(
     guarantee there was using in that zone (Z4)."""
     message = (
         f"{preemptor} reclaims the guarantee of {preemptor_leaf} in zone {zone}: "
-        f"{victim_leaf} {resource} in zone {zone}: {format_quantity(resource, used)} used > "
-        f"min {format_quantity(resource, minimum)}"
+        f"{in_zone(victim_leaf, resource, zone)}: "
+        f"{used_over(resource, used, bound('min', resource, minimum))}"
     )
+    return _reclaim(message, preemptor, victim_leaf, resource, used, minimum, requested)
+
+
+def _reclaim(
+    message: str,
+    preemptor: WorkloadKey,
+    victim_leaf: QuotaPath,
+    resource: str,
+    used: int,
+    minimum: int,
+    requested: int,
+) -> Reason:
+    """A ``Reclaim`` preemption's numbers: the victim's leaf, what it used above its min."""
     return Reason(
         code="Reclaim",
         message=message,

@@ -20,10 +20,11 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator, Sequence
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core import reasons
+from usher.core.reason_text import bound, in_zone, used_and_requested_over
 from usher.core.reclaim import borrowed_resource
 from usher.core.state import ADMITTED, PENDING, Job, Placement
 from usher.core.zone_burst import burst_first
@@ -394,9 +395,11 @@ def reclaim_preview(e: Engine, key: WorkloadKey, now: Millis) -> tuple[str | Non
         e.state.now, e._dirty, e._share_cache, e.state.reclaim_failed = saved
 
 
-def _reclaim_refusal(e: Engine, job: Job) -> str | None:
-    from usher.core.quantity import format_quantity
+_ONLY_RESTORES: Final = "reclaim only restores a guarantee, and within-quota preemption is Never"
+"""Why a leaf beyond its min cannot reclaim when within-quota preemption is Never."""
 
+
+def _reclaim_refusal(e: Engine, job: Job) -> str | None:
     assert job.leaf is not None
     info = e.state.tree.nodes[job.leaf]
     if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
@@ -409,21 +412,13 @@ def _reclaim_refusal(e: Engine, job: Job) -> str | None:
             continue
         used, minimum = info.zone_used.get(job.zone, {}).get(resource, 0), zone_min[resource]
         if used + amount > minimum:  # Z4: within its total min, beyond its zone's
-            return (
-                f"{job.leaf} {resource} in zone {job.zone}: {format_quantity(resource, used)} "
-                f"used + {format_quantity(resource, amount)} requested > min "
-                f"{format_quantity(resource, minimum)}: reclaim only restores a guarantee, "
-                "and within-quota preemption is Never"
-            )
+            over = used_and_requested_over(resource, used, amount, bound("min", resource, minimum))
+            return f"{in_zone(job.leaf, resource, job.zone)}: {over}: {_ONLY_RESTORES}"
     for resource, amount in job.shape:
         used, minimum = info.used.get(resource, 0), info.min.get(resource, 0)
         if used + amount > minimum:
-            return (
-                f"{job.leaf} {resource} {format_quantity(resource, used)} used + "
-                f"{format_quantity(resource, amount)} requested > min "
-                f"{format_quantity(resource, minimum)}: reclaim only restores a guarantee, "
-                "and within-quota preemption is Never"
-            )
+            over = used_and_requested_over(resource, used, amount, bound("min", resource, minimum))
+            return f"{job.leaf} {resource} {over}: {_ONLY_RESTORES}"
     return None
 
 

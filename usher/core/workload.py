@@ -54,6 +54,7 @@ from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its
 from usher.core.kinds.fields import (
     Errors,
     Raw,
+    annotations_of,
     dig,
     error,
     optional_mapping,
@@ -63,6 +64,7 @@ from usher.core.kinds.fields import (
     required_mapping,
     required_string,
     type_name,
+    whole_number,
 )
 from usher.core.quantity import format_quantity, parse_quantity
 from usher.core.retry import container_memory
@@ -135,27 +137,22 @@ def extract_workload(
 
 def _retry_ask(manifest: Raw, errors: Errors) -> RetryAsk | None:
     """The job's retry annotations (R12, R13), checked; None when it carries none."""
-    metadata = manifest.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping) or not any(
-        name in annotations for name in RETRY_ANNOTATIONS
-    ):
+    annotations = annotations_of(manifest)
+    if not any(name in annotations for name in RETRY_ANNOTATIONS):
         return None
     prefix = "metadata.annotations."
-    limit = annotations.get(RETRY_LIMIT_ATTRIBUTE)
-    if limit is not None and (not isinstance(limit, str) or not limit.isdigit()):
-        message = f"must be a whole number >= 0 (a string), got {limit!r}"
+    raw_limit = annotations.get(RETRY_LIMIT_ATTRIBUTE)
+    limit = whole_number(raw_limit)
+    if raw_limit is not None and limit is None:
+        message = f"must be a whole number >= 0 (a string), got {raw_limit!r}"
         errors.append(error(prefix + RETRY_LIMIT_ATTRIBUTE, "invalid-annotation", message))
-        limit = None
     factor = annotations.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
     if factor is not None and (not isinstance(factor, str) or not is_memory_factor(factor)):
         message = f"must be a decimal number >= 1 (a string), got {factor!r}"
         errors.append(error(prefix + OOM_MEMORY_FACTOR_ATTRIBUTE, "invalid-annotation", message))
         factor = None
     cap = _memory_cap(manifest, annotations.get(OOM_MEMORY_CAP_ANNOTATION), errors)
-    return RetryAsk(
-        limit=None if limit is None else int(limit), memory_factor=factor, memory_cap=cap
-    )
+    return RetryAsk(limit=limit, memory_factor=factor, memory_cap=cap)
 
 
 def _memory_cap(manifest: Raw, raw: object, errors: Errors) -> int | None:
@@ -316,10 +313,7 @@ def _identity(manifest: Raw, name_override: str | None, errors: Errors) -> _Iden
     zone = optional_string(labels.get(ZONE_LABEL), f"metadata.labels.{ZONE_LABEL}", errors)
     quota = optional_string(labels.get(QUOTA_LABEL), f"metadata.labels.{QUOTA_LABEL}", errors)
     version = metadata.get("resourceVersion")
-    annotations = metadata.get("annotations")
-    zones, problems = parse_accepted_zones(
-        annotations if isinstance(annotations, Mapping) else {}, zone, "metadata.annotations."
-    )
+    zones, problems = parse_accepted_zones(annotations_of(manifest), zone, "metadata.annotations.")
     errors.extend(problems)
     return _Identity(
         namespace=namespace or DEFAULT_NAMESPACE,
@@ -380,17 +374,16 @@ def _with_minimum(
     manifest: Raw, rule: KindFamily, pod_sets: list[PodSet], errors: Errors
 ) -> list[PodSet]:
     """The pod sets, the scalable one with its declared minimum (R11), checked."""
-    metadata = manifest.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    if not isinstance(annotations, Mapping) or MIN_PARALLELISM_ANNOTATION not in annotations:
+    annotations = annotations_of(manifest)
+    if MIN_PARALLELISM_ANNOTATION not in annotations:
         return pod_sets
     path = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
     raw = annotations[MIN_PARALLELISM_ANNOTATION]
-    if not isinstance(raw, str) or not raw.isdigit() or int(raw) < 1:
+    minimum = whole_number(raw)
+    if minimum is None or minimum < 1:
         message = f"must be a whole number of pods >= 1 (a string), got {raw!r}"
         errors.append(error(path, "invalid-annotation", message))
         return pod_sets
-    minimum = int(raw)
     scalable = rule.scalable_pod_set
     if scalable is None:
         message = f"a {rule.kind} cannot start with fewer pods than it asks for"

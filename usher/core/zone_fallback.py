@@ -27,6 +27,7 @@ from typing import Final
 
 from schemas import FieldError, Reason, Zone
 from usher.core.kinds.family import ZONE_LABEL
+from usher.core.reason_text import reworded
 from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
 ZONES_ANNOTATION: Final = ZONES_KEY
@@ -86,16 +87,7 @@ def passed_over(chosen: Zone | None, passed: Sequence[tuple[Zone, Reason]]) -> R
     if chosen is not None:
         message = f"admitted in zone {chosen}, passed over {parts}"
         return Reason(code="ZoneFallback", message=message)
-    first = passed[0][1]
-    return Reason(
-        code=first.code,
-        message=f"no accepted zone fits now: {parts}",
-        node=first.node,
-        resource=first.resource,
-        used=first.used,
-        requested=first.requested,
-        limit=first.limit,
-    )
+    return reworded(passed[0][1], f"no accepted zone fits now: {parts}")
 
 
 def _invalid(field: str, message: str) -> FieldError:

@@ -21,6 +21,7 @@ from typing import Final, NamedTuple, Protocol
 
 from schemas import FieldError, QuotaPath, Reason, Zone
 from usher.core.quantity import collect_resources, format_quantity
+from usher.core.reason_text import bound, in_zone, used_and_requested_over
 
 ZONE_MAX_ATTRIBUTE: Final = "usher.io/zone-max"
 """Per zone, the most a node's subtree may use there (Z1), on top of its total ``max``."""
@@ -156,12 +157,10 @@ def fits_zone_caps(
 def zone_quota_exceeded(short: ZoneShortfall) -> Reason:
     """Pending: a node's cap in the workload's zone has no room (Z1), with the numbers."""
     resource = short.resource
-    message = (
-        f"{short.node} {resource} in zone {short.zone}: "
-        f"{format_quantity(resource, short.used)} used + "
-        f"{format_quantity(resource, short.requested)} requested > max "
-        f"{format_quantity(resource, short.cap)}"
+    over = used_and_requested_over(
+        resource, short.used, short.requested, bound("max", resource, short.cap)
     )
+    message = f"{in_zone(short.node, resource, short.zone)}: {over}"
     return Reason(
         code="ZoneQuotaExceeded",
         message=message,

@@ -172,6 +172,20 @@ def dig(mapping: Raw, path: tuple[str, ...], errors: Errors) -> object:
     return current
 
 
+def annotations_of(manifest: Raw) -> Raw:
+    """A manifest's ``metadata.annotations``; empty when it has none or they are not a
+    mapping (reading ``metadata`` itself reports that)."""
+    metadata = manifest.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else {}
+
+
+def whole_number(raw: object) -> int | None:
+    """The number an annotation written as decimal digits (``"30"``) says; None for anything
+    else (a sign, a fraction, a non-string). Its range is the caller's to check."""
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
 def error(path: str, code: str, message: str) -> FieldError:
     return FieldError(path=path, code=code, message=message)
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from usher.core.kinds.family import KindFamily
-from usher.core.kinds.fields import Errors, Raw, dig, error
+from usher.core.kinds.fields import Errors, Raw, annotations_of, dig, error, whole_number
 
 MAX_RUNTIME_ANNOTATION: Final = "usher.io/max-runtime-seconds"
 MAX_RUNTIME_PATH: Final = f"metadata.annotations.{MAX_RUNTIME_ANNOTATION}"
@@ -36,13 +36,10 @@ def declared_seconds(manifest: Raw, family: KindFamily, errors: Errors) -> int |
 
 
 def _annotation(manifest: Raw, errors: Errors) -> int | None:
-    metadata = manifest.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-    raw = annotations.get(MAX_RUNTIME_ANNOTATION) if isinstance(annotations, Mapping) else None
+    raw = annotations_of(manifest).get(MAX_RUNTIME_ANNOTATION)
     if raw is None:
         return None
-    text = raw.strip() if isinstance(raw, str) else ""
-    seconds = int(text) if text.isdigit() else None
+    seconds = whole_number(raw.strip() if isinstance(raw, str) else None)
     if seconds is None or not 1 <= seconds <= MOST_SECONDS:
         message = (
             f"{MAX_RUNTIME_ANNOTATION} must be a whole number of seconds from 1 to "

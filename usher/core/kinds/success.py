@@ -15,20 +15,20 @@ from __future__ import annotations
 from typing import Any
 
 from schemas import FieldError
-from usher.core.kinds.family import Outcome, mapping
-from usher.core.kinds.fields import error
+from usher.core.kinds.family import Outcome
+from usher.core.kinds.fields import annotations_of, error, whole_number
 
 MIN_SUCCESS_ANNOTATION = "usher.io/min-success"
 MIN_SUCCESS_PATH = f"metadata.annotations.{MIN_SUCCESS_ANNOTATION}"
 
 
 def _raw(obj: dict[str, Any]) -> object:
-    return mapping(mapping(obj.get("metadata")).get("annotations")).get(MIN_SUCCESS_ANNOTATION)
+    return annotations_of(obj).get(MIN_SUCCESS_ANNOTATION)
 
 
 def _number(raw: object) -> int | None:
-    text = raw.strip() if isinstance(raw, str) else ""
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    number = whole_number(raw.strip() if isinstance(raw, str) else None)
+    return number if number is not None and number > 0 else None
 
 
 def declared(obj: dict[str, Any]) -> int | None:
