@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from usher.adapters.kube import JsonObj, Resource
+from usher.adapters.kube import JsonObj, Resource, merge_diff
 from usher.core.burst_tolerations import Toleration, retolerated
 from usher.core.kinds import FAMILIES, REJECTED, KindFamily, Outcome, parse_time_ms
 from usher.core.workload import ZONE_LABEL
@@ -197,7 +197,8 @@ def _toleration_patch(
     """The ``spec`` part of a merge patch that gives every pod template (after the selector
     patch) the tolerations it should have, and the annotations part recording what Usher
     added; ``({}, None)`` when every template already is as it should be."""
-    added_before = _added_tolerations(obj)
+    recorded = _annotations(obj).get(ADDED_TOLERATIONS_ANNOTATION)
+    added_before = _added_tolerations(recorded)
     if not tolerations and not any(added_before):
         return {}, None  # the common case: no burst zone now, none before
     before = _deep_merge(_spec(obj), selector_spec)
@@ -215,37 +216,24 @@ def _toleration_patch(
         else:
             pod_spec.pop("tolerations", None)
         added.append(mine)
-    diff = _merge_diff(before, after)
-    if not diff and added == added_before:
-        return {}, None
+    diff: Spec = merge_diff(before, after) or {}
     record = json.dumps(added, separators=(",", ":")) if any(added) else None
+    if not diff and record == recorded:
+        return {}, None
     return diff, {ADDED_TOLERATIONS_ANNOTATION: record}
 
 
-def _added_tolerations(obj: JsonObj) -> list[list[object]]:
+def _annotations(obj: JsonObj) -> dict[str, Any]:
+    return _mapping(_mapping(obj.get("metadata")).get("annotations"))
+
+
+def _added_tolerations(recorded: object) -> list[list[object]]:
     """What the workload's annotation says Usher added to each pod template (none: [])."""
-    annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
-    raw = annotations.get(ADDED_TOLERATIONS_ANNOTATION)
     try:
-        recorded = json.loads(raw) if isinstance(raw, str) else []
+        added = json.loads(recorded) if isinstance(recorded, str) else []
     except ValueError:
         return []  # not Usher's writing: it added nothing it can tell
-    return [_list(item) for item in _list(recorded)]
-
-
-def _merge_diff(before: Spec, after: Spec) -> Spec:
-    """The JSON merge patch (RFC 7386) turning ``before`` into ``after``: maps reached into,
-    anything else (lists too) sent whole, a removed key as null."""
-    diff: Spec = {key: None for key in before if key not in after}
-    for key, value in after.items():
-        old = before.get(key)
-        if isinstance(old, dict) and isinstance(value, dict):
-            inner = _merge_diff(old, value)
-            if inner:
-                diff[key] = inner
-        elif key not in before or old != value:
-            diff[key] = value
-    return diff
+    return [_list(item) for item in _list(added)]
 
 
 def suspend_patch(family: JobFamily, obj: JsonObj) -> JsonObj | None:
