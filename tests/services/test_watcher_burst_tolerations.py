@@ -3,8 +3,8 @@
 Every registered kind admitted into a burst zone gets the virtual kubelet's toleration on
 every pod template (never twice, the template's own kept); admitted again, nothing to do;
 admitted later into a plain zone, its templates are exactly as a plain admission leaves them
-(what Usher added is taken back, what the user wrote stays); a plain zone never adds one. The
-decision runner reads the burst zones and tolerations from the tree in force.
+(what Usher added is taken back, what the user wrote stays); a plain zone never adds one. Which
+tolerations a zone gets is read from the root attributes of the tree in force.
 """
 
 from __future__ import annotations
