@@ -3,7 +3,8 @@
 What it does: a durable JetStream pull consumer (``<prefix>-watcher``) on ``<prefix>.decision.>`` of
 the log, explicit acks. Messages are handled one after the other, in stream order. For an
 ``Admitted`` decision the workload's suspend field becomes false and every pod template gets the
-node selector ``usher.io/zone: <zone>``, in one merge patch guarded by the resourceVersion; for
+node selector ``usher.io/zone: <zone>`` (and, in a burst zone of the tree in force, the
+zone's tolerations, Z3), in one merge patch guarded by the resourceVersion; for
 ``Preempted`` and ``Requeued`` (R10) the suspend field becomes true; for a ``Retried`` naming a
 next attempt (R12) that attempt is created from the failed job (``usher.core.retry``; it exists
 already after a redelivery: that is success). A message is acked only once
@@ -60,7 +61,9 @@ from usher.adapters.kube import (
 )
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.core.burst_tolerations import Toleration
 from usher.core.retry import retry_manifest
+from usher.core.zone_burst import zone_tolerations
 
 Result = Literal["patched", "created", "gone", "finished", "already", "stale", "ignored"]
 
@@ -240,7 +243,7 @@ class DecisionRunner:
             obj = await self.kube.get(resource, namespace, name)
             if family.outcome(obj) is not None:
                 return "finished"
-            patch = _patch_for(decision, family, obj)
+            patch = _patch_for(decision, family, obj, self._tolerations(decision))
             if patch is None:
                 if isinstance(decision, Preempted | Requeued):
                     await self._confirm_stopped(resource, family, obj, seq)
@@ -249,6 +252,12 @@ class DecisionRunner:
         except NotFound:
             return "gone"
         return "patched"
+
+    def _tolerations(self, decision: Admitted | Preempted | Requeued) -> tuple[Toleration, ...]:
+        """What the pods of an admission into a burst zone of the tree in force tolerate."""
+        if not isinstance(decision, Admitted) or self.view.tree is None:
+            return ()
+        return zone_tolerations(self.view.tree.attributes, decision.zone)
 
     async def create_retry(self, decision: Retried) -> Result:
         """Create the next attempt a ``Retried`` names (R12): the failed job's manifest,
@@ -303,10 +312,13 @@ def _lanes(batch: list[Msg]) -> list[list[Msg]]:
 
 
 def _patch_for(
-    decision: Admitted | Preempted | Requeued, family: JobFamily, obj: dict[str, Any]
+    decision: Admitted | Preempted | Requeued,
+    family: JobFamily,
+    obj: dict[str, Any],
+    tolerations: tuple[Toleration, ...],
 ) -> dict[str, Any] | None:
     if isinstance(decision, Admitted):
-        return admit_patch(family, obj, decision.zone, decision.pod_counts)
+        return admit_patch(family, obj, decision.zone, decision.pod_counts, tolerations)
     return suspend_patch(family, obj)
 
 

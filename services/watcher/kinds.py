@@ -14,14 +14,23 @@ to admit it with (no templates, no patch, never finished).
 
 from __future__ import annotations
 
+import copy
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Final
 
-from usher.adapters.kube import JsonObj, Resource
+from usher.adapters.kube import JsonObj, Resource, merge_diff
+from usher.core.burst_tolerations import Toleration, retolerated
 from usher.core.kinds import FAMILIES, REJECTED, KindFamily, Outcome, parse_time_ms
 from usher.core.workload import ZONE_LABEL
 
 __all__ = ["Outcome", "parse_time_ms"]
+
+ADDED_TOLERATIONS_ANNOTATION: Final = "usher.io/added-tolerations"
+"""On a workload Usher pinned to a burst zone (Z3): the tolerations it added to each pod
+template (a JSON list, one list per template in the family's order), so that a later pin
+into another zone takes exactly those away and leaves the template as the user wrote it."""
 
 Spec = dict[str, Any]
 
@@ -155,20 +164,76 @@ def pinned_to(family: JobFamily, obj: JsonObj, zone: str) -> bool:
 
 
 def admit_patch(
-    family: JobFamily, obj: JsonObj, zone: str, pod_counts: dict[str, int] | None = None
+    family: JobFamily,
+    obj: JsonObj,
+    zone: str,
+    pod_counts: dict[str, int] | None = None,
+    tolerations: Sequence[Toleration] = (),
 ) -> JsonObj | None:
     """The merge patch that lets the workload start in ``zone``, scaled down to a partial
-    admission's ``pod_counts`` (R11); None when it already may (or when Usher does not admit
-    the kind at all)."""
+    admission's ``pod_counts`` (R11), its pod templates tolerating ``tolerations`` (a burst
+    zone's taints, Z3) and no longer those Usher added for an earlier zone; None when it
+    already may (or when Usher does not admit the kind at all)."""
     if not family.supported:
         return None
-    if not suspend_flag(family, obj) and pinned_to(family, obj, zone):
+    spec = family.selector_patch(_spec(obj), zone)
+    toleration_spec, annotations = _toleration_patch(family, obj, spec, tolerations)
+    if not suspend_flag(family, obj) and pinned_to(family, obj, zone) and annotations is None:
         return None
-    spec = _deep_merge(_nested(family.suspend_path, False), family.selector_patch(_spec(obj), zone))
+    spec = _deep_merge(_nested(family.suspend_path, False), spec)
+    spec = _deep_merge(spec, toleration_spec)
     scalable, count_patch = family.scalable_pod_set, family.count_patch
     if pod_counts and scalable in pod_counts and count_patch is not None:
         spec = _deep_merge(spec, count_patch(pod_counts[scalable]))
-    return _guarded(obj, spec)
+    patch = _guarded(obj, spec)
+    if annotations is not None:
+        patch.setdefault("metadata", {})["annotations"] = annotations
+    return patch
+
+
+def _toleration_patch(
+    family: JobFamily, obj: JsonObj, selector_spec: Spec, tolerations: Sequence[Toleration]
+) -> tuple[Spec, JsonObj | None]:
+    """The ``spec`` part of a merge patch that gives every pod template (after the selector
+    patch) the tolerations it should have, and the annotations part recording what Usher
+    added; ``({}, None)`` when every template already is as it should be."""
+    recorded = _annotations(obj).get(ADDED_TOLERATIONS_ANNOTATION)
+    added_before = _added_tolerations(recorded)
+    if not tolerations and not any(added_before):
+        return {}, None  # the common case: no burst zone now, none before
+    before = _deep_merge(_spec(obj), selector_spec)
+    after = copy.deepcopy(before)
+    added: list[list[Toleration]] = []
+    for index, template in enumerate(family.templates(after)):
+        pod_spec = _mapping(template).get("spec")
+        if not isinstance(pod_spec, dict):
+            added.append([])
+            continue
+        previous = added_before[index] if index < len(added_before) else []
+        wanted, mine = retolerated(_list(pod_spec.get("tolerations")), previous, tolerations)
+        if wanted:
+            pod_spec["tolerations"] = wanted
+        else:
+            pod_spec.pop("tolerations", None)
+        added.append(mine)
+    diff: Spec = merge_diff(before, after) or {}
+    record = json.dumps(added, separators=(",", ":")) if any(added) else None
+    if not diff and record == recorded:
+        return {}, None
+    return diff, {ADDED_TOLERATIONS_ANNOTATION: record}
+
+
+def _annotations(obj: JsonObj) -> dict[str, Any]:
+    return _mapping(_mapping(obj.get("metadata")).get("annotations"))
+
+
+def _added_tolerations(recorded: object) -> list[list[object]]:
+    """What the workload's annotation says Usher added to each pod template (none: [])."""
+    try:
+        added = json.loads(recorded) if isinstance(recorded, str) else []
+    except ValueError:
+        return []  # not Usher's writing: it added nothing it can tell
+    return [_list(item) for item in _list(added)]
 
 
 def suspend_patch(family: JobFamily, obj: JsonObj) -> JsonObj | None:

@@ -9,7 +9,9 @@ which zones a workload accepts when the tree gives the list (``tree_accepted``),
 accepted zones are tried in (``try_order``: every non-burst zone before any burst zone, each
 part in the listed order), and the order of reclaim candidates of one standing
 (``burst_first``: among candidates at the same tree distance and of the same priority, those
-running in a burst zone first).
+running in a burst zone first), and the tolerations the pods of a workload admitted into a
+burst zone get (``zone_tolerations``; the root's ``usher.io/burst-tolerations`` is read and
+refused by ``burst_tolerations``, T1 reports it here with the others).
 
 What it must never do: perform I/O, admit or preempt anything itself, or change any order when
 the tree marks no burst zone (every decision is then exactly what Z2 and R5 decide).
@@ -21,6 +23,12 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Final, TypeVar
 
 from schemas import FieldError, Zone
+from usher.core.burst_tolerations import (
+    BURST_TOLERATIONS_ATTRIBUTE,
+    DEFAULT_TOLERATIONS,
+    Toleration,
+    parse_burst_tolerations,
+)
 from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
 BURST_ZONES_ATTRIBUTE: Final = "usher.io/burst-zones"
@@ -51,7 +59,32 @@ def attribute_errors(attributes: Mapping[str, str], path: str, *, root: bool) ->
         problem = parse_zone_names(raw)[1]
         if problem is not None:
             errors.append(_invalid(field, problem))
+    errors.extend(_toleration_errors(attributes, path, root=root))
     return errors
+
+
+def _toleration_errors(attributes: Mapping[str, str], path: str, *, root: bool) -> list[FieldError]:
+    raw = attributes.get(BURST_TOLERATIONS_ATTRIBUTE)
+    if raw is None:
+        return []
+    field = f"{path}.{BURST_TOLERATIONS_ATTRIBUTE}"
+    if not root:
+        message = f"{BURST_TOLERATIONS_ATTRIBUTE} may be set on the root only (as burst zones)"
+        return [_invalid(field, message)]
+    problem = parse_burst_tolerations(raw, sorted(burst_zones(attributes)))[1]
+    return [] if problem is None else [_invalid(field, problem)]
+
+
+def zone_tolerations(root_attributes: Mapping[str, str], zone: Zone) -> tuple[Toleration, ...]:
+    """The tolerations the pods of a workload admitted into ``zone`` get (Z3): none unless
+    it is a burst zone; then those the root's ``usher.io/burst-tolerations`` names for it,
+    else the virtual kubelet's (``DEFAULT_TOLERATIONS``)."""
+    burst = burst_zones(root_attributes)
+    if zone not in burst:
+        return ()
+    raw = root_attributes.get(BURST_TOLERATIONS_ATTRIBUTE)
+    named = parse_burst_tolerations(raw, sorted(burst))[0] if raw is not None else {}
+    return named.get(zone, DEFAULT_TOLERATIONS)
 
 
 def burst_zones(root_attributes: Mapping[str, str]) -> frozenset[Zone]:

@@ -3,7 +3,8 @@
 What it does: given a Job (as the fake kubelet last wrote its status), keeps its pods in the
 store the way a cluster shows them: ``status.active`` pods named ``<job>-<suffix>`` with the
 Job controller's labels and owner reference, bound to a Node whose labels match the pod
-template's ``nodeSelector`` (Pending and Unschedulable when none does), Running with ready
+template's ``nodeSelector`` and whose ``NoSchedule``/``NoExecute`` taints it tolerates (Pending
+and Unschedulable, saying why as the scheduler does, when none does), Running with ready
 container statuses; when the Job completes or fails they stay, Succeeded (``Completed``) or
 Failed (``Error``); when it is suspended, or deleted (the garbage collector), they are deleted.
 What it must never do: touch the Job or any object that is not one of its pods; write a pod
@@ -15,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from usher.core.burst_tolerations import tolerates
 from usher.local.kube_emulator.errors import ApiError
 from usher.local.kube_emulator.playbook import COMPLETED, PodFate, Stage
 from usher.local.kube_emulator.resources import RESOURCES
@@ -26,6 +28,9 @@ NODES = next(rt for rt in RESOURCES if rt.plural == "nodes")
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 CONTROLLER_UID_LABEL = "batch.kubernetes.io/controller-uid"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+FILTERING_EFFECTS = ("NoSchedule", "NoExecute")
+"""Taint effects that keep a pod off a node (``PreferNoSchedule`` does not)."""
+NOT_SELECTED = "node(s) didn't match Pod's node affinity/selector"
 
 
 def _condition(kind: str, true: bool, now: str, reason: str = "") -> JsonObj:
@@ -57,15 +62,52 @@ def owner_uid(pod: JsonObj) -> str:
 
 
 def node_for(store: Store, job: JsonObj, index: int) -> str:
-    """A node the template's ``nodeSelector`` allows (spread by index), or "" when none."""
+    """A node the template's ``nodeSelector`` allows and whose ``NoSchedule``/``NoExecute``
+    taints it tolerates (spread by index), or "" when none."""
     template = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-    wanted = template.get("nodeSelector") or {}
     fits = [
         n["metadata"]["name"]
         for n in store.objects(NODES)
-        if all((n["metadata"].get("labels") or {}).get(k) == v for k, v in wanted.items())
+        if _selected(template, n) and _untolerated_taint(template, n) is None
     ]
     return fits[index % len(fits)] if fits else ""
+
+
+def _selected(pod_spec: JsonObj, node: JsonObj) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    return all(labels.get(k) == v for k, v in (pod_spec.get("nodeSelector") or {}).items())
+
+
+def _untolerated_taint(pod_spec: JsonObj, node: JsonObj) -> JsonObj | None:
+    """The first taint of ``node`` that keeps the pod off it, as the scheduler's taint filter
+    (``PreferNoSchedule`` only scores, it never filters); None: none does."""
+    tolerations = pod_spec.get("tolerations") or []
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in FILTERING_EFFECTS and not tolerates(tolerations, taint):
+            return dict(taint)
+    return None
+
+
+def unschedulable_message(store: Store, pod_spec: JsonObj) -> str:
+    """Why no node takes the pod, in the scheduler's words (``0/2 nodes are available: 1
+    node(s) had untolerated taint {virtual-kubelet.io/provider: eci}, ...``)."""
+    nodes = store.objects(NODES)
+    selected = [n for n in nodes if _selected(pod_spec, n)]
+    tainted = [t for t in (_untolerated_taint(pod_spec, n) for n in selected) if t is not None]
+    if not tainted:
+        return f"0/{len(nodes)} nodes are available: {NOT_SELECTED}."
+    reasons = [
+        f"{len([t for t in tainted if t == taint])} node(s) had untolerated taint "
+        f"{{{taint.get('key')}: {taint.get('value') or ''}}}"
+        for taint in _distinct(tainted)
+    ]
+    if len(selected) < len(nodes):
+        reasons.append(f"{len(nodes) - len(selected)} {NOT_SELECTED}")
+    return f"0/{len(nodes)} nodes are available: {', '.join(reasons)}."
+
+
+def _distinct(items: list[JsonObj]) -> list[JsonObj]:
+    return [item for i, item in enumerate(items) if item not in items[:i]]
 
 
 def pod_manifest(job: JsonObj, node: str, index: int | None = None) -> JsonObj:
@@ -121,11 +163,9 @@ def pod_status(pod: JsonObj, phase: str, now: str, store: Store) -> JsonObj:
     status: JsonObj = dict(pod.get("status") or {})
     containers = (pod.get("spec") or {}).get("containers") or []
     if not pod["spec"].get("nodeName"):
-        nodes = len(store.objects(NODES))
         return {"phase": "Pending", "conditions": [
             {**_condition("PodScheduled", False, now, "Unschedulable"),
-             "message": f"0/{nodes} nodes are available: node(s) didn't match Pod's node "
-                        "affinity/selector."}]}  # fmt: skip
+             "message": unschedulable_message(store, pod["spec"])}]}  # fmt: skip
     started = status.get("startTime") or now
     running = phase == "running"
     status.update(

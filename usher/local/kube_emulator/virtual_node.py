@@ -3,11 +3,13 @@
 What it does: ``virtual_node_manifest(zone)`` is the Node a virtual kubelet registers -- one
 node standing for a whole provider's capacity, so its allocatable is large -- labelled as a
 virtual kubelet (``type: virtual-kubelet``) and with the zone Usher serves it as
-(``usher.io/zone``, Z3's burst zone); ``add_virtual_node`` puts it in a store unless a node of
-that name is there (a restored cluster keeps its own). The fake kubelet binds pods to it like
-to any node whose labels the pod template's ``nodeSelector`` names.
-What it must never do: taint the node (the emulator schedules by ``nodeSelector`` only, and
-Usher's watcher adds no toleration), or touch any other object.
+(``usher.io/zone``, Z3's burst zone), and tainted as a virtual kubelet taints its node
+(``virtual-kubelet.io/provider=<zone>:NoSchedule``: only pods that tolerate it land there; the
+watcher adds that toleration to the pods it pins to a burst zone); ``add_virtual_node`` puts it
+in a store unless a node of that name is there (a restored cluster keeps its own). The fake
+kubelet binds pods to it like to any node whose labels the pod template's ``nodeSelector``
+names and whose taints it tolerates.
+What it must never do: touch any other object.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Final
 
+from usher.core.burst_tolerations import VIRTUAL_KUBELET_TAINT_KEY
 from usher.local.kube_emulator.errors import ApiError
 from usher.local.kube_emulator.resources import RESOURCES
 from usher.local.kube_emulator.store import Store
@@ -36,6 +39,12 @@ def virtual_node_name(zone: str) -> str:
     return f"virtual-node-{zone}"
 
 
+def virtual_kubelet_taint(zone: str) -> dict[str, str]:
+    """The taint a virtual kubelet puts on its node (its value names the provider: the
+    emulator's is named after the zone it serves)."""
+    return {"key": VIRTUAL_KUBELET_TAINT_KEY, "value": zone, "effect": "NoSchedule"}
+
+
 def virtual_node_manifest(zone: str) -> dict[str, Any]:
     """The Node of a virtual kubelet serving ``zone``."""
     return {
@@ -45,6 +54,7 @@ def virtual_node_manifest(zone: str) -> dict[str, Any]:
             "name": virtual_node_name(zone),
             "labels": {**VIRTUAL_KUBELET_LABELS, ZONE_LABEL: zone},
         },
+        "spec": {"taints": [virtual_kubelet_taint(zone)]},
         "status": {
             "allocatable": dict(VIRTUAL_ALLOCATABLE),
             "capacity": dict(VIRTUAL_ALLOCATABLE),
