@@ -13,6 +13,7 @@ What it must never do: trust the ``used`` column alone (it only shows the presen
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -170,3 +171,57 @@ async def assert_audit_clean(env: dict[str, str], prefix: str, database_url: str
         env={**os.environ, "USHER_HOME": env["USHER_HOME"]},
     )  # fmt: skip
     assert audit.returncode == 0, audit.stdout[-4000:] + audit.stderr[-2000:]
+
+
+# Each ended allocation's resource-milliseconds, summed by PostgreSQL itself: its interval runs
+# from admission to preemption (or requeue), else release (U1), each end in whole ms as
+# ``usher.core.log.datetime_ms`` takes them (the float seconds since the epoch x 1000, cut).
+_USAGE_BY_NAMESPACE_SQL = """
+SELECT split_part(a.workload, '/', 1) AS namespace, r.key AS resource,
+       SUM(GREATEST(0,
+           floor(extract(epoch FROM COALESCE(a.preempted_at, a.released_at))::float8 * 1000)
+           - floor(extract(epoch FROM a.admitted_at)::float8 * 1000)
+       )::bigint * r.value::bigint) AS amount_ms
+FROM allocations a, jsonb_each_text(a.requests) r
+WHERE a.admitted_at IS NOT NULL AND r.value::bigint <> 0
+GROUP BY 1, 2
+"""
+
+
+async def assert_usage_equals_ledger_sql(
+    env: dict[str, str], prefix: str, database_url: str
+) -> dict[tuple[str, str], int]:
+    """``usher usage --by namespace -o json`` (folded from the log's decisions) equals the
+    ledger's allocation intervals summed by SQL, to the millisecond, once nothing runs any
+    more (every interval closed). Returns the totals."""
+    engine = create_async_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            open_rows = await conn.execute(
+                text(
+                    "SELECT count(*) FROM allocations WHERE admitted_at IS NOT NULL"
+                    " AND COALESCE(preempted_at, released_at) IS NULL"
+                )
+            )
+            assert open_rows.scalar_one() == 0, "an admitted allocation is still open"
+            rows = (await conn.execute(text(_USAGE_BY_NAMESPACE_SQL))).all()
+    finally:
+        await engine.dispose()
+    by_sql = {(row.namespace, row.resource): int(row.amount_ms) for row in rows if row.amount_ms}
+    report = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "usher.cli", "usage", "--nats", env["USHER_NATS_URL"],
+         "--prefix", prefix, "--by", "namespace", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "USHER_HOME": env["USHER_HOME"]},
+    )  # fmt: skip
+    assert report.returncode == 0, report.stdout[-2000:] + report.stderr[-2000:]
+    by_log = {
+        (row["group"], row["resource"]): int(row["amount_ms"])
+        for row in json.loads(report.stdout)["rows"]
+    }
+    assert by_log == by_sql
+    assert by_sql, "nothing was used: the comparison proves nothing"
+    return by_sql

@@ -34,6 +34,7 @@ from tests.e2e.checks import (
     admissions_per_workload,
     assert_audit_clean,
     assert_log_invariants,
+    assert_usage_equals_ledger_sql,
     history_violations,
     story_checks,
 )
@@ -214,6 +215,8 @@ async def test_every_service_killed_once_on_a_borrowing_tree_ends_clean(
     await _check_run(js, subjects, migrated_url, count)
     # The auditor's view of the same history: every decision justified, ledger == log.
     await assert_audit_clean(procs.env, subjects.prefix, migrated_url)
+    # U1: `usher usage` from the log equals the ledger's intervals summed by SQL.
+    await assert_usage_equals_ledger_sql(procs.env, subjects.prefix, migrated_url)
 
 
 async def test_two_zone_dequeuers_racing_on_a_borrowing_tree_never_over_commit(
@@ -407,3 +410,4 @@ async def test_every_service_killed_once_with_requeues_and_retries_in_flight_end
     assert await history_violations(migrated_url, Fraction(1)) == []
     await assert_log_invariants(js, subjects, EngineConfig())
     await assert_audit_clean(procs.env, subjects.prefix, migrated_url)
+    await assert_usage_equals_ledger_sql(procs.env, subjects.prefix, migrated_url)
