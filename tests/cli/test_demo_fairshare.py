@@ -58,8 +58,10 @@ def test_the_live_view_gives_each_teams_usage_per_weight() -> None:
     assert x.fair_share is not None and y.fair_share is not None
     assert (x.fair_share.weight, y.fair_share.weight) == (1, 3)
     # The same usage (24 cpu-seconds each, x's decayed longer), y's divided by 3; explain's
-    # key, in root-hours to 3 decimals, is 0.000 for both at the story's small scale.
+    # key, in root-hours to 3 significant digits, tells the two apart at this small scale.
     assert x.fair_share.decayed_usage == {"cpu": "0.006 CPU-hours"}
     assert y.fair_share.decayed_usage == {"cpu": "0.007 CPU-hours"}
     assert queue_lines(y)[0].endswith(f"; {y.fair_words()}")
     assert "weight 3, key " in queue_lines(y)[0]
+    assert x.fair_share.key != y.fair_share.key
+    assert x.fair_share.key != "0.000 root-hours" != y.fair_share.key

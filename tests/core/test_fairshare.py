@@ -283,3 +283,24 @@ def test_a_borrowing_leaf_offer_follows_the_clock_even_from_zero_usage() -> None
     assert engine.decide(Millis(H)) == []
     assert engine.stale_offer_keys() == []
     assert engine.fair_key(engine.state.tree.nodes[QuotaPath("root/A")], 1) > 0
+
+
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        (0, "0.000 root-hours"),
+        (4_154_256, "1.154 root-hours"),  # 3 decimals from a root-hour up, as before
+        (1_800_000, "0.500 root-hours"),
+        (44_444, "0.0123 root-hours"),  # 3 significant digits below a tenth
+        (21_600, "0.00600 root-hours"),
+        (1, "2.78e-7 root-hours"),  # scientific below a thousandth
+    ],
+)
+def test_a_key_prints_in_root_hours_to_three_significant_digits(key: int, text: str) -> None:
+    assert fairshare.format_key(key) == text
+
+
+def test_two_small_keys_never_print_the_same() -> None:
+    """The demo's two teams at a small scale: the third decimal alone showed 0.000 for both."""
+    small = [fairshare.format_key(key) for key in (24_000, 8_000, 7_000, 500, 400)]
+    assert len(set(small)) == len(small)

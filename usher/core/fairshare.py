@@ -220,11 +220,29 @@ def weight_errors(attributes: Mapping[str, str], field_prefix: str) -> list[Fiel
     ]
 
 
+KEY_DIGITS: Final = 3
+"""Significant digits a key keeps at least when printed: two teams' keys at a small scale
+(a few CPU-seconds of a large root) differ there, not in the third decimal."""
+SCIENTIFIC_BELOW: Final = Decimal("0.001")
+
+
 def format_key(key: FairKey) -> str:
-    """A key for people (explain): the whole root's capacity for that many hours, per weight
-    (``0.144 root-hours``), 3 decimals half-even."""
+    """A key for people (explain and the live view, the one place that words it): the whole
+    root's capacity for that many hours, per weight (``0.144 root-hours``, ``0.00123``,
+    ``6.00e-6`` below a thousandth), half-even to 3 decimals and at least 3 significant
+    digits, so that keys differing in those digits never print the same."""
     hours_of_root = ARITHMETIC.divide(Decimal(key), Decimal(MS_PER_HOUR))
-    return f"{ARITHMETIC.quantize(hours_of_root, Decimal('0.001'))} root-hours"
+    return f"{_key_digits(hours_of_root)} root-hours"
+
+
+def _key_digits(hours_of_root: Decimal) -> str:
+    if hours_of_root.is_zero():
+        return "0.000"
+    if abs(hours_of_root) < SCIENTIFIC_BELOW:
+        mantissa, exponent = f"{hours_of_root:.{KEY_DIGITS - 1}e}".split("e")
+        return f"{mantissa}e{int(exponent)}"
+    exponent = min(-3, hours_of_root.adjusted() - (KEY_DIGITS - 1))
+    return str(ARITHMETIC.quantize(hours_of_root, Decimal(1).scaleb(exponent)))
 
 
 def format_usage(usage: Mapping[str, Decimal]) -> str:
