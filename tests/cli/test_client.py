@@ -7,6 +7,7 @@ client submits through the emulator's Kubernetes API and reads states from the l
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -31,7 +32,7 @@ from usher.client import (
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
 from usher.core.usage import UsageBy, usage_totals
-from usher.demo.driver import DemoDriver, SeedJob
+from usher.demo.driver import Burst, DemoDriver, SeedJob
 from usher.local.processes import pid_alive
 from usher.local.system import EmbeddedSystem, SystemOptions
 
@@ -184,6 +185,28 @@ def test_a_job_created_twice_is_a_typed_already_exists(system: EmbeddedSystem) -
         return said
 
     assert asyncio.run(scenario()) == ["demo: job.batch/seeded-twice submitted (once)"]
+
+
+def test_the_demo_plays_its_reclaim_burst_in_a_zone_with_a_node(system: EmbeddedSystem) -> None:
+    """Pinned to zone ``default`` (no node here, zones a only) its pods stayed Pending while
+    the Job completed; the burst goes where the OOM and stuck-gang steps go."""
+
+    async def scenario() -> str | None:
+        said: list[str] = []
+        async with AsyncClient(home=system.home) as usher:
+            driver = DemoDriver(usher, zones=system.options.zones, say=said.append)
+            await driver._burst(Burst(replicas=1, cpu="1", memory=None))
+            [line] = said
+            key = line.removeprefix("demo: ").split(" ")[0]
+            for _ in range(100):
+                with contextlib.suppress(NotFound):
+                    found = await usher.job(key)
+                    if found.zone is not None:
+                        return found.zone
+                await asyncio.sleep(0.1)
+        return None
+
+    assert asyncio.run(scenario()) == "a"
 
 
 # --------------------------------------------------------------------------- pure parts

@@ -345,11 +345,12 @@ class DemoDriver:
         await self._submit(namespace, replicas, str(cpu), memory, gpu, priority, zone, what)
 
     async def _burst(self, burst: Burst) -> None:
-        # No zone, like the seed's scenario 3: a zone's node full of jobs that are not the
-        # victims would stop it where the quota would not.
+        # In a zone with a node, as the OOM and stuck-gang steps: pinned to zone ``default``
+        # (no node under ``usher up``) its pods stayed Pending while the Job completed.
         what = f"{burst.replicas}x{burst.cpu} cpu, reclaim"
+        zone = self._played_zone()
         await self._submit(
-            RECLAIMER, burst.replicas, burst.cpu, burst.memory, None, "priority-3", None, what
+            RECLAIMER, burst.replicas, burst.cpu, burst.memory, None, "priority-3", zone, what
         )
 
     async def _submit(
