@@ -239,8 +239,8 @@ def _key_digits(hours_of_root: Decimal) -> str:
     if hours_of_root.is_zero():
         return "0.000"
     if abs(hours_of_root) < SCIENTIFIC_BELOW:
-        mantissa, exponent = f"{hours_of_root:.{KEY_DIGITS - 1}e}".split("e")
-        return f"{mantissa}e{int(exponent)}"
+        mantissa, power = f"{hours_of_root:.{KEY_DIGITS - 1}e}".split("e")
+        return f"{mantissa}e{int(power)}"
     exponent = min(-3, hours_of_root.adjusted() - (KEY_DIGITS - 1))
     return str(ARITHMETIC.quantize(hours_of_root, Decimal(1).scaleb(exponent)))
 
