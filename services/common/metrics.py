@@ -5,12 +5,13 @@ services record into (``Metrics``; ``process_metrics()`` returns the one of this
 services running side by side in one process, as in tests, share it), renders it in the
 standard text exposition format, copies per-queue and per-quota-node figures out of a pure
 engine (``record_engine``), with each budget's spent and left (``record_budgets``, B1) and
-each node's usage and cap per zone it caps (``record_zone_quota``, Z1), counts admissions
+each node's usage and cap per zone it caps (``record_zone_quota``, Z1), its usage in every
+zone and guarantee per zone (``record_zone_usage``, Z3/Z4), counts admissions
 per zone, burst or not (``record_admission``, Z3), adds
 usage accrued per quota node to its counters (``record_usage``, U1) and samples consumer lag
 now and then (``Sampler``).
 What it must never do: label by workload (cardinality: one series per queue, quota node (and
-zone it caps) and resource at most), run per-job work on the decision path, or let a metrics
+zone in use) and resource at most), run per-job work on the decision path, or let a metrics
 failure stop a service (samplers log and go on).
 
 Units: seconds for durations, entries for lag; quota amounts in the engine's canonical units
@@ -43,6 +44,7 @@ __all__ = [
     "record_budgets",
     "record_engine",
     "record_usage",
+    "record_zone_usage",
 ]
 
 _SHORT = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -92,6 +94,22 @@ class Metrics:
         self.quota_zone_max = Gauge(
             "usher_quota_zone_max",
             "Cap per quota node, zone and resource (Z1, usher.io/zone-max; canonical units).",
+            ["node", "zone", "resource"],
+            registry=r,
+        )
+        self.quota_used_in_zone = Gauge(
+            "usher_quota_used_in_zone",
+            "Usage per quota node, zone and resource, for every zone something counts in on "
+            "the node and every zone it caps (Z1) or guarantees (Z4), burst zones (Z3) "
+            "included (canonical units); summed over zones it is usher_quota_used, less what "
+            "a reclaim's victims add until seen stopped (R7), which no zone count includes.",
+            ["node", "zone", "resource"],
+            registry=r,
+        )
+        self.quota_zone_min = Gauge(
+            "usher_quota_zone_min",
+            "Guarantee per quota node, zone and resource (Z4, usher.io/zone-min; canonical "
+            "units), where a node declares one.",
             ["node", "zone", "resource"],
             registry=r,
         )
@@ -208,6 +226,8 @@ class Metrics:
         self._nodes: set[tuple[str, str]] = set()
         self._budgets: set[tuple[str, str, str]] = set()
         self._zone_nodes: set[tuple[str, str, str]] = set()
+        self._zone_usage: set[tuple[str, str, str]] = set()
+        self._zone_mins: set[tuple[str, str, str]] = set()
 
     def render(self) -> bytes:
         """The registry in the text exposition format (what ``/metrics`` serves)."""
@@ -275,6 +295,36 @@ def record_zone_quota(metrics: Metrics, engine: Engine) -> None:
             metrics.quota_zone_used.remove(*gone)
             metrics.quota_zone_max.remove(*gone)
     metrics._zone_nodes = series
+    record_zone_usage(metrics, engine)
+
+
+def record_zone_usage(metrics: Metrics, engine: Engine) -> None:
+    """Used of every node in every zone counted on it or that it caps or guarantees (zero
+    there while nothing runs), and each guarantee declared (Z4); series gone are removed."""
+    caps = {where: cap for where, (_, cap) in engine.quota_zones().items()}
+    mins = engine.quota_zone_mins()
+    used = engine.quota_used_by_zone()
+    usage: set[tuple[str, str, str]] = set()
+    for path, zone in {*used, *caps, *mins}:
+        amounts = used.get((path, zone), {})
+        declared = {**caps.get((path, zone), {}), **mins.get((path, zone), {})}
+        for resource in {*amounts, *declared}:
+            usage.add((str(path), str(zone), resource))
+            metrics.quota_used_in_zone.labels(path, zone, resource).set(amounts.get(resource, 0))
+    guaranteed: set[tuple[str, str, str]] = set()
+    for (path, zone), minimum in mins.items():
+        for resource, amount in minimum.items():
+            guaranteed.add((str(path), str(zone), resource))
+            metrics.quota_zone_min.labels(path, zone, resource).set(amount)
+    _remove_gone(metrics.quota_used_in_zone, metrics._zone_usage - usage)
+    _remove_gone(metrics.quota_zone_min, metrics._zone_mins - guaranteed)
+    metrics._zone_usage, metrics._zone_mins = usage, guaranteed
+
+
+def _remove_gone(gauge: Gauge, gone: set[tuple[str, str, str]]) -> None:
+    for labels in gone:
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
 
 
 def record_admission(metrics: Metrics, engine: Engine, zone: str) -> None:

@@ -144,6 +144,9 @@ Q95 = "histogram_quantile(0.95, sum by "
         ("Usage", "rate(usher_usage_resource_seconds_total"),
         ("Usage", 'rate(usher_zone_admissions_total{namespace=~"$namespace", burst="true"}'),
         ("Usage", 'rate(usher_zone_admissions_total{namespace=~"$namespace", burst="false"}'),
+        ("Usage", "usher_quota_used_in_zone"),
+        ("Usage", "usher_quota_zone_max"),
+        ("Usage", "usher_quota_zone_min"),
     ],
 )  # fmt: skip
 def test_the_required_panels_are_in_their_rows(
@@ -176,6 +179,29 @@ def test_burst_zones_stand_out_in_the_admissions_per_zone_panel(dashboard: dict[
     assert pattern.fullmatch("eci (burst)") and not pattern.fullmatch("default")
     colour = next(p for p in override["properties"] if p["id"] == "color")
     assert colour["value"]["mode"] == "fixed"
+
+
+def test_the_zone_panel_draws_every_zones_usage_beside_its_cap_and_guarantee(
+    dashboard: dict[str, Any],
+) -> None:
+    """Z1/Z3/Z4: usage from the every-zone gauge (burst zones and guaranteed zones included,
+    not only capped ones), with a cap line and a guarantee line, each by node, zone, resource."""
+    [panel] = [
+        p
+        for p in panels(dashboard)
+        if any("usher_quota_used_in_zone" in t["expr"] for t in p["targets"])
+    ]
+    lines = {t["legendFormat"].rsplit(" ", 1)[1]: t["expr"] for t in panel["targets"]}
+    assert set(lines) == {"used", "cap", "min"}
+    for line, metric in (
+        ("used", "usher_quota_used_in_zone"),
+        ("cap", "usher_quota_zone_max"),
+        ("min", "usher_quota_zone_min"),
+    ):
+        assert lines[line].startswith(f"max by (node, zone, resource) ({metric}{{"), line
+    assert all(
+        t["legendFormat"].startswith("{{node}} {{zone}} {{resource}} ") for t in panel["targets"]
+    )
 
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (kustomize) not installed")

@@ -18,6 +18,8 @@ from schemas import (
     NodeResumed,
     QuotaPath,
     QuotaTreeApplied,
+    WorkloadFinished,
+    WorkloadKey,
     Zone,
 )
 from services.common.health import HealthServer
@@ -290,6 +292,65 @@ def test_zone_quota_gauges_follow_usage_per_capped_zone_and_drop_with_the_cap() 
     engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(1))
     record_engine(metrics, engine)
     assert value("usher_quota_zone_used", labels) is None
+
+
+def test_usage_is_given_in_every_zone_beside_the_caps_and_guarantees_declared() -> None:
+    """Z3/Z4: usage per node in every zone counted on it (burst or not), its guarantee where it
+    declares one; summed over zones it is the node's total; the old Z1 series stay as they
+    were; a workload gone and a guarantee gone take their series with them."""
+    metrics = Metrics()
+    engine = Engine(EngineConfig(instant_release=True))
+    attributes = {"usher.io/zone-min": "a100: cpu=20", "usher.io/zone-max": "a100: cpu=30"}
+    root = msgspec.structs.replace(
+        two_leaf_tree(a_attributes=attributes), attributes={"usher.io/burst-zones": "eci"}
+    )
+    engine.apply(QuotaTreeApplied(root=root), Millis(0))
+    engine.apply(observed("a1", "in-a100", 6, zone="a100"), Millis(0))
+    engine.apply(observed("a1", "in-eci", 3, zone="eci"), Millis(0))
+    engine.apply(observed("b1", "in-h100", 2, zone="h100"), Millis(0))
+    engine.decide(Millis(0))
+    record_engine(metrics, engine)
+    value = metrics.registry.get_sample_value
+
+    def in_zone(node: str, zone: str) -> float | None:
+        labels = {"node": node, "zone": zone, "resource": "cpu"}
+        return value("usher_quota_used_in_zone", labels)
+
+    assert (in_zone("root/A", "a100"), in_zone("root/A", "eci")) == (6 * CORE, 3 * CORE)
+    assert (in_zone("root/B", "h100"), in_zone("root/B", "a100")) == (2 * CORE, None)
+    assert (in_zone("root", "a100"), in_zone("root", "eci"), in_zone("root", "h100")) == (
+        6 * CORE,
+        3 * CORE,
+        2 * CORE,
+    )
+    for node, zones in (("root/A", ("a100", "eci")), ("root", ("a100", "eci", "h100"))):
+        total = value("usher_quota_used", {"node": node, "resource": "cpu"})
+        assert sum(in_zone(node, zone) or 0 for zone in zones) == total
+    a100 = {"node": "root/A", "zone": "a100", "resource": "cpu"}
+    assert value("usher_quota_zone_min", a100) == 20 * CORE
+    assert value("usher_quota_zone_min", {**a100, "node": "root"}) is None  # declares none
+    assert value("usher_quota_zone_used", a100) == 6 * CORE  # Z1's series, as before
+    assert value("usher_quota_zone_max", a100) == 30 * CORE
+    assert value("usher_quota_zone_used", {**a100, "zone": "eci"}) is None
+
+    engine.apply(WorkloadFinished(workload=WorkloadKey("a1/in-a100")), Millis(1))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree()), Millis(1))
+    record_engine(metrics, engine)
+    assert in_zone("root/A", "a100") is None  # nothing counts there, nothing declared
+    assert in_zone("root/A", "eci") == 3 * CORE
+    assert value("usher_quota_zone_min", a100) is None
+
+
+def test_a_declared_zone_shows_zero_usage_until_something_runs_there() -> None:
+    """A guarantee (Z4) or cap (Z1) in a zone nobody uses yet: its usage line is there, at 0."""
+    metrics = Metrics()
+    engine = Engine(EngineConfig(instant_release=True))
+    tree = two_leaf_tree(a_attributes={"usher.io/zone-min": "a100: cpu=20"})
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    record_engine(metrics, engine)
+    labels = {"node": "root/A", "zone": "a100", "resource": "cpu"}
+    assert metrics.registry.get_sample_value("usher_quota_used_in_zone", labels) == 0
+    assert metrics.registry.get_sample_value("usher_quota_zone_min", labels) == 20 * CORE
 
 
 def test_admissions_are_counted_per_zone_with_burst_zones_labelled() -> None:

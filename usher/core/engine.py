@@ -2127,6 +2127,15 @@ class Engine:
             for zone, caps in sorted(info.zone_max.items())
         }
 
+    def quota_used_by_zone(self) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+        """``quota_used`` split by zone, for every node and every zone counted on it (reports;
+        see ``engine_queries.quota_used_by_zone``)."""
+        return engine_queries.quota_used_by_zone(self)
+
+    def quota_zone_mins(self) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+        """Per node and zone it guarantees, the guarantee (Z4); empty when none does."""
+        return engine_queries.quota_zone_mins(self)
+
     def quota_nodes(self) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
         """``(min, max)`` of every node of the tree in force, for reports."""
         return engine_queries.quota_nodes(self)

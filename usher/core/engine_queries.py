@@ -1,7 +1,8 @@
 """Read-side queries of the engine: what a workload's state is and why, per queue and node.
 
 What it does: answers ``Engine.queues``, ``queue_counts``, ``job_state``, ``jobs``,
-``ready_timeout_ms``, ``quota_used``, ``quota_nodes``, ``reason`` (as of the last pass),
+``ready_timeout_ms``, ``quota_used`` (and split by zone, ``quota_used_by_zone``),
+``quota_zone_mins``, ``quota_nodes``, ``reason`` (as of the last pass),
 ``reason_now`` (worked out from the state alone, for a state rebuilt from the log) and
 ``admission_shortfall`` (the ledger's check) over an engine's state; the views they return
 (``JobView``, ``QueueEntry``).
@@ -12,11 +13,12 @@ collection where the order could reach an answer.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import msgspec
 
-from schemas import QueueName, QuotaPath, Reason, WorkloadKey
+from schemas import QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core import reasons, starvation
 from usher.core.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
 from usher.core.state import (
@@ -27,6 +29,7 @@ from usher.core.state import (
     UNMAPPED,
     Job,
     JobState,
+    Placement,
     QuotaNodeInfo,
     shape_of,
 )
@@ -130,6 +133,50 @@ def quota_used(e: Engine) -> dict[QuotaPath, dict[str, int]]:
     return {
         path: {r: a for r, a in sorted(info.used.items()) if a != 0}
         for path, info in e.state.tree.nodes.items()
+    }
+
+
+def quota_used_by_zone(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+    """What ``quota_used`` counts, split by zone, for every node of the tree in force and
+    every zone something counts in on it: admissions, holds and lingering usage (R7), each on
+    the nodes of its path (a vanished leaf's on its prefixes that exist). The engine's own
+    per-zone counts are the same sums kept only on the nodes that cap or guarantee a zone (Z1,
+    Z4: all a decision reads); this is for reports. Like them it leaves out what a reclaim's
+    victims add above their preemptor's hold until seen stopped (a node's ``residual``, R7),
+    which has no zone per node. Sums: the order of the placements reaches no answer."""
+    used: dict[tuple[QuotaPath, Zone], dict[str, int]] = {}
+    for path, shape, zone in _counted_placements(e):
+        for info in e._path_nodes(path):
+            into = used.setdefault((info.path, zone), {})
+            for resource, amount in shape:
+                into[resource] = into.get(resource, 0) + amount
+    return {
+        where: {r: a for r, a in sorted(amounts.items()) if a != 0}
+        for where, amounts in sorted(used.items())
+    }
+
+
+def _counted_placements(e: Engine) -> Iterator[Placement]:
+    """Every placement counted in ``used`` now: admitted workloads (the per-leaf reclaim lists
+    and a running pass's own admissions) and held ones, each once, then the lingering usage of
+    finished ones. O(admitted), not O(workloads)."""
+    keys = dict.fromkeys(k[3] for admitted in e._leaf_admitted.values() for k in admitted)
+    keys.update(dict.fromkeys(sorted(e._pass_admitted)))
+    keys.update(e.state.held)
+    for key in keys:
+        job = e.state.jobs.get(key)
+        if job is not None and job.used_path is not None:
+            yield job.used_path, job.used_shape, job.zone
+    yield from e.state.lingering.values()
+
+
+def quota_zone_mins(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+    """Per node and zone it guarantees, the guarantee (Z4, ``usher.io/zone-min``); empty when
+    no node of the tree in force guarantees a zone."""
+    return {
+        (path, zone): dict(mins)
+        for path, info in e.state.tree.nodes.items()
+        for zone, mins in sorted(info.zone_min.items())
     }
 
 
