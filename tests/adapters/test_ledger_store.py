@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
 from datetime import datetime
 from fractions import Fraction
 
@@ -12,7 +11,7 @@ import msgspec
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from schemas import Admitted, Millis, Preempted, QuotaNode, QuotaPath, Reason, Released, Requeued
 from schemas.ids import QueueName, WorkloadKey, Zone
@@ -48,19 +47,8 @@ def builder(
 
 
 @pytest.fixture
-async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_async_engine(migrated_url, pool_size=10, max_overflow=0)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
-
-
-@pytest.fixture
-async def store(engine: AsyncEngine) -> LedgerStore:
-    s = LedgerStore(engine)
-    await s.apply_tree(tree(), version=1)
-    return s
+def ledger_tree() -> QuotaNode:
+    return tree()
 
 
 def cpu(usage: dict[QuotaPath, dict[str, int]]) -> dict[str, int]:

@@ -5,11 +5,10 @@ zone (Z4) is judged per zone on the ledger's own rows."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from schemas import Preempted, QuotaNode, Reason, Reservation
 from schemas.ids import QueueName, QuotaPath, WorkloadKey, Zone
@@ -36,19 +35,8 @@ def in_zone(name: str, leaf: str, cores: int, zone: str) -> Reservation:
 
 
 @pytest.fixture
-async def engine(migrated_url: str) -> AsyncIterator[AsyncEngine]:
-    eng = create_async_engine(migrated_url, pool_size=10, max_overflow=0)
-    try:
-        yield eng
-    finally:
-        await eng.dispose()
-
-
-@pytest.fixture
-async def store(engine: AsyncEngine) -> LedgerStore:
-    s = LedgerStore(engine)
-    await s.apply_tree(capped_tree(), version=1)
-    return s
+def ledger_tree() -> QuotaNode:
+    return capped_tree()
 
 
 async def test_a_zone_cap_refuses_while_the_total_has_room(store: LedgerStore) -> None:

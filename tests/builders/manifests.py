@@ -89,6 +89,43 @@ def elastic_quota_tree(
     }
 
 
+def sleeping_job(
+    name: str,
+    namespace: str,
+    *,
+    cpu: str,
+    memory: str,
+    pods: int = 1,
+    annotations: dict[str, str] | None = None,
+    spec: JsonObj | None = None,
+) -> JsonObj:
+    """A suspended Job of ``pods`` pods (parallelism and completions), each one ``main``
+    container sleeping a day asking ``cpu`` and ``memory``: what an end-to-end test submits."""
+    main = container(cpu=cpu, memory=memory, command=["sleep", "1d"])
+    return batch_job(name, namespace, template=pod_template(main), parallelism=pods,
+                     completions=pods, annotations=annotations, spec=spec)  # fmt: skip
+
+
+def one_department_tree(
+    namespace: str,
+    *,
+    root: dict[str, str],
+    department: dict[str, str],
+    attributes: dict[str, str] | None = None,
+) -> JsonObj:
+    """An ElasticQuotaTree of ``root`` over one ``Department-a`` holding ``namespace``, each with
+    its quantities as both min and max; the department's ``attributes`` only when given."""
+    leaf = {
+        "name": "Department-a",
+        "min": dict(department),
+        "max": dict(department),
+        "namespaces": [namespace],
+        **_given(attributes=attributes),
+    }
+    return elastic_quota_tree({"name": "root", "min": dict(root), "max": dict(root),
+                               "children": [leaf]})  # fmt: skip
+
+
 def quota_node(
     name: str,
     *,

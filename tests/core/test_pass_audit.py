@@ -263,28 +263,21 @@ def test_matching_of_a_tampered_log(
     assert checks(log) == expected
 
 
+def preempted_by(preemptor: str) -> Preempted:
+    """``user-a/v`` preempted for ``preemptor`` (itself when drained)."""
+    return Preempted(
+        workload=WorkloadKey("user-a/v"),
+        queue=QA,
+        quota=A,
+        preemptor=WorkloadKey(preemptor),
+        reason=reasons.stale_view(WorkloadKey(preemptor), "x"),
+    )
+
+
 KINDS: list[tuple[Admitted | Preempted | Requeued, str]] = [
     (admitted("user-a/one", 1), "Admitted"),
-    (
-        Preempted(
-            workload=WorkloadKey("user-a/v"),
-            queue=QA,
-            quota=A,
-            preemptor=WorkloadKey("user-c/p"),
-            reason=reasons.stale_view(WorkloadKey("user-c/p"), "x"),
-        ),
-        "Preempted",
-    ),
-    (
-        Preempted(
-            workload=WorkloadKey("user-a/v"),
-            queue=QA,
-            quota=A,
-            preemptor=WorkloadKey("user-a/v"),
-            reason=reasons.stale_view(WorkloadKey("user-a/v"), "x"),
-        ),
-        "Drained",
-    ),
+    (preempted_by("user-c/p"), "Preempted"),
+    (preempted_by("user-a/v"), "Drained"),
     (
         Requeued(
             workload=WorkloadKey("user-a/r"),

@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import nats
 import yaml
@@ -33,6 +33,7 @@ from services.dequeuer.service import main as dequeuer_main
 from services.ledger.service import main as ledger_main
 from services.preemptor.service import main as preemptor_main
 from services.watcher.service import main as watcher_main
+from tests.services.helpers import eventually
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
@@ -42,6 +43,7 @@ from usher.local.kube_emulator import KubeEmulator
 
 EQT = ("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees")
 QUEUES = ("scheduling.x-k8s.io", "v1alpha1", "queues")
+T = TypeVar("T")
 
 
 @dataclass
@@ -126,6 +128,40 @@ class InProcessStack:
                 out.append(f"{service.name}: {service.task.exception()!r}")
         return out
 
+    async def until(
+        self, check: Callable[[], Awaitable[T | None]], what: str, *, within_s: float
+    ) -> T:
+        """Poll ``check`` until it returns something truthy and return that, failing at once
+        when a service crashed and after ``within_s`` with ``what`` was not reached."""
+
+        async def while_healthy() -> T | None:
+            assert self.failures() == []
+            return await check()
+
+        found = await eventually(while_healthy, timeout_s=within_s, every_s=0.1)
+        assert found, f"{what} not within {within_s}s"
+        return found
+
+
+@contextlib.asynccontextmanager
+async def in_process_stack(
+    nats_url: str, database_url: str, subjects: Subjects, emu: KubeEmulator
+) -> AsyncIterator[InProcessStack]:
+    """The four services over this test's subjects, database and emulator, with the default
+    engine settings, for the block; stopped whatever happens in it (or in starting them)."""
+    stack = InProcessStack(
+        nats_url=nats_url,
+        database_url=database_url,
+        subjects=subjects,
+        kubeconfig=emu.kubeconfig_path,
+        engine=EngineConfig(),
+    )
+    try:
+        await stack.start()
+        yield stack
+    finally:
+        await stack.stop()
+
 
 @contextlib.asynccontextmanager
 async def kube_api(emu: KubeEmulator) -> AsyncIterator[client.ApiClient]:
@@ -162,6 +198,26 @@ async def read_log(js: JetStreamContext, subjects: Subjects) -> list[tuple[int, 
         msg = await js.get_msg(subjects.stream_name, seq, direct=True)
         out.append((seq, msg.subject, decode_envelope(msg.data or b"")))
     return out
+
+
+async def events_of(js: JetStreamContext, subjects: Subjects, kind: type[T]) -> list[T]:
+    """The events of type ``kind`` on the log, in order."""
+    return [envelope.event for _, _, envelope in await read_log(js, subjects)
+            if isinstance(envelope.event, kind)]  # fmt: skip
+
+
+async def decisions(
+    js: JetStreamContext, subjects: Subjects, kinds: tuple[type[Any], ...]
+) -> list[tuple[str, str]]:
+    """(event type, workload) of each event of ``kinds`` on the log, in order (none while the
+    log is empty)."""
+    if not (await js.stream_info(subjects.stream_name)).state.last_seq:
+        return []
+    return [
+        (type(envelope.event).__name__, envelope.event.workload)
+        for _, _, envelope in await read_log(js, subjects)
+        if isinstance(envelope.event, kinds)
+    ]
 
 
 # ------------------------------------------------------------------ scenario playback

@@ -13,17 +13,13 @@ created before and after must be admitted, and no service may crash.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
-import pytest
 from kubernetes_asyncio import client
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -44,10 +40,17 @@ from schemas import (
     decode_envelope,
 )
 from schemas.envelope import LogEvent
-from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
+from tests.builders.manifests import elastic_quota_tree, sleeping_job
 from tests.conftest import Infra
 from tests.e2e.checks import assert_log_invariants
-from tests.e2e.harness import InProcessStack, apply_tree, kube_api, quiesce
+from tests.e2e.harness import (
+    InProcessStack,
+    apply_tree,
+    create_object,
+    in_process_stack,
+    kube_api,
+    quiesce,
+)
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
 from usher.core.config import EngineConfig
@@ -63,19 +66,12 @@ PROJECTIONS = ("dequeuer", "preemptor", "ledger", "watcher")
 """The services that read cluster events of the log into a projection of their own."""
 
 
-@pytest.fixture
-async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
-    async with KubeEmulator(kubeconfig_path=tmp_path / "kubeconfig", kubelet=True) as emulator:
-        yield emulator
-
-
 # --------------------------------------------------------------------------- manifests
 
 
 def job(name: str, cpu: str = "1") -> dict[str, Any]:
     """A suspended batch Job in ``user-a`` (Department-a) asking for ``cpu`` and 1Gi."""
-    main = container(cpu=cpu, memory="1Gi", command=["sleep", "1d"])
-    return batch_job(name, NAMESPACE, template=pod_template(main), parallelism=1, completions=1)
+    return sleeping_job(name, NAMESPACE, cpu=cpu, memory="1Gi")
 
 
 def xgboost_job(name: str) -> dict[str, Any]:
@@ -184,19 +180,10 @@ class Run:
 
     async def eventually(self, check: Callable[[], Awaitable[T | None]], what: str) -> T:
         """Poll ``check`` until it returns something truthy, failing fast on a crash."""
-        deadline = time.monotonic() + WITHIN_S
-        while True:
-            assert self.stack.failures() == []
-            result = await check()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(f"not reached in {WITHIN_S}s: {what}")
-            await asyncio.sleep(0.1)
+        return await self.stack.until(check, what, within_s=WITHIN_S)
 
     async def create_job(self, manifest: dict[str, Any]) -> None:
-        # The client takes a plain manifest as well as a V1Job (its stubs say only V1Job).
-        await client.BatchV1Api(self.api).create_namespaced_job(NAMESPACE, manifest)  # type: ignore[arg-type]
+        await create_object(self.api, manifest)
 
     async def suspended(self, name: str) -> bool:
         obj = await client.BatchV1Api(self.api).read_namespaced_job(name, NAMESPACE)
@@ -227,22 +214,12 @@ async def test_bad_input_is_rejected_or_parked_and_good_jobs_keep_flowing(
     migrated_url: str,
     emu: KubeEmulator,
 ) -> None:
-    stack = InProcessStack(
-        nats_url=infra.nats_url,
-        database_url=migrated_url,
-        subjects=subjects,
-        kubeconfig=emu.kubeconfig_path,
-        engine=EngineConfig(),
-    )
-    await stack.start()
-    try:
+    async with in_process_stack(infra.nats_url, migrated_url, subjects, emu) as stack:
         async with kube_api(emu) as api:
             run = Run(stack, api, js, nc, subjects)
             await _play(run, migrated_url)
             await quiesce(js, subjects)
         assert stack.failures() == []
-    finally:
-        await stack.stop()
     await assert_log_invariants(js, subjects, EngineConfig())
 
 
@@ -251,9 +228,7 @@ async def _play(run: Run, database_url: str) -> None:
     custom = client.CustomObjectsApi(run.api)
     tree = quota_tree()
     group, version = tree["apiVersion"].split("/")
-    await custom.create_namespaced_custom_object(
-        group, version, "kube-system", "elasticquotatrees", tree
-    )
+    await create_object(run.api, tree)
     for name in ("good-1", "good-2"):
         await run.create_job(job(name))
 

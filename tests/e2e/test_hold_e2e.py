@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import nats.errors
-import pytest
 from kubernetes_asyncio import client
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -36,10 +33,17 @@ from schemas import (
     decode,
     encode,
 )
-from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
+from tests.builders.manifests import one_department_tree, sleeping_job
 from tests.conftest import Infra
 from tests.e2e.checks import assert_audit_clean, assert_log_invariants
-from tests.e2e.harness import InProcessStack, kube_api, quiesce, read_log
+from tests.e2e.harness import (
+    create_object,
+    decisions,
+    in_process_stack,
+    kube_api,
+    quiesce,
+    read_log,
+)
 from usher.adapters.nats.subjects import Subjects
 from usher.client.state import read_state
 from usher.core.config import EngineConfig
@@ -49,30 +53,7 @@ NAMESPACE = "user-a"
 NODE = "root/Department-a"
 WAITS = WorkloadKey("user-a/waits")
 WITHIN_S = 15.0
-
-
-@pytest.fixture
-async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
-    async with KubeEmulator(kubeconfig_path=tmp_path / "kubeconfig", kubelet=True) as emulator:
-        yield emulator
-
-
-def quota_tree() -> dict[str, Any]:
-    return elastic_quota_tree(
-        {
-            "name": "root",
-            "min": {"cpu": "100", "memory": "100Gi"},
-            "max": {"cpu": "100", "memory": "100Gi"},
-            "children": [
-                {
-                    "name": "Department-a",
-                    "min": {"cpu": "10", "memory": "10Gi"},
-                    "max": {"cpu": "10", "memory": "10Gi"},
-                    "namespaces": [NAMESPACE],
-                },
-            ],
-        }
-    )
+DECISIONS = (Admitted, Preempted, Released)
 
 
 async def order(
@@ -98,24 +79,6 @@ async def ask(
     return decode(raw.data, HoldReply)
 
 
-async def decisions(js: JetStreamContext, subjects: Subjects) -> list[tuple[str, str]]:
-    if not (await js.stream_info(subjects.stream_name)).state.last_seq:
-        return []
-    return [
-        (type(envelope.event).__name__, envelope.event.workload)
-        for _, _, envelope in await read_log(js, subjects)
-        if isinstance(envelope.event, Admitted | Preempted | Released)
-    ]
-
-
-async def until(check: Callable[[], Awaitable[bool]], stack: InProcessStack, what: str) -> None:
-    deadline = time.monotonic() + WITHIN_S
-    while not await check():
-        assert stack.failures() == []
-        assert time.monotonic() < deadline, f"{what} not within {WITHIN_S}s"
-        await asyncio.sleep(0.1)
-
-
 async def test_hold_keeps_a_job_waiting_resume_admits_it_and_drain_preempts_it(
     infra: Infra,
     subjects: Subjects,
@@ -125,17 +88,8 @@ async def test_hold_keeps_a_job_waiting_resume_admits_it_and_drain_preempts_it(
     emu: KubeEmulator,
     tmp_path: Path,
 ) -> None:
-    stack = InProcessStack(
-        nats_url=infra.nats_url,
-        database_url=migrated_url,
-        subjects=subjects,
-        kubeconfig=emu.kubeconfig_path,
-        engine=EngineConfig(),
-    )
-    await stack.start()
-
     async def on_log(wanted: tuple[str, str]) -> bool:
-        return wanted in await decisions(js, subjects)
+        return wanted in await decisions(js, subjects, DECISIONS)
 
     async def reason_code() -> str | None:
         state = await read_state(js, subjects, EngineConfig())
@@ -143,13 +97,14 @@ async def test_hold_keeps_a_job_waiting_resume_admits_it_and_drain_preempts_it(
         job = next((j for j in found if j.job == WAITS), None)
         return job.reason_code if job is not None else None
 
-    try:
+    async with in_process_stack(infra.nats_url, migrated_url, subjects, emu) as stack:
         async with kube_api(emu) as api:
-            tree = quota_tree()
-            group, version = tree["apiVersion"].split("/")
-            await client.CustomObjectsApi(api).create_namespaced_custom_object(
-                group, version, "kube-system", "elasticquotatrees", tree
+            tree = one_department_tree(
+                NAMESPACE,
+                root={"cpu": "100", "memory": "100Gi"},
+                department={"cpu": "10", "memory": "10Gi"},
             )
+            await create_object(api, tree)
 
             async def held_once_the_ledger_knows_the_tree() -> bool:
                 try:
@@ -157,34 +112,30 @@ async def test_hold_keeps_a_job_waiting_resume_admits_it_and_drain_preempts_it(
                 except nats.errors.NoRespondersError:
                     return False  # the ledger is not serving yet
 
-            await until(held_once_the_ledger_knows_the_tree, stack, "the hold")
-            main = container(cpu="10", memory="1Gi", command=["sleep", "1d"])
-            manifest = batch_job(
-                "waits", NAMESPACE, template=pod_template(main), parallelism=1, completions=1
-            )
-            await client.BatchV1Api(api).create_namespaced_job(NAMESPACE, manifest)  # type: ignore[arg-type]
+            await stack.until(held_once_the_ledger_knows_the_tree, "the hold", within_s=WITHIN_S)
+            await create_object(api, sleeping_job("waits", NAMESPACE, cpu="10", memory="1Gi"))
 
             async def held() -> bool:
                 return await reason_code() == "Held"
 
-            await until(held, stack, "the Held reason")
+            await stack.until(held, "the Held reason", within_s=WITHIN_S)
             await asyncio.sleep(2.0)  # passes come and go: still nothing admitted
             assert not await on_log(("Admitted", WAITS))
 
             resumed = await order(nc, subjects, "Resume")
             assert isinstance(resumed, NodeResumed) and resumed.by == "admin"
-            await until(lambda: on_log(("Admitted", WAITS)), stack, "the admission")
+            await stack.until(
+                lambda: on_log(("Admitted", WAITS)), "the admission", within_s=WITHIN_S
+            )
 
             drained = await order(nc, subjects, "Drain", grace=1)
             assert isinstance(drained, NodeHeld) and drained.grace_seconds == 1
-            await until(lambda: on_log(("Preempted", WAITS)), stack, "the drain")
-            await until(lambda: on_log(("Released", WAITS)), stack, "the release")
+            await stack.until(lambda: on_log(("Preempted", WAITS)), "the drain", within_s=WITHIN_S)
+            await stack.until(lambda: on_log(("Released", WAITS)), "the release", within_s=WITHIN_S)
             job = await client.BatchV1Api(api).read_namespaced_job("waits", NAMESPACE)
             assert job.spec.suspend is True
             await quiesce(js, subjects)
         assert stack.failures() == []
-    finally:
-        await stack.stop()
     entries = await read_log(js, subjects)
     [drain] = [e for _, _, e in entries if isinstance(e.event, Preempted)]
     assert drain.event.preemptor == WAITS and drain.event.reason.code == "Drained"

@@ -12,20 +12,24 @@ exits 0 (every ``Retried`` re-derived from the failed finish before it).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes_asyncio import client
 from nats.js import JetStreamContext
 
 from schemas import Admitted, Retried, WorkloadFinished
-from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
+from tests.builders.manifests import one_department_tree, sleeping_job
 from tests.conftest import Infra
 from tests.e2e.checks import assert_audit_clean, assert_log_invariants
-from tests.e2e.harness import InProcessStack, create_object, kube_api, quiesce, read_log
-from tests.services.helpers import eventually
+from tests.e2e.harness import (
+    create_object,
+    events_of,
+    in_process_stack,
+    kube_api,
+    node_manifest,
+    quiesce,
+)
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
 from usher.core.retry import RETRY_OF_ANNOTATION
@@ -35,43 +39,25 @@ from usher.local.kube_emulator.playbook import OOM_BELOW
 NAMESPACE = "user-a"
 WITHIN_S = 20.0
 GI = 2**30
-
-
-@pytest.fixture
-async def emu(tmp_path: Path) -> AsyncIterator[KubeEmulator]:
-    async with KubeEmulator(kubeconfig_path=tmp_path / "kubeconfig", kubelet=True) as emulator:
-        yield emulator
+NODE = node_manifest(
+    {"name": "node-1", "allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}}
+)
 
 
 def train() -> dict[str, Any]:
     """One pod of 1 cpu and 4Gi, OOM-killed by the emulator below 5Gi, with two retries."""
-    main = container(cpu="1", memory="4Gi", command=["sleep", "1d"])
     annotations = {
         "usher.io/retry-limit": "2",
         OOM_BELOW: "5Gi",
         "usher.io/sim-duration": "0.3",
     }
-    return batch_job("train", NAMESPACE, template=pod_template(main), parallelism=1,
-                     completions=1, annotations=annotations, spec={"backoffLimit": 0})  # fmt: skip
+    return sleeping_job("train", NAMESPACE, cpu="1", memory="4Gi", annotations=annotations,
+                        spec={"backoffLimit": 0})  # fmt: skip
 
 
 def tree() -> dict[str, Any]:
-    quota = {"min": {"cpu": "4", "memory": "16Gi"}, "max": {"cpu": "4", "memory": "16Gi"}}
-    leaf = {"name": "Department-a", **quota, "namespaces": [NAMESPACE]}
-    return elastic_quota_tree({"name": "root", **quota, "children": [leaf]})
-
-
-NODE = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {"name": "node-1", "labels": {"usher.io/zone": "default"}},
-    "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
-}
-
-
-async def events_of(js: JetStreamContext, subjects: Subjects, kind: type[Any]) -> list[Any]:
-    return [envelope.event for _, _, envelope in await read_log(js, subjects)
-            if isinstance(envelope.event, kind)]  # fmt: skip
+    quota = {"cpu": "4", "memory": "16Gi"}
+    return one_department_tree(NAMESPACE, root=quota, department=quota)
 
 
 async def test_an_oom_killed_job_is_retried_with_more_memory_and_succeeds(
@@ -82,35 +68,24 @@ async def test_an_oom_killed_job_is_retried_with_more_memory_and_succeeds(
     emu: KubeEmulator,
     tmp_path: Path,
 ) -> None:
-    stack = InProcessStack(
-        nats_url=infra.nats_url,
-        database_url=migrated_url,
-        subjects=subjects,
-        kubeconfig=emu.kubeconfig_path,
-        engine=EngineConfig(),
-    )
-    await stack.start()
     retry = f"{NAMESPACE}/train-retry-1"
-    try:
+    async with in_process_stack(infra.nats_url, migrated_url, subjects, emu) as stack:
         async with kube_api(emu) as api:
             await create_object(api, NODE)
             await create_object(api, tree())
             await create_object(api, train())
 
             async def retry_succeeded() -> WorkloadFinished | None:
-                assert stack.failures() == []
                 found = await events_of(js, subjects, WorkloadFinished)
                 return next((e for e in found if e.workload == retry and e.succeeded), None)
 
-            assert await eventually(retry_succeeded, timeout_s=WITHIN_S), "no successful retry"
+            await stack.until(retry_succeeded, "a successful retry", within_s=WITHIN_S)
             created = await client.BatchV1Api(api).read_namespaced_job("train-retry-1", NAMESPACE)
             assert created.metadata.annotations[RETRY_OF_ANNOTATION] == f"{NAMESPACE}/train"
             [main] = created.spec.template.spec.containers
             assert main.resources.requests["memory"] == "6144Mi"
             await quiesce(js, subjects)
         assert stack.failures() == []
-    finally:
-        await stack.stop()
     [failed] = [
         e for e in await events_of(js, subjects, WorkloadFinished) if e.workload.endswith("/train")
     ]

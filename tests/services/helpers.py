@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import msgspec
 import nats
@@ -26,6 +27,7 @@ from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 
+T = TypeVar("T")
 READY_TIMEOUT_S = 40.0
 """How long a service under test may take to be ready (its ``ctx.ready``)."""
 
@@ -89,8 +91,11 @@ async def log_events(js: JetStreamContext, subjects: Subjects) -> list[LogEvent]
     return out
 
 
-async def eventually(check, timeout_s: float = 5.0, every_s: float = 0.05):  # type: ignore[no-untyped-def]
-    """Poll an async ``check`` until it returns something truthy."""
+async def eventually(
+    check: Callable[[], Awaitable[T]], timeout_s: float = 5.0, every_s: float = 0.05
+) -> T:
+    """Poll an async ``check`` until it returns something truthy, or for ``timeout_s``;
+    returns its last value (falsy when the time ran out). The one polling loop of the tests."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
