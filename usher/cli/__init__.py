@@ -85,6 +85,15 @@ def home_option(
     )
 
 
+half_life_option = click.option(
+    "--half-life",
+    "half_life_s",
+    type=float,
+    default=None,
+    help="Seconds: fair share with memory (F1) orders borrowing queues by usage decayed with"
+    " this half-life (default off).",
+)
+"""The ``--half-life`` option of ``usher up`` and ``usher run`` (the engine setting F1)."""
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "usher.cli.people": (
         "apply",
@@ -167,14 +176,7 @@ def cli() -> None:
     default=0.0,
     help="Seconds an admitted job is protected from reclaim.",
 )
-@click.option(
-    "--half-life",
-    "half_life_s",
-    type=float,
-    default=None,
-    help="Seconds: fair share with memory (F1) orders borrowing queues by usage decayed with"
-    " this half-life (default off).",
-)
+@half_life_option
 @click.option(
     "--durable",
     is_flag=True,
@@ -622,14 +624,7 @@ SERVICES = ("watcher", "ledger", "dequeuer", "preemptor", "webhook")
     default=None,
     help="Seconds an admitted workload is protected from reclaim.",
 )
-@click.option(
-    "--half-life",
-    "half_life_s",
-    type=float,
-    default=None,
-    help="Seconds: fair share with memory (F1) orders borrowing queues by usage decayed with"
-    " this half-life (default off).",
-)
+@half_life_option
 @click.option(
     "--settle-ms",
     type=int,
