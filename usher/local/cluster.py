@@ -19,12 +19,12 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
 from usher.local.kube_emulator.store import StoreEvent
 from usher.local.kube_emulator.virtual_node import add_virtual_node
@@ -103,11 +103,10 @@ def load_state(path: Path) -> JsonObj:
 
 
 def save_state(path: Path, store: PersistentStore) -> None:
-    """Write the snapshot atomically (write a sibling, then rename over)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(store.snapshot(), separators=(",", ":")), encoding="utf-8")
-    os.replace(partial, path)
+    """Write the snapshot atomically (write a sibling, then rename over), owner-only (0600 in
+    a 0700 folder: jobs' specs and environment are in it)."""
+    private_dir(path.parent)
+    write_private(path, json.dumps(store.snapshot(), separators=(",", ":")).encode())
 
 
 def node_manifest(zone: str) -> JsonObj:
