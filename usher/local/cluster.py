@@ -8,7 +8,9 @@ creates one schedulable Node per zone listed (labelled ``usher.io/zone``; a burs
 virtual kubelet's node with large allocatable, Z3) unless it exists, writes the kubeconfig,
 and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
 restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
-timers are not persisted).
+timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it registers Usher's
+admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook, calling URL and
+trusting PEM only) before serving: jobs of managed namespaces are created suspended.
 What it must never do: listen on anything but 127.0.0.1, write a half state file, or lose
 the objects on a clean stop.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
 import signal
@@ -24,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from usher.core.kinds import FAMILIES
 from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
 from usher.local.kube_emulator.store import StoreEvent
@@ -133,6 +137,52 @@ def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozens
             store.create(nodes, None, node_manifest(zone))
 
 
+WEBHOOK_CONFIGURATION = "usher-webhook"
+NOT_SENT_TO_THE_WEBHOOK = ("kube-system", "kube-public", "kube-node-lease", "usher-system")
+"""As in deploy/webhook/mutatingwebhook.yaml: Usher's own and the system namespaces."""
+
+
+def webhook_configuration(url: str, ca_pem: bytes) -> JsonObj:
+    """The ``MutatingWebhookConfiguration`` of deploy/webhook, calling ``url`` (the local
+    webhook process) and trusting ``ca_pem`` only: every kind Usher admits, on create."""
+    rules = [
+        {"operations": ["CREATE"], "apiGroups": [family.group],
+         "apiVersions": sorted(family.versions), "resources": [family.plural],
+         "scope": "Namespaced"}
+        for family in FAMILIES
+    ]  # fmt: skip
+    system_namespaces = {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": list(NOT_SENT_TO_THE_WEBHOOK),
+    }
+    hook = {
+        "name": "jobs.usher.io",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 5,
+        "reinvocationPolicy": "Never",
+        "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+        "namespaceSelector": {"matchExpressions": [system_namespaces]},
+        "rules": rules,
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION},
+        "webhooks": [hook],
+    }
+
+
+def ensure_webhook(store: Store, url: str, ca_pem: bytes) -> None:
+    """Register the webhook (replacing one a previous run left with another port and CA)."""
+    configurations = next(rt for rt in RESOURCES if rt.plural == "mutatingwebhookconfigurations")
+    with contextlib.suppress(ApiError):
+        store.delete(configurations, None, WEBHOOK_CONFIGURATION)
+    store.create(configurations, None, webhook_configuration(url, ca_pem))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m usher.local.cluster")
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")
@@ -143,6 +193,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
     parser.add_argument("--history", type=int, default=100_000, help="watch events kept")
+    parser.add_argument("--webhook-url", default="", help="the admission webhook's https URL")
+    parser.add_argument("--webhook-ca", type=Path, help="PEM file the webhook's TLS chains to")
     return parser.parse_args(argv)
 
 
@@ -155,6 +207,9 @@ async def serve(args: argparse.Namespace) -> None:
     restored = store.restore(load_state(args.state))
     burst = frozenset(z for z in args.burst_zones.split(",") if z)
     ensure_nodes(store, [z for z in args.zones.split(",") if z], burst)
+    if args.webhook_url:
+        # Before it serves anything: no job is ever created here without the webhook's say.
+        ensure_webhook(store, args.webhook_url, args.webhook_ca.read_bytes())
     dirty = asyncio.Event()
 
     def changed(_event: StoreEvent) -> None:
