@@ -33,7 +33,14 @@ from pathlib import Path
 import msgspec
 
 from usher.adapters.nats.permissions import CONSOLE
-from usher.adapters.stack_file import CONSOLE_PORT, STACK_FILE, StackInfo
+from usher.adapters.stack_file import (
+    CONSOLE_PORT,
+    CRASH_LOOP_RESTARTS,
+    STABLE_S,
+    STACK_FILE,
+    Restarts,
+    StackInfo,
+)
 from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator.server import self_signed_certificate
 from usher.local.processes import ManagedProcess, ServerStartError, free_port, port_open
@@ -95,6 +102,31 @@ class Supervised:
     process: ManagedProcess
     restarts: int = 0
     down_since: float | None = None
+    in_a_row: int = 0
+    """Restarts since it last stayed up ``STABLE_S``: ``CRASH_LOOP_RESTARTS`` is a loop."""
+    up_since: float = field(default_factory=time.monotonic)
+    last_restart: datetime | None = None
+
+    def exited(self, now: float) -> None:
+        """It died: a restart in a row unless it had stayed up ``STABLE_S``."""
+        self.down_since = now
+        self.in_a_row = 1 if now - self.up_since >= STABLE_S else self.in_a_row + 1
+
+    def started_again(self, now: float) -> None:
+        self.process.start()
+        self.restarts += 1
+        self.down_since, self.up_since = None, now
+        self.last_restart = datetime.now(UTC)
+
+    def settled(self, now: float) -> bool:
+        """Whether it has just been up ``STABLE_S`` since its last restart (well again)."""
+        if self.in_a_row and self.process.running() and now - self.up_since >= STABLE_S:
+            self.in_a_row = 0
+            return True
+        return False
+
+    def record(self) -> Restarts:
+        return Restarts(count=self.restarts, in_a_row=self.in_a_row, last_at=self.last_restart)
 
 
 @dataclass
@@ -427,6 +459,10 @@ class EmbeddedSystem:
             console_pid=self.console.process.pid or 0 if self.console else 0,
         )
 
+    def _restarts(self) -> dict[str, Restarts]:
+        """Each restarted process's record, for ``usher status``."""
+        return {s.name: s.record() for s in self._supervised() if s.restarts or s.in_a_row}
+
     def _webhook_pid(self) -> dict[str, int]:
         return {WEBHOOK: self.webhook.process.pid or 0} if self.webhook else {}
 
@@ -452,17 +488,19 @@ class EmbeddedSystem:
             changed = changed or restarted
         for service in self._supervised():
             if service.process.running():
+                changed = service.settled(now) or changed
                 continue
             if service.down_since is None:
-                service.down_since = now
+                service.exited(now)
                 code = service.process.popen.returncode if service.process.popen else None
-                notes.append(f"{service.name} exited (code {code}); restarting it")
-            pause = RESTART_PAUSE_S[min(service.restarts, len(RESTART_PAUSE_S) - 1)]
+                looping = " (crash-looping)" if service.in_a_row >= CRASH_LOOP_RESTARTS else ""
+                notes.append(f"{service.name} exited (code {code}); restarting it{looping}")
+                changed = True  # stack.json says it is down and how often it died
+            assert service.down_since is not None
+            pause = RESTART_PAUSE_S[min(service.in_a_row - 1, len(RESTART_PAUSE_S) - 1)]
             if now - service.down_since < pause:
                 continue
-            service.process.start()
-            service.restarts += 1
-            service.down_since = None
+            service.started_again(now)
             changed = True
         if changed and self.info is not None:
             pids = {n: s.process.pid or 0 for n, s in self.services.items()}
@@ -473,6 +511,7 @@ class EmbeddedSystem:
                 pids={**self.info.pids, **servers, **self._webhook_pid()},
                 service_pids=pids,
                 console_pid=console,
+                restarts=self._restarts(),
             )
             write_stack_info(self.home, self.info)
         return notes
