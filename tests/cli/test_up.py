@@ -40,7 +40,7 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
             "dequeuer-b",
             "watcher",
         }
-        assert set(info["pids"]) == {"nats", "postgres", "kube-emulator"}
+        assert set(info["pids"]) == {"nats", "postgres", "kube-emulator", "webhook"}
         # The read-only web console: its own process, on loopback, its URL printed.
         assert str(info["console_url"]).startswith("http://127.0.0.1:")
         assert f"web console     {info['console_url']}" in up.wait_for_output("web console")
