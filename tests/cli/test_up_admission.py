@@ -64,9 +64,7 @@ def test_a_job_created_running_in_a_managed_namespace_is_stored_suspended(
     assert pid_alive(int(info["pids"]["webhook"]))
     assert (home / "webhook" / "tls.key").stat().st_mode & 0o777 == 0o600
     kubeconfig = str(info["kubeconfig"])
-    big = batch_job(
-        "too-big-to-run", template=pod_template(container(cpu="500")), suspend=False
-    )
+    big = batch_job("too-big-to-run", template=pod_template(container(cpu="500")), suspend=False)
     stored = asyncio.run(_create_and_read(kubeconfig, "user-a", big))
     assert stored.spec.suspend is True  # the webhook's patch, before the store saw it
 

@@ -80,6 +80,4 @@ async def test_numbers_in_the_query_are_ascii_digits_only(client: TestClient) ->
     for path, name in (("/replay", "seq"), ("/decisions", "before")):
         response = await client.get(path, params={name: "1_0"})
         assert response.status == 400
-        assert f"{name} must be a whole number; got &#39;1_0&#39;" in (
-            await response.text()
-        )
+        assert f"{name} must be a whole number; got &#39;1_0&#39;" in (await response.text())
