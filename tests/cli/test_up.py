@@ -101,6 +101,11 @@ def test_up_resumes_from_the_log_and_the_saved_cluster(tmp_path: Path) -> None:
         time.sleep(2)  # the watcher has re-listed everything by now
         assert up.stop() == 0
         assert _log_seq(up.text) == log_seq, "the restart published nothing new"
+    # Each engine saved its snapshot on the first stop and restored it on the second start,
+    # under its own NATS user (issue 26: no permission violation, no replay from sequence 1).
+    for service in ("dequeuer-default", "dequeuer-a", "preemptor"):
+        assert '"snapshot restored"' in (home / "logs" / f"{service}.log").read_text(), service
+    assert "Permissions Violation" not in (home / "logs" / "nats.log").read_text()
     # As root, PostgreSQL's data lives with its unprivileged user (servers.pg_runtime_root).
     data = home / "postgres" / "data"
     if os.geteuid() == 0:
