@@ -92,6 +92,8 @@ def test_status_names_a_killed_and_a_crash_looping_service(
     stack: tuple[Path, UpProcess],
 ) -> None:
     home, _up = stack
+    info = _stack_json(home)
+    assert set(info["health_ports"]) == set(info["service_pids"])  # status asks each /healthz
     well = usher(home, "status")
     assert well.returncode == 0, well.stdout + well.stderr
     assert "RESTARTS" in well.stdout and "webhook" in well.stdout

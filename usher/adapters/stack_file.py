@@ -87,6 +87,8 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     console_pid: int = 0
     restarts: dict[str, Restarts] = msgspec.field(default_factory=dict)
     """Restarts by process name (only those restarted at least once)."""
+    health_ports: dict[str, int] = msgspec.field(default_factory=dict)
+    """Each service's /healthz port on 127.0.0.1 (``usher status`` asks it)."""
 
     def all_pids(self) -> dict[str, int]:
         """Every process of the system: infrastructure, services and the web console."""

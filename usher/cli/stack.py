@@ -5,10 +5,12 @@ What it does: reads ``$USHER_HOME/stack.json``; ``status`` shows every process o
 passwords hidden, zones and settings; ``down`` asks the ``usher up`` that owns the stack to
 stop (SIGTERM, as Ctrl-C would), waits until it and every process it started are gone, and
 says so.
+Each service's ``/healthz`` (port in ``stack.json``) is asked too: one whose NATS connection
+is down past its limit, or keeps being lost, is "unhealthy" with the reason.
 Exit codes: 0 done (status: every process alive and well); 1 status: some process is not
-alive (being restarted, or the stack is stale), was restarted less than ``STABLE_S`` ago, or
-is crash-looping (``CRASH_LOOP_RESTARTS`` restarts in a row), each named on stderr; 4 no
-stack in that folder, or ``down`` could not stop it.
+alive (being restarted, or the stack is stale), unhealthy, was restarted less than
+``STABLE_S`` ago, or is crash-looping (``CRASH_LOOP_RESTARTS`` restarts in a row), each named
+on stderr; 4 no stack in that folder, or ``down`` could not stop it.
 What it must never do: signal a process that is not the ``usher up`` named in
 ``stack.json``, or print a secret.
 """
@@ -18,6 +20,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -42,10 +46,12 @@ class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
     restarts_in_a_row: int = 0
     """Restarts since it last stayed up ``STABLE_S`` (0: well)."""
     crash_looping: bool = False
+    unhealthy: str = ""
+    """Why its ``/healthz`` fails (NATS connection down too long...), empty while it passes."""
 
     @property
     def well(self) -> bool:
-        return self.alive and self.restarts_in_a_row == 0
+        return self.alive and self.restarts_in_a_row == 0 and not self.unhealthy
 
     @property
     def state(self) -> str:
@@ -53,8 +59,10 @@ class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
             return "not running"
         if self.crash_looping:
             return f"crash-looping ({self.restarts_in_a_row} restarts in a row)"
-        if self.restarts_in_a_row:
+        if self.restarts_in_a_row:  # its /healthz may not listen yet
             return f"restarted, not yet up {STABLE_S:g}s"
+        if self.unhealthy:
+            return f"unhealthy: {self.unhealthy}"
         return "running"
 
 
@@ -114,15 +122,36 @@ def status_of(info: StackInfo) -> StackStatus:
     )
 
 
+HEALTH_TIMEOUT_S = 2.0
+
+
+def health_problem(port: int) -> str:
+    """What a service's ``/healthz`` on 127.0.0.1:``port`` says is wrong; empty when it
+    answers 200. A process that does not answer at all is wedged (or its port was taken)."""
+    url = f"http://127.0.0.1:{port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as answer:
+            answer.read()
+            return ""
+    except urllib.error.HTTPError as refused:
+        return refused.read().decode(errors="replace").strip() or f"HTTP {refused.code}"
+    except (OSError, TimeoutError) as exc:
+        cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return f"/healthz does not answer ({getattr(cause, 'strerror', None) or cause})"
+
+
 def _process_status(info: StackInfo, name: str, pid: int) -> ProcessStatus:
     restarts = info.restarts.get(name, Restarts())
+    alive = bool(pid) and pid_alive(pid)
+    port = info.health_ports.get(name)
     return ProcessStatus(
         name=name,
         pid=pid,
-        alive=bool(pid) and pid_alive(pid),
+        alive=alive,
         restarts=restarts.count,
         restarts_in_a_row=restarts.in_a_row,
         crash_looping=restarts.crash_looping,
+        unhealthy=health_problem(port) if alive and port else "",
     )
 
 

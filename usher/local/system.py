@@ -213,6 +213,8 @@ class EmbeddedSystem:
     servers: list[ServerWatch] = field(default_factory=list, init=False)
     console: Supervised | None = field(default=None, init=False)
     webhook: Supervised | None = field(default=None, init=False)
+    health_ports: dict[str, int] = field(default_factory=dict, init=False)
+    """Each service's /metrics, /healthz and /readyz port on 127.0.0.1 (``usher status``)."""
     console_url: str = field(default="", init=False)
     console_port: int = field(default=0, init=False)
     info: StackInfo | None = field(default=None, init=False)
@@ -251,7 +253,12 @@ class EmbeddedSystem:
             watcher_log = self.logs / "watcher.log"
             offset = watcher_log.stat().st_size if watcher_log.exists() else 0
             for name, argv in self._service_commands():
-                own = {**env, **self._credentials_of(name)}
+                self.health_ports[name] = free_port(HOST)  # kept across its restarts
+                own = {
+                    **env,
+                    **self._credentials_of(name),
+                    "USHER_METRICS_PORT": str(self.health_ports[name]),
+                }
                 process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=own)
                 process.start()
                 self.services[name] = Supervised(name, argv, process)
@@ -360,7 +367,7 @@ class EmbeddedSystem:
             "USHER_HALF_LIFE_SECONDS": "off"
             if options.half_life_s is None
             else str(options.half_life_s),
-            # Every service on one machine: each takes a free port for /metrics and probes.
+            # Every service on one machine: each gets its own port for /metrics and probes.
             "USHER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
         }
@@ -449,6 +456,7 @@ class EmbeddedSystem:
             zones=list(options.served_zones),
             burst_zones=list(options.burst_zones),
             service_pids={name: s.process.pid or 0 for name, s in self.services.items()},
+            health_ports=dict(self.health_ports),
             policy=options.policy,
             oversell_rate=options.oversell_rate,
             within_quota=options.within_quota,
