@@ -41,7 +41,7 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("page", "text", "complaint"),
     [
-        ("stray.md", "# A page no nav names\n", "not included in the \"nav\""),
+        ("stray.md", "# A page no nav names\n", 'not included in the "nav"'),
         ("concepts/queues.md", "\n[gone](no-such-page.md)\n", "no-such-page.md"),
         ("concepts/queues.md", "\n[gone](quota-tree.md#no-such-anchor)\n", "no-such-anchor"),
     ],
