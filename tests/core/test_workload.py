@@ -18,7 +18,7 @@ from usher.core.workload import SUPPORTED_KINDS, extract_priority_class, extract
 GI = 2**30
 MI = 2**20
 
-# The Job of scenarios/01-seed-round.yaml (seed 000), verbatim: generateName only.
+# The Job of scenarios/01-seed-round.yaml (kube-queue's walkthrough), verbatim: generateName only.
 SEED_JOB_YAML = """
 apiVersion: batch/v1
 kind: Job

@@ -142,7 +142,7 @@ def cli() -> None:
 
 @cli.command()
 @home_option()
-@click.option("--no-demo", is_flag=True, help="Start empty: no seed tree, no demo jobs.")
+@click.option("--no-demo", is_flag=True, help="Start empty: no quota tree, no demo jobs.")
 @click.option(
     "--zones",
     default="a,b",
@@ -504,7 +504,9 @@ def report_input_error(source: str, exc: InputError) -> None:
     help="Generate a workload from SPEC (YAML; see docs/how-to/plan-with-the-simulator.md)"
     " and report per department.",
 )
-@click.option("--seed", type=int, default=None, help="With --generate: the seed (default: spec's).")
+@click.option(
+    "--seed", type=int, default=None, help="With --generate: the random seed (default: the spec's)."
+)
 @click.option(
     "--horizon",
     type=click.FloatRange(min=0, min_open=True),

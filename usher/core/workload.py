@@ -8,7 +8,7 @@ sets, suspend flag and workload-level priority class is its family module's know
 module reads the pod templates. Every problem is collected with its field path and reported
 together.
 
-Choices where SEMANTICS is silent (Kubernetes' own rules where it has one):
+Choices Usher makes (Kubernetes' own rules where it has one):
 - Per pod: containers summed (a missing request falls back to the limit), plus sidecar init
   containers (``restartPolicy: Always``, which run alongside); then the max with each ordinary
   init container (plus the sidecars started before it); plus ``spec.overhead``. Resources whose
