@@ -83,9 +83,10 @@ def render_cli() -> str:
         "| command | what it does |",
         "|---|---|",
     ]
+    rules = rule_names()
     for path, command, _ in commands:
         anchor = path.replace(" ", "-")
-        summary = command.get_short_help_str(limit=WIDTH).replace("|", "\\|")
+        summary = link_rules(command.get_short_help_str(limit=WIDTH).replace("|", "\\|"), rules)
         lines.append(f"| [`{path}`](#{anchor}) | {summary} |")
     lines += ["", "## usher", "", "```text", cli.get_help(root).rstrip(), "```"]
     for path, command, ctx in commands:
