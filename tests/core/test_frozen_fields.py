@@ -56,7 +56,8 @@ GROW = (
      ["spec.rayClusterSpec.headGroupSpec.template.spec.containers[0].resources.requests.cpu"]),
     ("RayJob", rayjob, [(RAY_WORKERS, [{"groupName": "a", "replicas": 1}] * 2)],
      ["spec.rayClusterSpec.workerGroupSpecs"]),  # a group more: the list is replaced
-    ("JobSet", jobset, [(("replicatedJobs", 0, "replicas"), 4)], ["spec.replicatedJobs[0].replicas"]),
+    ("JobSet", jobset, [(("replicatedJobs", 0, "replicas"), 4)],
+     ["spec.replicatedJobs[0].replicas"]),
     ("JobSet", jobset, [(("replicatedJobs", 0, "template", "spec", "parallelism"), 5)],
      ["spec.replicatedJobs[0].template.spec.parallelism"]),
     ("SparkApplication", spark, [(("executor", "instances"), 5)], ["spec.executor.instances"]),
@@ -119,7 +120,9 @@ def test_a_flood_of_changes_is_reported_bounded() -> None:
         container["resources"]["requests"]["cpu"] = "2"
     problems = frozen_changes(family("Job"), old, grown)
     assert len(problems) == MOST_REPORTED + 1
-    assert problems[-1].message == f"and {50 - MOST_REPORTED} more changed fields that are immutable"
+    assert (
+        problems[-1].message == f"and {50 - MOST_REPORTED} more changed fields that are immutable"
+    )
 
 
 @pytest.mark.parametrize(

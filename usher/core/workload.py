@@ -53,9 +53,9 @@ from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtim
 from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
 from usher.core.kinds.fields import (
     Errors,
-    container_requests,
     Raw,
     annotations_of,
+    container_requests,
     dig,
     error,
     optional_mapping,

@@ -129,12 +129,12 @@ def _same(old: object, new: object) -> bool:
 def _at(root: object, path: Path) -> object:
     node = root
     for step in path:
-        if isinstance(step, int) and isinstance(node, list) and step < len(node):
+        if isinstance(node, list) and isinstance(step, int) and step < len(node):
             node = node[step]
-        elif isinstance(step, str) and isinstance(node, Mapping) and step in node:
-            node = node[step]
-        else:
+            continue
+        if not (isinstance(node, Mapping) and isinstance(step, str) and step in node):
             return _ABSENT
+        node = node[step]
     return node
 
 
