@@ -24,7 +24,10 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import cpu, observed
+from tests.builders.log import BASE_MS, QA, Log
+from tests.builders.log import A as LA
 from tests.builders.trees import two_leaf_tree
+from usher.core import explain
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.snapshot import restore, snapshot
@@ -135,3 +138,24 @@ def test_an_engine_of_another_zone_only_applies_the_stop_from_the_log() -> None:
     engine.apply(sized(95), Millis(1000))
     assert engine.decide(Millis(1000)) == []  # not its zone: the zone's dequeuer stops it
     assert engine.quota_used()[A] == cpu(10)
+
+
+def test_explain_shows_what_is_counted_and_that_the_job_grew() -> None:
+    """``usher explain`` of a grown job: its requests are what its admission counts, its
+    reason says it grew, and its history shows the new size and then its stop."""
+    key = WorkloadKey("user-a/j")
+    log = Log().tree(0).job(1, "user-a/j", 10).admitted(1, "user-a/j", 10)
+    log.job(2, "user-a/j", 10, suspended=False).job(3, "user-a/j", 95, suspended=False)
+    told = explain.explain(log.history(), EngineConfig(), key, Millis(BASE_MS + 4000))
+    assert told.state == JobState.ADMITTED
+    assert told.requests == {"cpu": "10"}
+    assert told.reason is not None and told.reason.code == "GrewAfterAdmission"
+    assert "requests cpu 95" in told.history[-1].detail
+    text = explain.render_explain_table(told)
+    assert "requests: cpu 10" in text and "GrewAfterAdmission" in text
+    reason = told.reason
+    log.add(4, Preempted(workload=key, queue=QA, quota=LA, preemptor=key, reason=reason))
+    told = explain.explain(log.history(), EngineConfig(), key, Millis(BASE_MS + 5000))
+    [line] = [line for line in told.history if line.what == "Preempted"]
+    assert line.detail == "for growing on root/Department-a"
+    assert line.reason == reason
