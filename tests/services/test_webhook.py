@@ -246,7 +246,7 @@ async def test_a_running_job_may_not_grow_through_any_update(
     assert refusal(replaced)[:2] == (403, "Forbidden")
     assert field in refusal(replaced)[2]
     spec = stored["spec"]
-    assert (spec["parallelism"] if "parallelism" in spec else 1) == 1  # nothing refused stored
+    assert spec.get("parallelism", 1) == 1  # nothing refused stored
     assert spec["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
     final = emu.store.get(jobs, "user-a", "run")
     assert final["spec"]["activeDeadlineSeconds"] == 600
