@@ -13,6 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.core.test_kinds import family, job, jobset, rayjob, spark, tfjob, workflow
 from usher.core.kinds.frozen import FROZEN_CODE, MOST_REPORTED, frozen_changes, grew
@@ -138,3 +140,41 @@ def test_grew_names_the_resources_asked_beyond_the_admission(
     admitted: dict[str, int], observed: dict[str, int], resources: list[str]
 ) -> None:
     assert grew(admitted, observed) == resources
+
+
+def _leaf_paths(node: object, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    if isinstance(node, dict):
+        return [path] + [p for k, v in node.items() for p in _leaf_paths(v, (*path, k))]
+    if isinstance(node, list):
+        return [path] + [p for i, v in enumerate(node) for p in _leaf_paths(v, (*path, i))]
+    return [path]
+
+
+def _view(kind: str, spec: Obj) -> list[tuple[str, int, object, object]]:
+    sources = family(kind).pod_sets(spec, [])
+    return [(s.name, s.count, s.template, s.requests) for s in sources]
+
+
+HOSTILE = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**6) | st.text(max_size=5) | st.just("95"),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+MAKERS = {"Job": job, "TFJob": tfjob, "RayJob": rayjob, "JobSet": jobset,
+          "SparkApplication": spark, "Workflow": workflow}  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.sampled_from(sorted(MAKERS)), data=st.data(), value=HOSTILE)
+def test_no_change_that_alters_a_pod_set_is_ever_free(kind: str, data: Any, value: object) -> None:
+    """Any value at any place of any kind's spec: never raises, and whenever a pod set's
+    name, count, template or requests differ afterwards, some field is named."""
+    old = MAKERS[kind]()["spec"]
+    path = data.draw(st.sampled_from([p for p in _leaf_paths(old) if p]))
+    new = edited(MAKERS[kind], (path, value))
+    problems = frozen_changes(family(kind), old, new)
+    if _view(kind, old) != _view(kind, new):
+        assert problems, (path, value)
+    assert all(p.code == FROZEN_CODE for p in problems)

@@ -419,7 +419,8 @@ class Engine:
             if job.state == ADMITTED and job.used_path is not None:
                 self._forget_admitted(job)
                 old_zone = job.zone
-                self._fill(job, event, sized=False)
+                # Sized only if never observed before (admitted from the log first).
+                self._fill(job, event, sized=job.pod_count == 0)
                 self._note_growth(job, event)
                 if old_zone in job.zones:
                     job.zone = old_zone  # admitted into an accepted zone: it runs there (Z2)
