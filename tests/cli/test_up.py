@@ -49,7 +49,7 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
         up.wait_for_output("admit user-a/pi-8k5pn root/Department-a")
         text = up.wait_for_output("queue root-department-a-user-a (root/Department-a, Round)")
         assert "quota root/Department-a: cpu" in text
-        # The budget story (B1), played before the seed's: the held job's reason, the spent
+        # The budget story (B1), played before the walkthrough's: the held job's reason, the spent
         # budget in usher budget's words and the queue below it marked.
         assert "demo: user-d/over-budget waits: BudgetExhausted: " in text
         text = up.wait_for_output("exhausted (hold)")
