@@ -10,7 +10,8 @@ and saves the objects back to ``S`` (atomically, at most once a second, and on S
 restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
 timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it registers Usher's
 admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook, calling URL and
-trusting PEM only) before serving: jobs of managed namespaces are created suspended.
+trusting PEM only) before serving: jobs of managed namespaces are created suspended, and an
+admitted one's pod sets may not change (R16).
 What it must never do: listen on anything but 127.0.0.1, write a half state file, or lose
 the objects on a clean stop.
 """
@@ -144,9 +145,10 @@ NOT_SENT_TO_THE_WEBHOOK = ("kube-system", "kube-public", "kube-node-lease", "ush
 
 def webhook_configuration(url: str, ca_pem: bytes) -> JsonObj:
     """The ``MutatingWebhookConfiguration`` of deploy/webhook, calling ``url`` (the local
-    webhook process) and trusting ``ca_pem`` only: every kind Usher admits, on create."""
+    webhook process) and trusting ``ca_pem`` only: every kind Usher admits, on create (made
+    suspended) and update (an admitted job's pod sets may not change, R16)."""
     rules = [
-        {"operations": ["CREATE"], "apiGroups": [family.group],
+        {"operations": ["CREATE", "UPDATE"], "apiGroups": [family.group],
          "apiVersions": sorted(family.versions), "resources": [family.plural],
          "scope": "Namespaced"}
         for family in FAMILIES
