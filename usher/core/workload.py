@@ -52,8 +52,10 @@ from usher.core.kinds import SUPPORTED_KINDS as SUPPORTED_KINDS  # re-exported: 
 from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtime
 from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
 from usher.core.kinds.fields import (
+    ANNOTATIONS_PREFIX,
     Errors,
     Raw,
+    annotation,
     annotations_of,
     dig,
     error,
@@ -64,19 +66,23 @@ from usher.core.kinds.fields import (
     required_mapping,
     required_string,
     type_name,
-    whole_number,
 )
-from usher.core.quantity import format_quantity, parse_quantity
+from usher.core.quantity import format_quantity
 from usher.core.retry import container_memory
-from usher.core.tree import OOM_MEMORY_FACTOR_ATTRIBUTE, RETRY_LIMIT_ATTRIBUTE, is_memory_factor
+from usher.core.values.registry import (
+    MIN_PARALLELISM,
+    OOM_MEMORY_CAP,
+    OOM_MEMORY_FACTOR,
+    RETRY_LIMIT,
+)
 from usher.core.zone_fallback import parse_accepted_zones
 
 QUOTA_LABEL = "quota.scheduling.alibabacloud.com/name"
-MIN_PARALLELISM_ANNOTATION = "usher.io/min-parallelism"
+MIN_PARALLELISM_ANNOTATION = MIN_PARALLELISM.key
 """The fewest pods the job may start with when all of them do not fit (R11)."""
-OOM_MEMORY_CAP_ANNOTATION = "usher.io/oom-memory-cap"
+OOM_MEMORY_CAP_ANNOTATION = OOM_MEMORY_CAP.key
 """The most memory an OOM scale-up gives any container of the job (R13)."""
-RETRY_ANNOTATIONS = (RETRY_LIMIT_ATTRIBUTE, OOM_MEMORY_FACTOR_ATTRIBUTE, OOM_MEMORY_CAP_ANNOTATION)
+RETRY_ANNOTATIONS = (RETRY_LIMIT.key, OOM_MEMORY_FACTOR.key, OOM_MEMORY_CAP.key)
 """Job annotations of retries: the tree's attribute names, and the cap (R12, R13)."""
 DEFAULT_NAMESPACE = "default"
 
@@ -140,31 +146,22 @@ def _retry_ask(manifest: Raw, errors: Errors) -> RetryAsk | None:
     annotations = annotations_of(manifest)
     if not any(name in annotations for name in RETRY_ANNOTATIONS):
         return None
-    prefix = "metadata.annotations."
-    raw_limit = annotations.get(RETRY_LIMIT_ATTRIBUTE)
-    limit = whole_number(raw_limit)
-    if raw_limit is not None and limit is None:
-        message = f"must be a whole number >= 0 (a string), got {raw_limit!r}"
-        errors.append(error(prefix + RETRY_LIMIT_ATTRIBUTE, "invalid-annotation", message))
-    factor = annotations.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
-    if factor is not None and (not isinstance(factor, str) or not is_memory_factor(factor)):
-        message = f"must be a decimal number >= 1 (a string), got {factor!r}"
-        errors.append(error(prefix + OOM_MEMORY_FACTOR_ATTRIBUTE, "invalid-annotation", message))
-        factor = None
-    cap = _memory_cap(manifest, annotations.get(OOM_MEMORY_CAP_ANNOTATION), errors)
-    return RetryAsk(limit=limit, memory_factor=factor, memory_cap=cap)
+    limit = annotation(RETRY_LIMIT, manifest, errors)
+    refused = len(errors)
+    annotation(OOM_MEMORY_FACTOR, manifest, errors)
+    factor = annotations.get(OOM_MEMORY_FACTOR.key) if len(errors) == refused else None
+    cap = _memory_cap(manifest, errors)
+    return RetryAsk(
+        limit=limit, memory_factor=factor if isinstance(factor, str) else None, memory_cap=cap
+    )
 
 
-def _memory_cap(manifest: Raw, raw: object, errors: Errors) -> int | None:
+def _memory_cap(manifest: Raw, errors: Errors) -> int | None:
     """``usher.io/oom-memory-cap``: a memory quantity no container already requests more of."""
-    if raw is None:
+    cap = annotation(OOM_MEMORY_CAP, manifest, errors)
+    if cap is None:
         return None
-    path = f"metadata.annotations.{OOM_MEMORY_CAP_ANNOTATION}"
-    try:
-        cap = parse_quantity(raw, "memory", path)
-    except InputError as failure:
-        errors.extend(failure.errors)
-        return None
+    path = f"{ANNOTATIONS_PREFIX}.{OOM_MEMORY_CAP_ANNOTATION}"
     for (pod_set, container), (request, _) in container_memory(manifest).items():
         if request is not None and request > cap:
             message = (
@@ -377,12 +374,9 @@ def _with_minimum(
     annotations = annotations_of(manifest)
     if MIN_PARALLELISM_ANNOTATION not in annotations:
         return pod_sets
-    path = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
-    raw = annotations[MIN_PARALLELISM_ANNOTATION]
-    minimum = whole_number(raw)
-    if minimum is None or minimum < 1:
-        message = f"must be a whole number of pods >= 1 (a string), got {raw!r}"
-        errors.append(error(path, "invalid-annotation", message))
+    path = f"{ANNOTATIONS_PREFIX}.{MIN_PARALLELISM_ANNOTATION}"
+    minimum = annotation(MIN_PARALLELISM, manifest, errors)
+    if minimum is None:
         return pod_sets
     scalable = rule.scalable_pod_set
     if scalable is None:

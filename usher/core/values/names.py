@@ -29,9 +29,7 @@ _LABEL: Final = re.compile(r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?")
 _SUBDOMAIN: Final = re.compile(
     r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[a-z0-9])?)*"
 )
-_LABEL_RULE: Final = (
-    "lower-case letters, digits and '-', starting and ending with a letter or digit"
-)
+LABEL_RULE: Final = "lower-case letters, digits and '-', starting and ending with a letter or digit"
 
 
 def dns_label(raw: object, path: str, *, name: str | None = None, what: str = "a name") -> str:
@@ -49,33 +47,36 @@ def zone_name(raw: object, path: str, *, name: str | None = None) -> Zone:
     return Zone(dns_label(raw, path, name=name, what="a zone name"))
 
 
+def is_dns_label(raw: object) -> bool:
+    """Whether ``raw`` is a DNS-1123 label (for readers that fall back instead of refusing)."""
+    return isinstance(raw, str) and len(raw) <= MAX_LABEL and _LABEL.fullmatch(raw) is not None
+
+
 def is_zone_name(raw: object) -> bool:
     """Whether ``raw`` is a valid zone name (for readers that fall back instead of refusing)."""
-    return isinstance(raw, str) and len(raw) <= MAX_LABEL and _LABEL.fullmatch(raw) is not None
+    return is_dns_label(raw)
 
 
 def zone_names(raw: object, path: str, *, name: str | None = None) -> list[Zone]:
     """A comma-separated list of at most ``MAX_ZONES`` distinct zone names, in its order."""
-    label = name or path
-    example = "a comma-separated list of zone names, e.g. 'a100,h100'"
+    prefix = f"{name or path}: " if name != "" else ""
+    wrong = f"{prefix}{shown(raw)} is not a comma-separated list of zone names, e.g. 'a100,h100'"
     if not isinstance(raw, str):
-        raise ValueRefused(path, "invalid-type", f"{label} must be {example}, got {shown(raw)}")
+        raise ValueRefused(path, "invalid-type", f"{wrong} (a string)")
     if len(raw) > MAX_ZONES * (MAX_LABEL + 2):
-        message = f"{label} must be {example} of at most {MAX_ZONES} zones, got {shown(raw)}"
-        raise ValueRefused(path, "too-long", message)
+        raise ValueRefused(path, "too-long", f"{wrong} of at most {MAX_ZONES} zones")
     parts = [part.strip(" ") for part in raw.split(",")]
     if len(parts) > MAX_ZONES:
-        message = f"{label} names {len(parts)} zones; at most {MAX_ZONES} are allowed"
-        raise ValueRefused(path, "too-long", message)
+        raise ValueRefused(path, "too-long", f"{wrong} of at most {MAX_ZONES} zones")
     for part in parts:
         if not is_zone_name(part):
             message = (
-                f"{label} must be {example}; {shown(part)} is not a zone name ({_LABEL_RULE}, "
-                f"at most {MAX_LABEL} characters)"
+                f"{wrong}: {shown(part)} is not a zone name ({LABEL_RULE}, at most {MAX_LABEL} "
+                "characters)"
             )
             raise ValueRefused(path, "invalid-value", message)
     if len(set(parts)) != len(parts):
-        raise ValueRefused(path, "invalid-value", f"{label}: {shown(raw)} names a zone twice")
+        raise ValueRefused(path, "invalid-value", f"{prefix}{shown(raw)} names a zone twice")
     return [Zone(part) for part in parts]
 
 
@@ -90,6 +91,6 @@ def _named(
         message = f"{label} must be {what} of at most {most} characters, got {shown(raw)}"
         raise ValueRefused(path, "too-long", message)
     if pattern.fullmatch(raw) is None:
-        message = f"{label} must be {what} ({_LABEL_RULE}), got {shown(raw)}"
+        message = f"{label} must be {what} ({LABEL_RULE}), got {shown(raw)}"
         raise ValueRefused(path, "invalid-value", message)
     return raw

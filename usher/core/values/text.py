@@ -50,14 +50,9 @@ def free_text(raw: object, path: str, *, most: int = MAX_FREE_TEXT, name: str | 
 def bounded_text(
     raw: object, path: str, *, most: int = MAX_RULE_TEXT, name: str | None = None
 ) -> str:
-    """The text of a small language a rule module parses next: non-empty, at most ``most``
-    printable characters, no surrounding spaces."""
-    label = name or path
-    text = _printable(raw, path, most, label, "a non-empty value")
-    if not text or text != text.strip():
-        message = f"{label} must be a non-empty value without surrounding spaces, got {shown(raw)}"
-        raise ValueRefused(path, "invalid-value", message)
-    return text
+    """The text of a small language a rule module parses next (its grammar, emptiness
+    included, is that module's): at most ``most`` printable characters."""
+    return _printable(raw, path, most, name or path, "text")
 
 
 def _printable(raw: object, path: str, most: int, label: str, what: str) -> str:
