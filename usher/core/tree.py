@@ -25,7 +25,7 @@ from typing import Final
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
 from usher.core.budgets import overrun_errors, parse_budgets
 from usher.core.errors import TreeInvalid, ValueRefused
-from usher.core.quantity import collect_resources, format_quantity
+from usher.core.quantity import MAX_CANONICAL, collect_resources, format_quantity
 from usher.core.values import names, registry
 from usher.core.values.shown import shown
 from usher.core.zone_burst import attribute_errors as zone_list_errors
@@ -362,6 +362,7 @@ def _check_tree(root: _Labelled, checks: _Checks) -> None:
     _check_queue_names(nodes, checks)
     for labelled in nodes:
         _check_attributes(labelled, checks)
+        _check_amounts(labelled, checks)
         _check_min_within_max(labelled, checks)
         _check_children_min(labelled, checks)
         _check_zone_min(labelled, checks)
@@ -457,6 +458,17 @@ def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
 
 def _paths(errors: list[FieldError]) -> frozenset[str]:
     return frozenset(error.path for error in errors)
+
+
+def _check_amounts(labelled: _Labelled, checks: _Checks) -> None:
+    """Amounts of a typed tree (one off the wire) are what the quantity parser can give:
+    0 to ``MAX_CANONICAL`` canonical units."""
+    for key, resources in (("min", labelled.node.min), ("max", labelled.node.max)):
+        for resource, amount in resources.items():
+            if not 0 <= amount <= MAX_CANONICAL:
+                path = f"{labelled.field_path}.{key}.{resource}"
+                message = f"{key} {resource} {shown(amount)} is not 0 to {MAX_CANONICAL}"
+                checks.report(path, "invalid-quantity", message)
 
 
 def _check_min_within_max(labelled: _Labelled, checks: _Checks) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from schemas import (
     DEFAULT_ZONE,
@@ -47,7 +48,7 @@ from schemas import (
     Zone,
     workload_key,
 )
-from usher.core.errors import InputError, WorkloadInvalid
+from usher.core.errors import InputError, ValueRefused, WorkloadInvalid
 from usher.core.kinds import SUPPORTED_KINDS as SUPPORTED_KINDS  # re-exported: its users
 from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtime
 from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
@@ -69,11 +70,17 @@ from usher.core.kinds.fields import (
 )
 from usher.core.quantity import format_quantity
 from usher.core.retry import container_memory
+from usher.core.values.names import MAX_ZONES, is_zone_name, zone_name
+from usher.core.values.quantities import MAX_QUANTITY
 from usher.core.values.registry import (
+    MAX_RETRY_LIMIT,
     MIN_PARALLELISM,
+    MIN_SUCCESS,
     OOM_MEMORY_CAP,
     OOM_MEMORY_FACTOR,
     RETRY_LIMIT,
+    SIM_DURATION,
+    Setting,
 )
 from usher.core.zone_fallback import parse_accepted_zones
 
@@ -85,6 +92,10 @@ OOM_MEMORY_CAP_ANNOTATION = OOM_MEMORY_CAP.key
 RETRY_ANNOTATIONS = (RETRY_LIMIT.key, OOM_MEMORY_FACTOR.key, OOM_MEMORY_CAP.key)
 """Job annotations of retries: the tree's attribute names, and the cap (R12, R13)."""
 DEFAULT_NAMESPACE = "default"
+CHECKED_ONLY: tuple[Setting[Any], ...] = (MIN_SUCCESS, SIM_DURATION)
+"""Annotations read elsewhere (the watcher counts ``min-success`` against the job's pods, the
+local emulator runs a job for its ``sim-duration``) that a job is refused for here, once, when
+malformed: ``extract_workload`` is where every annotation's syntax is checked."""
 
 PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
 PRIORITY_CLASS_KIND = "PriorityClass"
@@ -118,6 +129,8 @@ def extract_workload(
     pod_sets = _with_minimum(manifest, rule, pod_sets, errors)
     suspended = _suspended(spec, rule.suspend_path, errors)
     retry_ask = _retry_ask(manifest, errors)
+    for entry in CHECKED_ONLY:
+        annotation(entry, manifest, errors)
     max_runtime = runtime.declared_seconds(manifest, rule, errors)
     if errors:
         raise WorkloadInvalid(key, kind, errors)
@@ -171,6 +184,35 @@ def _memory_cap(manifest: Raw, errors: Errors) -> int | None:
             errors.append(error(path, "cap-below-request", message))
             return None
     return cap
+
+
+def observed_errors(event: WorkloadObserved) -> list[FieldError]:
+    """What in a typed ``WorkloadObserved`` no manifest read by ``extract_workload`` could
+    give (the bounds of the registry): the engine does not fold such an event, which only a
+    forged log entry carries. Never raises."""
+    found: list[FieldError] = []
+    zones = [event.zone, *event.zones]
+    if not all(is_zone_name(zone) for zone in zones) or len(event.zones) > MAX_ZONES:
+        found.append(error("zones", "invalid-value", "a zone is not a zone name"))
+    ask = event.retry
+    if ask is not None:
+        found += _ask_errors(ask)
+    declared = event.max_runtime_seconds
+    if declared is not None and not 1 <= declared <= runtime.MOST_SECONDS:
+        found.append(error("max_runtime_seconds", "out-of-range", "not a declarable runtime"))
+    return found
+
+
+def _ask_errors(ask: RetryAsk) -> list[FieldError]:
+    found: list[FieldError] = []
+    if ask.limit is not None and not 0 <= ask.limit <= MAX_RETRY_LIMIT:
+        found.append(error("retry.limit", "out-of-range", f"not 0 to {MAX_RETRY_LIMIT}"))
+    factor = ask.memory_factor
+    if factor is not None and OOM_MEMORY_FACTOR.read({OOM_MEMORY_FACTOR.key: factor}) is None:
+        found.append(error("retry.memory_factor", "invalid-value", "not a memory factor"))
+    if ask.memory_cap is not None and not 0 < ask.memory_cap <= MAX_QUANTITY:
+        found.append(error("retry.memory_cap", "out-of-range", f"not 1 to {MAX_QUANTITY}"))
+    return found
 
 
 def suspend_path(kind: str) -> tuple[str, ...] | None:
@@ -307,7 +349,7 @@ def _identity(manifest: Raw, name_override: str | None, errors: Errors) -> _Iden
     metadata = optional_mapping(manifest.get("metadata"), "metadata", errors)
     namespace = optional_string(metadata.get("namespace"), "metadata.namespace", errors)
     labels = optional_mapping(metadata.get("labels"), "metadata.labels", errors)
-    zone = optional_string(labels.get(ZONE_LABEL), f"metadata.labels.{ZONE_LABEL}", errors)
+    zone = _zone_label(labels, errors)
     quota = optional_string(labels.get(QUOTA_LABEL), f"metadata.labels.{QUOTA_LABEL}", errors)
     version = metadata.get("resourceVersion")
     zones, problems = parse_accepted_zones(annotations_of(manifest), zone, "metadata.annotations.")
@@ -322,6 +364,18 @@ def _identity(manifest: Raw, name_override: str | None, errors: Errors) -> _Iden
         zones=zones,
         quota_name=quota or None,
     )
+
+
+def _zone_label(labels: Raw, errors: Errors) -> str | None:
+    """The ``usher.io/zone`` label: a zone name (it goes into subjects), else reported."""
+    raw = labels.get(ZONE_LABEL)
+    if raw is None or raw == "":
+        return None
+    try:
+        return zone_name(raw, f"metadata.labels.{ZONE_LABEL}", name=ZONE_LABEL)
+    except ValueRefused as refused:
+        errors.extend(refused.errors)
+        return None
 
 
 def _workload_name(metadata: Raw, errors: Errors) -> str:
