@@ -77,8 +77,12 @@ def test_the_declared_runtime_is_the_smaller_of_annotation_and_deadline(
         ("2147483648", None, ["metadata.annotations.usher.io/max-runtime-seconds"]),
         ("31622401", None, ["metadata.annotations.usher.io/max-runtime-seconds"]),  # > a year
         (" 90 ", None, ["metadata.annotations.usher.io/max-runtime-seconds"]),  # spaces
-        ("²", None, ["metadata.annotations.usher.io/max-runtime-seconds"]),  # isdigit() is True
-        ("١", None, ["metadata.annotations.usher.io/max-runtime-seconds"]),
+        (
+            "\u00b2",
+            None,
+            ["metadata.annotations.usher.io/max-runtime-seconds"],
+        ),  # isdigit() is True
+        ("\u0661", None, ["metadata.annotations.usher.io/max-runtime-seconds"]),
         (None, 0, ["spec.activeDeadlineSeconds"]),
         (None, -1, ["spec.activeDeadlineSeconds"]),
         (None, "60", ["spec.activeDeadlineSeconds"]),

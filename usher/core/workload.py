@@ -197,6 +197,9 @@ def observed_errors(event: WorkloadObserved) -> list[FieldError]:
     ask = event.retry
     if ask is not None:
         found += _ask_errors(ask)
+    for pod_set in event.pod_sets:
+        if pod_set.min_count is not None and not 1 <= pod_set.min_count <= pod_set.count:
+            found.append(error("pod_sets.min_count", "out-of-range", "not 1 to the pod count"))
     declared = event.max_runtime_seconds
     if declared is not None and not 1 <= declared <= runtime.MOST_SECONDS:
         found.append(error("max_runtime_seconds", "out-of-range", "not a declarable runtime"))
