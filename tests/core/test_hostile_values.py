@@ -207,3 +207,48 @@ def test_the_corpus_covers_every_kind_the_registry_uses() -> None:
     labels = {hostile.label for hostile in CORPUS}
     wanted = {"100000-digits", "2**64", "negative", "fullwidth", "arabic-indic", "superscript"}
     assert wanted | {"spaces", "nan", "inf", "1e300", "empty", "100KB", "nul", "int"} <= labels
+
+
+def _two_leaves(leaf: dict[str, Any]) -> dict[str, Any]:
+    other = {"name": "other", "min": {"cpu": "4"}, "max": {"cpu": "8"}, "namespaces": ["b"]}
+    root = {"name": "root", "min": {"cpu": "8"}, "max": {"cpu": "8"}, "children": [other, leaf]}
+    return elastic_quota_tree(root)
+
+
+@pytest.mark.parametrize(
+    ("leaf", "path", "code"),
+    [
+        ({"name": "Team A"}, "spec.root.children[1](Team A).name", "invalid-name"),
+        ({"name": "-team"}, "spec.root.children[1](-team).name", "invalid-name"),
+        ({"name": "t" * 100_000}, "spec.root.children[1].name", "invalid-name"),
+        ({"name": "team", "namespaces": ["User_A"]}, "spec.root.children[1](team).namespaces[0]",
+         "invalid-namespace"),
+        ({"name": "team", "namespaces": ["n" * 64]}, "spec.root.children[1](team).namespaces[0]",
+         "invalid-namespace"),
+        ({"name": "team", "attributes": {"k" * 100_000: "1"}},
+         "spec.root.children[1](team).attributes.'kkkkk",
+         "invalid-key"),
+    ],
+)  # fmt: skip
+def test_names_that_cannot_name_a_queue_or_a_namespace_are_refused(
+    leaf: dict[str, Any], path: str, code: str
+) -> None:
+    """Before issue 26 such a tree was Accepted, and the Queue for it could not be created; a
+    100 KB name or key is refused without being repeated in full."""
+    leaf = {"min": {"cpu": "4"}, "max": {"cpu": "8"}, "namespaces": ["a"], **leaf}
+    with pytest.raises(TreeInvalid) as refused:
+        parse_tree(_two_leaves(leaf))
+    [error] = refused.value.errors
+    assert (error.path[: len(path)], error.code) == (path, code)
+    assert len(error.path) < 400 and len(error.message) < 400
+
+
+def test_a_queue_name_longer_than_an_object_name_is_refused() -> None:
+    deep: dict[str, Any] = {"name": "leaf", "min": {"cpu": "4"}, "max": {"cpu": "8"},
+                            "namespaces": ["a"]}  # fmt: skip
+    for level in range(5):
+        deep = {"name": f"level{level}-" + "x" * 50, "min": {"cpu": "4"}, "max": {"cpu": "8"},
+                "children": [deep]}  # fmt: skip
+    with pytest.raises(TreeInvalid) as refused:
+        parse_tree(_two_leaves(deep))
+    assert [e.code for e in refused.value.errors] == ["invalid-queue-name"]

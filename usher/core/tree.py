@@ -74,6 +74,8 @@ ALLOW_ZERO_REQUESTS_ATTRIBUTE: Final = registry.ALLOW_ZERO_REQUESTS.key
 its leaves may have containers that request nothing."""
 
 ROOT_FIELD_PATH = "spec.root"
+MAX_ATTRIBUTE_KEY: Final = 317
+"""Kubernetes' longest annotation key: a 253-character prefix, ``/`` and a 63-character name."""
 
 _NODE_NAME: Final = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
 """A node name: its queue's name is made of it, lower-cased, ``_`` read as ``-``."""
@@ -198,11 +200,13 @@ def _root_mapping(manifest: object, errors: list[FieldError]) -> Mapping[str, ob
         )
         return None
     if manifest.get("apiVersion") != API_VERSION:
-        message = f"apiVersion must be {API_VERSION}, got {manifest.get('apiVersion')!r}"
+        message = f"apiVersion must be {API_VERSION}, got {shown(manifest.get('apiVersion'))}"
         errors.append(_error("apiVersion", "invalid-api-version", message))
     if manifest.get("kind") != KIND:
         errors.append(
-            _error("kind", "invalid-kind", f"kind must be {KIND}, got {manifest.get('kind')!r}")
+            _error(
+                "kind", "invalid-kind", f"kind must be {KIND}, got {shown(manifest.get('kind'))}"
+            )
         )
     spec = manifest.get("spec")
     if not isinstance(spec, Mapping):
@@ -275,7 +279,7 @@ def _parse_namespaces(raw: object, path: str, errors: list[FieldError]) -> list[
         if isinstance(namespace, str) and namespace:
             namespaces.append(namespace)
         else:
-            message = f"a namespace must be a non-empty string, got {namespace!r}"
+            message = f"a namespace must be a non-empty string, got {shown(namespace)}"
             errors.append(_error(f"{path}[{index}]", "invalid-type", message))
     return namespaces
 
@@ -290,11 +294,14 @@ def _parse_attributes(raw: object, path: str, errors: list[FieldError]) -> dict[
         return {}
     attributes: dict[str, str] = {}
     for key, value in raw.items():
-        if isinstance(key, str) and isinstance(value, str):
+        if not isinstance(key, str) or len(key) > MAX_ATTRIBUTE_KEY:
+            message = f"an attribute key must be a string of at most {MAX_ATTRIBUTE_KEY} characters"
+            errors.append(_error(f"{path}.{shown(key)}", "invalid-key", message))
+        elif isinstance(value, str):
             attributes[key] = value
         else:
             # Kubernetes attributes are map[string]string: `"60"`, not `60`.
-            message = f"attribute values must be strings (quote them), got {value!r}"
+            message = f"attribute values must be strings (quote them), got {shown(value)}"
             errors.append(_error(f"{path}.{key}", "invalid-type", message))
     return attributes
 
@@ -378,18 +385,22 @@ def _check_names(nodes: list[_Labelled], checks: _Checks) -> None:
             checks.report(path, "invalid-name", "a node name must not be empty")
             continue
         if "/" in name:
-            checks.report(path, "invalid-name", f"node name {name!r} must not contain '/'")
-        elif not _NODE_NAME.fullmatch(name) or len(name) > names.MAX_LABEL:
+            checks.report(path, "invalid-name", f"node name {shown(name)} must not contain '/'")
+        elif not _is_node_name(name):
             message = (
                 f"node name {shown(name)} must be at most {names.MAX_LABEL} letters, digits, "
                 "'-', '_' and '.', starting and ending with a letter or digit (it names a queue)"
             )
             checks.report(path, "invalid-name", message)
         if name in first_use:
-            message = f"node name {name!r} is already used at {first_use[name]}"
+            message = f"node name {shown(name)} is already used at {first_use[name]}"
             checks.report(path, "duplicate-name", message)
         else:
             first_use[name] = labelled.field_path
+
+
+def _is_node_name(name: str) -> bool:
+    return len(name) <= names.MAX_LABEL and _NODE_NAME.fullmatch(name) is not None
 
 
 def _check_namespaces(nodes: list[_Labelled], checks: _Checks) -> None:
@@ -408,7 +419,7 @@ def _check_namespaces(nodes: list[_Labelled], checks: _Checks) -> None:
                 )
                 checks.report(f"{path}[{index}]", "invalid-namespace", message)
             elif namespace in owner:
-                message = f"namespace {namespace!r} already belongs to {owner[namespace]}"
+                message = f"namespace {shown(namespace)} already belongs to {owner[namespace]}"
                 checks.report(f"{path}[{index}]", "duplicate-namespace", message)
             else:
                 owner[namespace] = labelled.quota_path
@@ -421,6 +432,8 @@ def _check_queue_names(nodes: list[_Labelled], checks: _Checks) -> None:
         if labelled.node.children:
             continue
         name = leaf_queue_name(labelled.quota_path, labelled.node)
+        if not all(_is_node_name(part) for part in labelled.quota_path.split("/")):
+            continue  # its node names are refused by _check_names
         try:
             names.dns_subdomain(name, f"{labelled.field_path}.name", what="a queue name")
         except ValueRefused as refused:
@@ -554,7 +567,7 @@ def _child_path(parent: QuotaPath | None, name: str) -> QuotaPath:
 
 def _child_field_path(parent_field_path: str, index: int, name: object) -> str:
     """``spec.root.children[0](Department-a)``: the index locates it, the name helps a reader."""
-    label = f"({name})" if isinstance(name, str) and name else ""
+    label = f"({name})" if isinstance(name, str) and 0 < len(name) <= names.MAX_LABEL else ""
     return f"{parent_field_path}.children[{index}]{label}"
 
 
