@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
+from tests.builders.manifests import sleeping_job
 from tests.cli.stack_process import usher
 
 JOB = ["submit", "--image", "x", "-n", "user-a"]
@@ -37,3 +39,20 @@ def test_a_loose_option_is_refused_naming_it(
     assert len(err.splitlines()) == 1, err
     assert f"Invalid value for '{option}'" in err and needle in err
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize("command", [["submit", "--dry-run"], ["apply", "-f"]])
+def test_a_manifest_with_a_loose_annotation_is_refused_naming_it(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """``\u00b2`` passes ``str.isdigit``: before issue 26, ``int()`` raised and a traceback
+    was printed."""
+    manifest = tmp_path / "job.yaml"
+    annotation = {"usher.io/max-runtime-seconds": "\u00b2"}
+    job = sleeping_job("sq", "user-a", cpu="1", memory="1Gi", annotations=annotation)
+    manifest.write_text(yaml.safe_dump(job, allow_unicode=True), encoding="utf-8")
+    result = usher(tmp_path / "home", *command, str(manifest))
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    assert "metadata.annotations.usher.io/max-runtime-seconds" in result.stderr
+    assert "ASCII digits only" in result.stderr
