@@ -35,7 +35,9 @@ from tests.long import examples
 from usher.core.config import EngineConfig, Policy
 from usher.core.engine import Engine
 from usher.core.errors import TreeInvalid, WorkloadInvalid
+from usher.core.holds import tree_holds
 from usher.core.snapshot import snapshot
+from usher.core.state import TreeIndex
 from usher.core.tree import parse_tree
 from usher.core.values.registry import SETTINGS, Setting, job_settings, tree_settings
 from usher.core.workload import extract_workload
@@ -150,7 +152,11 @@ def test_a_forged_tree_folds_without_raising_and_changes_nothing(data: st.DataOb
     value = data.draw(hostile_values(setting.kind, strings_only=True).filter(_is_str))
     assert isinstance(value, str)
     engine, good = _engine()
-    engine.apply(QuotaTreeApplied(root=_forged_tree(good, setting.key, value)), Millis(1))
+    forged = _forged_tree(good, setting.key, value)
+    # Every reader of attributes, on the forged tree itself: none may raise.
+    TreeIndex(forged, CONFIG)
+    tree_holds(forged, {}, Millis(1))
+    engine.apply(QuotaTreeApplied(root=forged), Millis(1))
     assert engine.state.tree.root == good  # the tree in force stays
     _plain_job_is_admitted(engine, "plain", 2)
     snapshot(engine)  # every number in the state still fits the log's encoding
