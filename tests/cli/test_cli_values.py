@@ -41,6 +41,25 @@ def test_a_loose_option_is_refused_naming_it(
     assert not (tmp_path / "home").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["what-if", "--ready-timeout", "inf", "--file", "x.json"], "--ready-timeout"),
+        (["what-if", "--min-runtime", "\uff11\uff12", "--file", "x.json"], "--min-runtime"),
+        (["what-if", "--baseline-min-runtime", "1e300", "--file", "x.json"],
+         "--baseline-min-runtime"),
+        (["wait", "a/b", "--timeout", "nan"], "--timeout"),
+    ],
+)  # fmt: skip
+def test_seconds_options_are_finite_and_bounded(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
+    result = usher(tmp_path / "home", *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"Invalid value for '{option}'" in result.stderr
+    assert "seconds from 0 to 2592000" in result.stderr
+
+
 @pytest.mark.parametrize("command", [["submit", "--dry-run"], ["apply", "-f"]])
 def test_a_manifest_with_a_loose_annotation_is_refused_naming_it(
     tmp_path: Path, command: list[str]

@@ -34,7 +34,14 @@ from usher.cli import (
     home_option,
     import_nats_without_websockets,
 )
-from usher.cli.values import DURATION, QUANTITY_CPU, QUANTITY_GPU, QUANTITY_MEMORY, REPLICAS, ZONE
+from usher.cli.values import (
+    DURATION,
+    QUANTITY_CPU,
+    QUANTITY_GPU,
+    QUANTITY_MEMORY,
+    REPLICAS,
+    ZONE,
+)
 from usher.client.durations import age, estimated_start
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
@@ -272,7 +279,7 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 )
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
 @click.option("--wait", is_flag=True, help="Follow the job until it finishes.")
-@click.option("--timeout", type=float, default=None, help="Seconds --wait waits at most.")
+@click.option("--timeout", type=DURATION, default=None, help="Seconds --wait waits at most.")
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -461,7 +468,7 @@ def workload_manifests(path: Path) -> list[dict[str, Any]]:
     show_default=True,
     help="Until the job finishes, or until it is admitted.",
 )
-@click.option("--timeout", type=float, default=None, help="Seconds to wait at most.")
+@click.option("--timeout", type=DURATION, default=None, help="Seconds to wait at most.")
 @click.option(
     "--grace",
     type=click.FloatRange(min=0),

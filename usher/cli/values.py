@@ -60,3 +60,5 @@ QUANTITY_GPU = _quantity("nvidia.com/gpu")
 REPLICAS = CoreValue("count", partial(numbers.count, low=1, high=numbers.MAX_COUNT))
 ZONE = CoreValue("zone", names.zone_name)
 DURATION = CoreValue("seconds", numbers.duration, convert_to=float)
+"""Seconds a job runs, a command waits or a what-if setting lasts: 0 to 30 days, at most 3
+decimals."""
