@@ -28,7 +28,7 @@ test: lint typecheck
 # Nightly-style: the admission-protocol state machine and the wire contract's properties with
 # many more, longer examples (tests/long.py), the both-zones race at 2,000 jobs, more load seeds.
 test-long: setup
-	USHER_LONG_TESTS=1 $(BIN)/pytest tests/core/test_protocol_machine.py tests/test_schemas.py
+	USHER_LONG_TESTS=1 $(BIN)/pytest tests/core/test_protocol_machine.py tests/test_schemas.py tests/core/test_hostile_values.py
 	USHER_LONG_TESTS=1 $(BIN)/pytest tests/e2e/test_resilience.py -k two_zone_dequeuers
 	USHER_LOAD_SEEDS=11,12,13,14,15 $(BIN)/pytest tests/e2e/test_borrowing_load.py
 
@@ -38,7 +38,7 @@ run: setup
 schemas: setup
 	$(BIN)/python -m schemas.export
 
-# The generated reference pages of the docs site (command line, metrics, schemas).
+# The generated reference pages of the docs site (command line, metrics, schemas, annotations).
 reference: setup
 	$(BIN)/python -m usher.cli.reference_docs
 

@@ -50,7 +50,7 @@ def test_a_home_that_is_a_file_is_one_line_and_exit_2(tmp_path: Path, command: l
     [
         (["jobs", "--bogus"], "No such option"),
         (["jobs", "-o", "xml"], "'xml' is not one of"),
-        (["submit", "--replicas", "many", "--image", "x"], "'many' is not a valid integer"),
+        (["submit", "--replicas", "many", "--image", "x"], "whole number from 1 to 1000000"),
         (["nosuch"], "No such command"),
     ],
 )

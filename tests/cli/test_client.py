@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -249,9 +250,34 @@ def test_job_manifest_names_every_bad_option() -> None:
         "namespace 'User A' is not a valid name (lower-case letters, digits and '-', starting "
         "and ending with a letter or digit, at most 63 characters)",
         "image must not be empty",
-        "replicas must be at least 1, got 0",
+        "replicas must be a whole number from 1 to 1000000, got '0'",
         "cpu: quantity '-1' is negative",
     ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "line"),
+    [
+        ({"cpu": "\uff11\uff12"}, "cpu: quantity '\uff11\uff12' is not Kubernetes notation"),
+        ({"cpu": " 5 "}, "cpu must be a quantity without surrounding spaces, got ' 5 '"),
+        ({"memory": "1e300"}, "memory: quantity '1e300' is too large"),
+        ({"duration_s": float("inf")}, "duration must be a decimal number of seconds from 0 to"),
+        ({"duration_s": float("nan")}, "duration must be a decimal number of seconds from 0 to"),
+        ({"duration_s": 1e300}, "duration must be a decimal number of seconds from 0 to"),
+        ({"zone": "z" * 100_000}, "zone must be a zone name of at most 63 characters"),
+        ({"zone": "NaN"}, "zone must be a zone name"),
+    ],
+)
+def test_job_manifest_refuses_loose_values_naming_the_parameter(
+    fields: dict[str, object], line: str
+) -> None:
+    """The client reads its parameters with the core's parsers: no fullwidth digits, spaces,
+    non-finite or unbounded values, and a zone that could go into a subject."""
+    request: dict[str, Any] = {"namespace": "user-a", "image": "x", "cpu": "1", **fields}
+    with pytest.raises(BadInput) as caught:
+        job_manifest(JobRequest(**request))
+    assert caught.value.lines[0].startswith(line)
+    assert len(caught.value.lines[0]) < 400
 
 
 def test_apply_patch_is_three_way_and_never_touches_suspend() -> None:

@@ -274,7 +274,7 @@ def _job(annotations: dict[str, Any], memory: str = "4Gi") -> dict[str, Any]:
         ({"usher.io/retry-limit": "two"}, "usher.io/retry-limit", "invalid-annotation"),
         ({"usher.io/oom-memory-factor": "0.5"}, "usher.io/oom-memory-factor", "invalid-annotation"),
         ({"usher.io/oom-memory-cap": "2Gi"}, "usher.io/oom-memory-cap", "cap-below-request"),
-        ({"usher.io/oom-memory-cap": "lots"}, "usher.io/oom-memory-cap", "invalid-quantity"),
+        ({"usher.io/oom-memory-cap": "lots"}, "usher.io/oom-memory-cap", "invalid-annotation"),
     ],
 )
 def test_bad_annotations_are_refused_naming_the_field(

@@ -450,7 +450,8 @@ ERROR_CASES: list[Any] = [
             (
                 f"{A}.attributes.usher.io/min-runtime-seconds",
                 "invalid-attribute",
-                "usher.io/min-runtime-seconds must be a whole number of seconds, got '-5'",
+                "usher.io/min-runtime-seconds must be a whole number of seconds from 0 to 2592000 "
+                "(ASCII digits only), got '-5'",
             )
         ],
         id="min-runtime-negative",
@@ -461,7 +462,8 @@ ERROR_CASES: list[Any] = [
             (
                 f"{A}.attributes.usher.io/min-runtime-seconds",
                 "invalid-attribute",
-                "usher.io/min-runtime-seconds must be a whole number of seconds, got '1.5'",
+                "usher.io/min-runtime-seconds must be a whole number of seconds from 0 to 2592000 "
+                "(ASCII digits only), got '1.5'",
             )
         ],
         id="min-runtime-fractional",

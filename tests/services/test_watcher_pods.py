@@ -128,7 +128,8 @@ def test_a_malformed_or_impossible_min_success_is_rejected_with_its_field() -> N
     names = Subjects("t")
     assert MIN_SUCCESS_PATH == "metadata.annotations.usher.io/min-success"
     resource = BATCH.resource("v1")
-    for value, code in (("0", "invalid-value"), ("two", "invalid-value"), ("3", "out-of-range")):
+    refused = (("0", "invalid-annotation"), ("two", "invalid-annotation"), ("3", "out-of-range"))
+    for value, code in refused:
         manifest = played("bad", {"usher.io/min-success": value})
         manifest["metadata"]["uid"] = "u"
         out = workload_event(resource, BATCH, manifest, names)
@@ -138,6 +139,34 @@ def test_a_malformed_or_impossible_min_success_is_rejected_with_its_field() -> N
     # completions, not parallelism, bound it: 5 of a 2-wide, 10-completion job may succeed.
     wide = played("ok", {"usher.io/min-success": "5"}, spec={"completions": 10})
     assert isinstance(workload_event(resource, BATCH, wide, names).event, WorkloadObserved)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("usher.io/max-runtime-seconds", "\u00b2"),  # str.isdigit() says yes, int() raises
+        ("usher.io/min-success", "\u00b2"),
+        ("usher.io/min-parallelism", "\uff11"),
+        ("usher.io/retry-limit", "9" * 100_000),
+        ("usher.io/retry-limit", "99999999999999999999"),
+        ("usher.io/oom-memory-factor", "nan"),
+        ("usher.io/sim-duration", "inf"),
+        ("usher.io/zones", "z" * 100_000),
+        ("usher.io/zones", "<script>"),
+    ],
+)
+def test_a_hostile_annotation_is_rejected_naming_it_on_a_bounded_subject(
+    key: str, value: str
+) -> None:
+    """Before issue 26, ``\u00b2`` raised out of the translation ("object not handled": the
+    job never reached the log) and a 100 KB zone went into the subject."""
+    manifest = played("bad", {key: value})
+    manifest["metadata"]["uid"] = "u"
+    out = workload_event(BATCH.resource("v1"), BATCH, manifest, Subjects("t"))
+    assert isinstance(out.event, WorkloadRejected)
+    assert [e.path for e in out.event.errors] == [f"metadata.annotations.{key}"]
+    assert out.subject == "t.cluster.default.job.user-a.bad"  # the default zone's, bounded
+    assert all(len(e.message) < 400 for e in out.event.errors)
 
 
 def test_terminations_keep_one_per_container_and_an_oom_kill_wins() -> None:

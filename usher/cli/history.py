@@ -56,6 +56,7 @@ from usher.cli import (
     load_yaml_file,
     report_input_error,
 )
+from usher.cli.values import DURATION
 from usher.core import audit as auditing
 from usher.core import budgets, dryrun, usage, whatif
 from usher.core import explain as explaining
@@ -111,7 +112,7 @@ def _engine(command: F) -> F:
             click.option("--oversell-rate", default=None, help="max x rate is the cap."),
             click.option("--within-quota", type=click.Choice(WITHIN_QUOTA_MODES), default=None),
             click.option(
-                "--min-runtime", "min_runtime_s", type=float, default=None, help="Seconds."
+                "--min-runtime", "min_runtime_s", type=DURATION, default=None, help="Seconds."
             ),
             click.option(
                 "--half-life",
@@ -409,11 +410,11 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
 @click.option("--policy", type=POLICY, default=None)
 @click.option("--oversell", "--oversell-rate", "oversell", default=None, metavar="RATE")
 @click.option("--within-quota", type=WITHIN, default=None, metavar="MODE")
-@click.option("--min-runtime", "min_runtime_s", type=float, default=None, metavar="SECONDS")
+@click.option("--min-runtime", "min_runtime_s", type=DURATION, default=None, metavar="SECONDS")
 @click.option(
     "--ready-timeout",
     "ready_timeout_s",
-    type=float,
+    type=DURATION,
     default=None,
     metavar="SECONDS",
     help=(
@@ -456,8 +457,8 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
-@click.option("--baseline-min-runtime", type=float, default=0.0, show_default=True)
-@click.option("--baseline-ready-timeout", type=float, default=0.0, show_default=True)
+@click.option("--baseline-min-runtime", type=DURATION, default=0.0, show_default=True)
+@click.option("--baseline-ready-timeout", type=DURATION, default=0.0, show_default=True)
 @click.option("--baseline-half-life", default="off", show_default=True, metavar="SECONDS|off")
 @click.option("--since", metavar="TIME", default=None, help="Replay from TIME (state as recorded).")
 @click.option("--until", metavar="TIME", default=None, help="Stop the replay at TIME.")
@@ -526,12 +527,6 @@ def what_if_command(
             EXIT_USAGE,
         )
     base_half_life = _half_life("--baseline-half-life", baseline_half_life)
-    for name, seconds in (
-        ("--ready-timeout", ready_timeout_s),
-        ("--baseline-ready-timeout", baseline_ready_timeout),
-    ):
-        if seconds is not None and seconds < 0:
-            fail(f"{name}: must be 0 or more seconds, got {seconds:g}", EXIT_USAGE)
     base = _config_of(
         baseline_policy,
         baseline_oversell,

@@ -34,6 +34,14 @@ from usher.cli import (
     home_option,
     import_nats_without_websockets,
 )
+from usher.cli.values import (
+    DURATION,
+    QUANTITY_CPU,
+    QUANTITY_GPU,
+    QUANTITY_MEMORY,
+    REPLICAS,
+    ZONE,
+)
 from usher.client.durations import age, estimated_start
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
@@ -244,18 +252,20 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 @click.option("--name", default=None, help="Job name (default: generated from the image).")
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("--image", default=None, help="Container image (builds the job from options).")
-@click.option("--cpu", default=None, help="Per pod, e.g. 2 or 500m.")
-@click.option("--memory", default=None, help="Per pod, e.g. 4Gi.")
-@click.option("--gpu", default=None, help="nvidia.com/gpu per pod.")
+@click.option("--cpu", type=QUANTITY_CPU, default=None, help="Per pod, e.g. 2 or 500m.")
+@click.option("--memory", type=QUANTITY_MEMORY, default=None, help="Per pod, e.g. 4Gi.")
+@click.option("--gpu", type=QUANTITY_GPU, default=None, help="nvidia.com/gpu per pod.")
 @click.option(
     "--replicas",
-    type=int,
+    type=REPLICAS,
     default=1,
     show_default=True,
     help="Pods, all admitted together (parallelism = completions).",
 )
 @click.option("--priority-class", default=None)
-@click.option("--zone", default=None, help="Label usher.io/zone (default: zone default).")
+@click.option(
+    "--zone", type=ZONE, default=None, help="Label usher.io/zone (default: zone default)."
+)
 @click.option(
     "--any-zone",
     is_flag=True,
@@ -263,13 +273,13 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 )
 @click.option(
     "--duration",
-    type=float,
+    type=DURATION,
     default=None,
     help="Seconds the emulator runs it (annotation usher.io/sim-duration).",
 )
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
 @click.option("--wait", is_flag=True, help="Follow the job until it finishes.")
-@click.option("--timeout", type=float, default=None, help="Seconds --wait waits at most.")
+@click.option("--timeout", type=DURATION, default=None, help="Seconds --wait waits at most.")
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -458,7 +468,7 @@ def workload_manifests(path: Path) -> list[dict[str, Any]]:
     show_default=True,
     help="Until the job finishes, or until it is admitted.",
 )
-@click.option("--timeout", type=float, default=None, help="Seconds to wait at most.")
+@click.option("--timeout", type=DURATION, default=None, help="Seconds to wait at most.")
 @click.option(
     "--grace",
     type=click.FloatRange(min=0),

@@ -1,12 +1,15 @@
-"""The generated reference pages of the docs site: the command line, the metrics, the schemas.
+"""The generated reference pages of the docs site: the command line, the metrics, the schemas,
+the ``usher.io/`` annotations and tree attributes.
 
 What it does: renders ``docs/reference/cli.md`` from the ``usher`` click commands (each
 command's ``--help``, as a terminal 100 columns wide prints it), ``docs/reference/metrics.md``
 from the metric families ``services.common.metrics.Metrics`` declares (name as exposed, type,
 labels, help, histogram buckets), and ``docs/reference/schemas.md`` from the wire contract's
 JSON Schemas (``schemas.export.render_all``: every exported type's fields, and the reason
-codes). ``python -m usher.cli.reference_docs [DOCS_DIR]`` (``make reference``) writes them;
-``tests/docs/test_reference_docs.py`` checks that the committed pages equal what this renders.
+codes), and ``docs/reference/annotations.md`` from the registry of ``usher.io/`` keys (rendered
+by ``usher.core.values.render``). ``python -m usher.cli.reference_docs [DOCS_DIR]`` (``make
+reference``) writes them; ``tests/docs/test_reference_docs.py`` checks that the committed pages
+equal what this renders.
 What it must never do: be edited around (the pages are generated: change the click command,
 the metric declaration or the Struct, then run ``make reference``), or depend on the machine
 it runs on (environment, terminal width, clock): the same code renders the same bytes.
@@ -28,6 +31,7 @@ from prometheus_client.metrics_core import Metric
 from schemas.export import EXPORTED, render_all
 from services.common.metrics import Metrics
 from usher.cli import cli
+from usher.core.values.render import render_reference
 
 DOCS_DIR = Path(__file__).resolve().parents[2] / "docs"
 WIDTH = 100
@@ -45,6 +49,7 @@ def render_all_pages() -> dict[str, str]:
         "reference/cli.md": render_cli(),
         "reference/metrics.md": render_metrics(),
         "reference/schemas.md": render_schemas(),
+        "reference/annotations.md": render_reference(),
     }
 
 

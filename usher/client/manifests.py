@@ -14,8 +14,9 @@ owns on a live workload (its suspend flag, the zone nodeSelector).
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,15 +26,15 @@ import yaml
 from schemas import Millis, WorkloadObserved
 from usher.adapters.kube import JsonObj, Resource
 from usher.client.errors import BadInput
-from usher.core.errors import InputError
+from usher.core.errors import InputError, ValueRefused
 from usher.core.kinds import FAMILIES
-from usher.core.quantity import parse_quantity
 from usher.core.tree import parse_tree
+from usher.core.values import names, numbers, quantities, registry
 from usher.core.workload import QUOTA_LABEL, ZONE_LABEL, extract_workload
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 """The annotation kubectl keeps the last applied manifest in; shared, so both tools agree."""
-SIM_DURATION = "usher.io/sim-duration"
+SIM_DURATION = registry.SIM_DURATION.key
 """Seconds the emulator's fake kubelet runs a job before it completes."""
 
 _YamlLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -462,6 +463,18 @@ def _check_name(value: str, what: str, problems: list[str]) -> None:
         )
 
 
+def _check_value(
+    parse: Callable[..., object], raw: str, option: str, problems: list[str], **bounds: Any
+) -> bool:
+    """Whether the core's parser takes ``raw`` for ``option``; else why, into ``problems``."""
+    try:
+        parse(raw, option, name=option, **bounds)
+    except ValueRefused as refused:
+        problems.append(refused.message)
+        return False
+    return True
+
+
 def job_manifest(request: JobRequest) -> JsonObj:
     """The suspended Job for ``request``; ``BadInput`` naming every bad parameter (by its name
     in ``JobRequest`` and ``Client.submit``, which the CLI's options share)."""
@@ -471,10 +484,11 @@ def job_manifest(request: JobRequest) -> JsonObj:
         _check_name(request.name, "name", problems)
     if not request.image.strip():
         problems.append("image must not be empty")
-    if request.replicas < 1:
-        problems.append(f"replicas must be at least 1, got {request.replicas}")
-    if request.duration_s is not None and request.duration_s < 0:
-        problems.append(f"duration must not be negative, got {request.duration_s}")
+    _check_value(numbers.count, str(request.replicas), "replicas", problems, low=1)
+    if request.duration_s is not None:
+        _check_value(numbers.duration, _seconds(request.duration_s), "duration", problems)
+    if request.zone:
+        _check_value(names.zone_name, request.zone, "zone", problems)
     resources: dict[str, str] = {}
     for option, resource, value in (
         ("cpu", "cpu", request.cpu),
@@ -483,12 +497,8 @@ def job_manifest(request: JobRequest) -> JsonObj:
     ):
         if value is None:
             continue
-        try:
-            parse_quantity(value, resource, option)
-        except InputError as exc:
-            problems.extend(f"{option}: {e.message}" for e in exc.errors)
-            continue
-        resources[resource] = str(value)
+        if _check_value(quantities.quantity, str(value), option, problems, resource=resource):
+            resources[resource] = str(value)
     if not resources and not problems:
         problems.append("a job must request something: give cpu, memory or gpu")
     if problems:
@@ -539,6 +549,8 @@ def _image_stem(image: str) -> str:
 
 
 def _seconds(value: float) -> str:
+    if not math.isfinite(value):
+        return str(value)  # refused by the duration parser, naming it
     return str(int(value)) if float(value).is_integer() else str(value)
 
 

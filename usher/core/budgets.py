@@ -33,9 +33,10 @@ import msgspec
 
 from schemas import FieldError, Millis, QuotaPath, Reason, ReasonCode
 from usher.core.quantity import MAX_CANONICAL, MS_PER_HOUR, format_quantity, hours, unit_of
+from usher.core.values import registry
 
-BUDGETS_ATTRIBUTE: Final = "usher.io/budgets"
-BUDGET_ACTION_ATTRIBUTE: Final = "usher.io/budget-action"
+BUDGETS_ATTRIBUTE: Final = registry.BUDGETS.key
+BUDGET_ACTION_ATTRIBUTE: Final = registry.BUDGET_ACTION.key
 
 MS_PER_DAY: Final = 86_400_000
 MONTH: Final = 0
@@ -44,7 +45,7 @@ MAX_DAYS: Final = 366
 
 _ITEM = re.compile(
     r"^\s*(?P<resource>[^\s=;]+)\s*=\s*(?P<amount>[0-9]+(?:\.[0-9]+)?)h\s+per\s+"
-    r"(?P<window>month|[0-9]+d)\s*$"
+    r"(?P<window>month|[0-9]{1,4}d)\s*$"
 )
 
 
@@ -144,7 +145,7 @@ def _invalid(field: str, message: str) -> FieldError:
     return FieldError(path=field, code="invalid-attribute", message=message)
 
 
-OVERRUN_ATTRIBUTE: Final = "usher.io/budget-overrun"
+OVERRUN_ATTRIBUTE: Final = registry.BUDGET_OVERRUN.key
 OVERRUN_VALUES: Final = ("hold", "off")
 """``hold``: the node's budgets hold a workload whose declared runtime would overrun what is
 left; ``off`` (the default): they do not."""

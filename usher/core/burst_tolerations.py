@@ -22,8 +22,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from schemas import Zone
+from usher.core.values import registry
 
-BURST_TOLERATIONS_ATTRIBUTE: Final = "usher.io/burst-tolerations"
+BURST_TOLERATIONS_ATTRIBUTE: Final = registry.BURST_TOLERATIONS.key
 """On the root only: per burst zone, the taints its pods must tolerate (Z3)."""
 
 Toleration = dict[str, Any]

@@ -110,7 +110,8 @@ from usher.core.state import (
     shape_with,
     total_requests,
 )
-from usher.core.tree import path_nodes
+from usher.core.tree import path_nodes, validate_tree
+from usher.core.workload import observed_errors
 from usher.core.zone_burst import tree_accepted, try_order
 from usher.core.zone_fallback import passed_over, zone_choice
 
@@ -399,6 +400,8 @@ class Engine:
         return []
 
     def _observe(self, event: WorkloadObserved) -> None:
+        if observed_errors(event):
+            return  # forged: no manifest gives such values (the watcher refuses them)
         job = self.state.jobs.get(event.workload)
         if job is None:
             job = Job(event.workload, self._name(event.namespace), event.name)
@@ -1060,7 +1063,11 @@ class Engine:
     # ------------------------------------------------------------------ tree and nodes
 
     def _install_tree(self, event: QuotaTreeApplied) -> None:
-        """A new valid tree: never evicts; waiting workloads are mapped again."""
+        """A new valid tree: never evicts; waiting workloads are mapped again. A tree that T1
+        refuses (published on the log without the watcher's validation) changes nothing: the
+        tree in force stays, on every replica alike."""
+        if validate_tree(event.root):
+            return
         self.state.tree = TreeIndex(event.root, self.config)
         self._queues = {
             leaf: Queue(self.state.tree.nodes[leaf].queue or QueueName(leaf), leaf)

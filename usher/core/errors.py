@@ -44,3 +44,14 @@ class WorkloadInvalid(InputError):
 
 class ScenarioError(InputError):
     """A scenario file is malformed (bad structure, unknown action, bad reference)."""
+
+
+class ValueRefused(InputError):
+    """One value at a boundary (a tree attribute, a job annotation, a CLI option) is malformed
+    or out of its bounds (``usher.core.values``); ``path`` names the field."""
+
+    def __init__(self, path: str, code: str, message: str) -> None:
+        self.path = path
+        self.code = code
+        self.message = message
+        super().__init__([FieldError(path=path, code=code, message=message)])

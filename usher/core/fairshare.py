@@ -31,12 +31,14 @@ from dataclasses import dataclass, field
 from decimal import Context, Decimal, DivisionByZero, InvalidOperation, Overflow
 from typing import Final, NamedTuple
 
-from schemas import FieldError, Millis, QuotaPath
+from schemas import Millis, QuotaPath
 from usher.core.quantity import MS_PER_HOUR, hours, unit_of
+from usher.core.values import registry
+from usher.core.values.registry import FAIR_WEIGHT
 
-FAIR_WEIGHT_ATTRIBUTE: Final = "usher.io/fair-weight"
+FAIR_WEIGHT_ATTRIBUTE: Final = FAIR_WEIGHT.key
 DEFAULT_WEIGHT: Final = 1
-MAX_WEIGHT: Final = 1_000_000
+MAX_WEIGHT: Final = registry.MAX_WEIGHT
 
 ARITHMETIC: Final = Context(
     prec=34,
@@ -195,29 +197,9 @@ def root_capacity(root_max: Mapping[str, int], root_min: Mapping[str, int]) -> d
 
 def fair_weight(attributes: Mapping[str, str], inherited: int) -> int:
     """A node's fair-share weight: its ``usher.io/fair-weight``, else its parent's (a bad
-    value was refused by ``weight_errors``; it is ignored here)."""
-    text = attributes.get(FAIR_WEIGHT_ATTRIBUTE)
-    if text is None or not _is_weight(text):
-        return inherited
-    return int(text)
-
-
-def _is_weight(text: str) -> bool:
-    return text.isascii() and text.isdigit() and 0 < int(text) <= MAX_WEIGHT
-
-
-def weight_errors(attributes: Mapping[str, str], field_prefix: str) -> list[FieldError]:
-    """Why a node's ``usher.io/fair-weight`` is refused (T1): it must be an integer 1..10^6."""
-    text = attributes.get(FAIR_WEIGHT_ATTRIBUTE)
-    if text is None or _is_weight(text):
-        return []
-    return [
-        FieldError(
-            path=f"{field_prefix}.{FAIR_WEIGHT_ATTRIBUTE}",
-            code="invalid-attribute",
-            message=f"{FAIR_WEIGHT_ATTRIBUTE} must be an integer from 1 to 1000000, got {text!r}",
-        )
-    ]
+    value was refused with the tree, by the registry's parser; it is ignored here)."""
+    weight = FAIR_WEIGHT.read(attributes)
+    return inherited if weight is None else weight
 
 
 KEY_DIGITS: Final = 3

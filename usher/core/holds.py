@@ -31,15 +31,8 @@ from schemas import (
     Reason,
 )
 from usher.core import reasons
-from usher.core.tree import (
-    DRAIN_GRACE_ATTRIBUTE,
-    HOLD_ATTRIBUTE,
-    HOLD_REASON_ATTRIBUTE,
-    inherited_attribute,
-    iter_nodes,
-    leaf_queue_name,
-    path_nodes,
-)
+from usher.core.tree import iter_nodes, leaf_queue_name, path_nodes
+from usher.core.values.registry import DRAIN_GRACE, HOLD, HOLD_REASON
 
 TREE_HOLDER: Final = "the quota tree"
 """Who holds a node whose tree attribute says so: whoever applied the tree (Kubernetes' own
@@ -95,16 +88,16 @@ def tree_holds(
     """
     out: dict[QuotaPath, HoldRecord] = {}
     for path, node, _ in iter_nodes(root):
-        mode = _MODE_OF_ATTRIBUTE.get(node.attributes.get(HOLD_ATTRIBUTE, ""))
+        mode = _MODE_OF_ATTRIBUTE.get(HOLD.read(node.attributes) or "")
         if mode is None:
             continue
-        grace = int(node.attributes.get(DRAIN_GRACE_ATTRIBUTE, "0")) * 1000
+        grace = (DRAIN_GRACE.read(node.attributes) or 0) * 1000
         record = HoldRecord(
             node=path,
             mode=mode,
             grace_ms=grace if mode == "Drain" else 0,
             by=TREE_HOLDER,
-            reason=node.attributes.get(HOLD_REASON_ATTRIBUTE, ""),
+            reason=HOLD_REASON.read(node.attributes) or "",
             since_ms=now,
         )
         kept = before.get(path)
@@ -203,8 +196,10 @@ def default_grace_seconds(root: QuotaNode | None, path: QuotaPath) -> int:
     for node_path, node, _ in iter_nodes(root):
         if node_path in wanted:
             branch.append(node)
-    value = inherited_attribute(branch, DRAIN_GRACE_ATTRIBUTE)
-    return int(value) if value is not None else 0
+    for node in reversed(branch):
+        if DRAIN_GRACE.key in node.attributes:
+            return DRAIN_GRACE.read(node.attributes) or 0
+    return 0
 
 
 class HoldOrder(msgspec.Struct, frozen=True, kw_only=True):

@@ -17,17 +17,18 @@ import msgspec
 
 from schemas import Reason
 from usher.core.config import ReadinessPolicy
-from usher.core.tree import (
-    READY_TIMEOUT_ATTRIBUTE,
-    REQUEUE_BACKOFF_ATTRIBUTE,
-    REQUEUE_BACKOFF_MAX_ATTRIBUTE,
-    REQUEUE_MAX_ATTEMPTS_ATTRIBUTE,
+from usher.core.values.registry import (
+    READY_TIMEOUT,
+    REQUEUE_BACKOFF,
+    REQUEUE_BACKOFF_MAX,
+    REQUEUE_MAX_ATTEMPTS,
+    Setting,
 )
 
-_MILLIS_ATTRIBUTES: tuple[tuple[str, str], ...] = (
-    (READY_TIMEOUT_ATTRIBUTE, "timeout_ms"),
-    (REQUEUE_BACKOFF_ATTRIBUTE, "backoff_base_ms"),
-    (REQUEUE_BACKOFF_MAX_ATTRIBUTE, "backoff_cap_ms"),
+_MILLIS_ATTRIBUTES: tuple[tuple[Setting[int], str], ...] = (
+    (READY_TIMEOUT, "timeout_ms"),
+    (REQUEUE_BACKOFF, "backoff_base_ms"),
+    (REQUEUE_BACKOFF_MAX, "backoff_cap_ms"),
 )
 
 
@@ -39,12 +40,12 @@ def readiness_policy(attributes: Mapping[str, str], inherited: ReadinessPolicy) 
     """
     changes: dict[str, int] = {}
     for attribute, field in _MILLIS_ATTRIBUTES:
-        raw = attributes.get(attribute)
-        if raw is not None and raw.isdigit():
-            changes[field] = int(raw) * 1000
-    raw_attempts = attributes.get(REQUEUE_MAX_ATTEMPTS_ATTRIBUTE)
-    if raw_attempts is not None and raw_attempts.isdigit() and int(raw_attempts) >= 1:
-        changes["max_attempts"] = int(raw_attempts)
+        seconds = attribute.read(attributes)
+        if seconds is not None:
+            changes[field] = seconds * 1000
+    attempts = REQUEUE_MAX_ATTEMPTS.read(attributes)
+    if attempts is not None:
+        changes["max_attempts"] = attempts
     return replace(inherited, **changes) if changes else inherited
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from usher.core.config import WithinQuota
-from usher.core.tree import MIN_RUNTIME_ATTRIBUTE, WITHIN_QUOTA_ATTRIBUTE
+from usher.core.values.registry import MIN_RUNTIME, WITHIN_QUOTA
 
 Amounts = Mapping[str, int]
 NodePolicy = tuple[WithinQuota, int]
@@ -54,14 +54,14 @@ def borrowed_resource(
 def node_policy(attributes: Mapping[str, str], inherited: NodePolicy) -> NodePolicy:
     """A node's policy: its own attributes where set and valid, else what it inherits."""
     within, runtime = inherited
-    raw_within = attributes.get(WITHIN_QUOTA_ATTRIBUTE)
+    raw_within = WITHIN_QUOTA.read(attributes)
     if raw_within == "Never":
         within = "Never"
     elif raw_within == "LowerPriority":
         within = "LowerPriority"
-    raw_runtime = attributes.get(MIN_RUNTIME_ATTRIBUTE)
-    if raw_runtime is not None and raw_runtime.isdigit():
-        runtime = int(raw_runtime) * 1000
+    seconds = MIN_RUNTIME.read(attributes)
+    if seconds is not None:
+        runtime = seconds * 1000
     return within, runtime
 
 

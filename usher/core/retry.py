@@ -40,7 +40,7 @@ from usher.core.errors import InputError
 from usher.core.kinds import KindFamily, family_of_kind_id
 from usher.core.kinds.fields import Errors
 from usher.core.quantity import parse_quantity
-from usher.core.tree import OOM_MEMORY_FACTOR_ATTRIBUTE, RETRY_LIMIT_ATTRIBUTE, is_memory_factor
+from usher.core.values.registry import OOM_MEMORY_FACTOR, RETRY_LIMIT
 
 MEMORY = "memory"
 OOM_KILLED = "OOMKilled"
@@ -78,12 +78,11 @@ def retry_policy(attributes: Mapping[str, str], inherited: RetryPolicy) -> Retry
     """A node's retry policy: its own attributes where set and valid, else inherited (T1
     refuses invalid values; this only skips them, like ``readiness_policy``)."""
     changes: dict[str, Any] = {}
-    limit = attributes.get(RETRY_LIMIT_ATTRIBUTE)
-    if limit is not None and limit.isdigit():
-        changes["limit"] = int(limit)
-    factor = attributes.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
-    if factor is not None and is_memory_factor(factor):
-        changes["memory_factor"] = factor
+    limit = RETRY_LIMIT.read(attributes)
+    if limit is not None:
+        changes["limit"] = limit
+    if OOM_MEMORY_FACTOR.read(attributes) is not None:
+        changes["memory_factor"] = attributes[OOM_MEMORY_FACTOR.key]  # exact, as written
     return replace(inherited, **changes) if changes else inherited
 
 

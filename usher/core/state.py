@@ -29,7 +29,8 @@ from usher.core.fairshare import DEFAULT_WEIGHT, fair_weight
 from usher.core.readiness import Readiness, readiness_policy
 from usher.core.reclaim import NodePolicy, node_policy
 from usher.core.retry import RetryPolicy, retry_policy
-from usher.core.tree import BACKFILL_ATTRIBUTE, STARVATION_ATTRIBUTE, iter_nodes, queue_name
+from usher.core.tree import iter_nodes, queue_name
+from usher.core.values.registry import BACKFILL, STARVATION
 from usher.core.zone_burst import burst_zones, default_zones
 from usher.core.zone_quota import ZoneCaps, parse_zone_max, parse_zone_min
 
@@ -287,18 +288,18 @@ def _inherited_attributes(
 def _starvation_ms(node: QuotaNode, parent: QuotaNodeInfo | None) -> int:
     """The node's starvation threshold (N1): its own attribute (T1 checked it is whole
     seconds), else its parent's, else 0 (off)."""
-    raw = node.attributes.get(STARVATION_ATTRIBUTE)
-    if raw is not None:
-        return int(raw) * 1000
+    seconds = STARVATION.read(node.attributes)
+    if seconds is not None:
+        return seconds * 1000
     return parent.starvation_ms if parent is not None else 0
 
 
 def _backfill(node: QuotaNode, parent: QuotaNodeInfo | None) -> bool:
     """Whether the node's workloads may backfill (N2): its own attribute (T1 checked it is
     ``"true"`` or ``"false"``), else its parent's, else no."""
-    raw = node.attributes.get(BACKFILL_ATTRIBUTE)
-    if raw is not None:
-        return raw == "true"
+    backfill = BACKFILL.read(node.attributes)
+    if backfill is not None:
+        return backfill
     return parent.backfill if parent is not None else False
 
 

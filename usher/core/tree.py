@@ -20,13 +20,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from fractions import Fraction
+from typing import Final
 
 from schemas import FieldError, QueueName, QuotaNode, QuotaPath, Resources
 from usher.core.budgets import overrun_errors, parse_budgets
-from usher.core.errors import TreeInvalid
-from usher.core.fairshare import weight_errors
-from usher.core.quantity import collect_resources, format_quantity
+from usher.core.errors import TreeInvalid, ValueRefused
+from usher.core.quantity import MAX_CANONICAL, collect_resources, format_quantity
+from usher.core.values import names, registry
+from usher.core.values.shown import shown
 from usher.core.zone_burst import attribute_errors as zone_list_errors
 from usher.core.zone_quota import (
     children_zone_min_errors,
@@ -38,54 +39,46 @@ from usher.core.zone_quota import (
 API_VERSION = "scheduling.sigs.k8s.io/v1beta1"
 KIND = "ElasticQuotaTree"
 
-WITHIN_QUOTA_ATTRIBUTE = "usher.io/within-quota"
-MIN_RUNTIME_ATTRIBUTE = "usher.io/min-runtime-seconds"
-WITHIN_QUOTA_VALUES = ("Never", "LowerPriority")
-READY_TIMEOUT_ATTRIBUTE = "usher.io/ready-timeout-seconds"
+WITHIN_QUOTA_ATTRIBUTE: Final = registry.WITHIN_QUOTA.key
+MIN_RUNTIME_ATTRIBUTE: Final = registry.MIN_RUNTIME.key
+WITHIN_QUOTA_VALUES: Final = registry.WITHIN_QUOTA_VALUES
+READY_TIMEOUT_ATTRIBUTE: Final = registry.READY_TIMEOUT.key
 """Seconds an admitted workload of the node's leaves may take to become ready; 0 = off (R10)."""
-REQUEUE_BACKOFF_ATTRIBUTE = "usher.io/requeue-backoff-seconds"
+REQUEUE_BACKOFF_ATTRIBUTE: Final = registry.REQUEUE_BACKOFF.key
 """Wait after a workload's first readiness requeue; doubled after each further one (R10)."""
-REQUEUE_BACKOFF_MAX_ATTRIBUTE = "usher.io/requeue-backoff-max-seconds"
+REQUEUE_BACKOFF_MAX_ATTRIBUTE: Final = registry.REQUEUE_BACKOFF_MAX.key
 """The cap of that wait (R10)."""
-REQUEUE_MAX_ATTEMPTS_ATTRIBUTE = "usher.io/requeue-max-attempts"
+REQUEUE_MAX_ATTEMPTS_ATTRIBUTE: Final = registry.REQUEUE_MAX_ATTEMPTS.key
 """Admissions a workload may time out in before it ends ``Inadmissible`` (R10); at least 1."""
-RETRY_LIMIT_ATTRIBUTE = "usher.io/retry-limit"
+RETRY_LIMIT_ATTRIBUTE: Final = registry.RETRY_LIMIT.key
 """Attempts a failed job may have after its first (R12); 0, the default, is off. The same
 key as a job annotation opts one job in (bounded by the tree's limit when the tree sets one)."""
-OOM_MEMORY_FACTOR_ATTRIBUTE = "usher.io/oom-memory-factor"
+OOM_MEMORY_FACTOR_ATTRIBUTE: Final = registry.OOM_MEMORY_FACTOR.key
 """What an OOMKilled container's memory is multiplied by for the next attempt (R13), >= 1."""
-HOLD_ATTRIBUTE = "usher.io/hold"
+HOLD_ATTRIBUTE: Final = registry.HOLD.key
 """``hold`` or ``drain``: the node and everything below it admit nothing new (R14); a drain
 also preempts the running work below it once its grace has passed (R15)."""
-HOLD_VALUES = ("hold", "drain")
-DRAIN_GRACE_ATTRIBUTE = "usher.io/drain-grace-seconds"
+HOLD_VALUES: Final = registry.HOLD_VALUES
+DRAIN_GRACE_ATTRIBUTE: Final = registry.DRAIN_GRACE.key
 """A drain's grace (R15), inherited down the tree; also the default of ``usher drain``."""
-HOLD_REASON_ATTRIBUTE = "usher.io/hold-reason"
+HOLD_REASON_ATTRIBUTE: Final = registry.HOLD_REASON.key
 """Free text saying why the tree holds the node (shown in the pending reasons)."""
-STARVATION_ATTRIBUTE = "usher.io/starvation-seconds"
+STARVATION_ATTRIBUTE: Final = registry.STARVATION.key
 """Seconds a workload may wait at the head of its queue while others are admitted past it
 before capacity on its path is reserved for it (N1), inherited; 0, the default, is off."""
-WHOLE_SECONDS_ATTRIBUTES = (
-    MIN_RUNTIME_ATTRIBUTE,
-    READY_TIMEOUT_ATTRIBUTE,
-    REQUEUE_BACKOFF_ATTRIBUTE,
-    REQUEUE_BACKOFF_MAX_ATTRIBUTE,
-    DRAIN_GRACE_ATTRIBUTE,
-    STARVATION_ATTRIBUTE,
-)
-"""Attributes holding a whole, non-negative number of seconds."""
-BACKFILL_ATTRIBUTE = "usher.io/backfill"
+BACKFILL_ATTRIBUTE: Final = registry.BACKFILL.key
 """``"true"`` on a node (inherited unless a node below says ``"false"``): a workload of its
 leaves that declares a maximum runtime may be admitted beside a reservation it ends before (N2)."""
-ALLOW_ZERO_REQUESTS_ATTRIBUTE = "usher.io/allow-zero-requests"
+ALLOW_ZERO_REQUESTS_ATTRIBUTE: Final = registry.ALLOW_ZERO_REQUESTS.key
 """``"true"`` on a node (inherited by every node below unless one says ``"false"``): jobs of
 its leaves may have containers that request nothing."""
-BOOLEAN_VALUES = ("true", "false")
 
 ROOT_FIELD_PATH = "spec.root"
+MAX_ATTRIBUTE_KEY: Final = 317
+"""Kubernetes' longest annotation key: a 253-character prefix, ``/`` and a 63-character name."""
 
-_NON_NEGATIVE_INTEGER = re.compile(r"[0-9]+")
-_DECIMAL = re.compile(r"[0-9]+(\.[0-9]+)?")
+_NODE_NAME: Final = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+"""A node name: its queue's name is made of it, lower-cased, ``_`` read as ``-``."""
 
 
 def parse_tree(manifest: object) -> QuotaNode:
@@ -207,11 +200,13 @@ def _root_mapping(manifest: object, errors: list[FieldError]) -> Mapping[str, ob
         )
         return None
     if manifest.get("apiVersion") != API_VERSION:
-        message = f"apiVersion must be {API_VERSION}, got {manifest.get('apiVersion')!r}"
+        message = f"apiVersion must be {API_VERSION}, got {shown(manifest.get('apiVersion'))}"
         errors.append(_error("apiVersion", "invalid-api-version", message))
     if manifest.get("kind") != KIND:
         errors.append(
-            _error("kind", "invalid-kind", f"kind must be {KIND}, got {manifest.get('kind')!r}")
+            _error(
+                "kind", "invalid-kind", f"kind must be {KIND}, got {shown(manifest.get('kind'))}"
+            )
         )
     spec = manifest.get("spec")
     if not isinstance(spec, Mapping):
@@ -284,7 +279,7 @@ def _parse_namespaces(raw: object, path: str, errors: list[FieldError]) -> list[
         if isinstance(namespace, str) and namespace:
             namespaces.append(namespace)
         else:
-            message = f"a namespace must be a non-empty string, got {namespace!r}"
+            message = f"a namespace must be a non-empty string, got {shown(namespace)}"
             errors.append(_error(f"{path}[{index}]", "invalid-type", message))
     return namespaces
 
@@ -299,11 +294,14 @@ def _parse_attributes(raw: object, path: str, errors: list[FieldError]) -> dict[
         return {}
     attributes: dict[str, str] = {}
     for key, value in raw.items():
-        if isinstance(key, str) and isinstance(value, str):
+        if not isinstance(key, str) or len(key) > MAX_ATTRIBUTE_KEY:
+            message = f"an attribute key must be a string of at most {MAX_ATTRIBUTE_KEY} characters"
+            errors.append(_error(f"{path}.{shown(key)}", "invalid-key", message))
+        elif isinstance(value, str):
             attributes[key] = value
         else:
             # Kubernetes attributes are map[string]string: `"60"`, not `60`.
-            message = f"attribute values must be strings (quote them), got {value!r}"
+            message = f"attribute values must be strings (quote them), got {shown(value)}"
             errors.append(_error(f"{path}.{key}", "invalid-type", message))
     return attributes
 
@@ -371,6 +369,7 @@ def _check_tree(root: _Labelled, checks: _Checks) -> None:
     _check_queue_names(nodes, checks)
     for labelled in nodes:
         _check_attributes(labelled, checks)
+        _check_amounts(labelled, checks)
         _check_min_within_max(labelled, checks)
         _check_children_min(labelled, checks)
         _check_zone_min(labelled, checks)
@@ -386,12 +385,22 @@ def _check_names(nodes: list[_Labelled], checks: _Checks) -> None:
             checks.report(path, "invalid-name", "a node name must not be empty")
             continue
         if "/" in name:
-            checks.report(path, "invalid-name", f"node name {name!r} must not contain '/'")
+            checks.report(path, "invalid-name", f"node name {shown(name)} must not contain '/'")
+        elif not _is_node_name(name):
+            message = (
+                f"node name {shown(name)} must be at most {names.MAX_LABEL} letters, digits, "
+                "'-', '_' and '.', starting and ending with a letter or digit (it names a queue)"
+            )
+            checks.report(path, "invalid-name", message)
         if name in first_use:
-            message = f"node name {name!r} is already used at {first_use[name]}"
+            message = f"node name {shown(name)} is already used at {first_use[name]}"
             checks.report(path, "duplicate-name", message)
         else:
             first_use[name] = labelled.field_path
+
+
+def _is_node_name(name: str) -> bool:
+    return len(name) <= names.MAX_LABEL and _NODE_NAME.fullmatch(name) is not None
 
 
 def _check_namespaces(nodes: list[_Labelled], checks: _Checks) -> None:
@@ -404,8 +413,13 @@ def _check_namespaces(nodes: list[_Labelled], checks: _Checks) -> None:
             checks.report(path, "namespaces-on-inner-node", message)
             continue
         for index, namespace in enumerate(node.namespaces):
-            if namespace in owner:
-                message = f"namespace {namespace!r} already belongs to {owner[namespace]}"
+            if not names.is_dns_label(namespace):
+                message = (
+                    f"namespace {shown(namespace)} is not a namespace name ({names.LABEL_RULE})"
+                )
+                checks.report(f"{path}[{index}]", "invalid-namespace", message)
+            elif namespace in owner:
+                message = f"namespace {shown(namespace)} already belongs to {owner[namespace]}"
                 checks.report(f"{path}[{index}]", "duplicate-namespace", message)
             else:
                 owner[namespace] = labelled.quota_path
@@ -418,6 +432,13 @@ def _check_queue_names(nodes: list[_Labelled], checks: _Checks) -> None:
         if labelled.node.children:
             continue
         name = leaf_queue_name(labelled.quota_path, labelled.node)
+        if not all(_is_node_name(part) for part in labelled.quota_path.split("/")):
+            continue  # its node names are refused by _check_names
+        try:
+            names.dns_subdomain(name, f"{labelled.field_path}.name", what="a queue name")
+        except ValueRefused as refused:
+            message = f"the queue of {labelled.quota_path}: {refused.message}"
+            checks.report(refused.path, "invalid-queue-name", message)
         if name in leaves:
             message = f"queue name {name} of {labelled.quota_path} is also {leaves[name]}'s"
             checks.report(f"{labelled.field_path}.name", "duplicate-queue-name", message)
@@ -426,66 +447,41 @@ def _check_queue_names(nodes: list[_Labelled], checks: _Checks) -> None:
 
 
 def _check_attributes(labelled: _Labelled, checks: _Checks) -> None:
+    """Every ``usher.io/`` value through its parser (the registry), then the rules of the
+    values written in a language of their own (B1, B2, Z1, Z3, Z4, checked by their modules);
+    a value its parser refused is not blamed again by its rule."""
     attributes, path = labelled.node.attributes, f"{labelled.field_path}.attributes"
-    within = attributes.get(WITHIN_QUOTA_ATTRIBUTE)
-    if within is not None and within not in WITHIN_QUOTA_VALUES:
-        allowed = ", ".join(WITHIN_QUOTA_VALUES)
-        message = f"{WITHIN_QUOTA_ATTRIBUTE} must be one of {allowed}, got {within!r}"
-        checks.report(f"{path}.{WITHIN_QUOTA_ATTRIBUTE}", "invalid-attribute", message)
-    for name in WHOLE_SECONDS_ATTRIBUTES:
-        seconds = attributes.get(name)
-        if seconds is not None and not _NON_NEGATIVE_INTEGER.fullmatch(seconds):
-            message = f"{name} must be a whole number of seconds, got {seconds!r}"
-            checks.report(f"{path}.{name}", "invalid-attribute", message)
-    attempts = attributes.get(REQUEUE_MAX_ATTEMPTS_ATTRIBUTE)
-    if attempts is not None and (
-        not _NON_NEGATIVE_INTEGER.fullmatch(attempts) or int(attempts) < 1
-    ):
-        message = f"{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE} must be a whole number >= 1, got {attempts!r}"
-        checks.report(f"{path}.{REQUEUE_MAX_ATTEMPTS_ATTRIBUTE}", "invalid-attribute", message)
-    _check_retry_attributes(attributes, path, checks)
-    hold = attributes.get(HOLD_ATTRIBUTE)
-    if hold is not None and hold not in HOLD_VALUES:
-        message = f'{HOLD_ATTRIBUTE} must be "hold" or "drain", got {hold!r}'
-        checks.report(f"{path}.{HOLD_ATTRIBUTE}", "invalid-attribute", message)
-    allow_zero = attributes.get(ALLOW_ZERO_REQUESTS_ATTRIBUTE)
-    if allow_zero is not None and allow_zero not in BOOLEAN_VALUES:
-        message = f'{ALLOW_ZERO_REQUESTS_ATTRIBUTE} must be "true" or "false", got {allow_zero!r}'
-        checks.report(f"{path}.{ALLOW_ZERO_REQUESTS_ATTRIBUTE}", "invalid-attribute", message)
-    backfill = attributes.get(BACKFILL_ATTRIBUTE)
-    if backfill is not None and backfill not in BOOLEAN_VALUES:
-        message = f'{BACKFILL_ATTRIBUTE} must be "true" or "false", got {backfill!r}'
-        checks.report(f"{path}.{BACKFILL_ATTRIBUTE}", "invalid-attribute", message)  # N2
-    for error in parse_budgets(attributes, labelled.quota_path, path)[1]:  # B1
-        checks.report(error.path, error.code, error.message)
-    for error in overrun_errors(attributes, path):  # B2
-        checks.report(error.path, error.code, error.message)
-    for error in parse_zone_max(attributes, path)[1]:  # Z1
-        checks.report(error.path, error.code, error.message)
-    for error in parse_zone_min(attributes, path)[1]:  # Z4
-        checks.report(error.path, error.code, error.message)
+    refused = registry.attribute_errors(attributes, path)
+    for error in refused:
+        checks.report(error.path, "invalid-attribute", error.message)
+    if refused:
+        # A rule module reads a refused value as absent or malformed: only the parser speaks.
+        attributes = {k: v for k, v in attributes.items() if f"{path}.{k}" not in _paths(refused)}
     root = labelled.field_path == ROOT_FIELD_PATH
-    for error in zone_list_errors(attributes, path, root=root):  # Z3
+    rules = (
+        parse_budgets(attributes, labelled.quota_path, path)[1]  # B1
+        + overrun_errors(attributes, path)  # B2
+        + parse_zone_max(attributes, path)[1]  # Z1
+        + parse_zone_min(attributes, path)[1]  # Z4
+        + zone_list_errors(attributes, path, root=root)  # Z3
+    )
+    for error in rules:
         checks.report(error.path, error.code, error.message)
-    for error in weight_errors(attributes, path):  # F1
-        checks.report(error.path, error.code, error.message)
 
 
-def _check_retry_attributes(attributes: Mapping[str, str], path: str, checks: _Checks) -> None:
-    """R12, R13: a whole retry limit >= 0 and a decimal memory factor >= 1."""
-    limit = attributes.get(RETRY_LIMIT_ATTRIBUTE)
-    if limit is not None and not _NON_NEGATIVE_INTEGER.fullmatch(limit):
-        message = f"{RETRY_LIMIT_ATTRIBUTE} must be a whole number >= 0, got {limit!r}"
-        checks.report(f"{path}.{RETRY_LIMIT_ATTRIBUTE}", "invalid-attribute", message)
-    factor = attributes.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
-    if factor is not None and not is_memory_factor(factor):
-        message = f"{OOM_MEMORY_FACTOR_ATTRIBUTE} must be a decimal number >= 1, got {factor!r}"
-        checks.report(f"{path}.{OOM_MEMORY_FACTOR_ATTRIBUTE}", "invalid-attribute", message)
+def _paths(errors: list[FieldError]) -> frozenset[str]:
+    return frozenset(error.path for error in errors)
 
 
-def is_memory_factor(text: str) -> bool:
-    """Whether ``text`` is a decimal number >= 1 (``"1.5"``): an OOM memory factor (R13)."""
-    return _DECIMAL.fullmatch(text) is not None and Fraction(text) >= 1
+def _check_amounts(labelled: _Labelled, checks: _Checks) -> None:
+    """Amounts of a typed tree (one off the wire) are what the quantity parser can give:
+    0 to ``MAX_CANONICAL`` canonical units."""
+    for key, resources in (("min", labelled.node.min), ("max", labelled.node.max)):
+        for resource, amount in resources.items():
+            if not 0 <= amount <= MAX_CANONICAL:
+                path = f"{labelled.field_path}.{key}.{resource}"
+                message = f"{key} {resource} {shown(amount)} is not 0 to {MAX_CANONICAL}"
+                checks.report(path, "invalid-quantity", message)
 
 
 def _check_min_within_max(labelled: _Labelled, checks: _Checks) -> None:
@@ -571,7 +567,7 @@ def _child_path(parent: QuotaPath | None, name: str) -> QuotaPath:
 
 def _child_field_path(parent_field_path: str, index: int, name: object) -> str:
     """``spec.root.children[0](Department-a)``: the index locates it, the name helps a reader."""
-    label = f"({name})" if isinstance(name, str) and name else ""
+    label = f"({name})" if isinstance(name, str) and 0 < len(name) <= names.MAX_LABEL else ""
     return f"{parent_field_path}.children[{index}]{label}"
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from schemas import (
     DEFAULT_ZONE,
@@ -47,13 +48,15 @@ from schemas import (
     Zone,
     workload_key,
 )
-from usher.core.errors import InputError, WorkloadInvalid
+from usher.core.errors import InputError, ValueRefused, WorkloadInvalid
 from usher.core.kinds import SUPPORTED_KINDS as SUPPORTED_KINDS  # re-exported: its users
 from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtime
 from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
 from usher.core.kinds.fields import (
+    ANNOTATIONS_PREFIX,
     Errors,
     Raw,
+    annotation,
     annotations_of,
     container_requests,
     dig,
@@ -65,21 +68,35 @@ from usher.core.kinds.fields import (
     required_mapping,
     required_string,
     type_name,
-    whole_number,
 )
-from usher.core.quantity import format_quantity, parse_quantity
+from usher.core.quantity import format_quantity
 from usher.core.retry import container_memory
-from usher.core.tree import OOM_MEMORY_FACTOR_ATTRIBUTE, RETRY_LIMIT_ATTRIBUTE, is_memory_factor
+from usher.core.values.names import MAX_ZONES, is_zone_name, zone_name
+from usher.core.values.quantities import MAX_QUANTITY
+from usher.core.values.registry import (
+    MAX_RETRY_LIMIT,
+    MIN_PARALLELISM,
+    MIN_SUCCESS,
+    OOM_MEMORY_CAP,
+    OOM_MEMORY_FACTOR,
+    RETRY_LIMIT,
+    SIM_DURATION,
+    Setting,
+)
 from usher.core.zone_fallback import parse_accepted_zones
 
 QUOTA_LABEL = "quota.scheduling.alibabacloud.com/name"
-MIN_PARALLELISM_ANNOTATION = "usher.io/min-parallelism"
+MIN_PARALLELISM_ANNOTATION = MIN_PARALLELISM.key
 """The fewest pods the job may start with when all of them do not fit (R11)."""
-OOM_MEMORY_CAP_ANNOTATION = "usher.io/oom-memory-cap"
+OOM_MEMORY_CAP_ANNOTATION = OOM_MEMORY_CAP.key
 """The most memory an OOM scale-up gives any container of the job (R13)."""
-RETRY_ANNOTATIONS = (RETRY_LIMIT_ATTRIBUTE, OOM_MEMORY_FACTOR_ATTRIBUTE, OOM_MEMORY_CAP_ANNOTATION)
+RETRY_ANNOTATIONS = (RETRY_LIMIT.key, OOM_MEMORY_FACTOR.key, OOM_MEMORY_CAP.key)
 """Job annotations of retries: the tree's attribute names, and the cap (R12, R13)."""
 DEFAULT_NAMESPACE = "default"
+CHECKED_ONLY: tuple[Setting[Any], ...] = (MIN_SUCCESS, SIM_DURATION)
+"""Annotations read elsewhere (the watcher counts ``min-success`` against the job's pods, the
+local emulator runs a job for its ``sim-duration``) that a job is refused for here, once, when
+malformed: ``extract_workload`` is where every annotation's syntax is checked."""
 
 PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
 PRIORITY_CLASS_KIND = "PriorityClass"
@@ -113,6 +130,8 @@ def extract_workload(
     pod_sets = _with_minimum(manifest, rule, pod_sets, errors)
     suspended = _suspended(spec, rule.suspend_path, errors)
     retry_ask = _retry_ask(manifest, errors)
+    for entry in CHECKED_ONLY:
+        annotation(entry, manifest, errors)
     max_runtime = runtime.declared_seconds(manifest, rule, errors)
     if errors:
         raise WorkloadInvalid(key, kind, errors)
@@ -141,31 +160,22 @@ def _retry_ask(manifest: Raw, errors: Errors) -> RetryAsk | None:
     annotations = annotations_of(manifest)
     if not any(name in annotations for name in RETRY_ANNOTATIONS):
         return None
-    prefix = "metadata.annotations."
-    raw_limit = annotations.get(RETRY_LIMIT_ATTRIBUTE)
-    limit = whole_number(raw_limit)
-    if raw_limit is not None and limit is None:
-        message = f"must be a whole number >= 0 (a string), got {raw_limit!r}"
-        errors.append(error(prefix + RETRY_LIMIT_ATTRIBUTE, "invalid-annotation", message))
-    factor = annotations.get(OOM_MEMORY_FACTOR_ATTRIBUTE)
-    if factor is not None and (not isinstance(factor, str) or not is_memory_factor(factor)):
-        message = f"must be a decimal number >= 1 (a string), got {factor!r}"
-        errors.append(error(prefix + OOM_MEMORY_FACTOR_ATTRIBUTE, "invalid-annotation", message))
-        factor = None
-    cap = _memory_cap(manifest, annotations.get(OOM_MEMORY_CAP_ANNOTATION), errors)
-    return RetryAsk(limit=limit, memory_factor=factor, memory_cap=cap)
+    limit = annotation(RETRY_LIMIT, manifest, errors)
+    refused = len(errors)
+    annotation(OOM_MEMORY_FACTOR, manifest, errors)
+    factor = annotations.get(OOM_MEMORY_FACTOR.key) if len(errors) == refused else None
+    cap = _memory_cap(manifest, errors)
+    return RetryAsk(
+        limit=limit, memory_factor=factor if isinstance(factor, str) else None, memory_cap=cap
+    )
 
 
-def _memory_cap(manifest: Raw, raw: object, errors: Errors) -> int | None:
+def _memory_cap(manifest: Raw, errors: Errors) -> int | None:
     """``usher.io/oom-memory-cap``: a memory quantity no container already requests more of."""
-    if raw is None:
+    cap = annotation(OOM_MEMORY_CAP, manifest, errors)
+    if cap is None:
         return None
-    path = f"metadata.annotations.{OOM_MEMORY_CAP_ANNOTATION}"
-    try:
-        cap = parse_quantity(raw, "memory", path)
-    except InputError as failure:
-        errors.extend(failure.errors)
-        return None
+    path = f"{ANNOTATIONS_PREFIX}.{OOM_MEMORY_CAP_ANNOTATION}"
     for (pod_set, container), (request, _) in container_memory(manifest).items():
         if request is not None and request > cap:
             message = (
@@ -175,6 +185,38 @@ def _memory_cap(manifest: Raw, raw: object, errors: Errors) -> int | None:
             errors.append(error(path, "cap-below-request", message))
             return None
     return cap
+
+
+def observed_errors(event: WorkloadObserved) -> list[FieldError]:
+    """What in a typed ``WorkloadObserved`` no manifest read by ``extract_workload`` could
+    give (the bounds of the registry): the engine does not fold such an event, which only a
+    forged log entry carries. Never raises."""
+    found: list[FieldError] = []
+    zones = [event.zone, *event.zones]
+    if not all(is_zone_name(zone) for zone in zones) or len(event.zones) > MAX_ZONES:
+        found.append(error("zones", "invalid-value", "a zone is not a zone name"))
+    ask = event.retry
+    if ask is not None:
+        found += _ask_errors(ask)
+    for pod_set in event.pod_sets:
+        if pod_set.min_count is not None and not 1 <= pod_set.min_count <= pod_set.count:
+            found.append(error("pod_sets.min_count", "out-of-range", "not 1 to the pod count"))
+    declared = event.max_runtime_seconds
+    if declared is not None and not 1 <= declared <= runtime.MOST_SECONDS:
+        found.append(error("max_runtime_seconds", "out-of-range", "not a declarable runtime"))
+    return found
+
+
+def _ask_errors(ask: RetryAsk) -> list[FieldError]:
+    found: list[FieldError] = []
+    if ask.limit is not None and not 0 <= ask.limit <= MAX_RETRY_LIMIT:
+        found.append(error("retry.limit", "out-of-range", f"not 0 to {MAX_RETRY_LIMIT}"))
+    factor = ask.memory_factor
+    if factor is not None and OOM_MEMORY_FACTOR.read({OOM_MEMORY_FACTOR.key: factor}) is None:
+        found.append(error("retry.memory_factor", "invalid-value", "not a memory factor"))
+    if ask.memory_cap is not None and not 0 < ask.memory_cap <= MAX_QUANTITY:
+        found.append(error("retry.memory_cap", "out-of-range", f"not 1 to {MAX_QUANTITY}"))
+    return found
 
 
 def suspend_path(kind: str) -> tuple[str, ...] | None:
@@ -311,7 +353,7 @@ def _identity(manifest: Raw, name_override: str | None, errors: Errors) -> _Iden
     metadata = optional_mapping(manifest.get("metadata"), "metadata", errors)
     namespace = optional_string(metadata.get("namespace"), "metadata.namespace", errors)
     labels = optional_mapping(metadata.get("labels"), "metadata.labels", errors)
-    zone = optional_string(labels.get(ZONE_LABEL), f"metadata.labels.{ZONE_LABEL}", errors)
+    zone = _zone_label(labels, errors)
     quota = optional_string(labels.get(QUOTA_LABEL), f"metadata.labels.{QUOTA_LABEL}", errors)
     version = metadata.get("resourceVersion")
     zones, problems = parse_accepted_zones(annotations_of(manifest), zone, "metadata.annotations.")
@@ -326,6 +368,18 @@ def _identity(manifest: Raw, name_override: str | None, errors: Errors) -> _Iden
         zones=zones,
         quota_name=quota or None,
     )
+
+
+def _zone_label(labels: Raw, errors: Errors) -> str | None:
+    """The ``usher.io/zone`` label: a zone name (it goes into subjects), else reported."""
+    raw = labels.get(ZONE_LABEL)
+    if raw is None or raw == "":
+        return None
+    try:
+        return zone_name(raw, f"metadata.labels.{ZONE_LABEL}", name=ZONE_LABEL)
+    except ValueRefused as refused:
+        errors.extend(refused.errors)
+        return None
 
 
 def _workload_name(metadata: Raw, errors: Errors) -> str:
@@ -378,12 +432,9 @@ def _with_minimum(
     annotations = annotations_of(manifest)
     if MIN_PARALLELISM_ANNOTATION not in annotations:
         return pod_sets
-    path = f"metadata.annotations.{MIN_PARALLELISM_ANNOTATION}"
-    raw = annotations[MIN_PARALLELISM_ANNOTATION]
-    minimum = whole_number(raw)
-    if minimum is None or minimum < 1:
-        message = f"must be a whole number of pods >= 1 (a string), got {raw!r}"
-        errors.append(error(path, "invalid-annotation", message))
+    path = f"{ANNOTATIONS_PREFIX}.{MIN_PARALLELISM_ANNOTATION}"
+    minimum = annotation(MIN_PARALLELISM, manifest, errors)
+    if minimum is None:
         return pod_sets
     scalable = rule.scalable_pod_set
     if scalable is None:

@@ -29,9 +29,10 @@ from usher.core.burst_tolerations import (
     Toleration,
     parse_burst_tolerations,
 )
+from usher.core.values import registry
 from usher.core.zone_names import ZONES_KEY, parse_zone_names
 
-BURST_ZONES_ATTRIBUTE: Final = "usher.io/burst-zones"
+BURST_ZONES_ATTRIBUTE: Final = registry.BURST_ZONES.key
 """On the root only: the zones used only when a workload's other accepted zones are full, and
 whose workloads are reclaimed first among candidates of one standing (Z3)."""
 

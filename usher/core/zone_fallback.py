@@ -26,9 +26,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
 from schemas import FieldError, Reason, Zone
+from usher.core.errors import ValueRefused
 from usher.core.kinds.family import ZONE_LABEL
 from usher.core.reason_text import reworded
-from usher.core.zone_names import ZONES_KEY, parse_zone_names
+from usher.core.values.names import is_zone_name
+from usher.core.values.registry import ZONES
+from usher.core.zone_names import ZONES_KEY
 
 ZONES_ANNOTATION: Final = ZONES_KEY
 """A job's accepted zones, comma separated, most preferred first (Z2)."""
@@ -43,11 +46,10 @@ def parse_accepted_zones(
     if raw is None:
         return [], []
     field = f"{field_prefix}{ZONES_ANNOTATION}"
-    if not isinstance(raw, str):
-        return [], [_invalid(field, f"{ZONES_ANNOTATION} must be a string, got {raw!r}")]
-    zones, problem = parse_zone_names(raw)
-    if problem is not None:
-        return [], [_invalid(field, problem)]
+    try:
+        zones = ZONES.check(raw, field_prefix.rstrip("."))
+    except ValueRefused as refused:
+        return [], [_invalid(field, refused.message)]
     if label_zone and zones[0] != label_zone:
         message = f"the first accepted zone must be the job's usher.io/zone label {label_zone!r}"
         return [], [_invalid(field, f"{raw!r}: {message}")]
@@ -56,13 +58,14 @@ def parse_accepted_zones(
 
 def owner_zone(labels: Mapping[str, object], annotations: Mapping[str, object]) -> str | None:
     """The zone that owns a job, as its metadata says: its ``usher.io/zone`` label, else the
-    first zone its ``usher.io/zones`` lists (None: neither; the default zone owns it)."""
+    first zone its ``usher.io/zones`` lists (None: neither, or not a zone name -- the default
+    zone owns it, and the job is rejected there naming the field: a subject never carries
+    more than a valid zone name)."""
     label = labels.get(ZONE_LABEL)
     if isinstance(label, str) and label:
-        return label
-    listed = annotations.get(ZONES_ANNOTATION)
-    first = listed.split(",")[0].strip() if isinstance(listed, str) else ""
-    return first or None
+        return label if is_zone_name(label) else None
+    zones = ZONES.read(annotations)
+    return zones[0] if zones else None
 
 
 def zone_choice(

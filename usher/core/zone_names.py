@@ -11,17 +11,17 @@ from __future__ import annotations
 from typing import Final
 
 from schemas import Zone
+from usher.core.errors import ValueRefused
+from usher.core.values import names, registry
 
-ZONES_KEY: Final = "usher.io/zones"
+ZONES_KEY: Final = registry.ZONES.key
 """Accepted zones, comma separated, most preferred first: a job's annotation (Z2), or a tree
 node's attribute for the workloads below it that list none (Z3)."""
 
 
 def parse_zone_names(raw: str) -> tuple[list[Zone], str | None]:
     """A comma-separated list of distinct zone names in its order, or why it is not one."""
-    zones = [part.strip() for part in raw.split(",")]
-    if not raw.strip() or any(not zone or any(c.isspace() for c in zone) for zone in zones):
-        return [], f"{raw!r} is not a comma-separated list of zone names, e.g. 'a100,h100'"
-    if len(set(zones)) != len(zones):
-        return [], f"{raw!r} names a zone twice"
-    return [Zone(zone) for zone in zones], None
+    try:
+        return names.zone_names(raw, ZONES_KEY, name=""), None
+    except ValueRefused as refused:
+        return [], refused.message

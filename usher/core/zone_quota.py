@@ -22,11 +22,14 @@ from typing import Final, NamedTuple, Protocol
 from schemas import FieldError, QuotaPath, Reason, Zone
 from usher.core.quantity import collect_resources, format_quantity
 from usher.core.reason_text import bound, in_zone, used_and_requested_over
+from usher.core.values import registry
+from usher.core.values.names import LABEL_RULE, is_zone_name
+from usher.core.values.shown import shown
 
-ZONE_MAX_ATTRIBUTE: Final = "usher.io/zone-max"
+ZONE_MAX_ATTRIBUTE: Final = registry.ZONE_MAX.key
 """Per zone, the most a node's subtree may use there (Z1), on top of its total ``max``."""
 
-ZONE_MIN_ATTRIBUTE: Final = "usher.io/zone-min"
+ZONE_MIN_ATTRIBUTE: Final = registry.ZONE_MIN.key
 """Per zone, what a node is guaranteed there (Z4), part of its total ``min``."""
 
 ZoneCaps = dict[Zone, dict[str, int]]
@@ -114,6 +117,8 @@ def _parse_zone_item(
     zone = zone.strip()
     if not colon or not zone or any(c.isspace() for c in zone):
         return None, {}, [_invalid(field, f"{item!r} is not '<zone>: <resource>=<quantity>, ...'")]
+    if not is_zone_name(zone):
+        return None, {}, [_invalid(field, f"{shown(zone)} is not a zone name ({LABEL_RULE})")]
     entries: dict[str, str] = {}
     for pair in (p.strip() for p in rest.split(",") if p.strip()):
         name, equals, amount = (s.strip() for s in pair.partition("="))

@@ -11,9 +11,14 @@ or do I/O.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final, TypeVar
 
 from schemas import FieldError, Resources
+from usher.core.errors import ValueRefused
 from usher.core.quantity import collect_resources
+from usher.core.values.registry import Setting
+
+T = TypeVar("T")
 
 Errors = list[FieldError]
 Raw = Mapping[str, object]
@@ -180,10 +185,20 @@ def annotations_of(manifest: Raw) -> Raw:
     return annotations if isinstance(annotations, Mapping) else {}
 
 
-def whole_number(raw: object) -> int | None:
-    """The number an annotation written as decimal digits (``"30"``) says; None for anything
-    else (a sign, a fraction, a non-string). Its range is the caller's to check."""
-    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+ANNOTATIONS_PREFIX: Final = "metadata.annotations"
+
+
+def annotation(setting: Setting[T], manifest: Raw, errors: Errors) -> T | None:
+    """The job's value of the ``usher.io/`` annotation ``setting`` (the registry's parser);
+    None when absent, or when refused -- reported as ``invalid-annotation`` naming it."""
+    annotations = annotations_of(manifest)
+    if setting.key not in annotations:
+        return None
+    try:
+        return setting.check(annotations[setting.key], ANNOTATIONS_PREFIX)
+    except ValueRefused as refused:
+        errors.append(error(refused.path, "invalid-annotation", refused.message))
+        return None
 
 
 def error(path: str, code: str, message: str) -> FieldError:

@@ -16,12 +16,14 @@ from collections.abc import Mapping
 from typing import Final
 
 from usher.core.kinds.family import KindFamily
-from usher.core.kinds.fields import Errors, Raw, annotations_of, dig, error, whole_number
+from usher.core.kinds.fields import Errors, Raw, annotation, dig, error
+from usher.core.values.registry import MAX_RUNTIME
 
-MAX_RUNTIME_ANNOTATION: Final = "usher.io/max-runtime-seconds"
+MAX_RUNTIME_ANNOTATION: Final = MAX_RUNTIME.key
 MAX_RUNTIME_PATH: Final = f"metadata.annotations.{MAX_RUNTIME_ANNOTATION}"
 MOST_SECONDS: Final = 2**31 - 1
-"""The largest runtime accepted (about 68 years): beyond it a declaration says nothing."""
+"""The largest deadline of a kind accepted (about 68 years); the annotation's bound is the
+registry's (``MAX_RUNTIME_SECONDS``, a year)."""
 
 
 def declared_seconds(manifest: Raw, family: KindFamily, errors: Errors) -> int | None:
@@ -36,18 +38,7 @@ def declared_seconds(manifest: Raw, family: KindFamily, errors: Errors) -> int |
 
 
 def _annotation(manifest: Raw, errors: Errors) -> int | None:
-    raw = annotations_of(manifest).get(MAX_RUNTIME_ANNOTATION)
-    if raw is None:
-        return None
-    seconds = whole_number(raw.strip() if isinstance(raw, str) else None)
-    if seconds is None or not 1 <= seconds <= MOST_SECONDS:
-        message = (
-            f"{MAX_RUNTIME_ANNOTATION} must be a whole number of seconds from 1 to "
-            f"{MOST_SECONDS} (a string), got {raw!r}"
-        )
-        errors.append(error(MAX_RUNTIME_PATH, "invalid-annotation", message))
-        return None
-    return seconds
+    return annotation(MAX_RUNTIME, manifest, errors)
 
 
 def _deadline(manifest: Raw, family: KindFamily, errors: Errors) -> int | None:

@@ -16,9 +16,10 @@ from typing import Any
 
 from schemas import FieldError
 from usher.core.kinds.family import Outcome
-from usher.core.kinds.fields import annotations_of, error, whole_number
+from usher.core.kinds.fields import annotation, annotations_of, error
+from usher.core.values.registry import MIN_SUCCESS
 
-MIN_SUCCESS_ANNOTATION = "usher.io/min-success"
+MIN_SUCCESS_ANNOTATION = MIN_SUCCESS.key
 MIN_SUCCESS_PATH = f"metadata.annotations.{MIN_SUCCESS_ANNOTATION}"
 
 
@@ -26,27 +27,25 @@ def _raw(obj: dict[str, Any]) -> object:
     return annotations_of(obj).get(MIN_SUCCESS_ANNOTATION)
 
 
-def _number(raw: object) -> int | None:
-    number = whole_number(raw.strip() if isinstance(raw, str) else None)
-    return number if number is not None and number > 0 else None
+def _number(obj: dict[str, Any], errors: list[FieldError]) -> int | None:
+    return annotation(MIN_SUCCESS, obj, errors)
 
 
 def declared(obj: dict[str, Any]) -> int | None:
     """N of a well-formed ``usher.io/min-success: "N"``; None when absent or malformed (a
     malformed one is rejected on the log: ``problems``)."""
-    return _number(_raw(obj))
+    return _number(obj, [])
 
 
 def problems(obj: dict[str, Any], most: int | None, kind: str) -> list[FieldError]:
     """What is wrong with the annotation of a job of ``kind`` of which at most ``most`` pods
     can succeed (None: the kind's pods are not counted, so it cannot declare one)."""
-    raw = _raw(obj)
-    if raw is None:
+    if _raw(obj) is None:
         return []
-    number = _number(raw)
+    refused: list[FieldError] = []
+    number = _number(obj, refused)
     if number is None:
-        message = f"{MIN_SUCCESS_ANNOTATION} must be a positive integer, got {raw!r}"
-        return [error(MIN_SUCCESS_PATH, "invalid-value", message)]
+        return refused
     if most is None:
         message = f"{MIN_SUCCESS_ANNOTATION} is not supported for kind {kind}"
         return [error(MIN_SUCCESS_PATH, "unsupported", message)]

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from usher.core.kinds import FAMILIES
 from usher.core.kinds.family import KubeletDriver
+from usher.core.values import registry
 from usher.local.kube_emulator.errors import ApiError
 from usher.local.kube_emulator.played import PlayedJobs
 from usher.local.kube_emulator.pods import JobPods
@@ -30,7 +31,7 @@ from usher.local.kube_emulator.resources import RESOURCES, ResourceType, find_re
 from usher.local.kube_emulator.store import Store, StoreEvent
 from usher.local.kube_emulator.wire import JsonObj, rfc3339
 
-SIM_DURATION = "usher.io/sim-duration"
+SIM_DURATION = registry.SIM_DURATION.key
 SIM_RESULT = "usher.io/sim-result"
 ObjKey = tuple[tuple[str, str], str, str]  # (storage key, namespace, name)
 JOBS = ("batch", "jobs")
@@ -43,13 +44,11 @@ DRIVERS: dict[tuple[str, str], KubeletDriver] = {
 
 
 def sim_duration(obj: JsonObj) -> float | None:
-    """Seconds the workload runs (annotation ``usher.io/sim-duration``); None: forever."""
-    raw = (obj.get("metadata", {}).get("annotations") or {}).get(SIM_DURATION)
-    try:
-        value = float(raw) if raw is not None else None
-    except ValueError:
-        return None
-    return value if value is not None and value >= 0 else None
+    """Seconds the workload runs (annotation ``usher.io/sim-duration``, read by the registry's
+    parser: finite, at most 30 days); None: forever (no value, or one the watcher rejects)."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    seconds = registry.SIM_DURATION.read(annotations) if isinstance(annotations, dict) else None
+    return float(seconds) if seconds is not None else None
 
 
 def sim_fails(obj: JsonObj) -> bool:

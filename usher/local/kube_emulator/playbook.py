@@ -29,13 +29,14 @@ from typing import Any
 
 from usher.core.errors import InputError
 from usher.core.quantity import parse_quantity
+from usher.core.values import registry
 
 PREFIX = "emulator.usher.io/"
 NEVER_READY = f"{PREFIX}never-ready-seconds"
 POD_DURATIONS = f"{PREFIX}pod-durations-seconds"
 OOM_BELOW = f"{PREFIX}oom-below-memory"
 FAIL_EXIT_CODE = f"{PREFIX}fail-exit-code"
-SIM_DURATION = "usher.io/sim-duration"
+SIM_DURATION = registry.SIM_DURATION.key
 SIM_RESULT = "usher.io/sim-result"
 OOM_EXIT_CODE = 137  # 128 + SIGKILL, as the kubelet reports an OOM kill
 
@@ -105,6 +106,12 @@ def _annotations(job: dict[str, Any]) -> dict[str, Any]:
     return annotations if isinstance(annotations, dict) else {}
 
 
+def _sim_duration(annotations: dict[str, Any]) -> float | None:
+    """``usher.io/sim-duration`` as the registry's parser reads it; None: none, or refused."""
+    seconds = registry.SIM_DURATION.read(annotations)
+    return float(seconds) if seconds is not None else None
+
+
 def _seconds(raw: object) -> float | None:
     try:
         value = float(str(raw))
@@ -144,7 +151,7 @@ def playbook(job: dict[str, Any]) -> Playbook | None:
     return Playbook(
         not_ready_s=_seconds(annotations.get(NEVER_READY, "")) or 0.0,
         durations=durations,
-        duration_s=_seconds(annotations.get(SIM_DURATION, "")),
+        duration_s=_sim_duration(annotations),
         oom_below=_memory(annotations.get(OOM_BELOW)) if OOM_BELOW in annotations else None,
         exit_code=exit_code,
     )

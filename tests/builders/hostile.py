@@ -1,0 +1,102 @@
+"""Hostile values for every ``usher.io/`` setting: a fixed corpus and hypothesis strategies.
+
+What it does: ``CORPUS`` lists values a tenant or an operator could write that Usher must
+refuse -- huge digit strings (100,000 digits, 2**64, 20 nines), negative, fullwidth,
+Arabic-Indic and superscript digits, surrounding spaces, nan/inf/1e300, empty, a 100 KB string,
+control characters, and YAML values of the wrong type -- each with the kinds of setting for
+which it is nevertheless a good value (``"nan"`` is a fine zone name, ``" 5 "`` a fine hold
+reason). ``bad_values(kind)`` and ``hostile_values(kind)`` give what a setting of that kind
+must refuse; tests of the core, the watcher and the stack reuse them.
+What it must never do: assert, start a server, or give a value that is good for the kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+TEXT_KINDS = frozenset({"text"})
+"""Kinds that take any printable text of bounded length."""
+ZONE_KINDS = frozenset({"zone-names"})
+DECIMAL_KINDS = frozenset({"factor", "duration", "quantity"})
+"""Kinds that take a fraction (``1.5``)."""
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """One hostile value, and the kinds of setting for which it is a good value after all."""
+
+    label: str
+    value: object
+    good_for: frozenset[str] = frozenset()
+
+    def bad_for(self, kind: str) -> bool:
+        return kind not in self.good_for
+
+
+_ANY_WORD = TEXT_KINDS | ZONE_KINDS
+
+CORPUS: tuple[Hostile, ...] = (
+    Hostile("100000-digits", "9" * 100_000),
+    Hostile("2**64", str(2**64), _ANY_WORD),
+    Hostile("20-nines", "9" * 20, _ANY_WORD),
+    Hostile("int64-overflow", "99999999999999999999999", _ANY_WORD),
+    Hostile("negative", "-1", TEXT_KINDS),
+    Hostile("fullwidth", "\uff11\uff12", TEXT_KINDS),
+    Hostile("arabic-indic", "\u0661", TEXT_KINDS),
+    Hostile("superscript", "\u00b2", TEXT_KINDS),
+    Hostile("spaces", " 5 ", TEXT_KINDS | ZONE_KINDS),  # a list's spaces around names are allowed
+    Hostile("nan", "nan", _ANY_WORD),
+    Hostile("NaN", "NaN", TEXT_KINDS),
+    Hostile("inf", "inf", _ANY_WORD),
+    Hostile("-inf", "-inf", TEXT_KINDS),
+    Hostile("1e300", "1e300", _ANY_WORD),
+    Hostile("fraction", "1.5", TEXT_KINDS | DECIMAL_KINDS),
+    Hostile("empty", "", TEXT_KINDS),
+    Hostile("100KB", "a" * 100_000),
+    Hostile("nul", "5\x00"),
+    Hostile("newline", "5\n"),
+    Hostile("escape", "\x1b[31m"),
+    Hostile("script", "<script>", TEXT_KINDS),
+    Hostile("int", 5),
+    Hostile("float", 1.5),
+    Hostile("bool", True),
+    Hostile("list", ["5"]),
+    Hostile("mapping", {"a": "5"}),
+)
+"""Every fixed hostile value; ``good_for`` names the kinds that accept it."""
+
+STRING_CORPUS: tuple[Hostile, ...] = tuple(h for h in CORPUS if isinstance(h.value, str))
+"""The corpus values a ``map[string]string`` (a typed tree's attributes) can hold."""
+
+
+def bad_values(kind: str, *, strings_only: bool = False) -> list[Hostile]:
+    """The corpus values a setting of ``kind`` must refuse."""
+    corpus = STRING_CORPUS if strings_only else CORPUS
+    return [hostile for hostile in corpus if hostile.bad_for(kind)]
+
+
+def _huge_digits() -> st.SearchStrategy[str]:
+    return st.integers(min_value=10**21, max_value=10**4000).map(str)
+
+
+def _non_ascii_digits() -> st.SearchStrategy[str]:
+    digits = st.characters(categories=["Nd", "No"], exclude_characters="0123456789")
+    return st.text(digits, min_size=1, max_size=6)
+
+
+def _with_control() -> st.SearchStrategy[str]:
+    controls = st.characters(categories=["Cc"])
+    return st.tuples(st.text(max_size=4), controls, st.text(max_size=4)).map("".join)
+
+
+def hostile_values(kind: str, *, strings_only: bool = False) -> st.SearchStrategy[object]:
+    """Values a setting of ``kind`` must refuse: the corpus, and generated ones."""
+    fixed = st.sampled_from([h.value for h in bad_values(kind, strings_only=strings_only)])
+    generated: list[st.SearchStrategy[object]] = [_with_control()]
+    if kind not in TEXT_KINDS:
+        generated.append(_non_ascii_digits())
+    if kind not in TEXT_KINDS | ZONE_KINDS:
+        generated.append(_huge_digits())
+    return st.one_of(fixed, *generated)
