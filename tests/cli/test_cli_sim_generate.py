@@ -148,9 +148,9 @@ def test_bad_options(spec: Path) -> None:
     assert negative.returncode == 2
 
 
-def test_the_readmes_planning_example_prints_what_the_readme_shows() -> None:
+def test_the_planning_guides_example_prints_what_the_guide_shows() -> None:
     repo = Path(__file__).resolve().parents[2]
     result = usher("sim", "--generate", "docs/planning/two-departments.yaml", cwd=repo)
     assert result.returncode == 0, result.stderr
-    readme = (repo / "README.md").read_text()
-    assert result.stdout in readme
+    guide = (repo / "docs" / "how-to" / "plan-with-the-simulator.md").read_text()
+    assert result.stdout in guide
