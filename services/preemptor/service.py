@@ -128,12 +128,9 @@ class Preemptor:
         replayed = False
         async for batch in self.follower.batches(self.ctx.stop):
             for entry in batch:
-                if isinstance(entry, BadEntry):
-                    await self.ctx.park(
-                        entry.subject, entry.data, entry.error, entry.detail, stream_seq=entry.seq
-                    )
-                    continue
-                self.projection.apply(entry)
+                bad = entry if isinstance(entry, BadEntry) else self.projection.apply(entry)
+                if bad is not None:  # undecodable, forged or unfoldable: parked, skipped
+                    await self.ctx.park(bad.subject, bad.data, bad.error, bad.detail, bad.seq)
             if not replayed and self.follower.caught_up:
                 replayed = True
                 self.ctx.log.info(

@@ -602,9 +602,7 @@ async def test_a_hold_is_recorded_with_who_asked_from_the_subject(running: Ledge
     assert [e.subject for e in found] == [running.subjects.hold(QuotaPath("root/A"))] * 2
     assert [e.envelope.source for e in found] == ["usher/ledger"] * 2
     assert [getattr(e.envelope.event, "by", None) for e in found] == ["alice", "bob"]
-    assert all(
-        running.subjects.ledger_decision_problem(e.subject, e.envelope) is None for e in found
-    )
+    assert all(running.subjects.owner_problem(e.subject, e.envelope) is None for e in found)
 
 
 async def _at_least(read: Callable[[], Awaitable[list[Entry]]], count: int) -> list[Entry]:
