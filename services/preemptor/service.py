@@ -39,7 +39,7 @@ from schemas.ledger import LedgerError
 from services.common.leader import Leadership
 from services.common.metrics import Sampler
 from services.common.projection import Projection
-from services.common.requests import PermanentReplyError, Stopping, ask
+from services.common.requests import PermanentReplyError, Stopping, ask, untrusted_reply
 from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
 from services.common.tasks import cancel_tasks
@@ -147,6 +147,10 @@ class Preemptor:
             msg = await self._requests.get()
             if not self.leader.is_leader:
                 continue  # lost meanwhile: unanswered, the sender retries with the new leader
+            untrusted = untrusted_reply(msg.subject, msg.reply)
+            if untrusted is not None:  # not a requester's: parked unanswered
+                await self.ctx.park(msg.subject, msg.data, untrusted)
+                continue
             try:
                 reply = await self.handle(msg.data, msg.subject)
             except Stopping:
