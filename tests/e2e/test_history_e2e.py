@@ -241,15 +241,16 @@ async def test_audit_window_is_the_log_time_and_rejected_entries_do_not_fail_it(
     reads when the stream stored a decision, not the time its (forged) envelope claims."""
     from datetime import UTC, datetime
 
-    from schemas import Admitted, WorkloadKey
+    from schemas import WorkloadKey
     from tests.builders.log import Log
     from usher.adapters.nats.log import publish_envelope
 
     async def publish(log: Log, start: int) -> list[int]:
         seqs = []
-        for _, envelope in log.entries[start:]:
-            kind = "decision" if isinstance(envelope.event, Admitted) else "cluster"
-            ack = await publish_envelope(js, f"{subjects.prefix}.{kind}.test", envelope)
+        for subject, envelope in log.entries[start:]:
+            # As its owner records it, under this installation's prefix.
+            mine = f"{subjects.prefix}.{subject.partition('.')[2]}"
+            ack = await publish_envelope(js, mine, envelope)
             seqs.append(ack.seq)
         return seqs
 

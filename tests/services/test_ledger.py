@@ -97,8 +97,9 @@ class Ledger:
         return decode(reply.data, ReserveReply)
 
     async def publish(self, subject: str, event: LogEvent) -> int:
+        _, source = self.subjects.owner_on(event, subject)
         envelope = Envelope(
-            id=EventId(f"test:{next(_ids)}"), time=datetime.now(UTC), source="test", event=event
+            id=EventId(f"test:{next(_ids)}"), time=datetime.now(UTC), source=source, event=event
         )
         return int((await publish_envelope(self.js, subject, envelope)).seq)
 

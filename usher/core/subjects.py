@@ -189,7 +189,7 @@ class Subjects:
             if subject.startswith(f"{self.prefix}.cluster."):
                 return None
             return f"a {tag} on {subject!r}, which is not a cluster subject of {self.prefix!r}"
-        home, owner = self._owner(event, subject)
+        home, owner = self.owner_on(event, subject)
         if subject != home:
             return f"a {tag} on {subject!r}; it belongs on {home!r}"
         if envelope.source != owner:
@@ -203,7 +203,7 @@ class Subjects:
         cluster event: the ``<p>.cluster.`` subject of its kind, from the watcher."""
         return self._owner_at(event, token(zone), zone)
 
-    def _owner(self, event: LogEvent, subject: str) -> tuple[str, str]:
+    def owner_on(self, event: LogEvent, subject: str) -> tuple[str, str]:
         """``owner`` with the zone ``subject`` names (any zone's will do where the event
         does not say its own)."""
         zone = self._zone_token(subject)
