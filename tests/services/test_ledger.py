@@ -15,6 +15,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -486,6 +487,43 @@ async def test_an_undecodable_log_entry_is_parked_and_skipped(running: Ledger) -
     )
     letter = decode(msg.data or b"", DeadLetter)
     assert (letter.stream_seq, letter.data, letter.error) == (bad.seq, b"{not json", "DecodeError")
+
+
+async def test_a_request_a_consumer_delivers_is_parked_and_never_served(running: Ledger) -> None:
+    """nats-server lets whoever may create a consumer point its deliveries at any subject
+    (nats-io/nats-server#8274): a request shaped payload on the log, delivered to the
+    ledger's reserve subject, answers to ``$JS.ACK...``, no requester's inbox: parked, not
+    reserved. A request from a requester still is."""
+    injected = f"{running.subjects.prefix}.cluster.inject"
+    await running.js.add_consumer(
+        running.subjects.stream_name,
+        ConsumerConfig(
+            deliver_subject=running.subjects.ledger_reserve, deliver_group="ledger",
+            filter_subject=injected, deliver_policy=DeliverPolicy.NEW, ack_policy=AckPolicy.NONE,
+        ),
+    )  # fmt: skip
+    await running.js.publish(injected, _reserve(res("injected", "A", 10)))
+
+    async def untrusted() -> list[DeadLetter]:
+        letters = await dead_letters(running.js, running.subjects)
+        return [letter for letter in letters if letter.error == "UntrustedReply"]
+
+    [letter] = await eventually(untrusted)
+    # Delivered under the subject it was stored on, answering to the consumer's ack subject.
+    assert letter.subject == injected and "$JS.ACK." in letter.detail
+    assert await scalar(running.database_url, "root_cpu") == 0
+    assert (await running.reserve(res("asked", "A", 10))).results[0].granted
+    assert await scalar(running.database_url, "root_cpu") == 10 * CORE
+
+
+async def dead_letters(js: JetStreamContext, subjects: Subjects) -> list[DeadLetter]:
+    info = await js.stream_info(subjects.dlq_stream_name)
+    out: list[DeadLetter] = []
+    for seq in range(max(1, int(info.state.first_seq)), int(info.state.last_seq) + 1):
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            msg = await js.get_msg(subjects.dlq_stream_name, seq)
+            out.append(decode(msg.data or b"", DeadLetter))
+    return out
 
 
 def _reserve(item: Reservation) -> bytes:
