@@ -47,11 +47,12 @@ from schemas.envelope import LogEvent
 _ESCAPES = (("%", "%25"), (".", "%2E"), ("*", "%2A"), (">", "%3E"), (" ", "%20"))
 
 MAX_TOKEN_NAME: Final = 253
-"""The longest name a token spells out (a Kubernetes object name, DNS-1123 subdomain): a
-longer one, or one with a character that is not printable (whitespace, control characters:
-NATS would split the subject at them), becomes ``HASHED_TOKEN`` + a digest of it. A subject
-then carries at most a few tokens of at most ``3 * MAX_TOKEN_NAME`` characters (every
-character escaped), far below the server's 4 KB control line, whatever a tenant writes."""
+"""The longest name (in UTF-8 bytes) a token spells out (a Kubernetes object name, DNS-1123
+subdomain): a longer one, or one with a character that is not printable (whitespace, control
+characters: NATS would split the subject at them), becomes ``HASHED_TOKEN`` + a digest of it.
+A subject then carries at most three such tokens of at most ``3 * MAX_TOKEN_NAME`` bytes
+(every character escaped), far below the server's 4 KB control line, whatever a tenant
+writes."""
 
 HASHED_TOKEN: Final = "%H"
 """How a hashed token starts: ``%`` is always escaped in a spelled-out name, so no name's
@@ -61,9 +62,9 @@ token starts like this and a hash never collides with a name."""
 def token(value: str) -> str:
     """Make ``value`` safe as one subject token (Job names may contain dots; any name is
     bounded: see ``MAX_TOKEN_NAME``)."""
-    if len(value) > MAX_TOKEN_NAME or not value.isprintable():
-        digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16)
-        return HASHED_TOKEN + digest.hexdigest()
+    raw = value.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_TOKEN_NAME or not value.isprintable():
+        return HASHED_TOKEN + hashlib.blake2b(raw, digest_size=16).hexdigest()
     for raw, escaped in _ESCAPES:
         value = value.replace(raw, escaped)
     return value or "%00"
@@ -79,16 +80,6 @@ def untoken(value: str) -> str:
     for raw, escaped in reversed(_ESCAPES):
         value = value.replace(escaped, raw)
     return value
-
-
-@dataclass(frozen=True, slots=True)
-class DecisionSubject:
-    """The parts of ``<p>.decision.<zone>.<action>.<ns>.<name>``, unescaped."""
-
-    zone: str
-    action: str
-    namespace: str
-    name: str
 
 
 @dataclass(frozen=True)
@@ -158,17 +149,6 @@ class Subjects:
             return None
         middle = subject[len(head) : -len(tail)]
         return None if not middle or "." in middle else Zone(untoken(middle))
-
-    def parse_decision(self, subject: str) -> DecisionSubject | None:
-        """The parts of a decision subject of this installation; None for any other subject."""
-        head = f"{self.prefix}.decision."
-        if not subject.startswith(head):
-            return None
-        parts = subject[len(head) :].split(".")
-        if len(parts) != 4:
-            return None
-        zone, action, namespace, name = (untoken(part) for part in parts)
-        return DecisionSubject(zone, action, namespace, name)
 
     def owner_problem(self, subject: str, envelope: Envelope) -> str | None:
         """Why ``envelope`` on ``subject`` is not what its owner would have put on this log;
