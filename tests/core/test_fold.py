@@ -248,10 +248,14 @@ def test_an_unfoldable_tree_is_reported_with_its_reason_and_the_previous_tree_st
     bad = msgspec.structs.replace(departments_tree(), attributes={"usher.io/retry-limit": HUGE})
     log = Log().tree(0).add(1, QuotaTreeApplied(root=bad)).job(2, "user-a/plain", 10)
     engine = Engine(EngineConfig())
-    refused = fold(engine, log.history().items)
-    if refused:  # the engine refuses it (until the parsers refuse it at the watcher)
-        assert [(bad.seq, bad.error) for bad in refused] == [(2, "UnfoldableEntry")]
-        assert "retry" in refused[0].detail.lower() or "digits" in refused[0].detail
+    [tree, poison, job] = log.history().items
+    assert fold_entry(engine, tree).folded
+    before = snapshot(engine)
+    outcome = fold_entry(engine, poison)
+    if not outcome.folded:  # the engine refuses it (until the parsers refuse it at the watcher)
+        assert outcome.verdict is Verdict.UNFOLDABLE and "digits" in outcome.reason
+        assert snapshot(engine) == before  # refused before anything changed
+    assert fold_entry(engine, job).folded
     admitted = [d for d in engine.decide(Millis(BASE_MS + 3000)) if isinstance(d, Admitted)]
     assert [d.workload for d in admitted] == [WorkloadKey("user-a/plain")]
 

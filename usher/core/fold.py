@@ -10,9 +10,12 @@ explain, what-if and the audit through ``usher.core.history``) folds through it;
 park what is not folded on the DLQ as they park undecodable entries (``refused_entry`` makes
 the same ``BadEntry`` of it), the others count and show it.
 
-The state an unfoldable entry leaves: the engine validates what it parses before it changes
-anything where it can (a new tree is compiled before it replaces the one in force), so most
-refusals change nothing. When ``apply`` raised after it had changed the durable state, the
+The state an unfoldable entry leaves: a new tree (the entry most values of an operator reach
+the engine in) is first folded alone into a fresh engine, so a tree the engine cannot take is
+refused before anything changes and the previous tree stays in force; the engine also
+validates what it parses before it changes anything where it can (a new tree is compiled
+before it replaces the one in force). When ``apply`` raised after it had changed the durable
+state anyway, the
 engine keeps that durable state (``EngineState``: what a snapshot stores) and everything
 derived is recomputed from it (``Engine.rebuild_derived``, as a restore of its own snapshot
 would): the engine is consistent, and every reader of the same log, whether it folded live
@@ -27,7 +30,7 @@ from enum import StrEnum
 
 import msgspec
 
-from schemas import Decision, encode
+from schemas import Decision, QuotaTreeApplied, encode
 from usher.core.engine import Engine
 from usher.core.log import BadEntry, LogEntry
 from usher.core.subjects import owner_problem
@@ -75,8 +78,14 @@ def fold_entry(engine: Engine, entry: LogEntry) -> Outcome:
 
 def fold_believed(engine: Engine, entry: LogEntry) -> Outcome:
     """Fold an entry whose owner the caller has already checked (``forged``)."""
+    event = entry.envelope.event
+    if isinstance(event, QuotaTreeApplied):
+        try:  # a tree is tried alone first: a refused one leaves the engine untouched
+            Engine(engine.config).apply(event, entry.time_ms)
+        except Exception as exc:
+            return Outcome(verdict=Verdict.UNFOLDABLE, reason=_reason(exc))
     try:
-        decisions = engine.apply(entry.envelope.event, entry.time_ms)
+        decisions = engine.apply(event, entry.time_ms)
     except Exception as exc:  # any error of the core on one entry: refuse the entry, go on
         reason = _reason(exc)
         try:

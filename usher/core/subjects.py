@@ -62,9 +62,9 @@ token starts like this and a hash never collides with a name."""
 def token(value: str) -> str:
     """Make ``value`` safe as one subject token (Job names may contain dots; any name is
     bounded: see ``MAX_TOKEN_NAME``)."""
-    raw = value.encode("utf-8", "surrogatepass")
-    if len(raw) > MAX_TOKEN_NAME or not value.isprintable():
-        return HASHED_TOKEN + hashlib.blake2b(raw, digest_size=16).hexdigest()
+    encoded = value.encode("utf-8", "surrogatepass")
+    if len(encoded) > MAX_TOKEN_NAME or not value.isprintable():
+        return HASHED_TOKEN + hashlib.blake2b(encoded, digest_size=16).hexdigest()
     for raw, escaped in _ESCAPES:
         value = value.replace(raw, escaped)
     return value or "%00"
