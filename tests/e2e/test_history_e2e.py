@@ -109,6 +109,8 @@ def tamper_skip_the_ranked_first(source: Path, target: Path, instead: str) -> in
             pass_seq = entry["seq"]
         elif pass_seq and not done and event["type"] == "decision.admitted.v1":
             event["workload"] = instead
+            # On its own subject, as the ledger would write it (else it is merely forged).
+            entry["subject"] = ".".join([*entry["subject"].split(".")[:-2], *instead.split("/")])
             done = True
         out.append(json.dumps(entry))
     target.write_text("\n".join(out) + "\n")
