@@ -49,7 +49,7 @@ from tests.builders.trees import departments_tree
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.fold import Verdict, fold_entry
-from usher.core.history import fold, replay
+from usher.core.history import fold, render_replay_table, replay
 from usher.core.log import LogEntry, log_entry
 from usher.core.snapshot import snapshot
 from usher.core.subjects import MAX_TOKEN_NAME, owner_problem, token
@@ -181,7 +181,9 @@ def test_a_forged_admission_takes_no_quota_and_the_job_that_fits_is_admitted() -
     assert [(bad.seq, bad.error) for bad in refused] == [(3, "ForgedDecision")]
     admitted = [d for d in engine.decide(Millis(BASE_MS + 3000)) if isinstance(d, Admitted)]
     assert [d.workload for d in admitted] == [WorkloadKey("user-a/fits")]
-    assert replay(log.history(), EngineConfig()).refused == 1
+    state = replay(log.history(), EngineConfig())
+    assert state.refused == 1
+    assert "1 refused (forged or unfoldable) skipped" in render_replay_table(state)
 
 
 # ---------------------------------------------------------------------------- hostile

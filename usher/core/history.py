@@ -420,6 +420,8 @@ def render_replay_table(state: ReplayState) -> str:
     lines = [f"state at seq {state.seq} ({when}), {state.entries} entries applied"]
     if state.undecodable:
         lines[0] += f", {state.undecodable} undecodable skipped"
+    if state.refused:
+        lines[0] += f", {state.refused} refused (forged or unfoldable) skipped"
     lines += ["", "jobs:"]
     for row in state.jobs:
         position = f"#{row.position}" if row.position is not None else ""
