@@ -48,10 +48,12 @@ from tests.builders.log import BASE, BASE_MS, CPU, QA, SUBJECTS, A, Log
 from tests.builders.trees import departments_tree
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.explain import explain
 from usher.core.fold import Verdict, fold_entry
 from usher.core.history import fold, render_replay_table, replay
 from usher.core.log import LogEntry, log_entry
 from usher.core.snapshot import snapshot
+from usher.core.state import JobState
 from usher.core.subjects import MAX_TOKEN_NAME, owner_problem, token
 
 ZONE = Zone("default")
@@ -181,6 +183,8 @@ def test_a_forged_admission_takes_no_quota_and_the_job_that_fits_is_admitted() -
     assert [(bad.seq, bad.error) for bad in refused] == [(3, "ForgedDecision")]
     admitted = [d for d in engine.decide(Millis(BASE_MS + 3000)) if isinstance(d, Admitted)]
     assert [d.workload for d in admitted] == [WorkloadKey("user-a/fits")]
+    explained = explain(log.history(), EngineConfig(), WorkloadKey("user-c/big"), Millis(0))
+    assert explained.state == JobState.PENDING and len(explained.history) == 1
     state = replay(log.history(), EngineConfig())
     assert state.refused == 1
     assert "1 refused (forged or unfoldable) skipped" in render_replay_table(state)
