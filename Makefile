@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup test test-long lint typecheck run schemas bench bench-quick clean
+.PHONY: setup test test-long lint typecheck run schemas reference docs bench bench-quick clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,14 @@ run: setup
 schemas: setup
 	$(BIN)/python -m schemas.export
 
+# The generated reference pages of the docs site (command line, metrics, schemas).
+reference: setup
+	$(BIN)/python -m usher.cli.reference_docs
+
+# The docs site into site/ (--strict: a broken link or a page missing from the nav fails).
+docs: setup
+	$(BIN)/mkdocs build --strict
+
 bench: setup
 	$(BIN)/python -m bench
 
@@ -45,4 +53,4 @@ bench-quick: setup
 	$(BIN)/python -m bench --quick
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) site .mypy_cache .pytest_cache .ruff_cache .hypothesis

@@ -160,7 +160,7 @@ def notes(chosen: list[str], quick: bool) -> dict[str, str]:
         )
     if "console" in chosen:
         out["console"] = (
-            "one queue of the seed tree with pending_jobs jobs; server_ms: the answer when the"
+            "one queue of the demo tree with pending_jobs jobs; server_ms: the answer when the"
             " state is new (queue order and every pending job's reason worked out again),"
             " cached_ms: the state unchanged; browser_ms: headless Chromium from asking for"
             " the page to its load event (NaN without /usr/bin/chromium); medians"

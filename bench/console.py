@@ -1,6 +1,6 @@
 """Console benchmark: a queue page with 10,000 pending jobs, on the server and in a browser.
 
-What it does: folds a log of the seed's quota tree and ``PENDING`` pending jobs in one queue
+What it does: folds a log of the two-department tree and ``PENDING`` pending jobs in one queue
 (10 cpu each: a few fit, the rest wait for quota) into the console's ``ConsoleLog``, serves
 the console from a thread of its own on a free loopback port, and measures a queue page (the
 middle page of that queue): ``queue_page_server_ms``, the server's time to answer when the
@@ -77,7 +77,7 @@ def _envelope(n: int, event: QuotaTreeApplied | WorkloadObserved) -> tuple[str, 
 
 
 def build_log(pending: int) -> tuple[list[LogEntry], str]:
-    """The seed tree and ``pending`` jobs of user-a; the queue they wait in."""
+    """The demo tree and ``pending`` jobs of user-a; the queue they wait in."""
     root = parse_tree(yaml.safe_load(demo_file("seed-tree.yaml").read_text()))
     envelopes = [_envelope(0, QuotaTreeApplied(root=root))]
     envelopes += [_envelope(n, _observed(n)) for n in range(1, pending + 1)]

@@ -64,6 +64,7 @@ ReasonCode = Literal[
     "ZoneFallback",  # admitted in a later accepted zone: the earlier ones had no room (Z2)
     "Backfilled",  # admitted beside a reservation: it declared it ends before it is needed (N2)
     "BudgetOverrun",  # pending: its declared runtime x request is more than a budget has left (B2)
+    "GrewAfterAdmission",  # stopped: it asks more than its admission counted (R16)
 ]
 
 

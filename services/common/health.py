@@ -1,11 +1,17 @@
 """The HTTP side of a service process: ``/metrics``, ``/healthz`` and ``/readyz``.
 
 What it does: serves, with aiohttp, the process's Prometheus registry in the text exposition
-format on ``/metrics``, 200 on ``/healthz`` while the event loop runs (liveness), and on
-``/readyz`` 200 once the service said it is ready (``ServiceContext.ready``) and its NATS
-connection is up, 503 otherwise. Binds ``USHER_METRICS_HOST`` (default 127.0.0.1: local runs
-expose nothing; the deploy sets 0.0.0.0) and ``USHER_METRICS_PORT`` (default 9102, 0 picks a
-free port, -1 turns the server off).
+format on ``/metrics``; on ``/healthz`` (liveness) 200 while the process can still do its work
+and 503 with the reason once it cannot: its NATS connection has been down longer than
+``nats_down_limit_s`` (30 s by default: the client retries every 0.5 s with a 5 s connect
+timeout, so about five full reconnects failed) or was lost ``FLAP_LIMIT`` times within
+``FLAP_WINDOW_S`` (a connection the server keeps dropping, e.g. on a message it refuses), so
+Kubernetes restarts the pod; on ``/readyz`` 200 once the service said it is ready
+(``ServiceContext.ready``) and its NATS connection is up, 503 otherwise. The gauges
+``usher_up`` (1 while ``/healthz`` would answer 200) and ``usher_nats_connected`` say the same
+to Prometheus, whose own ``up`` only says the scrape worked. Binds ``USHER_METRICS_HOST``
+(default 127.0.0.1: local runs expose nothing; the deploy sets 0.0.0.0) and
+``USHER_METRICS_PORT`` (default 9102, 0 picks a free port, -1 turns the server off).
 What it must never do: stop a service because the port is taken (several services of one
 ``usher up`` share a host: it logs and runs without the endpoint), serve anything that
 changes state, or block the event loop (rendering the registry is a few milliseconds).
@@ -13,6 +19,8 @@ changes state, or block the event loop (rendering the registry is a few millisec
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -20,18 +28,72 @@ from aiohttp import web
 
 from services.common.metrics import CONTENT_TYPE_LATEST, Metrics
 
-__all__ = ["HealthServer"]
+__all__ = ["ConnectionWatch", "HealthServer"]
 
 ReadyCheck = Callable[[], bool]
+ProblemCheck = Callable[[], "str | None"]
+FLAP_LIMIT = 5
+"""Connections lost within ``FLAP_WINDOW_S`` after which the process is not alive."""
+FLAP_WINDOW_S = 120.0
+
+
+class ConnectionWatch:
+    """When the NATS connection went down and how often: the liveness of a service.
+
+    Fed by the client's disconnected/reconnected callbacks; ``clock`` is monotonic seconds.
+    """
+
+    def __init__(self, down_limit_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.down_limit_s = down_limit_s
+        self._clock = clock
+        self.down_since: float | None = None
+        self._losses: deque[float] = deque(maxlen=FLAP_LIMIT)
+
+    def disconnected(self) -> None:
+        now = self._clock()
+        if self.down_since is None:
+            self.down_since = now
+            self._losses.append(now)
+
+    def reconnected(self) -> None:
+        self.down_since = None
+
+    @property
+    def connected(self) -> bool:
+        return self.down_since is None
+
+    def problem(self) -> str | None:
+        """Why the process is not alive, or None while it is."""
+        now = self._clock()
+        if self.down_since is not None and now - self.down_since > self.down_limit_s:
+            return (
+                f"nats connection down for {now - self.down_since:.0f}s "
+                f"(limit {self.down_limit_s:g}s)"
+            )
+        recent = [t for t in self._losses if now - t <= FLAP_WINDOW_S]
+        if len(recent) >= FLAP_LIMIT:
+            return f"nats connection lost {len(recent)} times in {FLAP_WINDOW_S:g}s"
+        return None
 
 
 class HealthServer:
     """One aiohttp site per process; ``port`` is the bound port once started (None: off)."""
 
-    def __init__(self, metrics: Metrics, ready: ReadyCheck, log: Any = None) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        ready: ReadyCheck,
+        log: Any = None,
+        watch: ConnectionWatch | None = None,
+    ) -> None:
         self._metrics = metrics
         self._ready = ready
         self._log = log
+        self._watch = watch
+        metrics.up.set_function(lambda: 0.0 if self.problem() else 1.0)
+        metrics.nats_connected.set_function(
+            lambda: 1.0 if watch is None or watch.connected else 0.0
+        )
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
         self.host: str | None = None
@@ -77,7 +139,14 @@ class HealthServer:
         # CONTENT_TYPE_LATEST carries its own charset parameter: set the header verbatim.
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    def problem(self) -> str | None:
+        """Why the process is not alive (``/healthz`` 503), or None."""
+        return self._watch.problem() if self._watch is not None else None
+
     async def _serve_health(self, request: web.Request) -> web.Response:
+        problem = self.problem()
+        if problem is not None:
+            return web.Response(status=503, text=f"{problem}\n")
         return web.Response(text="ok\n")
 
     async def _serve_ready(self, request: web.Request) -> web.Response:

@@ -214,6 +214,17 @@ class Metrics:
             ["service"],
             registry=r,
         )
+        self.up = Gauge(
+            "usher_up",
+            "1 while the service can do its work (what /healthz says), 0 once its NATS "
+            "connection was down longer than the limit or keeps being lost.",
+            registry=r,
+        )
+        self.nats_connected = Gauge(
+            "usher_nats_connected",
+            "1 while the service's NATS connection is up, 0 while it is down (reconnecting).",
+            registry=r,
+        )
         self.leader = Gauge(
             "usher_leader",
             "1 while this process holds the leadership of a single-writer role, else 0.",

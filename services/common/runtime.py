@@ -30,7 +30,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import DeadLetter, Millis
-from services.common.health import HealthServer
+from services.common.health import ConnectionWatch, HealthServer
 from services.common.metrics import Metrics, process_metrics
 from services.common.settings import ServiceSettings
 from usher.adapters.logs import configure, get_logger, redact_url
@@ -127,8 +127,14 @@ def nats_tls_context(settings: ServiceSettings) -> ssl.SSLContext | None:
     return context
 
 
-async def connect(settings: ServiceSettings, name: str, log: Any | None = None) -> Client:
-    """Connect with unlimited reconnects: a NATS restart pauses a service, never kills it."""
+async def connect(
+    settings: ServiceSettings,
+    name: str,
+    log: Any | None = None,
+    watch: ConnectionWatch | None = None,
+) -> Client:
+    """Connect with unlimited reconnects: a NATS restart pauses a service, never kills it
+    (``watch`` hears of every loss and reconnect: the process's liveness, /healthz)."""
 
     async def on_error(exc: Exception) -> None:
         # nats-py would print a traceback per failed attempt; one log line says enough.
@@ -136,10 +142,14 @@ async def connect(settings: ServiceSettings, name: str, log: Any | None = None) 
             log.warning("nats connection problem", error=type(exc).__name__, detail=str(exc))
 
     async def on_disconnected() -> None:
+        if watch is not None:
+            watch.disconnected()
         if log is not None:
             log.warning("nats disconnected, reconnecting")
 
     async def on_reconnected() -> None:
+        if watch is not None:
+            watch.reconnected()
         if log is not None:
             log.info("nats reconnected")
 
@@ -158,14 +168,18 @@ async def connect(settings: ServiceSettings, name: str, log: Any | None = None) 
 
 
 async def connect_or_stop(
-    settings: ServiceSettings, name: str, stop: asyncio.Event, log: Any
+    settings: ServiceSettings,
+    name: str,
+    stop: asyncio.Event,
+    log: Any,
+    watch: ConnectionWatch | None = None,
 ) -> Client | None:
     """Connect within ``settings.startup_timeout_s``; ``None`` when asked to stop first.
 
     nats-py retries an initial connection forever when reconnects are unlimited, so the
     deadline and the stop signal are enforced here.
     """
-    attempt = asyncio.ensure_future(connect(settings, name, log))
+    attempt = asyncio.ensure_future(connect(settings, name, log, watch))
     stopper = asyncio.ensure_future(stop.wait())
     try:
         done, _ = await asyncio.wait(
@@ -202,10 +216,11 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
     def ready() -> bool:
         return bool(started) and started[0].ready.is_set() and started[0].nc.is_connected
 
-    health = HealthServer(process_metrics(), ready, log)
+    watch = ConnectionWatch(settings.nats_down_limit_s)
+    health = HealthServer(process_metrics(), ready, log, watch)
     await health.start(settings.metrics_host, settings.metrics_port)
     try:
-        nc = await connect_or_stop(settings, name, stop, log)
+        nc = await connect_or_stop(settings, name, stop, log, watch)
         if nc is None:
             return
         try:

@@ -9,6 +9,7 @@ wherever it is shown).
 from __future__ import annotations
 
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -71,6 +72,9 @@ class ServiceSettings:
     """Replicas of the log and DLQ streams (``USHER_STREAM_REPLICAS``; the deploy sets 3). Used
     by whoever creates the streams: the admin (``usher up``, ``usher streams``), or a service
     on an open server where they are missing."""
+    nats_down_limit_s: float = 30.0
+    """``/healthz`` fails once the NATS connection has been down this long
+    (``USHER_NATS_DOWN_LIMIT_SECONDS``): the client has tried ~5 full reconnects by then."""
 
     def with_zone(self, zone: Zone) -> ServiceSettings:
         return replace(self, zone=zone)
@@ -172,6 +176,7 @@ def load_settings(
     if leader_ttl <= 0:
         raise SettingsError("leader-ttl", f"must be positive, got {leader_ttl}")
     replicas = stream_replicas(env.get("USHER_STREAM_REPLICAS", "1"))
+    down_limit = nats_down_limit(env.get("USHER_NATS_DOWN_LIMIT_SECONDS", "30"))
     election = env.get("USHER_LEADER_ELECTION", "on").lower() not in ("off", "0", "false")
     tls_ca, tls_cert, tls_key = (
         _tls_file(env, f"USHER_NATS_TLS_{part}") for part in ("CA", "CERT", "KEY")
@@ -197,7 +202,18 @@ def load_settings(
         nats_tls_cert=tls_cert,
         nats_tls_key=tls_key,
         stream_replicas=replicas,
+        nats_down_limit_s=down_limit,
     )
+
+
+def nats_down_limit(raw: str) -> float:
+    """Seconds of lost NATS connection after which a service is not alive: 1 to 3600."""
+    if re.fullmatch(r"[0-9]{1,4}(\.[0-9]{1,3})?", raw) is None:
+        raise SettingsError("nats-down-limit", f"not a number of seconds: {raw!r}")
+    seconds = float(raw)
+    if not 1 <= seconds <= 3600:
+        raise SettingsError("nats-down-limit", f"must be 1 to 3600 seconds, got {raw!r}")
+    return seconds
 
 
 @dataclass(frozen=True)

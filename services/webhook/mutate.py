@@ -4,11 +4,15 @@ What it does: a job of a kind Usher admits (``usher.core.workload.suspend_path``
 managed namespace (labelled ``usher.io/managed: "true"``, or mapped by a valid quota tree: its
 namespace is a leaf's, or its quota label names a leaf) with its suspend flag not true, gets a
 ``JSONPatch`` that sets it true, so it waits for the ledger's admission like every other job.
-Everything else (other kinds, other namespaces, already suspended, a child of another
-controller such as a JobSet's Jobs) is allowed unchanged. A review that is not a CREATE review
-of an object is allowed unchanged too: refusing it would block the cluster, and the watcher
-stops a job that still slips through.
-What it must never do: I/O, deny a request, or change anything but the suspend flag.
+An UPDATE of such a job that was not suspended (in the old object) is refused when it changes
+a field frozen while it runs (R16, ``usher.core.kinds.frozen``: its pod templates, requests
+and pod counts), 403 ``Forbidden`` naming every such field, as Kueue's job webhooks refuse it;
+a suspended job may change freely. Everything else (other kinds, other namespaces, already
+suspended, a child of another controller such as a JobSet's Jobs) is allowed unchanged. A
+review that is neither of those is allowed unchanged too: refusing it would block the
+cluster, and the watcher stops a job that still slips through.
+What it must never do: I/O, deny anything but a frozen field's change, or change anything but
+the suspend flag.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from schemas import QuotaNode
+from schemas import FieldError, QuotaNode
+from usher.core.kinds import family_of_kind_id
+from usher.core.kinds.fields import dig
+from usher.core.kinds.frozen import frozen_changes
 from usher.core.tree import mapped_branch
 from usher.core.workload import QUOTA_LABEL, suspend_path
 
@@ -78,14 +85,45 @@ def controlled(obj: dict[str, Any]) -> bool:
 def review_response(
     review: object, namespace_labels: dict[str, str], trees: Iterable[QuotaNode]
 ) -> dict[str, Any]:
-    """The AdmissionReview answering ``review``: allowed, with the suspend patch if it needs one."""
+    """The AdmissionReview answering ``review``: allowed, with the suspend patch if it needs one;
+    refused when it changes a running job's frozen fields."""
     request = _mapping(_mapping(review).get("request"))
     response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
+    frozen = frozen_for(request, namespace_labels, trees)
+    if frozen:
+        response["allowed"] = False
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": refusal(frozen)}
+        return {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "response": response,
+        }
     operations = patch_for(request, namespace_labels, trees)
     if operations:
         response["patchType"] = "JSONPatch"
         response["patch"] = base64.b64encode(json.dumps(operations).encode()).decode()
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def frozen_for(
+    request: dict[str, Any], namespace_labels: dict[str, str], trees: Iterable[QuotaNode]
+) -> list[FieldError]:
+    """The frozen fields (R16) an UPDATE of a managed job that was not suspended changes."""
+    family = family_of_kind_id(kind_of(request))
+    old, new = _mapping(request.get("oldObject")), _mapping(request.get("object"))
+    namespace = request.get("namespace")
+    if request.get("operation") != "UPDATE" or family is None or not isinstance(namespace, str):
+        return []
+    if controlled(old) or not managed(namespace, namespace_labels, old, trees):
+        return []
+    if dig(_mapping(old.get("spec")), family.suspend_path, []) is True:
+        return []  # suspended: it holds nothing, and is sized afresh when it is admitted
+    return frozen_changes(family, old.get("spec"), new.get("spec"))
+
+
+def refusal(frozen: list[FieldError]) -> str:
+    """The message of a refused update, each field as the API server names a forbidden one."""
+    return "; ".join(f"{problem.path}: Forbidden: {problem.message}" for problem in frozen)
 
 
 def patch_for(

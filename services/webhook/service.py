@@ -3,11 +3,13 @@
 What it does: serves HTTPS (cert-manager's ``tls.crt``/``tls.key``) on the configured host and
 port; for each review it reads the namespace's labels and the quota trees (listed at most once
 per ``tree_ttl_s``; invalid trees are skipped) through the Kubernetes API and answers with
-``mutate.review_response``: managed jobs are created suspended. ``GET /healthz`` answers ok.
+``mutate.review_response``: managed jobs are created suspended, and an update that changes a
+running job's frozen fields is refused (R16). ``GET /healthz`` answers ok.
 A review it cannot parse is answered 400; an API error while reading namespaces or trees
 answers 500, so the API server applies the configuration's ``failurePolicy`` (``Fail`` in
 ``deploy/``: no managed job is created unsuspended while Usher cannot tell).
-What it must never do: talk to NATS, deny a job, listen without TLS, or log an object's spec.
+What it must never do: talk to NATS, deny anything but a frozen field's change, listen without
+TLS, or log an object's spec.
 """
 
 from __future__ import annotations
@@ -66,9 +68,13 @@ class Webhook:
             self.log.error("cannot read the cluster", error=type(exc).__name__, detail=exc.message)
             return web.Response(status=500, text=f"cannot read the cluster: {exc.message}")
         answer = review_response(review, labels, trees)
+        obj = review["request"].get("object")
+        metadata = obj.get("metadata") if isinstance(obj, dict) else None
+        name = metadata.get("name") if isinstance(metadata, dict) else None
         if "patch" in answer["response"]:
-            name = (review["request"].get("object") or {}).get("metadata", {}).get("name")
             self.log.info("created suspended", namespace=namespace, name=name)
+        if answer["response"]["allowed"] is not True:
+            self.log.info("update refused: frozen while running", namespace=namespace, name=name)
         return web.json_response(answer)
 
     async def _namespace_labels(self, namespace: object) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Builders of the demo stories' inputs as the pure core sees them: the demo's seed tree (for a
+"""Builders of the demo stories' inputs as the pure core sees them: the demo's tree (for a
 test to add a story's nodes to), the setup events of a cluster running it, and a story job as
 ``usher submit`` requests it. Pure values; never plays a story or talks to a system."""
 

@@ -100,9 +100,9 @@ configs = st.builds(
     oversell_rate=st.sampled_from([Fraction(1), Fraction(3, 2), Fraction(2)]),
     within_quota=st.sampled_from(["Never", "LowerPriority"]),
     min_runtime_ms=st.sampled_from([0, 3000]),
-    # The rules of SEMANTICS as scenarios state them: no ledger here, so a victim stops and a
-    # finished workload releases at once. The running system's rule (R7: usage leaves with
-    # the ledger's Released) is driven by tests/core/test_protocol_machine.py.
+    # The rules as scenarios state them (docs/admission-rules.md): no ledger here, so a
+    # victim stops and a finished workload releases at once. The running system's rule (R7:
+    # usage leaves with the ledger's Released) is driven by tests/core/test_protocol_machine.py.
     instant_release=st.just(True),
 )
 

@@ -1,5 +1,5 @@
 """A log written by hand in memory (``Log``: envelopes as the services would record them) and
-the seed scenarios recorded that way. Pure values; never touches a server or the clock."""
+the walkthrough's scenarios recorded that way. Pure values; never touches a server or the clock."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def two_leaf_tree(
 
 
 def departments_tree(a_max: int = 100, b_max: int = 100) -> QuotaNode:
-    """The seed tree's shape: Department-a (user-a, user-b; min 60) and Department-b (user-c;
+    """The demo tree's shape: Department-a (user-a, user-b; min 60) and Department-b (user-c;
     min 40) under a root of 100 cpu."""
     return two_leaf_tree(
         ("user-a", "user-b"),

@@ -1,7 +1,7 @@
 """The commands people type, as real processes against a real `usher up --no-demo`.
 
-The seed's three scenarios are reproduced with `usher apply -f` and `usher submit` and end in
-the states, queue orders and quota usage their scenario files expect; bad input of every
+kube-queue's walkthrough's three scenarios are reproduced with `usher apply -f` and `usher submit`
+and end in the states, queue orders and quota usage their scenario files expect; bad input of every
 kind gets one clear line and a meaningful exit code, never a traceback.
 """
 
@@ -68,8 +68,8 @@ def wait_for_queues(home: Path) -> None:
 
 
 def test_seed_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> None:
-    """Seed 000 step by step: the tree, two 60-cpu jobs (scenario 1); then, as the seed
-    does, kube-queue restarted with strict priority (here `usher up --policy Block`, which
+    """kube-queue's walkthrough step by step: the tree, two 60-cpu jobs (scenario 1); then, as
+    it does, kube-queue restarted with strict priority (here `usher up --policy Block`, which
     resumes from the log) and a priority-2 job (scenario 2)."""
     home = tmp_path / "home"
     with UpProcess(home) as up:
@@ -134,7 +134,7 @@ def test_seed_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> N
 
 @pytest.fixture(scope="module")
 def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """One `usher up --no-demo` with the seed tree and PriorityClasses applied."""
+    """One `usher up --no-demo` with the demo tree and PriorityClasses applied."""
     home = tmp_path_factory.mktemp("people") / "home"
     with UpProcess(home) as up:
         up.stack()
@@ -246,7 +246,7 @@ TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "Elas
 
 
 def _patch_tree(home: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    """Merge-patch the seed tree's spec as a user with kubectl would; the object as written."""
+    """Merge-patch the demo tree's spec as a user with kubectl would; the object as written."""
     stack = json.loads((home / "stack.json").read_text())
 
     async def patch() -> dict[str, Any]:

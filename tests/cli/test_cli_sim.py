@@ -1,4 +1,4 @@
-"""`usher sim`: the seed scenarios pass, output is deterministic, bad input gets one line."""
+"""`usher sim`: the walkthrough's scenarios pass, output is deterministic, bad input: one line."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_seed_scenario_passes_check(name: str) -> None:
 
 
 def test_shared_seed_scenarios_pass_check_together() -> None:
-    """The issue's own command: `usher sim ../shared/scenarios/*.yaml --check`."""
+    """The issue's own command: `usher sim --check` over the project's shared scenarios."""
     files = sorted(SHARED.glob("*.yaml")) if SHARED.exists() else []
     files = files or [SCENARIOS / n for n in SEEDS]
     result = usher("sim", *map(str, files), "--check")

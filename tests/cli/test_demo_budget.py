@@ -2,7 +2,7 @@
 system plays it: the demo's tree with the leaf the demo adds, the story's jobs as ``usher
 submit`` builds them, an engine deciding. The first job spends Department-c's budget and runs
 to its end; the next waits with ``BudgetExhausted``, which the live view shows beside ``usher
-budget``'s table; the leaf takes nothing from the seed's departments."""
+budget``'s table; the leaf takes nothing from the walkthrough's departments."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ END_S = 10
 
 
 def _cluster() -> Playback:
-    """The demo's system once the budget story's leaf is added below the seed tree's root."""
+    """The demo's system once the budget story's leaf is added below the demo tree's root."""
     tree = seed_tree()
     tree["spec"]["root"]["children"].append(budget_leaf())
     play = Playback()
@@ -64,8 +64,8 @@ def test_the_live_view_shows_the_spent_budget_and_the_held_queue() -> None:
 
 
 def test_the_leaf_takes_nothing_from_the_seeds_departments() -> None:
-    """No guarantee (the seed's 60 + 40 cpu stay whole), nothing used once the story is over:
-    the held job holds nothing, so the seed's scenarios start as before."""
+    """No guarantee (the walkthrough's 60 + 40 cpu stay whole), nothing used once the story is over:
+    the held job holds nothing, so the walkthrough's scenarios start as before."""
     play = _played()
     nodes = {node.path: node for node in play.state.view(Millis(END_S * 1000)).quota}
     assert nodes["root/Department-c"].min_units.get("cpu", 0) == 0

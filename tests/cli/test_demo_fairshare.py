@@ -17,7 +17,7 @@ HALF_LIFE_MS = 60_000
 
 
 def _cluster(config: EngineConfig) -> Playback:
-    """The demo's system once the story's Teams are added below the seed tree's root."""
+    """The demo's system once the story's Teams are added below the demo tree's root."""
     tree = seed_tree()
     tree["spec"]["root"]["children"].append(fair_share_nodes())
     play = Playback(config)

@@ -1,8 +1,8 @@
-"""The seed's kubectl view keeps working: the real kubectl against the running system.
+"""kube-queue's kubectl view keeps working: the real kubectl against the running system.
 
-After the seed tree and the two jobs of seed 000's scenario 1, `kubectl get queue -n
-kube-queue` lists one Queue per leaf, and `kubectl get queue ... -o yaml` shows the waiting
-job at position 1, as the seed document's expected output does.
+After the demo tree and the two jobs of scenario 1 of kube-queue's walkthrough, `kubectl get
+queue -n kube-queue` lists one Queue per leaf, and `kubectl get queue ... -o yaml` shows the
+waiting job at position 1, as kube-queue's walkthrough's expected output does.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
 
 @pytest.fixture(scope="module")
 def seed_round(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSystem]:
-    """The system after seed 000, scenario 1: pi-8k5pn admitted, pi-2xtcj waiting."""
+    """The system after kube-queue's walkthrough's scenario 1: pi-8k5pn admitted, pi-2xtcj
+    waiting."""
     home = tmp_path_factory.mktemp("kubectl") / "home"
     env = pytest.MonkeyPatch()
     for key in [k for k in os.environ if k.startswith("USHER_")]:

@@ -40,7 +40,7 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
             "dequeuer-b",
             "watcher",
         }
-        assert set(info["pids"]) == {"nats", "postgres", "kube-emulator"}
+        assert set(info["pids"]) == {"nats", "postgres", "kube-emulator", "webhook"}
         # The read-only web console: its own process, on loopback, its URL printed.
         assert str(info["console_url"]).startswith("http://127.0.0.1:")
         assert f"web console     {info['console_url']}" in up.wait_for_output("web console")
@@ -49,7 +49,7 @@ def test_up_shows_the_live_view_and_stops_every_process(tmp_path: Path, stop_sig
         up.wait_for_output("admit user-a/pi-8k5pn root/Department-a")
         text = up.wait_for_output("queue root-department-a-user-a (root/Department-a, Round)")
         assert "quota root/Department-a: cpu" in text
-        # The budget story (B1), played before the seed's: the held job's reason, the spent
+        # The budget story (B1), played before the walkthrough's: the held job's reason, the spent
         # budget in usher budget's words and the queue below it marked.
         assert "demo: user-d/over-budget waits: BudgetExhausted: " in text
         text = up.wait_for_output("exhausted (hold)")
@@ -101,6 +101,11 @@ def test_up_resumes_from_the_log_and_the_saved_cluster(tmp_path: Path) -> None:
         time.sleep(2)  # the watcher has re-listed everything by now
         assert up.stop() == 0
         assert _log_seq(up.text) == log_seq, "the restart published nothing new"
+    # Each engine saved its snapshot on the first stop and restored it on the second start,
+    # under its own NATS user (issue 26: no permission violation, no replay from sequence 1).
+    for service in ("dequeuer-default", "dequeuer-a", "preemptor"):
+        assert '"snapshot restored"' in (home / "logs" / f"{service}.log").read_text(), service
+    assert "Permissions Violation" not in (home / "logs" / "nats.log").read_text()
     # As root, PostgreSQL's data lives with its unprivileged user (servers.pg_runtime_root).
     data = home / "postgres" / "data"
     if os.geteuid() == 0:

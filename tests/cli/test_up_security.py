@@ -67,6 +67,7 @@ async def _refused(url: str, subject: str) -> bool:
 def test_up_keeps_its_secrets(tmp_path: Path) -> None:
     home = tmp_path / "home"
     parent_mode = _mode(tmp_path)
+    _left_readable_by_an_older_run(home)
     with UpProcess(home, args=("--no-demo", "--durable")) as up:
         info = up.stack()
         # --durable: the server fsyncs before it acknowledges (README "Durability").
@@ -78,16 +79,44 @@ def test_up_keeps_its_secrets(tmp_path: Path) -> None:
         for secret in ("credentials.json", "stack.json", "kubeconfig", "nats/nats.conf"):
             assert _mode(home / secret) == 0o600, secret
         assert _mode(tmp_path) == parent_mode, "usher up changed a folder above its home"
+        _check_everything_in_home_is_owner_only(home)
         _check_each_service_has_only_its_own_credentials(info, creds)
         _check_the_console_reads_as_the_console_user_only(info, creds)
         asyncio.run(_check_the_servers_refuse_what_is_not_allowed(info, creds))
         if KUBECTL is not None:
             _check_kubectl(home, tmp_path)
         assert up.stop() == 0
+    _check_everything_in_home_is_owner_only(home)
     passwords = [*creds.nats.values(), creds.pg_superuser, creds.pg_ledger, creds.pg_audit]
     shown = up.text + "".join(p.read_text(errors="replace") for p in (home / "logs").iterdir())
     leaked = [p for p in passwords if p in shown]
     assert not leaked, "a password was printed or logged"
+
+
+def _left_readable_by_an_older_run(home: Path) -> None:
+    """Folders 0755 and files 0644, as versions before issue 26 left them."""
+    for folder in (home, home / "logs", home / "cluster"):
+        folder.mkdir(mode=0o755, exist_ok=True)
+        folder.chmod(0o755)
+    for file in (home / "logs" / "ledger.log", home / "logs" / "old.log"):
+        file.write_text("an older run\n")
+        file.chmod(0o644)
+
+
+def _check_everything_in_home_is_owner_only(home: Path) -> None:
+    """Every folder 0700 and every file 0600 (logs, cluster state, NATS's store...)."""
+    wide = []
+    for folder, dirs, files in os.walk(home):
+        for name in dirs:
+            if _mode(Path(folder) / name) != 0o700:
+                wide.append(f"{Path(folder) / name}: {_mode(Path(folder) / name):o}")
+        for name in files:
+            path = Path(folder) / name
+            if not path.is_symlink() and path.exists() and _mode(path) & 0o077:
+                wide.append(f"{path}: {_mode(path):o}")
+    assert _mode(home / "cluster" / "objects.json") == 0o600
+    assert _mode(home / "logs" / "watcher.log") == 0o600
+    assert not wide, "readable by others under $USHER_HOME:\n" + "\n".join(wide)
 
 
 def _check_each_service_has_only_its_own_credentials(

@@ -1,6 +1,6 @@
 """`usher up` rides out its own servers dying: NATS and PostgreSQL are restarted, nothing lost.
 
-A stream of jobs of mixed sizes and priorities runs on the seed tree (Department-a min 60,
+A stream of jobs of mixed sizes and priorities runs on the demo tree (Department-a min 60,
 Department-b min 40, both may borrow up to 100) while NATS, and later PostgreSQL, are
 SIGKILLed. `usher up` must restart each on the same port with the same data, every job must
 finish in the emulator, and `usher audit` must find every decision justified at the end.

@@ -1,13 +1,12 @@
 """The web console in a real browser, against `usher up` playing the demo.
 
-One `usher up` (the seed's three scenarios, then the steady workload) and one headless
-Chromium serve every test of the module: the tree page shows the seed tree's numbers, a queue
-page the seed's positions (the same as `usher replay` at the page's log position) and each
-job's estimated start, a
-preempted job's page its preemptor, the live stream shows a decision within a second of it,
-the time travel view at an old position is what `usher replay --seq N` prints, and no page
-shows a password or a server's address. Every page
-is saved as a screenshot (see ``tests.console.browser.artefacts``).
+One `usher up` (kube-queue's walkthrough's scenarios, then the steady workload) and one headless
+Chromium serve every test of the module: the tree page shows the demo tree's numbers, a queue page
+the walkthrough's positions (the same as `usher replay` at the page's log position) and each job's
+estimated start, a preempted job's page its preemptor, the live stream shows a decision within a
+second of it, the time travel view at an old position is what `usher replay --seq N` prints, and no
+page shows a password or a server's address. Every page is saved as a screenshot (see
+``tests.console.browser.artefacts``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""ElasticQuotaTree parsing: the seed tree, every rule of SEMANTICS section 1, and the walks."""
+"""ElasticQuotaTree parsing: the demo tree, every rule of T1 (docs/admission-rules.md), walks."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from usher.core.tree import (
 
 GI = 2**30
 
-# The tree of scenarios/01-seed-round.yaml (seed 000), verbatim.
+# The tree of scenarios/01-seed-round.yaml (kube-queue's walkthrough), verbatim.
 SEED_TREE_YAML = """
 apiVersion: scheduling.sigs.k8s.io/v1beta1
 kind: ElasticQuotaTree

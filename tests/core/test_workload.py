@@ -13,12 +13,17 @@ from hypothesis import strategies as st
 from schemas import Millis, PodSet, WorkloadObserved
 from tests.builders.manifests import batch_job
 from usher.core.errors import InputError, WorkloadInvalid
-from usher.core.workload import SUPPORTED_KINDS, extract_priority_class, extract_workload
+from usher.core.workload import (
+    SUPPORTED_KINDS,
+    extract_priority_class,
+    extract_workload,
+    unrequested_containers,
+)
 
 GI = 2**30
 MI = 2**20
 
-# The Job of scenarios/01-seed-round.yaml (seed 000), verbatim: generateName only.
+# The Job of scenarios/01-seed-round.yaml (kube-queue's walkthrough), verbatim: generateName only.
 SEED_JOB_YAML = """
 apiVersion: batch/v1
 kind: Job
@@ -831,3 +836,46 @@ def test_a_kind_that_cannot_scale_refuses_min_parallelism() -> None:
     assert errors_of(manifest) == [
         ("metadata.annotations.usher.io/min-parallelism", "not-scalable")
     ]
+
+
+# --- T3: zero requests are no requests -------------------------------------------------------
+
+ZERO_OR_NONE = [
+    None,  # no resources at all
+    {},
+    {"requests": {}},
+    {"requests": {"cpu": "0", "memory": "0"}},  # usher submit --cpu 0 --memory 0
+    {"requests": {"cpu": "0m", "memory": "0Gi", "nvidia.com/gpu": 0}},
+    {"requests": {"cpu": "0.0"}, "limits": {"memory": "0"}},
+    {"requests": {"cpu": "0"}, "limits": {"cpu": "4"}},  # the request wins: it asks 0
+]
+SOMETHING = [
+    {"limits": {"cpu": "2"}},  # the limit stands in for the request
+    {"requests": {"cpu": "0", "memory": "1Mi"}},
+    {"requests": {"cpu": "1m"}},
+]
+
+
+def _job_with(resources: dict[str, Any] | None) -> dict[str, Any]:
+    main: dict[str, Any] = {"name": "main", "image": "busybox"}
+    if resources is not None:
+        main["resources"] = resources
+    return batch_job("j", "user-a", template={"spec": {"containers": [main]}})
+
+
+@pytest.mark.parametrize("resources", ZERO_OR_NONE)
+def test_a_container_asking_zero_of_everything_is_one_asking_nothing(
+    resources: dict[str, Any] | None,
+) -> None:
+    """Refused exactly as a container with no requests, whatever wrote it (T3)."""
+    assert unrequested_containers(_job_with(resources)) == unrequested_containers(_job_with(None))
+    [problem] = unrequested_containers(_job_with(resources))
+    assert problem.path == "spec.template.spec.containers[0].resources.requests"
+    assert problem.code == "no-requests"
+
+
+@pytest.mark.parametrize("resources", SOMETHING)
+def test_a_container_asking_anything_is_not_refused_for_zero_requests(
+    resources: dict[str, Any],
+) -> None:
+    assert unrequested_containers(_job_with(resources)) == []

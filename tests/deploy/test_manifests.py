@@ -126,7 +126,8 @@ def test_the_tree_crd_accepts_the_seed_tree(two_zones: list[Manifest]) -> None:
     tree["spec"]["root"]["attributes"] = {"usher.io/within-quota": "LowerPriority"}
     tree["spec"]["root"]["children"][0]["min"]["cpu"] = 60  # an integer quantity
     assert _tree_errors(two_zones, tree) == []
-    # The schema reaches every level the seed uses: one wrong value at each is named.
+    # The schema reaches every level kube-queue's walkthrough uses: one wrong value at each
+    # is named.
     tree["spec"]["root"]["max"]["memory"] = "lots"
     tree["spec"]["root"]["children"][1]["namespaces"] = "user-c"
     tree["spec"]["root"]["children"][1]["min"]["nvidia.com/gpu"] = [1]

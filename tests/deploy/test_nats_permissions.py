@@ -29,15 +29,22 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
+from schemas import QuotaTreeApplied, Zone
 from services.common.leader import Leadership
 from services.common.metrics import Metrics
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
+from services.common.snapshots import EngineSnapshots, SnapshotPolicy
+from tests.builders.events import observed
+from tests.builders.trees import two_leaf_tree
+from tests.services.helpers import publish
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import ensure_streams, require_streams
 from usher.adapters.nats.permissions import deploy_files, identities, password_variable
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
+from usher.core.config import EngineConfig
+from usher.core.log import LogEntry
 from usher.local.servers import NatsServer, nats_server_binary
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -380,10 +387,65 @@ async def test_the_watcher_consumes_decisions_with_its_durable_consumer(streams:
 async def test_a_service_saves_and_reads_its_own_snapshot(streams: str, user: str) -> None:
     async with login(streams, user) as session:
         store = SnapshotStore(session.nc.jetstream(), SUBJECTS)
-        await store.save(user, 7, b"x" * 300_000, {"Config": "c"})
+        data = bytes(range(256)) * 2_500  # two chunks
+        await store.save(user, 7, data, {"Config": "c"})
         info = await store.info(user)
+        loaded = await store.load(user)
     assert info is not None and info.seq == 7
+    assert loaded is not None and (loaded.seq, loaded.data) == (7, data)
     assert session.refused == []
+
+
+async def test_a_service_may_not_replace_another_services_snapshot(streams: str) -> None:
+    async with login(streams, "preemptor") as preemptor:
+        await SnapshotStore(preemptor.nc.jetstream(), SUBJECTS).save("preemptor", 3, b"p")
+    async with login(streams, "dequeuer-a") as session:
+        store = SnapshotStore(session.nc.jetstream(), SUBJECTS)
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            await store.save("preemptor", 99, b"forged")
+    assert any("$o.usher_snapshots.m." in refused.lower() for refused in session.refused)
+    async with login(streams, "preemptor") as preemptor:
+        kept = await SnapshotStore(preemptor.nc.jetstream(), SUBJECTS).load("preemptor")
+    assert kept is not None and (kept.seq, kept.data) == (3, b"p")
+
+
+async def test_a_restarted_service_restores_its_snapshot_instead_of_replaying(
+    streams: str,
+) -> None:
+    """Under its own user: save on stop, then the next start resumes after the snapshot."""
+    config = EngineConfig(zones=frozenset({Zone("a")}))
+    async with login(streams, "admin") as admin:
+        js = admin.nc.jetstream()
+        await publish(js, SUBJECTS.quota, QuotaTreeApplied(root=two_leaf_tree()))
+        for n in range(3):
+            await publish(js, SUBJECTS.job(Zone("a"), "a1", f"j{n}"), observed("a1", f"j{n}", 1))
+        last = (await js.stream_info(SUBJECTS.stream_name)).state.last_seq
+    policy = SnapshotPolicy(every_entries=1, every_s=3600)
+    for start in ("first", "restart"):
+        async with login(streams, "dequeuer-a") as session:
+            settings = ServiceSettings(nats_url=streams, prefix=SUBJECTS.prefix, engine=config)
+            ctx = ServiceContext(
+                "dequeuer", settings, session.nc, session.nc.jetstream(), SUBJECTS,
+                asyncio.Event(), get_logger(service="dequeuer"),
+            )  # fmt: skip
+            snapshots = EngineSnapshots(ctx, "dequeuer-a", config, policy)
+            projection = await snapshots.open()
+            follower = snapshots.follower(projection)
+            await follower.start()
+            if projection.applied_seq < last:
+                async for batch in follower.batches(ctx.stop):
+                    for entry in batch:
+                        if isinstance(entry, LogEntry):  # other tests' raw publishes: bad
+                            projection.apply(entry)
+                    snapshots.after_batch(projection, follower)
+                    if follower.last_seq >= last:
+                        break
+            await follower.stop()
+            await snapshots.close(projection)
+        assert session.refused == [], start
+        if start == "first":
+            assert snapshots.restored_seq == 0  # nothing saved yet: the whole log
+    assert snapshots.restored_seq == last  # not replayed from sequence 1
 
 
 # ---------------------------------------------------------------------- leader election

@@ -33,7 +33,7 @@ def test_the_kubernetes_manifests_are_valid(webhook: list[Manifest]) -> None:
         kubernetes_validate.validate(manifest, version, strict=True)
 
 
-def test_every_kind_usher_admits_and_only_those_is_sent_on_create(
+def test_every_kind_usher_admits_and_only_those_is_sent_on_create_and_update(
     webhook: list[Manifest],
 ) -> None:
     (configuration,) = by_name(webhook, "MutatingWebhookConfiguration").values()
@@ -47,7 +47,8 @@ def test_every_kind_usher_admits_and_only_those_is_sent_on_create(
     }
     admitted = {(f.group, v, f.plural) for f in JOB_FAMILIES for v in f.versions}
     assert sent == admitted
-    assert {op for rule in hook["rules"] for op in rule["operations"]} == {"CREATE"}
+    # Created suspended; updated only without growing while it runs (R16): every rule both.
+    assert all(sorted(rule["operations"]) == ["CREATE", "UPDATE"] for rule in hook["rules"])
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
     excluded = hook["namespaceSelector"]["matchExpressions"][0]
     assert excluded["operator"] == "NotIn" and {"kube-system", "usher-system"} <= set(

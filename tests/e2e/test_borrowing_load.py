@@ -1,6 +1,6 @@
 """Quota safety under load on a tree where departments borrow and reclaim (issue 12).
 
-The seed's tree (Department-a min 60 / max 100, Department-b min 40 / max 100, root 100 cpu),
+The demo tree (Department-a min 60 / max 100, Department-b min 40 / max 100, root 100 cpu),
 so idle guarantees are lent and taken back by preemption. A few hundred jobs of mixed sizes
 (1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus ``default``) are
 created in bursts of 20 per second through kubernetes-asyncio and run by the emulator's

@@ -1,10 +1,10 @@
-"""History commands after real runs: the seed scenarios through the whole stack, then the CLI.
+"""History commands after real runs: the walkthrough's scenarios through the stack, then the CLI.
 
 emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger: the log and the ledger a real run
 leaves behind are audited (no findings; every recorded pass re-run exactly), exported, tampered
 with (the audit names the decision, or the pass that does not give it), replayed with other
 settings (``what-if --oversell 2`` admits both seed-1 jobs), imported into another
-installation, and explained (the seed-3 victim's Preempted history and reclaim reason). Every
+installation, and explained (scenario 3's victim's Preempted history and reclaim reason). Every
 command runs as a person would: ``python -m usher.cli ...``.
 """
 

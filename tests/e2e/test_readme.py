@@ -1,11 +1,12 @@
-"""Every command the README shows runs as shown, from the repository's root, and prints what
-the README pasted.
+"""Every command the README and the docs pages show runs as shown, from the repository's
+root, and prints what the page pasted.
 
-The README's fenced blocks are read in order. A ``$ command`` line is run with bash (so
+Each page (README.md, then every page under docs/ with a command to run) is one session: its
+fenced blocks are read in order. A ``$ command`` line is run with bash (so
 ``$USHER_HOME`` and pipes work as a person's shell does them) in a folder that looks like a
-fresh clone (``usher/`` and ``tests/`` of this checkout, nothing else, so files a command
-writes land there), with the ``usher`` of this checkout first on PATH; the lines after it, up
-to the next ``$``, are what it must print. Both sides are compared after masking what differs
+fresh clone (``usher/``, ``tests/`` and ``docs/`` of this checkout, nothing else, so files a
+command writes land there), with the ``usher`` of this checkout first on PATH; the lines after
+it, up to the next ``$``, are what it must print. Both sides are compared after masking what differs
 from run to run (clock times, ages and durations, ports, uids, resourceVersions, generated
 names, the data folder) and runs of spaces. A command that only reads is retried for a while:
 the README's outputs were taken once the system had caught up, as a person reads them.
@@ -16,7 +17,8 @@ An HTML comment just before a block tells what the block needs (``<!-- readme-te
 ``python`` (run the block with this checkout's Python; the next block is its output),
 ``progress`` (a "fits now" progress line may be missed by a fast run: left out on both sides;
 ``usher wait`` commands are always read so, as a slow run may catch one any time).
-``$ usher up ...`` in a block starts the system itself; its banner is compared.
+``$ usher up ...`` in a block starts the system itself; its banner is compared. Commands before
+any ``usher up`` (``usher sim``, which needs no servers) run with a data folder of their own.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.e2e
 
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 MARKER = re.compile(r"<!--\s*readme-test:\s*(.*?)\s*-->")
 READ_ONLY = ("usher jobs", "usher queues", "usher queue ", "usher quota", "usher explain")
 READ_ONLY_PREFIXES = (*READ_ONLY, "usher replay", "usher audit", "usher what-if", "kubectl")
@@ -146,8 +149,7 @@ class Session:
 
     @property
     def env(self) -> dict[str, str]:
-        assert self.up is not None, "a command needs `usher up`: add a marker before its block"
-        env = clean_env(self.up.home)
+        env = clean_env(self.up.home if self.up is not None else self.root / "no-stack")
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         return env
 
@@ -193,7 +195,7 @@ class Session:
 def session(tmp_path: Path) -> Iterator[Session]:
     work = tmp_path / "clone"
     work.mkdir()
-    for name in ("usher", "tests"):
+    for name in ("usher", "tests", "docs"):
         (work / name).symlink_to(REPO / name)
     state = Session(work=work, root=tmp_path)
     try:
@@ -216,15 +218,41 @@ def check_output(session: Session, block: Block, command: Command, progress: boo
     if actual == expected:
         return None
     return (
-        f"README line {block.line}: `{command.text}` (exit {done.returncode}) printed\n"
+        f"line {block.line}: `{command.text}` (exit {done.returncode}) printed\n"
         + "\n".join(actual)
         + "\n--- but the README shows\n"
         + "\n".join(expected)
     )
 
 
-def test_every_readme_command_runs_as_shown(session: Session) -> None:
-    blocks = read_blocks(README.read_text())
+def runnable(blocks: list[Block]) -> int:
+    """How many commands (and Python examples) of a page's blocks are run (skipped ones not)."""
+    return sum(
+        1 if b.marker == "python" else len(b.commands)
+        for b in blocks
+        if not b.marker.startswith("skip:")
+    )
+
+
+def pages() -> list[Path]:
+    """README.md, then every docs page with something to run, in path order."""
+    docs = sorted(DOCS.rglob("*.md"))
+    return [README, *(p for p in docs if runnable(read_blocks(p.read_text())))]
+
+
+MIN_RUN = {"README.md": 6, "docs/getting-started/walkthrough.md": 30}
+"""The least a page must run: its walkthrough, not an empty match."""
+
+
+def test_the_docs_pages_with_commands_are_all_run() -> None:
+    names = [str(p.relative_to(REPO)) for p in pages()]
+    assert set(MIN_RUN) <= set(names)
+    assert "docs/concepts/borrowing-and-reclaim.md" in names  # usher sim examples
+
+
+@pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_every_command_runs_as_shown(session: Session, page: Path) -> None:
+    blocks = read_blocks(page.read_text())
     ran = 0
     skip_next = False
     differences: list[str] = []
@@ -254,7 +282,7 @@ def test_every_readme_command_runs_as_shown(session: Session) -> None:
             wanted = normalise(blocks[index + 1].body, progress=True)
             printed = normalise(done.stdout.splitlines(), progress=True)
             if printed != wanted:
-                differences.append(f"README line {block.line}: the Python example printed\n")
+                differences.append(f"line {block.line}: the Python example printed\n")
                 differences[-1] += "\n".join(printed) + "\n--- but the README shows\n"
                 differences[-1] += "\n".join(wanted)
             skip_next, ran = True, ran + 1
@@ -275,5 +303,5 @@ def test_every_readme_command_runs_as_shown(session: Session) -> None:
             difference = check_output(session, block, command, progress=progress)
             if difference is not None:
                 differences.append(difference)
-    assert ran >= 30  # the README's walkthrough, not an empty match
-    assert not differences, "\n\n".join(differences)
+    assert ran >= MIN_RUN.get(str(page.relative_to(REPO)), 1)
+    assert not differences, f"{page.relative_to(REPO)}:\n" + "\n\n".join(differences)

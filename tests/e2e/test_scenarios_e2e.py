@@ -1,4 +1,4 @@
-"""Every scenario of ../shared/scenarios through the whole system equals ``usher sim``.
+"""Every scenario (the project's shared ones, else the repository's) equals ``usher sim`` live.
 
 emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger -> watcher -> emulator: the final
 job states, queue orders (as the watcher's Queue objects show them) and quota usage (as the
@@ -30,8 +30,8 @@ from usher.adapters.nats.subjects import Subjects
 from usher.core import sim
 from usher.local.kube_emulator import KubeEmulator
 
-# ../shared/scenarios when the repository sits beside it; else the copies kept in the repo
-# (byte-identical; tests/test_cli_sim.py checks the seeds pass there too).
+# The project's shared scenario folder when the repository sits beside it; else the copies
+# kept in the repo (byte-identical; tests/test_cli_sim.py checks they pass there too).
 _SHARED = REPO.parent / "shared" / "scenarios"
 _SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
 SCENARIOS = (

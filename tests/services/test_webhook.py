@@ -61,11 +61,13 @@ def tree() -> dict[str, Any]:
     return elastic_quota_tree(root, name="tree")
 
 
-def configuration(name: str, client_config: dict[str, Any], policy: str) -> dict[str, Any]:
+def configuration(
+    name: str, client_config: dict[str, Any], policy: str, operations: tuple[str, ...] = ("CREATE",)
+) -> dict[str, Any]:
     rules = [
-        {"operations": ["CREATE"], "apiGroups": ["batch"], "apiVersions": ["v1"],
+        {"operations": list(operations), "apiGroups": ["batch"], "apiVersions": ["v1"],
          "resources": ["jobs"], "scope": "Namespaced"},
-        {"operations": ["CREATE"], "apiGroups": ["kubeflow.org"], "apiVersions": ["*"],
+        {"operations": list(operations), "apiGroups": ["kubeflow.org"], "apiVersions": ["*"],
          "resources": ["tfjobs"]},
     ]  # fmt: skip
     system = {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
@@ -177,3 +179,82 @@ async def test_failure_policy_decides_when_the_webhook_cannot_be_called(
     assert untrusted.value.status == 500
     assert "caBundle is not a PEM bundle" in json.loads(untrusted.value.body)["message"]
     assert emu.store.find(resource("batch", "v1", "jobs"), "user-a", "refused") is None
+
+
+CPU = "/spec/template/spec/containers/0/resources/requests/cpu"
+FORBIDDEN = (
+    'admission webhook "usher.usher.io" denied the request: {field}: Forbidden: field is '
+    "immutable while the Job is not suspended"
+)
+
+
+def refusal(caught: pytest.ExceptionInfo[ApiException]) -> tuple[int, str, str]:
+    body = json.loads(caught.value.body)
+    return caught.value.status, body["reason"], body["message"]
+
+
+async def test_a_running_job_may_not_grow_through_any_update(
+    emu: KubeEmulator, pem: dict[str, Path]
+) -> None:
+    """R16: PATCH (JSON and merge) and PUT of a managed Job that is not suspended are refused
+    403 naming the field when they change its requests or pod count; what leaves its admitted
+    shape alone, a suspended job, an unmanaged one and the status subresource pass."""
+    bundle = base64.b64encode(pem["cert"].read_bytes()).decode()
+    jobs = resource("batch", "v1", "jobs")
+    async with webhook(emu, pem) as port, batch_api(emu) as api:
+        emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
+        service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
+        hook = {"service": service, "caBundle": bundle}
+        both = ("CREATE", "UPDATE")
+        emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail", both))
+        batch = client.BatchV1Api(api)
+        ten = batch_job(
+            "run", template=pod_template(container(cpu="1")), suspend=False, completions=10
+        )  # ten completions, one pod at a time (parallelism defaults to 1)
+        created = await batch.create_namespaced_job("user-a", ten)
+        # The admission is carried out (the old object is suspended: anything goes).
+        await batch.patch_namespaced_job("run", "user-a", {"spec": {"suspend": False}})
+        with pytest.raises(ApiException) as grown:
+            await batch.patch_namespaced_job(
+                "run", "user-a", [{"op": "replace", "path": CPU, "value": "95"}]
+            )
+        with pytest.raises(ApiException) as widened:
+            await batch.patch_namespaced_job("run", "user-a", {"spec": {"parallelism": 5}})
+        whole = await batch.read_namespaced_job("run", "user-a")
+        whole.spec.template.spec.containers[0].resources.requests["cpu"] = "95"
+        with pytest.raises(ApiException) as replaced:
+            await batch.replace_namespaced_job("run", "user-a", whole)
+        stored = emu.store.get(jobs, "user-a", "run")
+        # What leaves the admitted shape alone passes; so does the status subresource.
+        free = {"spec": {"activeDeadlineSeconds": 600}, "metadata": {"labels": {"team": "x"}}}
+        await batch.patch_namespaced_job("run", "user-a", free)
+        await batch.patch_namespaced_job_status("run", "user-a", {"status": {"active": 1}})
+        # Suspended (by whoever), it may change freely: it is sized afresh when admitted.
+        await batch.patch_namespaced_job("run", "user-a", {"spec": {"suspend": True}})
+        await batch.patch_namespaced_job(
+            "run", "user-a", [{"op": "replace", "path": CPU, "value": "95"}]
+        )
+        await batch.create_namespaced_job("elsewhere", job("free"))
+        await batch.patch_namespaced_job("free", "elsewhere", {"spec": {"parallelism": 5}})
+    assert created.spec.suspend is True  # CREATE still goes through the same webhook
+    field = "spec.template.spec.containers[0].resources.requests.cpu"
+    assert refusal(grown) == (403, "Forbidden", FORBIDDEN.format(field=field) + _ADVICE)
+    pods = " (pods main: 1 -> main: 5)"
+    assert refusal(widened) == (
+        403, "Forbidden", FORBIDDEN.format(field="spec.parallelism") + pods + _ADVICE
+    )  # fmt: skip
+    assert refusal(replaced)[:2] == (403, "Forbidden")
+    assert field in refusal(replaced)[2]
+    spec = stored["spec"]
+    assert spec.get("parallelism", 1) == 1  # nothing refused stored
+    assert spec["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+    final = emu.store.get(jobs, "user-a", "run")
+    assert final["spec"]["activeDeadlineSeconds"] == 600
+    assert final["metadata"]["labels"]["team"] == "x"
+    assert (
+        final["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "95"
+    )
+    assert emu.store.get(jobs, "elsewhere", "free")["spec"]["parallelism"] == 5
+
+
+_ADVICE = "; suspend it first, or create a new job"

@@ -3,7 +3,8 @@
 What it does: the ``StackInfo`` record (URLs, pids, settings of the running ``usher up``), the
 data folder (``$USHER_HOME``, else ``~/.usher``), and reading the file. Only the one-machine
 system (``usher.local.stack``) writes it; the services, the client and every ``usher`` command
-read it, so it lives below them all and a command that only reads it (``usher jobs``,
+read it, so it lives below them all (with how often each process was restarted, so that
+``usher status`` can tell a crash-looping one) and a command that only reads it (``usher jobs``,
 ``usher queues``) does not import the servers, NATS or the migrations.
 What it must never do: import a server, a database driver or a network client, start anything,
 or write the file (``usher.local`` writes it, 0600 and atomically).
@@ -21,6 +22,26 @@ STACK_FILE = "stack.json"
 CONSOLE_PORT = 8470
 """The web console's port by default (``usher console``; ``usher up`` takes another free one
 when it is taken, and ``console_url`` says which)."""
+
+
+STABLE_S = 30.0
+"""A restarted process up this long is well again (its restarts in a row start over)."""
+CRASH_LOOP_RESTARTS = 3
+"""Restarts in a row, none of which stayed up ``STABLE_S``: the process is crash-looping."""
+
+
+class Restarts(msgspec.Struct, frozen=True, kw_only=True):
+    """How often ``usher up`` restarted one process."""
+
+    count: int = 0
+    """Since ``usher up`` started."""
+    in_a_row: int = 0
+    """Restarts since it last stayed up ``STABLE_S`` (0: well)."""
+    last_at: datetime | None = None
+
+    @property
+    def crash_looping(self) -> bool:
+        return self.in_a_row >= CRASH_LOOP_RESTARTS
 
 
 class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +85,10 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     console_url: str = ""
     """The web console's address (``usher console``, read-only); empty when not started."""
     console_pid: int = 0
+    restarts: dict[str, Restarts] = msgspec.field(default_factory=dict)
+    """Restarts by process name (only those restarted at least once)."""
+    health_ports: dict[str, int] = msgspec.field(default_factory=dict)
+    """Each service's /healthz port on 127.0.0.1 (``usher status`` asks it)."""
 
     def all_pids(self) -> dict[str, int]:
         """Every process of the system: infrastructure, services and the web console."""

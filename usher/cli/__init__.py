@@ -142,7 +142,7 @@ def cli() -> None:
 
 @cli.command()
 @home_option()
-@click.option("--no-demo", is_flag=True, help="Start empty: no seed tree, no demo jobs.")
+@click.option("--no-demo", is_flag=True, help="Start empty: no quota tree, no demo jobs.")
 @click.option(
     "--zones",
     default="a,b",
@@ -160,7 +160,7 @@ def cli() -> None:
     type=click.Choice(POLICIES),
     default="Round",
     show_default=True,
-    help="Block: strict priority (seed scenario 2).",
+    help="Block: strict priority (kube-queue's StrictPriority).",
 )
 @click.option("--oversell-rate", default="1", show_default=True, help="Cap is max x rate.")
 @click.option(
@@ -222,8 +222,8 @@ def up(
     NATS JetStream, PostgreSQL, the Kubernetes API emulator (with a fake kubelet) and the
     services (ledger, preemptor, one dequeuer per zone, watcher) and the read-only web console
     (its URL is printed) each run as a process; data
-    stays in $USHER_HOME, so starting again resumes. Unless --no-demo, the seed's quota tree
-    and three scenarios are played, then a steady mixed workload. Ctrl-C or SIGTERM stops
+    stays in $USHER_HOME, so starting again resumes. Unless --no-demo, kube-queue's walkthrough's
+    quota tree and three scenarios are played, then a steady mixed workload. Ctrl-C or SIGTERM stops
     everything in order: services, emulator, PostgreSQL, NATS.
     """
     import asyncio
@@ -501,9 +501,12 @@ def report_input_error(source: str, exc: InputError) -> None:
     "spec_file",
     type=click.Path(path_type=Path),
     default=None,
-    help="Generate a workload from SPEC (YAML; see README) and report per department.",
+    help="Generate a workload from SPEC (YAML; see docs/how-to/plan-with-the-simulator.md)"
+    " and report per department.",
 )
-@click.option("--seed", type=int, default=None, help="With --generate: the seed (default: spec's).")
+@click.option(
+    "--seed", type=int, default=None, help="With --generate: the random seed (default: the spec's)."
+)
 @click.option(
     "--horizon",
     type=click.FloatRange(min=0, min_open=True),

@@ -6,7 +6,7 @@ the command line's knobs (``--seed``, ``--horizon``, ``--rate-scale``, ``--polic
 ``usher.core.planning``'s report as a table, JSON or CSV; ``--emit`` also writes the generated
 scenario, which ``usher sim FILE`` then plays the same. A bad spec is refused naming each
 field (exit 3).
-What it must never do: draw random numbers outside the seeded generator, read a clock, or
+What it must never do: draw random numbers outside its seeded generator, read a clock, or
 print a traceback for a bad spec.
 """
 
@@ -43,7 +43,7 @@ def _tree_manifest(spec_file: Path, data: object) -> object | None:
 
 
 def with_knobs(spec: GenSpec, knobs: Knobs) -> tuple[GenSpec, int]:
-    """The spec with the command line's horizon, rate scale and policy, and the seed to use."""
+    """The spec with the command line's horizon, rate scale and policy, and the random seed."""
     seed, horizon, scale, policy = knobs
     if policy is not None:
         spec = dataclasses.replace(spec, config={**spec.config, "policy": policy})

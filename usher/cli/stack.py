@@ -1,11 +1,16 @@
 """``usher status`` and ``usher down``: the one-machine stack that ``usher up`` runs.
 
 What it does: reads ``$USHER_HOME/stack.json``; ``status`` shows every process of the stack
-(alive or not), its addresses with passwords hidden, zones and settings; ``down`` asks the
-``usher up`` that owns the stack to stop (SIGTERM, as Ctrl-C would), waits until it and every
-process it started are gone, and says so.
-Exit codes: 0 done (status: every process alive); 1 status: some process is not alive (being
-restarted, or the stack is stale); 4 no stack in that folder, or ``down`` could not stop it.
+(alive or not, how often ``usher up`` restarted it, crash-looping), its addresses with
+passwords hidden, zones and settings; ``down`` asks the ``usher up`` that owns the stack to
+stop (SIGTERM, as Ctrl-C would), waits until it and every process it started are gone, and
+says so.
+Each service's ``/healthz`` (port in ``stack.json``) is asked too: one whose NATS connection
+is down past its limit, or keeps being lost, is "unhealthy" with the reason.
+Exit codes: 0 done (status: every process alive and well); 1 status: some process is not
+alive (being restarted, or the stack is stale), unhealthy, was restarted less than
+``STABLE_S`` ago, or is crash-looping (``CRASH_LOOP_RESTARTS`` restarts in a row), each named
+on stderr; 4 no stack in that folder, or ``down`` could not stop it.
 What it must never do: signal a process that is not the ``usher up`` named in
 ``stack.json``, or print a secret.
 """
@@ -15,6 +20,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+import urllib.error
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -22,7 +29,7 @@ import click
 import msgspec
 
 from usher.adapters.logs import redact_url
-from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
+from usher.adapters.stack_file import STABLE_S, Restarts, StackInfo, read_stack_info, usher_home
 from usher.cli import EXIT_DIFFERENCES, EXIT_UNAVAILABLE, cli, fail, home_option
 from usher.cli.people import emit, output_option, render_table
 from usher.local.processes import pid_alive
@@ -34,6 +41,29 @@ class ProcessStatus(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     pid: int
     alive: bool
+    restarts: int = 0
+    """Times ``usher up`` restarted it."""
+    restarts_in_a_row: int = 0
+    """Restarts since it last stayed up ``STABLE_S`` (0: well)."""
+    crash_looping: bool = False
+    unhealthy: str = ""
+    """Why its ``/healthz`` fails (NATS connection down too long...), empty while it passes."""
+
+    @property
+    def well(self) -> bool:
+        return self.alive and self.restarts_in_a_row == 0 and not self.unhealthy
+
+    @property
+    def state(self) -> str:
+        if not self.alive:
+            return "not running"
+        if self.crash_looping:
+            return f"crash-looping ({self.restarts_in_a_row} restarts in a row)"
+        if self.restarts_in_a_row:  # its /healthz may not listen yet
+            return f"restarted, not yet up {STABLE_S:g}s"
+        if self.unhealthy:
+            return f"unhealthy: {self.unhealthy}"
+        return "running"
 
 
 class StackStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,10 +108,7 @@ def status_of(info: StackInfo) -> StackStatus:
     return StackStatus(
         home=info.home,
         started_at=info.started_at,
-        processes=[
-            ProcessStatus(name=name, pid=pid, alive=bool(pid) and pid_alive(pid))
-            for name, pid in pids.items()
-        ],
+        processes=[_process_status(info, name, pid) for name, pid in pids.items()],
         nats_url=redact_url(info.nats_url),
         database_url=redact_url(info.database_url),
         kubeconfig=info.kubeconfig,
@@ -95,6 +122,39 @@ def status_of(info: StackInfo) -> StackStatus:
     )
 
 
+HEALTH_TIMEOUT_S = 2.0
+
+
+def health_problem(port: int) -> str:
+    """What a service's ``/healthz`` on 127.0.0.1:``port`` says is wrong; empty when it
+    answers 200. A process that does not answer at all is wedged (or its port was taken)."""
+    url = f"http://127.0.0.1:{port}/healthz"
+    try:
+        with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as answer:
+            answer.read()
+            return ""
+    except urllib.error.HTTPError as refused:
+        return refused.read().decode(errors="replace").strip() or f"HTTP {refused.code}"
+    except (OSError, TimeoutError) as exc:
+        cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return f"/healthz does not answer ({getattr(cause, 'strerror', None) or cause})"
+
+
+def _process_status(info: StackInfo, name: str, pid: int) -> ProcessStatus:
+    restarts = info.restarts.get(name, Restarts())
+    alive = bool(pid) and pid_alive(pid)
+    port = info.health_ports.get(name)
+    return ProcessStatus(
+        name=name,
+        pid=pid,
+        alive=alive,
+        restarts=restarts.count,
+        restarts_in_a_row=restarts.in_a_row,
+        crash_looping=restarts.crash_looping,
+        unhealthy=health_problem(port) if alive and port else "",
+    )
+
+
 @cli.command("status")
 @output_option
 @home_option()
@@ -103,13 +163,11 @@ def status_command(output: str, home: Path | None) -> None:
     status = status_of(_stack_of(home or usher_home()))
 
     def table() -> str:
-        rows = [
-            [p.name, str(p.pid), "running" if p.alive else "not running"] for p in status.processes
-        ]
+        rows = [[p.name, str(p.pid), p.state, str(p.restarts)] for p in status.processes]
         return "\n".join(
             [
                 f"Usher in {status.home}, started {status.started_at:%Y-%m-%d %H:%M:%S %Z}",
-                render_table(["PROCESS", "PID", "STATE"], rows),
+                render_table(["PROCESS", "PID", "STATE", "RESTARTS"], rows),
                 f"NATS JetStream  {status.nats_url}",
                 f"PostgreSQL      {status.database_url}",
                 f"Kubernetes API  kubeconfig {status.kubeconfig}",
@@ -122,7 +180,10 @@ def status_command(output: str, home: Path | None) -> None:
         )
 
     emit(status, output, table)
-    if not all(p.alive for p in status.processes):
+    unwell = [p for p in status.processes if not p.well]
+    if unwell:
+        said = "; ".join(f"{p.name} {p.state}" for p in unwell)
+        click.echo(f"not well: {said} (see {status.home}/logs/<name>.log)", err=True)
         raise SystemExit(EXIT_DIFFERENCES)
 
 

@@ -1,4 +1,4 @@
-"""The Usher client library: what the seed's Jobctl offered notebooks, typed.
+"""The Usher client library: what kube-queue's Jobctl offered notebooks, typed.
 
 What it does: ``Client`` (blocking, notebook-safe) and ``AsyncClient`` (asyncio) submit jobs to
 Kubernetes and read states, queue positions, reasons and quota usage from Usher's log; results

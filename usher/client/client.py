@@ -1,7 +1,7 @@
 """The Usher client: submit jobs through Kubernetes, read what Usher decided from its log.
 
 What it does: ``AsyncClient`` (asyncio) and ``Client`` (blocking, safe in notebooks: it runs
-its own event loop in a thread) offer what the seed's Jobctl offered to notebooks and a bit
+its own event loop in a thread) offer what kube-queue's Jobctl offered to notebooks and a bit
 more: ``submit`` (a suspended batch/v1 Job built from a few options), ``submit_manifest``,
 ``apply`` (files of manifests, create or update), ``list_jobs``, ``job``, ``queues``,
 ``queue``, ``quota``, ``usage`` (resource-hours over a window, U1) and ``wait`` (follow one

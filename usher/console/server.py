@@ -9,6 +9,11 @@ or shown as an empty list), ``/events`` (server-sent events: the log position an
 decision as it is folded in; the pages' script adds rows and refreshes itself) and ``/static``
 (the one script, style sheet and icon, shipped in the package: no CDN). Errors are pages of
 the site (``error_pages``), with its navigation.
+Every answer carries a Content-Security-Policy (own script and style sheet only, no
+framing), ``X-Frame-Options: DENY``, ``nosniff`` and ``Referrer-Policy: no-referrer``; a
+request whose ``Host`` is not one of the console's own addresses (loopback or the configured
+host, with its port) is refused with 421 (DNS rebinding). Numbers in the query are ASCII
+digits only (``page=1_0`` is refused, not read as 10).
 Pages are rendered on the server with Jinja2 (autoescaped) so they work with no script at all
 and stay fast with 10,000 pending jobs (only one page of a queue is ever rendered).
 ``serve`` follows the log and listens until stopped (SIGTERM or Ctrl-C).
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -45,6 +51,7 @@ HERE = Path(__file__).resolve().parent
 LOG_KEY: web.AppKey[ConsoleLog] = web.AppKey("log", ConsoleLog)
 STOP_KEY: web.AppKey[asyncio.Event] = web.AppKey("stop", asyncio.Event)
 TEMPLATES_KEY: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+HOST_KEY: web.AppKey[str] = web.AppKey("host", str)
 SHOWN_PER_QUEUE = 10
 SHOWN_DECISIONS = 200
 KEEPALIVE_S = 15.0
@@ -68,10 +75,14 @@ def templates() -> jinja2.Environment:
     return env
 
 
-def make_app(log: ConsoleLog, stop: asyncio.Event | None = None) -> web.Application:
-    """The console over ``log`` (which someone else keeps folding)."""
-    app = web.Application(middlewares=[error_pages])
+def make_app(
+    log: ConsoleLog, stop: asyncio.Event | None = None, host: str = "127.0.0.1"
+) -> web.Application:
+    """The console over ``log`` (which someone else keeps folding), served on ``host``."""
+    app = web.Application(middlewares=[only_its_own_hosts, error_pages])
     app[LOG_KEY] = log
+    app[HOST_KEY] = host
+    app.on_response_prepare.append(_security_headers)
     app[STOP_KEY] = stop or asyncio.Event()
     app[TEMPLATES_KEY] = templates()
     app.add_routes(routes)
@@ -130,12 +141,71 @@ def _error_page(
     return render(request, "error.html", status=status, code=status, message=message, links=links)
 
 
+WHOLE_NUMBER = re.compile(r"-?[0-9]{1,18}")
+"""A page or log position as written: ASCII digits only (Python's ``int`` also reads
+``1_0``, `` 5 ``, ``+5`` and other scripts' digits), at most 18 of them."""
+
+
 def _int(request: web.Request, name: str, default: int) -> int:
-    try:
-        return int(request.query.get(name, default))
-    except ValueError as exc:
-        got = request.query.get(name, "")
-        raise Refusal(400, f"{name} must be a whole number; got {got!r}") from exc
+    """The query parameter ``name`` as a whole number; its range is the caller's to check."""
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    if WHOLE_NUMBER.fullmatch(raw) is None:
+        raise Refusal(400, f"{name} must be a whole number; got {raw!r}")
+    return int(raw)
+
+
+# --------------------------------------------------------------------------- who may ask
+
+SECURITY_HEADERS = {
+    # The pages use one script and one style sheet from /static; inline style attributes
+    # (bar widths, tree indentation, chart colours) need 'unsafe-inline' for styles only.
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+        "form-action 'self'; frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+async def _security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+def allowed_hosts(configured: str, local_address: str, port: int) -> frozenset[str]:
+    """The ``Host`` values of the addresses the console serves: loopback by name and number,
+    the configured host and the local address the connection came in on, with the port (and
+    without it on port 80, as browsers send it)."""
+    names = {*LOOPBACK_NAMES, configured, local_address}
+    bracketed = {f"[{n}]" if ":" in n and not n.startswith("[") else n for n in names if n}
+    hosts = {f"{name}:{port}".lower() for name in bracketed}
+    if port == 80:
+        hosts |= {name.lower() for name in bracketed}
+    return frozenset(hosts)
+
+
+@web.middleware
+async def only_its_own_hosts(
+    request: web.Request, handler: Callable[[web.Request], Any]
+) -> web.StreamResponse:
+    """Refuse a request whose ``Host`` is not one of the console's own addresses (421): a
+    page of another site whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends
+    its own name, and would otherwise read the console as if it were that site."""
+    host = request.headers.get("Host")
+    if host is None:
+        return web.Response(status=400, text="a Host header is required\n")
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    address, port = (str(sockname[0]), int(sockname[1])) if sockname else ("", 0)
+    if host.lower() not in allowed_hosts(request.app[HOST_KEY], address, port):
+        return web.Response(status=421, text=f"this console does not serve the host {host!r}\n")
+    response: web.StreamResponse = await handler(request)
+    return response
 
 
 # --------------------------------------------------------------------------- pages
@@ -454,7 +524,7 @@ async def serve(
         js = await client.jetstream()
         log = ConsoleLog(target.engine)
         following = asyncio.create_task(log.follow(js, client.subjects, stop), name="follow")
-        runner = web.AppRunner(make_app(log, stop), access_log=None)
+        runner = web.AppRunner(make_app(log, stop, host), access_log=None)
         await runner.setup()
         try:
             await web.TCPSite(runner, host, port).start()

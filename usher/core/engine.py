@@ -86,6 +86,7 @@ from usher.core.decision_pass import (
 from usher.core.engine_queries import JobView as JobView
 from usher.core.engine_queries import QueueEntry as QueueEntry
 from usher.core.engine_state import EngineState, NodeCapacity
+from usher.core.kinds.frozen import grew
 from usher.core.policy import seam_for
 from usher.core.reclaim import within_guarantee
 from usher.core.retry import RetryLink, RetryPolicy
@@ -107,6 +108,7 @@ from usher.core.state import (
     remove_sorted,
     shape_of,
     shape_with,
+    total_requests,
 )
 from usher.core.tree import path_nodes
 from usher.core.zone_burst import tree_accepted, try_order
@@ -148,6 +150,7 @@ _COPIED_FLAT: tuple[str, ...] = (
     "_potential_offers",
     "_timed_offers",
     "_unready",
+    "_grown",
     "_budget_stops",
     "_budget_seen",
 )
@@ -217,6 +220,8 @@ class Engine:
         root is full. An entry is current while ``_offer_keys`` holds its key (lazy removal)."""
         self._unready: dict[WorkloadKey, int] = {}
         """Admitted workloads whose ready deadline runs -> that deadline (R10)."""
+        self._grown: dict[WorkloadKey, None] = {}
+        """Admitted workloads seen asking more than their admission counts (R16)."""
         self._holds: dict[QuotaPath, holds.HoldRecord] = {}
         """The hold or drain governing each held node, whichever its source (R14/R15)."""
         self._held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
@@ -283,6 +288,9 @@ class Engine:
             key: job.readiness.deadline_ms
             for key, job in state.jobs.items()
             if job.state == ADMITTED and job.readiness is not None and job.readiness.deadline_ms
+        }
+        self._grown = {
+            key: None for key, job in state.jobs.items() if job.state == ADMITTED and job.grown
         }
 
     def _rebuild_job_indexes(self) -> None:
@@ -406,11 +414,14 @@ class Engine:
             self._fill(job, event)
             self._classify(job)
         else:
-            # Admitted or finished: its usage stays as recorded; only metadata follows.
+            # Admitted or finished: its usage stays as recorded; only metadata follows. An
+            # admitted one keeps the size it was admitted with, which is what counts (R16).
             if job.state == ADMITTED and job.used_path is not None:
                 self._forget_admitted(job)
                 old_zone = job.zone
-                self._fill(job, event)
+                # Sized only if never observed before (admitted from the log first).
+                self._fill(job, event, sized=job.pod_count == 0)
+                self._note_growth(job, event)
                 if old_zone in job.zones:
                     job.zone = old_zone  # admitted into an accepted zone: it runs there (Z2)
                 if job.zone != old_zone:
@@ -424,7 +435,22 @@ class Engine:
             else:
                 self._fill(job, event)
 
-    def _fill(self, job: Job, event: WorkloadObserved) -> None:
+    def _note_growth(self, job: Job, event: WorkloadObserved) -> None:
+        """An admitted job seen running while asking more than its admission counts: the
+        next pass of its zone stops it (R16). Asking as much or less changes nothing (its
+        admission keeps counting what it was admitted with); a suspended one is not running
+        (or not yet unsuspended by its admission: a partial one's count is patched then)."""
+        counted = dict(job.used_shape)
+        observed = total_requests(event)
+        grown = [] if event.suspended else grew(counted, observed)
+        if grown:
+            job.grown = reasons.grew_after_admission(grown, counted, observed)
+            self._grown[job.key] = None
+        else:
+            job.grown = None
+            self._grown.pop(job.key, None)
+
+    def _fill(self, job: Job, event: WorkloadObserved, *, sized: bool = True) -> None:
         if job.priority_class is not None:
             self._class_users.get(job.priority_class, {}).pop(job.key, None)
         job.zone = Zone(self._name(event.zone))
@@ -445,15 +471,20 @@ class Engine:
         if link is not None:
             # A retry keeps its job's place: the first attempt's creation (R12).
             job.created_ms = Millis(link.first_created_ms)
-        total: dict[str, int] = {}
+        if sized:
+            self._size(job, event)
+        if job.priority_class is not None:
+            self._class_users.setdefault(job.priority_class, {})[job.key] = None
+        job.priority = self._resolve_priority(job)
+        job.refresh_sort_key()
+
+    def _size(self, job: Job, event: WorkloadObserved) -> None:
+        """Its request, pods and partial-admission bounds (R11), as the event says."""
         pods: list[Shape] = []
         for pod_set in event.pod_sets:
-            if pod_set.count <= 0:
-                continue
-            pods.append(self._intern(shape_of(pod_set.requests)))
-            for resource, amount in pod_set.requests.items():
-                total[resource] = total.get(resource, 0) + amount * pod_set.count
-        job.shape = self._intern(shape_of(total))
+            if pod_set.count > 0:
+                pods.append(self._intern(shape_of(pod_set.requests)))
+        job.shape = self._intern(shape_of(total_requests(event)))
         pod_list = tuple(sorted(set(pods)))
         job.pods = self._pod_lists.setdefault(pod_list, pod_list)
         job.pod_count = sum(p.count for p in event.pod_sets if p.count > 0)
@@ -468,10 +499,6 @@ class Engine:
             if job.scalable is None
             else self._intern(shape_with(job.shape, job.scalable, job.scalable[3]))
         )
-        if job.priority_class is not None:
-            self._class_users.setdefault(job.priority_class, {})[job.key] = None
-        job.priority = self._resolve_priority(job)
-        job.refresh_sort_key()
 
     def _intern(self, shape: Shape) -> Shape:
         # One tuple object per distinct shape: 100k workloads share a handful of them.
@@ -612,6 +639,8 @@ class Engine:
         self.state.held.pop(job.key, None)
         self.state.lingering[job.key] = (job.used_path, job.used_shape, job.zone)
         self._unready.pop(job.key, None)
+        self._grown.pop(job.key, None)
+        job.grown = None
         job.used_path = None
         job.used_shape = ()
         self._back_to_first_zone(job)
@@ -674,6 +703,26 @@ class Engine:
                 )
                 self._apply_drained(decision)
                 decisions.append(decision)
+
+    def _stop_grown(self, decisions: list[Decision]) -> None:
+        """Stop each admitted workload of this engine's zones that grew after its admission
+        (R16): like a drain's preemption (R15) it is its own preemptor, counted until its
+        pods are seen stopped, then it waits again at the size it now asks for."""
+        for key in sorted(self._grown):
+            job = self.state.jobs[key]
+            if not self._decides(job.zone) or job.used_path is None or job.grown is None:
+                continue
+            info = self.state.tree.nodes.get(job.used_path)
+            queue = info.queue if info is not None and info.queue is not None else None
+            decision = Preempted(
+                workload=job.key,
+                queue=queue or QueueName(""),
+                quota=job.used_path,
+                preemptor=job.key,
+                reason=job.grown,
+            )
+            self._apply_drained(decision)
+            decisions.append(decision)
 
     def _requeue_decision(self, job: Job) -> Requeued:
         """The requeue of ``job`` now: which attempt it was and when it may be tried again."""
@@ -962,11 +1011,14 @@ class Engine:
 
     def check_drain(self, key: WorkloadKey, now: Millis) -> Reason | None:
         """Whether preempting ``key`` for a drain is justified at ``now`` (R15): it is
-        admitted below a drained node whose grace has run out. None when it is."""
+        admitted below a drained node whose grace has run out, or it grew after its
+        admission (R16). None when it is."""
         job = self.state.jobs.get(key)
         if job is None or job.state != ADMITTED or job.used_path is None:
             state = "unknown" if job is None else job.state
             return reasons.stale_view(key, f"{key} is {state}, not admitted")
+        if job.grown is not None:
+            return None
         record = holds.hold_over(self._holds, job.used_path)
         if record is None or record.drain_at_ms is None:
             return reasons.stale_view(key, f"no drain is in force over {job.used_path}")
@@ -1574,6 +1626,8 @@ class Engine:
         self._forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
         self._unready.pop(job.key, None)
+        self._grown.pop(job.key, None)
+        job.grown = None
         job.used_path = None
         job.used_shape = ()
         self._back_to_first_zone(job)
@@ -1713,6 +1767,8 @@ class Engine:
             self._retry_failed(decisions)
         if self._holds:
             self._drain_due(decisions)
+        if self._grown:
+            self._stop_grown(decisions)
         self.refresh_budgets()
         decisions.extend(self._announcements())
         # A backoff may have ended since: the leaves whose first candidate depends on the
@@ -2139,6 +2195,10 @@ class Engine:
     def quota_nodes(self) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
         """``(min, max)`` of every node of the tree in force, for reports."""
         return engine_queries.quota_nodes(self)
+
+    def counted_requests(self, key: WorkloadKey) -> dict[str, int] | None:
+        """What an admitted workload's admission counts; None when it is not admitted."""
+        return engine_queries.counted_requests(self, key)
 
     def reason(self, key: WorkloadKey) -> Reason | None:
         """Why a workload is where it is now (None for admitted or finished ones)."""

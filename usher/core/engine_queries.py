@@ -185,6 +185,13 @@ def quota_nodes(e: Engine) -> dict[QuotaPath, tuple[dict[str, int], dict[str, in
     return {path: (dict(i.min), dict(i.max)) for path, i in e.state.tree.nodes.items()}
 
 
+def counted_requests(e: Engine, key: WorkloadKey) -> dict[str, int] | None:
+    """What an admitted workload's admission counts (R16: not what it may ask since); None
+    when it is not admitted."""
+    job = e.state.jobs.get(key)
+    return dict(job.used_shape) if job is not None and job.state == ADMITTED else None
+
+
 def reason(e: Engine, key: WorkloadKey) -> Reason | None:
     """Why a workload is where it is now (None for admitted or finished ones)."""
     job = e.state.jobs.get(key)
@@ -202,11 +209,12 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
     none. This says: a held preemptor waits for its victims to stop; under Block, a head
     that does not fit blocks the rest; else the nearest node whose ``max x oversellRate``
     would be exceeded, the zone's room, or "fits now". Unmapped and inadmissible workloads
-    keep their announced reason. The state is left unchanged.
+    keep their announced reason; an admitted one that grew since says so (R16), other
+    admitted and finished ones have none. The state is left unchanged.
     """
     job = e.state.jobs.get(key)
     if job is None or job.state in (ADMITTED, FINISHED):
-        return None
+        return None if job is None else job.grown  # admitted, grown since: stopped next (R16)
     if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
         return job.announced
     if e.backing_off(job):

@@ -56,7 +56,7 @@ from usher.core.history import (
 from usher.core.log import LogEntry
 from usher.core.quantity import format_quantity
 from usher.core.reason_text import requested_over, used_and_requested_over
-from usher.core.state import JobState
+from usher.core.state import JobState, total_requests
 from usher.core.usage import intervals_of
 
 
@@ -190,6 +190,9 @@ def explain(
     pending = view is not None and view.state == JobState.PENDING
     reclaim = _reclaim(engine, key, now_ms) if pending else None
     estimate = _estimate(engine, history, key, now_ms) if pending else None
+    counted = engine.counted_requests(key)
+    if counted is not None:
+        requests = counted  # what its admission counts, whatever it asks since (R16)
     return Explanation(
         workload=key,
         state=view.state if view is not None else JobState.DELETED,
@@ -268,16 +271,6 @@ def _reclaim(engine: Engine, key: WorkloadKey, now_ms: Millis) -> ReclaimView:
     return ReclaimView(possible=True, detail=f"a pass now would preempt {names}", victims=victims)
 
 
-def total_requests(event: WorkloadObserved) -> dict[str, int]:
-    """What all the pods of a workload request together, in canonical units."""
-    total: dict[str, int] = {}
-    for pod_set in event.pod_sets:
-        for resource, amount in pod_set.requests.items():
-            if pod_set.count > 0 and amount > 0:
-                total[resource] = total.get(resource, 0) + amount * pod_set.count
-    return total
-
-
 def _line(
     item: LogEntry, key: WorkloadKey, previous: WorkloadObserved | None
 ) -> HistoryLine | None:
@@ -305,8 +298,10 @@ def _line(
         what = "Admitted"
         detail = f"on {event.quota} (queue {event.queue}), {format_resources(event.requests)}"
     elif isinstance(event, Preempted):
-        # Its own preemptor: a drain's (R15); nobody takes its place.
-        by = f"by {event.preemptor}" if event.preemptor != key else "by a drain"
+        # Its own preemptor: a drain's (R15) or grown after admission (R16); nobody takes
+        # its place.
+        own = "for growing" if event.reason.code == "GrewAfterAdmission" else "by a drain"
+        by = f"by {event.preemptor}" if event.preemptor != key else own
         what, detail, reason = "Preempted", f"{by} on {event.quota}", event.reason
     elif isinstance(event, Requeued):
         what, reason = "Requeued", event.reason

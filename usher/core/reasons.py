@@ -481,6 +481,28 @@ def held(node: QuotaPath, mode: str, by: str, since_ms: int, why: str) -> Reason
     return Reason(code="Held", message=message, node=node)
 
 
+def grew_after_admission(
+    resources: list[str], counted: dict[str, int], observed: dict[str, int]
+) -> Reason:
+    """Stopped (R16): the admitted job now asks more than its admission counted."""
+    growth = ", ".join(
+        f"{r} {format_quantity(r, counted.get(r, 0))} -> {format_quantity(r, observed[r])}"
+        for r in resources
+    )
+    message = (
+        f"the job grew after its admission ({growth}); its admission counts only what was "
+        "admitted, so it is suspended and waits again at its new size"
+    )
+    first = resources[0]
+    return Reason(
+        code="GrewAfterAdmission",
+        message=message,
+        resource=first,
+        used=counted.get(first, 0),
+        requested=observed[first],
+    )
+
+
 def drained(node: QuotaPath, by: str, since_ms: int, grace_ms: int, why: str) -> Reason:
     """Preempted (R15): the drain of a node on its path ran out of grace."""
     message = (

@@ -2,8 +2,9 @@
 
 What it does: ``load_scenario`` turns parsed YAML into a typed ``Scenario`` (or a
 ``ScenarioError`` naming every bad field), ``run`` drives the very same ``Engine`` as the
-services through the timeline (besides SEMANTICS 8's actions, ``ready: ns/name`` -- every pod
-ready -- ``progress: {job, ready, total, succeeded}``, the pod progress R10 judges readiness by
+services through the timeline (besides the scenario file's actions, docs/admission-rules.md
+S1: ``ready: ns/name`` -- every pod ready -- ``progress: {job, ready, total, succeeded}``,
+the pod progress R10 judges readiness by
 (a ``succeeded`` that reaches the job's ``usher.io/min-success`` is a finish, as the watcher
 reports it), and ``fail: {job, container, exitCode}`` / ``oom: {job, container}``, a failed
 attempt (R12, R13),

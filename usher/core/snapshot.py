@@ -130,6 +130,7 @@ REBUILT: frozenset[str] = frozenset(
         "_timed_offers",
         "_stopping",  # from ``stops``
         "_unready",  # from the admitted workloads' readiness records
+        "_grown",  # from the admitted workloads' ``grown``
         "_pass_admitted",  # empty between passes, when snapshots are taken
         "_holds",  # from ``holds`` and ``tree_holds``
         "_held_leaves",
@@ -247,6 +248,8 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     listed: list[str] | None = None
     """The zones its own annotation lists when not ``zones`` (the tree gave those, Z3);
     None: the same as ``zones``."""
+    grown: Reason | None = None
+    """Admitted and observed asking more than it was admitted with (R16); None: it did not."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -451,6 +454,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 list(job.zones),
                 job.max_runtime_ms,
                 None if job.listed == job.zones else list(job.listed),
+                job.grown,
             )
         )
     version = state.version
@@ -698,6 +702,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.zones = tuple(Zone(zone) for zone in r.zones)
         job.max_runtime_ms = r.max_runtime_ms
         job.listed = job.zones if r.listed is None else tuple(Zone(zone) for zone in r.listed)
+        job.grown = r.grown
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

@@ -11,7 +11,17 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from enum import StrEnum
 
-from schemas import Millis, QueueName, QuotaNode, QuotaPath, Reason, RetryAsk, WorkloadKey, Zone
+from schemas import (
+    Millis,
+    QueueName,
+    QuotaNode,
+    QuotaPath,
+    Reason,
+    RetryAsk,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+)
 from usher.core.arbitration import effective_cap
 from usher.core.budgets import Budget, holds_overrun, parse_budgets
 from usher.core.config import EngineConfig, ReadinessPolicy, WithinQuota
@@ -70,6 +80,16 @@ ENGINE_STATES = (PENDING, ADMITTED, FINISHED, INADMISSIBLE, UNMAPPED)
 def shape_of(resources: dict[str, int]) -> Shape:
     """The canonical shape of a request (zero amounts dropped: they constrain nothing)."""
     return tuple(sorted((r, a) for r, a in resources.items() if a > 0))
+
+
+def total_requests(event: WorkloadObserved) -> dict[str, int]:
+    """What all the pods of a workload request together, in canonical units."""
+    total: dict[str, int] = {}
+    for pod_set in event.pod_sets:
+        for resource, amount in pod_set.requests.items():
+            if pod_set.count > 0 and amount > 0:
+                total[resource] = total.get(resource, 0) + amount * pod_set.count
+    return total
 
 
 def shape_with(shape: Shape, scalable: Scalable, pods: int) -> Shape:
@@ -292,6 +312,7 @@ class Job:
         "arrived_pass",
         "created_ms",
         "fit_shape",
+        "grown",
         "held",
         "key",
         "leaf",
@@ -365,6 +386,9 @@ class Job:
         """Its own retry annotations (R12, R13); None: it carries none."""
         self.max_runtime_ms: int | None = None
         """Its declared maximum runtime (RT1); None: it declares none."""
+        self.grown: Reason | None = None
+        """Admitted, then observed running asking more than its admission counts (R16): the
+        next pass of its zone stops it; None: it did not grow."""
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""

@@ -5,7 +5,7 @@ with canonical integer quantities, checks every rule of T1 (docs/admission-rules
 violations at once (each ``FieldError`` names the node and the resource), and offers the walks
 the engine needs (node paths, leaves, queue names).
 
-Choices T1 writes down where SEMANTICS is silent:
+Choices T1 writes down beyond kube-queue's own rules:
 - ``min`` may be omitted (empty: a guarantee of nothing); ``max`` may be omitted on a non-root
   node (no limit there), but the root needs both. Every key of ``min`` must still be in ``max``.
 - A node name may not contain ``/`` (it separates quota paths); two leaves may not map to the

@@ -8,7 +8,7 @@ sets, suspend flag and workload-level priority class is its family module's know
 module reads the pod templates. Every problem is collected with its field path and reported
 together.
 
-Choices where SEMANTICS is silent (Kubernetes' own rules where it has one):
+Choices Usher makes (Kubernetes' own rules where it has one):
 - Per pod: containers summed (a missing request falls back to the limit), plus sidecar init
   containers (``restartPolicy: Always``, which run alongside); then the max with each ordinary
   init container (plus the sidecars started before it); plus ``spec.overhead``. Resources whose
@@ -55,6 +55,7 @@ from usher.core.kinds.fields import (
     Errors,
     Raw,
     annotations_of,
+    container_requests,
     dig,
     error,
     optional_mapping,
@@ -229,11 +230,11 @@ def with_container_defaults(manifest: object, defaults: Mapping[str, str]) -> ob
 
 
 def unrequested_containers(manifest: object) -> list[FieldError]:
-    """One error per app container that neither requests nor limits anything: it would cost
-    no quota at all."""
+    """One error per app container that requests (or limits) nothing but zeros, or nothing at
+    all: it would cost no quota at all, however the manifest was written (T3)."""
     errors: Errors = []
     for path, container in _app_containers(manifest):
-        if not _declared(container, "requests") and not _declared(container, "limits"):
+        if not any(container_requests(container, path, []).values()):
             message = (
                 f"{path} requests no resources: it would run without counting against any "
                 "quota; set resources.requests, give the namespace a LimitRange with defaults, "

@@ -1,13 +1,13 @@
-"""The demo's budget story (docs/admission-rules.md B1), played before the seed's scenarios.
+"""The demo's budget story (docs/admission-rules.md B1), played before the walkthrough's scenarios.
 
-What it does: ``budget_leaf`` is the leaf the demo adds to the seed tree's root for it --
+What it does: ``budget_leaf`` is the leaf the demo adds to the demo tree's root for it --
 Department-c (namespace user-d), no guarantee, at most 12 cpu, and a budget of 0.01 CPU-hours
 (36 cpu-seconds) a month with the ``hold`` action -- and ``BudgetStory.play`` spends it in
 about 8 s: a job of 12 cpu for 4 s is admitted and runs to its end (a running job is never
 evicted for a budget, so it overruns it), then the next job of Department-c waits with
 ``BudgetExhausted: 0.013 of 0.01 CPU-hours in <month>, resets <the 1st of the next> (budget of
 root/Department-c)``, which the live view shows for the rest of the demo beside ``usher
-budget``'s table (spent, limit, left, reset). It takes nothing from the seed's scenarios: the
+budget``'s table (spent, limit, left, reset). It takes nothing from the walkthrough's scenarios: the
 leaf has no guarantee, its spending job ends before they start and the held job holds nothing.
 What it must never do: raise for a job that already exists (a restart: the story ran, it is
 skipped whole), or hold the demo up longer than ``STORY_LIMIT_S``.
@@ -23,7 +23,7 @@ from usher.core.budgets import BUDGET_ACTION_ATTRIBUTE, BUDGETS_ATTRIBUTE, Budge
 from usher.demo.story import StoryBase, StoryJob, story_node
 
 STORY_LIMIT_S: Final = 15.0
-"""The most the story may add to the demo before the seed's scenarios start."""
+"""The most the story may add to the demo before the walkthrough's scenarios start."""
 HELD_SEEN_S: Final = 3.0
 """How long the story waits for the held job's reason to reach the log."""
 DEPARTMENT: Final = "Department-c"
@@ -33,7 +33,7 @@ BUDGET: Final = "cpu=0.01h per month"
 
 
 def budget_leaf() -> dict[str, Any]:
-    """The seed tree root's extra child in the demo: a small leaf with a monthly CPU budget
+    """The demo tree root's extra child in the demo: a small leaf with a monthly CPU budget
     that holds new work once spent (B1)."""
     budget = {BUDGETS_ATTRIBUTE: BUDGET, BUDGET_ACTION_ATTRIBUTE: BudgetAction.HOLD}
     return story_node(DEPARTMENT, namespace=NAMESPACE, attributes=budget)

@@ -1,14 +1,14 @@
-"""The demo's burst to a virtual zone (docs/admission-rules.md Z3), played before the seed's.
+"""The demo's burst to a virtual zone (docs/admission-rules.md Z3), played before the walkthrough's.
 
 What it does: when ``usher up`` runs a burst zone (``--burst-zones eci``: a virtual kubelet's
-node with large allocatable), ``burst_attributes`` are what the demo adds to the seed tree's
+node with large allocatable), ``burst_attributes`` are what the demo adds to the demo tree's
 root -- the burst zone, and the default list ``<own zone>,<burst zone>`` for every job below
 -- and ``BurstStory.play`` shows both halves of Z3 in about 15 s: a job fills the own zone's
 node (64 cpu), so the next job of that zone bursts to the virtual node (``ZoneFallback``);
 once the own node is free again a job runs there, so Department-a borrows with two jobs, and
 a Department-b job asking for its guarantee reclaims the *burst* job, though R5's order alone
 would take the one admitted last. It waits for the story's jobs to end (at most
-``STORY_LIMIT_S``) so the seed's scenarios start on an empty cluster as before.
+``STORY_LIMIT_S``) so the walkthrough's scenarios start on an empty cluster as before.
 What it must never do: raise for a job that already exists (a restart: the story ran, it is
 skipped whole), or hold the demo up longer than ``STORY_LIMIT_S``.
 """
@@ -23,11 +23,11 @@ from usher.core.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
 from usher.demo.story import StoryBase, StoryJob
 
 STORY_LIMIT_S: Final = 20.0
-"""The most the story may add to the demo before the seed's scenarios start."""
+"""The most the story may add to the demo before the walkthrough's scenarios start."""
 
 
 def burst_attributes(own_zone: str, burst_zone: str) -> dict[str, str]:
-    """The seed tree root's attributes in the demo: ``burst_zone`` is burst, and every job of
+    """The demo tree root's attributes in the demo: ``burst_zone`` is burst, and every job of
     ``own_zone`` (the demo's zoned jobs) accepts it after its own (Z3)."""
     return {BURST_ZONES_ATTRIBUTE: burst_zone, DEFAULT_ZONES_ATTRIBUTE: f"{own_zone},{burst_zone}"}
 

@@ -1,13 +1,13 @@
 """The demo workload driver (see the package docstring).
 
-What it does: ``DemoDriver.run(stop)`` applies the seed tree and PriorityClasses (when the
+What it does: ``DemoDriver.run(stop)`` applies the demo tree and PriorityClasses (when the
 stack runs a burst zone, the tree again with it marked burst, and plays the burst story of
 ``usher.demo.burst``, Z3), then the tree again with the small budgeted leaf of
 ``usher.demo.budget`` and its story (B1) and, with fair share on, with the Teams of
-``usher.demo.fairshare`` and its story (F1), plays the seed's three scenarios step by step,
+``usher.demo.fairshare`` and its story (F1), plays kube-queue's walkthrough's three scenarios,
 then a job that is OOMKilled and retried with more memory (R12, R13), then a gang whose pods
 never become ready, requeued after Department-b's ready timeout (R10, turned on by applying the
-seed tree again with it), then submits a steady, seeded-random mix of jobs until ``stop`` is
+demo tree again with it), then submits a steady, seeded-random mix of jobs until ``stop`` is
 set, telling what it does through ``say``; every ``BURST_EVERY`` ticks a reclaim burst is due,
 sent once the quota tree (``quota``) shows it can only be admitted by reclaiming.
 What it must never do: raise for a job that already exists (a restart replays the script),
@@ -50,7 +50,7 @@ def demo_file(name: str) -> Path:
 
 @dataclass(frozen=True)
 class SeedJob:
-    """One job of the seed's scenarios, as ``usher submit`` options."""
+    """One job of the walkthrough's scenarios, as ``usher submit`` options."""
 
     at_s: float
     name: str
@@ -71,18 +71,18 @@ SEED_SCRIPT: tuple[SeedJob, ...] = (
 
 NAMESPACES = (("user-a", 4), ("user-b", 3), ("user-c", 3))
 RECLAIMER = "user-c"
-"""The namespace of the reclaim bursts (Department-b's, guaranteed 40 cpu by the seed tree)."""
+"""The namespace of the reclaim bursts (Department-b's, guaranteed 40 cpu by the demo tree)."""
 BURST_EVERY = 20
 """A reclaim burst is due every this many steady ticks; it goes out once it can reclaim."""
 CORE, GI = 1000, 1024**3
 PRIORITY_CLASSES = ((None, 6), ("priority-2", 3), ("priority-3", 1))
 OOM_JOB, OOM_JOB_NAMESPACE = "train-oom", "user-b"
-"""The demo's OOM scale-up (R13): submitted once after the seed's scenarios."""
+"""The demo's OOM scale-up (R13): submitted once after the walkthrough's scenarios."""
 STUCK_GANG, STUCK_NAMESPACE, STUCK_DEPARTMENT = "stuck-gang", "user-c", "Department-b"
 """The demo's gang that never becomes ready (R10): requeued, its quota used by others."""
 READINESS = {READY_TIMEOUT_ATTRIBUTE: "60", REQUEUE_BACKOFF_ATTRIBUTE: "30"}
 """Department-b's readiness policy once the demo turns it on: 60 s to be ready, then a
-backoff of 30 s doubling (the seed tree itself has none, as the seed's walkthrough shows)."""
+backoff of 30 s doubling (the demo tree itself has none, as kube-queue's walkthrough shows)."""
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,10 @@ class DemoDriver:
         self.burst_zone = burst_zones[0] if burst_zones else None
         """Where the demo's zoned jobs burst (Z3); None: the stack runs no burst zone."""
         self.root_attributes: dict[str, str] = {}
-        """What the demo adds to the seed tree's root (its burst zone), kept when it is
+        """What the demo adds to the demo tree's root (its burst zone), kept when it is
         applied again."""
         self.root_children: list[dict[str, Any]] = []
-        """Leaves the demo adds below the seed tree's root (the budget story's), kept when
+        """Leaves the demo adds below the demo tree's root (the budget story's), kept when
         it is applied again."""
         self.say = say
         self.backlog = backlog
@@ -222,7 +222,7 @@ class DemoDriver:
             self.say(f"demo: {applied.label}/{applied.name} {applied.action}")
 
     def _seed_tree(self) -> dict[str, Any]:
-        """The seed tree as the demo applies it again: with what it added to the root."""
+        """The demo tree as the demo applies it again: with what it added to the root."""
         [tree] = read_yaml_documents(demo_file("seed-tree.yaml"))
         assert isinstance(tree, dict)
         if self.root_attributes:
@@ -234,7 +234,7 @@ class DemoDriver:
         return tree
 
     async def _add_budget_leaf(self) -> None:
-        """Apply the seed tree again with the budget story's leaf below its root (B1)."""
+        """Apply the demo tree again with the budget story's leaf below its root (B1)."""
         leaf = budget_leaf()
         self.root_children = [leaf]
         for applied in await self.client.apply_manifests([self._seed_tree()], "demo: budget"):
@@ -242,7 +242,7 @@ class DemoDriver:
             self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
     async def _add_fair_share_nodes(self) -> None:
-        """Apply the seed tree again with the fair-share story's Teams below its root (F1)."""
+        """Apply the demo tree again with the fair-share story's Teams below its root (F1)."""
         teams = fair_share_nodes()
         self.root_children = [*self.root_children, teams]
         for applied in await self.client.apply_manifests([self._seed_tree()], "demo: fair"):
@@ -250,7 +250,7 @@ class DemoDriver:
             self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
     async def _mark_burst_zone(self, own_zone: str, burst_zone: str) -> None:
-        """Apply the seed tree again with ``burst_zone`` burst and the default list
+        """Apply the demo tree again with ``burst_zone`` burst and the default list
         ``own_zone,burst_zone`` on its root (Z3)."""
         self.root_attributes = burst_attributes(own_zone, burst_zone)
         for applied in await self.client.apply_manifests([self._seed_tree()], "demo: burst"):
@@ -298,7 +298,7 @@ class DemoDriver:
         self.say(f"demo: {submitted.label} submitted (4Gi, OOMKilled below 6Gi, 2 retries)")
 
     async def _stuck_gang(self) -> None:
-        """Turn on Department-b's ready timeout (the seed tree applied again with it), then
+        """Turn on Department-b's ready timeout (the demo tree applied again with it), then
         submit a gang the emulator's kubelet never lets become ready: it is admitted, requeued
         after 60 s with its reason (``PodsNotReady: 0/4 pods ready after 60 s ...``), its
         quota goes to the jobs waiting, and it is offered again after its backoff (R10)."""

@@ -1,6 +1,6 @@
 """The demo's fair-share story (docs/admission-rules.md F1), played when fair share is on.
 
-What it does: with ``usher up --half-life`` the demo adds ``fair_share_nodes`` below the seed
+What it does: with ``usher up --half-life`` the demo adds ``fair_share_nodes`` below the demo
 tree's root -- Teams (no guarantee, at most 12 cpu) with Team-x (namespace user-x, weight 1)
 and Team-y (namespace user-y, ``usher.io/fair-weight: 3``) -- and ``FairShareStory.play``
 shows both leaves competing for the same 12 cpu in about 8 s: Team-x runs a 12-cpu job for 2 s,
@@ -8,7 +8,7 @@ then Team-y one (which holds the 12 cpu), then Team-x and Team-y each submit a 1
 first. Both used the same (24 cpu-seconds, x's longer ago), but Team-y's weight is 3, so its
 decayed usage per weight is lower and its job goes first when the 12 cpu free up; with fair
 share off, R3's order would take x's, submitted first. The live view shows each leaf's decayed
-usage, weight and key as ``usher explain`` does. It takes nothing from the seed's scenarios:
+usage, weight and key as ``usher explain`` does. It takes nothing from the walkthrough's scenarios:
 Teams has no guarantee and its jobs end before they start.
 What it must never do: raise for a job that already exists (a restart: skipped whole), or hold
 the demo up longer than ``STORY_LIMIT_S``.
@@ -24,7 +24,7 @@ from usher.core.state import JobState
 from usher.demo.story import StoryBase, StoryJob, story_node
 
 STORY_LIMIT_S: Final = 12.0
-"""The most the story may add to the demo before the seed's scenarios start."""
+"""The most the story may add to the demo before the walkthrough's scenarios start."""
 PARENT: Final = "Teams"
 X_NAMESPACE: Final = "user-x"
 Y_NAMESPACE: Final = "user-y"
@@ -34,7 +34,7 @@ TEAMS_CPU: Final = "12"
 
 
 def fair_share_nodes() -> dict[str, Any]:
-    """The seed tree root's extra child when fair share is on: Teams, 12 cpu shared by two
+    """The demo tree root's extra child when fair share is on: Teams, 12 cpu shared by two
     leaves of weights 1 and 3, neither with a guarantee (so both compete beyond it, F1)."""
 
     weighted = {FAIR_WEIGHT_ATTRIBUTE: str(Y_WEIGHT)}

@@ -5,7 +5,7 @@ What it does: a story (``usher.demo.burst``'s, ``budget``'s, ``fairshare``'s) is
 ``say`` as ``demo: <job> submitted (<size>, <note>)``; ``StoryBase`` gives it the time left
 of its budget (``limit_s``, counted from when it started) and ``submit``, which says False when
 its job exists already -- a restart, the story ran (``AlreadyExists``, never the message).
-The nodes a story adds below the seed tree's root are ``story_node``s (no guarantee).
+The nodes a story adds below the demo tree's root are ``story_node``s (no guarantee).
 ``play_story`` plays one until it ends, fails (told, the demo goes on) or the demo stops.
 What it must never do: raise for a job that already exists, or wait past a story's budget.
 """
@@ -28,8 +28,8 @@ def story_node(
     attributes: dict[str, str] | None = None,
     children: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A node a story adds below the seed tree's root (a leaf of ``namespace``, or a parent of
-    ``children``): at most 12 cpu, with no guarantee, so it takes nothing from the seed's
+    """A node a story adds below the demo tree's root (a leaf of ``namespace``, or a parent of
+    ``children``): at most 12 cpu, with no guarantee, so it takes nothing from the walkthrough's
     departments."""
     node: dict[str, Any] = {
         "name": name,
@@ -72,7 +72,7 @@ class StoryBase:
 
     image: ClassVar[str]
     limit_s: ClassVar[float]
-    """The most the story may add to the demo before the seed's scenarios start."""
+    """The most the story may add to the demo before the walkthrough's scenarios start."""
 
     def left(self, started: float) -> float:
         """Seconds of the budget left since ``started`` (``time.monotonic``); a wait always

@@ -8,7 +8,10 @@ creates one schedulable Node per zone listed (labelled ``usher.io/zone``; a burs
 virtual kubelet's node with large allocatable, Z3) unless it exists, writes the kubeconfig,
 and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
 restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
-timers are not persisted).
+timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it registers Usher's
+admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook, calling URL and
+trusting PEM only) before serving: jobs of managed namespaces are created suspended, and an
+admitted one's pod sets may not change (R16).
 What it must never do: listen on anything but 127.0.0.1, write a half state file, or lose
 the objects on a clean stop.
 """
@@ -17,14 +20,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import json
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
+from usher.core.kinds import FAMILIES
+from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
 from usher.local.kube_emulator.store import StoreEvent
 from usher.local.kube_emulator.virtual_node import add_virtual_node
@@ -34,7 +39,7 @@ SAVE_INTERVAL_S = 1.0
 ZONE_LABEL = "usher.io/zone"
 DEFAULT_ZONE = "default"
 NODE_ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "4", "pods": "110"}
-"""Each zone gets one node this large: the seed's whole tree (100 cpu) fits in two zones, and
+"""Each zone gets one node this large: the demo's whole tree (100 cpu) fits in two zones, and
 no seed job is refused for want of a node."""
 
 JsonObj = dict[str, Any]
@@ -103,11 +108,10 @@ def load_state(path: Path) -> JsonObj:
 
 
 def save_state(path: Path, store: PersistentStore) -> None:
-    """Write the snapshot atomically (write a sibling, then rename over)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(store.snapshot(), separators=(",", ":")), encoding="utf-8")
-    os.replace(partial, path)
+    """Write the snapshot atomically (write a sibling, then rename over), owner-only (0600 in
+    a 0700 folder: jobs' specs and environment are in it)."""
+    private_dir(path.parent)
+    write_private(path, json.dumps(store.snapshot(), separators=(",", ":")).encode())
 
 
 def node_manifest(zone: str) -> JsonObj:
@@ -134,6 +138,53 @@ def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozens
             store.create(nodes, None, node_manifest(zone))
 
 
+WEBHOOK_CONFIGURATION = "usher-webhook"
+NOT_SENT_TO_THE_WEBHOOK = ("kube-system", "kube-public", "kube-node-lease", "usher-system")
+"""As in deploy/webhook/mutatingwebhook.yaml: Usher's own and the system namespaces."""
+
+
+def webhook_configuration(url: str, ca_pem: bytes) -> JsonObj:
+    """The ``MutatingWebhookConfiguration`` of deploy/webhook, calling ``url`` (the local
+    webhook process) and trusting ``ca_pem`` only: every kind Usher admits, on create (made
+    suspended) and update (an admitted job's pod sets may not change, R16)."""
+    rules = [
+        {"operations": ["CREATE", "UPDATE"], "apiGroups": [family.group],
+         "apiVersions": sorted(family.versions), "resources": [family.plural],
+         "scope": "Namespaced"}
+        for family in FAMILIES
+    ]  # fmt: skip
+    system_namespaces = {
+        "key": "kubernetes.io/metadata.name",
+        "operator": "NotIn",
+        "values": list(NOT_SENT_TO_THE_WEBHOOK),
+    }
+    hook = {
+        "name": "jobs.usher.io",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "timeoutSeconds": 5,
+        "reinvocationPolicy": "Never",
+        "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
+        "namespaceSelector": {"matchExpressions": [system_namespaces]},
+        "rules": rules,
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": WEBHOOK_CONFIGURATION},
+        "webhooks": [hook],
+    }
+
+
+def ensure_webhook(store: Store, url: str, ca_pem: bytes) -> None:
+    """Register the webhook (replacing one a previous run left with another port and CA)."""
+    configurations = next(rt for rt in RESOURCES if rt.plural == "mutatingwebhookconfigurations")
+    with contextlib.suppress(ApiError):
+        store.delete(configurations, None, WEBHOOK_CONFIGURATION)
+    store.create(configurations, None, webhook_configuration(url, ca_pem))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m usher.local.cluster")
     parser.add_argument("--kubeconfig", type=Path, required=True, help="kubeconfig to write")
@@ -144,6 +195,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
     parser.add_argument("--history", type=int, default=100_000, help="watch events kept")
+    parser.add_argument("--webhook-url", default="", help="the admission webhook's https URL")
+    parser.add_argument("--webhook-ca", type=Path, help="PEM file the webhook's TLS chains to")
     return parser.parse_args(argv)
 
 
@@ -156,6 +209,9 @@ async def serve(args: argparse.Namespace) -> None:
     restored = store.restore(load_state(args.state))
     burst = frozenset(z for z in args.burst_zones.split(",") if z)
     ensure_nodes(store, [z for z in args.zones.split(",") if z], burst)
+    if args.webhook_url:
+        # Before it serves anything: no job is ever created here without the webhook's say.
+        ensure_webhook(store, args.webhook_url, args.webhook_ca.read_bytes())
     dirty = asyncio.Event()
 
     def changed(_event: StoreEvent) -> None:

@@ -1,6 +1,7 @@
 """Secrets of a one-machine Usher: generated once, kept owner-only under ``$USHER_HOME``.
 
-What it does: makes ``$USHER_HOME`` private (0700), and loads or creates
+What it does: makes ``$USHER_HOME`` private (0700, and everything in it owner-only: folders
+0700, files 0600, also those an older run left wider), and loads or creates
 ``$USHER_HOME/credentials.json`` (0600): a password per NATS identity
 (usher/adapters/nats/permissions.py), the PostgreSQL superuser's (set-up only), the ledger's
 and the audit role's passwords. A restart reuses them (PostgreSQL keeps its roles); a new
@@ -12,8 +13,10 @@ someone other than its owner can read.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,10 +43,44 @@ def new_password() -> str:
 
 
 def make_private_home(home: Path) -> None:
-    """Create ``home`` (0700) or tighten an existing one; never touches its parents."""
-    home.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
-    if home.stat().st_mode & 0o777 != PRIVATE_DIR:
-        home.chmod(PRIVATE_DIR)
+    """Create ``home`` (0700) or tighten an existing one and everything in it (a folder or
+    file an older version left readable by others: logs, cluster state); never touches its
+    parents, never follows a symbolic link."""
+    private_dir(home)
+    for folder, dirs, files in os.walk(home):
+        for name in dirs:
+            _owner_only(Path(folder) / name)
+        for name in files:
+            _owner_only(Path(folder) / name)
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` created (with its parents) as 0700, or an existing one tightened to 0700."""
+    path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    if path.stat().st_mode & 0o777 != PRIVATE_DIR:
+        path.chmod(PRIVATE_DIR)
+    return path
+
+
+def _owner_only(path: Path) -> None:
+    """Take group's and others' bits off (a folder 0755 becomes 0700, a file 0644 0600)."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return  # removed meanwhile (a server's temporary file)
+    if stat.S_ISLNK(mode) or not mode & 0o077:
+        return
+    with contextlib.suppress(FileNotFoundError, PermissionError):
+        path.chmod(stat.S_IMODE(mode) & 0o700)
+
+
+def open_private_log(path: Path) -> int:
+    """A file descriptor appending to ``path``, created 0600 in a 0700 folder."""
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    if os.fstat(fd).st_mode & 0o077:
+        os.fchmod(fd, PRIVATE_FILE)
+    return fd
 
 
 def write_private(path: Path, data: bytes) -> None:

@@ -1,7 +1,8 @@
 """Child server processes that can never outlive the process that started them.
 
 What it does: starts a server as a child with ``PR_SET_PDEATHSIG`` (Linux) so that even a
-SIGKILL of the parent takes the server down, waits for its TCP port, and stops it politely
+SIGKILL of the parent takes the server down, and umask 077 (its files are its owner's only;
+its log under ``logs/`` is 0600 in a 0700 folder), waits for its TCP port, and stops it politely
 (then firmly) by its own process id.
 What it must never do: signal a process group or any pid it did not start itself.
 """
@@ -21,7 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from usher.local.credentials import open_private_log
+
 _PR_SET_PDEATHSIG = 1
+PRIVATE_UMASK = 0o077
 
 
 class ServerStartError(RuntimeError):
@@ -49,9 +53,12 @@ def port_open(host: str, port: int) -> bool:
 
 
 def _die_with_parent(sig: int) -> Callable[[], None]:
-    """A ``preexec_fn`` asking the kernel to send ``sig`` to the child when we die."""
+    """A ``preexec_fn`` asking the kernel to send ``sig`` to the child when we die; the
+    child's umask 077: whatever it creates (a server's store, the cluster's state, a service's
+    files) is its owner's only."""
 
     def arm() -> None:
+        os.umask(PRIVATE_UMASK)
         if sys.platform.startswith("linux"):
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             libc.prctl(_PR_SET_PDEATHSIG, sig)
@@ -77,8 +84,7 @@ class ManagedProcess:
 
     def start(self) -> None:
         """Start the child; its stdout/stderr go to ``log_path``."""
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        with os.fdopen(open_private_log(self.log_path), "ab") as log:
             self.popen = subprocess.Popen(
                 list(self.argv),
                 stdout=log,

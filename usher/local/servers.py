@@ -358,7 +358,6 @@ class PostgresServer:
             argv += ["-c", "fsync=off", "-c", "synchronous_commit=off",
                      "-c", "full_page_writes=off"]  # fmt: skip
         log = self.home / "logs" / "postgres.log"
-        log.parent.mkdir(parents=True, exist_ok=True)
         # SIGINT is PostgreSQL's "fast shutdown": roll back sessions, checkpoint, exit.
         self.process = ManagedProcess(
             name="postgres",

@@ -3,7 +3,10 @@
 What it does: starts, in order, the embedded NATS JetStream and PostgreSQL
 (``EmbeddedStack``), the Kubernetes API emulator with its fake kubelet (objects kept under
 ``$USHER_HOME/cluster``, kubeconfig at ``$USHER_HOME/kubeconfig``), and the services as
-``python -m usher run ...`` processes: ledger, preemptor, one dequeuer per zone, watcher; then
+``python -m usher run ...`` processes: the admission webhook (HTTPS on 127.0.0.1 with a
+certificate made at each start under ``$USHER_HOME/webhook``, 0600; the emulator registers it
+before it serves, so a job of a managed namespace is always created suspended), ledger,
+preemptor, one dequeuer per zone, watcher; then
 the read-only web console (``python -m usher console``, on 127.0.0.1, port 8470 or a free one
 when that is taken) with the ``console`` NATS identity. It
 writes ``$USHER_HOME/stack.json`` once everything is up, restarts a service that died (with a
@@ -30,7 +33,16 @@ from pathlib import Path
 import msgspec
 
 from usher.adapters.nats.permissions import CONSOLE
-from usher.adapters.stack_file import CONSOLE_PORT, STACK_FILE, StackInfo
+from usher.adapters.stack_file import (
+    CONSOLE_PORT,
+    CRASH_LOOP_RESTARTS,
+    STABLE_S,
+    STACK_FILE,
+    Restarts,
+    StackInfo,
+)
+from usher.local.credentials import private_dir, write_private
+from usher.local.kube_emulator.server import self_signed_certificate
 from usher.local.processes import ManagedProcess, ServerStartError, free_port, port_open
 from usher.local.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
 from usher.local.stack import EmbeddedStack, write_stack_info
@@ -38,6 +50,7 @@ from usher.local.stack import EmbeddedStack, write_stack_info
 DEFAULT_ZONES = ("a", "b")
 DEFAULT_ZONE = "default"
 EMULATOR = "kube-emulator"
+WEBHOOK = "webhook"
 RESTART_PAUSE_S = (0.5, 1.0, 2.0, 5.0, 10.0)
 WATCHER_READY = b'"carrying out decisions"'
 """What the watcher logs once every kind is listed and decisions flow (its readiness)."""
@@ -89,6 +102,31 @@ class Supervised:
     process: ManagedProcess
     restarts: int = 0
     down_since: float | None = None
+    in_a_row: int = 0
+    """Restarts since it last stayed up ``STABLE_S``: ``CRASH_LOOP_RESTARTS`` is a loop."""
+    up_since: float = field(default_factory=time.monotonic)
+    last_restart: datetime | None = None
+
+    def exited(self, now: float) -> None:
+        """It died: a restart in a row unless it had stayed up ``STABLE_S``."""
+        self.down_since = now
+        self.in_a_row = 1 if now - self.up_since >= STABLE_S else self.in_a_row + 1
+
+    def started_again(self, now: float) -> None:
+        self.process.start()
+        self.restarts += 1
+        self.down_since, self.up_since = None, now
+        self.last_restart = datetime.now(UTC)
+
+    def settled(self, now: float) -> bool:
+        """Whether it has just been up ``STABLE_S`` since its last restart (well again)."""
+        if self.in_a_row and self.process.running() and now - self.up_since >= STABLE_S:
+            self.in_a_row = 0
+            return True
+        return False
+
+    def record(self) -> Restarts:
+        return Restarts(count=self.restarts, in_a_row=self.in_a_row, last_at=self.last_restart)
 
 
 @dataclass
@@ -174,6 +212,9 @@ class EmbeddedSystem:
     services: dict[str, Supervised] = field(default_factory=dict, init=False)
     servers: list[ServerWatch] = field(default_factory=list, init=False)
     console: Supervised | None = field(default=None, init=False)
+    webhook: Supervised | None = field(default=None, init=False)
+    health_ports: dict[str, int] = field(default_factory=dict, init=False)
+    """Each service's /metrics, /healthz and /readyz port on 127.0.0.1 (``usher status``)."""
     console_url: str = field(default="", init=False)
     console_port: int = field(default=0, init=False)
     info: StackInfo | None = field(default=None, init=False)
@@ -205,12 +246,19 @@ class EmbeddedSystem:
         """Start everything; on any failure stop what was started and re-raise."""
         try:
             base = self.stack.start(write_file=False)
-            self._start_emulator(timeout_s)
+            webhook_port = self._webhook_certificate()
+            self._start_emulator(timeout_s, webhook_port)
             env = self._service_env()
+            self._start_webhook(env, webhook_port, timeout_s)
             watcher_log = self.logs / "watcher.log"
             offset = watcher_log.stat().st_size if watcher_log.exists() else 0
             for name, argv in self._service_commands():
-                own = {**env, **self._credentials_of(name)}
+                self.health_ports[name] = free_port(HOST)  # kept across its restarts
+                own = {
+                    **env,
+                    **self._credentials_of(name),
+                    "USHER_METRICS_PORT": str(self.health_ports[name]),
+                }
                 process = ManagedProcess(name, argv, self.logs / f"{name}.log", env=own)
                 process.start()
                 self.services[name] = Supervised(name, argv, process)
@@ -226,7 +274,34 @@ class EmbeddedSystem:
         write_stack_info(self.home, self.info)
         return self.info
 
-    def _start_emulator(self, timeout_s: float) -> None:
+    def _webhook_certificate(self) -> int:
+        """A fresh serving certificate for the webhook (its own CA, 0600 under
+        ``$USHER_HOME/webhook``) and the port it will listen on."""
+        folder = private_dir(self.home / WEBHOOK)
+        cert, key = self_signed_certificate(HOST)
+        write_private(folder / "tls.key", key)
+        write_private(folder / "tls.crt", cert)
+        return free_port(HOST)
+
+    def _start_webhook(self, env: dict[str, str], port: int, timeout_s: float) -> None:
+        """The admission webhook (``usher run webhook``) over HTTPS on 127.0.0.1: the emulator
+        calls it for every job of a managed namespace, which is created suspended."""
+        folder = self.home / WEBHOOK
+        own = {
+            **env,
+            "USHER_KUBECONFIG": str(self.kubeconfig),
+            "USHER_WEBHOOK_TLS_CERT": str(folder / "tls.crt"),
+            "USHER_WEBHOOK_TLS_KEY": str(folder / "tls.key"),
+            "USHER_WEBHOOK_HOST": HOST,
+            "USHER_WEBHOOK_PORT": str(port),
+        }
+        argv = [sys.executable, "-m", "usher", "run", WEBHOOK]
+        process = ManagedProcess(WEBHOOK, argv, self.logs / f"{WEBHOOK}.log", env=own)
+        process.start()
+        self.webhook = Supervised(WEBHOOK, argv, process)
+        process.wait_for_port(HOST, port, timeout_s)
+
+    def _start_emulator(self, timeout_s: float, webhook_port: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             self.kubeconfig.unlink()  # a stale one would look ready at once
         argv = [
@@ -244,6 +319,12 @@ class EmbeddedSystem:
         ]
         if self.options.burst_zones:
             argv += ["--burst-zones", ",".join(self.options.burst_zones)]
+        argv += [
+            "--webhook-url",
+            f"https://{HOST}:{webhook_port}/mutate",
+            "--webhook-ca",
+            str(self.home / WEBHOOK / "tls.crt"),
+        ]
         self.emulator = ManagedProcess(EMULATOR, argv, self.logs / f"{EMULATOR}.log")
         self.emulator.start()
         deadline = time.monotonic() + timeout_s
@@ -286,7 +367,7 @@ class EmbeddedSystem:
             "USHER_HALF_LIFE_SECONDS": "off"
             if options.half_life_s is None
             else str(options.half_life_s),
-            # Every service on one machine: each takes a free port for /metrics and probes.
+            # Every service on one machine: each gets its own port for /metrics and probes.
             "USHER_METRICS_PORT": "0",
             "PYTHONUNBUFFERED": "1",
         }
@@ -322,8 +403,9 @@ class EmbeddedSystem:
             time.sleep(0.05)
 
     def _supervised(self) -> list[Supervised]:
-        """Every process restarted when it dies: the services and the console."""
-        return [*self.services.values(), *([self.console] if self.console else [])]
+        """Every process restarted when it dies: the webhook, the services and the console."""
+        extra = [p for p in (self.webhook, self.console) if p is not None]
+        return [*self.services.values(), *extra]
 
     def _check_services_alive(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
@@ -364,12 +446,17 @@ class EmbeddedSystem:
         options = self.options
         return msgspec.structs.replace(
             base,
-            pids={**base.pids, EMULATOR: self.emulator.pid or 0 if self.emulator else 0},
+            pids={
+                **base.pids,
+                EMULATOR: self.emulator.pid or 0 if self.emulator else 0,
+                **self._webhook_pid(),
+            },
             started_at=datetime.now(UTC),
             kubeconfig=str(self.kubeconfig),
             zones=list(options.served_zones),
             burst_zones=list(options.burst_zones),
             service_pids={name: s.process.pid or 0 for name, s in self.services.items()},
+            health_ports=dict(self.health_ports),
             policy=options.policy,
             oversell_rate=options.oversell_rate,
             within_quota=options.within_quota,
@@ -379,6 +466,13 @@ class EmbeddedSystem:
             console_url=self.console_url,
             console_pid=self.console.process.pid or 0 if self.console else 0,
         )
+
+    def _restarts(self) -> dict[str, Restarts]:
+        """Each restarted process's record, for ``usher status``."""
+        return {s.name: s.record() for s in self._supervised() if s.restarts or s.in_a_row}
+
+    def _webhook_pid(self) -> dict[str, int]:
+        return {WEBHOOK: self.webhook.process.pid or 0} if self.webhook else {}
 
     # ------------------------------------------------------------------ watching over
 
@@ -402,17 +496,19 @@ class EmbeddedSystem:
             changed = changed or restarted
         for service in self._supervised():
             if service.process.running():
+                changed = service.settled(now) or changed
                 continue
             if service.down_since is None:
-                service.down_since = now
+                service.exited(now)
                 code = service.process.popen.returncode if service.process.popen else None
-                notes.append(f"{service.name} exited (code {code}); restarting it")
-            pause = RESTART_PAUSE_S[min(service.restarts, len(RESTART_PAUSE_S) - 1)]
+                looping = " (crash-looping)" if service.in_a_row >= CRASH_LOOP_RESTARTS else ""
+                notes.append(f"{service.name} exited (code {code}); restarting it{looping}")
+                changed = True  # stack.json says it is down and how often it died
+            assert service.down_since is not None
+            pause = RESTART_PAUSE_S[min(service.in_a_row - 1, len(RESTART_PAUSE_S) - 1)]
             if now - service.down_since < pause:
                 continue
-            service.process.start()
-            service.restarts += 1
-            service.down_since = None
+            service.started_again(now)
             changed = True
         if changed and self.info is not None:
             pids = {n: s.process.pid or 0 for n, s in self.services.items()}
@@ -420,9 +516,10 @@ class EmbeddedSystem:
             console = self.console.process.pid or 0 if self.console else 0
             self.info = msgspec.structs.replace(
                 self.info,
-                pids={**self.info.pids, **servers},
+                pids={**self.info.pids, **servers, **self._webhook_pid()},
                 service_pids=pids,
                 console_pid=console,
+                restarts=self._restarts(),
             )
             write_stack_info(self.home, self.info)
         return notes

@@ -8,7 +8,7 @@ the scenario data ``usher sim`` reads (``usher.core.sim.load_scenario``): nodes,
 ``create`` with ``runSeconds`` per job, and ``until`` at the horizon. ``draw`` is one sample
 of a distribution. The same spec and seed give the same data, byte for byte.
 What it must never do: read a clock, the environment or a global random state (only the
-``Random`` it makes from the seed), perform I/O, or decide admission (the core plays the
+``Random`` it makes from its random seed), perform I/O, or decide admission (the core plays the
 scenario).
 """
 

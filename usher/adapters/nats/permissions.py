@@ -82,14 +82,16 @@ def _follow_log(subjects: Subjects) -> list[str]:
 
 
 def _snapshots(subjects: Subjects, owner: str) -> list[str]:
-    """The engine snapshot bucket (an object store, not the log), own meta subject only."""
+    """The engine snapshot bucket (an object store, not the log), own meta subject only.
+
+    Read back message by message (``STREAM.MSG.GET``, usher/adapters/nats/snapshots.py):
+    no consumer on the bucket, so no ``CONSUMER.CREATE``/flow control subjects at all.
+    """
     bucket = f"{_stem(subjects)}_SNAPSHOTS"
     meta = base64.urlsafe_b64encode(owner.encode()).decode()
     return [
         f"$JS.API.STREAM.INFO.OBJ_{bucket}", f"$JS.API.STREAM.CREATE.OBJ_{bucket}",
         f"$JS.API.STREAM.MSG.GET.OBJ_{bucket}", f"$JS.API.STREAM.PURGE.OBJ_{bucket}",
-        f"$JS.API.DIRECT.GET.OBJ_{bucket}.>",
-        f"$JS.API.CONSUMER.CREATE.OBJ_{bucket}", f"$JS.FC.OBJ_{bucket}.>",
         f"$O.{bucket}.C.>", f"$O.{bucket}.M.{meta}",
     ]  # fmt: skip
 

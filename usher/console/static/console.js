@@ -153,5 +153,16 @@
     source.addEventListener("decision", (event) => addDecision(JSON.parse(event.data)));
   }
 
-  document.addEventListener("DOMContentLoaded", connect);
+  function showSliderValue() {
+    // The time-travel slider shows its value as it moves (here, not inline in the page: the
+    // Content-Security-Policy allows only this file's scripts).
+    const slider = document.getElementById("travel-seq");
+    if (!slider || !slider.form) return;
+    slider.addEventListener("input", () => { slider.form.shown.value = slider.value; });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    showSliderValue();
+    connect();
+  });
 })();

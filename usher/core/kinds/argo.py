@@ -148,7 +148,7 @@ def _outcome(obj: Obj) -> Outcome | None:
 def _active(obj: Obj) -> bool:
     nodes = mapping(status_of(obj).get("nodes")).values()
     return any(
-        mapping(node).get("type") == "Pod" and mapping(node).get("phase") in _LIVE_PODS
+        mapping(node).get("type") == "Pod" and str(mapping(node).get("phase")) in _LIVE_PODS
         for node in nodes
     )
 

@@ -99,7 +99,8 @@ def _executors(spec: Raw, executor: Raw, errors: Errors) -> int:
 def _overhead_factor(spec: Raw, errors: Errors) -> Fraction:
     raw = optional_string(spec.get("memoryOverheadFactor"), "spec.memoryOverheadFactor", errors)
     if raw is None:
-        return _NON_JVM_FACTOR if spec.get("type") in _NON_JVM_TYPES else _JVM_FACTOR
+        kind = spec.get("type")  # any JSON value: a list is not even hashable
+        return _NON_JVM_FACTOR if isinstance(kind, str) and kind in _NON_JVM_TYPES else _JVM_FACTOR
     try:
         factor = Fraction(raw)
     except (ValueError, ZeroDivisionError):

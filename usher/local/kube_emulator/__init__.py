@@ -6,9 +6,10 @@ bookmarks, OpenAPI v2/v3 with field validation (``openapi``), Table printer colu
 (``printers``)) on 127.0.0.1 from an in-memory store (``store``, over ``resources``,
 ``selectors``, ``patches``, ``errors`` and ``wire``), writes a kubeconfig for
 ``kubernetes_asyncio`` and kubectl, calls configured mutating admission webhooks on create
-(``admission``), and can run a fake kubelet that moves unsuspended jobs to completion and keeps
-a batch Job's pods (``pods``); a batch Job with ``emulator.usher.io/*`` annotations
-(``playbook``) has its pods played one by one and its status counted from them (``played``).
+and update (``admission``), and can run a fake kubelet that moves unsuspended jobs to
+completion and keeps a batch Job's pods (``pods``); a batch Job with ``emulator.usher.io/*``
+annotations (``playbook``) has its pods played one by one and its status counted from them
+(``played``).
 What it must never do: pretend to be a production API server (no auth, no validating admission,
 no persistence) or listen on a public interface by default.
 """

@@ -1,16 +1,22 @@
-"""Mutating admission webhooks, called by the emulator as the API server calls them on create.
+"""Mutating admission webhooks, called by the emulator as the API server calls them on create
+and update.
 
-What it does: for a create, finds the ``MutatingWebhookConfiguration`` objects
-(``admissionregistration.k8s.io/v1``, in name order, webhooks in written order) whose rules match
-the request (operation ``CREATE`` or ``*``; apiGroups, apiVersions, resources with ``*``; scope)
-and whose ``namespaceSelector`` / ``objectSelector`` match the namespace's and the object's labels,
+What it does: for a create, or an update (PUT or PATCH) of an object itself (not of a
+subresource such as ``status``, which the rules' resources do not name), finds the
+``MutatingWebhookConfiguration`` objects (``admissionregistration.k8s.io/v1``, in name order,
+webhooks in written order) whose rules match the request (its operation, ``CREATE`` or
+``UPDATE``, or ``*``; apiGroups, apiVersions, resources with ``*``; scope) and whose
+``namespaceSelector`` / ``objectSelector`` match the namespace's and the object's labels,
 and calls each one: an ``AdmissionReview`` v1 request POSTed over HTTPS to ``clientConfig.url``, or
 to a Service (``https://<name>.<namespace>.svc<path>``, reached through the ``host:port`` the
 emulator was told for it since there is no cluster DNS; the certificate is still checked for
 that name), trusting only
 ``clientConfig.caBundle``, within ``timeoutSeconds`` (default 10). A ``JSONPatch`` in the answer
-is applied to the object the next webhook (and the store) sees. ``allowed: false`` refuses the
-create with the webhook's status (400 by default). A call that fails (connection, TLS, timeout,
+is applied to the object the next webhook (and the store) sees; an update's review carries the
+stored object as ``oldObject`` and the object the update would store (a patch already
+applied) as ``object``. ``allowed: false`` refuses the request with the webhook's ``status``
+(its code when 400 or more, else 400; ``admission webhook "<name>" denied the request:
+<message>``). A call that fails (connection, TLS, timeout,
 bad answer, a patch that does not apply) refuses it with 500 ``InternalError`` under
 ``failurePolicy: Fail`` (the default) and is skipped under ``Ignore``.
 What it must never do: trust any certificate but ``caBundle``, call a webhook whose rules do not
@@ -85,7 +91,7 @@ def selector_matches(selector: object, labels: Mapping[str, str]) -> bool:
     return LabelSelector.parse(",".join(clauses)).matches({"metadata": {"labels": dict(labels)}})
 
 
-def _rule_matches(rule: JsonObj, rt: ResourceType) -> bool:
+def _rule_matches(rule: JsonObj, rt: ResourceType, operation: str) -> bool:
     def within(field: str, value: str) -> bool:
         allowed = [str(v) for v in _list(rule.get(field))]
         return "*" in allowed or value in allowed
@@ -94,7 +100,7 @@ def _rule_matches(rule: JsonObj, rt: ResourceType) -> bool:
     scoped = scope == "*" or (scope == "Namespaced") == rt.namespaced
     operations = [str(o) for o in _list(rule.get("operations"))]
     return (
-        ("CREATE" in operations or "*" in operations)
+        (operation in operations or "*" in operations)
         and within("apiGroups", rt.group)
         and within("apiVersions", rt.version)
         and within("resources", rt.plural)
@@ -115,23 +121,37 @@ class Admission:
         self.store = store
         self.services = dict(services or {})
 
-    def _webhooks(self, rt: ResourceType, namespace: str | None, obj: JsonObj) -> list[JsonObj]:
+    def _configurations(self) -> list[JsonObj]:
         configurations = find_resource(
             "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations"
         )
-        if configurations is None:
-            return []
+        return [] if configurations is None else self.store.objects(configurations)
+
+    def calls_on(self, rt: ResourceType, operation: str) -> bool:
+        """Whether some configured webhook has a rule for ``operation`` on ``rt`` (before its
+        selectors are looked at): an update needs its object worked out first only then."""
+        return any(
+            _rule_matches(_mapping(rule), rt, operation)
+            for config in self._configurations()
+            for webhook in _list(config.get("webhooks"))
+            for rule in _list(_mapping(webhook).get("rules"))
+        )
+
+    def _webhooks(
+        self, rt: ResourceType, namespace: str | None, obj: JsonObj, operation: str
+    ) -> list[JsonObj]:
         ns_labels: dict[str, str] = {}
         if namespace:
             namespaces = find_resource("", "v1", "namespaces")
             found = self.store.find(namespaces, None, namespace) if namespaces else None
             ns_labels = _labels(found or {})
         chosen: list[JsonObj] = []
-        items = self.store.objects(configurations)
+        items = self._configurations()
         for config in sorted(items, key=lambda c: str(c["metadata"]["name"])):
             for webhook in _list(config.get("webhooks")):
                 webhook = _mapping(webhook)
-                if not any(_rule_matches(_mapping(r), rt) for r in _list(webhook.get("rules"))):
+                rules = _list(webhook.get("rules"))
+                if not any(_rule_matches(_mapping(r), rt, operation) for r in rules):
                     continue
                 if namespace and not selector_matches(webhook.get("namespaceSelector"), ns_labels):
                     continue
@@ -140,17 +160,21 @@ class Admission:
                 chosen.append(webhook)
         return chosen
 
-    async def mutate(self, rt: ResourceType, namespace: str | None, body: Any) -> Any:
-        """The object after every matching webhook (the body itself when none matches)."""
+    async def mutate(
+        self, rt: ResourceType, namespace: str | None, body: Any, old: JsonObj | None = None
+    ) -> Any:
+        """The object after every matching webhook (the body itself when none matches): a
+        create, or with ``old`` (the stored object) an update."""
         if not isinstance(body, dict):
             return body  # the store refuses it with the right error
         obj: JsonObj = json.loads(json.dumps(body))
         if namespace and rt.namespaced:
             _mapping(obj.setdefault("metadata", {})).setdefault("namespace", namespace)
-        for webhook in self._webhooks(rt, namespace, obj):
+        operation = "CREATE" if old is None else "UPDATE"
+        for webhook in self._webhooks(rt, namespace, obj, operation):
             name = str(webhook.get("name", ""))
             try:
-                obj = await self._call(webhook, rt, namespace, obj)
+                obj = await self._call(webhook, rt, namespace, obj, old)
             except WebhookCallFailed as failed:
                 if webhook.get("failurePolicy", "Fail") == "Ignore":
                     continue
@@ -162,16 +186,21 @@ class Admission:
         return obj
 
     async def _call(
-        self, webhook: JsonObj, rt: ResourceType, namespace: str | None, obj: JsonObj
+        self,
+        webhook: JsonObj,
+        rt: ResourceType,
+        namespace: str | None,
+        obj: JsonObj,
+        old: JsonObj | None,
     ) -> JsonObj:
         uid = str(uuid.uuid4())
-        review = _review(uid, rt, namespace, obj)
+        review = _review(uid, rt, namespace, obj, old)
         answer = await self._post(webhook, review)
         response = _mapping(answer.get("response"))
         if answer.get("apiVersion") != REVIEW_API_VERSION or response.get("uid") != uid:
             raise WebhookCallFailed("expected an AdmissionReview v1 response with the request uid")
         if response.get("allowed") is not True:
-            status = _mapping(response.get("result"))
+            status = _mapping(response.get("status"))  # AdmissionResponse.Result is "status"
             raw_code = status.get("code")
             code = raw_code if isinstance(raw_code, int) and raw_code >= 400 else 400
             message = status.get("message") or "denied"
@@ -240,7 +269,9 @@ def _tls_context(ca_bundle: object) -> ssl.SSLContext:
     return context
 
 
-def _review(uid: str, rt: ResourceType, namespace: str | None, obj: JsonObj) -> JsonObj:
+def _review(
+    uid: str, rt: ResourceType, namespace: str | None, obj: JsonObj, old: JsonObj | None
+) -> JsonObj:
     kind = {"group": rt.group, "version": rt.version, "kind": rt.kind}
     resource = {"group": rt.group, "version": rt.version, "resource": rt.plural}
     request: JsonObj = {
@@ -250,12 +281,15 @@ def _review(uid: str, rt: ResourceType, namespace: str | None, obj: JsonObj) -> 
         "requestKind": kind,
         "requestResource": resource,
         "name": _mapping(obj.get("metadata")).get("name", ""),
-        "operation": "CREATE",
+        "operation": "CREATE" if old is None else "UPDATE",
         "userInfo": {"username": "usher-emulator"},
         "object": obj,
-        "oldObject": None,
+        "oldObject": old,
         "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        "options": {
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "CreateOptions" if old is None else "UpdateOptions",
+        },
     }
     if namespace:
         request["namespace"] = namespace

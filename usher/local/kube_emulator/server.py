@@ -14,8 +14,8 @@ kubeconfig); a missing or wrong one is answered ``401 Unauthorized`` with a ``St
 request is looked at further. There is no authorization beyond that (one user, all verbs).
 It serves HTTPS with a self-signed certificate made at start (for 127.0.0.1), given to clients
 as the kubeconfig's ``certificate-authority-data``: kubectl sends a token only over TLS.
-Creates go through the configured mutating admission webhooks first (``admission``),
-over real HTTPS.
+Creates, and updates (PUT or PATCH, the patch applied first) of an object itself, go through
+the configured mutating admission webhooks first (``admission``), over real HTTPS.
 What it must never do: keep state of its own besides open watches (the store is the truth);
 block the event loop; listen on anything but the host it was given (127.0.0.1 by default).
 """
@@ -691,6 +691,9 @@ class KubeEmulator:
     async def _update(self, request: web.Request, target: Target) -> JsonObj:
         assert target.name is not None
         body = await json_body(request)
+        if self._admits_update(target):
+            old = self.store.get(target.rt, target.namespace, target.name)
+            body = await self.admission.mutate(target.rt, target.namespace, body, old)
         return self.store.update(
             target.rt, target.namespace, target.name, body, subresource=target.subresource
         )
@@ -699,9 +702,20 @@ class KubeEmulator:
         assert target.name is not None
         kind = patch_type(request.headers.get("Content-Type", ""))
         body = await json_body(request)
-        return self.store.patch(
-            target.rt, target.namespace, target.name, kind, body, subresource=target.subresource
-        )
+        rt, namespace, name = target.rt, target.namespace, target.name
+        if self._admits_update(target):
+            # As the API server: the patch is applied, the result goes through admission.
+            old = self.store.get(rt, namespace, name)
+            proposed = self.store.patched(rt, namespace, name, kind, body)
+            admitted = await self.admission.mutate(rt, namespace, proposed, old)
+            if admitted != proposed:  # a webhook changed it: that object is stored
+                return self.store.update(rt, namespace, name, admitted)
+        return self.store.patch(rt, namespace, name, kind, body, subresource=target.subresource)
+
+    def _admits_update(self, target: Target) -> bool:
+        """An update of the object itself (a subresource such as ``status`` is not what the
+        webhooks' rules name) that some configured webhook has a rule for."""
+        return target.subresource is None and self.admission.calls_on(target.rt, "UPDATE")
 
     async def _delete(self, request: web.Request, target: Target) -> JsonObj:
         assert target.name is not None

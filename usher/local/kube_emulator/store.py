@@ -483,14 +483,26 @@ class Store:
     ) -> JsonObj:
         """PATCH: apply a merge/JSON patch; a resourceVersion in the result is a precondition."""
         current = self._current(rt, namespace, name)
+        patched = self._patched(rt, current, kind, body)
+        rv = str(patched.get("metadata", {}).get("resourceVersion") or "")
+        return self._replace(rt, current, patched, rv, subresource)
+
+    def patched(
+        self, rt: ResourceType, namespace: str | None, name: str, kind: PatchType, body: Any
+    ) -> JsonObj:
+        """What ``patch`` would store (before the store's own merge rules); nothing is
+        written (what the admission webhooks of an update are shown)."""
+        return clone(self._patched(rt, self._current(rt, namespace, name), kind, body))
+
+    def _patched(self, rt: ResourceType, current: JsonObj, kind: PatchType, body: Any) -> JsonObj:
+        name = current["metadata"]["name"]
         patched = apply_patch(rt, name, current, kind, body)
         if not isinstance(patched, dict):
             raise bad_request("the patched object is not a JSON object")
         check_identity(rt, patched)
         if patched.get("metadata", {}).get("name") != name:
             raise bad_request("metadata.name cannot be changed by a patch")
-        rv = str(patched.get("metadata", {}).get("resourceVersion") or "")
-        return self._replace(rt, current, patched, rv, subresource)
+        return patched
 
     def _current(self, rt: ResourceType, namespace: str | None, name: str) -> JsonObj:
         current = self._bucket(rt).get(self._key(rt, namespace, name))

@@ -1,4 +1,5 @@
-"""A virtual node for the emulator: a virtual kubelet's node (seed 000's ECI), for burst zones.
+"""A virtual node for the emulator: a virtual kubelet's node (ECI, Alibaba Cloud's elastic
+containers), for burst zones.
 
 What it does: ``virtual_node_manifest(zone)`` is the Node a virtual kubelet registers -- one
 node standing for a whole provider's capacity, so its allocatable is large -- labelled as a
@@ -30,7 +31,7 @@ VIRTUAL_ALLOCATABLE: Final = {
     "nvidia.com/gpu": "64",
     "pods": "10000",
 }
-"""Large: a provider's capacity, not one machine's (no job of the seed or the demo fills it)."""
+"""Large: a provider's capacity, not one machine's (no job of the walkthrough or demo fills it)."""
 ZONE_LABEL: Final = "usher.io/zone"
 NODES = next(rt for rt in RESOURCES if rt.plural == "nodes")
 
