@@ -15,6 +15,8 @@ from datetime import timedelta
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import (
     DEQUEUER_SOURCE,
@@ -294,3 +296,38 @@ def test_an_admission_of_a_workload_with_a_hashed_name_is_its_owners() -> None:
     assert owner_problem(home, envelope) is None
     other = msgspec.structs.replace(event, workload=WorkloadKey(f"user-a/{'n' * 1001}"))
     assert owner_problem(home, msgspec.structs.replace(envelope, event=other)) is not None
+
+
+# ---------------------------------------------------------------------------- properties
+
+NAMES = st.text(min_size=0, max_size=400) | st.sampled_from(["a.b", "%25", "*", ">", "%Hx", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(namespace=NAMES, name=NAMES, zone=NAMES, other=NAMES, number=st.integers(0, 11))
+def test_only_the_owners_subject_and_source_are_believed(
+    namespace: str, name: str, zone: str, other: str, number: int
+) -> None:
+    """Whatever the names: a decision is believed on its owner's subject from its owner's
+    source, and on no other subject that names another workload or zone."""
+    event = _about(decisions()[number], WorkloadKey(f"{namespace}/{name}"), Zone(zone))
+    home, owner = SUBJECTS.owner(event, Zone(zone))
+    envelope = entry(1, home, event, owner).envelope
+    assert owner_problem(home, envelope) is None
+    assert len(home.encode()) < 4096 and home.isprintable() and " " not in home
+    moved = _about(event, WorkloadKey(f"{namespace}/{other}"), Zone(other))
+    elsewhere, _ = SUBJECTS.owner(moved, Zone(other))
+    # The ledger files these under the allocation's zone, which they do not carry.
+    zone_free = isinstance(event, Preempted | Released | Requeued)
+    if elsewhere != home and not (zone_free and moved.workload == event.workload):  # type: ignore[attr-defined]
+        assert owner_problem(elsewhere, envelope) is not None
+    assert owner_problem(home, msgspec.structs.replace(envelope, source=f"{owner}x")) is not None
+
+
+def _about(event: LogEvent, key: WorkloadKey, zone: Zone) -> LogEvent:
+    changes: dict[str, object] = {}
+    if hasattr(event, "workload"):
+        changes["workload"] = key
+    if hasattr(event, "zone"):
+        changes["zone"] = zone
+    return msgspec.structs.replace(event, **changes)  # type: ignore[type-var]

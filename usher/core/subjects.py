@@ -172,7 +172,7 @@ class Subjects:
         home, owner = self.owner_on(event, subject)
         if subject != home:
             return f"a {tag} on {subject!r}; it belongs on {home!r}"
-        if envelope.source != owner:
+        if not _is_owner(envelope.source, owner):
             return f"a {tag} from {envelope.source!r}; only {owner!r} makes it"
         return None
 
@@ -285,6 +285,16 @@ WATCHER_SOURCE: Final = "usher/watcher"
 def _dequeuer(zone: Zone) -> str:
     """The envelope source of the dequeuer of ``zone``."""
     return f"{DEQUEUER_SOURCE}/{zone}"
+
+
+def _is_owner(source: str, owner: str) -> bool:
+    """Whether ``source`` is ``owner``; a dequeuer's zone read back from a subject whose
+    token is a hash (``untoken``) is compared as that token."""
+    head = f"{DEQUEUER_SOURCE}/"
+    if source == owner or not (source.startswith(head) and owner.startswith(head)):
+        return source == owner
+    zone = owner[len(head) :]
+    return zone.startswith(HASHED_TOKEN) and token(source[len(head) :]) == zone
 
 
 def prefix_of(subject: str) -> str | None:
