@@ -8,6 +8,7 @@ accept loose dicts.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -92,15 +93,30 @@ def _not_utf8(exc: UnicodeDecodeError) -> msgspec.DecodeError:
     return msgspec.DecodeError(f"invalid UTF-8 at byte {exc.start}: {exc.reason}")
 
 
+MAX_HEADER_VALUE = 255
+"""The longest id or source written as is into a header: ids embed workload names, and a
+hostile one (100 KB, control characters) must neither be refused by the server nor break the
+header block; a longer or odd one is written as a digest of itself (the same id gives the
+same header, so deduplication by ``Nats-Msg-Id`` still holds)."""
+
+
+def header_value(value: str) -> str:
+    """``value`` as a header may carry it (see ``MAX_HEADER_VALUE``)."""
+    if len(value) <= MAX_HEADER_VALUE and value.isascii() and value.isprintable():
+        return value
+    digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+    return f"digest:{digest}"
+
+
 def cloudevent_headers(envelope: Envelope) -> dict[str, str]:
     """CloudEvents binary-mode headers for a published envelope (plus ``Nats-Msg-Id``)."""
     tag: Any = type(envelope.event).__struct_config__.tag
     return {
-        "Nats-Msg-Id": envelope.id,
+        "Nats-Msg-Id": header_value(envelope.id),
         "ce-specversion": "1.0",
-        "ce-id": envelope.id,
+        "ce-id": header_value(envelope.id),
         "ce-type": f"io.usher.{tag}",
-        "ce-source": envelope.source,
+        "ce-source": header_value(envelope.source),
         "ce-time": envelope.time.isoformat(),
         "content-type": "application/json",
     }

@@ -1,9 +1,12 @@
 """A pure-core engine kept equal to the log: what every deciding service folds the log into.
 
 What it does: ``Projection`` applies each entry the follower (usher/adapters/nats/follower.py)
-hands out, in order and at its time, to the service's ``Engine``, and lets a caller wait until
-a sequence is applied.
-What it must never do: decide anything, read the log itself, or apply an entry twice.
+hands out, in order and at its time, to the service's ``Engine`` through the fold every reader
+uses (``usher.core.fold``: only its owner's decisions, never an exception out of the engine),
+and lets a caller wait until a sequence is applied. What the fold refuses comes back as the
+``BadEntry`` the service parks.
+What it must never do: decide anything, read the log itself, apply an entry twice, or fold an
+entry its owner did not make.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ import asyncio
 import contextlib
 
 from usher.core.engine import Engine
-from usher.core.log import LogEntry
+from usher.core.fold import fold_entry, refused_entry
+from usher.core.log import BadEntry, LogEntry
 
 
 class Projection:
@@ -44,9 +48,12 @@ class Projection:
                 await asyncio.wait_for(self.changed.wait(), timeout=left)
         return True
 
-    def apply(self, entry: LogEntry) -> None:
+    def apply(self, entry: LogEntry) -> BadEntry | None:
+        """Fold ``entry``; the ``BadEntry`` to park when the fold refused it (forged,
+        unfoldable: the engine is then as ``usher.core.fold`` says), else None."""
         if entry.seq <= self.applied_seq:
-            return  # an ordered consumer restarted by the client may repeat the tail
-        self.engine.apply(entry.envelope.event, entry.time_ms)
+            return None  # an ordered consumer restarted by the client may repeat the tail
+        outcome = fold_entry(self.engine, entry)
         self.applied_seq = entry.seq
         self.changed.set()
+        return None if outcome.folded else refused_entry(entry, outcome)

@@ -4,7 +4,12 @@ What it does: sends one typed request, decodes a ``ReserveReply`` or a ``LedgerE
 retries the very same request (same ``request_id``) after a timeout, a missing responder or a
 transient ledger error, with capped exponential backoff, until it gets an answer or the
 service is stopping. The ledger is idempotent per workload, so a repeat never counts twice.
-What it must never do: give up silently, or retry a permanent error.
+``untrusted_reply`` is what every request handler (the ledger's, the preemptor's) checks
+first: a request counts only if its reply subject is a requester's inbox; anything else (a
+JetStream delivery, whose reply is ``$JS.ACK...``: a consumer someone pointed at a request
+subject, which NATS permissions cannot forbid) is parked unanswered.
+What it must never do: give up silently, retry a permanent error, or serve a request that no
+requester sent.
 """
 
 from __future__ import annotations
@@ -30,6 +35,30 @@ class PermanentReplyError(Exception):
 
 
 _reply_decoder = msgspec.json.Decoder(ReserveReply | LedgerError)
+
+INBOX_PREFIX = "_INBOX."
+"""Where every requester (nats-py's ``request``) waits for its answer; the identities may
+subscribe to replies there only (usher/adapters/nats/permissions.py)."""
+
+
+class UntrustedReply(Exception):
+    """A request whose reply subject is not a requester's inbox: not sent by a requester."""
+
+    def __init__(self, subject: str, reply: str) -> None:
+        shown = reply if len(reply) <= 200 else reply[:200] + "..."
+        super().__init__(
+            f"a request on {subject} answering to {shown or 'nobody'!r}, not to a requester's "
+            f"inbox ({INBOX_PREFIX}...): a JetStream delivery or a message nobody waits for"
+        )
+        self.subject = subject
+        self.reply = reply
+
+
+def untrusted_reply(subject: str, reply: str) -> UntrustedReply | None:
+    """Why a request on ``subject`` answering to ``reply`` is not served; None if it is."""
+    if reply.startswith(INBOX_PREFIX) and len(reply) > len(INBOX_PREFIX):
+        return None
+    return UntrustedReply(subject, reply)
 
 
 async def ask(
@@ -85,4 +114,11 @@ def _decode(subject: str, data: bytes) -> ReserveReply | LedgerError:
     return reply
 
 
-__all__ = ["PermanentReplyError", "Stopping", "ask"]
+__all__ = [
+    "INBOX_PREFIX",
+    "PermanentReplyError",
+    "Stopping",
+    "UntrustedReply",
+    "ask",
+    "untrusted_reply",
+]

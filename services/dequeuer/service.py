@@ -277,12 +277,11 @@ class Dequeuer:
 
     async def _fold(self, batch: list[LogEntry | BadEntry]) -> None:
         for entry in batch:
-            if isinstance(entry, BadEntry):
-                await self.ctx.park(
-                    entry.subject, entry.data, entry.error, entry.detail, stream_seq=entry.seq
-                )
+            bad = entry if isinstance(entry, BadEntry) else self.projection.apply(entry)
+            if bad is not None:
+                await self.ctx.park(bad.subject, bad.data, bad.error, bad.detail, bad.seq)
                 continue
-            self.projection.apply(entry)
+            assert isinstance(entry, LogEntry)
             self.usage.apply(entry.envelope.event, entry.time_ms)
             self._track(entry)
 

@@ -5,7 +5,8 @@ What it does: follows ``<p>.cluster.>`` from the stored offset + 1 (consumer ``l
 transaction that also advances the offset to the batch's last sequence: ``WorkloadFinished``,
 ``WorkloadDeleted`` and ``WorkloadObserved(suspended=True)`` become observations (the store's
 release rules), ``QuotaTreeApplied`` a tree with version = its sequence; everything else only
-moves the offset. Entries that do not decode are parked and skipped.
+moves the offset. Entries that do not decode, and entries not put there by their owner
+(``usher.core.fold.forged``: a decision on a cluster subject), are parked and skipped.
 What it must never do: apply an entry twice (the offset is in the same transaction), skip an
 entry silently, or advance the offset past an entry it could not apply without parking it.
 """
@@ -36,6 +37,7 @@ from usher.adapters.pg.ledger_store import (
     OutboxBuilder,
     TreeUpdate,
 )
+from usher.core.fold import forged, refused_entry
 from usher.core.log import BadEntry, LogEntry
 
 CONSUMER: Final = "ledger"
@@ -124,11 +126,11 @@ class LogConsumer:
         changes: list[LogChange] = []
         entries: dict[int, LogEntry] = {}
         for entry in fresh:
-            if isinstance(entry, BadEntry):
-                await self._ctx.park(
-                    entry.subject, entry.data, entry.error, entry.detail, stream_seq=entry.seq
-                )
+            bad = entry if isinstance(entry, BadEntry) else _forged(entry)
+            if bad is not None:  # undecodable, or not its owner's: parked
+                await self._ctx.park(bad.subject, bad.data, bad.error, bad.detail, bad.seq)
                 continue
+            assert isinstance(entry, LogEntry)
             change = change_of(entry)
             if change is not None:
                 changes.append(change)
@@ -222,3 +224,9 @@ class LogConsumer:
 
 
 __all__ = ["CONSUMER", "LogConsumer", "change_of"]
+
+
+def _forged(entry: LogEntry) -> BadEntry | None:
+    """The entry to park if its owner did not put it on the log (``usher.core.fold``)."""
+    refused = forged(entry)
+    return None if refused is None else refused_entry(entry, refused)

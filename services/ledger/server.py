@@ -41,6 +41,7 @@ from schemas import (
     decode,
     encode,
 )
+from services.common.requests import untrusted_reply
 from services.common.runtime import ServiceContext, wall_ms
 from services.ledger.outbox import hold_outbox
 from usher.adapters.pg.ledger_store import (
@@ -168,6 +169,10 @@ class RequestServer:
             yield group
 
     async def _decode(self, msg: Msg) -> _Call | None:
+        untrusted = untrusted_reply(msg.subject, msg.reply)
+        if untrusted is not None:  # not a requester's: parked unanswered
+            await self._ctx.park(msg.subject, msg.data, untrusted)
+            return None
         try:
             request: ReserveRequest | PreemptRequest | RequeueRequest | HoldRequest
             if self._ctx.subjects.hold_identity(msg.subject) is not None:

@@ -39,7 +39,7 @@ from schemas.ledger import LedgerError
 from services.common.leader import Leadership
 from services.common.metrics import Sampler
 from services.common.projection import Projection
-from services.common.requests import PermanentReplyError, Stopping, ask
+from services.common.requests import PermanentReplyError, Stopping, ask, untrusted_reply
 from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
 from services.common.tasks import cancel_tasks
@@ -128,12 +128,9 @@ class Preemptor:
         replayed = False
         async for batch in self.follower.batches(self.ctx.stop):
             for entry in batch:
-                if isinstance(entry, BadEntry):
-                    await self.ctx.park(
-                        entry.subject, entry.data, entry.error, entry.detail, stream_seq=entry.seq
-                    )
-                    continue
-                self.projection.apply(entry)
+                bad = entry if isinstance(entry, BadEntry) else self.projection.apply(entry)
+                if bad is not None:  # undecodable, forged or unfoldable: parked, skipped
+                    await self.ctx.park(bad.subject, bad.data, bad.error, bad.detail, bad.seq)
             if not replayed and self.follower.caught_up:
                 replayed = True
                 self.ctx.log.info(
@@ -150,6 +147,10 @@ class Preemptor:
             msg = await self._requests.get()
             if not self.leader.is_leader:
                 continue  # lost meanwhile: unanswered, the sender retries with the new leader
+            untrusted = untrusted_reply(msg.subject, msg.reply)
+            if untrusted is not None:  # not a requester's: parked unanswered
+                await self.ctx.park(msg.subject, msg.data, untrusted)
+                continue
             try:
                 reply = await self.handle(msg.data, msg.subject)
             except Stopping:

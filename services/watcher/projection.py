@@ -11,8 +11,9 @@ latest ``Admitted``/``Preempted`` decision and of the current incarnation of eac
 a stale decision is never carried out, and whether each workload holds a live admission (an
 ``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running without one
 can be stopped. Decisions that claim to be the ledger's but are not (wrong subject, wrong
-source: ``Subjects.owner_problem``) are left out of all of it; the decision runner
-parks them. ``synced`` is set once the replay has caught up.
+source: ``usher.core.fold``) are left out of all of it, as are entries the engine cannot
+fold; the decision runner parks forged decisions, this reader parks the rest. ``synced``
+is set once the replay has caught up.
 What it must never do: publish or decide anything, believe a forged ledger decision, or record
 a cluster event after the replay (from then on the observers, the only publishers of cluster
 events, record what they publish).
@@ -58,7 +59,10 @@ from services.watcher.options import WatcherOptions, retrying
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine import Engine
+from usher.core.fold import BAD_ENTRY_ERRORS, Verdict
 from usher.core.log import BadEntry, LogEntry
+
+FORGED = BAD_ENTRY_ERRORS[Verdict.FORGED]
 
 
 @dataclass
@@ -203,12 +207,13 @@ class WatcherProjection:
 
     # ------------------------------------------------------------------ following the log
 
-    def apply(self, entry: LogEntry) -> None:
-        """One log entry: into the projection; while replaying, into the record too."""
+    def apply(self, entry: LogEntry) -> BadEntry | None:
+        """One log entry: into the projection; while replaying, into the record too. What
+        the fold refuses (forged, unfoldable) is left out of all of it and returned."""
         event: LogEvent = entry.envelope.event
-        if self.subjects.owner_problem(entry.subject, entry.envelope) is not None:
-            return  # forged: it decided nothing (the decision runner parks it)
-        self.projection.apply(entry)
+        refused = self.projection.apply(entry)
+        if refused is not None:
+            return refused
         if isinstance(event, QuotaTreeApplied):
             self.tree = event.root
         elif isinstance(event, WorkloadObserved):
@@ -222,6 +227,7 @@ class WatcherProjection:
             self.note_decision(event, entry.seq)
         if not self.synced.is_set() and not isinstance(event, Admitted | Preempted | Requeued):
             self._record_replayed(event)
+        return None
 
     def note_decision(self, decision: Admitted | Preempted | Released | Requeued, seq: int) -> None:
         """A ledger decision at ``seq``. Also called by the decision runner before it carries
@@ -309,6 +315,10 @@ async def follow_log(ctx: ServiceContext, view: WatcherProjection, options: Watc
 
 async def _apply_safely(ctx: ServiceContext, view: WatcherProjection, entry: LogEntry) -> None:
     try:
-        view.apply(entry)
+        bad = view.apply(entry)
     except Exception as exc:  # the core refused an entry: park it, keep the projection going
         await ctx.park(entry.subject, encode(entry.envelope), exc, stream_seq=entry.seq)
+        return
+    # A forged decision is parked by the decision runner (one letter per message).
+    if bad is not None and not (bad.error == FORGED and view.subjects.is_decision(bad.subject)):
+        await ctx.park(bad.subject, bad.data, bad.error, bad.detail, bad.seq)

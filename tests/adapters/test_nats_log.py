@@ -124,3 +124,25 @@ async def test_a_message_too_large_to_park_whole_is_parked_as_a_reference(
     # The reference leads to the whole message, kept on the log.
     kept = await js.get_msg(subjects.stream_name, seq)
     assert hashlib.sha256(kept.data or b"").hexdigest() == parked.sha256
+
+
+@pytest.mark.parametrize(
+    ("zone", "namespace", "name"),
+    [("z" * 100_000, "ns", "j"), ("default", "n" * 100_000, "j" * 100_000), ("a\r\nb", "ns", "j")],
+    ids=["100KB-zone", "100KB-names", "control-characters"],
+)
+async def test_a_workload_with_a_huge_or_odd_name_is_published_and_the_connection_stays(
+    nc: Client, js: JetStreamContext, subjects: Subjects, zone: str, namespace: str, name: str
+) -> None:
+    """nats-server drops a connection whose control line passes 4 KB ("maximum control line
+    exceeded"): one job with a 100 KB zone used to wedge the watcher. Its subject is bounded
+    (a hash token), so it is stored like any other and the connection stays up."""
+    event = WorkloadDeleted(workload=WorkloadKey(f"{namespace}/{name}"))
+    subject = subjects.job(Zone(zone), namespace, name)
+    envelope = msgspec.structs.replace(_envelope("huge"), event=event)
+    ack = await publish_envelope(js, subject, envelope)
+    stored = await js.get_msg(subjects.stream_name, ack.seq)
+    assert stored.subject == subject and decode_envelope(stored.data or b"").event == event
+    assert nc.is_connected
+    after = await publish_envelope(js, subjects.job(Zone("default"), "ns", "j"), _envelope("next"))
+    assert after.seq == ack.seq + 1

@@ -29,6 +29,7 @@ from schemas import (
 )
 from tests.builders.trees import departments_tree
 from usher.core import history
+from usher.core.subjects import Subjects
 
 BASE = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 BASE_MS = int(BASE.timestamp() * 1000)
@@ -37,6 +38,7 @@ A = QuotaPath("root/Department-a")
 B = QuotaPath("root/Department-b")
 QA = QueueName("root-department-a-user-a")
 QB = QueueName("root-department-b-user-c")
+SUBJECTS = Subjects("usher")
 
 
 class Log:
@@ -48,16 +50,25 @@ class Log:
         self._ids = 0
 
     def add(
-        self, at: float, event: LogEvent, *, id: str | None = None, source: str = "test"
+        self,
+        at: float,
+        event: LogEvent,
+        *,
+        id: str | None = None,
+        source: str | None = None,
+        subject: str | None = None,
     ) -> Log:
+        """``event`` as its owner records it (its subject and source: ``Subjects.owner``)
+        unless ``source``/``subject`` say otherwise (a forged entry)."""
         self._ids += 1
+        home, owner = SUBJECTS.owner(event, Zone("default"))
         envelope = Envelope(
             id=EventId(id or f"e{self._ids}"),
             time=BASE + timedelta(seconds=at),
-            source=source,
+            source=owner if source is None else source,
             event=event,
         )
-        self.entries.append((f"usher.test.{self._ids}", envelope))
+        self.entries.append((home if subject is None else subject, envelope))
         return self
 
     def tree(self, at: float = 0, root: QuotaNode | None = None) -> Log:

@@ -18,6 +18,7 @@ import yaml
 from rich.console import Console
 
 from schemas import (
+    DEFAULT_ZONE,
     Admitted,
     ClusterEvent,
     Envelope,
@@ -28,6 +29,7 @@ from schemas import (
     WorkloadFinished,
     WorkloadKey,
 )
+from tests.builders.log import SUBJECTS
 from usher.cli.live import render
 from usher.client.manifests import JobRequest, job_manifest
 from usher.client.state import LONG_AT_HEAD_S, PeopleProjection
@@ -59,8 +61,9 @@ class Playback:
     def _log(self, event: LogEvent, at_ms: int) -> None:
         self.seq += 1
         when = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
-        envelope = Envelope(id=EventId(f"t:{self.seq}"), time=when, source="test", event=event)
-        self.state.apply(log_entry(self.seq, "", envelope))
+        subject, source = SUBJECTS.owner(event, DEFAULT_ZONE)
+        envelope = Envelope(id=EventId(f"t:{self.seq}"), time=when, source=source, event=event)
+        self.state.apply(log_entry(self.seq, subject, envelope))
 
     def submit(self, at_s: float, request: JobRequest) -> None:
         """The job as `usher submit` would create it, then a decision pass (and its wakeups)."""

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from schemas import (
+    DEFAULT_ZONE,
     Envelope,
     FieldError,
     QuotaNode,
@@ -20,6 +21,7 @@ from schemas import (
     QuotaTreeRejected,
 )
 from tests.builders.events import CORE
+from tests.builders.log import SUBJECTS
 from usher.cli.live import render
 from usher.client.state import PeopleProjection
 from usher.core.log import LogEntry, log_entry
@@ -34,8 +36,9 @@ REJECTED = QuotaTreeRejected(errors=[ERROR], namespace="kube-system", name="elas
 
 
 def entry(seq: int, event: object) -> LogEntry:
-    envelope = Envelope(id=f"e{seq}", time=AT, source="test", event=event)  # type: ignore[arg-type]
-    return log_entry(seq, "usher.quota", envelope)
+    subject, source = SUBJECTS.owner(event, DEFAULT_ZONE)  # type: ignore[arg-type]
+    envelope = Envelope(id=f"e{seq}", time=AT, source=source, event=event)  # type: ignore[arg-type]
+    return log_entry(seq, subject, envelope)
 
 
 def tree() -> QuotaNode:

@@ -24,7 +24,7 @@ from schemas import (
     WorkloadKey,
     Zone,
 )
-from tests.builders.log import BASE_MS, CPU, QA, A, B, Log
+from tests.builders.log import BASE_MS, CPU, QA, SUBJECTS, A, B, Log
 from usher.core import audit, reasons
 from usher.core.config import EngineConfig, Policy
 from usher.core.engine import Engine
@@ -97,7 +97,8 @@ def swap(log: Log, first: int, second: int) -> None:
 
 
 def replace_event(log: Log, seq: int, event: Admitted) -> None:
-    subject, envelope = log.entries[seq - 1]
+    _, envelope = log.entries[seq - 1]
+    subject, _ = SUBJECTS.owner(event, event.zone)  # on its own subject: the ledger's
     log.entries[seq - 1] = (subject, msgspec.structs.replace(envelope, event=event))
 
 

@@ -109,6 +109,8 @@ def tamper_skip_the_ranked_first(source: Path, target: Path, instead: str) -> in
             pass_seq = entry["seq"]
         elif pass_seq and not done and event["type"] == "decision.admitted.v1":
             event["workload"] = instead
+            # On its own subject, as the ledger would write it (else it is merely forged).
+            entry["subject"] = ".".join([*entry["subject"].split(".")[:-2], *instead.split("/")])
             done = True
         out.append(json.dumps(entry))
     target.write_text("\n".join(out) + "\n")
@@ -241,15 +243,16 @@ async def test_audit_window_is_the_log_time_and_rejected_entries_do_not_fail_it(
     reads when the stream stored a decision, not the time its (forged) envelope claims."""
     from datetime import UTC, datetime
 
-    from schemas import Admitted, WorkloadKey
+    from schemas import WorkloadKey
     from tests.builders.log import Log
     from usher.adapters.nats.log import publish_envelope
 
     async def publish(log: Log, start: int) -> list[int]:
         seqs = []
-        for _, envelope in log.entries[start:]:
-            kind = "decision" if isinstance(envelope.event, Admitted) else "cluster"
-            ack = await publish_envelope(js, f"{subjects.prefix}.{kind}.test", envelope)
+        for subject, envelope in log.entries[start:]:
+            # As its owner records it, under this installation's prefix.
+            mine = f"{subjects.prefix}.{subject.partition('.')[2]}"
+            ack = await publish_envelope(js, mine, envelope)
             seqs.append(ack.seq)
         return seqs
 

@@ -14,8 +14,6 @@ import nats
 from nats.js import JetStreamContext
 
 from schemas import (
-    LEDGER_DECISION_TYPES,
-    LEDGER_SOURCE,
     Envelope,
     EventId,
     LogEvent,
@@ -26,6 +24,7 @@ from services.common.settings import ServiceSettings
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.core.subjects import prefix_of
 
 T = TypeVar("T")
 READY_TIMEOUT_S = 40.0
@@ -73,8 +72,8 @@ _counter = iter(range(1, 10**9))
 
 
 async def publish(js: JetStreamContext, subject: str, event: LogEvent) -> None:
-    """Publish ``event`` as its owner would: a ledger decision as from the ledger."""
-    source = LEDGER_SOURCE if isinstance(event, LEDGER_DECISION_TYPES) else "test"
+    """Publish ``event`` on ``subject`` from its owner's source (``Subjects.owner_on``)."""
+    _, source = Subjects(prefix_of(subject) or "usher").owner_on(event, subject)
     envelope = Envelope(
         id=EventId(f"test:{next(_counter)}"), time=datetime.now(UTC), source=source, event=event
     )

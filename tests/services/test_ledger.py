@@ -15,6 +15,7 @@ import nats
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -97,8 +98,9 @@ class Ledger:
         return decode(reply.data, ReserveReply)
 
     async def publish(self, subject: str, event: LogEvent) -> int:
+        _, source = self.subjects.owner_on(event, subject)
         envelope = Envelope(
-            id=EventId(f"test:{next(_ids)}"), time=datetime.now(UTC), source="test", event=event
+            id=EventId(f"test:{next(_ids)}"), time=datetime.now(UTC), source=source, event=event
         )
         return int((await publish_envelope(self.js, subject, envelope)).seq)
 
@@ -487,6 +489,43 @@ async def test_an_undecodable_log_entry_is_parked_and_skipped(running: Ledger) -
     assert (letter.stream_seq, letter.data, letter.error) == (bad.seq, b"{not json", "DecodeError")
 
 
+async def test_a_request_a_consumer_delivers_is_parked_and_never_served(running: Ledger) -> None:
+    """nats-server lets whoever may create a consumer point its deliveries at any subject
+    (nats-io/nats-server#8274): a request shaped payload on the log, delivered to the
+    ledger's reserve subject, answers to ``$JS.ACK...``, no requester's inbox: parked, not
+    reserved. A request from a requester still is."""
+    injected = f"{running.subjects.prefix}.cluster.inject"
+    await running.js.add_consumer(
+        running.subjects.stream_name,
+        ConsumerConfig(
+            deliver_subject=running.subjects.ledger_reserve, deliver_group="ledger",
+            filter_subject=injected, deliver_policy=DeliverPolicy.NEW, ack_policy=AckPolicy.NONE,
+        ),
+    )  # fmt: skip
+    await running.js.publish(injected, _reserve(res("injected", "A", 10)))
+
+    async def untrusted() -> list[DeadLetter]:
+        letters = await dead_letters(running.js, running.subjects)
+        return [letter for letter in letters if letter.error == "UntrustedReply"]
+
+    [letter] = await eventually(untrusted)
+    # Delivered under the subject it was stored on, answering to the consumer's ack subject.
+    assert letter.subject == injected and "$JS.ACK." in letter.detail
+    assert await scalar(running.database_url, "root_cpu") == 0
+    assert (await running.reserve(res("asked", "A", 10))).results[0].granted
+    assert await scalar(running.database_url, "root_cpu") == 10 * CORE
+
+
+async def dead_letters(js: JetStreamContext, subjects: Subjects) -> list[DeadLetter]:
+    info = await js.stream_info(subjects.dlq_stream_name)
+    out: list[DeadLetter] = []
+    for seq in range(max(1, int(info.state.first_seq)), int(info.state.last_seq) + 1):
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            msg = await js.get_msg(subjects.dlq_stream_name, seq)
+            out.append(decode(msg.data or b"", DeadLetter))
+    return out
+
+
 def _reserve(item: Reservation) -> bytes:
     return encode(ReserveRequest(request_id=RequestId("neg"), zone=ZONE, reservations=[item]))
 
@@ -602,9 +641,7 @@ async def test_a_hold_is_recorded_with_who_asked_from_the_subject(running: Ledge
     assert [e.subject for e in found] == [running.subjects.hold(QuotaPath("root/A"))] * 2
     assert [e.envelope.source for e in found] == ["usher/ledger"] * 2
     assert [getattr(e.envelope.event, "by", None) for e in found] == ["alice", "bob"]
-    assert all(
-        running.subjects.ledger_decision_problem(e.subject, e.envelope) is None for e in found
-    )
+    assert all(running.subjects.owner_problem(e.subject, e.envelope) is None for e in found)
 
 
 async def _at_least(read: Callable[[], Awaitable[list[Entry]]], count: int) -> list[Entry]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from schemas import (
     Admitted,
@@ -123,6 +124,34 @@ async def test_garbage_request_gets_an_error_and_a_dead_letter(
         letter = decode((await dlq.next_msg(timeout=5)).data, DeadLetter)
         assert letter.service == "preemptor" and letter.error == "ValidationError"
         # Still serving.
+        raw = await nc.request(subjects.preempt_request, b"not json", timeout=5)
+        assert decode(raw.data, LedgerError).code == "bad-request"
+    await dlq.unsubscribe()
+
+
+async def test_a_request_a_consumer_delivers_is_parked_and_never_answered(
+    infra: Infra, subjects: Subjects, js: JetStreamContext, nc: Client
+) -> None:
+    """A consumer whose deliveries someone pointed at ``preempt.request`` (NATS cannot forbid
+    it: nats-io/nats-server#8274) answers to ``$JS.ACK...``: parked, not served."""
+    settings = ServiceSettings(nats_url=infra.nats_url, prefix=subjects.prefix)
+    dlq = await js.subscribe(subjects.dlq("preemptor"), stream=subjects.dlq_stream_name)
+    injected = f"{subjects.prefix}.cluster.inject"
+    async with running("preemptor", main, settings, subjects):
+        await js.add_consumer(
+            subjects.stream_name,
+            ConsumerConfig(
+                deliver_subject=subjects.preempt_request, deliver_group="preemptor",
+                filter_subject=injected, deliver_policy=DeliverPolicy.NEW,
+                ack_policy=AckPolicy.NONE,
+            ),
+        )  # fmt: skip
+        await js.publish(injected, encode(_request("a1/ghost", 1)))
+        letters = [decode((await dlq.next_msg(timeout=5)).data, DeadLetter) for _ in range(2)]
+        untrusted = [letter for letter in letters if letter.error == "UntrustedReply"]
+        assert [letter.subject for letter in untrusted] == [injected]
+        assert "$JS.ACK." in untrusted[0].detail
+        # Still serving a requester.
         raw = await nc.request(subjects.preempt_request, b"not json", timeout=5)
         assert decode(raw.data, LedgerError).code == "bad-request"
     await dlq.unsubscribe()

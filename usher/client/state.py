@@ -64,6 +64,7 @@ from usher.core.engine import Engine, JobView
 from usher.core.estimate import Estimate, estimate_pending
 from usher.core.explain import FairShareView
 from usher.core.explain import _fair_share as fair_share_of  # explain's own view of a leaf (F1)
+from usher.core.fold import fold_believed, forged
 from usher.core.holds import hold_over
 from usher.core.log import BadEntry, LogEntry
 from usher.core.quantity import format_quantity
@@ -352,6 +353,8 @@ class PeopleProjection:
     tree_deleted: TreeDeletion | None = None
     unreadable: int = 0
     """Entries that did not decode or that the core refused (skipped, as services park them)."""
+    forged: int = 0
+    """Decisions not made by their owner (``usher.core.fold``): skipped, as services do."""
     track_skips: bool = False
     """Count admissions past the head of each queue (the live view); off for one-off reads."""
     skips: dict[WorkloadKey, _Skips] = field(default_factory=dict)
@@ -370,14 +373,15 @@ class PeopleProjection:
             self.unreadable += 1
             return
         event = item.envelope.event
+        if forged(item) is not None:
+            self.forged += 1  # not its owner's: the services park it, nobody believes it
+            return
         if self.track_skips and isinstance(event, Admitted):
             self._note_skip(event.workload, item.time_ms)
-        self.usage.apply(event, item.time_ms)
-        try:
-            self.engine.apply(event, item.time_ms)
-        except Exception:  # the core refused it; services park such entries and go on
-            self.unreadable += 1
+        if not fold_believed(self.engine, item).folded:
+            self.unreadable += 1  # the core refused it; services park such entries, go on
             return
+        self.usage.apply(event, item.time_ms)
         self._record(item, event)
 
     def _note_skip(self, admitted: WorkloadKey, at_ms: int) -> None:

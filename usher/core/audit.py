@@ -108,11 +108,13 @@ from schemas import (
 from usher.core import retry
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
+from usher.core.fold import BAD_ENTRY_ERRORS, Verdict
 from usher.core.history import (
     History,
     format_datetime,
     format_resources,
     format_time,
+    screened,
     to_datetime,
 )
 from usher.core.invariants import Violation, as_preempted, check_log, log_groups
@@ -741,7 +743,12 @@ def audit(
     """The whole audit: the log part, and the ledger part when a snapshot is given.
 
     ``quiescent``: the log has come to rest, so its end is checked too (nothing stuck).
+    Entries the fold every reader uses refuses (``usher.core.fold``) are left out of every
+    check, as the services leave them out: a forged one (not its owner's subject, type or
+    source) is a finding (``forged``), an unfoldable one is rejected input.
     """
+    everything = history
+    history = screened(history, config)
     findings, decisions = audit_log(history, config, since_ms=since_ms, quiescent=quiescent)
     exact, passes = audit_recorded_passes(history, config, since_ms=since_ms)
     if exact:
@@ -750,6 +757,10 @@ def audit(
             [f for f in findings if f.seq is not None] + exact, key=lambda f: f.seq or 0
         )
         findings += at_end
+    at_entries = [f for f in findings if f.seq is not None] + _forged_findings(
+        everything, history.bad, since_ms
+    )
+    findings = sorted(at_entries, key=lambda f: f.seq or 0) + [f for f in findings if f.seq is None]
     if ledger is not None:
         findings += check_ledger(history, ledger, since_ms=since_ms)
         if ledger.intervals is not None:
@@ -760,9 +771,38 @@ def audit(
         allocations=len(ledger.allocations) if ledger is not None else None,
         since=to_datetime(since_ms) if since_ms is not None else None,
         findings=findings,
-        rejected=list(history.bad),
+        rejected=[bad for bad in history.bad if bad.error != FORGED],
         passes=passes,
     )
+
+
+FORGED = BAD_ENTRY_ERRORS[Verdict.FORGED]
+
+
+def _forged_findings(
+    history: History, refused: Sequence[BadEntry], since_ms: Millis | None
+) -> list[Finding]:
+    """A finding for each forged entry in the window: a decision its owner did not make (an
+    identity published what it may not decide); no reader folded it."""
+    by_seq = {item.seq: item for item in history.items}
+    findings = []
+    for bad in refused:
+        item = by_seq.get(bad.seq)
+        if bad.error != FORGED or item is None or not in_window(item, since_ms):
+            continue
+        event = item.event
+        findings.append(
+            Finding(
+                check="forged",
+                message=f"not believed by any reader: {bad.detail}",
+                decision=type(event).__name__,
+                seq=item.seq,
+                event_id=item.envelope.id,
+                workload=getattr(event, "workload", None),
+                time=item.envelope.time,
+            )
+        )
+    return findings
 
 
 def render_audit_json(report: AuditReport) -> str:

@@ -44,6 +44,7 @@ from usher.core import fairshare, reasons
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 from usher.core.estimate import Estimate, describe, estimate_pending
+from usher.core.fold import forged
 from usher.core.history import (
     History,
     fold,
@@ -145,7 +146,11 @@ class Explanation(msgspec.Struct, frozen=True, kw_only=True):
 def explain(
     history: History, config: EngineConfig, key: WorkloadKey, now_ms: Millis
 ) -> Explanation:
-    """Explain ``key`` on the state at the end of the log; reclaim is tried at ``now_ms``."""
+    """Explain ``key`` on the state at the end of the log; reclaim is tried at ``now_ms``.
+    Entries not made by their owner (``usher.core.fold.forged``) are left out of all of it."""
+    history = History(
+        items=[item for item in history.items if forged(item) is None], bad=history.bad
+    )
     lines: list[HistoryLine] = []
     requests: dict[str, int] = {}
     previous: WorkloadObserved | None = None

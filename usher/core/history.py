@@ -32,6 +32,7 @@ from schemas import (
 from usher.core.budgets import BudgetReport, budget_report
 from usher.core.config import EngineConfig
 from usher.core.engine import Engine, JobView, QueueEntry
+from usher.core.fold import fold_entry, refused_entry
 from usher.core.log import BadEntry, LogEntry, envelope_ms
 from usher.core.quantity import format_quantity
 
@@ -286,10 +287,29 @@ def prefix(
     return out
 
 
-def fold(engine: Engine, items: Iterable[LogEntry]) -> None:
-    """Apply entries in order at their own times, as every service's projection does."""
+def fold(engine: Engine, items: Iterable[LogEntry]) -> list[BadEntry]:
+    """Apply entries in order at their own times through the fold every service's projection
+    uses (``usher.core.fold``); the entries it refused (forged, unfoldable), in order."""
+    refused: list[BadEntry] = []
     for item in items:
-        engine.apply(item.envelope.event, item.time_ms)
+        outcome = fold_entry(engine, item)
+        if not outcome.folded:
+            refused.append(refused_entry(item, outcome))
+    return refused
+
+
+def screened(history: History, config: EngineConfig) -> History:
+    """``history`` without the entries the fold refuses (forged, unfoldable: ``fold``), which
+    join ``bad`` with their reason: what readers that fold the log their own way (the audit,
+    what-if) read, so that they believe and fold exactly what the services' projections do."""
+    refused = fold(Engine(config), history.items)
+    if not refused:
+        return history
+    out = {bad.seq for bad in refused}
+    return History(
+        items=[item for item in history.items if item.seq not in out],
+        bad=sorted([*history.bad, *refused], key=lambda bad: bad.seq),
+    )
 
 
 # ---------------------------------------------------------------------------- replay
@@ -323,6 +343,8 @@ class ReplayState(msgspec.Struct, frozen=True, kw_only=True):
     jobs: list[JobView]
     queues: list[QueueRow]
     quota: list[QuotaRow]
+    refused: int = 0
+    """Decoded entries the fold refused (forged, unfoldable): they changed nothing."""
 
 
 def replay(
@@ -335,15 +357,16 @@ def replay(
     """Rebuild the state at ``until_seq``/``until_ms`` (default: the end) from the log alone."""
     items = prefix(history, until_ms=until_ms, until_seq=until_seq)
     engine = Engine(config)
-    fold(engine, items)
+    refused = fold(engine, items)
     last = items[-1] if items else None
-    return state_of(
+    state = state_of(
         engine,
         seq=last.seq if last else 0,
         time_ms=last.time_ms if last else None,
         entries=len(items),
         undecodable=sum(1 for b in history.bad if last is not None and b.seq <= last.seq),
     )
+    return msgspec.structs.replace(state, refused=len(refused))
 
 
 def budgets_at(history: History, config: EngineConfig, now: Millis) -> BudgetReport:
@@ -397,6 +420,8 @@ def render_replay_table(state: ReplayState) -> str:
     lines = [f"state at seq {state.seq} ({when}), {state.entries} entries applied"]
     if state.undecodable:
         lines[0] += f", {state.undecodable} undecodable skipped"
+    if state.refused:
+        lines[0] += f", {state.refused} refused (forged or unfoldable) skipped"
     lines += ["", "jobs:"]
     for row in state.jobs:
         position = f"#{row.position}" if row.position is not None else ""
@@ -444,6 +469,7 @@ __all__ = [
     "render_replay_json",
     "render_replay_table",
     "replay",
+    "screened",
     "state_of",
     "to_datetime",
 ]

@@ -44,6 +44,7 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine import Engine
+from usher.core.fold import forged
 from usher.core.history import format_time
 from usher.core.log import LogEntry
 from usher.core.quantity import (  # re-exported: the units usage is read in (U1)
@@ -123,8 +124,11 @@ class UsageFold:
             self.stopped(event.workload, at_ms)
 
     def apply_entries(self, items: Iterable[LogEntry]) -> None:
+        """Entries of the log, as their owners made them: a forged decision opens nothing
+        (``usher.core.fold``)."""
         for item in items:
-            self.apply(item.event, item.time_ms)
+            if forged(item) is None:
+                self.apply(item.event, item.time_ms)
 
     def intervals(self) -> list[Interval]:
         """Closed intervals in the order they closed, then the open ones by start."""

@@ -74,7 +74,8 @@ from schemas import (
 from schemas.events import ClusterEvent
 from usher.core.config import EngineConfig, format_rate
 from usher.core.engine import Engine
-from usher.core.history import History, format_datetime, prefix, to_datetime
+from usher.core.fold import fold_believed
+from usher.core.history import History, format_datetime, prefix, screened, to_datetime
 from usher.core.log import LogEntry
 from usher.core.planning import (
     CLUSTER,
@@ -466,7 +467,7 @@ def _simulate(
 
     for item in folded:
         arrive(item)
-        engine.apply(item.event, item.time_ms)
+        fold_believed(engine, item)
     run.opening = held_now(engine)
     if folded:
         start = folded[-1].time_ms
@@ -602,8 +603,9 @@ def _replayed_trees(folded: Sequence[LogEntry], window: Sequence[LogEntry]) -> l
 
 
 def what_if(history: History, spec: WhatIfSpec) -> WhatIfReport:
-    """Replay the recorded inputs with both variants and compare what they decided."""
-    upto = prefix(history, until_ms=spec.until_ms)
+    """Replay the recorded inputs with both variants and compare what they decided (only
+    what the services believe and could fold: ``screened``)."""
+    upto = prefix(screened(history, spec.baseline.config), until_ms=spec.until_ms)
     cut = 0
     if spec.since_ms is not None:
         cut = next((i for i, item in enumerate(upto) if item.time_ms >= spec.since_ms), len(upto))

@@ -10,6 +10,13 @@ literal passwords for the local stack (``usher up``). ``python -m usher.adapters
 Only the ledger may publish ``Admitted``/``Preempted``/``Released``; a dequeuer only its own
 zone's ``Inadmissible``/``Unmapped``; only the admin may create, update, delete or purge a
 stream (services look the log up, they never reconfigure it).
+What nats-server cannot enforce: the deliver subject of a push consumer is in the request's
+body, not its subject, and the server does not check it against the creator's permissions
+(nats-io/nats-server#8274); an ordered consumer (what every reader, the console included,
+follows the log with) is a push consumer created on ``$JS.API.CONSUMER.CREATE.<stream>``, so
+any identity that may read the log may point a consumer at another subject, e.g. a request
+subject. The request handlers therefore serve only requests that answer to a requester's
+inbox (``services.common.requests.untrusted_reply``) and park the rest.
 What it must never do: talk to a server, read a file, or hold a password it was not given.
 """
 
