@@ -6,7 +6,8 @@ Arabic-Indic and superscript digits, surrounding spaces, nan/inf/1e300, empty, a
 control characters, and YAML values of the wrong type -- each with the kinds of setting for
 which it is nevertheless a good value (``"nan"`` is a fine zone name, ``" 5 "`` a fine hold
 reason). ``bad_values(kind)`` and ``hostile_values(kind)`` give what a setting of that kind
-must refuse; tests of the core, the watcher and the stack reuse them.
+must refuse; tests of the core, the watcher and the stack reuse them. ``hostile_trees`` and
+``hostile_jobs`` are typed log entries built from them, for tests that bypass the watcher.
 What it must never do: assert, start a server, or give a value that is good for the kind.
 """
 
@@ -14,7 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
 from hypothesis import strategies as st
+
+from schemas import Millis, PodSet, QuotaNode, WorkloadKey, WorkloadObserved, Zone
+from tests.builders.log import BASE_MS, CPU
+from tests.builders.trees import departments_tree
+from usher.core.values.registry import SETTINGS
 
 TEXT_KINDS = frozenset({"text"})
 """Kinds that take any printable text of bounded length."""
@@ -100,3 +107,45 @@ def hostile_values(kind: str, *, strings_only: bool = False) -> st.SearchStrateg
     if kind not in TEXT_KINDS | ZONE_KINDS:
         generated.append(_huge_digits())
     return st.one_of(fixed, *generated)
+
+
+# ------------------------------------------------------------------ typed entries for the log
+
+
+def hostile_trees(values_per_setting: int | None = None) -> list[QuotaNode]:
+    """Typed trees a forger could put straight on the log (bypassing the watcher): the
+    departments tree with one tree attribute of the registry set to each corpus value that
+    its kind refuses (the first ``values_per_setting`` of them, or all), then a 100 KB node name
+    and amounts beyond any bound."""
+    tree = departments_tree()
+    out: list[QuotaNode] = []
+    for entry in SETTINGS:
+        if entry.scope == "job":
+            continue
+        refused = [h.value for h in bad_values(entry.kind, strings_only=True)]
+        for value in refused[:values_per_setting]:
+            assert isinstance(value, str)
+            out.append(msgspec.structs.replace(tree, attributes={entry.key: value}))
+    out.append(msgspec.structs.replace(tree, name="x" * 100_000))
+    out.append(msgspec.structs.replace(tree, max={"cpu": 2**70}, min={"cpu": -(2**70)}))
+    return out
+
+
+def hostile_jobs() -> list[WorkloadObserved]:
+    """Typed job observations no manifest could give: 100 KB names and zones, control
+    characters, amounts and counts beyond any bound, negative ones."""
+
+    def job(
+        name: str = "h", zone: str = "default", cpu: int = CPU, count: int = 1
+    ) -> WorkloadObserved:
+        return WorkloadObserved(
+            workload=WorkloadKey(f"user-a/{name}"), namespace="user-a", name=name,
+            kind="batch/v1/Job", zone=Zone(zone), zones=[Zone(zone)], priority=0,
+            created_ms=Millis(BASE_MS), suspended=True,
+            pod_sets=[PodSet(name="main", count=count, requests={"cpu": cpu})],
+        )  # fmt: skip
+
+    return [
+        job(name="n" * 100_000), job(zone="z" * 100_000), job(zone="\x00\n\t"), job(zone=""),
+        job(cpu=2**70), job(cpu=-(2**70)), job(count=2**62), job(count=-5), job(cpu=-1),
+    ]  # fmt: skip

@@ -31,9 +31,7 @@ from schemas import (
     NodeResumed,
     PassRan,
     Pending,
-    PodSet,
     Preempted,
-    QuotaNode,
     QuotaPath,
     QuotaTreeApplied,
     Reason,
@@ -42,10 +40,10 @@ from schemas import (
     Retried,
     Unmapped,
     WorkloadKey,
-    WorkloadObserved,
     Zone,
     ZoneServed,
 )
+from tests.builders.hostile import hostile_jobs, hostile_trees
 from tests.builders.log import BASE, BASE_MS, CPU, QA, SUBJECTS, A, Log
 from tests.builders.trees import departments_tree
 from usher.core.config import EngineConfig
@@ -195,41 +193,6 @@ def test_a_forged_admission_takes_no_quota_and_the_job_that_fits_is_admitted() -
 # ---------------------------------------------------------------------------- hostile
 
 HUGE = "9" * 100_000
-HOSTILE_VALUES = [HUGE, "99999999999999999999", "-1", "1e300", "nan", "inf", "<script>",
-                  "\uff11\uff12", "\u0663", "\u00b2", " 5 ", "", "\x00", "x" * 100_000]  # fmt: skip
-"""A small local corpus; the shared one (tests/builders/hostile.py) replaces it at merge."""
-
-
-def hostile_trees() -> list[QuotaNode]:
-    tree = departments_tree()
-    names = ["usher.io/retry-limit", "usher.io/oom-memory-factor", "usher.io/zones",
-             "usher.io/ready-timeout", "usher.io/budget", "usher.io/max-runtime",
-             "usher.io/min-runtime", "usher.io/starvation-after"]  # fmt: skip
-    out = [
-        msgspec.structs.replace(tree, attributes={name: value})
-        for name in names
-        for value in HOSTILE_VALUES
-    ]
-    out.append(msgspec.structs.replace(tree, name="x" * 100_000))
-    out.append(msgspec.structs.replace(tree, max={"cpu": 2**70}, min={"cpu": -(2**70)}))
-    return out
-
-
-def hostile_jobs() -> list[WorkloadObserved]:
-    def job(
-        name: str = "h", zone: str = "default", cpu: int = CPU, count: int = 1
-    ) -> WorkloadObserved:
-        return WorkloadObserved(
-            workload=WorkloadKey(f"user-a/{name}"), namespace="user-a", name=name,
-            kind="batch/v1/Job", zone=Zone(zone), zones=[Zone(zone)], priority=0,
-            created_ms=Millis(BASE_MS), suspended=True,
-            pod_sets=[PodSet(name="main", count=count, requests={"cpu": cpu})],
-        )  # fmt: skip
-
-    return [
-        job(name="n" * 100_000), job(zone="z" * 100_000), job(zone="\x00\n\t"), job(zone=""),
-        job(cpu=2**70), job(cpu=-(2**70)), job(count=2**62), job(count=-5), job(cpu=-1),
-    ]  # fmt: skip
 
 
 def test_hostile_entries_never_crash_the_fold_and_a_plain_job_is_admitted_after() -> None:
@@ -260,9 +223,9 @@ def test_an_unfoldable_tree_is_reported_with_its_reason_and_the_previous_tree_st
     assert fold_entry(engine, tree).folded
     before = snapshot(engine)
     outcome = fold_entry(engine, poison)
-    if not outcome.folded:  # the engine refuses it (until the parsers refuse it at the watcher)
-        assert outcome.verdict is Verdict.UNFOLDABLE and "digits" in outcome.reason
-        assert snapshot(engine) == before  # refused before anything changed
+    assert outcome.verdict is Verdict.UNFOLDABLE  # refused, naming the attribute
+    assert "spec.root.attributes.usher.io/retry-limit" in outcome.reason
+    assert snapshot(engine) == before  # refused before anything changed
     assert fold_entry(engine, job).folded
     admitted = [d for d in engine.decide(Millis(BASE_MS + 3000)) if isinstance(d, Admitted)]
     assert [d.workload for d in admitted] == [WorkloadKey("user-a/plain")]

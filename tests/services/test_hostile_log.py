@@ -30,9 +30,9 @@ from services.dequeuer.service import main as dequeuer_main
 from services.ledger.service import main as ledger_main
 from services.preemptor.service import main as preemptor_main
 from tests.builders.events import CORE, observed
+from tests.builders.hostile import hostile_jobs, hostile_trees
 from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.core.test_fold import hostile_jobs, hostile_trees
 from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.subjects import Subjects
 from usher.core.config import EngineConfig
@@ -53,7 +53,7 @@ async def test_hostile_entries_on_the_log_stop_no_service_and_a_plain_job_is_adm
     infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str
 ) -> None:
     await publish(js, subjects.quota, QuotaTreeApplied(root=two_leaf_tree()))
-    for tree in hostile_trees():
+    for tree in hostile_trees(values_per_setting=2):
         await publish(js, subjects.quota, QuotaTreeApplied(root=tree))
     for job in hostile_jobs():
         await publish(js, subjects.job(job.zone, job.namespace, job.name), job)

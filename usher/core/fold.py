@@ -4,7 +4,9 @@ let one entry stop the fold.
 What it does: ``fold_entry(engine, entry)`` gives one decoded log entry a verdict and folds it
 only when it deserves it: ``FORGED`` when it is not what its owner would have put on the log
 (``usher.core.subjects.owner_problem``: subject, type and source must agree: only the ledger's
-admissions count), ``UNFOLDABLE`` when ``Engine.apply`` raised on it, else ``FOLDED``. Every
+admissions count), ``UNFOLDABLE`` when it is input the engine refuses (a tree T1 refuses, a
+job observation out of the registry's bounds: ``invalid_input``) or ``Engine.apply`` raised
+on it, else ``FOLDED``. Every
 reader (the services' projections, the watcher's, the client's ``PeopleProjection``, replay,
 explain, what-if and the audit through ``usher.core.history``) folds through it; the services
 park what is not folded on the DLQ as they park undecodable entries (``refused_entry`` makes
@@ -30,10 +32,12 @@ from enum import StrEnum
 
 import msgspec
 
-from schemas import Decision, QuotaTreeApplied, encode
+from schemas import Decision, LogEvent, QuotaTreeApplied, WorkloadObserved, encode
 from usher.core.engine import Engine
 from usher.core.log import BadEntry, LogEntry
 from usher.core.subjects import owner_problem
+from usher.core.tree import validate_tree
+from usher.core.workload import observed_errors
 
 MAX_REASON = 500
 """Characters of an exception's text kept in a verdict (a hostile value can be 100 KB)."""
@@ -79,6 +83,9 @@ def fold_entry(engine: Engine, entry: LogEntry) -> Outcome:
 def fold_believed(engine: Engine, entry: LogEntry) -> Outcome:
     """Fold an entry whose owner the caller has already checked (``forged``)."""
     event = entry.envelope.event
+    invalid = invalid_input(event)
+    if invalid is not None:  # the engine would ignore it: say so rather than call it folded
+        return Outcome(verdict=Verdict.UNFOLDABLE, reason=invalid)
     if isinstance(event, QuotaTreeApplied):
         try:  # a tree is tried alone first: a refused one leaves the engine untouched
             Engine(engine.config).apply(event, entry.time_ms)
@@ -94,6 +101,25 @@ def fold_believed(engine: Engine, entry: LogEntry) -> Outcome:
             reason += f"; the engine state it left is inconsistent: {_reason(again)}"
         return Outcome(verdict=Verdict.UNFOLDABLE, reason=reason)
     return Outcome(verdict=Verdict.FOLDED, decisions=decisions)
+
+
+def invalid_input(event: LogEvent) -> str | None:
+    """Why the engine keeps ``event`` out of its state (a tree T1 refuses, a job observation
+    no manifest could give: only a forged entry carries them), naming the fields; None when
+    it takes it. The engine applies the same checks itself, so that folding stays safe for a
+    caller that bypasses this function."""
+    if isinstance(event, QuotaTreeApplied):
+        errors = validate_tree(event.root)
+    elif isinstance(event, WorkloadObserved):
+        errors = observed_errors(event)
+    else:
+        return None
+    if not errors:
+        return None
+    shown = "; ".join(f"{e.path}: {e.message}" for e in errors[:5])
+    more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+    text = f"refused input: {shown}{more}"
+    return text if len(text) <= MAX_REASON else text[:MAX_REASON] + "..."
 
 
 def _reason(exc: BaseException) -> str:
@@ -119,5 +145,6 @@ __all__ = [
     "fold_believed",
     "fold_entry",
     "forged",
+    "invalid_input",
     "refused_entry",
 ]
