@@ -407,6 +407,7 @@ def _crashes(stack: Stack) -> list[str]:
     found: list[str] = []
     info = json.loads((stack.home / "stack.json").read_text())
     now = {name: int(pid) for name, pid in info["service_pids"].items()}
+    now["console"] = int(info["console_pid"])
     found += [f"{n} restarted (pid {p} -> {now.get(n)})"
               for n, p in stack.service_pids.items() if now.get(n) != p]  # fmt: skip
     if stack.up.proc is None or stack.up.proc.poll() is not None:
@@ -504,13 +505,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     folder = tmp_path_factory.mktemp("hostile-up")
     home = folder / "home"
     loop = asyncio.new_event_loop()
-    with UpProcess(home, args=("--no-demo", "--interval", "5")) as up:
+    # Any free console port: two stacks started at once both found 8470 free, and the loser's
+    # console then kept restarting on it (reported; not a hostile input's doing).
+    with UpProcess(home, args=("--no-demo", "--interval", "5", "--console-port", "0")) as up:
         info = up.stack(timeout=120)
         applied = usher(home, "apply", "-f", str(SEED_TREE))
         assert applied.returncode == 0, applied.stderr
         api, usher_client, log = loop.run_until_complete(_connect(home, str(info["kubeconfig"])))
         assert loop.run_until_complete(log.wait_until(lambda: bool(log.applied_trees)))
         pids = {name: int(pid) for name, pid in info["service_pids"].items()}
+        pids["console"] = int(info["console_pid"])  # it folds the log for people too
         running = Stack(up, loop, api, usher_client, log, pids, log.applied_trees[0])
         try:
             loop.run_until_complete(_plain_job_admitted(running))  # ready: it admits
