@@ -2,10 +2,12 @@
 
 What it does: keeps objects per resource type, stamps them (uid, creationTimestamp,
 resourceVersion, generation), enforces the API server's write rules (optimistic concurrency,
-status subresource, immutable identity, DNS-1123 names, AlreadyExists/NotFound), applies
-patches (``patches``), answers lists (filtered by ``selectors``, limit/continue) and keeps a bounded
-history of watch events under one global, etcd-like resourceVersion counter. Writers and
-watchers are told about every change through synchronous subscriptions (the change feed).
+status subresource, immutable identity, DNS-1123 names, labels and annotations that are maps
+of strings and annotations of at most 256 KiB in all (``check_string_maps``),
+AlreadyExists/NotFound), applies patches (``patches``), answers lists (filtered by
+``selectors``, limit/continue) and keeps a bounded history of watch events under one global,
+etcd-like resourceVersion counter. Writers and watchers are told about every change through
+synchronous subscriptions (the change feed).
 What it must never do: network or file I/O, asyncio, sleeping; hand out an object it will later
 mutate (stored objects are replaced, never changed in place); bump the resourceVersion for a
 write that changes nothing.
