@@ -26,11 +26,13 @@ test: lint typecheck
 	$(BIN)/pytest
 
 # Nightly-style: the admission-protocol state machine and the wire contract's properties with
-# many more, longer examples (tests/long.py), the both-zones race at 2,000 jobs, more load seeds.
+# many more, longer examples (tests/long.py), the both-zones race at 2,000 jobs, more load seeds,
+# every hostile value against a real `usher up` (its counts printed).
 test-long: setup
 	USHER_LONG_TESTS=1 $(BIN)/pytest tests/core/test_protocol_machine.py tests/test_schemas.py tests/core/test_hostile_values.py
 	USHER_LONG_TESTS=1 $(BIN)/pytest tests/e2e/test_resilience.py -k two_zone_dequeuers
 	USHER_LOAD_SEEDS=11,12,13,14,15 $(BIN)/pytest tests/e2e/test_borrowing_load.py
+	USHER_LONG_TESTS=1 $(BIN)/pytest -s tests/e2e/test_hostile_up.py
 
 run: setup
 	$(BIN)/usher up --burst-zones eci

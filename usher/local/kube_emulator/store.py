@@ -2,10 +2,12 @@
 
 What it does: keeps objects per resource type, stamps them (uid, creationTimestamp,
 resourceVersion, generation), enforces the API server's write rules (optimistic concurrency,
-status subresource, immutable identity, DNS-1123 names, AlreadyExists/NotFound), applies
-patches (``patches``), answers lists (filtered by ``selectors``, limit/continue) and keeps a bounded
-history of watch events under one global, etcd-like resourceVersion counter. Writers and
-watchers are told about every change through synchronous subscriptions (the change feed).
+status subresource, immutable identity, DNS-1123 names, labels and annotations that are maps
+of strings and annotations of at most 256 KiB in all (``check_string_maps``),
+AlreadyExists/NotFound), applies patches (``patches``), answers lists (filtered by
+``selectors``, limit/continue) and keeps a bounded history of watch events under one global,
+etcd-like resourceVersion counter. Writers and watchers are told about every change through
+synchronous subscriptions (the change feed).
 What it must never do: network or file I/O, asyncio, sleeping; hand out an object it will later
 mutate (stored objects are replaced, never changed in place); bump the resourceVersion for a
 write that changes nothing.
@@ -152,6 +154,47 @@ def check_identity(rt: ResourceType, body: JsonObj) -> None:
         raise bad_request(
             f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
         )
+
+
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+"""The real server's bound on all of an object's annotations, keys and values together."""
+
+
+def _go_json_type(value: object) -> str | None:
+    """How Go's JSON decoder names a value that is not a string (None: a string or null)."""
+    if value is None or isinstance(value, str):
+        return None
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return "array" if isinstance(value, list) else "object"
+
+
+def check_string_maps(rt: ResourceType, name: str, meta: JsonObj) -> None:
+    """400 for labels or annotations that are not a map of strings (the real server's JSON
+    decoding into ``map[string]string`` fails), 422 for annotations over 256 KiB in all."""
+    for field in ("labels", "annotations"):
+        values = meta.get(field)
+        if values is None:
+            continue
+        if isinstance(values, dict):
+            got = next((t for t in map(_go_json_type, values.values()) if t), None)
+            wanted = "string"
+        else:
+            got, wanted = _go_json_type(values) or "string", "map[string]string"
+        if got is not None:
+            version = rt.api_version.rsplit("/", 1)[-1]
+            raise bad_request(
+                f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: json: '
+                f"cannot unmarshal {got} into Go struct field ObjectMeta.metadata.{field} "
+                f"of type {wanted}"
+            )
+    annotations = meta.get("annotations") or {}
+    size = sum(len(k.encode()) + len((v or "").encode()) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        message = f"Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"
+        raise invalid(rt, name, [("FieldValueTooLong", "metadata.annotations", message)])
 
 
 # --------------------------------------------------------------------------- the store
@@ -375,6 +418,7 @@ class Store:
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
         self._check_namespace(rt, namespace, meta)
+        check_string_maps(rt, str(meta.get("name") or ""), meta)
         if not meta.get("name") and not meta.get("generateName"):
             raise invalid(
                 rt,
@@ -521,6 +565,8 @@ class Store:
         name = current["metadata"]["name"]
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise stale_conflict(rt, name)
+        if subresource != "status" and isinstance(new.get("metadata"), dict):
+            check_string_maps(rt, name, new["metadata"])
         merged = self._merge_for(rt, current, new, subresource)
         if merged == current:
             return clone(current)  # a no-op write: no new resourceVersion, no event
