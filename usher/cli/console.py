@@ -46,6 +46,13 @@ from usher.core.config import POLICIES
     envvar="USHER_STARTUP_TIMEOUT_SECONDS",
     help="Seconds to reach NATS at start, as the services ($USHER_STARTUP_TIMEOUT_SECONDS).",
 )
+@click.option(
+    "--listen-fd",
+    type=click.IntRange(min=3),
+    default=None,
+    hidden=True,
+    help="A listening socket inherited from `usher up` (it holds the port), instead of --port.",
+)
 @home_option("Folder of the running `usher up` (default $USHER_HOME).")
 def console_command(
     host: str,
@@ -54,6 +61,7 @@ def console_command(
     prefix: str | None,
     policy: str | None,
     startup_timeout_s: float,
+    listen_fd: int | None,
     home: Path | None,
 ) -> None:
     """Serve the read-only web console: quota tree, queues, jobs' stories, live decisions,
@@ -73,8 +81,20 @@ def console_command(
     def say(line: str) -> None:
         click.echo(line)
 
+    import socket
+
     try:
-        asyncio.run(serve(target, host, port, say=say, startup_timeout_s=startup_timeout_s))
+        listening = None if listen_fd is None else socket.socket(fileno=listen_fd)
+        asyncio.run(
+            serve(
+                target,
+                host,
+                port,
+                say=say,
+                startup_timeout_s=startup_timeout_s,
+                listening=listening,
+            )
+        )
     except OSError as exc:
         fail(f"console: cannot listen on {host}:{port}: {exc.strerror or exc}", EXIT_UNAVAILABLE)
     except ClientError as exc:

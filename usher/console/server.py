@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import re
 import signal
+import socket
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -514,8 +515,11 @@ async def serve(
     *,
     say: Callable[[str], None] = print,
     startup_timeout_s: float = 30.0,
+    listening: socket.socket | None = None,
 ) -> None:
-    """Follow ``target``'s log and serve the console on ``host:port`` until SIGTERM/Ctrl-C."""
+    """Follow ``target``'s log and serve the console on ``host:port`` until SIGTERM/Ctrl-C;
+    on ``listening`` instead when given (a socket ``usher up`` bound and holds, so that the
+    port stays its own across the console's restarts)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -527,7 +531,12 @@ async def serve(
         runner = web.AppRunner(make_app(log, stop, host), access_log=None)
         await runner.setup()
         try:
-            await web.TCPSite(runner, host, port).start()
+            site = (
+                web.TCPSite(runner, host, port)
+                if listening is None
+                else web.SockSite(runner, listening)
+            )
+            await site.start()
             say(f"console on http://{host}:{port}/ (read-only; Ctrl-C stops it)")
             await asyncio.wait(
                 {following, asyncio.ensure_future(stop.wait())},

@@ -76,6 +76,8 @@ class ManagedProcess:
     stop_signal: int = signal.SIGTERM
     run_as: dict[str, Any] = field(default_factory=dict)
     env: dict[str, str] | None = None
+    pass_fds: tuple[int, ...] = ()
+    """Descriptors the child inherits (the console's listening socket, held by ``usher up``)."""
     popen: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
     @property
@@ -93,6 +95,7 @@ class ManagedProcess:
                 preexec_fn=_die_with_parent(self.stop_signal),
                 **self.run_as,
                 env=self.env,
+                pass_fds=self.pass_fds,
                 # A new session: Ctrl-C in the terminal reaches only `usher up`, which then
                 # stops its children in order (PostgreSQL must not see SIGINT twice).
                 start_new_session=True,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import time
 from dataclasses import dataclass, field
@@ -217,6 +218,7 @@ class EmbeddedSystem:
     """Each service's /metrics, /healthz and /readyz port on 127.0.0.1 (``usher status``)."""
     console_url: str = field(default="", init=False)
     console_port: int = field(default=0, init=False)
+    _console_listening: socket.socket | None = field(default=None, init=False)
     info: StackInfo | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
@@ -382,25 +384,58 @@ class EmbeddedSystem:
 
     def _start_console(self, env: dict[str, str], wanted: int) -> None:
         """The web console as a process reading the log as the read-only ``console`` user."""
-        port = wanted if wanted and not port_open(HOST, wanted) else free_port(HOST)
+        listening = self._console_socket(wanted)
+        port = listening.getsockname()[1]
+        fd = listening.fileno()
         argv = [sys.executable, "-m", "usher", "console", "--host", HOST, "--port", str(port)]
+        argv += ["--listen-fd", str(fd)]
         own = {**env, "USHER_NATS_URL": self.stack.nats_url_for(CONSOLE)}
-        process = ManagedProcess(CONSOLE, argv, self.logs / f"{CONSOLE}.log", env=own)
+        process = ManagedProcess(
+            CONSOLE, argv, self.logs / f"{CONSOLE}.log", env=own, pass_fds=(fd,)
+        )
         process.start()
         self.console = Supervised(CONSOLE, argv, process)
         self.console_port = port
         self.console_url = f"http://{HOST}:{port}/"
 
+    def _console_socket(self, wanted: int) -> socket.socket:
+        """The console's listening socket, bound here and held for the stack's life: on
+        ``wanted`` when it is free, else on a free port. Binding it here (not in the console)
+        leaves no moment in which another program, another ``usher up`` starting at the same
+        time among them, could take the port between the check and the bind, and a restarted
+        console serves the same port."""
+        if self._console_listening is not None:
+            return self._console_listening
+        listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listening.bind((HOST, wanted))
+        except OSError:
+            listening.bind((HOST, 0))
+        listening.listen(128)
+        listening.set_inheritable(True)
+        self._console_listening = listening
+        return listening
+
     def _wait_for_console(self) -> None:
-        """Best effort: wait until the console listens, so the printed URL answers at once."""
+        """Best effort: wait until the console serves, so the printed URL answers at once."""
         if self.console is None:
             return
         process = self.console.process
         deadline = time.monotonic() + CONSOLE_READY_TIMEOUT_S
-        while not port_open(HOST, self.console_port) and time.monotonic() < deadline:
+        while not self._console_serving() and time.monotonic() < deadline:
             if not process.running():
                 raise ServerStartError(CONSOLE, "exited", process.log_tail())
             time.sleep(0.05)
+
+    def _console_serving(self) -> bool:
+        """Whether the console answers on its port (the socket listens from the start: only
+        an answer tells that the console accepts)."""
+        try:
+            with socket.create_connection((HOST, self.console_port), timeout=0.5) as conn:
+                conn.sendall(b"GET /static/missing HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+                return bool(conn.recv(12))
+        except OSError:
+            return False
 
     def _supervised(self) -> list[Supervised]:
         """Every process restarted when it dies: the webhook, the services and the console."""
@@ -539,5 +574,8 @@ class EmbeddedSystem:
         if self.emulator is not None:
             self.emulator.stop(timeout=15.0)
         self.stack.stop()
+        if self._console_listening is not None:
+            self._console_listening.close()
+            self._console_listening = None
         with contextlib.suppress(FileNotFoundError):
             (self.home / STACK_FILE).unlink()
