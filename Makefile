@@ -23,7 +23,7 @@ typecheck: setup
 	$(BIN)/mypy schemas usher services migrations
 
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 # Nightly-style: the admission-protocol state machine and the wire contract's properties with
 # many more, longer examples (tests/long.py), the both-zones race at 2,000 jobs, more load seeds,
