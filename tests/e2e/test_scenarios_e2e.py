@@ -30,15 +30,10 @@ from usher.adapters.nats.subjects import Subjects
 from usher.core import sim
 from usher.local.kube_emulator import KubeEmulator
 
-# The project's shared scenario folder when the repository sits beside it; else the copies
-# kept in the repo (byte-identical; tests/test_cli_sim.py checks they pass there too).
-_SHARED = REPO.parent / "shared" / "scenarios"
-_SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
-SCENARIOS = (
-    sorted(_SHARED.glob("*.yaml"))
-    if _SHARED.exists()
-    else [REPO / "tests" / "scenarios" / name for name in _SEEDS]
-)
+# kube-queue's ElasticQuotaTree walkthrough, its three scenarios (tests/cli/test_cli_sim.py
+# checks them with `usher sim --check` too).
+_WALKTHROUGH = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
+SCENARIOS = [REPO / "tests" / "scenarios" / name for name in _WALKTHROUGH]
 
 
 @pytest.fixture
