@@ -78,7 +78,7 @@ def _envelope(n: int, event: QuotaTreeApplied | WorkloadObserved) -> tuple[str, 
 
 def build_log(pending: int) -> tuple[list[LogEntry], str]:
     """The demo tree and ``pending`` jobs of user-a; the queue they wait in."""
-    root = parse_tree(yaml.safe_load(demo_file("seed-tree.yaml").read_text()))
+    root = parse_tree(yaml.safe_load(demo_file("walkthrough-tree.yaml").read_text()))
     envelopes = [_envelope(0, QuotaTreeApplied(root=root))]
     envelopes += [_envelope(n, _observed(n)) for n in range(1, pending + 1)]
     leaf = next(c for c in root.children if NAMESPACE in c.namespaces)

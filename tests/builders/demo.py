@@ -16,9 +16,9 @@ from usher.demo import demo_file
 from usher.demo.story import StoryJob
 
 
-def seed_tree() -> dict[str, Any]:
+def walkthrough_tree() -> dict[str, Any]:
     """The demo's seed ElasticQuotaTree, as ``usher up`` applies it."""
-    tree: dict[str, Any] = yaml.safe_load(demo_file("seed-tree.yaml").read_text())
+    tree: dict[str, Any] = yaml.safe_load(demo_file("walkthrough-tree.yaml").read_text())
     return tree
 
 

@@ -25,7 +25,7 @@ from usher.client.manifests import LAST_APPLIED, MAX_YAML_NODES, parse_yaml
 from usher.local.kube_emulator import KubeEmulator
 
 REPO = Path(__file__).resolve().parents[2]
-TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 GROUP, VERSION, PLURAL = "scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees"
 HEAD = """apiVersion: scheduling.sigs.k8s.io/v1beta1
 kind: ElasticQuotaTree

@@ -21,7 +21,7 @@ from tests.cli.stack_process import UpProcess, descendants, poll, usher
 from usher.client import AsyncClient, Client
 from usher.local.processes import ManagedProcess, ServerStartError, pid_alive
 
-TREE = Path(__file__).resolve().parents[2] / "usher" / "demo" / "seed-tree.yaml"
+TREE = Path(__file__).resolve().parents[2] / "usher" / "demo" / "walkthrough-tree.yaml"
 
 
 def one_line(result: object, code: int) -> str:

@@ -19,7 +19,7 @@ from usher.cli.live import queue_lines
 from usher.client.state import QueueInfo
 
 REPO = Path(__file__).resolve().parents[2]
-TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 JOB = ["--image", "busybox", "--cpu", "10", "--memory", "1Gi"]
 KUBECTL = shutil.which("kubectl")
 

@@ -21,7 +21,7 @@ from usher.adapters.kube import KubeClient, Resource
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "tests" / "scenarios"
-TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 CLASSES = REPO / "usher" / "demo" / "priority-classes.yaml"
 SEED_JOB = ["--image", "perl:5.34.0", "--cpu", "10", "--memory", "10Gi", "--replicas", "6"]
 

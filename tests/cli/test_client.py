@@ -38,7 +38,7 @@ from usher.local.processes import pid_alive
 from usher.local.system import EmbeddedSystem, SystemOptions
 
 REPO = Path(__file__).resolve().parents[2]
-TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 CLASSES = REPO / "usher" / "demo" / "priority-classes.yaml"
 
 

@@ -7,7 +7,7 @@ budget``'s table; the leaf takes nothing from the walkthrough's departments."""
 from __future__ import annotations
 
 from schemas import Admitted, Millis, Preempted, WorkloadKey
-from tests.builders.demo import seed_tree, story_request, story_setup
+from tests.builders.demo import story_request, story_setup, walkthrough_tree
 from tests.cli.test_demo_reclaim import Playback
 from usher.cli.live import budget_lines, queue_lines
 from usher.demo.budget import budget_leaf, story_jobs
@@ -18,7 +18,7 @@ END_S = 10
 
 def _cluster() -> Playback:
     """The demo's system once the budget story's leaf is added below the demo tree's root."""
-    tree = seed_tree()
+    tree = walkthrough_tree()
     tree["spec"]["root"]["children"].append(budget_leaf())
     play = Playback()
     play.feed(0, story_setup("budget", tree))

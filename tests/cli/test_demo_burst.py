@@ -6,7 +6,7 @@ jobs as ``usher submit`` builds them, an engine deciding (victims stop at once).
 from __future__ import annotations
 
 from schemas import Admitted, Preempted, WorkloadKey
-from tests.builders.demo import seed_tree, story_request, story_setup
+from tests.builders.demo import story_request, story_setup, walkthrough_tree
 from tests.cli.test_demo_reclaim import Playback
 from usher.demo.burst import burst_attributes, story_jobs
 from usher.local.cluster import NODE_ALLOCATABLE
@@ -15,7 +15,7 @@ from usher.local.kube_emulator.virtual_node import VIRTUAL_ALLOCATABLE
 
 def _cluster(attributes: dict[str, str]) -> Playback:
     """The demo's system once the burst zone is marked (``attributes`` on the tree's root)."""
-    tree = seed_tree()
+    tree = walkthrough_tree()
     tree["spec"]["root"]["attributes"] = attributes
     nodes = [
         {"name": "node-a", "zone": "a", "allocatable": dict(NODE_ALLOCATABLE)},

@@ -7,7 +7,7 @@ because fair share is on; the live view gives each leaf's decayed usage per weig
 from __future__ import annotations
 
 from schemas import Admitted, Millis, WorkloadKey
-from tests.builders.demo import seed_tree, story_request, story_setup
+from tests.builders.demo import story_request, story_setup, walkthrough_tree
 from tests.cli.test_demo_reclaim import Playback
 from usher.cli.live import queue_lines
 from usher.core.config import EngineConfig
@@ -18,7 +18,7 @@ HALF_LIFE_MS = 60_000
 
 def _cluster(config: EngineConfig) -> Playback:
     """The demo's system once the story's Teams are added below the demo tree's root."""
-    tree = seed_tree()
+    tree = walkthrough_tree()
     tree["spec"]["root"]["children"].append(fair_share_nodes())
     play = Playback(config)
     play.feed(0, story_setup("fair", tree))

@@ -25,7 +25,7 @@ from usher.local.system import EmbeddedSystem, SystemOptions
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 pytestmark = pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl is not installed")
 REPO = Path(__file__).resolve().parents[2]
-TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -78,7 +78,7 @@ def test_up_resumes_from_the_log_and_the_saved_cluster(tmp_path: Path) -> None:
     """A second start reuses NATS, PostgreSQL and the emulator's saved objects: the same jobs
     in the same states, nothing published twice; a start while one runs is refused."""
     home = tmp_path / "home"
-    tree = Path(__file__).resolve().parents[2] / "usher" / "demo" / "seed-tree.yaml"
+    tree = Path(__file__).resolve().parents[2] / "usher" / "demo" / "walkthrough-tree.yaml"
     with UpProcess(home, args=("--no-demo", "--interval", "1")) as up:
         up.stack()
         assert usher(home, "apply", "-f", str(tree)).returncode == 0

@@ -2,7 +2,7 @@
 calls it, so a job created running in a managed namespace is stored suspended and never runs
 unadmitted; `usher status` names a service that was killed or keeps dying and exits 1.
 
-One real `usher up --no-demo` for the module, with the seed tree applied.
+One real `usher up --no-demo` for the module, with the walkthrough tree applied.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, UpPr
     home = tmp_path_factory.mktemp("admission") / "home"
     with UpProcess(home) as up:
         up.stack()
-        tree = usher(home, "apply", "-f", str(REPO / "usher" / "demo" / "seed-tree.yaml"))
+        tree = usher(home, "apply", "-f", str(REPO / "usher" / "demo" / "walkthrough-tree.yaml"))
         assert tree.returncode == 0, tree.stderr
         yield home, up
 

@@ -97,7 +97,7 @@ async def _wait_back(up: UpProcess, server: str, old_pid: int) -> dict[str, Any]
 
 async def _run(up: UpProcess, count: int) -> None:
     info = up.stack()
-    for name in ("seed-tree.yaml", "priority-classes.yaml"):
+    for name in ("walkthrough-tree.yaml", "priority-classes.yaml"):
         applied = await asyncio.to_thread(usher, up.home, "apply", "-f", str(DEMO / name))
         assert applied.returncode == 0, applied.stderr
     rng = random.Random(20261124)

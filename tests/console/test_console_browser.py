@@ -76,7 +76,7 @@ def _replay_json(home: Path, seq: int) -> dict[str, Any]:
     return dict(json.loads(result.stdout))
 
 
-def test_the_tree_page_shows_the_seed_trees_numbers(console: Console) -> None:
+def test_the_tree_page_shows_the_walkthrough_trees_numbers(console: Console) -> None:
     page = console.open("/")
     page.wait_for_selector('tr[data-path="root/Department-b"]', timeout=30_000)
 
@@ -84,7 +84,7 @@ def test_the_tree_page_shows_the_seed_trees_numbers(console: Console) -> None:
         cell = page.locator(f'tr[data-path="{path}"] [data-resource="{resource}"]')
         return cell.locator(".min").inner_text(), cell.locator(".max").inner_text()
 
-    # seed-tree.yaml: 100 cpu / 100Gi / 4 GPUs in all; Department-a is guaranteed 60 cpu,
+    # walkthrough-tree.yaml: 100 cpu / 100Gi / 4 GPUs in all; Department-a is guaranteed 60 cpu,
     # 60Gi, 3 GPUs, Department-b 40 cpu, 40Gi, 1 GPU; each may borrow up to the whole.
     assert amounts("root", "cpu") == ("100", "100")
     assert amounts("root", "memory") == ("100Gi", "100Gi")

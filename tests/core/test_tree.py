@@ -26,7 +26,7 @@ from usher.core.tree import (
 GI = 2**30
 
 # The tree of scenarios/01-seed-round.yaml (kube-queue's walkthrough), verbatim.
-SEED_TREE_YAML = """
+WALKTHROUGH_TREE_YAML = """
 apiVersion: scheduling.sigs.k8s.io/v1beta1
 kind: ElasticQuotaTree
 metadata: {name: elasticquotatree, namespace: kube-system}
@@ -75,7 +75,7 @@ Manifest = dict[str, Any]
 
 
 def seed() -> Manifest:
-    loaded: Manifest = yaml.safe_load(SEED_TREE_YAML)
+    loaded: Manifest = yaml.safe_load(WALKTHROUGH_TREE_YAML)
     return loaded
 
 
@@ -95,11 +95,11 @@ def errors_of(manifest: object) -> list[tuple[str, str, str]]:
     return [(e.path, e.code, e.message) for e in caught.value.errors]
 
 
-def test_seed_tree_parses_to_canonical_integers() -> None:
+def test_walkthrough_tree_parses_to_canonical_integers() -> None:
     assert parse_tree(seed()) == SEED_ROOT
 
 
-def test_seed_tree_is_valid_as_typed_tree() -> None:
+def test_walkthrough_tree_is_valid_as_typed_tree() -> None:
     assert validate_tree(SEED_ROOT) == []
 
 

@@ -121,8 +121,8 @@ def _tree_errors(two_zones: list[Manifest], tree: Any) -> list[tuple[str, str]]:
     )
 
 
-def test_the_tree_crd_accepts_the_seed_tree(two_zones: list[Manifest]) -> None:
-    tree = yaml.safe_load((REPO / "usher" / "demo" / "seed-tree.yaml").read_text())
+def test_the_tree_crd_accepts_the_walkthrough_tree(two_zones: list[Manifest]) -> None:
+    tree = yaml.safe_load((REPO / "usher" / "demo" / "walkthrough-tree.yaml").read_text())
     tree["spec"]["root"]["attributes"] = {"usher.io/within-quota": "LowerPriority"}
     tree["spec"]["root"]["children"][0]["min"]["cpu"] = 60  # an integer quantity
     assert _tree_errors(two_zones, tree) == []

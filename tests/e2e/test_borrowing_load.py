@@ -50,10 +50,10 @@ ZONES = ("a", "b", "default")
 DEMO = Path(__file__).resolve().parents[2] / "usher" / "demo"
 
 
-def seed_tree() -> dict[str, Any]:
+def walkthrough_tree() -> dict[str, Any]:
     import yaml
 
-    tree: dict[str, Any] = yaml.safe_load((DEMO / "seed-tree.yaml").read_text())
+    tree: dict[str, Any] = yaml.safe_load((DEMO / "walkthrough-tree.yaml").read_text())
     return tree
 
 
@@ -97,7 +97,7 @@ async def _setup(api: client.ApiClient) -> None:
             }
         )
     await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", seed_tree()
+        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", walkthrough_tree()
     )
 
 

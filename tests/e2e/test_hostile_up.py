@@ -1,8 +1,8 @@
 """Hostile values against a real `usher up`: each refused naming its field, the queue goes on.
 
-One `usher up --no-demo` for the whole module (its own ``$USHER_HOME``), the seed tree applied
-with `usher apply`. Then, batch after batch, every ``usher.io/`` setting of the registry x the
-hostile values of ``tests/builders/hostile.py``: a job setting as an annotation of a suspended
+One `usher up --no-demo` for the whole module (its own ``$USHER_HOME``), the walkthrough tree
+applied with `usher apply`. Then, batch after batch, every ``usher.io/`` setting of the registry
+x the hostile values of ``tests/builders/hostile.py``: a job setting as an annotation of a suspended
 Job created through the Kubernetes API (as kubectl would), a tree setting as an attribute of a
 node of the tree in force, replaced through the API. After each batch a plain job must be
 admitted. Every hostile input must be refused naming its field -- a ``WorkloadRejected`` whose
@@ -10,7 +10,7 @@ errors name ``metadata.annotations.<key>``, a ``QuotaTreeRejected`` of that reso
 whose errors name ``<node>.attributes.<key>`` -- or refused by the API itself (a 4xx: what a
 real API server does with a non-string annotation); never observed as a workload or applied as
 a tree, never admitted. No service process may die or restart, no service log may hold a
-traceback, and the seed tree stays in force throughout.
+traceback, and the walkthrough tree stays in force throughout.
 
 ``make test`` tries a fixed half of the corpus (every setting, every corpus value) and a few
 generated batches; ``make test-long`` (``USHER_LONG_TESTS=1``) the whole corpus and many more
@@ -65,7 +65,7 @@ from usher.core.values.registry import (
 
 pytestmark = pytest.mark.e2e
 
-SEED_TREE = REPO / "usher" / "demo" / "seed-tree.yaml"
+WALKTHROUGH_TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 EQT = ("scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", "elasticquotatree")
 NAMESPACE = "user-a"
 HOSTILE_LABEL = {"usher-test/hostile": "yes"}
@@ -254,15 +254,15 @@ class Stack:
 # --------------------------------------------------------------------------- one batch
 
 
-def _seed_tree() -> dict[str, Any]:
-    tree: dict[str, Any] = yaml.safe_load(SEED_TREE.read_text())
+def _walkthrough_tree() -> dict[str, Any]:
+    tree: dict[str, Any] = yaml.safe_load(WALKTHROUGH_TREE.read_text())
     return tree
 
 
 def _tree_spec(case: Case) -> tuple[dict[str, Any], str]:
-    """The seed tree's spec with the hostile attribute on the case's node, and the field path
+    """The walkthrough tree's spec with the hostile attribute on the case's node, and the field path
     its refusal must name."""
-    spec = _seed_tree()["spec"]
+    spec = _walkthrough_tree()["spec"]
     root = spec["root"]
     if case.node == "root":
         root["attributes"] = {case.setting.key: case.value}
@@ -348,7 +348,7 @@ def _same_as_the_last_tree(stack: Stack, case: Case) -> bool:
     repeat values). Such a case is left out; the core's own reading decides it."""
     if case.scope != "tree":
         return False
-    manifest = {**_seed_tree(), "spec": _tree_spec(case)[0]}
+    manifest = {**_walkthrough_tree(), "spec": _tree_spec(case)[0]}
     try:
         parse_tree(manifest)
         errors = b"valid"
@@ -423,7 +423,7 @@ def _crashes(stack: Stack) -> list[str]:
 
 
 def _check_health(stack: Stack) -> None:
-    """The services stand, the seed tree is still the one in force, every count adds up."""
+    """The services stand, the walkthrough tree is still the one in force, every count adds up."""
     crashes = _crashes(stack)
     stack.counts.crashes = len(crashes)
     assert not crashes and not stack.counts.failures, [*crashes, *stack.counts.failures]
@@ -509,7 +509,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # console then kept restarting on it (reported; not a hostile input's doing).
     with UpProcess(home, args=("--no-demo", "--interval", "5", "--console-port", "0")) as up:
         info = up.stack(timeout=120)
-        applied = usher(home, "apply", "-f", str(SEED_TREE))
+        applied = usher(home, "apply", "-f", str(WALKTHROUGH_TREE))
         assert applied.returncode == 0, applied.stderr
         api, usher_client, log = loop.run_until_complete(_connect(home, str(info["kubeconfig"])))
         assert loop.run_until_complete(log.wait_until(lambda: bool(log.applied_trees)))

@@ -40,11 +40,11 @@ from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
 DEMO_DIR = Path(__file__).resolve().parent
-DEMO_FILES = ("seed-tree.yaml", "priority-classes.yaml")
+DEMO_FILES = ("walkthrough-tree.yaml", "priority-classes.yaml")
 
 
 def demo_file(name: str) -> Path:
-    """A file shipped with the demo (``seed-tree.yaml``, ``priority-classes.yaml``...)."""
+    """A file shipped with the demo (``walkthrough-tree.yaml``, ``priority-classes.yaml``...)."""
     return DEMO_DIR / name
 
 
@@ -221,9 +221,9 @@ class DemoDriver:
         for applied in await self.client.apply(demo_file(name)):
             self.say(f"demo: {applied.label}/{applied.name} {applied.action}")
 
-    def _seed_tree(self) -> dict[str, Any]:
+    def _walkthrough_tree(self) -> dict[str, Any]:
         """The demo tree as the demo applies it again: with what it added to the root."""
-        [tree] = read_yaml_documents(demo_file("seed-tree.yaml"))
+        [tree] = read_yaml_documents(demo_file("walkthrough-tree.yaml"))
         assert isinstance(tree, dict)
         if self.root_attributes:
             root = tree["spec"]["root"]
@@ -237,7 +237,9 @@ class DemoDriver:
         """Apply the demo tree again with the budget story's leaf below its root (B1)."""
         leaf = budget_leaf()
         self.root_children = [leaf]
-        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: budget"):
+        for applied in await self.client.apply_manifests(
+            [self._walkthrough_tree()], "demo: budget"
+        ):
             note = f"{leaf['name']} added with a budget of {leaf['attributes'][BUDGETS]}"
             self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
@@ -245,7 +247,7 @@ class DemoDriver:
         """Apply the demo tree again with the fair-share story's Teams below its root (F1)."""
         teams = fair_share_nodes()
         self.root_children = [*self.root_children, teams]
-        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: fair"):
+        for applied in await self.client.apply_manifests([self._walkthrough_tree()], "demo: fair"):
             note = f"{teams['name']} added: two leaves of weights 1 and 3 share 12 cpu"
             self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
@@ -253,7 +255,7 @@ class DemoDriver:
         """Apply the demo tree again with ``burst_zone`` burst and the default list
         ``own_zone,burst_zone`` on its root (Z3)."""
         self.root_attributes = burst_attributes(own_zone, burst_zone)
-        for applied in await self.client.apply_manifests([self._seed_tree()], "demo: burst"):
+        for applied in await self.client.apply_manifests([self._walkthrough_tree()], "demo: burst"):
             note = f"zone {burst_zone} burst, jobs of zone {own_zone} may burst there"
             self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
@@ -302,7 +304,7 @@ class DemoDriver:
         submit a gang the emulator's kubelet never lets become ready: it is admitted, requeued
         after 60 s with its reason (``PodsNotReady: 0/4 pods ready after 60 s ...``), its
         quota goes to the jobs waiting, and it is offered again after its backoff (R10)."""
-        tree = self._seed_tree()
+        tree = self._walkthrough_tree()
         for child in tree["spec"]["root"]["children"]:
             if child["name"] == STUCK_DEPARTMENT:
                 child["attributes"] = {**child.get("attributes", {}), **READINESS}
