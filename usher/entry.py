@@ -5,7 +5,9 @@ that comes during those imports, before the command has set its own handling, en
 process with exit 130 and one line. During the imports SIGINT only sets a flag, checked once
 they are done: a ``KeyboardInterrupt`` raised in the middle of a third-party import could be
 swallowed by a bare ``except:`` there, and the command would then start as if never
-interrupted.
+interrupted. Ctrl-C and SIGTERM work however the process was started: a SIGINT ignored or
+a signal blocked by the parent (both survive exec: a script's background job, a thread that
+blocks signals) would otherwise be lost until ``usher up`` sets its own handling.
 What it must never do: import anything heavy itself, or swallow any other exception.
 """
 
@@ -31,12 +33,13 @@ def _stop_interrupted() -> NoReturn:
 
 def main() -> None:
     """Run ``usher.cli.main``; an early Ctrl-C is one line and exit 130."""
-    previous = signal.signal(signal.SIGINT, _remember)
+    signal.signal(signal.SIGINT, _remember)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         from usher.cli import main as cli_main
     except KeyboardInterrupt:
         _stop_interrupted()
-    signal.signal(signal.SIGINT, previous)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if _interrupted:
         _stop_interrupted()
     try:

@@ -502,12 +502,13 @@ async def test_watch_sends_added_modified_deleted_in_order(api: client.ApiClient
     batch = client.BatchV1Api(api)
     start = (await batch.list_namespaced_job(NS)).metadata.resource_version
     watcher = asyncio.create_task(
-        collect(batch.list_namespaced_job, 3, NS, resource_version=start, timeout_seconds=5)
+        collect(batch.list_namespaced_job, 3, NS, resource_version=start, timeout_seconds=30)
     )
     created = await batch.create_namespaced_job(NS, job("train"))
     await batch.patch_namespaced_job("train", NS, {"spec": {"suspend": False}})
     await batch.delete_namespaced_job("train", NS)
-    events = await asyncio.wait_for(watcher, 5)
+    # Generous: the order is what is tested, and a busy machine can be slow to deliver.
+    events = await asyncio.wait_for(watcher, 30)
     assert summary(events) == [("ADDED", "train"), ("MODIFIED", "train"), ("DELETED", "train")]
     rvs = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in events]
     first_rv = int(created.metadata.resource_version)
