@@ -87,17 +87,29 @@ class DecisionPass:
             # The candidate fitting its quota answers ``queue_viable`` too (its own shape is
             # one of the queue's, past the cursor): one quota walk instead of two.
             fits_quota = not job.held and self.e._fits_quota(leaf, job.shape)
-            if not fits_quota and not self.queue_viable(leaf):
-                continue  # nothing left in it can fit or preempt until something changes
+            # Offered once per pass, whatever follows: a candidate passed over below counts
+            # as one that failed, so a preemption later in the pass does not bring it back.
             self.tried.add(job.key)
-            moved = self.try_candidate(job, fits_quota)
-            if not moved and self.policy.closes_queue:
-                self.closed.add(leaf)
+            if not fits_quota and not self.queue_viable(leaf):
+                # Nothing left in it can fit or preempt until something changes: no try,
+                # and the queue is offered again only if a preemption reopens it.
+                self.cursor[leaf] = job.sort_key
+                self.fail(leaf)
                 continue
+            moved = self.try_candidate(job, fits_quota)
             self.cursor[leaf] = job.sort_key
+            if not moved:
+                self.fail(leaf)
+                if self.policy.closes_queue:
+                    continue
             self.offer(leaf)
             if moved:
                 self.keep_only_potential_when_full()
+
+    def fail(self, leaf: QuotaPath) -> None:
+        """The leaf's candidate stays pending: under Block its queue offers nothing more."""
+        if self.policy.closes_queue:
+            self.closed.add(leaf)
 
     def seed(self) -> None:
         """Start from the engine's kept offers (brought up to date for what changed)."""
