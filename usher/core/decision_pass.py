@@ -70,6 +70,10 @@ class DecisionPass:
         self.touched: set[QuotaPath] = set()
         self.cursor: dict[QuotaPath, SortKey] = {}
         self.closed: set[QuotaPath] = set()
+        self.stands: dict[QuotaPath, SortKey] = {}
+        """Under Block, per leaf, the first place of a workload preempted in this pass: it
+        is not offered again, but it still counts as a head that failed, so nothing behind
+        it in its queue is offered (section 4)."""
         self.tried: set[WorkloadKey] = set(skip or ())
         self.stamp = 0
         self.full_pruned = False
@@ -233,6 +237,8 @@ class DecisionPass:
         cursor = self.cursor.get(leaf)
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
+        stand = self.stands.get(leaf)
+        end = len(entries) if stand is None else bisect_right(entries, stand)
         jobs = self.e.state.jobs
         decides_for = self.e._decides_some_zone
         backing_off = self.e.backing_off
@@ -241,7 +247,7 @@ class DecisionPass:
         held = leaf in self.e._held_leaves
         # A spent budget (B1) stops what its action says; a leaf under none skips the call.
         budgeted = self.e.budget_gated(leaf)  # B2's holds too
-        while index < len(entries):
+        while index < end:
             key = entries[index][2]
             job = jobs[key]
             # ``readiness`` first: most workloads were never requeued (R10), skip the call.
@@ -396,6 +402,7 @@ class DecisionPass:
             e._classify(victim)
             e._set_note(victim, why)
             self.tried.add(victim.key)  # not reconsidered before the next pass
+            self.stand(victim)
             self.decisions.append(
                 Preempted(
                     workload=victim.key,
@@ -406,6 +413,16 @@ class DecisionPass:
                 )
             )
         return placements
+
+    def stand(self, victim: Job) -> None:
+        """Under Block, ``victim`` (preempted, back in its queue) still closes its queue
+        from its place on for the rest of the pass, as a head that failed would."""
+        leaf = victim.leaf
+        if not self.policy.closes_queue or leaf is None:
+            return
+        place = self.stands.get(leaf)
+        if place is None or victim.sort_key < place:
+            self.stands[leaf] = victim.sort_key
 
     def reopen(self, victims: list[tuple[Job, Reason]]) -> None:
         """After a preemption: refresh the victims' queues and open any queue it unblocked."""
