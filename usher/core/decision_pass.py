@@ -57,9 +57,15 @@ class DecisionPass:
     """
 
     def __init__(
-        self, engine: Engine, decisions: list[Decision], skip: list[WorkloadKey] | None = None
+        self,
+        engine: Engine,
+        decisions: list[Decision],
+        skip: list[WorkloadKey] | None = None,
+        victims: list[Job] | None = None,
     ) -> None:
-        """``skip``: workloads not to try in this pass (already tried first, N1)."""
+        """``skip``: workloads not to try in this pass (already tried first, N1); ``victims``:
+        workloads preempted earlier in this pass (by those tried first), which are not offered
+        and, under Block, still stop their queues (``stand``)."""
         self.e = engine
         self.decisions = decisions
         self.heap: list[tuple[OfferKey, int, QuotaPath]] = []
@@ -75,11 +81,16 @@ class DecisionPass:
         is not offered again, but it still counts as a head that failed, so nothing behind
         it in its queue is offered (section 4)."""
         self.tried: set[WorkloadKey] = set(skip or ())
+        self.victims: list[Job] = []
+        """The workloads this pass preempted, in order."""
         self.stamp = 0
         self.full_pruned = False
         self.policy = engine._policy
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
+        for victim in victims or ():
+            self.tried.add(victim.key)
+            self.stand(victim)
 
     def run(self) -> None:
         self.seed()
@@ -403,6 +414,7 @@ class DecisionPass:
             e._set_note(victim, why)
             self.tried.add(victim.key)  # not reconsidered before the next pass
             self.stand(victim)
+            self.victims.append(victim)
             self.decisions.append(
                 Preempted(
                     workload=victim.key,
