@@ -57,9 +57,15 @@ class DecisionPass:
     """
 
     def __init__(
-        self, engine: Engine, decisions: list[Decision], skip: list[WorkloadKey] | None = None
+        self,
+        engine: Engine,
+        decisions: list[Decision],
+        skip: list[WorkloadKey] | None = None,
+        victims: list[Job] | None = None,
     ) -> None:
-        """``skip``: workloads not to try in this pass (already tried first, N1)."""
+        """``skip``: workloads not to try in this pass (already tried first, N1); ``victims``:
+        workloads preempted earlier in this pass (by those tried first), which are not offered
+        and, under Block, still stop their queues (``stand``)."""
         self.e = engine
         self.decisions = decisions
         self.heap: list[tuple[OfferKey, int, QuotaPath]] = []
@@ -70,12 +76,21 @@ class DecisionPass:
         self.touched: set[QuotaPath] = set()
         self.cursor: dict[QuotaPath, SortKey] = {}
         self.closed: set[QuotaPath] = set()
+        self.stands: dict[QuotaPath, SortKey] = {}
+        """Under Block, per leaf, the first place of a workload preempted in this pass: it
+        is not offered again, but it still counts as a head that failed, so nothing behind
+        it in its queue is offered (section 4)."""
         self.tried: set[WorkloadKey] = set(skip or ())
+        self.victims: list[Job] = []
+        """The workloads this pass preempted, in order."""
         self.stamp = 0
         self.full_pruned = False
         self.policy = engine._policy
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
+        for victim in victims or ():
+            self.tried.add(victim.key)
+            self.stand(victim)
 
     def run(self) -> None:
         self.seed()
@@ -87,17 +102,29 @@ class DecisionPass:
             # The candidate fitting its quota answers ``queue_viable`` too (its own shape is
             # one of the queue's, past the cursor): one quota walk instead of two.
             fits_quota = not job.held and self.e._fits_quota(leaf, job.shape)
-            if not fits_quota and not self.queue_viable(leaf):
-                continue  # nothing left in it can fit or preempt until something changes
+            # Offered once per pass, whatever follows: a candidate passed over below counts
+            # as one that failed, so a preemption later in the pass does not bring it back.
             self.tried.add(job.key)
-            moved = self.try_candidate(job, fits_quota)
-            if not moved and self.policy.closes_queue:
-                self.closed.add(leaf)
+            if not fits_quota and not self.queue_viable(leaf):
+                # Nothing left in it can fit or preempt until something changes: no try,
+                # and the queue is offered again only if a preemption reopens it.
+                self.cursor[leaf] = job.sort_key
+                self.fail(leaf)
                 continue
+            moved = self.try_candidate(job, fits_quota)
             self.cursor[leaf] = job.sort_key
+            if not moved:
+                self.fail(leaf)
+                if self.policy.closes_queue:
+                    continue
             self.offer(leaf)
             if moved:
                 self.keep_only_potential_when_full()
+
+    def fail(self, leaf: QuotaPath) -> None:
+        """The leaf's candidate stays pending: under Block its queue offers nothing more."""
+        if self.policy.closes_queue:
+            self.closed.add(leaf)
 
     def seed(self) -> None:
         """Start from the engine's kept offers (brought up to date for what changed)."""
@@ -221,6 +248,8 @@ class DecisionPass:
         cursor = self.cursor.get(leaf)
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
+        stand = self.stands.get(leaf)
+        end = len(entries) if stand is None else bisect_right(entries, stand)
         jobs = self.e.state.jobs
         decides_for = self.e._decides_some_zone
         backing_off = self.e.backing_off
@@ -229,7 +258,7 @@ class DecisionPass:
         held = leaf in self.e._held_leaves
         # A spent budget (B1) stops what its action says; a leaf under none skips the call.
         budgeted = self.e.budget_gated(leaf)  # B2's holds too
-        while index < len(entries):
+        while index < end:
             key = entries[index][2]
             job = jobs[key]
             # ``readiness`` first: most workloads were never requeued (R10), skip the call.
@@ -384,6 +413,8 @@ class DecisionPass:
             e._classify(victim)
             e._set_note(victim, why)
             self.tried.add(victim.key)  # not reconsidered before the next pass
+            self.stand(victim)
+            self.victims.append(victim)
             self.decisions.append(
                 Preempted(
                     workload=victim.key,
@@ -394,6 +425,16 @@ class DecisionPass:
                 )
             )
         return placements
+
+    def stand(self, victim: Job) -> None:
+        """Under Block, ``victim`` (preempted, back in its queue) still closes its queue
+        from its place on for the rest of the pass, as a head that failed would."""
+        leaf = victim.leaf
+        if not self.policy.closes_queue or leaf is None:
+            return
+        place = self.stands.get(leaf)
+        if place is None or victim.sort_key < place:
+            self.stands[leaf] = victim.sort_key
 
     def reopen(self, victims: list[tuple[Job, Reason]]) -> None:
         """After a preemption: refresh the victims' queues and open any queue it unblocked."""

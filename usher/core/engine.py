@@ -1795,9 +1795,10 @@ class Engine:
                 self._end_pass_admissions()
             return
         holders: list[Job] = []
+        victims: list[Job] = []
         try:
-            starvation.serve_first(self, decisions, holders)
-            DecisionPass(self, decisions, skip=[job.key for job in holders]).run()
+            starvation.serve_first(self, decisions, holders, victims)
+            DecisionPass(self, decisions, [job.key for job in holders], victims).run()
             backfill.run(self, decisions, holders)  # N2: opt-in, needs a declared runtime
         finally:
             starvation.release(self, holders)

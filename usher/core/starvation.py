@@ -58,16 +58,22 @@ def next_start(e: Engine) -> Millis | None:
     return Millis(min(later)) if later else None
 
 
-def serve_first(e: Engine, decisions: list[Decision], holders: list[Job]) -> None:
+def serve_first(
+    e: Engine, decisions: list[Decision], holders: list[Job], victims: list[Job]
+) -> None:
     """Try every reserved workload before the pass; hold the path of each that still does
     not fit, adding it to ``holders`` (each must be ``release``d when the pass ends, also
-    when the pass fails half-way: the caller owns the list)."""
+    when the pass fails half-way: the caller owns the list). What their reclaims preempt is
+    added to ``victims``: the rest of the pass does not offer them (R3)."""
     from usher.core.decision_pass import DecisionPass  # the pass module imports the engine
 
     for job in reservations(e):
         if not may_try(e, job):
             continue
-        if DecisionPass(e, decisions).try_candidate(job):
+        first = DecisionPass(e, decisions)
+        moved = first.try_candidate(job)
+        victims.extend(first.victims)
+        if moved:
             continue
         _hold(e, job, 1)
         holders.append(job)
