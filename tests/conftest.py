@@ -16,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import nats
 import pytest
+from hypothesis import settings
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from sqlalchemy.engine import make_url
@@ -24,6 +25,12 @@ from usher.adapters.nats.log import delete_streams, ensure_streams
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade_async
 from usher.local.servers import NatsServer, PostgresServer
+
+# No timing in tests: hypothesis' per-example deadline fails a property on a busy machine
+# (two pytest workers, servers, a CI neighbour) although nothing is wrong; speed is measured
+# by `make bench`.
+settings.register_profile("usher", deadline=None)
+settings.load_profile("usher")
 
 
 @dataclass(frozen=True)

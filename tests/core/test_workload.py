@@ -10,13 +10,14 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import Millis, PodSet, WorkloadObserved
+from schemas import Millis, PodSet, WorkloadObserved, Zone
 from tests.builders.manifests import batch_job
 from usher.core.errors import InputError, WorkloadInvalid
 from usher.core.workload import (
     SUPPORTED_KINDS,
     extract_priority_class,
     extract_workload,
+    observed_errors,
     unrequested_containers,
 )
 
@@ -879,3 +880,38 @@ def test_a_container_asking_anything_is_not_refused_for_zero_requests(
     resources: dict[str, Any],
 ) -> None:
     assert unrequested_containers(_job_with(resources)) == []
+
+
+# ------------------------------------------------------------------ sizes within int64
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "cpu", "expected"),
+    [
+        (2147483647, "1P", [("spec.pod_sets(main).count", "out-of-range")]),
+        (1_000_000, "4000T", [("spec.cpu", "out-of-range")]),
+        (1_000_000, "1000", []),
+    ],
+    ids=["int32-max-pods", "huge-in-all", "a-million-pods-fits"],
+)
+def test_a_job_bigger_than_any_count_is_refused_naming_its_size(
+    parallelism: int, cpu: str, expected: list[tuple[str, str]]
+) -> None:
+    """A valid-looking Job whose size overflows int64 (2147483647 pods of 1P cpu) never
+    reaches the log: it would stop every service's snapshot (msgspec refuses ints > 2**64)."""
+    manifest = batch_job(
+        "big", "ns", template=pod(cpu), parallelism=parallelism, completions=parallelism
+    )
+    if expected:
+        assert errors_of(manifest) == expected
+    else:
+        assert extract(manifest).pod_sets[0].count == parallelism
+
+
+def test_a_forged_observation_bigger_than_any_count_is_not_folded() -> None:
+    forged = WorkloadObserved(
+        workload="ns/big", namespace="ns", name="big", kind="batch/v1/Job", priority=0,
+        created_ms=Millis(0), suspended=True, zone=Zone("default"),
+        pod_sets=[PodSet(name="main", count=2**40, requests={"cpu": 2**40})],
+    )  # fmt: skip
+    assert [e.path for e in observed_errors(forged)] == ["pod_sets.pod_sets(main).count"]

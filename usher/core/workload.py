@@ -72,6 +72,7 @@ from usher.core.kinds.fields import (
 from usher.core.quantity import format_quantity
 from usher.core.retry import container_memory
 from usher.core.values.names import MAX_ZONES, is_zone_name, zone_name
+from usher.core.values.numbers import MAX_COUNT
 from usher.core.values.quantities import MAX_QUANTITY
 from usher.core.values.registry import (
     MAX_RETRY_LIMIT,
@@ -133,6 +134,7 @@ def extract_workload(
     for entry in CHECKED_ONLY:
         annotation(entry, manifest, errors)
     max_runtime = runtime.declared_seconds(manifest, rule, errors)
+    errors += size_errors(pod_sets, "spec")
     if errors:
         raise WorkloadInvalid(key, kind, errors)
     return WorkloadObserved(
@@ -198,12 +200,45 @@ def observed_errors(event: WorkloadObserved) -> list[FieldError]:
     ask = event.retry
     if ask is not None:
         found += _ask_errors(ask)
+    found += size_errors(event.pod_sets, "pod_sets")
     for pod_set in event.pod_sets:
         if pod_set.min_count is not None and not 1 <= pod_set.min_count <= pod_set.count:
             found.append(error("pod_sets.min_count", "out-of-range", "not 1 to the pod count"))
     declared = event.max_runtime_seconds
     if declared is not None and not 1 <= declared <= runtime.MOST_SECONDS:
         found.append(error("max_runtime_seconds", "out-of-range", "not a declarable runtime"))
+    return found
+
+
+MAX_PODS = MAX_COUNT
+"""Pods one pod set may ask for (a million: far beyond any cluster, far below int32)."""
+
+
+def size_errors(pod_sets: list[PodSet], path: str) -> list[FieldError]:
+    """A workload's size within the bounds every count of the queue is kept in: at most
+    ``MAX_PODS`` pods a set, no negative amount, and at most ``MAX_QUANTITY`` of each resource
+    per pod and in all (count x per pod, summed). A bigger one (parallelism 2147483647 of
+    1P cpu) could never be admitted, and its numbers would overflow what the log, the
+    ledger and a snapshot store (int64). Never raises."""
+    found: list[FieldError] = []
+    total: dict[str, int] = {}
+    for pod_set in pod_sets:
+        where = f"{path}.pod_sets({pod_set.name})"
+        if not 0 <= pod_set.count <= MAX_PODS:
+            found.append(error(f"{where}.count", "out-of-range", f"not 0 to {MAX_PODS} pods"))
+            continue
+        for resource, amount in pod_set.requests.items():
+            if not 0 <= amount <= MAX_QUANTITY:
+                most = format_quantity(resource, MAX_QUANTITY)
+                message = f"{resource} per pod is not 0 to {most}"
+                found.append(error(f"{where}.requests.{resource}", "out-of-range", message))
+            else:
+                total[resource] = total.get(resource, 0) + pod_set.count * amount
+    for resource, amount in sorted(total.items()):
+        if amount > MAX_QUANTITY:
+            most = format_quantity(resource, MAX_QUANTITY)
+            message = f"{resource} in all (pods x per pod) is more than {most}"
+            found.append(error(f"{path}.{resource}", "out-of-range", message))
     return found
 
 
