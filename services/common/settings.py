@@ -8,11 +8,13 @@ wherever it is shown).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -21,6 +23,8 @@ import msgspec
 from schemas import Zone
 from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
 from usher.core.config import POLICIES, EngineConfig, Policy, WithinQuota
+from usher.core.errors import ValueRefused
+from usher.core.values import numbers
 
 
 class SettingsError(Exception):
@@ -102,15 +106,28 @@ def _half_life_ms(
         if raw is None:
             seconds = stack.half_life_s if stack else None
         elif raw.strip().lower() not in ("", "off"):
-            try:
-                seconds = float(raw)
-            except ValueError as exc:
-                raise SettingsError("half-life", f"not a number: {raw!r}") from exc
+            seconds = _seconds("half-life", raw, numbers.MAX_HALF_LIFE_SECONDS)
     if seconds is None:
         return None
+    seconds = _seconds("half-life", seconds, numbers.MAX_HALF_LIFE_SECONDS)
     if not seconds > 0 or round(seconds * 1000) <= 0:
         raise SettingsError("half-life", f"must be more than 0 seconds, got {seconds:g}")
     return round(seconds * 1000)
+
+
+def _seconds(name: str, value: float | str, most: int) -> float:
+    """A duration setting in seconds, read by the core's one parser of durations (ASCII
+    digits, finite, 0 to ``most``, milliseconds at most): ``inf`` or ``1e400`` is a
+    ``SettingsError`` naming it, never a traceback. A float given by a caller is checked as
+    the text it prints as."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SettingsError(name, f"must be a finite number of seconds, got {value}")
+        value = format(Decimal(value).quantize(Decimal("0.001")), "f")
+    try:
+        return float(numbers.duration(value, name, high=most))
+    except ValueRefused as refused:
+        raise SettingsError(name, refused.message.removeprefix(f"{name}: ")) from refused
 
 
 def load_settings(
@@ -151,10 +168,13 @@ def load_settings(
     rate = parse_rate(
         oversell_rate or env.get("USHER_OVERSELL_RATE") or (stack.oversell_rate if stack else "1")
     )
-    runtime_s = min_runtime_s
-    if runtime_s is None:
-        default = str(stack.min_runtime_s) if stack else "0"
-        runtime_s = float(env.get("USHER_MIN_RUNTIME_SECONDS", default))
+    default = str(stack.min_runtime_s) if stack else "0"
+    runtime: float | str = (
+        min_runtime_s
+        if min_runtime_s is not None
+        else env.get("USHER_MIN_RUNTIME_SECONDS", default)
+    )
+    runtime_s = _seconds("min-runtime", runtime, numbers.MAX_SECONDS)
     try:
         engine = EngineConfig(
             policy=_policy(chosen_policy),

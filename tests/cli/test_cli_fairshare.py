@@ -37,7 +37,14 @@ def test_what_if_half_life_hands_the_tie_to_the_queue_that_used_less(heavy_file:
 
 
 @pytest.mark.parametrize(
-    ("value", "needle"), [("0", "more than 0 seconds"), ("soon", "expected seconds or off")]
+    ("value", "needle"),
+    [
+        ("0", "more than 0 seconds"),
+        (
+            "soon",
+            "seconds from 0 to 31622400 with at most 3 decimals (ASCII digits, e.g. 1.5), got 'soon' (or off)",
+        ),
+    ],
 )
 def test_a_bad_half_life_is_one_line(heavy_file: Path, value: str, needle: str) -> None:
     line = one_line_error(usher("what-if", "--half-life", value, "--file", str(heavy_file)), 2)

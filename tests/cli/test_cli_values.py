@@ -75,3 +75,28 @@ def test_a_manifest_with_a_loose_annotation_is_refused_naming_it(
     assert "Traceback" not in result.stderr
     assert "metadata.annotations.usher.io/max-runtime-seconds" in result.stderr
     assert "ASCII digits only" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "option", "needle"),
+    [
+        (["replay", "--half-life", "inf"], "--half-life", "seconds from 0 to 31622400"),
+        (["explain", "a/b", "--half-life", "1e400"], "--half-life", "seconds from 0 to 31622400"),
+        (["up", "--no-demo", "--half-life", "inf"], "--half-life", "seconds from 0 to 31622400"),
+        (["up", "--no-demo", "--min-runtime", "nan"], "--min-runtime", "seconds from 0 to"),
+        (["up", "--no-demo", "--interval", "nan"], "--interval", "seconds from 0 to"),
+        (["replay", "--seq", "\uff15"], "--seq", "ASCII digits only"),
+        (["replay", "--seq", "9" * 26], "--seq", "longer than 20 characters"),
+    ],
+)
+def test_engine_and_history_options_are_read_strictly(
+    tmp_path: Path, args: list[str], option: str, needle: str
+) -> None:
+    """Seconds and sequence numbers of `up`, `replay` and `explain`: ``inf`` was a
+    traceback (OverflowError in the settings), a fullwidth five was read as seq 5, and a
+    26-digit seq as the last one."""
+    result = usher(tmp_path / "home", *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    err = result.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert f"Invalid value for '{option}'" in err and needle in err

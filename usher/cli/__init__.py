@@ -24,6 +24,7 @@ import msgspec
 
 from usher.adapters.logs import configure, redact_url
 from usher.adapters.stack_file import CONSOLE_PORT, home_problem, read_stack_info, usher_home
+from usher.cli.values import DURATION, HALF_LIFE
 from usher.client.errors import BadInput
 from usher.core.config import POLICIES, WITHIN_QUOTA_MODES
 from usher.core.errors import InputError
@@ -88,7 +89,7 @@ def home_option(
 half_life_option = click.option(
     "--half-life",
     "half_life_s",
-    type=float,
+    type=HALF_LIFE,
     default=None,
     help="Seconds: fair share with memory (F1) orders borrowing queues by usage decayed with"
     " this half-life (default off).",
@@ -172,7 +173,7 @@ def cli() -> None:
 @click.option(
     "--min-runtime",
     "min_runtime_s",
-    type=float,
+    type=DURATION,
     default=0.0,
     help="Seconds an admitted job is protected from reclaim.",
 )
@@ -195,7 +196,7 @@ def cli() -> None:
 @click.option(
     "--interval",
     "interval_s",
-    type=float,
+    type=DURATION,
     default=10.0,
     show_default=True,
     help="Seconds between summaries in plain mode.",
@@ -623,7 +624,7 @@ SERVICES = ("watcher", "ledger", "dequeuer", "preemptor", "webhook")
 @click.option(
     "--min-runtime",
     "min_runtime_s",
-    type=float,
+    type=DURATION,
     default=None,
     help="Seconds an admitted workload is protected from reclaim.",
 )

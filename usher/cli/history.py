@@ -56,7 +56,7 @@ from usher.cli import (
     load_yaml_file,
     report_input_error,
 )
-from usher.cli.values import DURATION
+from usher.cli.values import DURATION, HALF_LIFE, SEQUENCE
 from usher.core import audit as auditing
 from usher.core import budgets, dryrun, usage, whatif
 from usher.core import explain as explaining
@@ -69,8 +69,9 @@ from usher.core.config import (
     ReadinessPolicy,
     WithinQuota,
 )
-from usher.core.errors import InputError
+from usher.core.errors import InputError, ValueRefused
 from usher.core.tree import parse_tree
+from usher.core.values import numbers
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -117,7 +118,7 @@ def _engine(command: F) -> F:
             click.option(
                 "--half-life",
                 "half_life_s",
-                type=float,
+                type=HALF_LIFE,
                 default=None,
                 help="Seconds: fair share's half-life (F1; default the installation's, off).",
             ),
@@ -252,7 +253,7 @@ def _show(output: str, as_json: Callable[[], str], as_table: Callable[[], str]) 
 
 @cli.command("replay")
 @click.option("--until", metavar="TIME", default=None, help="ISO-8601 or relative (-10m).")
-@click.option("--seq", "until_seq", type=click.IntRange(min=0), default=None, metavar="N")
+@click.option("--seq", "until_seq", type=SEQUENCE, default=None, metavar="N")
 @OUTPUT
 @_source
 @_engine
@@ -380,12 +381,12 @@ def _config_of(
 
 def _half_life(name: str, raw: str) -> float | None:
     """A ``--half-life`` value (F1): seconds > 0, or ``off``."""
-    if raw.strip().lower() == "off":
+    if raw == "off":
         return None
     try:
-        seconds = float(raw)
-    except ValueError:
-        fail(f"{name}: expected seconds or off, got {raw!r}", EXIT_USAGE)
+        seconds = float(numbers.duration(raw, name, high=numbers.MAX_HALF_LIFE_SECONDS))
+    except ValueRefused as refused:
+        fail(f"{refused.message} (or off)", EXIT_USAGE)
     if not seconds > 0 or round(seconds * 1000) <= 0:
         fail(f"{name}: must be more than 0 seconds, got {raw}", EXIT_USAGE)
     return seconds

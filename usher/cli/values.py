@@ -60,5 +60,11 @@ QUANTITY_GPU = _quantity("nvidia.com/gpu")
 REPLICAS = CoreValue("count", partial(numbers.count, low=1, high=numbers.MAX_COUNT))
 ZONE = CoreValue("zone", names.zone_name)
 DURATION = CoreValue("seconds", numbers.duration, convert_to=float)
+HALF_LIFE = CoreValue(
+    "seconds", partial(numbers.duration, high=numbers.MAX_HALF_LIFE_SECONDS), convert_to=float
+)
+"""Fair share's half-life (F1): a duration of up to a year (more than 0: the settings say)."""
+SEQUENCE = CoreValue("seq", partial(numbers.whole, low=0, high=numbers.MAX_SEQUENCE))
+"""A log sequence number: ASCII digits, 0 to 2**63 - 1 (what JetStream can number)."""
 """Seconds a job runs, a command waits or a what-if setting lasts: 0 to 30 days, at most 3
 decimals."""

@@ -34,6 +34,13 @@ _DIGITS: Final = re.compile(r"[0-9]+")
 _DECIMAL: Final = re.compile(r"(?P<whole>[0-9]+)(?:\.(?P<fraction>[0-9]+))?")
 
 
+MAX_HALF_LIFE_SECONDS: Final = 366 * 24 * 3600
+"""The longest half-life of fair share's memory (F1): a year."""
+MAX_SEQUENCE: Final = 2**63 - 1
+"""The largest log sequence number (JetStream numbers entries with unsigned 64-bit integers;
+int64 keeps them within what every reader stores)."""
+
+
 def _string(raw: object, path: str, name: str, wanted: str) -> str:
     """``raw`` as a string of at most ``MOST_DIGITS`` characters, else refused."""
     if not isinstance(raw, str):
