@@ -42,7 +42,8 @@ def test_what_if_half_life_hands_the_tie_to_the_queue_that_used_less(heavy_file:
         ("0", "more than 0 seconds"),
         (
             "soon",
-            "seconds from 0 to 31622400 with at most 3 decimals (ASCII digits, e.g. 1.5), got 'soon' (or off)",
+            "seconds from 0 to 31622400 with at most 3 decimals (ASCII digits, e.g. 1.5), "
+            "got 'soon' (or off)",
         ),
     ],
 )
