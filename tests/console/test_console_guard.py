@@ -3,6 +3,8 @@ reads numbers in the query strictly (a real aiohttp server on 127.0.0.1, issue 2
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator
 
@@ -11,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from tests.builders.log import QA, Log
 from tests.console.test_console_pages import folded, reclaim_log
-from usher.console.server import SECURITY_HEADERS, allowed_hosts, make_app
+from usher.console.server import BAD_REQUESTS, SECURITY_HEADERS, allowed_hosts, make_app
 
 PAGES = ("/", "/queues", f"/queue/{QA}", "/job/user-a/big", "/decisions", "/charts", "/replay")
 
@@ -81,3 +83,26 @@ async def test_numbers_in_the_query_are_ascii_digits_only(client: TestClient) ->
         response = await client.get(path, params={name: "1_0"})
         assert response.status == 400
         assert f"{name} must be a whole number; got &#39;1_0&#39;" in (await response.text())
+
+
+async def test_a_malformed_request_is_one_log_line_not_a_traceback(
+    client: TestClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A 10 KB request line (aiohttp's LineTooLong) used to log a traceback each time: any
+    local user could fill the console's log. With the filter ``serve`` installs: one line."""
+    logger = logging.getLogger("aiohttp.server")
+    logger.addFilter(BAD_REQUESTS)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+            reader, writer = await asyncio.open_connection("127.0.0.1", client.port)
+            writer.write(b"GET /" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            await writer.drain()
+            answer = await reader.read(100)
+            writer.close()
+            await asyncio.sleep(0.1)
+    finally:
+        logger.removeFilter(BAD_REQUESTS)
+    assert answer.startswith((b"HTTP/1.0 400", b"HTTP/1.1 400"))
+    records = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert records and all(r.exc_info is None for r in records)
+    assert any("refused a malformed request: LineTooLong" in r.getMessage() for r in records)

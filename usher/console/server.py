@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import re
 import signal
 import socket
@@ -36,6 +37,7 @@ from typing import Any
 import jinja2
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from schemas import Preempted, WorkloadKey
 from usher.client import AsyncClient
@@ -508,6 +510,23 @@ async def events(request: web.Request) -> web.StreamResponse:
 # --------------------------------------------------------------------------- running
 
 
+class OneLineBadRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse (no ``Host``, a 10 KB URL) with its traceback:
+    anyone who can reach the port could fill the console's log with them. Such a record keeps
+    one line naming the error; every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = "refused a malformed request: %s: %s"
+            record.args = (type(exc).__name__, str(exc)[:200])
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+BAD_REQUESTS = OneLineBadRequests()
+
+
 async def serve(
     target: Target,
     host: str,
@@ -521,6 +540,7 @@ async def serve(
     on ``listening`` instead when given (a socket ``usher up`` bound and holds, so that the
     port stays its own across the console's restarts)."""
     stop = asyncio.Event()
+    logging.getLogger("aiohttp.server").addFilter(BAD_REQUESTS)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
