@@ -67,7 +67,12 @@ def test_click_usage_errors_are_one_line(tmp_path: Path, args: list[str], needle
     [
         (["--oversell-rate", "-1"], "usher: --oversell-rate: must be positive, got '-1'"),
         (["--oversell-rate", "0"], "usher: --oversell-rate: must be positive, got '0'"),
-        (["--min-runtime", "-5"], "usher: --min-runtime: must be 0 or more seconds, got -5"),
+        (
+            ["--min-runtime", "-5"],
+            "usher: Invalid value for '--min-runtime': --min-runtime must be a decimal number"
+            " of seconds from 0 to 2592000 with at most 3 decimals (ASCII digits, e.g. 1.5),"
+            " got '-5' (see usher up --help)",
+        ),
         (["--interval", "0"], "usher: --interval: must be positive, got 0"),
     ],
 )

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import nats.errors
+import nats.js.errors
 from kubernetes_asyncio import client
 from nats.aio.client import Client
 from nats.js import JetStreamContext
@@ -27,6 +28,7 @@ from schemas import (
     NodeHeld,
     NodeResumed,
     Preempted,
+    QuotaPath,
     Released,
     RequestId,
     WorkloadKey,
@@ -113,6 +115,18 @@ async def test_hold_keeps_a_job_waiting_resume_admits_it_and_drain_preempts_it(
                     return False  # the ledger is not serving yet
 
             await stack.until(held_once_the_ledger_knows_the_tree, "the hold", within_s=WITHIN_S)
+
+            async def hold_on_the_log() -> bool:
+                # A hold governs the engines from its entry on the log (the ledger's outbox
+                # puts it there a moment after the reply): a job observed before it may be
+                # admitted, as before any hold.
+                try:
+                    await js.get_last_msg(subjects.stream_name, subjects.hold(QuotaPath(NODE)))
+                except nats.js.errors.NotFoundError:
+                    return False
+                return True
+
+            await stack.until(hold_on_the_log, "the hold on the log", within_s=WITHIN_S)
             await create_object(api, sleeping_job("waits", NAMESPACE, cpu="10", memory="1Gi"))
 
             async def held() -> bool:
