@@ -267,6 +267,12 @@ class DecisionPass:
         e = self.e
         if job.key in e._stopping:
             return False  # preempted, not seen stopped yet: the ledger would refuse it
+        if job.held and job.key in e.state.stops:
+            # A preemptor whose reclaim is on the log (decided by an earlier replica) while a
+            # victim still stops: the ledger admits it itself once the last one stopped (R7),
+            # in the order they stop. Proposing it would be answered "granted" with nothing on
+            # the log, and its Admitted would then come out of this pass's order (D4).
+            return False
         if job.held:
             e._drop_hold(job)  # its own hold is what it may use now
         if job.zones:
