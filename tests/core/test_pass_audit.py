@@ -39,9 +39,9 @@ class Dequeuer:
     """A dequeuer over an in-memory log: folds what is new, decides, records the pass, and
     lets a model ledger grant (in the order asked) all but ``refuse``."""
 
-    def __init__(self, log: Log, replica: str = "r1") -> None:
+    def __init__(self, log: Log, replica: str = "r1", policy: Policy = Policy.ROUND) -> None:
         self.log = log
-        self.engine = Engine(EngineConfig(zones=frozenset({ZONE})))
+        self.engine = Engine(EngineConfig(zones=frozenset({ZONE}), policy=policy))
         self.applied = 0
         self.replica = replica
 
@@ -207,21 +207,24 @@ def test_a_reclaim_is_matched_by_its_victims_and_its_preemptor_admitted_later() 
     assert (first.entry.seq, first.check, first.pass_seq) == (9, "not-from-pass", 4)
 
 
-def test_a_restarted_dequeuer_leaves_held_preemptors_to_the_ledger() -> None:
+@pytest.mark.parametrize("policy", [Policy.ROUND, Policy.BLOCK])
+def test_a_restarted_dequeuer_leaves_held_preemptors_to_the_ledger(policy: Policy) -> None:
     """A new replica rebuilt from the log finds two reclaims of its predecessor whose victims
     still stop: their preemptors hold capacity in the ledger, which admits each once its
     victim is seen stopped (R7), in the order they stop. The new replica's pass must not
     propose them (the ledger would answer "granted" and write nothing, and their ``Admitted``
-    would then reach the log out of that pass's order, D4 ``out-of-order``)."""
+    would then reach the log out of that pass's order, D4 ``out-of-order``), and under Block
+    they do not close their queue: their capacity is theirs already, as for the replica that
+    reclaimed it (the job behind them is admitted)."""
     log = Log().tree().job(1, "user-a/big", 50).job(1.1, "user-b/b1", 20).job(1.2, "user-b/b2", 20)
-    first = Dequeuer(log)
+    first = Dequeuer(log, policy=policy)
     assert first.run_pass(2) == ["Admitted user-a/big", "Admitted user-b/b1", "Admitted user-b/b2"]
     for key, cpu in (("user-a/big", 50), ("user-b/b1", 20), ("user-b/b2", 20)):
         log.job(2.1, key, cpu, suspended=False)
     log.job(3, "user-c/u1", 20, priority=3).job(3.05, "user-c/u2", 20, priority=3)
     assert first.run_pass(3.1) == ["Preempted user-b/b2", "Preempted user-b/b1"]
     log.job(3.15, "user-c/small", 5)
-    restarted = Dequeuer(log, replica="r2")
+    restarted = Dequeuer(log, replica="r2", policy=policy)
     held = ("user-c/u1", "user-c/u2")
     assert restarted.run_pass(3.2, held=held) == ["Admitted user-c/small"]
     assert all(restarted.engine.state.jobs[WorkloadKey(k)].held for k in held)
@@ -230,7 +233,7 @@ def test_a_restarted_dequeuer_leaves_held_preemptors_to_the_ledger() -> None:
         log.job(3.3, victim, 20, suspended=True)
         log.released(3.4, victim, 20, "Preempted")
         log.admitted(3.4, preemptor, 20, B, priority=3)
-    found, stats = audit_passes(log.history().items, EngineConfig())
+    found, stats = audit_passes(log.history().items, EngineConfig(policy=policy))
     assert [f.message for f in found] == []
     assert (stats.passes, stats.matched, stats.refused) == (3, 6, 0)
 
