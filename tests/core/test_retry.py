@@ -30,7 +30,7 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import observed
-from tests.builders.log import BASE_MS, Log, seed_round
+from tests.builders.log import BASE_MS, B, Log, seed_round
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
 from usher.core import audit, explain
@@ -473,6 +473,36 @@ def retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
     return log.finished(9, "user-a/train-retry-1").released(
         9.1, "user-a/train-retry-1", 10, "Finished"
     )
+
+
+def test_a_victim_that_fails_before_it_is_seen_stopped_is_retried() -> None:
+    """OOM-killed while its preemption was on its way (its pods run until seen stopped, R7):
+    the admitted attempt failed and its job is over for Kubernetes, so it gets its Retried
+    (R12) like any failed attempt, and the audit finds it justified. Without it the job is
+    never run again (the crash test's "not settled" under load)."""
+    tree = two_leaf_tree(
+        ("user-a", "user-b"),
+        ("user-c",),
+        names=("Department-a", "Department-b"),
+        a_attributes={"usher.io/retry-limit": "1"},
+    )
+    # train borrows 10 of Department-b's guarantee (40), which urgent reclaims.
+    log = Log().tree(0, tree).job(1, "user-a/train", 70).admitted(1.1, "user-a/train", 70)
+    log.job(1.2, "user-a/train", 70, suspended=False)
+    log.job(1.3, "user-c/fill", 30).admitted(1.4, "user-c/fill", 30, B)
+    log.job(2, "user-c/urgent", 10, priority=3).preempted(3, "user-a/train", by="user-c/urgent")
+    oom = _termination("OOMKilled")
+    log.add(3.1, WorkloadFinished(workload=WorkloadKey("user-a/train"), succeeded=False,
+                                  terminations=[oom]))  # fmt: skip
+    log.released(3.2, "user-a/train", 70, "Preempted")
+    engine = Engine()
+    for item in log.history().items:
+        engine.apply(item.event, item.time_ms)
+    [decision] = [d for d in engine.decide(Millis(BASE_MS + 3300)) if isinstance(d, Retried)]
+    assert (decision.job, decision.attempt) == ("user-a/train-retry-1", 1)
+    log.add(3.3, decision, id="dequeuer:default:retried:user-a/train")
+    report = audit.audit(log.history(), EngineConfig())
+    assert [(f.check, f.message) for f in report.findings] == []
 
 
 def test_audit_justifies_a_retry_by_the_failure_before_it() -> None:
