@@ -39,13 +39,18 @@ class Dequeuer:
     """A dequeuer over an in-memory log: folds what is new, decides, records the pass, and
     lets a model ledger grant (in the order asked) all but ``refuse``."""
 
-    def __init__(self, log: Log, replica: str = "r1") -> None:
+    def __init__(self, log: Log, replica: str = "r1", policy: Policy = Policy.ROUND) -> None:
         self.log = log
-        self.engine = Engine(EngineConfig(zones=frozenset({ZONE})))
+        self.engine = Engine(EngineConfig(zones=frozenset({ZONE}), policy=policy))
         self.applied = 0
         self.replica = replica
 
-    def run_pass(self, at: float, refuse: Sequence[str] = ()) -> list[str]:
+    def run_pass(
+        self, at: float, refuse: Sequence[str] = (), held: Sequence[str] = ()
+    ) -> list[str]:
+        """``held``: workloads the ledger holds capacity for (preemptors whose victims have not
+        stopped): a reservation of one is answered granted with nothing on the log, as the
+        ledger does (its ``Admitted`` comes once the victims stopped, R7)."""
         items = self.log.history().items
         for item in items[self.applied :]:
             self.engine.apply(item.event, item.time_ms)
@@ -63,7 +68,8 @@ class Dequeuer:
                     proposal.workload, reasons.stale_view(proposal.workload, "refused")
                 )
                 continue
-            self.log.add(at + 0.01, proposal, id=f"ledger:{proposal.workload}:{at}")
+            if proposal.workload not in held:
+                self.log.add(at + 0.01, proposal, id=f"ledger:{proposal.workload}:{at}")
             granted.append(f"{proposal_kind(proposal)} {proposal.workload}")
         return granted
 
@@ -199,6 +205,37 @@ def test_a_reclaim_is_matched_by_its_victims_and_its_preemptor_admitted_later() 
     found, _ = audit_passes(log.history().items, EngineConfig())
     first = found[0]
     assert (first.entry.seq, first.check, first.pass_seq) == (9, "not-from-pass", 4)
+
+
+@pytest.mark.parametrize("policy", [Policy.ROUND, Policy.BLOCK])
+def test_a_restarted_dequeuer_leaves_held_preemptors_to_the_ledger(policy: Policy) -> None:
+    """A new replica rebuilt from the log finds two reclaims of its predecessor whose victims
+    still stop: their preemptors hold capacity in the ledger, which admits each once its
+    victim is seen stopped (R7), in the order they stop. The new replica's pass must not
+    propose them (the ledger would answer "granted" and write nothing, and their ``Admitted``
+    would then reach the log out of that pass's order, D4 ``out-of-order``), and under Block
+    they do not close their queue: their capacity is theirs already, as for the replica that
+    reclaimed it (the job behind them is admitted)."""
+    log = Log().tree().job(1, "user-a/big", 50).job(1.1, "user-b/b1", 20).job(1.2, "user-b/b2", 20)
+    first = Dequeuer(log, policy=policy)
+    assert first.run_pass(2) == ["Admitted user-a/big", "Admitted user-b/b1", "Admitted user-b/b2"]
+    for key, cpu in (("user-a/big", 50), ("user-b/b1", 20), ("user-b/b2", 20)):
+        log.job(2.1, key, cpu, suspended=False)
+    log.job(3, "user-c/u1", 20, priority=3).job(3.05, "user-c/u2", 20, priority=3)
+    assert first.run_pass(3.1) == ["Preempted user-b/b2", "Preempted user-b/b1"]
+    log.job(3.15, "user-c/small", 5)
+    restarted = Dequeuer(log, replica="r2", policy=policy)
+    held = ("user-c/u1", "user-c/u2")
+    assert restarted.run_pass(3.2, held=held) == ["Admitted user-c/small"]
+    assert all(restarted.engine.state.jobs[WorkloadKey(k)].held for k in held)
+    # The victims stop in the other order: the ledger admits u2 (b1's) before u1 (b2's).
+    for victim, preemptor in (("user-b/b1", "user-c/u2"), ("user-b/b2", "user-c/u1")):
+        log.job(3.3, victim, 20, suspended=True)
+        log.released(3.4, victim, 20, "Preempted")
+        log.admitted(3.4, preemptor, 20, B, priority=3)
+    found, stats = audit_passes(log.history().items, EngineConfig(policy=policy))
+    assert [f.message for f in found] == []
+    assert (stats.passes, stats.matched, stats.refused) == (3, 6, 0)
 
 
 def test_round_skips_ahead_where_block_holds_the_head() -> None:

@@ -22,6 +22,7 @@ from schemas import (
     QueueName,
     QuotaPath,
     QuotaTreeApplied,
+    ReleaseCause,
     Retried,
     RetryAsk,
     WorkloadDeleted,
@@ -30,7 +31,7 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import observed
-from tests.builders.log import BASE_MS, Log, seed_round
+from tests.builders.log import BASE_MS, B, Log, seed_round
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
 from usher.core import audit, explain
@@ -450,29 +451,65 @@ def test_bad_failure_entries_are_refused_naming_the_field(entry: dict[str, Any],
 # ---------------------------------------------------------------------------- audit, explain
 
 
-def retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
-    """train fails (OOMKilled at 4Gi) and is retried once as train-retry-1, which succeeds."""
-    tree = two_leaf_tree(
-        ("user-a", "user-b"),
-        ("user-c",),
-        names=("Department-a", "Department-b"),
-        a_attributes={"usher.io/retry-limit": "1"},
-    )
-    log = Log().tree(0, tree).job(1, "user-a/train", 10).admitted(1.1, "user-a/train", 10)
+RETRY_ONCE_TREE = two_leaf_tree(
+    ("user-a", "user-b"),
+    ("user-c",),
+    names=("Department-a", "Department-b"),
+    a_attributes={"usher.io/retry-limit": "1"},
+)
+"""The demo tree's shape; Department-a's jobs are retried once."""
+
+
+def oom_killed(log: Log, at: float, cpu: int, cause: ReleaseCause) -> None:
+    """user-a/train OOM-killed at ``at``; the ledger releases it just after with ``cause``."""
     oom = _termination("OOMKilled")
-    log.add(5, WorkloadFinished(workload=WorkloadKey("user-a/train"), succeeded=False,
-                                terminations=[oom]))  # fmt: skip
-    log.released(5.1, "user-a/train", 10, "Failed")
+    log.add(at, WorkloadFinished(workload=WorkloadKey("user-a/train"), succeeded=False,
+                                 terminations=[oom]))  # fmt: skip
+    log.released(at + 0.1, "user-a/train", cpu, cause)
+
+
+def retry_decided(log: Log, at: float) -> Retried:
+    """The one ``Retried`` a pass at ``at`` over the whole log decides."""
     engine = Engine()
     for item in log.history().items:
         engine.apply(item.event, item.time_ms)
-    [decision] = [d for d in engine.decide(Millis(BASE_MS + 5200)) if isinstance(d, Retried)]
+    [decision] = [
+        d for d in engine.decide(Millis(BASE_MS + int(at * 1000))) if isinstance(d, Retried)
+    ]
+    return decision
+
+
+def retry_log(tamper: Callable[[Retried], Retried] | None = None) -> Log:
+    """train fails (OOMKilled at 4Gi) and is retried once as train-retry-1, which succeeds."""
+    log = Log().tree(0, RETRY_ONCE_TREE).job(1, "user-a/train", 10)
+    log.admitted(1.1, "user-a/train", 10)
+    oom_killed(log, 5, 10, "Failed")
+    decision = retry_decided(log, 5.2)
     log.add(5.2, tamper(decision) if tamper is not None else decision,
             id="dequeuer:default:retried:user-a/train")  # fmt: skip
     log.job(6, "user-a/train-retry-1", 10).admitted(6.1, "user-a/train-retry-1", 10)
     return log.finished(9, "user-a/train-retry-1").released(
         9.1, "user-a/train-retry-1", 10, "Finished"
     )
+
+
+def test_a_victim_that_fails_before_it_is_seen_stopped_is_retried() -> None:
+    """OOM-killed while its preemption was on its way (its pods run until seen stopped, R7):
+    the admitted attempt failed and its job is over for Kubernetes, so it gets its Retried
+    (R12) like any failed attempt, and the audit finds it justified. Without it the job is
+    never run again (the crash test's "not settled" under load)."""
+    # train borrows 10 of Department-b's guarantee (40), which urgent reclaims.
+    log = Log().tree(0, RETRY_ONCE_TREE).job(1, "user-a/train", 70)
+    log.admitted(1.1, "user-a/train", 70)
+    log.job(1.2, "user-a/train", 70, suspended=False)
+    log.job(1.3, "user-c/fill", 30).admitted(1.4, "user-c/fill", 30, B)
+    log.job(2, "user-c/urgent", 10, priority=3).preempted(3, "user-a/train", by="user-c/urgent")
+    oom_killed(log, 3.1, 70, "Preempted")
+    decision = retry_decided(log, 3.3)
+    assert (decision.job, decision.attempt) == ("user-a/train-retry-1", 1)
+    log.add(3.3, decision, id="dequeuer:default:retried:user-a/train")
+    report = audit.audit(log.history(), EngineConfig())
+    assert [(f.check, f.message) for f in report.findings] == []
 
 
 def test_audit_justifies_a_retry_by_the_failure_before_it() -> None:

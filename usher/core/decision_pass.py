@@ -291,11 +291,20 @@ class DecisionPass:
         return any(e.state.jobs[k].leaf == leaf for k in e.state.held)
 
     def try_candidate(self, job: Job, fits_quota: bool = False) -> bool:
-        """Admit ``job`` if it fits, else after reclaim; False if it stays pending.
+        """Admit ``job`` if it fits, else after reclaim; False if it stays pending (True,
+        proposing nothing, for a held preemptor that the ledger admits itself, R7).
         ``fits_quota``: its quota was just found to have room (only the zone is left)."""
         e = self.e
         if job.key in e._stopping:
             return False  # preempted, not seen stopped yet: the ledger would refuse it
+        if job.held and job.key in e.state.stops:
+            # A preemptor whose reclaim is on the log (decided by an earlier replica) while a
+            # victim still stops: the capacity is its own already, and the ledger admits it
+            # itself once the last victim stopped (R7), in the order they stop. Proposing it
+            # would be answered "granted" with nothing on the log, and its Admitted would then
+            # come out of this pass's order (D4). Its place is taken, as for the replica that
+            # reclaimed: a Block queue goes on behind it, as ``reason_now`` says.
+            return True
         if job.held:
             e._drop_hold(job)  # its own hold is what it may use now
         if job.zones:

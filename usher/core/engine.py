@@ -543,8 +543,9 @@ class Engine:
         if job is None or job.state == FINISHED:
             return []
         quota = job.used_path if job.state == ADMITTED else None
-        if not event.succeeded and quota is not None:
-            self._note_failure(job, quota, event)
+        ran_on = (quota, job.zone) if quota is not None else self._stopping_on(job.key)
+        if not event.succeeded and ran_on is not None:
+            self._note_failure(job, *ran_on, event)
         released = self._release(job, "Finished" if event.succeeded else "Failed")
         if not released:
             self._unplace(job)
@@ -553,7 +554,21 @@ class Engine:
         job.state = FINISHED
         return released
 
-    def _note_failure(self, job: Job, quota: QuotaPath, event: WorkloadFinished) -> None:
+    def _stopping_on(self, key: WorkloadKey) -> tuple[QuotaPath, Zone] | None:
+        """Where a victim not seen stopped yet still runs (R7); None if it is no such victim.
+
+        Its attempt was admitted and its pods run until they are seen stopped: one that fails
+        meanwhile (OOM-killed while its preemption is on its way) failed an admitted attempt,
+        and its job is over for Kubernetes, so it needs its ``Retried`` (R12) like any other.
+        """
+        preemptor = self._stopping.get(key)
+        group = self.state.stops.get(preemptor) if preemptor is not None else None
+        where = group.victims.get(key) if group is not None else None
+        return (where[0], where[2]) if where is not None else None
+
+    def _note_failure(
+        self, job: Job, quota: QuotaPath, zone: Zone, event: WorkloadFinished
+    ) -> None:
         """A failed admitted attempt of a job with retries waits for its ``Retried`` (R12)."""
         info = self.state.tree.nodes.get(quota)
         policy = info.retry if info is not None else RetryPolicy()
@@ -562,7 +577,7 @@ class Engine:
             self.state.retries.get(job.key),
             job.key,
             job.created_ms,
-            (job.zone, queue, quota),
+            (zone, queue, quota),
             policy,
             job.retry_ask,
             event.terminations,
