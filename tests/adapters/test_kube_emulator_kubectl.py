@@ -26,7 +26,7 @@ from usher.local.kube_emulator.kubelet import FakeKubelet
 from usher.local.kube_emulator.printers import human_duration
 
 REPO = Path(__file__).resolve().parents[2]
-SEED_PI = REPO / "usher" / "demo" / "seed-pi.yaml"
+WALKTHROUGH_PI = REPO / "usher" / "demo" / "walkthrough-pi.yaml"
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not on PATH")
 
@@ -71,7 +71,7 @@ async def get_json(emu: KubeEmulator, path: str, accept: str = "application/json
 async def test_kubectl_creates_the_demo_job_with_validation(
     emu: KubeEmulator, tmp_path: Path
 ) -> None:
-    code, out = await kubectl(emu, tmp_path, "create", "-f", str(SEED_PI))
+    code, out = await kubectl(emu, tmp_path, "create", "-f", str(WALKTHROUGH_PI))
     assert code == 0, out
     assert out.startswith("job.batch/pi-") and out.rstrip().endswith(" created")
     code, listed = await kubectl(emu, tmp_path, "get", "jobs", "-n", "user-a", "-o", "json")
@@ -84,7 +84,7 @@ async def test_kubectl_creates_the_demo_job_with_validation(
 async def test_kubectl_strict_validation_names_an_unknown_field(
     emu: KubeEmulator, tmp_path: Path
 ) -> None:
-    misspelt = SEED_PI.read_text().replace("  parallelism: 6", "  parallelizm: 6")
+    misspelt = WALKTHROUGH_PI.read_text().replace("  parallelism: 6", "  parallelizm: 6")
     code, out = await kubectl(emu, tmp_path, "create", "-f", "-", stdin=misspelt)
     assert code == 1
     assert 'strict decoding error: unknown field "spec.parallelizm"' in out

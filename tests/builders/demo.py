@@ -17,7 +17,7 @@ from usher.demo.story import StoryJob
 
 
 def walkthrough_tree() -> dict[str, Any]:
-    """The demo's seed ElasticQuotaTree, as ``usher up`` applies it."""
+    """The demo's walkthrough ElasticQuotaTree, as ``usher up`` applies it."""
     tree: dict[str, Any] = yaml.safe_load(demo_file("walkthrough-tree.yaml").read_text())
     return tree
 

@@ -180,8 +180,8 @@ class Log:
         return history.history_of(self.entries)
 
 
-def seed_round() -> Log:
-    """Seed scenario 1 as the services record it: one 60-cpu job admitted, one waits."""
+def walkthrough_round() -> Log:
+    """Walkthrough scenario 1 as the services record it: one 60-cpu job admitted, one waits."""
     return (
         Log()
         .tree(0)
@@ -192,8 +192,8 @@ def seed_round() -> Log:
     )
 
 
-def seed_reclaim() -> Log:
-    """Seed scenario 3 as recorded: borrow is preempted for urgent, then released."""
+def walkthrough_reclaim() -> Log:
+    """Walkthrough scenario 3 as recorded: borrow is preempted for urgent, then released."""
     return (
         Log()
         .tree(0)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.builders.log import seed_reclaim
+from tests.builders.log import walkthrough_reclaim
 from tests.cli.history_cli import export
 from tests.cli.stack_process import UpProcess, descendants, poll, usher
 from usher.client import AsyncClient, Client
@@ -120,7 +120,7 @@ def test_ctrl_c_at_any_time_of_up_stops_cleanly_with_130(tmp_path: Path, after_s
 
 
 def test_history_commands_take_home_and_yaml_and_explain_speaks_job(tmp_path: Path) -> None:
-    file = export(seed_reclaim(), tmp_path / "reclaim.jsonl")
+    file = export(walkthrough_reclaim(), tmp_path / "reclaim.jsonl")
     empty_home = tmp_path / "home"
     for command in (["explain", "user-b/borrow"], ["replay"], ["audit", "--no-ledger"]):
         as_json = usher(empty_home, *command, "--file", str(file), "-o", "json")

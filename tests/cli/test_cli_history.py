@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders.log import Log, seed_reclaim, seed_round
+from tests.builders.log import Log, walkthrough_reclaim, walkthrough_round
 from tests.cli.history_cli import export, usher
 
 
@@ -23,7 +23,7 @@ def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
 
 @pytest.fixture
 def round_file(tmp_path: Path) -> Path:
-    return export(seed_round(), tmp_path / "round.jsonl")
+    return export(walkthrough_round(), tmp_path / "round.jsonl")
 
 
 def test_replay_table_and_json(round_file: Path) -> None:
@@ -52,7 +52,7 @@ def test_audit_passes_a_good_log_and_names_a_tampered_decision(
     good = usher("audit", "--file", str(round_file))
     assert good.returncode == 0, good.stdout + good.stderr
     assert "OK" in good.stdout
-    tampered = export(seed_round().admitted(3, "user-a/second", 60), tmp_path / "bad.jsonl")
+    tampered = export(walkthrough_round().admitted(3, "user-a/second", 60), tmp_path / "bad.jsonl")
     bad = usher("audit", "--file", str(tampered))
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "seq 6" in bad.stdout and "ledger:admitted:user-a/second:2" in bad.stdout
@@ -66,7 +66,7 @@ def test_audit_passes_a_good_log_and_names_a_tampered_decision(
 
 
 def test_audit_checks_the_end_of_a_quiescent_log_only_with_quiescent(tmp_path: Path) -> None:
-    stuck = export(seed_round().job(3, "user-c/fits", 10), tmp_path / "stuck.jsonl")
+    stuck = export(walkthrough_round().job(3, "user-c/fits", 10), tmp_path / "stuck.jsonl")
     moving = usher("audit", "--file", str(stuck))
     assert moving.returncode == 0, moving.stdout + moving.stderr
     rested = usher("audit", "--file", str(stuck), "--quiescent")
@@ -113,7 +113,7 @@ spec:
 
 
 def test_explain(tmp_path: Path) -> None:
-    file = export(seed_reclaim(), tmp_path / "reclaim.jsonl")
+    file = export(walkthrough_reclaim(), tmp_path / "reclaim.jsonl")
     result = usher("explain", "user-b/borrow", "--file", str(file))
     assert result.returncode == 0, result.stderr
     assert "Pending" in result.stdout and "Preempted" in result.stdout

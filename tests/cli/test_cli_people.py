@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "tests" / "scenarios"
 TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 CLASSES = REPO / "usher" / "demo" / "priority-classes.yaml"
-SEED_JOB = ["--image", "perl:5.34.0", "--cpu", "10", "--memory", "10Gi", "--replicas", "6"]
+WALKTHROUGH_JOB = ["--image", "perl:5.34.0", "--cpu", "10", "--memory", "10Gi", "--replicas", "6"]
 
 
 def expect(name: str) -> dict[str, Any]:
@@ -64,10 +64,10 @@ def wait_for_queues(home: Path) -> None:
     poll(lambda: usher_json(home, "queues") or None)
 
 
-# --------------------------------------------------------------------------- seed scenarios
+# --------------------------------------------------------------------------- walkthrough scenarios
 
 
-def test_seed_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> None:
+def test_walkthrough_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> None:
     """kube-queue's walkthrough step by step: the tree, two 60-cpu jobs (scenario 1); then, as
     it does, kube-queue restarted with strict priority (here `usher up --policy Block`, which
     resumes from the log) and a priority-2 job (scenario 2)."""
@@ -79,13 +79,33 @@ def test_seed_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> N
         wait_for_queues(home)
         assert (
             ok(
-                home, "submit", "--name", "pi-8k5pn", "-n", "user-a", *SEED_JOB, "--", "sleep", "1d"
+                home,
+                "submit",
+                "--name",
+                "pi-8k5pn",
+                "-n",
+                "user-a",
+                *WALKTHROUGH_JOB,
+                "--",
+                "sleep",
+                "1d",
             ).strip()
             == "job.batch/pi-8k5pn created"
         )
         next_second()
-        ok(home, "submit", "--name", "pi-2xtcj", "-n", "user-a", *SEED_JOB, "--", "sleep", "1d")
-        seen = check_scenario(home, "01-seed-round.yaml")
+        ok(
+            home,
+            "submit",
+            "--name",
+            "pi-2xtcj",
+            "-n",
+            "user-a",
+            *WALKTHROUGH_JOB,
+            "--",
+            "sleep",
+            "1d",
+        )
+        seen = check_scenario(home, "01-walkthrough-round.yaml")
         waiting = seen["jobs"]["user-a/pi-2xtcj"]
         assert waiting["position"] == 1
         assert waiting["reason_code"] == "QuotaExceeded"
@@ -113,7 +133,7 @@ def test_seed_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> N
             "pi-6nsc7",
             "-n",
             "user-a",
-            *SEED_JOB,
+            *WALKTHROUGH_JOB,
             "--priority-class",
             "priority-2",
             "--",
@@ -121,7 +141,7 @@ def test_seed_scenarios_1_then_2_after_a_restart_with_block(tmp_path: Path) -> N
             "1d",
         )
         poll(lambda: outcome_if(home, {"user-a/pi-6nsc7": "Pending"}))
-        seen = check_scenario(home, "02-seed-block.yaml")
+        seen = check_scenario(home, "02-walkthrough-block.yaml")
         assert seen["jobs"]["user-a/pi-2xtcj"]["reason_code"] == "BlockedByHead"
         queue = usher_json(home, "queue", "root-department-a-user-a")
         assert queue["policy"] == "Block"
@@ -143,7 +163,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield home
 
 
-def test_seed_scenario_3_reclaim(running: Path) -> None:
+def test_walkthrough_scenario_3_reclaim(running: Path) -> None:
     """Department-a borrows the whole cluster; Department-b asks within its guarantee."""
     home = running
     base = ["--image", "busybox", "--cpu", "10", "--memory", "10Gi"]
@@ -153,7 +173,7 @@ def test_seed_scenario_3_reclaim(running: Path) -> None:
     poll(lambda: outcome_if(home, {"user-b/borrow": "Admitted"}))
     next_second()
     ok(home, "submit", "--name", "urgent", "-n", "user-c", *base, "--priority-class", "priority-3")
-    seen = check_scenario(home, "03-seed-reclaim.yaml")
+    seen = check_scenario(home, "03-walkthrough-reclaim.yaml")
     assert seen["jobs"]["user-b/borrow"]["preemptions"] == 1
     assert "(preempted 1x)" in ok(home, "jobs", "-n", "user-b")
     quota = ok(home, "quota")

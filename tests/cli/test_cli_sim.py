@@ -12,7 +12,11 @@ import pytest
 from tests.conftest import REPO
 
 SCENARIOS = REPO / "tests" / "scenarios"
-SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
+WALKTHROUGH = [
+    "01-walkthrough-round.yaml",
+    "02-walkthrough-block.yaml",
+    "03-walkthrough-reclaim.yaml",
+]
 
 
 def usher(*args: str) -> subprocess.CompletedProcess[str]:
@@ -21,8 +25,8 @@ def usher(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("name", SEEDS)
-def test_seed_scenario_passes_check(name: str) -> None:
+@pytest.mark.parametrize("name", WALKTHROUGH)
+def test_walkthrough_scenario_passes_check(name: str) -> None:
     result = usher("sim", str(SCENARIOS / name), "--check")
     assert result.returncode == 0, result.stderr
     assert "matches expect" in result.stdout
@@ -30,15 +34,15 @@ def test_seed_scenario_passes_check(name: str) -> None:
 
 def test_walkthrough_scenarios_pass_check_together() -> None:
     """`usher sim --check` over kube-queue's walkthrough scenarios at once."""
-    files = [SCENARIOS / n for n in SEEDS]
+    files = [SCENARIOS / n for n in WALKTHROUGH]
     result = usher("sim", *map(str, files), "--check")
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("matches expect") == len(files)
 
 
 def test_json_output_is_byte_identical_and_shaped_as_semantics() -> None:
-    first = usher("sim", str(SCENARIOS / "03-seed-reclaim.yaml"), "--json")
-    second = usher("sim", str(SCENARIOS / "03-seed-reclaim.yaml"), "--json")
+    first = usher("sim", str(SCENARIOS / "03-walkthrough-reclaim.yaml"), "--json")
+    second = usher("sim", str(SCENARIOS / "03-walkthrough-reclaim.yaml"), "--json")
     assert first.returncode == 0, first.stderr
     assert first.stdout == second.stdout
     doc = json.loads(first.stdout)
@@ -51,7 +55,7 @@ def test_json_output_is_byte_identical_and_shaped_as_semantics() -> None:
 
 
 def test_check_names_each_difference(tmp_path: Path) -> None:
-    text = (SCENARIOS / "01-seed-round.yaml").read_text()
+    text = (SCENARIOS / "01-walkthrough-round.yaml").read_text()
     text = text.replace("user-a/pi-2xtcj: Pending", "user-a/pi-2xtcj: Admitted")
     wrong = tmp_path / "wrong.yaml"
     wrong.write_text(text)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders.log import B, seed_reclaim
+from tests.builders.log import B, walkthrough_reclaim
 from tests.cli.history_cli import export, usher
 from tests.cli.test_cli_history import one_line_error
 
@@ -19,11 +19,11 @@ CORE_MS = 1000 * 1000  # one core for one second, in canonical units x ms
 
 @pytest.fixture
 def log_file(tmp_path: Path) -> Path:
-    """seed_reclaim (user-a/big 60 cpu from 1.1 s; user-b/borrow 40 cpu from 2.1 s, preempted
+    """walkthrough_reclaim (user-a/big 60 cpu from 1.1 s; user-b/borrow 40 cpu from 2.1 s, preempted
     at 3.1 s; user-c/urgent 10 cpu from 3.3 s), then urgent finishes an hour later and the log
     ends two hours after that admission: 'now' offline is the last entry, 7203.3 s."""
     log = (
-        seed_reclaim()
+        walkthrough_reclaim()
         .released(3603.3, "user-c/urgent", 10, "Finished", B)
         .job(7203.3, "user-x/late", 1)
     )

@@ -34,7 +34,7 @@ from usher.client import (
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
 from usher.core.usage import UsageBy, usage_totals
-from usher.demo.driver import Burst, DemoDriver, SeedJob
+from usher.demo.driver import Burst, DemoDriver, WalkthroughJob
 from usher.local.processes import pid_alive
 from usher.local.system import EmbeddedSystem, SystemOptions
 
@@ -192,9 +192,9 @@ def test_a_job_created_twice_is_a_typed_already_exists(system: EmbeddedSystem) -
             with pytest.raises(AlreadyExists, match=r"^job\.batch/twice already exists"):
                 await usher.submit_manifest(manifest)
             driver = DemoDriver(usher, say=said.append)
-            job = SeedJob(0, "seeded-twice", "user-b", 1, 1, note="once")
-            await driver._seed_job(job)
-            await driver._seed_job(job)  # a restart replays the script: no error, no line
+            job = WalkthroughJob(0, "seeded-twice", "user-b", 1, 1, note="once")
+            await driver._walkthrough_job(job)
+            await driver._walkthrough_job(job)  # a restart replays the script: no error, no line
         return said
 
     assert asyncio.run(scenario()) == ["demo: job.batch/seeded-twice submitted (once)"]

@@ -63,7 +63,7 @@ def test_the_live_view_shows_the_spent_budget_and_the_held_queue() -> None:
     ]  # fmt: skip
 
 
-def test_the_leaf_takes_nothing_from_the_seeds_departments() -> None:
+def test_the_leaf_takes_nothing_from_the_walkthroughs_departments() -> None:
     """No guarantee (the walkthrough's 60 + 40 cpu stay whole), nothing used once the story is over:
     the held job holds nothing, so the walkthrough's scenarios start as before."""
     play = _played()

@@ -29,7 +29,7 @@ TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 
 
 @pytest.fixture(scope="module")
-def seed_round(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSystem]:
+def walkthrough_round(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedSystem]:
     """The system after kube-queue's walkthrough's scenario 1: pi-8k5pn admitted, pi-2xtcj
     waiting."""
     home = tmp_path_factory.mktemp("kubectl") / "home"
@@ -87,10 +87,10 @@ def _queue(system: EmbeddedSystem) -> dict[str, Any] | None:
     return dict(queue) if active else None
 
 
-def test_kubectl_lists_one_queue_per_leaf(seed_round: EmbeddedSystem) -> None:
+def test_kubectl_lists_one_queue_per_leaf(walkthrough_round: EmbeddedSystem) -> None:
     deadline = time.monotonic() + 30
     while True:
-        out = kubectl(seed_round, "get", "queue", "-n", "kube-queue")
+        out = kubectl(walkthrough_round, "get", "queue", "-n", "kube-queue")
         lines = out.strip().splitlines()
         if len(lines) == 3 or time.monotonic() > deadline:
             break
@@ -102,12 +102,14 @@ def test_kubectl_lists_one_queue_per_leaf(seed_round: EmbeddedSystem) -> None:
     ]
 
 
-def test_kubectl_shows_the_queue_with_positions_as_in_seed_000(seed_round: EmbeddedSystem) -> None:
+def test_kubectl_shows_the_queue_with_positions_as_in_the_walkthrough(
+    walkthrough_round: EmbeddedSystem,
+) -> None:
     deadline = time.monotonic() + 30
-    queue = _queue(seed_round)
+    queue = _queue(walkthrough_round)
     while queue is None and time.monotonic() < deadline:
         time.sleep(0.3)
-        queue = _queue(seed_round)
+        queue = _queue(walkthrough_round)
     assert queue is not None, "the watcher never wrote the queue's status"
     assert queue["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
     assert queue["kind"] == "Queue"
@@ -124,12 +126,19 @@ def test_kubectl_shows_the_queue_with_positions_as_in_seed_000(seed_round: Embed
     assert details["backoff"] == []
 
 
-def test_kubectl_shows_the_tree_usage_in_its_status(seed_round: EmbeddedSystem) -> None:
+def test_kubectl_shows_the_tree_usage_in_its_status(walkthrough_round: EmbeddedSystem) -> None:
     deadline = time.monotonic() + 30
     while True:
         tree = json.loads(
             kubectl(
-                seed_round, "-n", "kube-system", "get", "eqtree", "elasticquotatree", "-o", "json"
+                walkthrough_round,
+                "-n",
+                "kube-system",
+                "get",
+                "eqtree",
+                "elasticquotatree",
+                "-o",
+                "json",
             )
         )
         used = (tree.get("status") or {}).get("used") or {}
@@ -141,8 +150,8 @@ def test_kubectl_shows_the_tree_usage_in_its_status(seed_round: EmbeddedSystem) 
 
 
 def test_kubectl_sees_the_admitted_job_running_and_the_other_suspended(
-    seed_round: EmbeddedSystem,
+    walkthrough_round: EmbeddedSystem,
 ) -> None:
-    jobs = json.loads(kubectl(seed_round, "get", "jobs", "-n", "user-a", "-o", "json"))
+    jobs = json.loads(kubectl(walkthrough_round, "get", "jobs", "-n", "user-a", "-o", "json"))
     suspended = {j["metadata"]["name"]: j["spec"]["suspend"] for j in jobs["items"]}
     assert suspended == {"pi-8k5pn": False, "pi-2xtcj": True}

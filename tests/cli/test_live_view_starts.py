@@ -9,7 +9,7 @@ from datetime import timedelta
 from rich.console import Console
 
 from schemas import Millis
-from tests.builders.log import BASE, BASE_MS, QA, Log, seed_round, waiting_behind_a_run
+from tests.builders.log import BASE, BASE_MS, QA, Log, waiting_behind_a_run, walkthrough_round
 from usher.cli.live import queue_lines, render, starts_of
 from usher.client.durations import estimated_start
 from usher.client.state import PeopleProjection, StateView
@@ -41,7 +41,7 @@ def test_a_pending_job_starts_with_a_range_in_the_plain_lines() -> None:
 
 
 def test_an_unknown_start_is_shown_with_its_reason_on_the_screen() -> None:
-    view = view_of(seed_round())
+    view = view_of(walkthrough_round())
     why = "unknown: 0 runs have ended on the log, 3 are needed"
     screen = io.StringIO()
     Console(file=screen, width=400, color_system=None).print(render(view, "usher", []))

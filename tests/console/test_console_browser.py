@@ -96,7 +96,7 @@ def test_the_tree_page_shows_the_walkthrough_trees_numbers(console: Console) -> 
     console.shot("tree")
 
 
-def test_a_queue_page_shows_the_seeds_positions(console: Console) -> None:
+def test_a_queue_page_shows_the_walkthroughs_positions(console: Console) -> None:
     """Scenario 2: pi-6nsc7 (priority 2) heads pi-2xtcj; the page's positions are the
     replay's at the log position the page shows."""
 

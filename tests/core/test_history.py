@@ -28,7 +28,18 @@ from schemas import (
 )
 from schemas.events import CLUSTER_EVENT_TYPES
 from schemas.holds import HOLD_EVENT_TYPES
-from tests.builders.log import BASE, BASE_MS, CPU, QA, QB, A, B, Log, seed_reclaim, seed_round
+from tests.builders.log import (
+    BASE,
+    BASE_MS,
+    CPU,
+    QA,
+    QB,
+    A,
+    B,
+    Log,
+    walkthrough_reclaim,
+    walkthrough_round,
+)
 from tests.builders.trees import departments_tree
 from usher.core import audit, explain, history, whatif
 from usher.core.config import EngineConfig
@@ -38,7 +49,7 @@ from usher.core.engine import Engine
 
 
 def test_replay_rebuilds_queues_reasons_and_quota() -> None:
-    state = history.replay(seed_round().history(), EngineConfig())
+    state = history.replay(walkthrough_round().history(), EngineConfig())
     jobs = {row.job: row for row in state.jobs}
     assert jobs[WorkloadKey("user-a/first")].state == "Admitted"
     second = jobs[WorkloadKey("user-a/second")]
@@ -75,19 +86,19 @@ def test_replay_stops_at_a_seq_or_a_time(
 ) -> None:
     until_ms = Millis(BASE_MS + int(until_at * 1000)) if until_at is not None else None
     state = history.replay(
-        seed_round().history(), EngineConfig(), until_seq=until_seq, until_ms=until_ms
+        walkthrough_round().history(), EngineConfig(), until_seq=until_seq, until_ms=until_ms
     )
     got = {row.job: (row.state, row.reason.code if row.reason else None) for row in state.jobs}
     assert got == expected
 
 
 def test_replay_under_block_names_the_head_and_a_held_preemptor() -> None:
-    log = seed_round().job(3, "user-a/third", 10)
+    log = walkthrough_round().job(3, "user-a/third", 10)
     state = history.replay(log.history(), EngineConfig(policy="Block"))
     third = next(r for r in state.jobs if r.job == "user-a/third")
     assert third.reason is not None and third.reason.code == "BlockedByHead"
     assert third.reason.blocker == "user-a/second"
-    held = history.replay(seed_reclaim().history(), EngineConfig(), until_seq=8)
+    held = history.replay(walkthrough_reclaim().history(), EngineConfig(), until_seq=8)
     urgent = next(r for r in held.jobs if r.job == "user-c/urgent")
     assert urgent.reason is not None and urgent.reason.code == "PreemptionInProgress"
 
@@ -148,7 +159,7 @@ def test_relative_time_needs_a_log() -> None:
 
 
 def test_export_round_trip_keeps_payloads_byte_for_byte() -> None:
-    envelope = msgspec.json.encode(seed_round().entries[0][1])
+    envelope = msgspec.json.encode(walkthrough_round().entries[0][1])
     entries = [
         history.exported_entry(1, "usher.cluster.quota", envelope),
         history.exported_entry(2, "usher.cluster.x", b"\xff not json"),
@@ -193,10 +204,12 @@ def _findings(log: Log, config: EngineConfig | None = None) -> list[tuple[int | 
 
 
 def test_a_recorded_run_is_justified() -> None:
-    assert _findings(seed_round()) == []
-    assert _findings(seed_reclaim()) == []
+    assert _findings(walkthrough_round()) == []
+    assert _findings(walkthrough_reclaim()) == []
     finished = (
-        seed_round().finished(5, "user-a/first").released(5.1, "user-a/first", 60, "Finished")
+        walkthrough_round()
+        .finished(5, "user-a/first")
+        .released(5.1, "user-a/first", 60, "Finished")
     )
     assert _findings(finished.admitted(5.2, "user-a/second", 60)) == []
 
@@ -204,13 +217,13 @@ def test_a_recorded_run_is_justified() -> None:
 TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
     (
         "second admitted although it does not fit",
-        lambda: seed_round().admitted(3, "user-a/second", 60),
+        lambda: walkthrough_round().admitted(3, "user-a/second", 60),
         # The ledger's view (over-quota), then the running usage on the leaf and the root.
         [(6, "over-quota"), (6, "over-commit"), (6, "over-commit")],
     ),
     (
         "admitted twice",
-        lambda: seed_round().add(
+        lambda: walkthrough_round().add(
             3,
             Admitted(
                 workload=WorkloadKey("user-a/first"),
@@ -225,7 +238,7 @@ TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
     ),
     (
         "same decision recorded twice",
-        lambda: seed_round().admitted(1.15, "user-a/first", 60),
+        lambda: walkthrough_round().admitted(1.15, "user-a/first", 60),
         [(6, "duplicate")],
     ),
     (
@@ -245,25 +258,33 @@ TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
     ),
     (
         "released without a cause",
-        lambda: seed_round().released(3, "user-a/first", 60, "Finished"),
+        lambda: walkthrough_round().released(3, "user-a/first", 60, "Finished"),
         [(6, "no-cause")],
     ),
     (
         "released as failed after a success",
-        lambda: seed_round().finished(3, "user-a/first").released(4, "user-a/first", 60, "Failed"),
+        lambda: (
+            walkthrough_round()
+            .finished(3, "user-a/first")
+            .released(4, "user-a/first", 60, "Failed")
+        ),
         [(7, "no-cause")],
     ),
     (
         "released what was never held",
         lambda: (
-            seed_round().finished(3, "user-a/second").released(4, "user-a/second", 60, "Finished")
+            walkthrough_round()
+            .finished(3, "user-a/second")
+            .released(4, "user-a/second", 60, "Finished")
         ),
         [(7, "nothing-held")],
     ),
     (
         "released other requests than admitted",
         lambda: (
-            seed_round().finished(3, "user-a/first").released(4, "user-a/first", 50, "Finished")
+            walkthrough_round()
+            .finished(3, "user-a/first")
+            .released(4, "user-a/first", 50, "Finished")
         ),
         [(7, "wrong-release")],
     ),
@@ -294,7 +315,7 @@ TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
     ),
     (
         "inadmissible that fits",
-        lambda: seed_round().add(
+        lambda: walkthrough_round().add(
             3,
             Inadmissible(
                 workload=WorkloadKey("user-a/second"),
@@ -307,7 +328,7 @@ TAMPERED: list[tuple[str, Callable[[], Log], list[tuple[int | None, str]]]] = [
     ),
     (
         "unmapped that is mapped",
-        lambda: seed_round().add(
+        lambda: walkthrough_round().add(
             3,
             Unmapped(
                 workload=WorkloadKey("user-a/second"),
@@ -355,7 +376,7 @@ def test_audit_agrees_with_inadmissible_and_unmapped_the_core_would_announce() -
 
 
 def test_preemption_within_min_runtime_is_refused() -> None:
-    log = seed_reclaim()
+    log = walkthrough_reclaim()
     assert _findings(log, EngineConfig(min_runtime_ms=60_000)) == [(8, "preemption-refused")]
     report = audit.audit(log.history(), EngineConfig(min_runtime_ms=60_000))
     assert "within its minimum runtime" in report.findings[0].message
@@ -519,7 +540,7 @@ def test_ledger_and_log_agree(
             for i, e in enumerate(unpublished)
         ],
     )
-    findings = audit.check_ledger(seed_reclaim().history(), snapshot)
+    findings = audit.check_ledger(walkthrough_reclaim().history(), snapshot)
     assert sorted((f.check, f.event_id or "") for f in findings) == sorted(expected)
 
 
@@ -559,7 +580,9 @@ def test_parse_ledger_id(event_id: str, parsed: tuple[str, str, int] | None) -> 
 
 
 def test_audit_table_names_the_decision_and_why() -> None:
-    report = audit.audit(seed_round().admitted(3, "user-a/second", 60).history(), EngineConfig())
+    report = audit.audit(
+        walkthrough_round().admitted(3, "user-a/second", 60).history(), EngineConfig()
+    )
     text = audit.render_audit_table(report)
     assert "seq 6" in text and "user-a/second" in text and "ledger:admitted:user-a/second:2" in text
     assert "over-quota: QuotaExceeded: root/Department-a cpu 60 used + 60 requested" in text
@@ -577,8 +600,8 @@ def _compare(log: Log, changed: EngineConfig, **kwargs: object) -> whatif.WhatIf
     return whatif.what_if(log.history(), spec)
 
 
-def test_what_if_oversell_two_admits_both_seed_jobs() -> None:
-    report = _compare(seed_round(), EngineConfig(oversell_rate=Fraction(2)))
+def test_what_if_oversell_two_admits_both_walkthrough_jobs() -> None:
+    report = _compare(walkthrough_round(), EngineConfig(oversell_rate=Fraction(2)))
     assert (report.overall.baseline.admitted, report.overall.whatif.admitted) == (1, 2)
     assert (report.overall.baseline.pending_at_end, report.overall.whatif.pending_at_end) == (1, 0)
     assert [(d.workload, d.action, d.baseline_at, d.whatif_quota) for d in report.differences] == [
@@ -589,7 +612,7 @@ def test_what_if_oversell_two_admits_both_seed_jobs() -> None:
 
 
 def test_what_if_ignores_recorded_decisions() -> None:
-    forged = seed_round().admitted(3, "user-a/second", 60)
+    forged = walkthrough_round().admitted(3, "user-a/second", 60)
     report = _compare(forged, EngineConfig())
     assert report.overall.baseline.admitted == 1
     assert report.differences_total == 0
@@ -597,7 +620,7 @@ def test_what_if_ignores_recorded_decisions() -> None:
 
 def test_what_if_with_another_tree() -> None:
     report = _compare(
-        seed_round(), EngineConfig(), tree=departments_tree(a_max=200), tree_label="big.yaml"
+        walkthrough_round(), EngineConfig(), tree=departments_tree(a_max=200), tree_label="big.yaml"
     )
     # Root max stays 100: a bigger Department-a alone does not admit the second job.
     assert report.overall.whatif.admitted == 1
@@ -612,13 +635,13 @@ def test_what_if_with_another_tree() -> None:
                       namespaces=["user-c"]),
         ],
     )  # fmt: skip
-    report = _compare(seed_round(), EngineConfig(), tree=bigger, tree_label="bigger.yaml")
+    report = _compare(walkthrough_round(), EngineConfig(), tree=bigger, tree_label="bigger.yaml")
     assert report.overall.whatif.admitted == 2
     assert report.whatif.tree.startswith("bigger.yaml")
 
 
 def test_what_if_block_stops_the_small_job_behind() -> None:
-    log = seed_round().job(3, "user-a/small", 10)
+    log = walkthrough_round().job(3, "user-a/small", 10)
     report = _compare(log, EngineConfig(policy="Block"))
     assert (report.overall.baseline.admitted, report.overall.whatif.admitted) == (2, 1)
     assert [(d.workload, d.action) for d in report.differences] == [("user-a/small", "admit")]
@@ -652,7 +675,7 @@ def test_what_if_groups_events_that_arrived_together() -> None:
 
 
 def test_what_if_since_starts_from_the_recorded_state() -> None:
-    log = seed_round().job(10, "user-a/late", 60)
+    log = walkthrough_round().job(10, "user-a/late", 60)
     spec = whatif.WhatIfSpec(
         baseline=whatif.Variant(config=EngineConfig()),
         changed=whatif.Variant(config=EngineConfig(oversell_rate=Fraction(2))),
@@ -672,7 +695,7 @@ def test_what_if_replays_every_cluster_event_type() -> None:
 
 
 def test_what_if_renders_a_table_and_json() -> None:
-    report = _compare(seed_round(), EngineConfig(oversell_rate=Fraction(2)))
+    report = _compare(walkthrough_round(), EngineConfig(oversell_rate=Fraction(2)))
     table = whatif.render_whatif_table(report)
     assert "1 -> 2" in table and "user-a/second" in table and "oversell 2.0" in table
     doc = msgspec.json.decode(whatif.render_whatif_json(report))
@@ -682,8 +705,8 @@ def test_what_if_renders_a_table_and_json() -> None:
 # ---------------------------------------------------------------------------- explain
 
 
-def test_explain_the_seed_reclaim_victim() -> None:
-    log = seed_reclaim()
+def test_explain_the_walkthrough_reclaim_victim() -> None:
+    log = walkthrough_reclaim()
     e = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-b/borrow"), Millis(0))
     assert (e.state, e.queue, e.position) == ("Pending", QA, 1)
     assert e.reason is not None and e.reason.code == "QuotaExceeded"
@@ -706,7 +729,7 @@ def test_explain_the_seed_reclaim_victim() -> None:
 
 def test_explain_the_preemptor_shows_whom_it_preempted() -> None:
     e = explain.explain(
-        seed_reclaim().history(), EngineConfig(), WorkloadKey("user-c/urgent"), Millis(0)
+        walkthrough_reclaim().history(), EngineConfig(), WorkloadKey("user-c/urgent"), Millis(0)
     )
     assert e.state == "Admitted" and e.reclaim is None
     assert [line.what for line in e.history] == ["observed", "preempts", "Admitted"]
@@ -800,9 +823,9 @@ def test_explain_a_workload_that_may_reclaim_leaves_the_engine_unchanged() -> No
 @pytest.mark.parametrize(
     ("log", "key", "why"),
     [
-        (seed_round(), "user-a/first", "not waiting"),
-        (seed_round().job(3, "user-a/tiny", 1), "user-a/tiny", "fits without preempting"),
-        (seed_round(), "user-a/second", "within-quota preemption is Never"),
+        (walkthrough_round(), "user-a/first", "not waiting"),
+        (walkthrough_round().job(3, "user-a/tiny", 1), "user-a/tiny", "fits without preempting"),
+        (walkthrough_round(), "user-a/second", "within-quota preemption is Never"),
     ],
 )
 def test_reclaim_preview_says_why_not(log: Log, key: str, why: str) -> None:
@@ -814,7 +837,7 @@ def test_reclaim_preview_says_why_not(log: Log, key: str, why: str) -> None:
 
 def test_admission_shortfall_sets_a_held_preemptors_own_hold_aside() -> None:
     engine = Engine(EngineConfig())
-    items = seed_reclaim().history().items
+    items = walkthrough_reclaim().history().items
     history.fold(engine, items[:9])  # preempted, victim not seen stopped yet
     urgent = WorkloadKey("user-c/urgent")
     assert engine.admission_shortfall(urgent, B, {"cpu": 10 * CPU}) is None
@@ -828,7 +851,7 @@ def test_admission_shortfall_sets_a_held_preemptors_own_hold_aside() -> None:
 
 
 def test_explain_a_deleted_and_an_unknown_workload() -> None:
-    log = seed_round().add(3, WorkloadDeleted(workload=WorkloadKey("user-a/second")))
+    log = walkthrough_round().add(3, WorkloadDeleted(workload=WorkloadKey("user-a/second")))
     e = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-a/second"), Millis(0))
     assert e.state == "Deleted" and e.history[-1].what == "deleted"
     with pytest.raises(explain.UnknownWorkload):

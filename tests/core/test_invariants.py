@@ -13,7 +13,7 @@ from fractions import Fraction
 import pytest
 
 from schemas import Admitted, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
-from tests.builders.log import CPU, QA, QB, Log, seed_reclaim, seed_round
+from tests.builders.log import CPU, QA, QB, Log, walkthrough_reclaim, walkthrough_round
 from tests.builders.trees import departments_tree
 from usher.core import audit, invariants
 from usher.core.config import EngineConfig, ReadinessPolicy
@@ -80,7 +80,7 @@ def readmitted_while_preempted() -> Log:
 
 
 def admitted_twice() -> Log:
-    return admitted_again(seed_round(), 3, "user-a/first", 60)
+    return admitted_again(walkthrough_round(), 3, "user-a/first", 60)
 
 
 def readmitted_after_release() -> Log:
@@ -183,7 +183,7 @@ CASES: list[tuple[str, Callable[[], Log], EngineConfig, Expected]] = [
         EngineConfig(),
         [],
     ),
-    ("a seed reclaim as recorded", seed_reclaim, EngineConfig(), []),
+    ("a walkthrough reclaim as recorded", walkthrough_reclaim, EngineConfig(), []),
     ("admitted twice while live", admitted_twice, EngineConfig(), [(6, "already-admitted")]),
     (
         "a preempted victim admitted again before its Released",
@@ -232,14 +232,14 @@ CASES: list[tuple[str, Callable[[], Log], EngineConfig, Expected]] = [
     ),
     (
         "a preemption within the minimum runtime",
-        seed_reclaim,
+        walkthrough_reclaim,
         EngineConfig(min_runtime_ms=60_000),
         [(8, "preemption-refused")],
     ),
-    ("a pending workload blocked by quota at the end", seed_round, EngineConfig(), []),
+    ("a pending workload blocked by quota at the end", walkthrough_round, EngineConfig(), []),
     (
         "a pending workload that fits at the end is stuck",
-        lambda: seed_round().job(3, "user-c/fits", 10),
+        lambda: walkthrough_round().job(3, "user-c/fits", 10),
         EngineConfig(),
         [("user-c/fits", "stuck")],
     ),
@@ -299,7 +299,7 @@ def test_the_end_check_is_optional() -> None:
 def test_a_decision_recorded_twice_is_one_decision() -> None:
     # The same Admitted (same event id) twice: the audit reports it as a duplicate; it does
     # not count twice here.
-    log = seed_round().admitted(1.15, "user-a/first", 60)
+    log = walkthrough_round().admitted(1.15, "user-a/first", 60)
     assert invariants.check_log(log.history().items, EngineConfig()) == []
 
 
@@ -309,7 +309,7 @@ def test_the_audit_reports_the_invariants_and_the_end_check_only_when_asked() ->
     # Two independent checks name the same admission: the ledger's rule on the state before
     # it (the victim still counts until released, R7) and the running-usage invariant.
     assert checks == [(11, "over-quota"), (11, "over-commit")]
-    stuck = seed_round().job(3, "user-c/fits", 10).history()
+    stuck = walkthrough_round().job(3, "user-c/fits", 10).history()
     assert audit.audit(stuck, EngineConfig()).findings == []
     [finding] = audit.audit(stuck, EngineConfig(), quiescent=True).findings
     assert (finding.check, finding.decision, finding.workload) == ("stuck", "end", "user-c/fits")

@@ -31,7 +31,7 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import observed
-from tests.builders.log import BASE_MS, B, Log, seed_round
+from tests.builders.log import BASE_MS, B, Log, walkthrough_round
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
 from usher.core import audit, explain
@@ -544,8 +544,9 @@ def test_explain_lists_every_attempt_and_why_it_ended() -> None:
     table = explain.render_explain_table(story)
     assert "attempts:" in table and "user-a/train-retry-1" in table
     # A job without retries reads as before: no attempts at all.
-    plain = explain.explain(seed_round().history(), EngineConfig(), WorkloadKey("user-a/first"),
-                            Millis(0))  # fmt: skip
+    plain = explain.explain(
+        walkthrough_round().history(), EngineConfig(), WorkloadKey("user-a/first"), Millis(0)
+    )
     assert plain.attempts == [] and "attempts" not in explain.render_explain_json(plain)
 
 

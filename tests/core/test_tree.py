@@ -25,7 +25,7 @@ from usher.core.tree import (
 
 GI = 2**30
 
-# The tree of scenarios/01-seed-round.yaml (kube-queue's walkthrough), verbatim.
+# The tree of scenarios/01-walkthrough-round.yaml (kube-queue's walkthrough), verbatim.
 WALKTHROUGH_TREE_YAML = """
 apiVersion: scheduling.sigs.k8s.io/v1beta1
 kind: ElasticQuotaTree
@@ -48,7 +48,7 @@ spec:
 
 FULL = {"cpu": 100_000, "memory": 100 * GI, "nvidia.com/gpu": 4}
 
-SEED_ROOT = QuotaNode(
+WALKTHROUGH_ROOT = QuotaNode(
     name="root",
     min=FULL,
     max=FULL,
@@ -74,7 +74,7 @@ B = "spec.root.children[1](Department-b)"
 Manifest = dict[str, Any]
 
 
-def seed() -> Manifest:
+def walkthrough() -> Manifest:
     loaded: Manifest = yaml.safe_load(WALKTHROUGH_TREE_YAML)
     return loaded
 
@@ -96,15 +96,15 @@ def errors_of(manifest: object) -> list[tuple[str, str, str]]:
 
 
 def test_walkthrough_tree_parses_to_canonical_integers() -> None:
-    assert parse_tree(seed()) == SEED_ROOT
+    assert parse_tree(walkthrough()) == WALKTHROUGH_ROOT
 
 
 def test_walkthrough_tree_is_valid_as_typed_tree() -> None:
-    assert validate_tree(SEED_ROOT) == []
+    assert validate_tree(WALKTHROUGH_ROOT) == []
 
 
 def test_tree_with_attributes_and_depth_parses() -> None:
-    manifest = seed()
+    manifest = walkthrough()
     department_a = child(manifest, 0)
     department_a.pop("namespaces")
     department_a["attributes"] = {
@@ -521,7 +521,7 @@ ERROR_CASES: list[Any] = [
 def test_parse_tree_reports_every_violation(
     mutations: list[Mutation], expected: list[tuple[str, str, str]]
 ) -> None:
-    manifest = copy.deepcopy(seed())
+    manifest = copy.deepcopy(walkthrough())
     for mutate in mutations:
         mutate(manifest)
     if not expected:
@@ -537,13 +537,13 @@ def test_parse_tree_rejects_non_mapping(manifest: object) -> None:
 
 
 def test_child_max_may_exceed_parent_max() -> None:
-    manifest = seed()
+    manifest = walkthrough()
     child(manifest, 0)["max"]["cpu"] = "500"
     assert parse_tree(manifest).children[0].max["cpu"] == 500_000
 
 
 def test_missing_min_is_empty_and_missing_max_means_no_limit() -> None:
-    manifest = seed()
+    manifest = walkthrough()
     department_b = child(manifest, 1)
     del department_b["min"]
     del department_b["max"]
@@ -552,17 +552,17 @@ def test_missing_min_is_empty_and_missing_max_means_no_limit() -> None:
 
 
 def test_unknown_node_keys_are_ignored() -> None:
-    manifest = seed()
+    manifest = walkthrough()
     child(manifest, 0)["description"] = "research"
-    assert parse_tree(manifest) == SEED_ROOT
+    assert parse_tree(manifest) == WALKTHROUGH_ROOT
 
 
 def test_validate_tree_on_typed_tree_names_nodes() -> None:
     bad = msgspec.structs.replace(
-        SEED_ROOT,
+        WALKTHROUGH_ROOT,
         children=[
-            msgspec.structs.replace(SEED_ROOT.children[0], min={"cpu": 200_000}),
-            msgspec.structs.replace(SEED_ROOT.children[1], name="", namespaces=["user-a"]),
+            msgspec.structs.replace(WALKTHROUGH_ROOT.children[0], min={"cpu": 200_000}),
+            msgspec.structs.replace(WALKTHROUGH_ROOT.children[1], name="", namespaces=["user-a"]),
         ],
     )
     assert validate_tree(bad) == [
@@ -602,10 +602,10 @@ def test_iter_nodes_is_pre_order_with_parents() -> None:
     ]
 
 
-def test_leaf_paths_of_seed() -> None:
-    assert leaf_paths(SEED_ROOT) == {
-        "root/Department-a": SEED_ROOT.children[0],
-        "root/Department-b": SEED_ROOT.children[1],
+def test_leaf_paths_of_the_walkthrough_tree() -> None:
+    assert leaf_paths(WALKTHROUGH_ROOT) == {
+        "root/Department-a": WALKTHROUGH_ROOT.children[0],
+        "root/Department-b": WALKTHROUGH_ROOT.children[1],
     }
 
 
@@ -617,8 +617,8 @@ def test_root_alone_is_a_leaf() -> None:
 @pytest.mark.parametrize(
     ("path", "namespace", "expected"),
     [
-        pytest.param("root/Department-a", "user-a", "root-department-a-user-a", id="seed-a"),
-        pytest.param("root/Department-b", "user-c", "root-department-b-user-c", id="seed-b"),
+        pytest.param("root/Department-a", "user-a", "root-department-a-user-a", id="walkthrough-a"),
+        pytest.param("root/Department-b", "user-c", "root-department-b-user-c", id="walkthrough-b"),
         pytest.param("root/Research/ML_Team", "ml_ns", "root-research-ml-team-ml-ns", id="deep"),
         pytest.param("root/Ops", None, "root-ops", id="no-namespace"),
         pytest.param("root/Ops", "", "root-ops", id="empty-namespace"),
@@ -630,7 +630,7 @@ def test_queue_name(path: str, namespace: str | None, expected: str) -> None:
 
 
 def test_leaf_queue_name_uses_first_namespace() -> None:
-    assert leaf_queue_name(QuotaPath("root/Department-a"), SEED_ROOT.children[0]) == (
+    assert leaf_queue_name(QuotaPath("root/Department-a"), WALKTHROUGH_ROOT.children[0]) == (
         "root-department-a-user-a"
     )
 

@@ -22,7 +22,7 @@ from schemas import (
     Zone,
 )
 from tests.builders.events import CORE, GI, admitted, observed
-from tests.builders.log import BASE_MS, QA, QB, A, B, Log, seed_reclaim
+from tests.builders.log import BASE_MS, QA, QB, A, B, Log, walkthrough_reclaim
 from tests.builders.trees import two_leaf_tree
 from usher.core import audit
 from usher.core.config import EngineConfig
@@ -310,7 +310,8 @@ def test_a_node_is_the_sum_of_its_children(
 
 
 def ledger_intervals(log: Log, *, borrow_end: float = 3.1) -> list[Interval]:
-    """seed_reclaim's allocations as the ledger's rows give them (stamps = envelope times)."""
+    """walkthrough_reclaim's allocations as the ledger's rows give them (stamps = envelope
+    times)."""
 
     def at(seconds: float) -> Millis:
         return Millis(BASE_MS + int(seconds * 1000))
@@ -342,14 +343,14 @@ def ledger_intervals(log: Log, *, borrow_end: float = 3.1) -> list[Interval]:
 
 
 def test_audit_usage_agrees_with_the_ledgers_intervals() -> None:
-    log = seed_reclaim()
+    log = walkthrough_reclaim()
     assert audit.check_usage(log.history(), ledger_intervals(log)) == []
     # The window ends at the last ledger decision on the log: 3.3 s.
     assert audit.usage_until(log.history()) == BASE_MS + 3300
 
 
 def test_audit_usage_names_node_resource_window_and_workload_where_they_differ() -> None:
-    log = seed_reclaim()
+    log = walkthrough_reclaim()
     findings = audit.check_usage(log.history(), ledger_intervals(log, borrow_end=3.3))
     assert [(f.check, f.decision) for f in findings] == [("usage-differs", "usage")] * 2
     first, second = (f.message for f in findings)
@@ -362,7 +363,7 @@ def test_audit_usage_names_node_resource_window_and_workload_where_they_differ()
 
 
 def test_audit_compares_usage_only_when_the_ledger_gave_its_intervals() -> None:
-    log = seed_reclaim()
+    log = walkthrough_reclaim()
     rows = audit.LedgerSnapshot(allocations=[], unpublished=[], intervals=[])
     report = audit.audit(log.history(), EngineConfig(), ledger=rows)
     assert "usage-differs" in {f.check for f in report.findings}

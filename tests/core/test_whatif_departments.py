@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from tests.builders.log import seed_reclaim
+from tests.builders.log import walkthrough_reclaim
 from usher.core import planning, whatif
 from usher.core.config import EngineConfig
 
@@ -16,7 +16,7 @@ def report() -> whatif.WhatIfReport:
         baseline=whatif.Variant(config=EngineConfig()),
         changed=whatif.Variant(config=EngineConfig(policy="Block")),
     )
-    return whatif.what_if(seed_reclaim().history(), spec)
+    return whatif.what_if(walkthrough_reclaim().history(), spec)
 
 
 def test_departments_side_by_side_with_hand_computed_usage() -> None:

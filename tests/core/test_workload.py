@@ -24,8 +24,9 @@ from usher.core.workload import (
 GI = 2**30
 MI = 2**20
 
-# The Job of scenarios/01-seed-round.yaml (kube-queue's walkthrough), verbatim: generateName only.
-SEED_JOB_YAML = """
+# The Job of scenarios/01-walkthrough-round.yaml (kube-queue's walkthrough), verbatim:
+# generateName only.
+WALKTHROUGH_JOB_YAML = """
 apiVersion: batch/v1
 kind: Job
 metadata: {generateName: pi-, namespace: user-a}
@@ -72,8 +73,8 @@ def errors_of(manifest: object, name: str | None = None) -> list[tuple[str, str]
     return [(e.path, e.code) for e in caught.value.errors]
 
 
-def test_seed_job_with_generate_name_and_given_name() -> None:
-    assert extract(load(SEED_JOB_YAML), name="pi-8k5pn") == WorkloadObserved(
+def test_walkthrough_job_with_generate_name_and_given_name() -> None:
+    assert extract(load(WALKTHROUGH_JOB_YAML), name="pi-8k5pn") == WorkloadObserved(
         workload="user-a/pi-8k5pn",
         namespace="user-a",
         name="pi-8k5pn",
@@ -698,7 +699,7 @@ def test_unsupported_kind_message_lists_supported_kinds() -> None:
 
 def test_generate_name_only_is_rejected_without_given_name() -> None:
     with pytest.raises(WorkloadInvalid) as caught:
-        extract(load(SEED_JOB_YAML))
+        extract(load(WALKTHROUGH_JOB_YAML))
     [error] = caught.value.errors
     assert (error.path, error.code) == ("metadata.name", "missing-field")
     assert error.message == "metadata.name is required (generateName 'pi-' alone is not a name)"

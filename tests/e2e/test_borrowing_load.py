@@ -232,11 +232,11 @@ async def _run(
     await assert_audit_clean(procs.env, subjects.prefix, database_url)
 
 
-SEEDS = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "20261124").split(",")]
+WALKTHROUGH = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "20261124").split(",")]
 """Seeds of the job mixes (and kill moments); ``make test-long`` runs several."""
 
 
-@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("seed", WALKTHROUGH)
 @pytest.mark.parametrize("kill", [False, True], ids=["no-fault", "each-service-killed"])
 async def test_borrowing_tree_under_bursts_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],

@@ -3,9 +3,9 @@
 emulator -> watcher -> NATS -> dequeuer / preemptor -> ledger: the log and the ledger a real run
 leaves behind are audited (no findings; every recorded pass re-run exactly), exported, tampered
 with (the audit names the decision, or the pass that does not give it), replayed with other
-settings (``what-if --oversell 2`` admits both seed-1 jobs), imported into another
-installation, and explained (scenario 3's victim's Preempted history and reclaim reason). Every
-command runs as a person would: ``python -m usher.cli ...``.
+settings (``what-if --oversell 2`` admits both jobs of walkthrough scenario 1), imported into
+another installation, and explained (scenario 3's victim's Preempted history and reclaim reason).
+Every command runs as a person would: ``python -m usher.cli ...``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,11 @@ from usher.core.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
 SCENARIOS = REPO / "tests" / "scenarios"
-SEEDS = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
+WALKTHROUGH = [
+    "01-walkthrough-round.yaml",
+    "02-walkthrough-block.yaml",
+    "03-walkthrough-reclaim.yaml",
+]
 
 
 @pytest.fixture
@@ -122,7 +126,7 @@ def count_types(exported: Path, *types: str) -> int:
     return sum(json.loads(line)["envelope"]["event"]["type"] in types for line in lines)
 
 
-@pytest.mark.parametrize("name", SEEDS, ids=[n.removesuffix(".yaml") for n in SEEDS])
+@pytest.mark.parametrize("name", WALKTHROUGH, ids=[n.removesuffix(".yaml") for n in WALKTHROUGH])
 async def test_history_commands_after_a_real_run(
     name: str,
     infra: Infra,
@@ -210,7 +214,7 @@ async def test_log_import_into_another_installation(
     emu: KubeEmulator,
     tmp_path: Path,
 ) -> None:
-    await run_scenario(SCENARIOS / SEEDS[0], infra, subjects, js, migrated_url, emu)
+    await run_scenario(SCENARIOS / WALKTHROUGH[0], infra, subjects, js, migrated_url, emu)
     exported = tmp_path / "log.jsonl"
     source = ["--nats", infra.nats_url, "--prefix", subjects.prefix]
     assert (await usher(tmp_path, "log", "export", str(exported), *source)).returncode == 0

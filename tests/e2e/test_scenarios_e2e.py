@@ -32,7 +32,11 @@ from usher.local.kube_emulator import KubeEmulator
 
 # kube-queue's ElasticQuotaTree walkthrough, its three scenarios (tests/cli/test_cli_sim.py
 # checks them with `usher sim --check` too).
-_WALKTHROUGH = ["01-seed-round.yaml", "02-seed-block.yaml", "03-seed-reclaim.yaml"]
+_WALKTHROUGH = [
+    "01-walkthrough-round.yaml",
+    "02-walkthrough-block.yaml",
+    "03-walkthrough-reclaim.yaml",
+]
 SCENARIOS = [REPO / "tests" / "scenarios" / name for name in _WALKTHROUGH]
 
 

@@ -49,7 +49,7 @@ def demo_file(name: str) -> Path:
 
 
 @dataclass(frozen=True)
-class SeedJob:
+class WalkthroughJob:
     """One job of the walkthrough's scenarios, as ``usher submit`` options."""
 
     at_s: float
@@ -61,12 +61,14 @@ class SeedJob:
     note: str = ""
 
 
-SEED_SCRIPT: tuple[SeedJob, ...] = (
-    SeedJob(1, "pi-8k5pn", "user-a", 6, 75, note="scenario 1: 60 cpu in Department-a"),
-    SeedJob(2, "pi-2xtcj", "user-a", 6, 75, note="scenario 1: does not fit, waits at #1"),
-    SeedJob(4, "pi-6nsc7", "user-a", 6, 60, "priority-2", "scenario 2: priority 2 heads it"),
-    SeedJob(6, "borrow", "user-b", 4, 90, note="scenario 3: Department-a borrows all 100 cpu"),
-    SeedJob(9, "urgent", "user-c", 1, 45, "priority-3", "scenario 3: Department-b reclaims"),
+WALKTHROUGH_SCRIPT: tuple[WalkthroughJob, ...] = (
+    WalkthroughJob(1, "pi-8k5pn", "user-a", 6, 75, note="scenario 1: 60 cpu in Department-a"),
+    WalkthroughJob(2, "pi-2xtcj", "user-a", 6, 75, note="scenario 1: does not fit, waits at #1"),
+    WalkthroughJob(4, "pi-6nsc7", "user-a", 6, 60, "priority-2", "scenario 2: priority 2 heads it"),
+    WalkthroughJob(
+        6, "borrow", "user-b", 4, 90, note="scenario 3: Department-a borrows all 100 cpu"
+    ),
+    WalkthroughJob(9, "urgent", "user-c", 1, 45, "priority-3", "scenario 3: Department-b reclaims"),
 )
 
 NAMESPACES = (("user-a", 4), ("user-b", 3), ("user-c", 3))
@@ -187,11 +189,11 @@ class DemoDriver:
             await self._step(stop, self._add_fair_share_nodes())
             await play_story(FairShareStory(self.client, self.say), stop, "fair-share story")
         clock = 0.0
-        for job in SEED_SCRIPT:
+        for job in WALKTHROUGH_SCRIPT:
             if await _sleep(stop, job.at_s - clock):
                 return
             clock = job.at_s
-            await self._step(stop, self._seed_job(job))
+            await self._step(stop, self._walkthrough_job(job))
         if await _sleep(stop, 5.0):
             return
         await self._step(stop, self._oom_job())
@@ -259,7 +261,7 @@ class DemoDriver:
             note = f"zone {burst_zone} burst, jobs of zone {own_zone} may burst there"
             self.say(f"demo: {applied.label}/{applied.name} {applied.action} ({note})")
 
-    async def _seed_job(self, job: SeedJob) -> None:
+    async def _walkthrough_job(self, job: WalkthroughJob) -> None:
         try:
             submitted = await self.client.submit(
                 job.name,

@@ -40,7 +40,7 @@ ZONE_LABEL = "usher.io/zone"
 DEFAULT_ZONE = "default"
 NODE_ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "4", "pods": "110"}
 """Each zone gets one node this large: the demo's whole tree (100 cpu) fits in two zones, and
-no seed job is refused for want of a node."""
+no walkthrough job is refused for want of a node."""
 
 JsonObj = dict[str, Any]
 
