@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from playwright.sync_api import expect
 
 from tests.cli.stack_process import UpProcess, poll, usher
 from tests.console.browser import artefacts, chromium, skip_without_chromium
@@ -155,7 +156,8 @@ def test_a_preempted_jobs_page_names_its_preemptor(console: Console) -> None:
 
 def test_the_live_stream_shows_a_decision_within_a_second(console: Console) -> None:
     page = console.open("/decisions")
-    page.wait_for_function("document.getElementById('seq').dataset.seq > 0")
+    # A selector-based wait: the console's CSP forbids wait_for_function's eval.
+    expect(page.locator("#seq")).to_have_attribute("data-seq", re.compile(r"^[1-9][0-9]*$"))
     time.sleep(0.5)  # the stream is connected (its first event came): what follows is live
     probe = ["submit", "--name", "live-probe", "-n", "user-c", "--image", "busybox"]
     assert usher(console.home, *probe, "--cpu", "1", "--duration", "5").returncode == 0

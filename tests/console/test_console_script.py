@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
+from playwright.sync_api import expect
 
 from tests.console.browser import chromium, skip_without_chromium
 from tests.console.test_console_pages import reclaim_log
@@ -100,9 +101,9 @@ def page() -> Iterator[Any]:
 
 
 def _wait_seq(page: Any, seq: int) -> None:
-    page.wait_for_function(
-        f"document.getElementById('seq').dataset.seq == {seq}", timeout=TIMEOUT_MS
-    )
+    # Selector-based waits: the console's CSP (script-src 'self') forbids the eval that
+    # wait_for_function's string predicates need.
+    expect(page.locator("#seq")).to_have_attribute("data-seq", str(seq), timeout=TIMEOUT_MS)
 
 
 def _rows(page: Any) -> list[str]:
@@ -162,5 +163,5 @@ def test_the_time_travel_slider_reaches_each_new_position(
     _wait_seq(page, 3)
     assert page.locator("#travel-seq").get_attribute("max") == "3"
     server.apply(rest)
-    page.wait_for_function("document.getElementById('travel-seq').max == 8", timeout=TIMEOUT_MS)
+    expect(page.locator("#travel-seq")).to_have_attribute("max", "8", timeout=TIMEOUT_MS)
     assert page.locator("#travel-last").inner_text() == "8"
