@@ -40,7 +40,7 @@ def test_walkthrough_scenarios_pass_check_together() -> None:
     assert result.stdout.count("matches expect") == len(files)
 
 
-def test_json_output_is_byte_identical_and_shaped_as_semantics() -> None:
+def test_json_output_is_byte_identical_and_shaped_as_documented() -> None:
     first = usher("sim", str(SCENARIOS / "03-walkthrough-reclaim.yaml"), "--json")
     second = usher("sim", str(SCENARIOS / "03-walkthrough-reclaim.yaml"), "--json")
     assert first.returncode == 0, first.stderr

@@ -326,7 +326,7 @@ def _child_mappings(
             )
 
 
-# --- semantics: rules on typed nodes ---------------------------------------------------------
+# --- rules on typed nodes -------------------------------------------------------------------
 
 
 @dataclass
