@@ -7,42 +7,58 @@ they are done: a ``KeyboardInterrupt`` raised in the middle of a third-party imp
 swallowed by a bare ``except:`` there, and the command would then start as if never
 interrupted. Ctrl-C and SIGTERM work however the process was started: a SIGINT ignored or
 a signal blocked by the parent (both survive exec: a script's background job, a thread that
-blocks signals) would otherwise be lost until ``usher up`` sets its own handling.
+blocks signals) would otherwise be lost until ``usher up`` sets its own handling. After the
+imports a Ctrl-C raises as usual and is also noted (``usher.interrupts``), so one raised
+where Python ignores exceptions is still seen when ``usher up`` sets its own handling.
 What it must never do: import anything heavy itself, or swallow any other exception.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
+
+from usher import interrupts
 
 EXIT_INTERRUPTED = 130
-
-_interrupted: list[int] = []
-
-
-def _remember(signum: int, _frame: Any) -> None:
-    _interrupted.append(signum)
 
 
 def _stop_interrupted() -> NoReturn:
     sys.stderr.write("usher: interrupted\n")
-    sys.exit(EXIT_INTERRUPTED)
+    _exit_interrupted()
+
+
+def _exit_interrupted() -> NoReturn:
+    """Exit 130 now, streams and log handlers flushed. Not through the interpreter's
+    finalisation: a Ctrl-C whose ``KeyboardInterrupt`` an ignored context swallowed can make
+    it end the process by SIGINT instead (seen: "usher: interrupted", then exit -2)."""
+    if "logging" in sys.modules:
+        sys.modules["logging"].shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def main() -> None:
     """Run ``usher.cli.main``; an early Ctrl-C is one line and exit 130."""
-    signal.signal(signal.SIGINT, _remember)
+    signal.signal(signal.SIGINT, interrupts.remember)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         from usher.cli import main as cli_main
     except KeyboardInterrupt:
         _stop_interrupted()
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    if _interrupted:
+    signal.signal(signal.SIGINT, interrupts.remember_and_raise)
+    if interrupts.interrupted():
         _stop_interrupted()
     try:
         cli_main()
     except KeyboardInterrupt:
         _stop_interrupted()
+    except SystemExit as exc:
+        if exc.code == EXIT_INTERRUPTED:
+            _exit_interrupted()
+        raise

@@ -22,6 +22,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 import msgspec
 
+from usher import interrupts
 from usher.adapters.logs import configure, redact_url
 from usher.adapters.stack_file import CONSOLE_PORT, home_problem, read_stack_info, usher_home
 from usher.cli.values import DURATION, HALF_LIFE
@@ -312,10 +313,20 @@ class _UpStop:
         self.signals: list[int] = []
 
     def install(self, *, raising: bool) -> None:
-        """``raising``: the first signal raises ``KeyboardInterrupt`` (to unwind a start)."""
+        """``raising``: the first signal raises ``KeyboardInterrupt`` (to unwind a start).
+
+        A Ctrl-C that came before, whose ``KeyboardInterrupt`` was lost where Python ignores
+        exceptions (``usher.interrupts``), counts as requested now: a first install raises
+        at once, nothing started yet. ``_raise`` notes before it raises for the same reason:
+        a raise swallowed during the start still stops the stack once it is up."""
         handler = self._raise if raising else self._note
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGTERM, handler)
+        if interrupts.interrupted() and signal.SIGINT not in self.signals:
+            self._note(signal.SIGINT, None)
+            if raising:
+                self.install(raising=False)
+                raise KeyboardInterrupt
 
     def _note(self, signum: int, _frame: Any) -> None:
         self.signals.append(signum)
