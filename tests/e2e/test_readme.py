@@ -15,7 +15,8 @@ An HTML comment just before a block tells what the block needs (``<!-- readme-te
 ``skip: <why>`` (a real cluster, or ``make``), ``restart <usher up args>`` (Ctrl-C, then
 ``usher up`` again on the same data), ``fresh <home> <usher up args>`` (a new data folder),
 ``python`` (run the block with this checkout's Python; the next block is its output),
-``progress`` (a "fits now" progress line may be missed by a fast run: left out on both sides;
+``progress`` (a "fits now" progress line, or a state ``usher wait`` passes through, may be
+missed by a fast run: left out on both sides;
 ``usher wait`` commands are always read so, as a slow run may catch one any time).
 ``$ usher up ...`` in a block starts the system itself; its banner is compared. Commands before
 any ``usher up`` (``usher sim``, which needs no servers) run with a data folder of their own.
@@ -128,10 +129,15 @@ MASKS = (
 )
 
 
+_WAITING = re.compile(r" Pending #\d+ in ")
+"""A state ``usher wait`` passes through on its way (``Pending #1 in <queue>: VictimsStopping
+...``): a slow run catches it, a fast one does not, so it is left out on both sides."""
+
+
 def normalise(lines: list[str], progress: bool = False) -> list[str]:
     out = []
     for line in lines:
-        if progress and "fits now" in line:
+        if progress and ("fits now" in line or _WAITING.search(line)):
             continue
         for pattern, replacement in MASKS:
             line = pattern.sub(replacement, line)
