@@ -18,7 +18,7 @@ from hypothesis import example, given, settings
 from schemas import Admitted, Decision, Preempted, QuotaNode, QuotaPath, WorkloadKey
 from tests.builders.events import cpu
 from tests.builders.generated import Op, configs, ops, trees
-from tests.core.test_properties import play
+from tests.core.test_properties import namespace_of, play
 from usher.core import engine as engine_module
 from usher.core.config import EngineConfig
 from usher.core.decision_pass import DecisionPass
@@ -65,6 +65,28 @@ VICTIM_AT_HEAD = (
         Op("create", 0, cores=1, priority=0),  # ns0/j2: pending (a pass follows)
         Op("create", 1, cores=1, priority=0),  # ns1/j3: the preemptor
         Op("pass", 0),
+    ],
+)
+
+
+# A create whose index wraps around the leaves (4 % 4 namespaces -> ns0): the property must place
+# it in the namespace ``play`` puts it in (found by CI: ns0/j7 was read as ns4/j7).
+WRAPPED_INDEX = (
+    QuotaNode(
+        name="root",
+        min=cpu(20),
+        max=cpu(20),
+        children=[
+            QuotaNode(name="L0", min=cpu(0), max=cpu(1), namespaces=["ns0"]),
+            QuotaNode(name="L1", min=cpu(0), max=cpu(1), namespaces=["ns1"]),
+            QuotaNode(name="L2", min=cpu(20), max=cpu(20), namespaces=["ns2"]),
+        ],
+    ),
+    [
+        Op("create", 0, cores=1, priority=0),
+        Op("create", 0, cores=1, priority=1),
+        *[Op("finish", 0)] * 5,
+        Op("create", 4, cores=1, priority=2),
     ],
 )
 
@@ -128,11 +150,11 @@ def test_the_recorded_example_offers_small_once_and_leaves_it_pending() -> None:
     assert admitted == ["ns1/j0", "ns1/j4"], admitted
 
 
-def _sort_keys(stream: list[Op]) -> dict[WorkloadKey, tuple[int, int]]:
+def _sort_keys(tree: QuotaNode, stream: list[Op]) -> dict[WorkloadKey, tuple[int, int]]:
     """Queue order (R1) of every workload ``play`` creates: priority descending, creation
     ascending (then the name, which the key itself carries)."""
     return {
-        WorkloadKey(f"ns{op.index}/j{step}"): (-op.priority, step)
+        WorkloadKey(f"{namespace_of(tree, op)}/j{step}"): (-op.priority, step)
         for step, op in enumerate(stream)
         if op.kind == "create"
     }
@@ -141,6 +163,7 @@ def _sort_keys(stream: list[Op]) -> dict[WorkloadKey, tuple[int, int]]:
 @settings(max_examples=200, deadline=None)
 @given(configs, trees(), ops)
 @example(_config("Block"), *VICTIM_AT_HEAD)
+@example(_config("Block"), *WRAPPED_INDEX)
 def test_under_block_a_victim_stops_its_queue_for_the_rest_of_its_pass(
     config: EngineConfig, tree: QuotaNode, stream: list[Op]
 ) -> None:
@@ -151,7 +174,7 @@ def test_under_block_a_victim_stops_its_queue_for_the_rest_of_its_pass(
         min_runtime_ms=config.min_runtime_ms,
         instant_release=True,
     )
-    order = _sort_keys(stream)
+    order = _sort_keys(tree, stream)
     passes: list[list[Decision]] = []
     play(block, tree, [*stream, Op("pass", 0)], lambda _e, made: passes.append(made))
     for made in passes:
@@ -162,6 +185,6 @@ def test_under_block_a_victim_stops_its_queue_for_the_rest_of_its_pass(
                 stands[decision.queue] = min(stands.get(decision.queue, place), place)
             elif isinstance(decision, Admitted) and decision.queue in stands:
                 victim = stands[decision.queue]
-                admitted = (order.get(decision.workload, (0, 0)), decision.workload)
+                admitted = (order[decision.workload], decision.workload)
                 assert decision.workload != victim[1], f"{victim[1]} re-admitted in its pass"
                 assert admitted < victim, f"{decision.workload} admitted behind {victim[1]}"

@@ -24,18 +24,23 @@ from usher.core.config import EngineConfig
 from usher.core.engine import Engine
 
 
+def namespace_of(tree: QuotaNode, op: Op) -> str:
+    """The namespace ``play`` creates ``op``'s workload in: a leaf's, or one no leaf owns."""
+    namespaces = [n.namespaces[0] for n in leaves_of(tree)] + ["orphan"]
+    return namespaces[op.index % len(namespaces)]
+
+
 def play(
     config: EngineConfig, tree: QuotaNode, stream: list[Op], after_pass: object = None
 ) -> list[Decision]:
     engine = Engine(config)
     engine.apply(QuotaTreeApplied(root=tree), Millis(0))
-    namespaces = [n.namespaces[0] for n in leaves_of(tree)] + ["orphan"]
     created: list[str] = []
     decisions: list[Decision] = []
     for step, op in enumerate(stream):
         now = Millis(step * 1000)
         if op.kind == "create":
-            namespace = namespaces[op.index % len(namespaces)]
+            namespace = namespace_of(tree, op)
             event = observed(
                 namespace, f"j{step}", op.cores, created=now, priority=op.priority, zone=op.zone
             )
