@@ -147,7 +147,8 @@ def notes(chosen: list[str], quick: bool) -> dict[str, str]:
         out["kueue"] = kueue.notes(quick)
     if "fairness" in chosen:
         out["fairness"] = (
-            "simulated (usher.core.sim on usher/simgen workloads): share_* are each department's"
+            "simulated (usher.core.history.sim on usher/simgen workloads): share_* are each"
+            " department's"
             " share of the cpu-seconds used (weights 1, 1, 2) with fair share off and on;"
             " large_* the longest wait of a 16-core job among 1-core ones under Round, without"
             " and with usher.io/starvation-seconds (to the end for one never started)"

@@ -43,10 +43,10 @@ from schemas import (
 )
 from usher.console.feed import VIEW_REFRESH_S, ConsoleLog
 from usher.console.server import make_app
-from usher.core.config import EngineConfig
-from usher.core.history import history_of
-from usher.core.log import LogEntry
-from usher.core.tree import leaf_queue_name, parse_tree
+from usher.core.history.replay import history_of
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import LogEntry
+from usher.core.tree.quota_tree import leaf_queue_name, parse_tree
 from usher.demo import demo_file
 from usher.local.processes import free_port
 

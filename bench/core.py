@@ -33,8 +33,8 @@ from schemas import (
     WorkloadObserved,
     Zone,
 )
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.model.config import EngineConfig
 
 GI = 1024**3
 SHAPES = [(1000, 4 * GI), (2000, 8 * GI), (4000, 16 * GI), (8000, 32 * GI)]

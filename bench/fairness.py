@@ -1,7 +1,7 @@
 """Fairness benchmark: fair share with memory (F1) and the starvation guard (N1), simulated.
 
 What it does: generates two seeded workloads with the planning generator (``usher/simgen``)
-and plays each through the pure core (``usher.core.sim``), with and without the rule:
+and plays each through the pure core (``usher.core.history.sim``), with and without the rule:
 1. *Shares*: three departments with equal guarantees and weights 1, 1 and 2 all ask for far
    more than the cluster has for two simulated hours; reported: each department's share of
    the cpu-seconds used, with fair share off and with a 10-minute half-life, against the
@@ -23,8 +23,8 @@ import sys
 from typing import Any
 
 from schemas import Admitted, WorkloadObserved
-from usher.core import planning
-from usher.core import sim as simulator
+from usher.core.history import planning
+from usher.core.history import sim as simulator
 from usher.simgen.generate import generate
 from usher.simgen.spec import load_spec
 

@@ -48,7 +48,8 @@ by the service that wrote them):
   finish, PostgreSQL with its backends) with ``cpu_cores_busy`` (their sum / that time), and
   the same per admitted job in ms (``cpu_ms_per_job_<process>``, all summed: ``cpu_ms_per_job``).
 * ``start_estimate_mae_<class>_s``: median absolute error of the estimated start a workload
-  had when it arrived (``usher.core.estimate.estimates_on_arrival``: the log folded, after the
+  had when it arrived (``usher.core.history.estimate.estimates_on_arrival``: the log folded, after
+  the
   run, up to its first observation) against the wait that followed (that observation to its
   first ``Admitted``, both log times), over the workloads whose estimate was known;
   ``start_estimate_known_<class>_pct`` is how many of the class had one (the rest: "unknown",
@@ -104,9 +105,9 @@ from schemas import (
 )
 from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.estimate import estimates_on_arrival
-from usher.core.history import history_of
+from usher.core.history.estimate import estimates_on_arrival
+from usher.core.history.replay import history_of
+from usher.core.model.config import EngineConfig
 
 
 @dataclass(frozen=True)

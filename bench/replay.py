@@ -62,11 +62,11 @@ from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.log import LogEntry
-from usher.core.snapshot import restore, snapshot
-from usher.core.tree import queue_name
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import LogEntry
+from usher.core.tree.quota_tree import queue_name
 from usher.local.processes import ManagedProcess
 from usher.local.servers import NatsServer
 

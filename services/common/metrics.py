@@ -31,9 +31,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from schemas import HOLD_MODES, Millis
 from services.common.tasks import cancel_tasks
-from usher.core.budgets import window_text
-from usher.core.engine import Engine
-from usher.core.usage import UsageMeter, unit_seconds
+from usher.core.engine.facade import Engine
+from usher.core.history.usage import UsageMeter, unit_seconds
+from usher.core.rules.budgets import window_text
 
 __all__ = [
     "CONTENT_TYPE_LATEST",

@@ -2,7 +2,8 @@
 
 What it does: ``Projection`` applies each entry the follower (usher/adapters/nats/follower.py)
 hands out, in order and at its time, to the service's ``Engine`` through the fold every reader
-uses (``usher.core.fold``: only its owner's decisions, never an exception out of the engine),
+uses (``usher.core.history.fold``: only its owner's decisions, never an exception out of the
+engine),
 and lets a caller wait until a sequence is applied. What the fold refuses comes back as the
 ``BadEntry`` the service parks.
 What it must never do: decide anything, read the log itself, apply an entry twice, or fold an
@@ -14,16 +15,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from usher.core.engine import Engine
-from usher.core.fold import fold_entry, refused_entry
-from usher.core.log import BadEntry, LogEntry
+from usher.core.engine.facade import Engine
+from usher.core.history.fold import fold_entry, refused_entry
+from usher.core.protocol.log import BadEntry, LogEntry
 
 
 class Projection:
     """A pure-core engine kept equal to the log: apply every entry, in order, at its time.
 
     The deciding services hold just this; the watcher's ``WatcherProjection`` and the
-    client's ``PeopleProjection`` keep more beside their engine, and ``usher.core.history``'s
+    client's ``PeopleProjection`` keep more beside their engine, and ``usher.core.history.replay``'s
     ``History`` is the log itself, read whole and folded on demand.
 
     ``applied_seq`` starts at 0 for a full replay, or at the sequence a restored snapshot
@@ -50,7 +51,7 @@ class Projection:
 
     def apply(self, entry: LogEntry) -> BadEntry | None:
         """Fold ``entry``; the ``BadEntry`` to park when the fold refused it (forged,
-        unfoldable: the engine is then as ``usher.core.fold`` says), else None."""
+        unfoldable: the engine is then as ``usher.core.history.fold`` says), else None."""
         if entry.seq <= self.applied_seq:
             return None  # an ordered consumer restarted by the client may repeat the tail
         outcome = fold_entry(self.engine, entry)

@@ -22,8 +22,8 @@ import msgspec
 
 from schemas import Zone
 from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
-from usher.core.config import POLICIES, EngineConfig, Policy, WithinQuota
-from usher.core.errors import ValueRefused
+from usher.core.model.config import POLICIES, EngineConfig, Policy, WithinQuota
+from usher.core.model.errors import ValueRefused
 from usher.core.values import numbers
 
 

@@ -35,9 +35,9 @@ from services.common.settings import SettingsError
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.snapshots import SnapshotStore, StoredSnapshot
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.snapshot import FORMAT, SnapshotError, fingerprint, restore, snapshot
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import FORMAT, SnapshotError, fingerprint, restore, snapshot
+from usher.core.model.config import EngineConfig
 
 LABEL_CONFIG = "Config"
 LABEL_LOG = "Log-Created"

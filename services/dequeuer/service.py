@@ -70,11 +70,11 @@ from services.common.runtime import ServiceContext, to_utc, wall_ms
 from services.common.snapshots import EngineSnapshots
 from usher.adapters.nats.follower import LogFollower, stream_last_seq
 from usher.adapters.nats.log import publish_envelope
-from usher.core import reasons
-from usher.core.engine import Engine
-from usher.core.log import BadEntry, LogEntry
-from usher.core.pass_plan import plan_pass
-from usher.core.usage import UsageMeter, held_now
+from usher.core.engine.facade import Engine
+from usher.core.engine.pass_plan import plan_pass
+from usher.core.history.usage import UsageMeter, held_now
+from usher.core.model import reasons
+from usher.core.protocol.log import BadEntry, LogEntry
 
 SOURCE = DEQUEUER_SOURCE
 RETRY_FIRST_S = 0.2

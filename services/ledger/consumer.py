@@ -6,7 +6,7 @@ transaction that also advances the offset to the batch's last sequence: ``Worklo
 ``WorkloadDeleted`` and ``WorkloadObserved(suspended=True)`` become observations (the store's
 release rules), ``QuotaTreeApplied`` a tree with version = its sequence; everything else only
 moves the offset. Entries that do not decode, and entries not put there by their owner
-(``usher.core.fold.forged``: a decision on a cluster subject), are parked and skipped.
+(``usher.core.history.fold.forged``: a decision on a cluster subject), are parked and skipped.
 What it must never do: apply an entry twice (the offset is in the same transaction), skip an
 entry silently, or advance the offset past an entry it could not apply without parking it.
 """
@@ -37,8 +37,8 @@ from usher.adapters.pg.ledger_store import (
     OutboxBuilder,
     TreeUpdate,
 )
-from usher.core.fold import forged, refused_entry
-from usher.core.log import BadEntry, LogEntry
+from usher.core.history.fold import forged, refused_entry
+from usher.core.protocol.log import BadEntry, LogEntry
 
 CONSUMER: Final = "ledger"
 """The ledger's row in ``consumer_offsets``."""
@@ -227,6 +227,6 @@ __all__ = ["CONSUMER", "LogConsumer", "change_of"]
 
 
 def _forged(entry: LogEntry) -> BadEntry | None:
-    """The entry to park if its owner did not put it on the log (``usher.core.fold``)."""
+    """The entry to park if its owner did not put it on the log (``usher.core.history.fold``)."""
     refused = forged(entry)
     return None if refused is None else refused_entry(entry, refused)

@@ -52,7 +52,7 @@ from usher.adapters.pg.ledger_store import (
     OutboxBuilder,
     check_reservations,
 )
-from usher.core.holds import HoldOrder
+from usher.core.rules.holds import HoldOrder
 
 QUEUE_GROUP: Final = "ledger"
 

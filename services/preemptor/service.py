@@ -44,10 +44,10 @@ from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
 from services.common.tasks import cancel_tasks
 from usher.adapters.nats.follower import LogFollower, stream_last_seq
-from usher.core import reasons
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.log import BadEntry
+from usher.core.engine.facade import Engine
+from usher.core.model import reasons
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import BadEntry
 
 CATCH_UP_S = 2.0
 """How long a proposal waits for this projection to reach the proposer's log position."""

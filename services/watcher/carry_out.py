@@ -6,7 +6,8 @@ the log, explicit acks. Messages are handled one after the other, in stream orde
 node selector ``usher.io/zone: <zone>`` (and, in a burst zone of the tree in force, the
 zone's tolerations, Z3), in one merge patch guarded by the resourceVersion; for
 ``Preempted`` and ``Requeued`` (R10) the suspend field becomes true; for a ``Retried`` naming a
-next attempt (R12) that attempt is created from the failed job (``usher.core.retry``; it exists
+next attempt (R12) that attempt is created from the failed job (``usher.core.rules.retry``; it
+exists
 already after a redelivery: that is success). A message is acked only once
 its patch succeeded or there was nothing to do: the workload is gone, finished, already in the
 wanted state, or the decision is stale (a later decision about it, or a newer incarnation of the
@@ -61,9 +62,9 @@ from usher.adapters.kube import (
 )
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.burst_tolerations import Toleration
-from usher.core.retry import retry_manifest
-from usher.core.zone_burst import zone_tolerations
+from usher.core.rules.retry import retry_manifest
+from usher.core.tree.burst_tolerations import Toleration
+from usher.core.tree.zone_burst import zone_tolerations
 
 Result = Literal["patched", "created", "gone", "finished", "already", "stale", "ignored"]
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from usher.adapters.kube import JsonObj, Resource, merge_diff
-from usher.core.burst_tolerations import Toleration, retolerated
+from usher.core.intake.workload import ZONE_LABEL
 from usher.core.kinds import FAMILIES, REJECTED, KindFamily, Outcome, parse_time_ms
-from usher.core.workload import ZONE_LABEL
+from usher.core.tree.burst_tolerations import Toleration, retolerated
 
 __all__ = ["Outcome", "parse_time_ms"]
 

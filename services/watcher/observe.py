@@ -96,9 +96,13 @@ from usher.adapters.kube import (
     WatchExpired,
 )
 from usher.adapters.nats.log import publish_envelope
-from usher.core.subjects import WATCHER_SOURCE
-from usher.core.tree import ALLOW_ZERO_REQUESTS_ATTRIBUTE, inherited_attribute, mapped_branch
-from usher.core.workload import QUOTA_LABEL, ZONE_LABEL, with_container_defaults
+from usher.core.intake.workload import QUOTA_LABEL, ZONE_LABEL, with_container_defaults
+from usher.core.protocol.subjects import WATCHER_SOURCE
+from usher.core.tree.quota_tree import (
+    ALLOW_ZERO_REQUESTS_ATTRIBUTE,
+    inherited_attribute,
+    mapped_branch,
+)
 
 SOURCE = WATCHER_SOURCE
 HEALTHY_WATCH_S = 1.0

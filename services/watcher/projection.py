@@ -11,7 +11,7 @@ latest ``Admitted``/``Preempted`` decision and of the current incarnation of eac
 a stale decision is never carried out, and whether each workload holds a live admission (an
 ``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running without one
 can be stopped. Decisions that claim to be the ledger's but are not (wrong subject, wrong
-source: ``usher.core.fold``) are left out of all of it, as are entries the engine cannot
+source: ``usher.core.history.fold``) are left out of all of it, as are entries the engine cannot
 fold; the decision runner parks forged decisions, this reader parks the rest. ``synced``
 is set once the replay has caught up.
 What it must never do: publish or decide anything, believe a forged ledger decision, or record
@@ -58,9 +58,9 @@ from services.common.runtime import ServiceContext
 from services.watcher.options import WatcherOptions, retrying
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
-from usher.core.engine import Engine
-from usher.core.fold import BAD_ENTRY_ERRORS, Verdict
-from usher.core.log import BadEntry, LogEntry
+from usher.core.engine.facade import Engine
+from usher.core.history.fold import BAD_ENTRY_ERRORS, Verdict
+from usher.core.protocol.log import BadEntry, LogEntry
 
 FORGED = BAD_ENTRY_ERRORS[Verdict.FORGED]
 

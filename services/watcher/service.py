@@ -35,7 +35,7 @@ from services.watcher.options import WatcherOptions
 from services.watcher.projection import WatcherProjection, follow_log
 from services.watcher.status import StatusWriter
 from usher.adapters.kube import KubeClient
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
 
 
 async def main(ctx: ServiceContext) -> None:

@@ -42,10 +42,10 @@ from usher.adapters.kube import (
     NotFound,
     merge_diff,
 )
-from usher.core.engine import QueueEntry
-from usher.core.holds import HoldRecord, hold_over
-from usher.core.quantity import format_quantity
-from usher.core.tree import iter_nodes, leaf_paths, leaf_queue_name
+from usher.core.engine.facade import QueueEntry
+from usher.core.model.quantity import format_quantity
+from usher.core.rules.holds import HoldRecord, hold_over
+from usher.core.tree.quota_tree import iter_nodes, leaf_paths, leaf_queue_name
 
 QUEUE_NAMESPACE = "kube-queue"
 CREATED_BY_LABEL = "create-by-kubequeue"

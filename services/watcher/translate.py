@@ -57,17 +57,17 @@ from services.watcher.kinds import (
 )
 from usher.adapters.kube import JsonObj, Resource
 from usher.adapters.nats.subjects import Subjects
-from usher.core.errors import InputError, TreeInvalid, WorkloadInvalid
-from usher.core.kinds import success
-from usher.core.quantity import collect_resources
-from usher.core.retry import container_memory
-from usher.core.tree import parse_tree
-from usher.core.workload import (
+from usher.core.intake.workload import (
     extract_priority_class,
     extract_workload,
     unrequested_containers,
 )
-from usher.core.zone_fallback import owner_zone
+from usher.core.kinds import success
+from usher.core.model.errors import InputError, TreeInvalid, WorkloadInvalid
+from usher.core.model.quantity import collect_resources
+from usher.core.rules.retry import container_memory
+from usher.core.tree.quota_tree import parse_tree
+from usher.core.tree.zone_fallback import owner_zone
 
 GONE = "gone"
 OOM_KILLED = "OOMKilled"

@@ -1,6 +1,7 @@
 """What the webhook answers: an AdmissionReview v1 in, an AdmissionReview v1 out.
 
-What it does: a job of a kind Usher admits (``usher.core.workload.suspend_path``), created in a
+What it does: a job of a kind Usher admits (``usher.core.intake.workload.suspend_path``), created
+in a
 managed namespace (labelled ``usher.io/managed: "true"``, or mapped by a valid quota tree: its
 namespace is a leaf's, or its quota label names a leaf) with its suspend flag not true, gets a
 ``JSONPatch`` that sets it true, so it waits for the ledger's admission like every other job.
@@ -23,11 +24,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from schemas import FieldError, QuotaNode
+from usher.core.intake.workload import QUOTA_LABEL, suspend_path
 from usher.core.kinds import family_of_kind_id
 from usher.core.kinds.fields import dig
 from usher.core.kinds.frozen import frozen_changes
-from usher.core.tree import mapped_branch
-from usher.core.workload import QUOTA_LABEL, suspend_path
+from usher.core.tree.quota_tree import mapped_branch
 
 MANAGED_LABEL = "usher.io/managed"
 """A namespace labelled ``"true"`` is managed even when no tree maps it (yet)."""

@@ -27,8 +27,8 @@ from services.common.settings import WebhookSettings
 from services.webhook.mutate import review_response
 from usher.adapters.kube import KubeClient, KubeError, NotFound, Resource
 from usher.adapters.logs import configure, get_logger
-from usher.core.errors import TreeInvalid
-from usher.core.tree import parse_tree
+from usher.core.model.errors import TreeInvalid
+from usher.core.tree.quota_tree import parse_tree
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 QUOTA_TREES = Resource("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree")

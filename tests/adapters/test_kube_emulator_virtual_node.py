@@ -13,7 +13,7 @@ import pytest
 
 from tests.builders.manifests import batch_job, container, pod_template
 from tests.services.helpers import eventually
-from usher.core.burst_tolerations import DEFAULT_TOLERATIONS
+from usher.core.tree.burst_tolerations import DEFAULT_TOLERATIONS
 from usher.local import cluster
 from usher.local.kube_emulator import KubeEmulator, Store, resource
 from usher.local.kube_emulator.__main__ import parse_args

@@ -16,9 +16,9 @@ from schemas import Millis, QuotaNode, QuotaTreeApplied
 from tests.builders.events import observed
 from usher.adapters.nats.snapshots import CHUNK_BYTES, SnapshotStore, bucket_name
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.snapshot import fingerprint, restore, snapshot
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import fingerprint, restore, snapshot
+from usher.core.model.config import EngineConfig
 
 
 @pytest.fixture

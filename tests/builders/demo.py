@@ -11,7 +11,7 @@ import yaml
 
 from schemas import LogEvent
 from usher.client.manifests import JobRequest
-from usher.core import sim as simulator
+from usher.core.history import sim as simulator
 from usher.demo import demo_file
 from usher.demo.story import StoryJob
 

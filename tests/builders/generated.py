@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from schemas import QuotaNode, QuotaPath
 from tests.builders.events import CORE
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 
 
 @st.composite

@@ -28,8 +28,8 @@ from schemas import (
     Zone,
 )
 from tests.builders.trees import departments_tree
-from usher.core import history
-from usher.core.subjects import Subjects
+from usher.core.history import replay as history
+from usher.core.protocol.subjects import Subjects
 
 BASE = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 BASE_MS = int(BASE.timestamp() * 1000)

@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from tests.builders.log import Log
-from usher.core import history
+from usher.core.history import replay as history
 
 ENV_KEYS = ("USHER_NATS_URL", "USHER_DATABASE_URL", "USHER_PREFIX", "USHER_POLICY")
 

@@ -13,7 +13,7 @@ from tests.builders.trees import departments_tree
 from tests.cli.history_cli import export, usher
 from usher.cli.live import queue_lines
 from usher.client.state import PeopleProjection
-from usher.core import history
+from usher.core.history import replay as history
 
 CORE_MS = 1000 * 1000  # one core for one second, in canonical units x ms
 

@@ -1,6 +1,6 @@
 """Every CLI option naming a policy or a within-quota mode offers exactly the core's choices.
 
-The choice lists come from ``usher.core.config`` (the ``Policy`` enum and the within-quota
+The choice lists come from ``usher.core.model.config`` (the ``Policy`` enum and the within-quota
 modes): a command that spells its own list, or misses a new value, fails here.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import click
 
 from usher.cli import cli
-from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, Policy
+from usher.core.model.config import POLICIES, WITHIN_QUOTA_MODES, Policy
 
 
 def _commands(group: click.Group, ctx: click.Context) -> Iterator[click.Command]:

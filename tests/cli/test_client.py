@@ -33,7 +33,7 @@ from usher.client import (
     job_manifest,
 )
 from usher.client.manifests import KINDS, LAST_APPLIED, Document, apply_patch, for_create
-from usher.core.usage import UsageBy, usage_totals
+from usher.core.history.usage import UsageBy, usage_totals
 from usher.demo.driver import Burst, DemoDriver, WalkthroughJob
 from usher.local.processes import pid_alive
 from usher.local.system import EmbeddedSystem, SystemOptions

@@ -10,7 +10,7 @@ from schemas import Admitted, Millis, WorkloadKey
 from tests.builders.demo import story_request, story_setup, walkthrough_tree
 from tests.cli.test_demo_reclaim import Playback
 from usher.cli.live import queue_lines
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 from usher.demo.fairshare import fair_share_nodes, story_jobs
 
 HALF_LIFE_MS = 60_000

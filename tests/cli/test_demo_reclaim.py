@@ -33,10 +33,10 @@ from tests.builders.log import SUBJECTS
 from usher.cli.live import render
 from usher.client.manifests import JobRequest, job_manifest
 from usher.client.state import LONG_AT_HEAD_S, PeopleProjection
-from usher.core import sim as simulator
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.log import log_entry
+from usher.core.engine.facade import Engine
+from usher.core.history import sim as simulator
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import log_entry
 from usher.demo import DEMO_FILES, demo_file
 from usher.demo.driver import Burst, reclaim_burst
 

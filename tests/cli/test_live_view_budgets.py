@@ -18,9 +18,9 @@ from usher.cli.live import budget_lines, queue_lines, render
 from usher.client.state import PeopleProjection, StateView
 from usher.console.feed import ConsoleLog
 from usher.console.server import make_app
-from usher.core import budgets
-from usher.core import explain as explain_mod
-from usher.core.config import EngineConfig
+from usher.core.history import explain as explain_mod
+from usher.core.model.config import EngineConfig
+from usher.core.rules import budgets
 
 HOUR_MS = 3_600_000
 END_S = 3601

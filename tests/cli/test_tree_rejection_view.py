@@ -24,7 +24,7 @@ from tests.builders.events import CORE
 from tests.builders.log import SUBJECTS
 from usher.cli.live import render
 from usher.client.state import PeopleProjection
-from usher.core.log import LogEntry, log_entry
+from usher.core.protocol.log import LogEntry, log_entry
 
 AT = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 ERROR = FieldError(

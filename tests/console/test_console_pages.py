@@ -19,8 +19,8 @@ from tests.builders.log import BASE_MS, QA, B, Log, waiting_behind_a_run
 from usher.console import pages
 from usher.console.feed import SAMPLE_MS, ConsoleLog
 from usher.console.server import make_app
-from usher.core import history as hist
-from usher.core.config import EngineConfig
+from usher.core.history import replay as hist
+from usher.core.model.config import EngineConfig
 
 
 def reclaim_log() -> Log:

@@ -23,8 +23,8 @@ from tests.console.browser import chromium, skip_without_chromium
 from tests.console.test_console_pages import reclaim_log
 from usher.console.feed import ConsoleLog
 from usher.console.server import make_app
-from usher.core.config import EngineConfig
-from usher.core.log import LogEntry
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import LogEntry
 from usher.local.processes import free_port
 
 skip_without_chromium()

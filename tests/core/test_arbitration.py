@@ -17,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas import QuotaPath
-from usher.core.arbitration import (
+from usher.core.rules.arbitration import (
     CLAIMING,
     COUNTED,
     CREATED,

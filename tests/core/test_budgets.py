@@ -26,13 +26,16 @@ from tests.builders.events import observed
 from tests.builders.generated import Op, ops, trees
 from tests.builders.log import Log
 from tests.builders.trees import departments_tree, two_leaf_tree
-from usher.core import budgets, invariants
-from usher.core.budgets import MONTH, BudgetAction, BudgetBook, parse_budgets, window_of
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.snapshot import restore, snapshot
-from usher.core.state import JobState
-from usher.core.tree import path_nodes, validate_tree
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.engine.state import JobState
+from usher.core.history import invariants
+from usher.core.model.config import EngineConfig
+from usher.core.rules import budgets
+from usher.core.rules.budgets import BudgetBook, window_of
+from usher.core.tree import budget_spec
+from usher.core.tree.budget_spec import MONTH, BudgetAction, parse_budgets
+from usher.core.tree.quota_tree import path_nodes, validate_tree
 
 HOUR = 3_600_000
 DAY = 86_400_000
@@ -286,7 +289,7 @@ def with_budgets(tree: QuotaNode, chosen: list[tuple[int, int, str]]) -> QuotaNo
 
 
 budget_choices = st.lists(
-    st.tuples(st.integers(0, 15), st.integers(1, 30), st.sampled_from(budgets.BUDGET_ACTIONS)),
+    st.tuples(st.integers(0, 15), st.integers(1, 30), st.sampled_from(budget_spec.BUDGET_ACTIONS)),
     min_size=1,
     max_size=4,
 )

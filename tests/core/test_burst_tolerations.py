@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from usher.core.burst_tolerations import (
+from usher.core.tree.burst_tolerations import (
     BURST_TOLERATIONS_ATTRIBUTE,
     parse_burst_tolerations,
     retolerated,
     tolerates,
 )
-from usher.core.zone_burst import BURST_ZONES_ATTRIBUTE, attribute_errors
+from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, attribute_errors
 
 ROOT = "spec.root.attributes"
 BURST = {BURST_ZONES_ATTRIBUTE: "eci,spot"}

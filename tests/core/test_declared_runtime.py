@@ -17,13 +17,14 @@ from tests.builders.events import observed
 from tests.builders.log import BASE_MS, Log
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import departments_tree
-from usher.core import budget_overrun, explain
-from usher.core.config import EngineConfig, Policy
-from usher.core.engine import Engine
-from usher.core.errors import TreeInvalid, WorkloadInvalid
-from usher.core.snapshot import restore, snapshot
-from usher.core.tree import parse_tree
-from usher.core.workload import extract_workload
+from usher.core.engine import budget_overrun
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.history import explain
+from usher.core.intake.workload import extract_workload
+from usher.core.model.config import EngineConfig, Policy
+from usher.core.model.errors import TreeInvalid, WorkloadInvalid
+from usher.core.tree.quota_tree import parse_tree
 
 CONFIG = EngineConfig(policy=Policy.ROUND, instant_release=True)
 ANNOTATION = "usher.io/max-runtime-seconds"

@@ -1,4 +1,4 @@
-"""``usher.core.dryrun``: what the next pass would do with a job not submitted yet.
+"""``usher.core.history.dryrun``: what the next pass would do with a job not submitted yet.
 
 The property: on any generated state, the dry run's verdict -- admitted by the next pass or
 not, whom it preempts, the reason it would wait and the place it takes -- is what happens when
@@ -25,16 +25,16 @@ from tests.core.test_snapshot import (
     histories,
     snapshot_configs,
 )
-from usher.core.config import EngineConfig, Policy, WithinQuota
-from usher.core.dryrun import (
+from usher.core.engine.facade import Engine
+from usher.core.engine.state import JobState
+from usher.core.history.dryrun import (
     AlreadyKnown,
     DryRun,
     dry_run,
     render_dry_run_table,
     render_dry_runs_json,
 )
-from usher.core.engine import Engine
-from usher.core.state import JobState
+from usher.core.model.config import EngineConfig, Policy, WithinQuota
 
 NEW = "dry"
 

@@ -30,8 +30,8 @@ from schemas import (
 from schemas.decisions import ReleaseCause
 from tests.builders.events import admitted, cpu, observed
 from tests.builders.trees import two_leaf_tree
-from usher.core.config import EngineConfig, format_rate
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.model.config import EngineConfig, format_rate
 
 A = QuotaPath("root/A")
 QA = QueueName("root-a-a1")

@@ -1,4 +1,4 @@
-"""``usher.core.estimate``: a pending job's estimated start, table by table."""
+"""``usher.core.history.estimate``: a pending job's estimated start, table by table."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from schemas import Millis, QueueName, QuotaPath, WorkloadKey
-from usher.core.estimate import (
+from usher.core.history.estimate import (
     NO_DECLARATIONS,
     Declared,
     Estimate,
@@ -21,7 +21,7 @@ from usher.core.estimate import (
     slot_starts,
     starts_in_turn,
 )
-from usher.core.usage import Interval
+from usher.core.history.usage import Interval
 
 S = 1000
 NOW = Millis(1_000_000)
@@ -349,7 +349,7 @@ def test_describe() -> None:
 
 def test_estimates_on_arrival_fold_the_log_up_to_each_creation() -> None:
     from tests.builders.log import BASE_MS, Log
-    from usher.core.config import EngineConfig
+    from usher.core.model.config import EngineConfig
 
     log = Log().tree(0)
     for number, (start, length) in enumerate([(1, 30), (2, 60), (3, 90)]):
@@ -377,9 +377,9 @@ def test_declared_runtimes_on_the_log_estimate_without_history() -> None:
     """The engine's declarations reach the estimate (``declared_of``): at arrival (what the
     bench measures) and between passes (``estimate_pending``: explain, the client, dry run)."""
     from tests.builders.log import BASE_MS, Log
-    from usher.core.config import EngineConfig
-    from usher.core.engine import Engine
-    from usher.core.usage import intervals_of
+    from usher.core.engine.facade import Engine
+    from usher.core.history.usage import intervals_of
+    from usher.core.model.config import EngineConfig
 
     log = Log().tree(0).job(100, "user-a/first", 60, max_runtime_s=300)
     log = log.admitted(100.1, "user-a/first", 60)

@@ -19,11 +19,12 @@ from tests.builders.log import B, Log
 from tests.builders.trees import two_leaf_tree
 from tests.core.test_properties import play
 from tests.core.test_snapshot import Step, _check_split, histories, snapshot_configs
-from usher.core import fairshare, whatif
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.fairshare import FairBook, Running, accrued, decayed_usage
-from usher.core.tree import validate_tree
+from usher.core.engine.facade import Engine
+from usher.core.history import whatif
+from usher.core.model.config import EngineConfig
+from usher.core.rules import fairshare
+from usher.core.rules.fairshare import FairBook, Running, accrued, decayed_usage
+from usher.core.tree.quota_tree import validate_tree
 
 H = 3_600_000  # one hour, in ms
 LEAF = QuotaPath("root/A")

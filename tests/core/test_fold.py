@@ -1,4 +1,5 @@
-"""The one fold every reader uses (usher/core/fold.py): only the owner's decisions count, and
+"""The one fold every reader uses (usher/core/history/fold.py): only the owner's decisions count,
+and
 no entry can crash it.
 
 Every decision type, put on the log by someone other than its owner (a cluster subject, the
@@ -46,15 +47,15 @@ from schemas import (
 from tests.builders.hostile import hostile_jobs, hostile_trees
 from tests.builders.log import BASE, BASE_MS, CPU, QA, SUBJECTS, A, Log
 from tests.builders.trees import departments_tree
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.explain import explain
-from usher.core.fold import Verdict, fold_entry
-from usher.core.history import fold, render_replay_table, replay
-from usher.core.log import LogEntry, log_entry
-from usher.core.snapshot import snapshot
-from usher.core.state import JobState
-from usher.core.subjects import MAX_TOKEN_NAME, owner_problem, token
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import snapshot
+from usher.core.engine.state import JobState
+from usher.core.history.explain import explain
+from usher.core.history.fold import Verdict, fold_entry
+from usher.core.history.replay import fold, render_replay_table, replay
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import LogEntry, log_entry
+from usher.core.protocol.subjects import MAX_TOKEN_NAME, owner_problem, token
 
 ZONE = Zone("default")
 KEY = WorkloadKey("user-a/first")

@@ -27,11 +27,11 @@ from tests.builders.events import cpu, observed
 from tests.builders.log import BASE_MS, QA, Log
 from tests.builders.log import A as LA
 from tests.builders.trees import two_leaf_tree
-from usher.core import explain
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.snapshot import restore, snapshot
-from usher.core.state import JobState
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.engine.state import JobState
+from usher.core.history import explain
+from usher.core.model.config import EngineConfig
 
 A = QuotaPath("root/A")
 B = QuotaPath("root/B")

@@ -41,9 +41,10 @@ from tests.builders.log import (
     walkthrough_round,
 )
 from tests.builders.trees import departments_tree
-from usher.core import audit, explain, history, whatif
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.history import audit, explain, whatif
+from usher.core.history import replay as history
+from usher.core.model.config import EngineConfig
 
 # ---------------------------------------------------------------------------- replay
 
@@ -688,7 +689,7 @@ def test_what_if_since_starts_from_the_recorded_state() -> None:
 
 
 def test_what_if_replays_every_cluster_event_type() -> None:
-    from usher.core.whatif import _INPUTS
+    from usher.core.history.whatif import _INPUTS
 
     # And operators' holds, drains and resumes (R14/R15): inputs too, never decisions.
     assert set(_INPUTS) == set(CLUSTER_EVENT_TYPES) | set(HOLD_EVENT_TYPES)

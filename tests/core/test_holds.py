@@ -30,14 +30,15 @@ from schemas import (
 from tests.builders.events import cpu, observed
 from tests.builders.log import BASE_MS, Log
 from tests.builders.trees import two_leaf_tree
-from usher.core import audit, explain, holds, invariants, whatif
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.errors import TreeInvalid
-from usher.core.holds import HoldOrder, HoldRecord
-from usher.core.snapshot import restore, snapshot
-from usher.core.state import JobState
-from usher.core.tree import parse_tree
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.engine.state import JobState
+from usher.core.history import audit, explain, invariants, whatif
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import TreeInvalid
+from usher.core.rules import holds
+from usher.core.rules.holds import HoldOrder, HoldRecord
+from usher.core.tree.quota_tree import parse_tree
 
 ROOT = QuotaPath("root")
 A = QuotaPath("root/A")

@@ -32,15 +32,15 @@ from tests.builders.events import observed
 from tests.builders.hostile import CORPUS, bad_values, hostile_values
 from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
 from tests.long import examples
-from usher.core.config import EngineConfig, Policy
-from usher.core.engine import Engine
-from usher.core.errors import TreeInvalid, WorkloadInvalid
-from usher.core.holds import tree_holds
-from usher.core.snapshot import snapshot
-from usher.core.state import TreeIndex
-from usher.core.tree import parse_tree
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import snapshot
+from usher.core.engine.state import TreeIndex
+from usher.core.intake.workload import extract_workload
+from usher.core.model.config import EngineConfig, Policy
+from usher.core.model.errors import TreeInvalid, WorkloadInvalid
+from usher.core.rules.holds import tree_holds
+from usher.core.tree.quota_tree import parse_tree
 from usher.core.values.registry import SETTINGS, Setting, job_settings, tree_settings
-from usher.core.workload import extract_workload
 
 CONFIG = EngineConfig(policy=Policy.ROUND, instant_release=True)
 ROOT_ATTRIBUTES = "spec.root.attributes"

@@ -15,8 +15,8 @@ import pytest
 from schemas import Admitted, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
 from tests.builders.log import CPU, QA, QB, Log, walkthrough_reclaim, walkthrough_round
 from tests.builders.trees import departments_tree
-from usher.core import audit, invariants
-from usher.core.config import EngineConfig, ReadinessPolicy
+from usher.core.history import audit, invariants
+from usher.core.model.config import EngineConfig, ReadinessPolicy
 
 A = QuotaPath("root/Department-a")
 B = QuotaPath("root/Department-b")

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from usher.core.errors import WorkloadInvalid
+from usher.core.intake.workload import extract_workload, suspend_path
 from usher.core.kinds import FAMILIES, OBSERVED, REJECTED, SUPPORTED_KINDS, KindFamily
 from usher.core.kinds.family import ZONE_LABEL
-from usher.core.workload import extract_workload, suspend_path
+from usher.core.model.errors import WorkloadInvalid
 
 GI, MI = 2**30, 2**20
 Obj = dict[str, Any]

@@ -23,10 +23,10 @@ from schemas import (
 from tests.builders.events import CORE
 from tests.builders.log import QA, Log
 from tests.builders.trees import two_leaf_tree
-from usher.core import audit
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.snapshot import restore, snapshot
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.history import audit
+from usher.core.model.config import EngineConfig
 
 A = QuotaPath("root/A")
 TRAINER = WorkloadKey("a1/trainer")

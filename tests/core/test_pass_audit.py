@@ -25,11 +25,12 @@ from schemas import (
     Zone,
 )
 from tests.builders.log import BASE_MS, CPU, QA, SUBJECTS, A, B, Log
-from usher.core import audit, reasons
-from usher.core.config import EngineConfig, Policy
-from usher.core.engine import Engine
-from usher.core.pass_audit import audit_passes, proposal_kind, what_differs
-from usher.core.pass_plan import on_the_log, plan_pass
+from usher.core.engine.facade import Engine
+from usher.core.engine.pass_plan import on_the_log, plan_pass
+from usher.core.history import audit
+from usher.core.history.pass_audit import audit_passes, proposal_kind, what_differs
+from usher.core.model import reasons
+from usher.core.model.config import EngineConfig, Policy
 
 ZONE = Zone("default")
 SOURCE = f"{DEQUEUER_SOURCE}/{ZONE}"

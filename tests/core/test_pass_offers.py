@@ -19,11 +19,11 @@ from schemas import Admitted, Decision, Preempted, QuotaNode, QuotaPath, Workloa
 from tests.builders.events import cpu
 from tests.builders.generated import Op, configs, ops, trees
 from tests.core.test_properties import namespace_of, play
-from usher.core import engine as engine_module
-from usher.core.config import EngineConfig
-from usher.core.decision_pass import DecisionPass
-from usher.core.engine import Engine
-from usher.core.state import Job
+from usher.core.engine import facade as engine_module
+from usher.core.engine.decision_pass import DecisionPass
+from usher.core.engine.facade import Engine
+from usher.core.engine.state import Job
+from usher.core.model.config import EngineConfig
 
 # Scenario 141's shape: ns0's leaf (share 0) offers small first, which fails on the full root;
 # ns1's high then evicts low in its own leaf (LowerPriority), freeing room in the same pass.

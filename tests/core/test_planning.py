@@ -12,8 +12,8 @@ from tests.builders.manifests import (
     pod_template,
     quota_node,
 )
-from usher.core import planning, sim
-from usher.core.errors import ScenarioError
+from usher.core.history import planning, sim
+from usher.core.model.errors import ScenarioError
 
 TREE = elastic_quota_tree(
     quota_node(

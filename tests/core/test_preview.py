@@ -27,10 +27,10 @@ from tests.core.test_snapshot import (
     histories,
     snapshot_configs,
 )
-from usher.core.config import EngineConfig, Policy, WithinQuota
-from usher.core.engine import DERIVED_WRITTEN_BY_A_PASS, READ_BY_A_PASS, Engine
-from usher.core.snapshot import restore, snapshot
-from usher.core.state import PENDING, QuotaNodeInfo
+from usher.core.engine.facade import DERIVED_WRITTEN_BY_A_PASS, READ_BY_A_PASS, Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.engine.state import PENDING, QuotaNodeInfo
+from usher.core.model.config import EngineConfig, Policy, WithinQuota
 
 
 def _plain(value: Any) -> Any:

@@ -19,9 +19,9 @@ from schemas import (
 )
 from tests.builders.events import observed
 from tests.builders.generated import Op, configs, leaves_of, ops, paths_of, trees
-from usher.core.arbitration import effective_cap
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.model.config import EngineConfig
+from usher.core.rules.arbitration import effective_cap
 
 
 def namespace_of(tree: QuotaNode, op: Op) -> str:

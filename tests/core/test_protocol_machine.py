@@ -60,11 +60,11 @@ from tests.core.ledger_model import (
     Message,
 )
 from tests.long import LONG
-from usher.core import reasons
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.pass_plan import plan_pass
-from usher.core.snapshot import restore, snapshot
+from usher.core.engine.facade import Engine
+from usher.core.engine.pass_plan import plan_pass
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.model import reasons
+from usher.core.model.config import EngineConfig
 
 CORE = 1000
 ZONES = (Zone("zone-1"), Zone("zone-2"), Zone("zone-3"))

@@ -23,8 +23,8 @@ from schemas import (
 )
 from tests.builders.events import CORE, admitted, observed_key
 from tests.builders.events import resources as res
-from usher.core import reasons
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.model import reasons
 
 
 def leaf(name: str, minimum: dict[str, int], namespace: str) -> QuotaNode:

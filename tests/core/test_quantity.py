@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import FieldError
-from usher.core.errors import InputError, QuantityError
-from usher.core.quantity import (
+from usher.core.model.errors import InputError, QuantityError
+from usher.core.model.quantity import (
     MAX_CANONICAL,
     collect_resources,
     format_quantity,

@@ -25,10 +25,10 @@ from schemas import (
 )
 from tests.builders.events import CORE, observed
 from tests.builders.trees import two_leaf_tree
-from usher.core.config import EngineConfig, ReadinessPolicy
-from usher.core.engine import Engine
-from usher.core.snapshot import restore, snapshot
-from usher.core.state import JobState
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.engine.state import JobState
+from usher.core.model.config import EngineConfig, ReadinessPolicy
 
 ROOT = QuotaPath("root")
 A = QuotaPath("root/A")

@@ -34,11 +34,14 @@ from tests.builders.events import observed
 from tests.builders.log import BASE_MS, B, Log, walkthrough_round
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
-from usher.core import audit, explain
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.errors import ScenarioError, TreeInvalid, WorkloadInvalid
-from usher.core.retry import (
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.history import audit, explain
+from usher.core.history.sim import load_scenario
+from usher.core.intake.workload import extract_workload
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import ScenarioError, TreeInvalid, WorkloadInvalid
+from usher.core.rules.retry import (
     ATTEMPT_ANNOTATION,
     RETRY_OF_ANNOTATION,
     Failure,
@@ -50,10 +53,7 @@ from usher.core.retry import (
     retry_manifest,
     retry_policy,
 )
-from usher.core.sim import load_scenario
-from usher.core.snapshot import restore, snapshot
-from usher.core.tree import parse_tree
-from usher.core.workload import extract_workload
+from usher.core.tree.quota_tree import parse_tree
 
 MI = 2**20
 GI = 2**30

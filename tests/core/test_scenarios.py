@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from usher.core.sim import check, load_scenario, render_json, render_table, run
+from usher.core.history.sim import check, load_scenario, render_json, render_table, run
 
 SCENARIOS = sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml"))
 

@@ -15,8 +15,8 @@ from tests.builders.manifests import (
     pod_template,
     quota_node,
 )
-from usher.core.errors import ScenarioError
-from usher.core.sim import check, load_scenario, render_json, render_table, run
+from usher.core.history.sim import check, load_scenario, render_json, render_table, run
+from usher.core.model.errors import ScenarioError
 
 TREE: dict[str, Any] = elastic_quota_tree(
     quota_node(

@@ -45,11 +45,9 @@ from schemas import (
 )
 from tests.builders.events import CORE, observed
 from tests.builders.generated import Op, configs, creates, leaves_of, paths_of, trees
-from usher.core import reasons
-from usher.core.config import EngineConfig, Policy, WithinQuota
-from usher.core.engine import Engine
-from usher.core.engine_state import EngineState
-from usher.core.snapshot import (
+from usher.core.engine.durable import EngineState
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import (
     ENCODED,
     FORMAT,
     REBUILT,
@@ -59,7 +57,9 @@ from usher.core.snapshot import (
     restore,
     snapshot,
 )
-from usher.core.state import Job
+from usher.core.engine.state import Job
+from usher.core.model import reasons
+from usher.core.model.config import EngineConfig, Policy, WithinQuota
 
 
 @dataclass(frozen=True)

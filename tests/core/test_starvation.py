@@ -27,11 +27,12 @@ from tests.builders.manifests import (
     quota_node,
 )
 from tests.builders.trees import departments_tree
-from usher.core import history, sim
-from usher.core.config import EngineConfig, Policy
-from usher.core.engine import Engine
-from usher.core.snapshot import restore, snapshot
-from usher.core.tree import parse_tree
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.history import replay as history
+from usher.core.history import sim
+from usher.core.model.config import EngineConfig, Policy
+from usher.core.tree.quota_tree import parse_tree
 
 CAPACITY = 16
 CONFIG = EngineConfig(policy=Policy.ROUND, instant_release=True)

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas import FieldError, QuotaNode, QuotaPath
-from usher.core.errors import TreeInvalid
-from usher.core.tree import (
+from usher.core.model.errors import TreeInvalid
+from usher.core.tree.quota_tree import (
     iter_nodes,
     leaf_paths,
     leaf_queue_name,

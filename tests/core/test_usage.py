@@ -24,12 +24,10 @@ from schemas import (
 from tests.builders.events import CORE, GI, admitted, observed
 from tests.builders.log import BASE_MS, QA, QB, A, B, Log, walkthrough_reclaim
 from tests.builders.trees import two_leaf_tree
-from usher.core import audit
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.errors import ScenarioError
-from usher.core.sim import check, load_scenario, run
-from usher.core.usage import (
+from usher.core.engine.facade import Engine
+from usher.core.history import audit
+from usher.core.history.sim import check, load_scenario, run
+from usher.core.history.usage import (
     Interval,
     UsageBy,
     UsageFold,
@@ -44,6 +42,8 @@ from usher.core.usage import (
     usage_report,
     usage_totals,
 )
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import ScenarioError
 
 S = 1000  # one second in ms
 WHY = Reason(code="Reclaim", message="test")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from usher.core.budgets import BUDGET_ACTIONS
-from usher.core.errors import ValueRefused
+from usher.core.model.errors import ValueRefused
+from usher.core.tree.budget_spec import BUDGET_ACTIONS
 from usher.core.values import names, numbers, quantities, text
 from usher.core.values.registry import SETTINGS, Setting, setting
 from usher.core.values.render import PAGE_PATH, render_reference

@@ -7,8 +7,8 @@ from __future__ import annotations
 import msgspec
 
 from tests.builders.log import walkthrough_reclaim
-from usher.core import planning, whatif
-from usher.core.config import EngineConfig
+from usher.core.history import planning, whatif
+from usher.core.model.config import EngineConfig
 
 
 def report() -> whatif.WhatIfReport:

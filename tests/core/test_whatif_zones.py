@@ -10,11 +10,11 @@ import pytest
 from schemas import Millis, QuotaNode, WorkloadObserved, Zone
 from tests.builders.log import BASE_MS, A, Log
 from tests.builders.trees import departments_tree
-from usher.core import whatif
-from usher.core.config import EngineConfig
-from usher.core.whatif import ZonePolicy, ZonePolicyError, ZoneSetting
-from usher.core.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
-from usher.core.zone_quota import ZONE_MAX_ATTRIBUTE
+from usher.core.history import whatif
+from usher.core.history.whatif import ZonePolicy, ZonePolicyError, ZoneSetting
+from usher.core.model.config import EngineConfig
+from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
+from usher.core.tree.zone_quota import ZONE_MAX_ATTRIBUTE
 
 
 def _policy(

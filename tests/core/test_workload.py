@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 from schemas import Millis, PodSet, WorkloadObserved, Zone
 from tests.builders.manifests import batch_job
-from usher.core.errors import InputError, WorkloadInvalid
-from usher.core.workload import (
+from usher.core.intake.workload import (
     SUPPORTED_KINDS,
     extract_priority_class,
     extract_workload,
     observed_errors,
     unrequested_containers,
 )
+from usher.core.model.errors import InputError, WorkloadInvalid
 
 GI = 2**30
 MI = 2**20

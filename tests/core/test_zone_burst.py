@@ -18,13 +18,13 @@ from tests.builders.events import CORE, admitted, observed
 from tests.builders.log import QA, Log
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import departments_tree, two_leaf_tree
-from usher.core import audit
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.errors import TreeInvalid
-from usher.core.snapshot import restore, snapshot
-from usher.core.tree import parse_tree
-from usher.core.zone_burst import (
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.history import audit
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import TreeInvalid
+from usher.core.tree.quota_tree import parse_tree
+from usher.core.tree.zone_burst import (
     BURST_ZONES_ATTRIBUTE,
     DEFAULT_ZONES_ATTRIBUTE,
     attribute_errors,
@@ -34,7 +34,7 @@ from usher.core.zone_burst import (
     tree_accepted,
     try_order,
 )
-from usher.core.zone_quota import ZONE_MAX_ATTRIBUTE
+from usher.core.tree.zone_quota import ZONE_MAX_ATTRIBUTE
 
 ROOT = "spec.root.attributes"
 Z = Zone

@@ -26,11 +26,11 @@ from schemas import (
 )
 from tests.builders.events import CORE, admitted, cpu, observed
 from tests.builders.manifests import elastic_quota_tree, quota_node
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.errors import TreeInvalid
-from usher.core.tree import parse_tree
-from usher.core.zone_quota import (
+from usher.core.engine.facade import Engine
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import TreeInvalid
+from usher.core.tree.quota_tree import parse_tree
+from usher.core.tree.zone_quota import (
     ZONE_MIN_ATTRIBUTE,
     ZoneCaps,
     parse_zone_min,

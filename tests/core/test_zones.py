@@ -32,14 +32,14 @@ from tests.builders.generated import Op, configs, ops, trees
 from tests.builders.manifests import elastic_quota_tree, quota_node
 from tests.builders.trees import two_leaf_tree
 from tests.core.test_properties import play
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.errors import TreeInvalid, WorkloadInvalid
-from usher.core.snapshot import restore, snapshot
-from usher.core.tree import parse_tree
-from usher.core.workload import extract_workload
-from usher.core.zone_fallback import owner_zone, parse_accepted_zones, passed_over, zone_choice
-from usher.core.zone_quota import (
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
+from usher.core.intake.workload import extract_workload
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import TreeInvalid, WorkloadInvalid
+from usher.core.tree.quota_tree import parse_tree
+from usher.core.tree.zone_fallback import owner_zone, parse_accepted_zones, passed_over, zone_choice
+from usher.core.tree.zone_quota import (
     ZONE_MAX_ATTRIBUTE,
     ZoneCaps,
     count_in_zone,

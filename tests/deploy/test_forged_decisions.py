@@ -22,11 +22,11 @@ from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.permissions import identities
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.history import decode_history, fold
-from usher.core.snapshot import snapshot
-from usher.core.subjects import owner_problem
+from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import snapshot
+from usher.core.history.replay import decode_history, fold
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.subjects import owner_problem
 
 __all__ = ["nats_url", "streams"]  # the fixtures, shared with test_nats_permissions.py
 

@@ -43,8 +43,8 @@ from usher.adapters.nats.log import ensure_streams, require_streams
 from usher.adapters.nats.permissions import deploy_files, identities, password_variable
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.log import LogEntry
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import LogEntry
 from usher.local.servers import NatsServer, nats_server_binary
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -1,7 +1,7 @@
 """Invariants checked after end-to-end runs, from the ledger's history and the log.
 
 What it does: replays the whole log (read with the export adapter's reader) through the
-core's invariant checker (``usher.core.invariants``: running usage within
+core's invariant checker (``usher.core.history.invariants``: running usage within
 ``max x oversellRate``, no admission while live, every preemption justified, nothing stuck at
 the end); sweeps every allocation's lifetime in the ledger (from its admission until its
 release: a preempted victim runs until it is released, a hold is not running) over time and
@@ -28,10 +28,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.history import decode_history
-from usher.core.invariants import Violation, check_log, render_violations
-from usher.core.tree import path_nodes
+from usher.core.history.invariants import Violation, check_log, render_violations
+from usher.core.history.replay import decode_history
+from usher.core.model.config import EngineConfig
+from usher.core.tree.quota_tree import path_nodes
 
 
 async def log_violations(
@@ -175,7 +175,8 @@ async def assert_audit_clean(env: dict[str, str], prefix: str, database_url: str
 
 # Each ended allocation's resource-milliseconds, summed by PostgreSQL itself: its interval runs
 # from admission to preemption (or requeue), else release (U1), each end in whole ms as
-# ``usher.core.log.datetime_ms`` takes them (the float seconds since the epoch x 1000, cut).
+# ``usher.core.protocol.log.datetime_ms`` takes them (the float seconds since the epoch x 1000,
+# cut).
 _USAGE_BY_NAMESPACE_SQL = """
 SELECT split_part(a.workload, '/', 1) AS namespace, r.key AS resource,
        SUM(GREATEST(0,

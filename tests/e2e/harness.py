@@ -37,8 +37,8 @@ from tests.services.helpers import eventually
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
 EQT = ("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees")

@@ -53,7 +53,7 @@ from tests.e2e.harness import (
 )
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.ledger_store import LedgerStore
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
 T = TypeVar("T")

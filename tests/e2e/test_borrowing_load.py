@@ -42,7 +42,7 @@ from tests.e2e.checks import (
 from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 
 NAMESPACES = ("user-a", "user-b", "user-c")
 PRIORITIES = {"low": 0, "mid": 100, "high": 1000}

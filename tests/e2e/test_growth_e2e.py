@@ -32,7 +32,7 @@ from tests.e2e.harness import (
     quiesce,
 )
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
 NAMESPACE = "user-a"

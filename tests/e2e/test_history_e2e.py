@@ -28,8 +28,8 @@ from tests.e2e.checks import assert_log_invariants
 from tests.e2e.harness import InProcessStack, kube_api, play, quiesce
 from usher.adapters.nats.log import delete_streams
 from usher.adapters.nats.subjects import Subjects
-from usher.core import sim
-from usher.core.config import EngineConfig
+from usher.core.history import sim
+from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
 SCENARIOS = REPO / "tests" / "scenarios"

@@ -48,7 +48,7 @@ from tests.e2e.harness import (
 )
 from usher.adapters.nats.subjects import Subjects
 from usher.client.state import read_state
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
 NAMESPACE = "user-a"

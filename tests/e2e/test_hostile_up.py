@@ -52,9 +52,9 @@ from tests.conftest import REPO
 from tests.long import LONG
 from usher.adapters.nats.follower import LogFollower
 from usher.client import AsyncClient
-from usher.core.errors import TreeInvalid
-from usher.core.log import LogEntry
-from usher.core.tree import parse_tree
+from usher.core.model.errors import TreeInvalid
+from usher.core.protocol.log import LogEntry
+from usher.core.tree.quota_tree import parse_tree
 from usher.core.values.registry import (
     BURST_TOLERATIONS,
     BURST_ZONES,

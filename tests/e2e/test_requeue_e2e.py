@@ -26,7 +26,7 @@ from tests.conftest import Infra
 from tests.e2e.checks import assert_audit_clean, assert_log_invariants
 from tests.e2e.harness import create_object, decisions, in_process_stack, kube_api, quiesce
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 from usher.local.kube_emulator.playbook import NEVER_READY
 

@@ -42,7 +42,7 @@ from tests.e2e.harness import quiesce, read_log
 from tests.e2e.procs import ServiceProcesses, start_emulator
 from tests.long import LONG
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 
 LEAVES = ("L1", "L2", "L3")
 

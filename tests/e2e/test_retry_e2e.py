@@ -31,8 +31,8 @@ from tests.e2e.harness import (
     quiesce,
 )
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.retry import RETRY_OF_ANNOTATION
+from usher.core.model.config import EngineConfig
+from usher.core.rules.retry import RETRY_OF_ANNOTATION
 from usher.local.kube_emulator import KubeEmulator
 from usher.local.kube_emulator.playbook import OOM_BELOW
 

@@ -27,7 +27,7 @@ from tests.e2e.harness import (
     play,
 )
 from usher.adapters.nats.subjects import Subjects
-from usher.core import sim
+from usher.core.history import sim
 from usher.local.kube_emulator import KubeEmulator
 
 # kube-queue's ElasticQuotaTree walkthrough, its three scenarios (tests/cli/test_cli_sim.py

@@ -24,7 +24,7 @@ from services.common.settings import ServiceSettings
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.subjects import prefix_of
+from usher.core.protocol.subjects import prefix_of
 
 T = TypeVar("T")
 READY_TIMEOUT_S = 40.0

@@ -44,11 +44,11 @@ from tests.e2e.harness import read_log
 from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
-from usher.core.log import log_entry
-from usher.core.pass_audit import audit_passes
-from usher.core.pass_plan import PassPlan, plan_pass
+from usher.core.engine.facade import Engine
+from usher.core.engine.pass_plan import PassPlan, plan_pass
+from usher.core.history.pass_audit import audit_passes
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import log_entry
 
 
 def _settings(infra: Infra, subjects: Subjects, zone: str) -> ServiceSettings:
@@ -207,7 +207,7 @@ def test_only_a_batch_of_pod_progress_skips_the_pass() -> None:
 
     from schemas import Envelope, EventId, WorkloadFinished, WorkloadKey, WorkloadProgress
     from services.dequeuer.service import may_change_decisions
-    from usher.core.log import LogEntry
+    from usher.core.protocol.log import LogEntry
 
     def entry(event: object, seq: int) -> LogEntry:
         envelope = Envelope(

@@ -35,7 +35,7 @@ from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
+from usher.core.model.config import EngineConfig
 
 ZONE = Zone("default")
 

@@ -33,8 +33,8 @@ from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
 from tests.services.helpers import eventually, log_events, publish, running
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine
+from usher.core.engine.facade import Engine
+from usher.core.model.config import EngineConfig
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

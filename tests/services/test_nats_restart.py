@@ -34,7 +34,7 @@ from usher.adapters.logs import get_logger
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.log import ensure_streams, publish_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.log import LogEntry
+from usher.core.protocol.log import LogEntry
 from usher.local.servers import HOST, NatsServer
 
 

@@ -32,8 +32,8 @@ from usher.adapters.nats.follower import LogFollower, _stream_seq
 from usher.adapters.nats.log import delete_streams, ensure_streams
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
-from usher.core.config import EngineConfig
-from usher.core.snapshot import FORMAT, fingerprint, snapshot
+from usher.core.engine.snapshot import FORMAT, fingerprint, snapshot
+from usher.core.model.config import EngineConfig
 
 CONFIG = EngineConfig(zones=frozenset({Zone("a")}))
 EVERY_ENTRY = SnapshotPolicy(every_entries=1, every_s=3600)

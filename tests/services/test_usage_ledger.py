@@ -29,9 +29,9 @@ from tests.cli.history_cli import usher
 from tests.services.test_ledger import ZONE, Ledger, res, running, summary, wait_decisions
 from usher.adapters.nats.export import fetch_log
 from usher.adapters.pg.audit_reads import read_ledger, read_usage_intervals
-from usher.core import audit
-from usher.core.history import ExportHeader, decode_history, encode_export, format_time
-from usher.core.usage import Interval, UsageBy, intervals_of, usage_totals
+from usher.core.history import audit
+from usher.core.history.replay import ExportHeader, decode_history, encode_export, format_time
+from usher.core.history.usage import Interval, UsageBy, intervals_of, usage_totals
 
 __all__ = ["running"]  # the fixture, shared with the ledger's own tests
 

@@ -80,9 +80,9 @@ from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
 from usher.client.state import read_state
-from usher.core.config import EngineConfig
-from usher.core.errors import WorkloadInvalid
-from usher.core.workload import SUPPORTED_KINDS, extract_workload
+from usher.core.intake.workload import SUPPORTED_KINDS, extract_workload
+from usher.core.model.config import EngineConfig
+from usher.core.model.errors import WorkloadInvalid
 from usher.local.kube_emulator import FakeKubelet, KubeEmulator, resource
 from usher.local.kube_emulator.patches import merge_patch
 

@@ -22,9 +22,9 @@ from services.watcher.kinds import (
     admit_patch,
 )
 from tests.core.test_kinds import job, jobset, rayjob, spark, tfjob, workflow
-from usher.core.burst_tolerations import DEFAULT_TOLERATIONS, Toleration
-from usher.core.workload import extract_workload
-from usher.core.zone_burst import zone_tolerations
+from usher.core.intake.workload import extract_workload
+from usher.core.tree.burst_tolerations import DEFAULT_TOLERATIONS, Toleration
+from usher.core.tree.zone_burst import zone_tolerations
 from usher.local.kube_emulator.patches import merge_patch
 
 Obj = dict[str, Any]

@@ -28,7 +28,7 @@ from services.watcher.carry_out import consumer_name
 from tests.services.test_watcher import JOBS, Harness, emu, h, job, kube, read_dlq
 from usher.adapters.kube import NotFound
 from usher.adapters.nats.log import publish_envelope
-from usher.core.retry import ATTEMPT_ANNOTATION, RETRY_OF_ANNOTATION
+from usher.core.rules.retry import ATTEMPT_ANNOTATION, RETRY_OF_ANNOTATION
 
 __all__ = ["emu", "h", "kube"]  # the fixtures, shared with tests.services.test_watcher
 

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.builders.manifests import elastic_quota_tree, quota_node
-from usher.core import planning, sim
-from usher.core.errors import ScenarioError
+from usher.core.history import planning, sim
+from usher.core.model.errors import ScenarioError
 from usher.simgen.generate import arrivals, draw, draw_whole, generate, jobs
 from usher.simgen.spec import Bursts, Distribution, Shape, load_spec
 

@@ -27,8 +27,8 @@ from usher.adapters.logs import configure, redact_url
 from usher.adapters.stack_file import CONSOLE_PORT, home_problem, read_stack_info, usher_home
 from usher.cli.values import DURATION, HALF_LIFE
 from usher.client.errors import BadInput
-from usher.core.config import POLICIES, WITHIN_QUOTA_MODES
-from usher.core.errors import InputError
+from usher.core.model.config import POLICIES, WITHIN_QUOTA_MODES
+from usher.core.model.errors import InputError
 from usher.local.processes import ServerStartError, pid_alive
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -586,7 +586,7 @@ def sim(
         raise click.UsageError(
             "--seed, --horizon, --rate-scale, --policy, -o and --emit need --generate"
         )
-    from usher.core import sim as simulator
+    from usher.core.history import sim as simulator
 
     differing = 0
     for path in files:

@@ -17,7 +17,7 @@ import click
 
 from usher.adapters.stack_file import CONSOLE_PORT
 from usher.cli import EXIT_UNAVAILABLE, EXIT_USAGE, cli, fail, home_option
-from usher.core.config import POLICIES
+from usher.core.model.config import POLICIES
 
 
 @cli.command("console")

@@ -57,11 +57,11 @@ from usher.cli import (
     report_input_error,
 )
 from usher.cli.values import DURATION, HALF_LIFE, SEQUENCE
-from usher.core import audit as auditing
-from usher.core import budgets, dryrun, usage, whatif
-from usher.core import explain as explaining
-from usher.core import history as hist
-from usher.core.config import (
+from usher.core.history import audit as auditing
+from usher.core.history import dryrun, usage, whatif
+from usher.core.history import explain as explaining
+from usher.core.history import replay as hist
+from usher.core.model.config import (
     POLICIES,
     WITHIN_QUOTA_MODES,
     EngineConfig,
@@ -69,8 +69,9 @@ from usher.core.config import (
     ReadinessPolicy,
     WithinQuota,
 )
-from usher.core.errors import InputError, ValueRefused
-from usher.core.tree import parse_tree
+from usher.core.model.errors import InputError, ValueRefused
+from usher.core.rules import budgets
+from usher.core.tree.quota_tree import parse_tree
 from usher.core.values import numbers
 
 F = TypeVar("F", bound=Callable[..., Any])

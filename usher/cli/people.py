@@ -46,7 +46,7 @@ from usher.client.durations import age, estimated_start
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
 from usher.client.timing import UNKNOWN_GRACE_S
-from usher.core.state import ENGINE_STATES, JobState
+from usher.core.engine.state import ENGINE_STATES, JobState
 
 if TYPE_CHECKING:
     # Imported where used (``_client``): a command's start-up is what it imports.
@@ -400,7 +400,7 @@ def _submit_dry_run(
 ) -> None:
     """``submit --dry-run``: the job built from ``request`` (options), or each of ``source``."""
     from usher.client.manifests import workload_document
-    from usher.core.dryrun import DryRun, render_dry_runs_json, render_dry_runs_table
+    from usher.core.history.dryrun import DryRun, render_dry_runs_json, render_dry_runs_table
 
     if source is not None:  # a mistake in the file is named before anything is asked
         path, manifests = source

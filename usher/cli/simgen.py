@@ -3,7 +3,8 @@
 What it does: loads the spec (and the ``tree:`` file it names, relative to the spec), applies
 the command line's knobs (``--seed``, ``--horizon``, ``--rate-scale``, ``--policy``), has
 ``usher.simgen.generate`` write the scenario, plays it with the core's simulator and prints
-``usher.core.planning``'s report as a table, JSON or CSV; ``--emit`` also writes the generated
+``usher.core.history.planning``'s report as a table, JSON or CSV; ``--emit`` also writes the
+generated
 scenario, which ``usher sim FILE`` then plays the same. A bad spec is refused naming each
 field (exit 3).
 What it must never do: draw random numbers outside its seeded generator, read a clock, or
@@ -20,9 +21,9 @@ import click
 import yaml
 
 from usher.cli import EXIT_BAD_INPUT, fail, load_yaml_file, report_input_error
-from usher.core import planning
-from usher.core import sim as simulator
-from usher.core.errors import InputError
+from usher.core.history import planning
+from usher.core.history import sim as simulator
+from usher.core.model.errors import InputError
 from usher.simgen.generate import generate
 from usher.simgen.spec import GenSpec, load_spec
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from usher.core.errors import ValueRefused
+from usher.core.model.errors import ValueRefused
 from usher.core.values import names, numbers, quantities
 
 

@@ -43,8 +43,8 @@ if TYPE_CHECKING:
         TreeRejection,
     )
     from usher.client.target import Target, resolve_target, target_of_stack
-    from usher.core.dryrun import DryRun
-    from usher.core.estimate import Estimate
+    from usher.core.history.dryrun import DryRun
+    from usher.core.history.estimate import Estimate
 
 _LAZY = {
     "usher.client.client": (
@@ -67,8 +67,8 @@ _LAZY = {
         "TreeRejection",
     ),
     "usher.client.target": ("Target", "resolve_target", "target_of_stack"),
-    "usher.core.dryrun": ("DryRun",),
-    "usher.core.estimate": ("Estimate",),
+    "usher.core.history.dryrun": ("DryRun",),
+    "usher.core.history.estimate": ("Estimate",),
 }
 """Names imported on first use (PEP 562): the errors alone must not pull NATS, YAML and the
 core in (the CLI catches them in every command, ``usher --version`` included)."""

@@ -87,13 +87,13 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
-from usher.core.budgets import BudgetReport, budget_report
-from usher.core.dryrun import AlreadyKnown, DryRun, dry_run
-from usher.core.holds import resolve_target as resolve_hold_target
-from usher.core.log import datetime_ms
-from usher.core.state import JobState
-from usher.core.usage import USAGE_BY, UsageBy, UsageReport, usage_report
-from usher.core.workload import ZONE_LABEL
+from usher.core.engine.state import JobState
+from usher.core.history.dryrun import AlreadyKnown, DryRun, dry_run
+from usher.core.history.usage import USAGE_BY, UsageBy, UsageReport, usage_report
+from usher.core.intake.workload import ZONE_LABEL
+from usher.core.protocol.log import datetime_ms
+from usher.core.rules.budgets import BudgetReport, budget_report
+from usher.core.rules.holds import resolve_target as resolve_hold_target
 
 if TYPE_CHECKING:
     # Imported where it is used: kubernetes_asyncio is a quarter of a second that reading the
@@ -453,7 +453,8 @@ class AsyncClient:
         """What submitting ``manifest`` now would do, without creating anything: its queue and
         quota node, the position it would take, whether the next decision pass admits it (if
         not, the limiting node and numbers), whom that pass would preempt for it, and its
-        estimated start (``usher.core.dryrun``). ``BadInput`` for a manifest Usher cannot read
+        estimated start (``usher.core.history.dryrun``). ``BadInput`` for a manifest Usher cannot
+        read
         or a job that already exists."""
         document = workload_document(manifest, source=source, index=index)
         now = now_ms()

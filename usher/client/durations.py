@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from usher.core.estimate import Estimate
+    from usher.core.history.estimate import Estimate
 
 
 def age(since: datetime | None, now: datetime) -> str:

@@ -26,11 +26,11 @@ import yaml
 from schemas import Millis, WorkloadObserved
 from usher.adapters.kube import JsonObj, Resource
 from usher.client.errors import BadInput
-from usher.core.errors import InputError, ValueRefused
+from usher.core.intake.workload import QUOTA_LABEL, ZONE_LABEL, extract_workload
 from usher.core.kinds import FAMILIES
-from usher.core.tree import parse_tree
+from usher.core.model.errors import InputError, ValueRefused
+from usher.core.tree.quota_tree import parse_tree
 from usher.core.values import names, numbers, quantities, registry
-from usher.core.workload import QUOTA_LABEL, ZONE_LABEL, extract_workload
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 """The annotation kubectl keeps the last applied manifest in; shared, so both tools agree."""

@@ -50,27 +50,29 @@ from schemas import (
 )
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
-from usher.core import reasons
-from usher.core.budgets import (
-    BudgetKey,
+from usher.core.engine.facade import Engine, JobView
+from usher.core.engine.state import JobState
+from usher.core.history.estimate import Estimate, estimate_pending
+from usher.core.history.explain import FairShareView
+from usher.core.history.explain import (
+    _fair_share as fair_share_of,  # explain's own view of a leaf (F1)
+)
+from usher.core.history.fold import fold_believed, forged
+from usher.core.history.usage import UsageFold
+from usher.core.model import reasons
+from usher.core.model.config import EngineConfig
+from usher.core.model.quantity import format_quantity
+from usher.core.protocol.log import BadEntry, LogEntry
+from usher.core.rules.budgets import (
     BudgetReport,
     BudgetStatus,
     budget_report,
     nearest_stop,
     render_budget_table,
 )
-from usher.core.config import EngineConfig
-from usher.core.engine import Engine, JobView
-from usher.core.estimate import Estimate, estimate_pending
-from usher.core.explain import FairShareView
-from usher.core.explain import _fair_share as fair_share_of  # explain's own view of a leaf (F1)
-from usher.core.fold import fold_believed, forged
-from usher.core.holds import hold_over
-from usher.core.log import BadEntry, LogEntry
-from usher.core.quantity import format_quantity
-from usher.core.state import JobState
-from usher.core.tree import iter_nodes, leaf_queue_name
-from usher.core.usage import UsageFold
+from usher.core.rules.holds import hold_over
+from usher.core.tree.budget_spec import BudgetKey
+from usher.core.tree.quota_tree import iter_nodes, leaf_queue_name
 
 MAX_DECISIONS = 200
 
@@ -354,7 +356,7 @@ class PeopleProjection:
     unreadable: int = 0
     """Entries that did not decode or that the core refused (skipped, as services park them)."""
     forged: int = 0
-    """Decisions not made by their owner (``usher.core.fold``): skipped, as services do."""
+    """Decisions not made by their owner (``usher.core.history.fold``): skipped, as services do."""
     track_skips: bool = False
     """Count admissions past the head of each queue (the live view); off for one-off reads."""
     skips: dict[WorkloadKey, _Skips] = field(default_factory=dict)

@@ -19,7 +19,7 @@ import msgspec
 from schemas import Zone
 from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
 from usher.client.errors import BadInput, NotRunning
-from usher.core.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
+from usher.core.model.config import POLICIES, WITHIN_QUOTA_MODES, EngineConfig, Policy
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 What it does: ``ConsoleLog`` folds every log entry, in order, into the ``PeopleProjection`` the
 live view and ``usher jobs`` use (``usher.client.state``), keeps the decoded entries as a
-``History`` so a job's story (``usher.core.explain``) and the state at any past position
-(``usher.core.history.replay``, what ``usher replay --seq N`` prints) are worked out exactly
+``History`` so a job's story (``usher.core.history.explain``) and the state at any past position
+(``usher.core.history.replay.replay``, what ``usher replay --seq N`` prints) are worked out exactly
 as the command line does, records one sample of pending and admitted jobs per queue for every
 ``SAMPLE_MS`` of log time and each admission's wait (for the charts), and hands every new
 decision to the pages' live streams. ``follow`` reads the log with an ordered consumer.
@@ -27,11 +27,11 @@ from schemas import Admitted, QuotaNode
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.client.state import DecisionInfo, PeopleProjection, StateView, now_ms
-from usher.core.config import EngineConfig
-from usher.core.history import History
-from usher.core.log import BadEntry, LogEntry
-from usher.core.state import JobState
-from usher.core.tree import iter_nodes, leaf_queue_name
+from usher.core.engine.state import JobState
+from usher.core.history.replay import History
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import BadEntry, LogEntry
+from usher.core.tree.quota_tree import iter_nodes, leaf_queue_name
 
 SAMPLE_MS = 15_000
 """One chart sample per this much log time (a day of samples is 5,760 points)."""

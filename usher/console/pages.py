@@ -22,8 +22,8 @@ from typing import Generic, TypeVar
 import msgspec
 
 from usher.client.state import DecisionInfo, QuotaInfo
-from usher.core.history import QuotaRow, to_datetime
-from usher.core.quantity import format_quantity, parse_quantity
+from usher.core.history.replay import QuotaRow, to_datetime
+from usher.core.model.quantity import format_quantity, parse_quantity
 
 T = TypeVar("T")
 

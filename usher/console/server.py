@@ -46,9 +46,9 @@ from usher.client.state import DecisionInfo, QueuedJob, StateView, now_ms
 from usher.client.target import Target
 from usher.console import pages
 from usher.console.feed import KEEP_DECISIONS, ConsoleLog, Update
-from usher.core import explain as explaining
-from usher.core import history as hist
-from usher.core.estimate import describe
+from usher.core.history import explain as explaining
+from usher.core.history import replay as hist
+from usher.core.history.estimate import describe
 
 HERE = Path(__file__).resolve().parent
 LOG_KEY: web.AppKey[ConsoleLog] = web.AppKey("log", ConsoleLog)

@@ -19,7 +19,7 @@ import time
 from typing import Any, ClassVar, Final
 
 from usher.client import JobInfo, WaitTimeout
-from usher.core.budgets import BUDGET_ACTION_ATTRIBUTE, BUDGETS_ATTRIBUTE, BudgetAction
+from usher.core.tree.budget_spec import BUDGET_ACTION_ATTRIBUTE, BUDGETS_ATTRIBUTE, BudgetAction
 from usher.demo.story import StoryBase, StoryJob, story_node
 
 STORY_LIMIT_S: Final = 15.0

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
-from usher.core.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
+from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
 from usher.demo.story import StoryBase, StoryJob
 
 STORY_LIMIT_S: Final = 20.0

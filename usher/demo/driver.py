@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 from usher.client import AlreadyExists, AsyncClient, ClientError, QuotaInfo
 from usher.client.manifests import JobRequest, job_manifest, read_yaml_documents
-from usher.core.budgets import BUDGETS_ATTRIBUTE as BUDGETS
-from usher.core.tree import (
+from usher.core.tree.budget_spec import BUDGETS_ATTRIBUTE as BUDGETS
+from usher.core.tree.quota_tree import (
     READY_TIMEOUT_ATTRIBUTE,
     REQUEUE_BACKOFF_ATTRIBUTE,
     RETRY_LIMIT_ATTRIBUTE,

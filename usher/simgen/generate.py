@@ -3,7 +3,8 @@
 What it does: ``generate`` draws, from one ``random.Random(seed)`` and in a fixed order (each
 department in the spec's order: its arrival times, then each job's pods, cpu, memory, gpu,
 runtime and priority class), the jobs a spec describes over its horizon, and writes them as
-the scenario data ``usher sim`` reads (``usher.core.sim.load_scenario``): nodes, the quota tree
+the scenario data ``usher sim`` reads (``usher.core.history.sim.load_scenario``): nodes, the quota
+tree
 (the spec's departments as the root's children, or the given tree), priority classes, one
 ``create`` with ``runSeconds`` per job, and ``until`` at the horizon. ``draw`` is one sample
 of a distribution. The same spec and seed give the same data, byte for byte.

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from schemas import FieldError, QuotaNode
-from usher.core.errors import InputError, ScenarioError, TreeInvalid
-from usher.core.quantity import format_quantity, parse_resources
-from usher.core.tree import parse_tree
+from usher.core.model.errors import InputError, ScenarioError, TreeInvalid
+from usher.core.model.quantity import format_quantity, parse_resources
+from usher.core.tree.quota_tree import parse_tree
 
 SPEC_KEYS = (
     "name",

@@ -4,7 +4,8 @@ What it does: ``read_log`` reads every entry of an installation's log stream wit
 consumer (push delivery with flow control: the fastest way nats-py reads a stream; no acks,
 no durable state left behind) up to the last sequence the stream had when reading started,
 keeping each payload byte for byte and the time the stream stored it. ``export_log`` writes
-it to a file in the format of ``usher.core.history`` (JSON Lines: a header, then seq, subject,
+it to a file in the format of ``usher.core.history.replay`` (JSON Lines: a header, then seq,
+subject,
 stored time and the raw envelope per entry); ``import_log`` publishes a file's entries, in
 order, into an installation's log stream, rewriting the subject prefix to its own and
 preserving each envelope's id as ``Nats-Msg-Id`` (so the server drops what it already has
@@ -34,7 +35,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 from schemas import cloudevent_headers, decode_envelope
 from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects
-from usher.core.history import (
+from usher.core.history.replay import (
     ExportedEntry,
     ExportFormatError,
     ExportHeader,

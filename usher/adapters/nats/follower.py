@@ -26,7 +26,7 @@ from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from schemas import decode_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.log import BadEntry, LogEntry, log_entry
+from usher.core.protocol.log import BadEntry, LogEntry, log_entry
 
 HEARTBEAT_S = 1.0
 """Idle heartbeat of the ordered consumer: two missed ones make the client re-create it (the

@@ -6,7 +6,7 @@ it covers and string labels (the engine config's fingerprint, the log's identity
 object's headers, so a reader can judge a snapshot before downloading it. The client checks
 the SHA-256 digest of what it reads back. Writing an object under the same name replaces it
 atomically (a new meta message rolls up the old one; old chunks are purged).
-What it must never do: interpret the snapshot bytes (that is ``usher.core.snapshot``), or
+What it must never do: interpret the snapshot bytes (that is ``usher.core.engine.snapshot``), or
 raise for a missing bucket or object: that only means "no snapshot", and the caller replays.
 """
 

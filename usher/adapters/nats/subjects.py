@@ -1,11 +1,11 @@
 """The NATS subject and stream layout, as the adapters use it (defined in the pure core).
 
-What it does: re-exports ``usher.core.subjects`` (names of every subject and stream, safe
+What it does: re-exports ``usher.core.protocol.subjects`` (names of every subject and stream, safe
 tokens, and ``owner_problem``: who may put which entry on which subject), so that the fold
 every reader uses and the services that publish share one definition.
 What it must never do: define a subject of its own.
 """
 
-from usher.core.subjects import Subjects, owner_problem, token, untoken
+from usher.core.protocol.subjects import Subjects, owner_problem, token, untoken
 
 __all__ = ["Subjects", "owner_problem", "token", "untoken"]

@@ -23,10 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 
 from schemas import Millis, QueueName, QuotaPath, WorkloadKey
 from usher.adapters.pg.ledger_store import ALLOCATIONS, OUTBOX
-from usher.core.audit import AllocationRecord, LedgerSnapshot, OutboxRecord
-from usher.core.history import to_datetime
-from usher.core.log import datetime_ms
-from usher.core.usage import Interval
+from usher.core.history.audit import AllocationRecord, LedgerSnapshot, OutboxRecord
+from usher.core.history.replay import to_datetime
+from usher.core.history.usage import Interval
+from usher.core.protocol.log import datetime_ms
 
 _ASYNCPG = "postgresql+asyncpg"
 CONNECT_TIMEOUT_S = 5

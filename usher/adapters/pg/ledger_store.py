@@ -13,7 +13,8 @@ delete, observed suspension, tree) with the consumer offset; writes the transact
 so redelivered input changes nothing (principles 2-3).
 
 Allocation life cycle (the states, their transitions and the release rules are the core's,
-``usher/core/arbitration.py``): ``admitted`` (counted) -> ``released``; a preemptor is ``held``
+``usher/core/rules/arbitration.py``): ``admitted`` (counted) -> ``released``; a preemptor is
+``held``
 (not admitted) until its last victim is seen stopped, then ``admitted``; a victim goes
 ``admitted`` -> ``preempting`` (still running, still counted) -> ``released``. A preemption
 *group* (a held preemptor and its preempting victims) counts ``max(victims, hold)`` on every
@@ -65,7 +66,10 @@ from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
-from usher.core.arbitration import (
+from usher.core.engine.state import shape_of
+from usher.core.model.config import WithinQuota
+from usher.core.model.reasons import stale_view
+from usher.core.rules.arbitration import (
     CLAIMING,
     COUNTED,
     AllocationState,
@@ -77,12 +81,9 @@ from usher.core.arbitration import (
     quota_exceeded,
     release_cause,
 )
-from usher.core.config import WithinQuota
-from usher.core.holds import HoldOrder, branch_tree, carry_out
-from usher.core.reasons import stale_view
-from usher.core.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
-from usher.core.state import shape_of
-from usher.core.tree import iter_nodes, path_nodes
+from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
+from usher.core.rules.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
+from usher.core.tree.quota_tree import iter_nodes, path_nodes
 
 T = TypeVar("T")
 

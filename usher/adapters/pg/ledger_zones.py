@@ -28,10 +28,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from schemas import QuotaPath, Reason, Zone
 from schemas.ledger import Reservation
 from usher.adapters.pg.models import Base
-from usher.core.arbitration import CLAIMING, COUNTED
-from usher.core.state import shape_of
-from usher.core.tree import path_nodes
-from usher.core.zone_quota import (
+from usher.core.engine.state import shape_of
+from usher.core.rules.arbitration import CLAIMING, COUNTED
+from usher.core.tree.quota_tree import path_nodes
+from usher.core.tree.zone_quota import (
     ZoneCaps,
     parse_zone_max,
     parse_zone_min,

@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from usher.core.arbitration import AllocationState
+from usher.core.rules.arbitration import AllocationState
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Final, TypeVar
 
 from schemas import FieldError, Resources
-from usher.core.errors import ValueRefused
-from usher.core.quantity import collect_resources
+from usher.core.model.errors import ValueRefused
+from usher.core.model.quantity import collect_resources
 from usher.core.values.registry import Setting
 
 T = TypeVar("T")

@@ -28,7 +28,6 @@ import re
 from fractions import Fraction
 
 from schemas import Resources
-from usher.core.errors import QuantityError
 from usher.core.kinds.family import (
     ZONE_LABEL,
     KindFamily,
@@ -52,7 +51,8 @@ from usher.core.kinds.fields import (
     optional_string,
     required_mapping,
 )
-from usher.core.quantity import parse_quantity
+from usher.core.model.errors import QuantityError
+from usher.core.model.quantity import parse_quantity
 
 DRIVER_POD_SET = "driver"
 EXECUTOR_POD_SET = "executor"

@@ -2,7 +2,7 @@
 
 What it does: one parser per kind of value a person writes -- counts and whole seconds
 (``numbers``), exact decimals and durations (``numbers``), Kubernetes quantities
-(``quantities``, over ``usher.core.quantity``), zone and object names (``names``), booleans,
+(``quantities``, over ``usher.core.model.quantity``), zone and object names (``names``), booleans,
 enums and bounded free text (``text``) -- each with bounds its caller states, raising
 ``ValueRefused`` that names the field; ``registry`` lists every ``usher.io/`` tree attribute
 and job annotation Usher reads with its parser, and ``render`` writes that list as the reference

@@ -15,7 +15,7 @@ import re
 from typing import Final
 
 from schemas import Zone
-from usher.core.errors import ValueRefused
+from usher.core.model.errors import ValueRefused
 from usher.core.values.shown import shown
 
 MAX_LABEL: Final = 63

@@ -17,7 +17,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Final
 
-from usher.core.errors import ValueRefused
+from usher.core.model.errors import ValueRefused
 from usher.core.values.shown import shown
 
 MOST_DIGITS: Final = 20

@@ -1,19 +1,20 @@
 """Kubernetes quantities at Usher's boundaries (an annotation, a CLI option), strictly.
 
 What it does: ``quantity`` reads one quantity for a resource with the one parser of quantity
-notation (``usher.core.quantity.parse_quantity``, which caps the text and refuses negative and
+notation (``usher.core.model.quantity.parse_quantity``, which caps the text and refuses negative and
 non-finite values), and adds what a boundary asks on top: a string with no surrounding spaces,
 and at most ``MAX_QUANTITY`` canonical units (2**62: sums of such amounts stay within the int64
 the log is written with). Raises ``ValueRefused`` naming the field.
-What it must never do: parse quantity notation itself (``usher.core.quantity`` does), or do I/O.
+What it must never do: parse quantity notation itself (``usher.core.model.quantity`` does), or do
+I/O.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from usher.core.errors import QuantityError, ValueRefused
-from usher.core.quantity import format_quantity, parse_quantity
+from usher.core.model.errors import QuantityError, ValueRefused
+from usher.core.model.quantity import format_quantity, parse_quantity
 from usher.core.values.shown import shown
 
 MAX_QUANTITY: Final = 2**62

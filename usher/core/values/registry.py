@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any, Final, Generic, Literal, TypeVar
 
 from schemas import FieldError
-from usher.core.errors import ValueRefused
+from usher.core.model.errors import ValueRefused
 from usher.core.values import names, numbers, quantities, text
 from usher.core.values.numbers import MAX_COUNT, MAX_SECONDS
 

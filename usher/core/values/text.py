@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from usher.core.errors import ValueRefused
+from usher.core.model.errors import ValueRefused
 from usher.core.values.shown import shown
 
 MAX_FREE_TEXT: Final = 1024

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from usher.core.errors import InputError
-from usher.core.quantity import parse_quantity
+from usher.core.model.errors import InputError
+from usher.core.model.quantity import parse_quantity
 from usher.core.values import registry
 
 PREFIX = "emulator.usher.io/"

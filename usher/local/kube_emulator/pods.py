@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from usher.core.burst_tolerations import tolerates
+from usher.core.tree.burst_tolerations import tolerates
 from usher.local.kube_emulator.errors import ApiError
 from usher.local.kube_emulator.playbook import COMPLETED, PodFate, Stage
 from usher.local.kube_emulator.resources import RESOURCES

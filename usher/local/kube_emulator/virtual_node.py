@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Final
 
-from usher.core.burst_tolerations import VIRTUAL_KUBELET_TAINT_KEY
+from usher.core.tree.burst_tolerations import VIRTUAL_KUBELET_TAINT_KEY
 from usher.local.kube_emulator.errors import ApiError
 from usher.local.kube_emulator.resources import RESOURCES
 from usher.local.kube_emulator.store import Store

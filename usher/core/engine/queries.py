@@ -1,0 +1,342 @@
+"""Read-side queries of the engine: what a workload's state is and why, per queue and node.
+
+What it does: answers ``Engine.queues``, ``queue_counts``, ``job_state``, ``jobs``,
+``ready_timeout_ms``, ``quota_used`` (and split by zone, ``quota_used_by_zone``),
+``quota_zone_mins``, ``quota_nodes``, ``reason`` (as of the last pass),
+``reason_now`` (worked out from the state alone, for a state rebuilt from the log) and
+``admission_shortfall`` (the ledger's check) over an engine's state; the views they return
+(``JobView``, ``QueueEntry``).
+What it must never do: change the state (only ``next_wakeup``'s pruning of stale wakeups is
+a write, and it stays in the engine), decide anything, read a clock, or iterate an unordered
+collection where the order could reach an answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from schemas import QueueName, QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.engine import starvation
+from usher.core.engine.state import (
+    ADMITTED,
+    FINISHED,
+    INADMISSIBLE,
+    PENDING,
+    UNMAPPED,
+    Job,
+    JobState,
+    Placement,
+    QuotaNodeInfo,
+    shape_of,
+)
+from usher.core.model import reasons
+from usher.core.rules.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
+
+if TYPE_CHECKING:
+    from usher.core.engine.facade import Engine
+
+
+class QueueEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One pending workload as a queue shows it."""
+
+    job: WorkloadKey
+    position: int
+    priority: int
+
+
+class JobView(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine knows about one workload, for queries and ``usher explain``."""
+
+    job: WorkloadKey
+    state: JobState
+    """One of ``ENGINE_STATES``."""
+    queue: QueueName | None = None
+    quota: QuotaPath | None = None
+    position: int | None = None
+    priority: int = 0
+    reason: Reason | None = None
+
+
+def queues(e: Engine, head: int | None = None) -> dict[QueueName, list[QueueEntry]]:
+    """Every queue with its pending workloads in order (only the first ``head`` of each when
+    given: a view per workload is what costs)."""
+    out: dict[QueueName, list[QueueEntry]] = {}
+    for queue in e._queues.values():
+        entries = queue.entries if head is None else queue.entries[:head]
+        out[queue.name] = [
+            QueueEntry(job=key, position=i + 1, priority=-neg)
+            for i, (neg, _, key) in enumerate(entries)
+        ]
+    return out
+
+
+def queue_counts(e: Engine) -> dict[QueueName, tuple[int, int]]:
+    """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""
+    return {
+        queue.name: (len(queue.entries), len(e._leaf_admitted.get(leaf, ())))
+        for leaf, queue in e._queues.items()
+    }
+
+
+def job_state(e: Engine, key: WorkloadKey) -> JobView | None:
+    """What the engine knows about one workload, or None if unknown (or deleted)."""
+    job = e.state.jobs.get(key)
+    if job is None:
+        return None
+    queue: QueueName | None = None
+    quota: QuotaPath | None = None
+    position: int | None = None
+    if job.state == ADMITTED or (job.state == FINISHED and job.leaf is not None):
+        quota = job.used_path or job.leaf
+    else:
+        quota = job.leaf
+    if quota is not None and quota in e.state.tree.nodes:
+        queue = e.state.tree.nodes[quota].queue
+    if job.state == PENDING and job.leaf is not None:
+        position = e._queues[job.leaf].position(job)
+    return JobView(
+        job=key,
+        state=job.state,
+        queue=queue,
+        quota=quota,
+        position=position,
+        priority=job.priority,
+        reason=reason(e, key),
+    )
+
+
+def ready_timeout_ms(e: Engine, key: WorkloadKey) -> int:
+    """The ready timeout (R10) that applies to ``key`` where it is: the quota it was admitted
+    to, else its leaf; 0 when off or the workload is unknown or unmapped."""
+    job = e.state.jobs.get(key)
+    if job is None:
+        return 0
+    quota = job.used_path or job.leaf
+    info = e.state.tree.nodes.get(quota) if quota is not None else None
+    return info.readiness.timeout_ms if info is not None else 0
+
+
+def jobs(e: Engine) -> dict[WorkloadKey, JobView]:
+    """Every known workload (deleted ones are gone), by key."""
+    out: dict[WorkloadKey, JobView] = {}
+    for key in sorted(e.state.jobs):
+        view = job_state(e, key)
+        assert view is not None
+        out[key] = view
+    return out
+
+
+def quota_used(e: Engine) -> dict[QuotaPath, dict[str, int]]:
+    """Used amounts of every node of the tree in force (leaves and inner nodes)."""
+    return {
+        path: {r: a for r, a in sorted(info.used.items()) if a != 0}
+        for path, info in e.state.tree.nodes.items()
+    }
+
+
+def quota_used_by_zone(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+    """What ``quota_used`` counts, split by zone, for every node of the tree in force and
+    every zone something counts in on it: admissions, holds and lingering usage (R7), each on
+    the nodes of its path (a vanished leaf's on its prefixes that exist). The engine's own
+    per-zone counts are the same sums kept only on the nodes that cap or guarantee a zone (Z1,
+    Z4: all a decision reads); this is for reports. Like them it leaves out what a reclaim's
+    victims add above their preemptor's hold until seen stopped (a node's ``residual``, R7),
+    which has no zone per node. Sums: the order of the placements reaches no answer."""
+    used: dict[tuple[QuotaPath, Zone], dict[str, int]] = {}
+    for path, shape, zone in _counted_placements(e):
+        for info in e._path_nodes(path):
+            into = used.setdefault((info.path, zone), {})
+            for resource, amount in shape:
+                into[resource] = into.get(resource, 0) + amount
+    return {
+        where: {r: a for r, a in sorted(amounts.items()) if a != 0}
+        for where, amounts in sorted(used.items())
+    }
+
+
+def _counted_placements(e: Engine) -> Iterator[Placement]:
+    """Every placement counted in ``used`` now: admitted workloads (the per-leaf reclaim lists
+    and a running pass's own admissions) and held ones, each once, then the lingering usage of
+    finished ones. O(admitted), not O(workloads)."""
+    keys = dict.fromkeys(k[3] for admitted in e._leaf_admitted.values() for k in admitted)
+    keys.update(dict.fromkeys(sorted(e._pass_admitted)))
+    keys.update(e.state.held)
+    for key in keys:
+        job = e.state.jobs.get(key)
+        if job is not None and job.used_path is not None:
+            yield job.used_path, job.used_shape, job.zone
+    yield from e.state.lingering.values()
+
+
+def quota_zone_mins(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+    """Per node and zone it guarantees, the guarantee (Z4, ``usher.io/zone-min``); empty when
+    no node of the tree in force guarantees a zone."""
+    return {
+        (path, zone): dict(mins)
+        for path, info in e.state.tree.nodes.items()
+        for zone, mins in sorted(info.zone_min.items())
+    }
+
+
+def quota_nodes(e: Engine) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
+    """``(min, max)`` of every node of the tree in force, for reports."""
+    return {path: (dict(i.min), dict(i.max)) for path, i in e.state.tree.nodes.items()}
+
+
+def counted_requests(e: Engine, key: WorkloadKey) -> dict[str, int] | None:
+    """What an admitted workload's admission counts (R16: not what it may ask since); None
+    when it is not admitted."""
+    job = e.state.jobs.get(key)
+    return dict(job.used_shape) if job is not None and job.state == ADMITTED else None
+
+
+def reason(e: Engine, key: WorkloadKey) -> Reason | None:
+    """Why a workload is where it is now (None for admitted or finished ones)."""
+    job = e.state.jobs.get(key)
+    if job is None or job.state in (ADMITTED, FINISHED):
+        return None
+    if job.state in (UNMAPPED, INADMISSIBLE):
+        return job.announced
+    return _pending_reason(e, job)
+
+
+def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
+    """Why a workload waits, worked out from the state as it is now (no pass needed).
+
+    ``reason`` answers as of the last decision pass; a state rebuilt from the log has run
+    none. This says: a held preemptor waits for its victims to stop; under Block, a head
+    that does not fit blocks the rest; else the nearest node whose ``max x oversellRate``
+    would be exceeded, the zone's room, or "fits now". Unmapped and inadmissible workloads
+    keep their announced reason; an admitted one that grew since says so (R16), other
+    admitted and finished ones have none. The state is left unchanged.
+    """
+    job = e.state.jobs.get(key)
+    if job is None or job.state in (ADMITTED, FINISHED):
+        return None if job is None else job.grown  # admitted, grown since: stopped next (R16)
+    if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
+        return job.announced
+    if e.backing_off(job):
+        return requeue_backoff(e, job)
+    if key in e._stopping:
+        return still_stopping(e, key)
+    unserved = e._not_served(job)
+    if unserved is not None:
+        return unserved
+    held_by = e.hold_over(job.leaf)
+    if held_by is not None and not job.held:
+        return held_by.pending_reason()
+    e.refresh_budgets()  # no pass ran at this instant: a budget may have run out since
+    spent = e.budget_stop(job)
+    if spent is not None:
+        return spent
+    starved = starvation.reason(e, job)
+    if starved is not None:
+        return starved
+    if job.held:
+        return Reason(
+            code="PreemptionInProgress",
+            message="capacity freed by its preemption is held for it until its victims stop",
+        )
+    queue = e._queues[job.leaf]
+    head = e._policy.blocking_head(key, lambda: e._head(queue))
+    if head is not None and _shortfall_now(e, e.state.jobs[head]):
+        return reasons.blocked_by_head(head, queue.name)
+    found = _shortfall_now(e, job)
+    return found or reasons.not_yet_evaluated("fits now; the next decision pass admits it")
+
+
+def admission_shortfall(
+    e: Engine, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
+) -> Reason | None:
+    """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit.
+
+    On every node root..``quota`` that exists and names the resource in ``max``:
+    ``used + requested <= max x oversellRate``. Capacity held for ``key`` itself (a
+    preemptor about to be admitted) is set aside; zone capacity is not checked (the ledger
+    does not arbitrate it). The state is left unchanged.
+    """
+    job = e.state.jobs.get(key)
+    own_paths: set[QuotaPath] = set()
+    own: dict[str, int] = {}
+    if job is not None and job.held and job.used_path is not None:
+        own_paths = {node.path for node in e._path_nodes(job.used_path)}
+        own = dict(job.used_shape)
+    path: list[NodeLoad] = [
+        _set_aside(info, own) if info.path in own_paths else info for info in e._path_nodes(quota)
+    ]
+    short = first_shortfall(path, shape_of(requests))
+    if short is None:
+        return None
+    holder = e._holder_on(short.node, key)
+    if holder is not None:
+        numbers = (short.node, short.resource, short.used, short.requested, short.cap)
+        return reasons.held_for_preemptor(*numbers, holder)
+    return quota_exceeded(short, e.config.oversell_rate)
+
+
+def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
+    """``info`` as the fit check sees it once ``own`` (a held preemptor's capacity) is left out."""
+    used = {r: info.used.get(r, 0) - own.get(r, 0) for r in info.used.keys() | own.keys()}
+    return Load(path=info.path, used=used, max=info.max, cap=info.cap)
+
+
+def _pending_reason(e: Engine, job: Job) -> Reason:
+    if job.note is not None and job.note_pass == e.state.passes:
+        return job.note
+    if e.backing_off(job):
+        return requeue_backoff(e, job)
+    if job.key in e._stopping:
+        return still_stopping(e, job.key)
+    unserved = e._not_served(job)
+    if unserved is not None:
+        return unserved
+    held_by = e.hold_over(job.leaf) if job.leaf is not None else None
+    if held_by is not None and not job.held:
+        return held_by.pending_reason()
+    spent = e.budget_stop(job)
+    if spent is not None:
+        return spent
+    if e.state.passes <= job.arrived_pass:
+        return reasons.not_yet_evaluated("arrived after the last decision pass")
+    starved = starvation.reason(e, job)
+    if starved is not None:
+        return starved
+    if not e.config.decides_for(job.zone):
+        return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {job.zone}")
+    assert job.leaf is not None
+    queue = e._queues[job.leaf]
+    head = e._policy.blocking_head(job.key, lambda: e._head(queue))
+    if head is not None:
+        return reasons.blocked_by_head(head, queue.name)
+    shortfall = e._quota_shortfall(job)
+    if shortfall is not None:
+        return shortfall
+    zone = e._zone_shortfall(job)
+    if zone is not None:
+        return zone
+    return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
+
+
+def requeue_backoff(e: Engine, job: Job) -> Reason:
+    """Why a workload requeued for readiness is not offered yet (R10)."""
+    record = job.readiness
+    assert record is not None and job.leaf is not None
+    return reasons.requeue_backoff(
+        record.requeues,
+        e.state.tree.nodes[job.leaf].readiness.max_attempts,
+        record.not_before_ms - e.state.now,
+        job.key in e._stopping,
+    )
+
+
+def still_stopping(e: Engine, key: WorkloadKey) -> Reason:
+    return reasons.victim_stopping(key, e._stopping[key])
+
+
+def _shortfall_now(e: Engine, job: Job) -> Reason | None:
+    if job.held:
+        return None
+    return e._quota_shortfall(job) or e._zone_shortfall(job)

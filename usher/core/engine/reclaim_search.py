@@ -1,0 +1,440 @@
+"""Reclaim as the engine runs it: the victims that make room for a waiting workload (R5, R6).
+
+What it does: over an engine's state, finds the minimal victim set for a candidate --
+borrowers of other leaves nearest in the tree first (when the candidate asks within its
+``min`` and, in its zone, within its ``zone-min``: Z4), then strictly lower-priority workloads
+of its own leaf (``LowerPriority``); among candidates of one standing, those running in a burst
+zone first (Z3); a leaf above its guarantee in the candidate's zone lends only its workloads
+of that zone (Z4) --
+skipping workloads within their minimum runtime or protected by R6; checks a reclaim decided
+elsewhere against the same rules (``check_preemption``); and previews a reclaim without
+deciding it (``reclaim_preview``). The predicates it shares with the ledger are in
+``usher.core.rules.reclaim``.
+What it must never do: leave usage changed when it answers "no" or only previews, decide
+anything beyond the victim set (the pass evicts and admits), read a clock, or iterate an
+unordered collection where the order could reach a decision.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator, Sequence
+from itertools import chain
+from typing import TYPE_CHECKING, Final
+
+from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.engine.state import ADMITTED, PENDING, Job, Placement
+from usher.core.model import reasons
+from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
+from usher.core.rules.reclaim import borrowed_resource
+from usher.core.tree.zone_burst import burst_first
+from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
+
+if TYPE_CHECKING:
+    from usher.core.engine.facade import Engine
+
+
+def find_victims(e: Engine, job: Job) -> list[tuple[Job, Reason]] | None:
+    """Victims that make room for ``job`` (section 5), already removed from usage."""
+    assert job.leaf is not None
+    leaf = e.state.tree.nodes[job.leaf]
+    within = within_guarantee(e, job)
+    lower = leaf.within_quota == "LowerPriority"
+    if not within and not lower:
+        return None
+    if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+        return None  # no eviction can make a too-large pod fit
+    if e.state.stops and _fits_once_stopped(e, job):
+        return None  # room is coming: preempting more would take what is not needed
+    memo = (job.leaf, job.shape, job.priority if lower else 0, job.zone)
+    if e.state.reclaim_failed.get(memo) == e.state.version:
+        return None
+    cross = _cross_leaf_candidates(e, job) if within else iter(())
+    same = _same_leaf_candidates(e, job) if lower else iter(())
+    candidates = chain(((v, True) for v in cross), ((v, False) for v in same))
+    removed = _remove_until_fits(e, job, candidates)
+    if removed is None:
+        e.state.reclaim_failed[memo] = e.state.version
+        return None
+    return _put_back(e, job, removed)
+
+
+def _remove_until_fits(
+    e: Engine, job: Job, candidates: Iterator[tuple[Job, bool]]
+) -> list[tuple[Job, Reason]] | None:
+    removed: list[tuple[Job, Reason]] = []
+    deferred: list[tuple[Job, bool]] = []
+    for victim, cross in candidates:
+        if _frees_no_capped_zone(e, job, victim):
+            deferred.append((victim, cross))
+        elif _remove_fits(e, job, victim, cross, removed):
+            return removed
+    for victim, cross in deferred:
+        if _remove_fits(e, job, victim, cross, removed):
+            return removed
+    for victim, _ in reversed(removed):
+        assert victim.used_path is not None
+        e._account(victim.used_path, victim.used_shape, victim.zone)
+    return None
+
+
+def _remove_fits(
+    e: Engine, job: Job, victim: Job, cross: bool, removed: list[tuple[Job, Reason]]
+) -> bool:
+    """Take ``victim`` out of usage if it may be one (appended to ``removed``); whether
+    ``job`` fits now."""
+    assert victim.used_path is not None
+    if cross:
+        why = borrowing_reason(e, job, victim.used_path, victim.zone)
+        if why is None:
+            return False  # its leaf is no longer borrowing: it keeps running
+    else:
+        assert job.leaf is not None
+        why = reasons.lower_priority(job.key, job.priority, victim.priority, job.leaf)
+    e._unaccount(victim.used_path, victim.used_shape, victim.zone)
+    removed.append((victim, why))
+    return e._fits(job)
+
+
+def _frees_no_capped_zone(e: Engine, job: Job, victim: Job) -> bool:
+    """Whether ``victim`` runs in another zone while ``job`` still exceeds a cap the tree sets
+    in its own zone (Z1): evicting it cannot make room there, so it is deferred until the
+    candidates of that zone are used up -- a reclaim restores the guarantee in the zone it
+    was lent from. Once the zone has room, a deferred one may still be what frees the total."""
+    return e.state.tree.zone_capped and victim.zone != job.zone and not e._fits_zone_quota(job)
+
+
+def _put_back(e: Engine, job: Job, removed: list[tuple[Job, Reason]]) -> list[tuple[Job, Reason]]:
+    """Minimal victim set: return, in reverse order, every victim W still fits beside."""
+    for index in range(len(removed) - 1, -1, -1):
+        victim = removed[index][0]
+        assert victim.used_path is not None
+        e._account(victim.used_path, victim.used_shape, victim.zone)
+        if e._fits(job):
+            del removed[index]
+        else:
+            e._unaccount(victim.used_path, victim.used_shape, victim.zone)
+    return removed
+
+
+def _cross_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
+    """Other leaves' borrowers, nearest in the tree first, lazily (section 5).
+
+    Level by level from the parent up to the root: the leaves whose deepest common
+    ancestor with ``job``'s leaf is that node. Inside a level, the per-leaf lists (already
+    in reclaim order) are merged, so a reclaim that needs one victim costs little.
+    """
+    assert job.leaf is not None
+    nodes = e.state.tree.nodes
+    path = nodes[job.leaf].ancestors
+    vanished = _vanished_by_depth(e, job.leaf, len(path) - 1)
+    for level in range(len(path) - 2, -1, -1):
+        inner = set(e.state.tree.leaves_under.get(path[level + 1].path, ()))
+        leaves = [
+            leaf
+            for leaf in e.state.tree.leaves_under.get(path[level].path, ())
+            if leaf not in inner and leaf in e._leaf_admitted
+        ]
+        leaves.extend(vanished.get(level + 1, ()))
+        yield from _burst_first(e, _merged_victims(e, job, leaves))
+
+
+def _vanished_by_depth(e: Engine, leaf: QuotaPath, deepest: int) -> dict[int, list[QuotaPath]]:
+    """Admitted usage recorded on leaves that no longer exist, by common depth."""
+    mine = leaf.split("/")
+    out: dict[int, list[QuotaPath]] = {}
+    for path in sorted(p for p in e._leaf_admitted if p not in e.state.tree.nodes):
+        depth = min(_common_depth(mine, path.split("/")), deepest)
+        out.setdefault(depth, []).append(path)
+    return out
+
+
+def _merged_victims(e: Engine, job: Job, leaves: list[QuotaPath]) -> Iterator[Job]:
+    lists = []
+    for leaf in leaves:
+        if borrowing_reason(e, job, leaf, None) is not None:
+            lists.append(e._leaf_admitted[leaf])
+        elif _zone_borrowing_reason(e, job, leaf, job.zone) is not None:
+            # Z4: above its guarantee in the preemptor's zone only, it lends that zone's work.
+            lists.append([k for k in e._leaf_admitted[leaf] if e.state.jobs[k[3]].zone == job.zone])
+    for victim_key in heapq.merge(*lists):
+        victim = e.state.jobs[victim_key[3]]
+        assert victim.used_path is not None
+        if _protected(e, victim):
+            continue
+        if e.state.now - victim.admitted_ms >= e._min_runtime(victim.used_path):
+            yield victim
+
+
+def _burst_first(e: Engine, candidates: Iterator[Job]) -> Iterator[Job]:
+    """Z3: candidates of one standing (one tree level, one priority) running in a burst zone
+    come before the others; nothing moves when the tree marks no burst zone."""
+    return burst_first(candidates, e.state.tree.burst, _zone_of, _priority_of)
+
+
+def _zone_of(victim: Job) -> Zone:
+    return victim.zone
+
+
+def _priority_of(victim: Job) -> int:
+    return victim.priority
+
+
+def _same_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
+    """Strictly lower-priority workloads of ``job``'s own leaf, in reclaim order (Z3: of one
+    priority, those in a burst zone first)."""
+    return _burst_first(e, _lower_priority_of_leaf(e, job))
+
+
+def _lower_priority_of_leaf(e: Engine, job: Job) -> Iterator[Job]:
+    assert job.leaf is not None
+    runtime = e._min_runtime(job.leaf)
+    for victim_key in list(e._leaf_admitted.get(job.leaf, ())):
+        if victim_key[0] >= job.priority:
+            break  # sorted by priority: nothing further is lower
+        victim = e.state.jobs[victim_key[3]]
+        if not _protected(e, victim) and e.state.now - victim.admitted_ms >= runtime:
+            yield victim
+
+
+def _protected(e: Engine, victim: Job) -> bool:
+    """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
+    preemptor whose own victims still stop (the ledger holds it, it is not admitted).
+    ADMISSION-RULES R6."""
+    return victim.key in e._pass_admitted or victim.key in e.state.stops
+
+
+def _fits_once_stopped(e: Engine, job: Job) -> bool:
+    """Whether ``job`` fits on quota once every stopping victim has stopped."""
+    assert job.leaf is not None
+    for info in e.state.tree.nodes[job.leaf].ancestors:
+        for resource, amount in job.shape:
+            limit = info.cap.get(resource)
+            claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
+            if limit is not None and claim + amount > limit:
+                return False
+    return True
+
+
+def within_guarantee(e: Engine, job: Job) -> bool:
+    """Whether ``job`` asks within its leaf's guarantee (R5): within its total ``min`` and, in
+    its zone, within its ``zone-min`` where the leaf declares one for that zone (Z4)."""
+    assert job.leaf is not None
+    info = e.state.tree.nodes[job.leaf]
+    if not e._within_min(info, job.shape):
+        return False
+    return not e.state.tree.zone_guaranteed or within_zone_min(
+        info.zone_min, info.zone_used, job.zone, job.shape
+    )
+
+
+def borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone | None) -> Reason | None:
+    """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None: above its
+    total ``min`` (R5), or, for a victim running in ``zone`` (None: whatever its zone), above
+    its ``zone-min`` there when that is ``job``'s zone and ``job``'s leaf guarantees it (Z4)."""
+    assert job.leaf is not None
+    total = _total_borrowing_reason(e, job, path)
+    if total is not None or zone is None:
+        return total
+    return _zone_borrowing_reason(e, job, path, zone)
+
+
+def _zone_borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone) -> Reason | None:
+    """Z4: the victim's leaf holds more in ``job``'s zone than it is guaranteed there, and
+    ``job``'s leaf has a guarantee there to restore (a leaf with none there reclaims by its
+    total ``min`` alone)."""
+    assert job.leaf is not None
+    if not e.state.tree.zone_guaranteed or zone != job.zone:
+        return None
+    info = e.state.tree.nodes.get(path)
+    if info is None or zone not in e.state.tree.nodes[job.leaf].zone_min:
+        return None
+    resource = zone_borrowed_resource(info.zone_min, info.zone_used, zone, job.shape)
+    if resource is None:
+        return None
+    used = info.zone_used.get(zone, {}).get(resource, 0)
+    amount = dict(job.shape)[resource]
+    minimum = info.zone_min[zone][resource]
+    return reasons.zone_reclaimed(job.key, job.leaf, path, zone, resource, used, minimum, amount)
+
+
+def _total_borrowing_reason(e: Engine, job: Job, path: QuotaPath) -> Reason | None:
+    assert job.leaf is not None
+    info = e.state.tree.nodes.get(path)
+    if info is None and job.shape:
+        # A vanished leaf has no guarantee left: all it holds is borrowed.
+        resource, amount = job.shape[0]
+        return reasons.reclaimed(job.key, job.leaf, path, resource, 0, 0, amount)
+    if info is None:
+        return None
+    borrowed = borrowed_resource(info.used, info.residual, info.min, job.shape)
+    if borrowed is None:
+        return None
+    resource = borrowed
+    # The claim: victims already stopping do not make a leaf look borrowing again.
+    claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
+    amount = dict(job.shape)[resource]
+    return reasons.reclaimed(
+        job.key, job.leaf, path, resource, claim, info.min.get(resource, 0), amount
+    )
+
+
+def check_preemption(
+    e: Engine, preemptor: WorkloadKey, victims: Sequence[WorkloadKey], now: Millis
+) -> Reason | None:
+    """Whether evicting ``victims`` for ``preemptor`` follows section 5 on this state.
+
+    ``None`` when it does: the preemptor waits, each victim is admitted, past its minimum
+    runtime, and either on a borrowing leaf (the preemptor asking within its ``min``) or a
+    strictly lower-priority workload of the preemptor's own leaf (``LowerPriority``), and
+    the preemptor fits once they are gone. The state is left exactly as it was.
+    """
+    e.state.now = now
+    job = e.state.jobs.get(preemptor)
+    if job is not None and job.held:
+        return None  # already accepted: a retry of a reclaim the log already carries
+    if job is None or job.state != PENDING or job.leaf is None:
+        return reasons.stale_view(preemptor, "the preemptor is not waiting in a queue")
+    if not victims:
+        return reasons.stale_view(preemptor, "no victims named")
+    info = e.state.tree.nodes[job.leaf]
+    within = within_guarantee(e, job)
+    lower = info.within_quota == "LowerPriority"
+    removed: list[Placement] = []
+    try:
+        for key in victims:
+            victim = e.state.jobs.get(key)
+            refusal = _victim_refusal(e, job, victim, key, within=within, lower=lower)
+            if refusal is not None:
+                return refusal
+            where = _victim_placement(e, victim, key)
+            assert where is not None
+            e._unaccount(*where)
+            removed.append(where)
+        if not e._fits(job):
+            return reasons.stale_view(preemptor, "it would not fit without these victims")
+        return None
+    finally:
+        for where in reversed(removed):
+            e._account(*where)
+
+
+def _victim_placement(e: Engine, victim: Job | None, key: WorkloadKey) -> Placement | None:
+    """Where a victim's usage counts: admitted, or finished and not yet released by the
+    ledger (which still holds it as admitted, R7); None if neither."""
+    if victim is not None and victim.state == ADMITTED and victim.used_path is not None:
+        return (victim.used_path, victim.used_shape, victim.zone)
+    return e.state.lingering.get(key)
+
+
+def _victim_refusal(
+    e: Engine, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
+) -> Reason | None:
+    where = _victim_placement(e, victim, key)
+    if where is None:
+        return reasons.stale_view(job.key, f"{key} is not admitted", key)
+    if key in e.state.stops:
+        return reasons.stale_view(
+            job.key, f"{key} is a preemptor whose victims have not stopped yet", key
+        )
+    path = where[0]
+    if victim is not None and e.state.now - victim.admitted_ms < e._min_runtime(path):
+        return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
+    if path == job.leaf:
+        if victim is not None and lower and victim.priority < job.priority:
+            return None
+        return reasons.stale_view(job.key, f"{key} is not of lower priority", key)
+    if within and borrowing_reason(e, job, path, where[2]) is not None:
+        return None
+    return reasons.stale_view(job.key, f"{key} is not borrowing what is asked", key)
+
+
+def reclaim_preview(e: Engine, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
+    """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
+
+    ``(None, victims)`` when reclaim would make room (the minimal victim set of section 5,
+    as the ``Preempted`` decisions a pass would make), else ``(why not, [])``. Nothing is
+    decided: usage, caches, the clock and the pruning data are put back exactly as they
+    were.
+    """
+    job = e.state.jobs.get(key)
+    if job is None or job.state != PENDING or job.leaf is None:
+        return f"it is not waiting in a queue ({'unknown' if job is None else job.state})", []
+    if job.held:
+        return "capacity is already held for it: its victims are stopping", []
+    e.refresh_budgets()
+    if e.budget_stop(job) is not None:
+        return "a budget on its path is spent (B1): it is not offered, so it preempts nothing", []
+    if e._fits(job):
+        return "it fits without preempting anything; the next decision pass admits it", []
+    refusal = _reclaim_refusal(e, job)
+    if refusal is not None:
+        return refusal, []
+    saved = (
+        e.state.now,
+        set(e._dirty),
+        dict(e._share_cache),
+        dict(e.state.reclaim_failed),
+    )
+    e.state.now = now
+    try:
+        removed = find_victims(e, job)
+        if removed is None:
+            return (
+                "no set of borrowing workloads elsewhere (or lower-priority ones of its own "
+                "leaf, with LowerPriority) would make room; workloads within their minimum "
+                "runtime are protected",
+                [],
+            )
+        victims = [_preview_victim(e, job, victim, why) for victim, why in removed]
+        for victim, _ in removed:
+            assert victim.used_path is not None
+            e._account(victim.used_path, victim.used_shape, victim.zone)
+        return None, victims
+    finally:
+        e.state.now, e._dirty, e._share_cache, e.state.reclaim_failed = saved
+
+
+_ONLY_RESTORES: Final = "reclaim only restores a guarantee, and within-quota preemption is Never"
+"""Why a leaf beyond its min cannot reclaim when within-quota preemption is Never."""
+
+
+def _reclaim_refusal(e: Engine, job: Job) -> str | None:
+    assert job.leaf is not None
+    info = e.state.tree.nodes[job.leaf]
+    if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+        return f"no schedulable node of zone {job.zone} can host one of its pods"
+    if within_guarantee(e, job) or info.within_quota == "LowerPriority":
+        return None
+    zone_min = info.zone_min.get(job.zone, {}) if e._within_min(info, job.shape) else {}
+    for resource, amount in job.shape:
+        if resource not in zone_min:
+            continue
+        used, minimum = info.zone_used.get(job.zone, {}).get(resource, 0), zone_min[resource]
+        if used + amount > minimum:  # Z4: within its total min, beyond its zone's
+            over = used_and_requested_over(resource, used, amount, bound("min", resource, minimum))
+            return f"{in_zone(job.leaf, resource, job.zone)}: {over}: {_ONLY_RESTORES}"
+    for resource, amount in job.shape:
+        used, minimum = info.used.get(resource, 0), info.min.get(resource, 0)
+        if used + amount > minimum:
+            over = used_and_requested_over(resource, used, amount, bound("min", resource, minimum))
+            return f"{job.leaf} {resource} {over}: {_ONLY_RESTORES}"
+    return None
+
+
+def _preview_victim(e: Engine, job: Job, victim: Job, why: Reason) -> Preempted:
+    assert victim.used_path is not None
+    info = e.state.tree.nodes.get(victim.used_path)
+    queue = info.queue if info is not None and info.queue is not None else QueueName("")
+    return Preempted(
+        workload=victim.key, queue=queue, quota=victim.used_path, preemptor=job.key, reason=why
+    )
+
+
+def _common_depth(left: list[str], right: list[str]) -> int:
+    depth = 0
+    for a, b in zip(left, right, strict=False):
+        if a != b:
+            break
+        depth += 1
+    return depth

@@ -1,0 +1,197 @@
+"""No starvation (ADMISSION-RULES N1): a head passed over long enough gets capacity reserved.
+
+What it does: after each decision pass and each ``Admitted`` applied from the log, notes
+since when each head of a queue under a node with ``usher.io/starvation-seconds`` has stayed
+pending while other workloads were admitted (``track``; so a replay of the log alone knows
+it too). Once that wait reaches the threshold, the head has a *reservation*:
+every pass tries it before anyone else and, if it still does not fit, counts its request on
+every node of its path for the rest of the pass (``serve_first``, ``release``), for fit but
+not against guarantees -- the way the residual of stopping victims counts (R7) -- so the
+capacity that frees up is not taken by later, smaller workloads. Also the reasons that say
+so (``Reserved``, ``BehindReservation``) and the instant the next reservation starts (a
+wakeup, like a min-runtime end).
+What it must never do: read a clock (``now`` is the engine's), hold anything when no node
+sets the attribute (every pass is then exactly what it was before N1), or keep a hold past
+the pass that made it (between passes a reservation is only its record: since when).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from schemas import Admitted, Decision, Millis, Reason, WorkloadKey
+from usher.core.engine import backfill
+from usher.core.engine.state import PENDING, Job
+from usher.core.model import reasons
+from usher.core.rules.arbitration import Load, first_shortfall
+
+if TYPE_CHECKING:
+    from usher.core.engine.facade import Engine
+
+
+def threshold_ms(e: Engine, job: Job) -> int:
+    """The starvation threshold in force for ``job``'s leaf; 0 = the guard is off there."""
+    info = e.state.tree.nodes.get(job.leaf) if job.leaf is not None else None
+    return info.starvation_ms if info is not None else 0
+
+
+def reservations(e: Engine) -> list[Job]:
+    """The pending workloads capacity is reserved for now, the longest starved first."""
+    out: list[Job] = []
+    for key, since in sorted(e.state.starving.items(), key=lambda item: (item[1], item[0])):
+        job = e.state.jobs.get(key)
+        if job is None or job.state != PENDING or job.leaf is None:
+            continue
+        limit = threshold_ms(e, job)
+        if limit and e.state.now >= since + limit:
+            out.append(job)
+    return out
+
+
+def next_start(e: Engine) -> Millis | None:
+    """The next instant after now a reservation starts: a pass should run then (C1)."""
+    starts = [
+        since + limit
+        for key, since in e.state.starving.items()
+        if key in e.state.jobs and (limit := threshold_ms(e, e.state.jobs[key]))
+    ]
+    later = [start for start in starts if start > e.state.now]
+    return Millis(min(later)) if later else None
+
+
+def serve_first(
+    e: Engine, decisions: list[Decision], holders: list[Job], victims: list[Job]
+) -> None:
+    """Try every reserved workload before the pass; hold the path of each that still does
+    not fit, adding it to ``holders`` (each must be ``release``d when the pass ends, also
+    when the pass fails half-way: the caller owns the list). What their reclaims preempt is
+    added to ``victims``: the rest of the pass does not offer them (R3)."""
+    from usher.core.engine.decision_pass import DecisionPass  # the pass module imports the engine
+
+    for job in reservations(e):
+        if not may_try(e, job):
+            continue
+        first = DecisionPass(e, decisions)
+        moved = first.try_candidate(job)
+        victims.extend(first.victims)
+        if moved:
+            continue
+        _hold(e, job, 1)
+        holders.append(job)
+
+
+def release(e: Engine, holders: list[Job]) -> None:
+    """The pass is over: what was held for ``holders`` counts no more."""
+    for job in reversed(holders):
+        _hold(e, job, -1)
+
+
+def hold_again(e: Engine, holders: list[Job]) -> None:
+    """Count the holds of ``holders`` again after a ``release`` within the pass (N2 sets them
+    aside to ask whether a backfill candidate fits beside everything else)."""
+    for job in holders:
+        _hold(e, job, 1)
+
+
+def track(e: Engine, decisions: list[Decision]) -> None:
+    """After a pass or an applied ``Admitted`` (``decisions``): start the clock of each head
+    passed over by an admission; forget every workload that is no longer a pending head of
+    its queue (admitted, overtaken, gone)."""
+    heads: dict[WorkloadKey, None] = {}
+    for leaf in e.state.tree.leaves:
+        info = e.state.tree.nodes[leaf]
+        queue = e._queues.get(leaf)
+        if not info.starvation_ms or queue is None or leaf in e._held_leaves:
+            continue
+        head = e._head(queue)
+        if head is not None:
+            heads[head] = None
+    starving = e.state.starving
+    for key in [key for key in starving if key not in heads]:
+        del starving[key]
+    admitted = {d.workload for d in decisions if isinstance(d, Admitted)}
+    if not admitted:
+        return
+    for head in heads:
+        if head not in starving and head not in admitted:
+            # Every admission passes it: all paths share the root (N1).
+            starving[head] = e.state.now
+
+
+def reason(e: Engine, job: Job) -> Reason | None:
+    """``Reserved`` for a workload with a reservation that does not fit yet,
+    ``BehindReservation`` for one that would fit but for somebody's reservation."""
+    if not e.state.starving:
+        return None
+    held = reservations(e)
+    if job in held:
+        return _reserved(e, job)
+    for holder in held:
+        found = _behind(e, job, holder)
+        if found is not None:
+            return backfill.with_why_not(e, found, job, holder)  # N2
+    return None
+
+
+def may_try(e: Engine, job: Job) -> bool:
+    """Whether this engine may offer ``job`` now (the checks a pass makes of a candidate)."""
+    assert job.leaf is not None
+    return (
+        not job.held
+        and job.key not in e._stopping
+        and job.leaf not in e._held_leaves
+        and e._decides(job.zone)
+        and not e.backing_off(job)
+        and (not e.budget_gated(job.leaf) or e.budget_stop(job) is None)
+    )
+
+
+def _hold(e: Engine, job: Job, sign: int) -> None:
+    assert job.leaf is not None
+    amounts = dict(job.shape)
+    for info in e._path_nodes(job.leaf):
+        e._shift_node(info.path, amounts, sign)
+    e.state.version += 1  # reclaim judged under the hold is not judged without it
+
+
+def _reserved(e: Engine, job: Job) -> Reason | None:
+    assert job.leaf is not None
+    short = first_shortfall(e._path_nodes(job.leaf), job.shape)
+    if short is None:
+        return None  # fits now: the next pass admits it
+    since = e.state.starving[job.key]
+    holds = max(0, min(short.requested, short.cap - short.used))
+    start = since + threshold_ms(e, job)
+    return reasons.reserved(
+        short.node, short.resource, holds, short.requested, start, e.state.now - since
+    )
+
+
+def _behind(e: Engine, job: Job, holder: Job) -> Reason | None:
+    """BehindReservation when ``job`` fits without ``holder``'s reservation but not with it."""
+    if holder is job or job.leaf is None or holder.leaf is None:
+        return None
+    path = e._path_nodes(job.leaf)
+    if first_shortfall(path, job.shape) is not None:
+        return None
+    shared = {info.path for info in e._path_nodes(holder.leaf)}
+    extra = dict(holder.shape)
+    loads = [
+        Load(
+            path=info.path,
+            used={r: info.used.get(r, 0) + extra.get(r, 0) for r in info.used.keys() | extra},
+            max=info.max,
+            cap=info.cap,
+        )
+        if info.path in shared
+        else info
+        for info in path
+    ]
+    short = first_shortfall(loads, job.shape)
+    if short is None:
+        return None
+    free = short.cap - (short.used - extra.get(short.resource, 0))
+    held = max(0, min(extra.get(short.resource, 0), free))
+    return reasons.behind_reservation(
+        short.node, short.resource, held, short.requested, short.cap, holder.key
+    )
