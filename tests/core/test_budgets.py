@@ -28,11 +28,11 @@ from tests.builders.log import Log
 from tests.builders.trees import departments_tree, two_leaf_tree
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import restore, snapshot
-from usher.core.engine.state import JobState
 from usher.core.history import invariants
 from usher.core.model.config import EngineConfig
 from usher.core.rules import budgets
 from usher.core.rules.budgets import BudgetBook, window_of
+from usher.core.state.indexed import JobState
 from usher.core.tree import budget_spec
 from usher.core.tree.budget_spec import MONTH, BudgetAction, parse_budgets
 from usher.core.tree.quota_tree import path_nodes, validate_tree

@@ -26,7 +26,6 @@ from tests.core.test_snapshot import (
     snapshot_configs,
 )
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import JobState
 from usher.core.history.dryrun import (
     AlreadyKnown,
     DryRun,
@@ -35,6 +34,7 @@ from usher.core.history.dryrun import (
     render_dry_runs_json,
 )
 from usher.core.model.config import EngineConfig, Policy, WithinQuota
+from usher.core.state.indexed import JobState
 
 NEW = "dry"
 

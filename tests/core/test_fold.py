@@ -49,13 +49,13 @@ from tests.builders.log import BASE, BASE_MS, CPU, QA, SUBJECTS, A, Log
 from tests.builders.trees import departments_tree
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import snapshot
-from usher.core.engine.state import JobState
 from usher.core.history.explain import explain
 from usher.core.history.fold import Verdict, fold_entry
 from usher.core.history.replay import fold, render_replay_table, replay
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry, log_entry
 from usher.core.protocol.subjects import MAX_TOKEN_NAME, owner_problem, token
+from usher.core.state.indexed import JobState
 
 ZONE = Zone("default")
 KEY = WorkloadKey("user-a/first")

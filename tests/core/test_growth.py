@@ -29,9 +29,9 @@ from tests.builders.log import A as LA
 from tests.builders.trees import two_leaf_tree
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import restore, snapshot
-from usher.core.engine.state import JobState
 from usher.core.history import explain
 from usher.core.model.config import EngineConfig
+from usher.core.state.indexed import JobState
 
 A = QuotaPath("root/A")
 B = QuotaPath("root/B")

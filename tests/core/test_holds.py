@@ -32,12 +32,12 @@ from tests.builders.log import BASE_MS, Log
 from tests.builders.trees import two_leaf_tree
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import restore, snapshot
-from usher.core.engine.state import JobState
 from usher.core.history import audit, explain, invariants, whatif
 from usher.core.model.config import EngineConfig
 from usher.core.model.errors import TreeInvalid
 from usher.core.rules import holds
 from usher.core.rules.holds import HoldOrder, HoldRecord
+from usher.core.state.indexed import JobState
 from usher.core.tree.quota_tree import parse_tree
 
 ROOT = QuotaPath("root")

@@ -34,11 +34,11 @@ from tests.builders.manifests import batch_job, container, elastic_quota_tree, p
 from tests.long import examples
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import snapshot
-from usher.core.engine.state import TreeIndex
 from usher.core.intake.workload import extract_workload
 from usher.core.model.config import EngineConfig, Policy
 from usher.core.model.errors import TreeInvalid, WorkloadInvalid
 from usher.core.rules.holds import tree_holds
+from usher.core.state.indexed import TreeIndex
 from usher.core.tree.quota_tree import parse_tree
 from usher.core.values.registry import SETTINGS, Setting, job_settings, tree_settings
 

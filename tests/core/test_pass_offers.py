@@ -22,8 +22,8 @@ from tests.core.test_properties import namespace_of, play
 from usher.core.engine import facade as engine_module
 from usher.core.engine.decision_pass import DecisionPass
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import Job
 from usher.core.model.config import EngineConfig
+from usher.core.state.indexed import Job
 
 # Scenario 141's shape: ns0's leaf (share 0) offers small first, which fails on the full root;
 # ns1's high then evicts low in its own leaf (LowerPriority), freeing room in the same pass.

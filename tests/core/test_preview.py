@@ -29,8 +29,8 @@ from tests.core.test_snapshot import (
 )
 from usher.core.engine.facade import DERIVED_WRITTEN_BY_A_PASS, READ_BY_A_PASS, Engine
 from usher.core.engine.snapshot import restore, snapshot
-from usher.core.engine.state import PENDING, QuotaNodeInfo
 from usher.core.model.config import EngineConfig, Policy, WithinQuota
+from usher.core.state.indexed import PENDING, QuotaNodeInfo
 
 
 def _plain(value: Any) -> Any:

@@ -27,8 +27,8 @@ from tests.builders.events import CORE, observed
 from tests.builders.trees import two_leaf_tree
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import restore, snapshot
-from usher.core.engine.state import JobState
 from usher.core.model.config import EngineConfig, ReadinessPolicy
+from usher.core.state.indexed import JobState
 
 ROOT = QuotaPath("root")
 A = QuotaPath("root/A")

@@ -45,7 +45,6 @@ from schemas import (
 )
 from tests.builders.events import CORE, observed
 from tests.builders.generated import Op, configs, creates, leaves_of, paths_of, trees
-from usher.core.engine.durable import EngineState
 from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import (
     ENCODED,
@@ -57,9 +56,10 @@ from usher.core.engine.snapshot import (
     restore,
     snapshot,
 )
-from usher.core.engine.state import Job
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig, Policy, WithinQuota
+from usher.core.state.durable import EngineState
+from usher.core.state.indexed import Job
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ from usher.client.state import (
     now_ms,
 )
 from usher.client.target import target_of_stack
-from usher.core.engine.state import JobState
 from usher.core.model.quantity import format_quantity
 from usher.core.protocol.log import BadEntry, LogEntry
+from usher.core.state.indexed import JobState
 from usher.demo import DemoDriver
 from usher.local.system import EmbeddedSystem
 

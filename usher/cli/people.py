@@ -46,7 +46,7 @@ from usher.client.durations import age, estimated_start
 from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
 from usher.client.target import resolve_target
 from usher.client.timing import UNKNOWN_GRACE_S
-from usher.core.engine.state import ENGINE_STATES, JobState
+from usher.core.state.indexed import ENGINE_STATES, JobState
 
 if TYPE_CHECKING:
     # Imported where used (``_client``): a command's start-up is what it imports.

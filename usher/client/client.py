@@ -87,13 +87,13 @@ from usher.client.state import (
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
-from usher.core.engine.state import JobState
 from usher.core.history.dryrun import AlreadyKnown, DryRun, dry_run
 from usher.core.history.usage import USAGE_BY, UsageBy, UsageReport, usage_report
 from usher.core.intake.workload import ZONE_LABEL
 from usher.core.protocol.log import datetime_ms
 from usher.core.rules.budgets import BudgetReport, budget_report
 from usher.core.rules.holds import resolve_target as resolve_hold_target
+from usher.core.state.indexed import JobState
 
 if TYPE_CHECKING:
     # Imported where it is used: kubernetes_asyncio is a quarter of a second that reading the

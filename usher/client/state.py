@@ -51,7 +51,6 @@ from schemas import (
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine.facade import Engine, JobView
-from usher.core.engine.state import JobState
 from usher.core.history.estimate import Estimate, estimate_pending
 from usher.core.history.explain import FairShareView
 from usher.core.history.explain import (
@@ -71,6 +70,7 @@ from usher.core.rules.budgets import (
     render_budget_table,
 )
 from usher.core.rules.holds import hold_over
+from usher.core.state.indexed import JobState
 from usher.core.tree.budget_spec import BudgetKey
 from usher.core.tree.quota_tree import iter_nodes, leaf_queue_name
 

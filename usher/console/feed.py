@@ -27,10 +27,10 @@ from schemas import Admitted, QuotaNode
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.client.state import DecisionInfo, PeopleProjection, StateView, now_ms
-from usher.core.engine.state import JobState
 from usher.core.history.replay import History
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import BadEntry, LogEntry
+from usher.core.state.indexed import JobState
 from usher.core.tree.quota_tree import iter_nodes, leaf_queue_name
 
 SAMPLE_MS = 15_000

@@ -19,8 +19,8 @@ from __future__ import annotations
 import time
 from typing import Any, ClassVar, Final
 
-from usher.core.engine.state import JobState
 from usher.core.rules.fairshare import FAIR_WEIGHT_ATTRIBUTE
+from usher.core.state.indexed import JobState
 from usher.demo.story import StoryBase, StoryJob, story_node
 
 STORY_LIMIT_S: Final = 12.0

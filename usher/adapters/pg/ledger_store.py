@@ -66,7 +66,6 @@ from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
-from usher.core.engine.state import shape_of
 from usher.core.model.config import WithinQuota
 from usher.core.model.reasons import stale_view
 from usher.core.rules.arbitration import (
@@ -83,6 +82,7 @@ from usher.core.rules.arbitration import (
 )
 from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
 from usher.core.rules.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
+from usher.core.state.indexed import shape_of
 from usher.core.tree.quota_tree import iter_nodes, path_nodes
 
 T = TypeVar("T")

@@ -28,8 +28,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from schemas import QuotaPath, Reason, Zone
 from schemas.ledger import Reservation
 from usher.adapters.pg.models import Base
-from usher.core.engine.state import shape_of
 from usher.core.rules.arbitration import CLAIMING, COUNTED
+from usher.core.state.indexed import shape_of
 from usher.core.tree.quota_tree import path_nodes
 from usher.core.tree.zone_quota import (
     ZoneCaps,

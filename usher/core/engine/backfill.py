@@ -19,11 +19,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from schemas import Decision, QuotaPath, Reason, WorkloadKey
-from usher.core.engine.state import ADMITTED, PENDING, Job
 from usher.core.model import reasons
 from usher.core.model.reason_text import reworded
 from usher.core.model.reasons import format_moment
 from usher.core.rules.arbitration import Load, first_shortfall
+from usher.core.state.indexed import ADMITTED, PENDING, Job
 from usher.core.tree.quota_tree import path_nodes
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from schemas import Millis, Reason
 
 if TYPE_CHECKING:
     from usher.core.engine.facade import Engine
-    from usher.core.engine.state import Job
+    from usher.core.state.indexed import Job
 
 
 def stop(e: Engine, job: Job) -> Reason | None:

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.engine.reclaim_search import find_victims
-from usher.core.engine.state import Job, Placement, Shape, SortKey, shape_with
 from usher.core.model import reasons
 from usher.core.rules.fairshare import FairKey
+from usher.core.state.indexed import Job, Placement, Shape, SortKey, shape_with
 from usher.core.tree.zone_fallback import passed_over, zone_choice
 
 if TYPE_CHECKING:

@@ -69,11 +69,19 @@ from usher.core.engine.decision_pass import (
     combine_lowest,
     lowest,
 )
-from usher.core.engine.durable import EngineState, NodeCapacity
 from usher.core.engine.policy import seam_for
 from usher.core.engine.queries import JobView as JobView
 from usher.core.engine.queries import QueueEntry as QueueEntry
-from usher.core.engine.state import (
+from usher.core.intake.workload import observed_errors
+from usher.core.kinds.frozen import grew
+from usher.core.model import reasons
+from usher.core.model.config import EngineConfig, ReadinessPolicy
+from usher.core.rules import budgets, fairshare, holds, readiness, retry
+from usher.core.rules.arbitration import first_shortfall, quota_exceeded
+from usher.core.rules.reclaim import within_guarantee
+from usher.core.rules.retry import RetryLink, RetryPolicy
+from usher.core.state.durable import EngineState, NodeCapacity
+from usher.core.state.indexed import (
     ADMITTED,
     FINISHED,
     INADMISSIBLE,
@@ -93,14 +101,6 @@ from usher.core.engine.state import (
     shape_with,
     total_requests,
 )
-from usher.core.intake.workload import observed_errors
-from usher.core.kinds.frozen import grew
-from usher.core.model import reasons
-from usher.core.model.config import EngineConfig, ReadinessPolicy
-from usher.core.rules import budgets, fairshare, holds, readiness, retry
-from usher.core.rules.arbitration import first_shortfall, quota_exceeded
-from usher.core.rules.reclaim import within_guarantee
-from usher.core.rules.retry import RetryLink, RetryPolicy
 from usher.core.tree import budget_spec, zone_quota
 from usher.core.tree.quota_tree import path_nodes, validate_tree
 from usher.core.tree.zone_burst import tree_accepted, try_order

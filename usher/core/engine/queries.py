@@ -20,7 +20,9 @@ import msgspec
 
 from schemas import QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.engine import starvation
-from usher.core.engine.state import (
+from usher.core.model import reasons
+from usher.core.rules.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
+from usher.core.state.indexed import (
     ADMITTED,
     FINISHED,
     INADMISSIBLE,
@@ -32,8 +34,6 @@ from usher.core.engine.state import (
     QuotaNodeInfo,
     shape_of,
 )
-from usher.core.model import reasons
-from usher.core.rules.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
 
 if TYPE_CHECKING:
     from usher.core.engine.facade import Engine

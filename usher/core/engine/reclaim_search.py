@@ -23,10 +23,10 @@ from itertools import chain
 from typing import TYPE_CHECKING, Final
 
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
-from usher.core.engine.state import ADMITTED, PENDING, Job, Placement
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
 from usher.core.rules.reclaim import borrowed_resource
+from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
 from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 

@@ -53,9 +53,16 @@ from schemas import (
     WorkloadKey,
     Zone,
 )
-from usher.core.engine.durable import NodeCapacity
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import (
+from usher.core.model.config import EngineConfig, ReadinessPolicy
+from usher.core.model.errors import InputError
+from usher.core.rules.budgets import BudgetBook
+from usher.core.rules.fairshare import FairBook
+from usher.core.rules.holds import HoldRecord
+from usher.core.rules.readiness import Readiness
+from usher.core.rules.retry import Failure, RetryLink
+from usher.core.state.durable import NodeCapacity
+from usher.core.state.indexed import (
     ENGINE_STATES,
     Job,
     JobState,
@@ -64,13 +71,6 @@ from usher.core.engine.state import (
     StopGroup,
     TreeIndex,
 )
-from usher.core.model.config import EngineConfig, ReadinessPolicy
-from usher.core.model.errors import InputError
-from usher.core.rules.budgets import BudgetBook
-from usher.core.rules.fairshare import FairBook
-from usher.core.rules.holds import HoldRecord
-from usher.core.rules.readiness import Readiness
-from usher.core.rules.retry import Failure, RetryLink
 
 FORMAT = 3
 """Bumped whenever the encoding changes; a snapshot of another format is refused (replay)."""

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Millis, Reason, WorkloadKey
 from usher.core.engine import backfill
-from usher.core.engine.state import PENDING, Job
 from usher.core.model import reasons
 from usher.core.rules.arbitration import Load, first_shortfall
+from usher.core.state.indexed import PENDING, Job
 
 if TYPE_CHECKING:
     from usher.core.engine.facade import Engine

@@ -106,7 +106,6 @@ from schemas import (
     WorkloadObserved,
 )
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import JobState, shape_of
 from usher.core.history.fold import BAD_ENTRY_ERRORS, Verdict
 from usher.core.history.invariants import Violation, as_preempted, check_log, log_groups
 from usher.core.history.pass_audit import PassFinding, PassStats, audit_passes
@@ -122,6 +121,7 @@ from usher.core.history.usage import Interval, compare_usage, hours, intervals_o
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import BadEntry, LogEntry
 from usher.core.rules import retry
+from usher.core.state.indexed import JobState, shape_of
 
 LEDGER_TYPES = LEDGER_DECISION_TYPES
 

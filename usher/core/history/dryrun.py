@@ -30,12 +30,12 @@ from schemas import (
     WorkloadObserved,
 )
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import JobState
 from usher.core.history.estimate import Estimate, describe, estimate_pending
 from usher.core.history.explain import people_json, total_requests
 from usher.core.history.replay import History, fold, format_time, quantities
 from usher.core.history.usage import Interval, intervals_of
 from usher.core.model.config import EngineConfig
+from usher.core.state.indexed import JobState
 
 
 class AlreadyKnown(ValueError):

@@ -33,11 +33,11 @@ import msgspec
 
 from schemas import Admitted, Millis, QueueName, QuotaPath, WorkloadKey, WorkloadObserved
 from usher.core.engine.facade import Engine, JobView, PassPreview
-from usher.core.engine.state import JobState
 from usher.core.history.replay import format_time
 from usher.core.history.usage import Interval, UsageFold
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
+from usher.core.state.indexed import JobState
 
 MIN_RUNS = 3
 """Fewer ended runs than this (in its queue, then on the whole log) and the estimate is

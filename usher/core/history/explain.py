@@ -41,7 +41,6 @@ from schemas import (
     WorkloadRejected,
 )
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import JobState, total_requests
 from usher.core.history.estimate import Estimate, describe, estimate_pending
 from usher.core.history.fold import forged
 from usher.core.history.replay import (
@@ -59,6 +58,7 @@ from usher.core.model.quantity import format_quantity
 from usher.core.model.reason_text import requested_over, used_and_requested_over
 from usher.core.protocol.log import LogEntry
 from usher.core.rules import fairshare
+from usher.core.state.indexed import JobState, total_requests
 
 
 class UnknownWorkload(LookupError):

@@ -59,13 +59,13 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import JobState
 from usher.core.history.replay import format_time
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
 from usher.core.rules.arbitration import effective_cap
 from usher.core.rules.holds import hold_over
+from usher.core.state.indexed import JobState
 from usher.core.tree.budget_spec import BudgetAction
 from usher.core.tree.quota_tree import iter_nodes, path_nodes
 

@@ -61,7 +61,6 @@ from schemas import (
 from schemas.envelope import LogEvent
 from schemas.events import ClusterEvent
 from usher.core.engine.facade import Engine, JobView, QueueEntry
-from usher.core.engine.state import ENGINE_STATES
 from usher.core.history.planning import RunRecord, capacity_of
 from usher.core.history.usage import (
     MS_PER_SECOND,
@@ -78,6 +77,7 @@ from usher.core.model.errors import InputError, ScenarioError, TreeInvalid, Work
 from usher.core.model.quantity import CPU, format_quantity, parse_resources
 from usher.core.rules.holds import HoldOrder, carry_out
 from usher.core.rules.retry import container_memory, retry_manifest
+from usher.core.state.indexed import ENGINE_STATES
 from usher.core.tree.quota_tree import parse_tree
 
 TOP_LEVEL_KEYS = (

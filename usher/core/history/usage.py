@@ -44,7 +44,6 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine.facade import Engine
-from usher.core.engine.state import JobState
 from usher.core.history.fold import forged
 from usher.core.history.replay import format_time
 from usher.core.model.quantity import (  # re-exported: the units usage is read in (U1)
@@ -56,6 +55,7 @@ from usher.core.model.quantity import (  # re-exported: the units usage is read 
     unit_of,
 )
 from usher.core.protocol.log import LogEntry
+from usher.core.state.indexed import JobState
 from usher.core.tree.quota_tree import path_nodes
 
 MS_PER_SECOND = 1000

@@ -16,12 +16,12 @@ from __future__ import annotations
 import msgspec
 
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
-from usher.core.engine.state import Job, Placement, Shape, StopGroup, TreeIndex
 from usher.core.model.config import EngineConfig
 from usher.core.rules.budgets import BudgetBook
 from usher.core.rules.fairshare import FairBook
 from usher.core.rules.holds import HoldRecord
 from usher.core.rules.retry import Failure, RetryLink
+from usher.core.state.indexed import Job, Placement, Shape, StopGroup, TreeIndex
 
 
 class NodeCapacity(msgspec.Struct, frozen=True):
