@@ -1,13 +1,10 @@
-"""The budget overrun hold (docs/admission-rules.md B2): a declared runtime that would not fit.
+"""When the budget overrun hold (docs/admission-rules.md B2) can next lift: a window's reset.
 
 What it does: below a node that opts in with ``usher.io/budget-overrun: hold`` (read with the
-other budget attributes: ``budget_spec.holds_overrun``, T1's ``budget_spec.overrun_errors``), says
-whether a waiting workload that declares a maximum runtime (RT1) is held because, on a budget
-of such a node on its path, its request x declared runtime is more than the budget has left
-in its window (``stop``, with the numbers: ``BudgetOverrun: declared 3600 s x cpu 4 = 4
-CPU-hours, more than the 2.5 of 10 CPU-hours left in 2026-11, resets 2026-12-01 (budget of
-root/a)``), and when such a hold can next lift: at a window's reset (``next_release``; what
-is left only shrinks within a window).
+other budget attributes: ``budget_spec.holds_overrun``, T1's ``budget_spec.overrun_errors``),
+a waiting workload whose request x declared runtime (RT1) is more than a budget has left is
+held (the gate ``usher.core.gates.overrun`` says so); such a hold can next lift at a window's
+reset (``next_release``; what is left only shrinks within a window): a wakeup.
 What it must never do: hold a workload that declares no runtime, hold anything below a node
 that does not opt in, evict or preempt anything, or read a clock (``now`` is the engine's).
 """
@@ -16,34 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from schemas import Millis, Reason
+from schemas import Millis
 
 if TYPE_CHECKING:
     from usher.core.engine.facade import Engine
-    from usher.core.state.indexed import Job
-
-
-def stop(e: Engine, job: Job) -> Reason | None:
-    """``BudgetOverrun`` when, on the nearest opted-in budget on ``job``'s path (leaf first;
-    on one node by resource, then window, month first), its request x declared runtime is
-    more than the budget has left now; None otherwise (no declaration, no such budget, or a
-    preemptor whose capacity the ledger already holds, R8)."""
-    tree = e.state.tree
-    if job.max_runtime_ms is None or job.leaf is None or job.held:
-        return None
-    if job.leaf not in tree.overrun_leaves:
-        return None
-    found = e.budget_statuses()
-    amounts = dict(job.shape)
-    for info in reversed(e._path_nodes(job.leaf)):
-        if info.path not in tree.overrun_nodes:
-            continue
-        for budget in sorted(tree.budgets.get(info.path, ()), key=lambda b: (b.resource, b.days)):
-            amount = amounts.get(budget.resource, 0)
-            status = found.get(budget.key)
-            if amount and status is not None and amount * job.max_runtime_ms > status.left:
-                return status.overrun_reason(amount, job.max_runtime_ms)
-    return None
 
 
 def next_release(e: Engine) -> Millis | None:

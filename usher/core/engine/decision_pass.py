@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.engine.reclaim_search import find_victims
+from usher.core.gates import chain
 from usher.core.model import reasons
 from usher.core.rules.fairshare import FairKey
 from usher.core.state.indexed import Job, Placement, Shape, SortKey, shape_with
@@ -251,25 +252,13 @@ class DecisionPass:
         stand = self.stands.get(leaf)
         end = len(entries) if stand is None else bisect_right(entries, stand)
         jobs = self.e.state.jobs
-        decides_for = self.e._decides_some_zone
-        backing_off = self.e.backing_off
-        # A held leaf admits nothing new (R14); a preemptor the ledger already granted capacity
-        # to (``job.held``) still goes on.
-        held = leaf in self.e._held_leaves
-        # A spent budget (B1) stops what its action says; a leaf under none skips the call.
-        budgeted = self.e.budget_gated(leaf)  # B2's holds too
+        # The gates that may shut something in this leaf, asked in their one order; a
+        # standing refusal (a victim still stopping, R7) is offered and fails in the try.
+        gates = chain.passing_over(self.e, leaf)
         while index < end:
             key = entries[index][2]
-            job = jobs[key]
-            # ``readiness`` first: most workloads were never requeued (R10), skip the call.
-            if (
-                key not in self.tried
-                and (not held or job.held)
-                and decides_for(job)
-                and (job.readiness is None or not backing_off(job))
-                and (not budgeted or self.e.budget_stop(job) is None)
-            ):
-                return job
+            if key not in self.tried and chain.passed_over(self.e, jobs[key], gates) is None:
+                return jobs[key]
             index += 1
         return None
 
@@ -336,12 +325,12 @@ class DecisionPass:
             order = e._zone_order(job)  # burst zones last (Z3)
             chosen, passed = zone_choice(order, lambda zone: e._shortfall_in_zone(job, zone))
             if chosen is not None:
-                if not e._decides(chosen):
+                if not e.decides(chosen):
                     return False  # the dequeuer of that zone admits it (or the ledger refuses)
                 job.zone = chosen
                 self.admit(job, fallback=passed_over(chosen, passed) if passed else None)
                 return True
-        return None if e._decides(job.zone) else False
+        return None if e.decides(job.zone) else False
 
     def admit(
         self,

@@ -72,6 +72,8 @@ from usher.core.engine.decision_pass import (
 from usher.core.engine.policy import seam_for
 from usher.core.engine.queries import JobView as JobView
 from usher.core.engine.queries import QueueEntry as QueueEntry
+from usher.core.gates import chain
+from usher.core.gates.view import Refusal
 from usher.core.intake.workload import observed_errors
 from usher.core.kinds.frozen import grew
 from usher.core.model import reasons
@@ -579,7 +581,7 @@ class Engine:
     def _retry_failed(self, decisions: list[Decision]) -> None:
         """Decide what follows every failed attempt of this engine's zones (R12, R13)."""
         for key, failure in list(self.state.failures.items()):
-            if not self._decides(failure.zone):
+            if not self.decides(failure.zone):
                 continue
             decision = retry.retried(key, failure)
             self._apply_retried(decision)
@@ -681,7 +683,7 @@ class Engine:
         due = sorted((end, key) for key, end in self._unready.items() if end <= now)
         for _, key in due:
             job = self.state.jobs[key]
-            if not self._decides(job.zone):
+            if not self.decides(job.zone):
                 continue
             decision = self._requeue_decision(job)
             self._apply_requeued(decision)
@@ -699,7 +701,7 @@ class Engine:
                 continue
             for victim_key in list(self._leaf_admitted.get(path, ())):
                 job = self.state.jobs[victim_key[3]]
-                if not self._decides(job.zone):
+                if not self.decides(job.zone):
                     continue
                 info = self.state.tree.nodes.get(path)
                 queue = info.queue if info is not None and info.queue is not None else None
@@ -719,7 +721,7 @@ class Engine:
         pods are seen stopped, then it waits again at the size it now asks for."""
         for key in sorted(self._grown):
             job = self.state.jobs[key]
-            if not self._decides(job.zone) or job.used_path is None or job.grown is None:
+            if not self.decides(job.zone) or job.used_path is None or job.grown is None:
                 continue
             info = self.state.tree.nodes.get(job.used_path)
             queue = info.queue if info is not None and info.queue is not None else None
@@ -1246,35 +1248,27 @@ class Engine:
                     stops[leaf] = status
         return stops
 
-    def budget_stop(self, job: Job) -> Reason | None:
-        """Why a spent budget on ``job``'s path keeps it from being admitted now, or None
-        (B1): ``hold`` stops everything new, ``min-only`` whatever would borrow beyond its
-        leaf's ``min`` (``lower-priority`` stops nothing: it only orders, ``budget_tier``).
-        A preemptor the ledger already holds capacity for goes on (R8)."""
-        if job.leaf is None or job.held:
-            return None
-        status = self._budget_stops.get(job.leaf)
-        if status is None or status.budget.action == budget_spec.BudgetAction.LOWER_PRIORITY:
-            return self._overrun_stop(job)
-        if status.budget.action == budget_spec.BudgetAction.HOLD:
-            return status.pending_reason(self.state.now)
-        info = self.state.tree.nodes[job.leaf]
-        if self._within_min(info, job.shape):
-            return self._overrun_stop(job)
-        return status.pending_reason(
-            self.state.now, f"min-only: {info.path} admits within min only"
-        )
-
-    def _overrun_stop(self, job: Job) -> Reason | None:
-        """B2: held when its declared runtime would overrun an opted-in budget's remainder."""
-        if job.leaf not in self.state.tree.overrun_leaves:
-            return None
-        return budget_overrun.stop(self, job)
+    def spent_budget_over(self, leaf: QuotaPath) -> budgets.BudgetStatus | None:
+        """The spent budget governing ``leaf`` as of the last ``refresh_budgets`` (B1)."""
+        return self._budget_stops.get(leaf)
 
     def budget_gated(self, leaf: QuotaPath) -> bool:
-        """Whether ``budget_stop`` may stop a workload of ``leaf``: a spent budget governs it
-        (B1) or an opted-in budget may hold a declared runtime (B2). Callers skip it otherwise."""
+        """Whether a spent budget governs ``leaf`` (B1) or an opted-in budget may hold a
+        declared runtime there (B2): the budget gates may shut something there."""
         return leaf in self._budget_stops or leaf in self.state.tree.overrun_leaves
+
+    def refusal(self, job: Job) -> Refusal | None:
+        """The first admission gate that shuts ``job`` now (``usher.core.gates.chain``)."""
+        return chain.refusal(self, job)
+
+    def refusal_of(self, key: WorkloadKey) -> Refusal | None:
+        """``refusal`` of a pending workload by key, budgets brought up to ``state.now``
+        first (no pass may have run at this instant); None for any other."""
+        job = self.state.jobs.get(key)
+        if job is None or job.state != PENDING or job.leaf is None:
+            return None
+        self.refresh_budgets()
+        return chain.refusal(self, job)
 
     def budget_tier(self, leaf: QuotaPath, job: Job, within: bool) -> int:
         """The first element of an interleave key (R3, B1): 0 within min, 1 borrowing, and 2
@@ -1287,11 +1281,6 @@ class Engine:
         ):
             return 2
         return 0 if within else 1
-
-    def budget_holds(self, leaf: QuotaPath) -> bool:
-        """Whether a spent budget with action ``hold`` stops every new admission of ``leaf``."""
-        status = self._budget_stops.get(leaf)
-        return status is not None and status.budget.action == budget_spec.BudgetAction.HOLD
 
     def _next_budget_change(self) -> Millis | None:
         """When a budget with work waiting below it resets or is used up (B1), or None."""
@@ -1337,26 +1326,25 @@ class Engine:
             # A queue's first candidate may be one of that zone's from now on.
             self._dirty.update(self.state.tree.leaves)
 
-    def _serves(self, zone: Zone) -> bool:
+    def serves(self, zone: Zone) -> bool:
         """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
         (a dequeuer serves its zone before its own announcement is back from the log)."""
         if self.state.served is None or zone in self.state.served:
             return True
         return self.config.zones is not None and zone in self.config.zones
 
-    def _decides(self, zone: Zone) -> bool:
+    def decides(self, zone: Zone) -> bool:
         """Whether a pass of this engine decides for ``zone``: one of its zones, and served
         (an engine deciding for every zone, as people's views do, skips unserved ones)."""
-        return self.config.decides_for(zone) and self._serves(zone)
+        return self.config.decides_for(zone) and self.serves(zone)
 
     def served_zones(self) -> list[Zone]:
         """The zones dequeuers announced, sorted (empty when none ever did)."""
         return sorted(self.state.served or {})
 
-    def _not_served(self, job: Job) -> Reason | None:
-        if self._serves(job.zone):
-            return None
-        return reasons.zone_not_served(job.zone, self.served_zones())
+    def stopping_for(self, key: WorkloadKey) -> WorkloadKey | None:
+        """The preemptor of ``key`` while it is a victim not seen stopped yet (R7), else None."""
+        return self._stopping.get(key)
 
     def _nodes_changed(self, zone: Zone) -> None:
         self._zone_cap[zone] = _zone_capacity(self.state.nodes.get(zone, {}))
@@ -1654,12 +1642,12 @@ class Engine:
         if job.zones:
             job.zone = job.zones[0]
 
-    def _decides_some_zone(self, job: Job) -> bool:
+    def decides_some_zone(self, job: Job) -> bool:
         """Whether a pass of this engine decides for the job: its zone, or, while it waits,
         one of the zones it accepts (each accepted zone's dequeuer offers it, Z2)."""
-        if self._decides(job.zone):
+        if self.decides(job.zone):
             return True
-        return job.state != ADMITTED and any(self._decides(zone) for zone in job.zones)
+        return job.state != ADMITTED and any(self.decides(zone) for zone in job.zones)
 
     def _forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
@@ -1916,19 +1904,17 @@ class Engine:
         the clock (``_timed_offers``): its offer is refreshed at every pass."""
         jobs = self.state.jobs
         self._timed_offers.discard(info.path)
-        held = info.path in self._held_leaves
         budgeted = self.budget_gated(info.path)
-        if info.path in self.state.tree.overrun_leaves:
+        if chain.clocked(self, info.path):
             # What a budget has left shrinks with the clock: a B2 hold may start any pass.
             self._timed_offers.add(info.path)
+        gates = chain.passing_over(self, info.path)
         for entry in queue.entries:
             job = jobs[entry[2]]
-            if not self._decides_some_zone(job) or (held and not job.held):
-                continue
-            if budgeted and self.budget_stop(job) is not None:
-                continue
-            if job.readiness is not None and self.backing_off(job):
-                self._timed_offers.add(info.path)
+            shut = chain.passed_over(self, job, gates)
+            if shut is not None:
+                if chain.opens_by_time(shut):
+                    self._timed_offers.add(info.path)
                 continue
             # A held preemptor's own hold is already counted in its leaf's usage.
             within = self._within_min(info, () if job.held else job.shape)
@@ -1969,7 +1955,7 @@ class Engine:
         """Whether something in the queue might preempt (so it must be visited even if full)."""
         if not queue.entries:
             return False
-        if info.path in self._held_leaves or self.budget_holds(info.path):
+        if chain.closes_leaf(self, info.path):
             # Held (R14, or a spent budget, B1): only a preemptor whose hold the ledger
             # already granted may move.
             return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
@@ -2218,20 +2204,14 @@ class Engine:
         """Why a workload is where it is now (None for admitted or finished ones)."""
         return engine_queries.reason(self, key)
 
-    def _head(self, queue: Queue) -> WorkloadKey | None:
+    def head(self, queue: Queue) -> WorkloadKey | None:
+        """The queue's head: its first workload a pass would not pass over (the gates a pass
+        asks, ``chain.passing_over``), the one that, under Block, holds the rest."""
+        gates = chain.passing_over(self, queue.leaf)
         for _, _, key in queue.entries:
-            job = self.state.jobs[key]
-            if self._decides_some_zone(job) and not self.backing_off(job):
+            if chain.passed_over(self, self.state.jobs[key], gates) is None:
                 return key
         return None
-
-    def backing_off(self, job: Job) -> bool:
-        """Requeued for readiness and not to be offered yet (R10): its backoff runs, or its
-        earlier admission's usage still lingers until the ledger releases it (R7)."""
-        record = job.readiness
-        if record is None or not record.requeues:
-            return False
-        return record.not_before_ms > self.state.now or job.key in self._stopping
 
     def _quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None

@@ -20,6 +20,7 @@ import msgspec
 
 from schemas import QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.engine import starvation
+from usher.core.gates import chain
 from usher.core.model import reasons
 from usher.core.rules.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
 from usher.core.state.indexed import (
@@ -218,20 +219,10 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
         return None if job is None else job.grown  # admitted, grown since: stopped next (R16)
     if job.state in (UNMAPPED, INADMISSIBLE) or job.leaf is None:
         return job.announced
-    if e.backing_off(job):
-        return requeue_backoff(e, job)
-    if key in e._stopping:
-        return still_stopping(e, key)
-    unserved = e._not_served(job)
-    if unserved is not None:
-        return unserved
-    held_by = e.hold_over(job.leaf)
-    if held_by is not None and not job.held:
-        return held_by.pending_reason()
     e.refresh_budgets()  # no pass ran at this instant: a budget may have run out since
-    spent = e.budget_stop(job)
-    if spent is not None:
-        return spent
+    shut = chain.refusal(e, job)  # the gates, in the order every place asks them
+    if shut is not None:
+        return shut.reason
     starved = starvation.reason(e, job)
     if starved is not None:
         return starved
@@ -241,7 +232,7 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
             message="capacity freed by its preemption is held for it until its victims stop",
         )
     queue = e._queues[job.leaf]
-    head = e._policy.blocking_head(key, lambda: e._head(queue))
+    head = e._policy.blocking_head(key, lambda: e.head(queue))
     if head is not None and _shortfall_now(e, e.state.jobs[head]):
         return reasons.blocked_by_head(head, queue.name)
     found = _shortfall_now(e, job)
@@ -286,29 +277,17 @@ def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
 def _pending_reason(e: Engine, job: Job) -> Reason:
     if job.note is not None and job.note_pass == e.state.passes:
         return job.note
-    if e.backing_off(job):
-        return requeue_backoff(e, job)
-    if job.key in e._stopping:
-        return still_stopping(e, job.key)
-    unserved = e._not_served(job)
-    if unserved is not None:
-        return unserved
-    held_by = e.hold_over(job.leaf) if job.leaf is not None else None
-    if held_by is not None and not job.held:
-        return held_by.pending_reason()
-    spent = e.budget_stop(job)
-    if spent is not None:
-        return spent
+    shut = chain.refusal(e, job)  # the gates, in the order every place asks them
+    if shut is not None:
+        return shut.reason
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
     starved = starvation.reason(e, job)
     if starved is not None:
         return starved
-    if not e.config.decides_for(job.zone):
-        return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {job.zone}")
     assert job.leaf is not None
     queue = e._queues[job.leaf]
-    head = e._policy.blocking_head(job.key, lambda: e._head(queue))
+    head = e._policy.blocking_head(job.key, lambda: e.head(queue))
     if head is not None:
         return reasons.blocked_by_head(head, queue.name)
     shortfall = e._quota_shortfall(job)
@@ -318,22 +297,6 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     if zone is not None:
         return zone
     return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
-
-
-def requeue_backoff(e: Engine, job: Job) -> Reason:
-    """Why a workload requeued for readiness is not offered yet (R10)."""
-    record = job.readiness
-    assert record is not None and job.leaf is not None
-    return reasons.requeue_backoff(
-        record.requeues,
-        e.state.tree.nodes[job.leaf].readiness.max_attempts,
-        record.not_before_ms - e.state.now,
-        job.key in e._stopping,
-    )
-
-
-def still_stopping(e: Engine, key: WorkloadKey) -> Reason:
-    return reasons.victim_stopping(key, e._stopping[key])
 
 
 def _shortfall_now(e: Engine, job: Job) -> Reason | None:

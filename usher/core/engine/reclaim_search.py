@@ -23,6 +23,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Final
 
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
 from usher.core.rules.reclaim import borrowed_resource
@@ -363,8 +364,9 @@ def reclaim_preview(e: Engine, key: WorkloadKey, now: Millis) -> tuple[str | Non
     if job.held:
         return "capacity is already held for it: its victims are stopping", []
     e.refresh_budgets()
-    if e.budget_stop(job) is not None:
-        return "a budget on its path is spent (B1): it is not offered, so it preempts nothing", []
+    shut = gates.refusal(e, job)  # the gates a pass asks: a workload not offered preempts nothing
+    if shut is not None:
+        return f"{shut.says}: it is not offered, so it preempts nothing", []
     if e._fits(job):
         return "it fits without preempting anything; the next decision pass admits it", []
     refusal = _reclaim_refusal(e, job)

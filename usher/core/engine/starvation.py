@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Millis, Reason, WorkloadKey
 from usher.core.engine import backfill
+from usher.core.gates import chain
 from usher.core.model import reasons
 from usher.core.rules.arbitration import Load, first_shortfall
 from usher.core.state.indexed import PENDING, Job
@@ -101,9 +102,9 @@ def track(e: Engine, decisions: list[Decision]) -> None:
     for leaf in e.state.tree.leaves:
         info = e.state.tree.nodes[leaf]
         queue = e._queues.get(leaf)
-        if not info.starvation_ms or queue is None or leaf in e._held_leaves:
+        if not info.starvation_ms or queue is None or e.hold_over(leaf) is not None:
             continue
-        head = e._head(queue)
+        head = e.head(queue)
         if head is not None:
             heads[head] = None
     starving = e.state.starving
@@ -134,16 +135,9 @@ def reason(e: Engine, job: Job) -> Reason | None:
 
 
 def may_try(e: Engine, job: Job) -> bool:
-    """Whether this engine may offer ``job`` now (the checks a pass makes of a candidate)."""
-    assert job.leaf is not None
-    return (
-        not job.held
-        and job.key not in e._stopping
-        and job.leaf not in e._held_leaves
-        and e._decides(job.zone)
-        and not e.backing_off(job)
-        and (not e.budget_gated(job.leaf) or e.budget_stop(job) is None)
-    )
+    """Whether this engine may offer ``job`` now: no admission gate shuts it (the gates a
+    pass asks, ``usher.core.gates.chain``) and it is not a preemptor already holding."""
+    return not job.held and chain.may_offer(e, job)
 
 
 def _hold(e: Engine, job: Job, sign: int) -> None:
