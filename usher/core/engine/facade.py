@@ -2204,10 +2204,13 @@ class Engine:
         """Why a workload is where it is now (None for admitted or finished ones)."""
         return engine_queries.reason(self, key)
 
-    def head(self, queue: Queue) -> WorkloadKey | None:
-        """The queue's head: its first workload a pass would not pass over (the gates a pass
-        asks, ``chain.passing_over``), the one that, under Block, holds the rest."""
-        gates = chain.passing_over(self, queue.leaf)
+    def head(self, leaf: QuotaPath) -> WorkloadKey | None:
+        """The head of ``leaf``'s queue: its first workload a pass would not pass over (the
+        gates a pass asks, ``chain.passing_over``), the one that, under Block, holds the rest."""
+        queue = self._queues.get(leaf)
+        if queue is None:
+            return None
+        gates = chain.passing_over(self, leaf)
         for _, _, key in queue.entries:
             if chain.passed_over(self, self.state.jobs[key], gates) is None:
                 return key

@@ -232,7 +232,7 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
             message="capacity freed by its preemption is held for it until its victims stop",
         )
     queue = e._queues[job.leaf]
-    head = e._policy.blocking_head(key, lambda: e.head(queue))
+    head = e._policy.blocking_head(key, lambda: e.head(queue.leaf))
     if head is not None and _shortfall_now(e, e.state.jobs[head]):
         return reasons.blocked_by_head(head, queue.name)
     found = _shortfall_now(e, job)
@@ -287,7 +287,7 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
         return starved
     assert job.leaf is not None
     queue = e._queues[job.leaf]
-    head = e._policy.blocking_head(job.key, lambda: e.head(queue))
+    head = e._policy.blocking_head(job.key, lambda: e.head(queue.leaf))
     if head is not None:
         return reasons.blocked_by_head(head, queue.name)
     shortfall = e._quota_shortfall(job)

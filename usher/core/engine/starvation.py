@@ -104,7 +104,7 @@ def track(e: Engine, decisions: list[Decision]) -> None:
         queue = e._queues.get(leaf)
         if not info.starvation_ms or queue is None or e.hold_over(leaf) is not None:
             continue
-        head = e.head(queue)
+        head = e.head(leaf)
         if head is not None:
             heads[head] = None
     starving = e.state.starving
@@ -128,6 +128,8 @@ def reason(e: Engine, job: Job) -> Reason | None:
     if job in held:
         return _reserved(e, job)
     for holder in held:
+        if not may_try(e, holder):
+            continue  # the pass holds nothing for a workload the gates shut (serve_first)
         found = _behind(e, job, holder)
         if found is not None:
             return backfill.with_why_not(e, found, job, holder)  # N2

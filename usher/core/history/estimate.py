@@ -33,6 +33,7 @@ import msgspec
 
 from schemas import Admitted, Millis, QueueName, QuotaPath, WorkloadKey, WorkloadObserved
 from usher.core.engine.facade import Engine, JobView, PassPreview
+from usher.core.gates.view import Refusal
 from usher.core.history.replay import format_time
 from usher.core.history.usage import Interval, UsageFold
 from usher.core.model.config import EngineConfig
@@ -88,6 +89,9 @@ class Waiting:
     """The node whose quota it waits for (the reason's node); None: its leaf."""
     admitted_next: bool = False
     """The next decision pass admits it."""
+    shut: str | None = None
+    """What keeps it from being offered until an event (an admission gate that opens by no
+    run's end: a hold, a spent budget, a zone nobody serves), in words; None: nothing."""
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,24 @@ def declared_of(engine: Engine, running: Iterable[Interval]) -> Declared:
     return Declared(running=admitted, queued=queued)
 
 
-def waiting_of(views: dict[WorkloadKey, JobView], preview: PassPreview) -> list[Waiting]:
+def shut_until_an_event(shut: Refusal | None) -> str | None:
+    """What keeps a workload from being offered until an event (``shut``: the first admission
+    gate that shuts it, ``Engine.refusal_of``): no run's end frees it, so no time can be
+    given. A timed refusal (a backoff) or a standing one (a victim about to stop) is left to
+    the model."""
+    if shut is None or shut.timed or shut.stands:
+        return None
+    return shut.says
+
+
+def waiting_of(
+    views: dict[WorkloadKey, JobView],
+    preview: PassPreview,
+    shut: Mapping[WorkloadKey, str] | None = None,
+) -> list[Waiting]:
     """Every pending workload of ``views`` (the engine's, before the pass), with what the
-    trial pass ``preview`` says of it: whether it admits it, else the node it waits for."""
+    trial pass ``preview`` says of it: whether it admits it, else the node it waits for;
+    ``shut``: what keeps some of them from being offered (``shut_until_an_event``)."""
     admitted = {d.workload for d in preview.decisions if isinstance(d, Admitted)}
     out: list[Waiting] = []
     for key, view in sorted(views.items()):
@@ -144,6 +163,7 @@ def waiting_of(views: dict[WorkloadKey, JobView], preview: PassPreview) -> list[
                 position=view.position,
                 node=reason.node if reason is not None else None,
                 admitted_next=key in admitted,
+                shut=None if shut is None else shut.get(key),
             )
         )
     return out
@@ -160,7 +180,8 @@ def estimate_pending(
     allocation ``intervals`` and what ``engine``'s workloads declare (``declared_of``)."""
     running = [interval for interval in intervals if interval.end_ms is None]
     declared = declared_of(engine, running)
-    return estimate_starts(now, waiting_of(views, preview), intervals, declared)
+    shut = {key: why for key in views if (why := shut_until_an_event(engine.refusal_of(key)))}
+    return estimate_starts(now, waiting_of(views, preview, shut), intervals, declared)
 
 
 def estimates_on_arrival(
@@ -209,13 +230,15 @@ def _on_arrival(
     if view.quota is None or view.position is None:
         return None
     reason = engine.reason_now(key)
+    shut = engine.refusal_of(key)
     waiting = Waiting(
         workload=key,
         queue=view.queue,
         leaf=view.quota,
         position=view.position,
         node=reason.node if reason is not None else None,
-        admitted_next=reason is None or reason.code == NOT_YET_EVALUATED,
+        admitted_next=shut is None and (reason is None or reason.code == NOT_YET_EVALUATED),
+        shut=shut_until_an_event(shut),
     )
     running = list(usage.open.values())
     declared = declared_of(engine, running) if declares else NO_DECLARATIONS
@@ -313,7 +336,9 @@ def estimate_with(
     groups: dict[tuple[QueueName, QuotaPath], list[Waiting]] = {}
     out: dict[WorkloadKey, Estimate] = {}
     for item in waiting:
-        if item.admitted_next:
+        if item.shut is not None:
+            out[item.workload] = Estimate(basis=f"{UNKNOWN}not offered now: {item.shut}")
+        elif item.admitted_next:
             out[item.workload] = Estimate(
                 start_ms=now, early_ms=now, late_ms=now, basis="the next decision pass admits it"
             )

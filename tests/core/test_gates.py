@@ -1,0 +1,111 @@
+"""The one admission seam: every place that asks "may this job be offered now" asks the gates.
+
+Scenario files 151 and 152 pin what ``usher sim`` cannot show (the reclaim preview; an engine
+deciding for one zone): each is played here through an engine and asked what the pass, the
+starvation guard and ``usher explain`` would say. The table-driven test plays every scenario
+file and checks that, for each workload left pending, the places agree with the gates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import yaml
+
+from schemas import Millis, WorkloadKey, Zone
+from usher.core.engine import starvation
+from usher.core.engine.facade import Engine
+from usher.core.gates import chain
+from usher.core.history.sim import load_scenario
+from usher.core.rules.holds import HoldOrder, carry_out
+from usher.core.state.indexed import PENDING
+
+SCENARIOS = Path(__file__).parent.parent / "scenarios"
+MAX_WAKEUPS = 1_000
+
+
+def _play(name: str, zones: frozenset[Zone] | None = None) -> Engine:
+    """The scenario file played to its end, as ``usher sim`` plays it (a pass after each group
+    of equal ``at``, passes at wakeups), by an engine deciding for ``zones`` (None: all)."""
+    path = SCENARIOS / name
+    scenario = load_scenario(yaml.safe_load(path.read_text()), path.name)
+    engine = Engine(replace(scenario.config, instant_release=True, zones=zones))
+    for event in scenario.setup:
+        engine.apply(event, Millis(0))
+    engine.decide(Millis(0))
+
+    def wake_until(limit: int | None) -> None:
+        for _ in range(MAX_WAKEUPS):
+            wakeup = engine.next_wakeup()
+            if wakeup is None or (limit is not None and wakeup >= limit):
+                return
+            engine.decide(wakeup)
+
+    groups: dict[int, list[object]] = {}
+    for step in scenario.steps:
+        if scenario.until_ms is None or step.at_ms < scenario.until_ms:
+            groups.setdefault(step.at_ms, []).append(step.event)
+    for at, events in sorted(groups.items()):
+        wake_until(at)
+        for event in events:
+            if isinstance(event, HoldOrder):
+                order = carry_out(event, engine.state.tree.root, engine.state.holds, Millis(at))
+                if not isinstance(order, list):  # a refused order records nothing
+                    engine.apply(order, Millis(at))
+            else:
+                engine.apply(event, Millis(at))  # type: ignore[arg-type]
+        engine.decide(Millis(at))
+    wake_until(scenario.until_ms)
+    return engine
+
+
+def test_a_job_below_a_held_node_previews_no_preemption() -> None:
+    """151: the pass decides nothing for a/want (held, R14); the reclaim preview, what usher
+    explain prints, said "a pass now would preempt b/big" before the seam."""
+    engine = _play("151-held-job-preempts-nothing.yaml")
+    want = WorkloadKey("a/want")
+    why, victims = engine.reclaim_preview(want, engine.state.now)
+    assert victims == []
+    assert why == "a node on its path is held (R14): it is not offered, so it preempts nothing"
+    shut = engine.refusal_of(want)
+    assert shut is not None and shut.gate == "R14 hold" and not shut.timed
+    assert engine.decide(Millis(engine.state.now + 1000)) == []
+
+
+def test_the_dequeuer_of_an_accepted_zone_reserves_for_a_starved_head() -> None:
+    """152 played by z2's engine: a/big's first zone is z1, but it accepts z2, where the pass
+    offers it; the starvation guard reserves for it there too, so a/small3 waits behind it
+    (before the seam the guard asked z1 only, and z2 admitted a/small3)."""
+    engine = _play("152-reservation-in-an-accepted-zone.yaml", frozenset({Zone("z2")}))
+    big, small3 = engine.state.jobs[WorkloadKey("a/big")], WorkloadKey("a/small3")
+    assert starvation.may_try(engine, big)
+    view = engine.job_state(small3)
+    assert view is not None and view.state == PENDING
+    assert view.reason is not None and view.reason.code == "BehindReservation"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
+def test_every_place_agrees_with_the_gates_on_what_waits(name: str) -> None:
+    """At the end of every scenario, for each pending workload: the reason says the first
+    gate's reason when a gate shuts it; the starvation guard tries it exactly when no gate
+    shuts it; the reclaim preview preempts nothing for it; its queue's head is never one a
+    gate passes over."""
+    engine = _play(name)
+    engine.refresh_budgets()
+    for key, job in sorted(engine.state.jobs.items()):
+        if job.state != PENDING or job.leaf is None:
+            continue
+        shut = chain.refusal(engine, job)
+        assert starvation.may_try(engine, job) == (shut is None and not job.held)
+        if shut is None or job.held:
+            continue
+        assert engine.reason_now(key) == shut.reason
+        why, victims = engine.reclaim_preview(key, engine.state.now)
+        assert victims == [] and why is not None and why.startswith(shut.says)
+    for leaf in engine.state.tree.leaves:
+        head = engine.head(leaf)
+        if head is not None:
+            gates = chain.passing_over(engine, leaf)
+            assert chain.passed_over(engine, engine.state.jobs[head], gates) is None
