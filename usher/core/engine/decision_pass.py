@@ -284,8 +284,8 @@ class DecisionPass:
         proposing nothing, for a held preemptor that the ledger admits itself, R7).
         ``fits_quota``: its quota was just found to have room (only the zone is left)."""
         e = self.e
-        if job.key in e._stopping:
-            return False  # preempted, not seen stopped yet: the ledger would refuse it
+        if chain.stands_shut(e, job):
+            return False  # preempted, not seen stopped yet (R7): the ledger would refuse it
         if job.held and job.key in e.state.stops:
             # A preemptor whose reclaim is on the log (decided by an earlier replica) while a
             # victim still stops: the capacity is its own already, and the ledger admits it

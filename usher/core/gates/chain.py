@@ -64,6 +64,12 @@ def passed_over(view: AdmissionView, job: Job, gates: tuple[Gate, ...]) -> Gate 
     return None
 
 
+def stands_shut(view: AdmissionView, job: Job) -> bool:
+    """Whether a standing gate shuts ``job``: a pass offers it (it holds its place) and its
+    try fails there (so that under Block it closes its queue)."""
+    return any(gate.shuts(view, job) for gate in GATES if gate.stands)
+
+
 def closes_leaf(view: AdmissionView, leaf: QuotaPath) -> bool:
     """Whether some gate shuts every workload of ``leaf`` but a preemptor whose capacity the
     ledger already holds (pruning: only such a preemptor may move there)."""
