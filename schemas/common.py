@@ -65,6 +65,7 @@ ReasonCode = Literal[
     "Backfilled",  # admitted beside a reservation: it declared it ends before it is needed (N2)
     "BudgetOverrun",  # pending: its declared runtime x request is more than a budget has left (B2)
     "GrewAfterAdmission",  # stopped: it asks more than its admission counted (R16)
+    "AdmissionGated",  # pending: admission gates are still listed on it (G1)
 ]
 
 

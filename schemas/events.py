@@ -72,6 +72,9 @@ class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed
     """Its declared maximum runtime (RT1): the smaller of ``usher.io/max-runtime-seconds`` and
     the kind's own deadline (a batch Job's ``spec.activeDeadlineSeconds``); None: none declared.
     Left out by watchers older than RT1."""
+    admission_gates: list[str] = []
+    """``usher.io/admission-gated-by``: the admission gates still listed, in order (G1); it is
+    not admitted while any is. Empty: none (left out by watchers older than G1)."""
 
 
 class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,12 +8,13 @@ namespace is a leaf's, or its quota label names a leaf) with its suspend flag no
 An UPDATE of such a job that was not suspended (in the old object) is refused when it changes
 a field frozen while it runs (R16, ``usher.core.kinds.frozen``: its pod templates, requests
 and pod counts), 403 ``Forbidden`` naming every such field, as Kueue's job webhooks refuse it;
-a suspended job may change freely. Everything else (other kinds, other namespaces, already
+a suspended job may change freely -- but no UPDATE may list an admission gate its old object
+did not list (G1, ``usher.core.gates.admission``: gates are removed, never added). Everything else (other kinds, other namespaces, already
 suspended, a child of another controller such as a JobSet's Jobs) is allowed unchanged. A
 review that is neither of those is allowed unchanged too: refusing it would block the
 cluster, and the watcher stops a job that still slips through.
-What it must never do: I/O, deny anything but a frozen field's change, or change anything but
-the suspend flag.
+What it must never do: I/O, deny anything but a frozen field's change or an added admission
+gate, or change anything but the suspend flag.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from schemas import FieldError, QuotaNode
+from usher.core.gates import admission
 from usher.core.intake.workload import QUOTA_LABEL, suspend_path
 from usher.core.kinds import family_of_kind_id
 from usher.core.kinds.fields import dig
@@ -90,7 +92,7 @@ def review_response(
     refused when it changes a running job's frozen fields."""
     request = _mapping(_mapping(review).get("request"))
     response: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": True}
-    frozen = frozen_for(request, namespace_labels, trees)
+    frozen = refused_for(request, namespace_labels, trees)
     if frozen:
         response["allowed"] = False
         response["status"] = {"code": 403, "reason": "Forbidden", "message": refusal(frozen)}
@@ -106,10 +108,11 @@ def review_response(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def frozen_for(
+def refused_for(
     request: dict[str, Any], namespace_labels: dict[str, str], trees: Iterable[QuotaNode]
 ) -> list[FieldError]:
-    """The frozen fields (R16) an UPDATE of a managed job that was not suspended changes."""
+    """Why an UPDATE of a managed job is refused: the admission gates it adds (G1), then the
+    frozen fields (R16) it changes while not suspended; empty: it is allowed."""
     family = family_of_kind_id(kind_of(request))
     old, new = _mapping(request.get("oldObject")), _mapping(request.get("object"))
     namespace = request.get("namespace")
@@ -117,9 +120,12 @@ def frozen_for(
         return []
     if controlled(old) or not managed(namespace, namespace_labels, old, trees):
         return []
+    annotations = [_mapping(obj.get("metadata")).get("annotations") for obj in (old, new)]
+    added = admission.added(*annotations)
+    refused = [] if added is None else [added]
     if dig(_mapping(old.get("spec")), family.suspend_path, []) is True:
-        return []  # suspended: it holds nothing, and is sized afresh when it is admitted
-    return frozen_changes(family, old.get("spec"), new.get("spec"))
+        return refused  # suspended: it holds nothing, and is sized afresh when it is admitted
+    return [*refused, *frozen_changes(family, old.get("spec"), new.get("spec"))]
 
 
 def refusal(frozen: list[FieldError]) -> str:

@@ -258,3 +258,46 @@ async def test_a_running_job_may_not_grow_through_any_update(
 
 
 _ADVICE = "; suspend it first, or create a new job"
+
+
+GATED_BY = "usher.io/admission-gated-by"
+
+
+async def test_an_update_may_remove_admission_gates_but_never_add_one(
+    emu: KubeEmulator, pem: dict[str, Path]
+) -> None:
+    """G1: a waiting (suspended) job's update that removes a listed admission gate passes; one
+    that lists a gate the job did not list is refused 403 naming the annotation, and nothing of
+    it is stored."""
+    bundle = base64.b64encode(pem["cert"].read_bytes()).decode()
+    jobs = resource("batch", "v1", "jobs")
+    async with webhook(emu, pem) as port, batch_api(emu) as api:
+        emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
+        service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
+        hook = {"service": service, "caBundle": bundle}
+        emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail", ("CREATE", "UPDATE")))
+        batch = client.BatchV1Api(api)
+        gated = job("gated")
+        gated["metadata"]["annotations"] = {GATED_BY: "review,example.com/scan"}
+        await batch.create_namespaced_job("user-a", gated)
+        await batch.patch_namespaced_job(
+            "gated", "user-a", {"metadata": {"annotations": {GATED_BY: "example.com/scan"}}}
+        )
+        with pytest.raises(ApiException) as added:
+            await batch.patch_namespaced_job(
+                "gated", "user-a", {"metadata": {"annotations": {GATED_BY: "example.com/scan,x"}}}
+            )
+        stored = emu.store.get(jobs, "user-a", "gated")
+        await batch.patch_namespaced_job(
+            "gated", "user-a", {"metadata": {"annotations": {GATED_BY: ""}}}
+        )
+        final = emu.store.get(jobs, "user-a", "gated")
+    assert refusal(added) == (
+        403,
+        "Forbidden",
+        f'admission webhook "usher.usher.io" denied the request: metadata.annotations.{GATED_BY}: '
+        "Forbidden: admission gates may be removed after "
+        "creation, never added: x was not listed before",
+    )
+    assert stored["metadata"]["annotations"][GATED_BY] == "example.com/scan"
+    assert final["metadata"]["annotations"][GATED_BY] == ""

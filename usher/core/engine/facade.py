@@ -72,7 +72,7 @@ from usher.core.engine.decision_pass import (
 from usher.core.engine.policy import seam_for
 from usher.core.engine.queries import JobView as JobView
 from usher.core.engine.queries import QueueEntry as QueueEntry
-from usher.core.gates import chain
+from usher.core.gates import admission, chain
 from usher.core.gates.view import Refusal
 from usher.core.intake.workload import observed_errors
 from usher.core.kinds.frozen import grew
@@ -399,6 +399,7 @@ class Engine:
         if job is None:
             job = Job(event.workload, self._name(event.namespace), event.name)
             job.arrived_pass = self.state.passes
+            job.admission_gates = tuple(event.admission_gates)  # as created (G1)
             self.state.jobs[job.key] = job
             self._fill(job, event)
             self._classify(job)
@@ -463,6 +464,7 @@ class Engine:
         job.retry_ask = event.retry
         seconds = event.max_runtime_seconds
         job.max_runtime_ms = None if seconds is None else seconds * 1000
+        job.admission_gates = admission.still_closed(job.admission_gates, event.admission_gates)
         link = self.state.retries.get(job.key)
         if link is not None:
             # A retry keeps its job's place: the first attempt's creation (R12).

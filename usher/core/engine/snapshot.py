@@ -250,6 +250,8 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     None: the same as ``zones``."""
     grown: Reason | None = None
     """Admitted and observed asking more than it was admitted with (R16); None: it did not."""
+    admission_gates: list[str] = []
+    """The admission gates still listed on it (G1)."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -455,6 +457,7 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.max_runtime_ms,
                 None if job.listed == job.zones else list(job.listed),
                 job.grown,
+                list(job.admission_gates),
             )
         )
     version = state.version
@@ -703,6 +706,7 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.max_runtime_ms = r.max_runtime_ms
         job.listed = job.zones if r.listed is None else tuple(Zone(zone) for zone in r.listed)
         job.grown = r.grown
+        job.admission_gates = tuple(r.admission_gates)
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

@@ -72,10 +72,11 @@ from usher.core.model.errors import InputError, ValueRefused, WorkloadInvalid
 from usher.core.model.quantity import format_quantity
 from usher.core.rules.retry import container_memory
 from usher.core.tree.zone_fallback import parse_accepted_zones
-from usher.core.values.names import MAX_ZONES, is_zone_name, zone_name
+from usher.core.values.names import MAX_GATES, MAX_ZONES, is_gate_name, is_zone_name, zone_name
 from usher.core.values.numbers import MAX_COUNT
 from usher.core.values.quantities import MAX_QUANTITY
 from usher.core.values.registry import (
+    ADMISSION_GATED_BY,
     MAX_RETRY_LIMIT,
     MIN_PARALLELISM,
     MIN_SUCCESS,
@@ -134,6 +135,7 @@ def extract_workload(
     for entry in CHECKED_ONLY:
         annotation(entry, manifest, errors)
     max_runtime = runtime.declared_seconds(manifest, rule, errors)
+    admission_gates = annotation(ADMISSION_GATED_BY, manifest, errors) or []
     errors += size_errors(pod_sets, "spec")
     if errors:
         raise WorkloadInvalid(key, kind, errors)
@@ -154,6 +156,7 @@ def extract_workload(
         retry=retry_ask,
         zones=identity.zones,
         max_runtime_seconds=max_runtime,
+        admission_gates=admission_gates,
     )
 
 
@@ -207,6 +210,9 @@ def observed_errors(event: WorkloadObserved) -> list[FieldError]:
     declared = event.max_runtime_seconds
     if declared is not None and not 1 <= declared <= runtime.MOST_SECONDS:
         found.append(error("max_runtime_seconds", "out-of-range", "not a declarable runtime"))
+    gates = event.admission_gates
+    if len(gates) > MAX_GATES or len(set(gates)) != len(gates) or not all(map(is_gate_name, gates)):
+        found.append(error("admission_gates", "invalid-value", "not a list of gate names"))
     return found
 
 

@@ -7,6 +7,7 @@ What it must never do: decide anything; it only words what the engine found.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 
@@ -175,6 +176,16 @@ def zone_not_served(zone: Zone, served: list[Zone]) -> Reason:
         f"dequeuer of zone {zone} starts, or set label usher.io/zone to a served zone"
     )
     return Reason(code="ZoneNotServed", message=message)
+
+
+def admission_gated(gates: Sequence[str]) -> Reason:
+    """Pending (G1): admission gates are still listed on it; each must be removed."""
+    names = ", ".join(gates)
+    message = (
+        f"admission gates still closed: {names}; it is not admitted until each is removed from "
+        "its usher.io/admission-gated-by annotation"
+    )
+    return Reason(code="AdmissionGated", message=message)
 
 
 def blocked_by_head(head: WorkloadKey, queue: str) -> Reason:

@@ -273,6 +273,20 @@ MAX_RUNTIME: Final = Setting(
     bounds=f"a whole number of seconds, 1 to {MAX_RUNTIME_SECONDS} (366 days)",
     parse=_seconds("usher.io/max-runtime-seconds", low=1, high=MAX_RUNTIME_SECONDS),
 )
+ADMISSION_GATED_BY: Final = Setting(
+    key="usher.io/admission-gated-by",
+    scope="job",
+    kind="gate-names",
+    summary="Admission gates: the job is not admitted while any is listed; remove each from the "
+    "list to open it (a gate may be removed after creation, never added).",
+    default=None,
+    inherited=False,
+    rule="G1 Admission gates",
+    example="quota-review,example.com/security",
+    bounds=f"distinct gate names (a DNS-1123 label, optionally after a DNS subdomain and '/') "
+    f"separated by ',', at most {names.MAX_GATES}; empty: none",
+    parse=partial(names.gate_names, name="usher.io/admission-gated-by"),
+)
 ZONES: Final = Setting(
     key="usher.io/zones",
     scope="both",
@@ -484,6 +498,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     MIN_PARALLELISM,
     MIN_SUCCESS,
     MAX_RUNTIME,
+    ADMISSION_GATED_BY,
     ZONES,
     BURST_ZONES,
     BURST_TOLERATIONS,

@@ -1,0 +1,70 @@
+"""G1 admission gates as a gate: a job is not admitted while any gate is listed on it.
+
+What it does: a job annotated ``usher.io/admission-gated-by: a,b`` (parsed strictly by the
+registry) waits until every listed gate is removed from the annotation -- Kueue's admission
+gate, for whoever must look at a job first (a review, a security scan, a data copy). The gate
+shuts it while any is left, naming the gates still closed; only an update of the job opens it.
+Gates may be removed after creation, never added: ``still_closed`` keeps only gates the job
+listed before (what the engine folds), and ``added`` names the annotation when an update
+lists one more (what the webhook refuses, 403 naming the field).
+What it must never do: read a clock, open a gate nobody removed, or let an update add one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from schemas import FieldError, Reason
+from usher.core.gates.view import AdmissionView, Gate
+from usher.core.kinds.fields import error
+from usher.core.model import reasons
+from usher.core.state.indexed import Job
+from usher.core.values.registry import ADMISSION_GATED_BY, ANNOTATIONS_PATH
+
+ADDED_CODE = "gate-added"
+"""The error code of an update that lists an admission gate the job did not list before."""
+
+
+def still_closed(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
+    """The gates of ``listed`` (an observation) that ``before`` (the last one) listed too, in
+    order: one listed anew is not a gate (it was added after creation; the webhook refuses
+    such an update, and a job that slipped through does not close again)."""
+    return tuple(gate for gate in listed if gate in before)
+
+
+def added(old_annotations: object, new_annotations: object) -> FieldError | None:
+    """Why an update from ``old_annotations`` to ``new_annotations`` is refused: it lists an
+    admission gate the old object did not (gates may only be removed); None otherwise. A value
+    that does not parse lists nothing (the watcher refuses the job for it)."""
+    before = _listed(old_annotations)
+    after = _listed(new_annotations)
+    new = [gate for gate in after if gate not in before]
+    if not new:
+        return None
+    message = (
+        f"admission gates may be removed after creation, never added: {', '.join(new)} "
+        "was not listed before"
+    )
+    return error(f"{ANNOTATIONS_PATH}.{ADMISSION_GATED_BY.key}", ADDED_CODE, message)
+
+
+def _listed(annotations: object) -> list[str]:
+    if not isinstance(annotations, Mapping):
+        return []
+    return ADMISSION_GATED_BY.read(annotations) or []
+
+
+def shuts(view: AdmissionView, job: Job) -> bool:
+    return bool(job.admission_gates)
+
+
+def reason(view: AdmissionView, job: Job) -> Reason:
+    return reasons.admission_gated(job.admission_gates)
+
+
+GATE = Gate(
+    name="G1 admission gates",
+    says="admission gates are still listed on it (G1)",
+    shuts=shuts,
+    reason=reason,
+)
