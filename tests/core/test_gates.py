@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from schemas import Millis, WorkloadKey, Zone
+from schemas import Admitted, Millis, WorkloadKey, Zone
 from usher.core.engine import starvation
 from usher.core.engine.facade import Engine
 from usher.core.gates import chain
+from usher.core.history.estimate import estimate_pending
 from usher.core.history.sim import load_scenario
 from usher.core.rules.holds import HoldOrder, carry_out
 from usher.core.state.indexed import PENDING
@@ -26,11 +27,14 @@ SCENARIOS = Path(__file__).parent.parent / "scenarios"
 MAX_WAKEUPS = 1_000
 
 
-def _play(name: str, zones: frozenset[Zone] | None = None) -> Engine:
-    """The scenario file played to its end, as ``usher sim`` plays it (a pass after each group
-    of equal ``at``, passes at wakeups), by an engine deciding for ``zones`` (None: all)."""
+def _play(name: str, zones: frozenset[Zone] | None = None, until_ms: int | None = None) -> Engine:
+    """The scenario file played to its end (or up to ``until_ms``), as ``usher sim`` plays it
+    (a pass after each group of equal ``at``, passes at wakeups), by an engine deciding for
+    ``zones`` (None: all)."""
     path = SCENARIOS / name
     scenario = load_scenario(yaml.safe_load(path.read_text()), path.name)
+    if until_ms is not None:
+        scenario = replace(scenario, until_ms=Millis(until_ms))
     engine = Engine(replace(scenario.config, instant_release=True, zones=zones))
     for event in scenario.setup:
         engine.apply(event, Millis(0))
@@ -84,6 +88,29 @@ def test_the_dequeuer_of_an_accepted_zone_reserves_for_a_starved_head() -> None:
     view = engine.job_state(small3)
     assert view is not None and view.state == PENDING
     assert view.reason is not None and view.reason.code == "BehindReservation"
+
+
+def test_a_gated_job_names_its_closed_gates_wherever_it_is_asked_about() -> None:
+    """160 at 15 s (G1): a/gated still lists example.com/scan. The reason names it (not the
+    removed review), the reclaim preview preempts nothing, the start estimate gives no time,
+    and a trial pass (the dry run's) does not admit it."""
+    engine = _play("160-admission-gated-until-removed.yaml", until_ms=15_000)
+    key, now = WorkloadKey("a/gated"), engine.state.now
+    reason = engine.reason_now(key)
+    assert reason is not None and reason.code == "AdmissionGated"
+    assert "example.com/scan" in reason.message and "review" not in reason.message
+    why, victims = engine.reclaim_preview(key, now)
+    assert (why, victims) == (
+        "admission gates are still listed on it (G1): it is not offered, so it preempts nothing",
+        [],
+    )
+    view = engine.job_state(key)
+    assert view is not None
+    preview = engine.preview_pass(now)
+    assert not any(isinstance(d, Admitted) and d.workload == key for d in preview.decisions)
+    estimate = estimate_pending(engine, now, {key: view}, preview, [])[key]
+    assert not estimate.known
+    assert estimate.basis == "unknown: not offered now: admission gates are still listed on it (G1)"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SCENARIOS.glob("*.yaml")))
