@@ -26,6 +26,9 @@ from usher.core.values.registry import SETTINGS
 TEXT_KINDS = frozenset({"text"})
 """Kinds that take any printable text of bounded length."""
 ZONE_KINDS = frozenset({"zone-names"})
+GATE_KINDS = frozenset({"gate-names"})
+"""Lists of admission gates' names (G1): words like zone names; empty lists none."""
+NAME_KINDS = ZONE_KINDS | GATE_KINDS
 DECIMAL_KINDS = frozenset({"factor", "duration", "quantity"})
 """Kinds that take a fraction (``1.5``)."""
 
@@ -42,7 +45,7 @@ class Hostile:
         return kind not in self.good_for
 
 
-_ANY_WORD = TEXT_KINDS | ZONE_KINDS
+_ANY_WORD = TEXT_KINDS | NAME_KINDS
 
 CORPUS: tuple[Hostile, ...] = (
     Hostile("100000-digits", "9" * 100_000),
@@ -53,14 +56,14 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("fullwidth", "\uff11\uff12", TEXT_KINDS),
     Hostile("arabic-indic", "\u0661", TEXT_KINDS),
     Hostile("superscript", "\u00b2", TEXT_KINDS),
-    Hostile("spaces", " 5 ", TEXT_KINDS | ZONE_KINDS),  # a list's spaces around names are allowed
+    Hostile("spaces", " 5 ", TEXT_KINDS | NAME_KINDS),  # a list's spaces around names are allowed
     Hostile("nan", "nan", _ANY_WORD),
     Hostile("NaN", "NaN", TEXT_KINDS),
     Hostile("inf", "inf", _ANY_WORD),
     Hostile("-inf", "-inf", TEXT_KINDS),
     Hostile("1e300", "1e300", _ANY_WORD),
     Hostile("fraction", "1.5", TEXT_KINDS | DECIMAL_KINDS),
-    Hostile("empty", "", TEXT_KINDS),
+    Hostile("empty", "", TEXT_KINDS | GATE_KINDS),  # no gate is left
     Hostile("100KB", "a" * 100_000),
     Hostile("nul", "5\x00"),
     Hostile("newline", "5\n"),
@@ -104,7 +107,7 @@ def hostile_values(kind: str, *, strings_only: bool = False) -> st.SearchStrateg
     generated: list[st.SearchStrategy[object]] = [_with_control()]
     if kind not in TEXT_KINDS:
         generated.append(_non_ascii_digits())
-    if kind not in TEXT_KINDS | ZONE_KINDS:
+    if kind not in TEXT_KINDS | NAME_KINDS:
         generated.append(_huge_digits())
     return st.one_of(fixed, *generated)
 

@@ -193,20 +193,24 @@ def refusal(caught: pytest.ExceptionInfo[ApiException]) -> tuple[int, str, str]:
     return caught.value.status, body["reason"], body["message"]
 
 
+def call_on_updates(emu: KubeEmulator, pem: dict[str, Path], port: int) -> None:
+    """Register the webhook serving on ``port`` for CREATE and UPDATE, failing closed."""
+    bundle = base64.b64encode(pem["cert"].read_bytes()).decode()
+    emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
+    service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
+    hook = {"service": service, "caBundle": bundle}
+    emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail", ("CREATE", "UPDATE")))
+
+
 async def test_a_running_job_may_not_grow_through_any_update(
     emu: KubeEmulator, pem: dict[str, Path]
 ) -> None:
     """R16: PATCH (JSON and merge) and PUT of a managed Job that is not suspended are refused
     403 naming the field when they change its requests or pod count; what leaves its admitted
     shape alone, a suspended job, an unmanaged one and the status subresource pass."""
-    bundle = base64.b64encode(pem["cert"].read_bytes()).decode()
     jobs = resource("batch", "v1", "jobs")
     async with webhook(emu, pem) as port, batch_api(emu) as api:
-        emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
-        service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
-        hook = {"service": service, "caBundle": bundle}
-        both = ("CREATE", "UPDATE")
-        emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail", both))
+        call_on_updates(emu, pem, port)
         batch = client.BatchV1Api(api)
         ten = batch_job(
             "run", template=pod_template(container(cpu="1")), suspend=False, completions=10
@@ -269,13 +273,9 @@ async def test_an_update_may_remove_admission_gates_but_never_add_one(
     """G1: a waiting (suspended) job's update that removes a listed admission gate passes; one
     that lists a gate the job did not list is refused 403 naming the annotation, and nothing of
     it is stored."""
-    bundle = base64.b64encode(pem["cert"].read_bytes()).decode()
     jobs = resource("batch", "v1", "jobs")
     async with webhook(emu, pem) as port, batch_api(emu) as api:
-        emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
-        service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
-        hook = {"service": service, "caBundle": bundle}
-        emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail", ("CREATE", "UPDATE")))
+        call_on_updates(emu, pem, port)
         batch = client.BatchV1Api(api)
         gated = job("gated")
         gated["metadata"]["annotations"] = {GATED_BY: "review,example.com/scan"}
