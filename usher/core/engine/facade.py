@@ -1259,13 +1259,10 @@ class Engine:
         declared runtime there (B2): the budget gates may shut something there."""
         return leaf in self._budget_stops or leaf in self.state.tree.overrun_leaves
 
-    def refusal(self, job: Job) -> Refusal | None:
-        """The first admission gate that shuts ``job`` now (``usher.core.gates.chain``)."""
-        return chain.refusal(self, job)
-
     def refusal_of(self, key: WorkloadKey) -> Refusal | None:
-        """``refusal`` of a pending workload by key, budgets brought up to ``state.now``
-        first (no pass may have run at this instant); None for any other."""
+        """The first admission gate that shuts a pending workload now (the one list every
+        place asks, ``usher.core.gates.chain``), budgets brought up to ``state.now`` first (no
+        pass may have run at this instant); None for any other workload, or when none shuts."""
         job = self.state.jobs.get(key)
         if job is None or job.state != PENDING or job.leaf is None:
             return None
