@@ -17,6 +17,7 @@ import yaml
 from schemas import Admitted, Millis, WorkloadKey, Zone
 from usher.core.engine import starvation
 from usher.core.engine.facade import Engine
+from usher.core.engine.snapshot import restore, snapshot
 from usher.core.gates import chain
 from usher.core.history.estimate import estimate_pending
 from usher.core.history.sim import load_scenario
@@ -111,6 +112,17 @@ def test_a_gated_job_names_its_closed_gates_wherever_it_is_asked_about() -> None
     estimate = estimate_pending(engine, now, {key: view}, preview, [])[key]
     assert not estimate.known
     assert estimate.basis == "unknown: not offered now: admission gates are still listed on it (G1)"
+
+
+def test_a_snapshot_carries_the_gates_still_closed() -> None:
+    """161 at 15 s, restored from a snapshot: the same gates are closed (review alone: late was
+    added after creation), and the next update that drops review opens the job in both."""
+    engine = _play("161-admission-gate-never-added.yaml", until_ms=15_000)
+    key = WorkloadKey("a/gated")
+    assert engine.state.gated == {key: ("review",)}
+    restored = restore(snapshot(engine), engine.config)
+    assert restored.state.gated == engine.state.gated
+    assert restored.reason_now(key) == engine.reason_now(key)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in SCENARIOS.glob("*.yaml")))

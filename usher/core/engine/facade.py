@@ -399,7 +399,8 @@ class Engine:
         if job is None:
             job = Job(event.workload, self._name(event.namespace), event.name)
             job.arrived_pass = self.state.passes
-            job.admission_gates = tuple(event.admission_gates)  # as created (G1)
+            if event.admission_gates:  # as created (G1)
+                self.state.gated[job.key] = tuple(event.admission_gates)
             self.state.jobs[job.key] = job
             self._fill(job, event)
             self._classify(job)
@@ -464,7 +465,7 @@ class Engine:
         job.retry_ask = event.retry
         seconds = event.max_runtime_seconds
         job.max_runtime_ms = None if seconds is None else seconds * 1000
-        job.admission_gates = admission.still_closed(job.admission_gates, event.admission_gates)
+        admission.observe(self.state.gated, job.key, event.admission_gates)
         link = self.state.retries.get(job.key)
         if link is not None:
             # A retry keeps its job's place: the first attempt's creation (R12).
@@ -616,6 +617,7 @@ class Engine:
         self.state.announce.pop(key, None)
         # A job created again under this name later is a new job: it gets no old place (R12).
         self.state.retries.pop(key, None)
+        self.state.gated.pop(key, None)
         del self.state.jobs[key]
         return released
 

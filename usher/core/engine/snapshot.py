@@ -96,6 +96,7 @@ ENCODED: frozenset[str] = frozenset(
         "retries",
         "budget_book",
         "starving",
+        "gated",
         "fair_book",
         "version",
         "passes",
@@ -250,8 +251,6 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     None: the same as ``zones``."""
     grown: Reason | None = None
     """Admitted and observed asking more than it was admitted with (R16); None: it did not."""
-    admission_gates: list[str] = []
-    """The admission gates still listed on it (G1)."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -319,6 +318,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Heads passed over and since when (N1), by key."""
     fair_book: list[tuple[str, int, str, str]] = []
     """Decayed usage of closed intervals (F1): leaf, its last close, resource, exact decimal."""
+    gated: list[tuple[str, list[str]]] = []
+    """The admission gates still listed, by workload (G1)."""
 
 
 class _Header(msgspec.Struct):
@@ -457,7 +458,6 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.max_runtime_ms,
                 None if job.listed == job.zones else list(job.listed),
                 job.grown,
-                list(job.admission_gates),
             )
         )
     version = state.version
@@ -509,6 +509,7 @@ def _record(engine: Engine) -> EngineSnapshot:
             for key, (start, amount) in sorted(state.budget_book.closed.items())
         ],
         starving=[(str(key), since) for key, since in sorted(state.starving.items())],
+        gated=[(str(key), list(gates)) for key, gates in sorted(state.gated.items())],
         fair_book=[
             (str(leaf), at, resource, str(value))
             for leaf, (at, values) in sorted(state.fair_book.closed.items())
@@ -622,6 +623,7 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
         closed={key: (start, amount) for key, start, amount in record.budget_book}
     )
     state.starving = {WorkloadKey(k): Millis(since) for k, since in record.starving}
+    state.gated = {WorkloadKey(k): tuple(gates) for k, gates in record.gated}
     state.fair_book = _fair_book(record.fair_book)
     engine.rebuild_derived()
     return engine
@@ -706,7 +708,6 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.max_runtime_ms = r.max_runtime_ms
         job.listed = job.zones if r.listed is None else tuple(Zone(zone) for zone in r.listed)
         job.grown = r.grown
-        job.admission_gates = tuple(r.admission_gates)
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

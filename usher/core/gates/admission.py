@@ -4,9 +4,9 @@ What it does: a job annotated ``usher.io/admission-gated-by: a,b`` (parsed stric
 registry) waits until every listed gate is removed from the annotation -- Kueue's admission
 gate, for whoever must look at a job first (a review, a security scan, a data copy). The gate
 shuts it while any is left, naming the gates still closed; only an update of the job opens it.
-Gates may be removed after creation, never added: ``still_closed`` keeps only gates the job
-listed before (what the engine folds), and ``added`` names the annotation when an update
-lists one more (what the webhook refuses, 403 naming the field).
+Gates may be removed after creation, never added: ``observe`` keeps only gates the job
+listed before (what the engine folds into its state), and ``added`` names the annotation when
+an update lists one more (what the webhook refuses, 403 naming the field).
 What it must never do: read a clock, open a gate nobody removed, or let an update add one.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from schemas import FieldError, Reason
+from schemas import FieldError, Reason, WorkloadKey
 from usher.core.gates.view import AdmissionView, Gate
 from usher.core.kinds.fields import error
 from usher.core.model import reasons
@@ -25,11 +25,19 @@ ADDED_CODE = "gate-added"
 """The error code of an update that lists an admission gate the job did not list before."""
 
 
-def still_closed(before: Sequence[str], listed: Sequence[str]) -> tuple[str, ...]:
-    """The gates of ``listed`` (an observation) that ``before`` (the last one) listed too, in
-    order: one listed anew is not a gate (it was added after creation; the webhook refuses
-    such an update, and a job that slipped through does not close again)."""
-    return tuple(gate for gate in listed if gate in before)
+def observe(
+    gated: dict[WorkloadKey, tuple[str, ...]], key: WorkloadKey, listed: Sequence[str]
+) -> None:
+    """Fold an observation of ``key`` listing ``listed`` into ``gated`` (the state's map): it
+    keeps the gates it listed before that it still lists, in order; one listed anew is not a
+    gate (it was added after creation: the webhook refuses such an update, and a job that
+    slipped through does not close again). None left: it is no longer gated."""
+    before = gated.get(key, ())
+    still = tuple(gate for gate in listed if gate in before)
+    if still:
+        gated[key] = still
+    else:
+        gated.pop(key, None)
 
 
 def added(old_annotations: object, new_annotations: object) -> FieldError | None:
@@ -55,11 +63,11 @@ def _listed(annotations: object) -> list[str]:
 
 
 def shuts(view: AdmissionView, job: Job) -> bool:
-    return bool(job.admission_gates)
+    return job.key in view.state.gated
 
 
 def reason(view: AdmissionView, job: Job) -> Reason:
-    return reasons.admission_gated(job.admission_gates)
+    return reasons.admission_gated(view.state.gated[job.key])
 
 
 GATE = Gate(

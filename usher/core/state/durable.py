@@ -43,6 +43,7 @@ class EngineState:
         "budget_book",
         "failures",
         "fair_book",
+        "gated",
         "held",
         "holds",
         "jobs",
@@ -101,6 +102,9 @@ class EngineState:
         self.starving: dict[WorkloadKey, Millis] = {}
         """Heads passed over by admissions, by key -> since when (N1): past their leaf's
         starvation threshold capacity on their path is reserved for them."""
+        self.gated: dict[WorkloadKey, tuple[str, ...]] = {}
+        """The workloads admission gates are still listed on, by key -> those gates in order
+        (G1): not admitted while listed here (sparse: most workloads list none)."""
         self.fair_book = FairBook()
         """Decayed usage of each leaf's closed allocation intervals (F1; kept only with a
         half-life configured)."""
@@ -137,6 +141,7 @@ class EngineState:
         twin.retries = dict(self.retries)
         twin.budget_book = self.budget_book.copy()
         twin.starving = dict(self.starving)
+        twin.gated = self.gated  # a pass never writes it
         twin.fair_book = self.fair_book.copy()
         twin.version = self.version
         twin.passes = self.passes

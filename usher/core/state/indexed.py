@@ -307,7 +307,6 @@ class Job:
     """One workload as the engine tracks it (pending, admitted, finished, ...)."""
 
     __slots__ = (
-        "admission_gates",
         "admit_seq",
         "admitted_ms",
         "announced",
@@ -388,8 +387,6 @@ class Job:
         """Its own retry annotations (R12, R13); None: it carries none."""
         self.max_runtime_ms: int | None = None
         """Its declared maximum runtime (RT1); None: it declares none."""
-        self.admission_gates: tuple[str, ...] = ()
-        """The admission gates still listed on it (G1): not admitted while any is."""
         self.grown: Reason | None = None
         """Admitted, then observed running asking more than its admission counts (R16): the
         next pass of its zone stops it; None: it did not grow."""
