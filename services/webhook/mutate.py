@@ -9,10 +9,11 @@ An UPDATE of such a job that was not suspended (in the old object) is refused wh
 a field frozen while it runs (R16, ``usher.core.kinds.frozen``: its pod templates, requests
 and pod counts), 403 ``Forbidden`` naming every such field, as Kueue's job webhooks refuse it;
 a suspended job may change freely -- but no UPDATE may list an admission gate its old object
-did not list (G1, ``usher.core.gates.admission``: gates are removed, never added). Everything else (other kinds, other namespaces, already
-suspended, a child of another controller such as a JobSet's Jobs) is allowed unchanged. A
-review that is neither of those is allowed unchanged too: refusing it would block the
-cluster, and the watcher stops a job that still slips through.
+did not list (G1, ``usher.core.gates.admission``: gates are removed, never added).
+Everything else (other kinds, other namespaces, already suspended, a child of another
+controller such as a JobSet's Jobs) is allowed unchanged. A review that is neither of those
+is allowed unchanged too: refusing it would block the cluster, and the watcher stops a job
+that still slips through.
 What it must never do: I/O, deny anything but a frozen field's change or an added admission
 gate, or change anything but the suspend flag.
 """
