@@ -322,13 +322,17 @@ def victim_not_borrowing(preemptor: WorkloadKey, victim: WorkloadKey, leaf: Quot
 def victim_not_admitted(victim: WorkloadKey, state: str | None, node: QuotaPath | None) -> Reason:
     """The ledger refuses a preemption: it holds no ``admitted`` allocation for ``victim``
     (``state`` is what it holds, None: nothing live; ``node`` where that allocation counts)."""
-    held = "no live allocation" if state is None else f"state {state}"
     return Reason(
         code="StaleView",
-        message=f"victim {victim} is not admitted in the ledger ({held})",
+        message=f"victim {victim} is not admitted: the ledger holds {_holds(state, node)}",
         node=node,
         blocker=victim,
     )
+
+
+def _holds(state: str | None, node: QuotaPath | None) -> str:
+    """What the ledger holds for a workload: its live allocation's ``state`` on ``node``."""
+    return "no live allocation" if state is None else f"a {state} allocation on {node}"
 
 
 def ended_after_view(workload: WorkloadKey, end_seq: int, view_seq: int) -> Reason:
@@ -347,10 +351,9 @@ def ended_after_view(workload: WorkloadKey, end_seq: int, view_seq: int) -> Reas
 def requeue_refused(workload: WorkloadKey, state: str | None, node: QuotaPath | None) -> Reason:
     """The ledger refuses a requeue (R10) or a drain's stop (R15): it holds no ``admitted``
     allocation of ``workload`` on the requeue's quota (``state`` on ``node``: what it holds)."""
-    held = "no live allocation" if state is None else f"a {state} allocation on {node}"
     return Reason(
         code="StaleView",
-        message=f"requeue of {workload} refused: the ledger holds {held}",
+        message=f"requeue of {workload} refused: the ledger holds {_holds(state, node)}",
         blocker=workload,
     )
 
