@@ -27,7 +27,7 @@ def test_the_kubernetes_manifests_are_valid(webhook: list[Manifest]) -> None:
     native = [m for m in webhook if m["apiVersion"] != CERT_MANAGER]
     assert {m["kind"] for m in native} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-        "NetworkPolicy", "MutatingWebhookConfiguration",
+        "NetworkPolicy", "MutatingWebhookConfiguration", "PodDisruptionBudget",
     }  # fmt: skip
     for manifest in native:
         kubernetes_validate.validate(manifest, version, strict=True)
