@@ -267,6 +267,9 @@ class WebhookSettings:
     """``USHER_WEBHOOK_PORT``; 0 picks a free one."""
     tree_ttl_s: float = 5.0
     """How long a listing of the quota trees is reused between reviews."""
+    tls_reload_s: float = 10.0
+    """``USHER_WEBHOOK_TLS_RELOAD_SECONDS``: how often the TLS files are re-read (a renewed
+    certificate is served from the next handshake after)."""
 
 
 def load_webhook_settings(kubeconfig: str | None = None) -> WebhookSettings:
@@ -284,7 +287,11 @@ def load_webhook_settings(kubeconfig: str | None = None) -> WebhookSettings:
     except ValueError as exc:
         raise SettingsError("USHER_WEBHOOK_PORT", f"not a number: {exc}") from exc
     host = env.get("USHER_WEBHOOK_HOST", "127.0.0.1")
-    return WebhookSettings(Path(kube), cert, key, host, port)
+    reload_s = _seconds("USHER_WEBHOOK_TLS_RELOAD_SECONDS",
+                        env.get("USHER_WEBHOOK_TLS_RELOAD_SECONDS", "10"), 3600)  # fmt: skip
+    if reload_s <= 0:
+        raise SettingsError("USHER_WEBHOOK_TLS_RELOAD_SECONDS", "must be positive")
+    return WebhookSettings(Path(kube), cert, key, host, port, tls_reload_s=reload_s)
 
 
 MAX_STREAM_REPLICAS = 5

@@ -59,8 +59,13 @@ def test_every_kind_usher_admits_and_only_those_is_sent_on_create_and_update(
 def test_tls_comes_from_cert_manager_and_reaches_both_ends(webhook: list[Manifest]) -> None:
     (configuration,) = by_name(webhook, "MutatingWebhookConfiguration").values()
     certificate = by_name(webhook, "Certificate")["usher-webhook"]
+    # Signed by a CA of its own, so a renewal (a new key) leaves the caBundle as it was.
     issuer = by_name(webhook, "Issuer")[certificate["spec"]["issuerRef"]["name"]]
-    assert issuer["spec"] == {"selfSigned": {}}
+    ca = by_name(webhook, "Certificate")[issuer["spec"]["ca"]["secretName"]]
+    assert ca["spec"]["isCA"] is True and ca["spec"]["secretName"] == ca["metadata"]["name"]
+    root = by_name(webhook, "Issuer")[ca["spec"]["issuerRef"]["name"]]
+    assert root["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["privateKey"]["rotationPolicy"] == "Always"
     cert_meta = certificate["metadata"]
     inject = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
     assert inject == f"{cert_meta['namespace']}/{cert_meta['name']}"
