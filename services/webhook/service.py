@@ -3,8 +3,9 @@
 What it does: serves HTTPS (cert-manager's ``tls.crt``/``tls.key``) on the configured host and
 port, and re-reads the two files every ``tls_reload_s``: when cert-manager renews the
 certificate (a new key by default) the next handshake serves the new one, without a restart; a
-pair that does not load (a key that does not match) is logged and the last good one kept; for each review it reads the namespace's labels and the quota trees (listed at most once
-per ``tree_ttl_s``; invalid trees are skipped) through the Kubernetes API and answers with
+pair that does not load (a key that does not match) is logged and the last good one kept.
+For each review it reads the namespace's labels and the quota trees (listed at most once per
+``tree_ttl_s``; invalid trees are skipped) through the Kubernetes API and answers with
 ``mutate.review_response``: managed jobs are created suspended, and an update that changes a
 running job's frozen fields is refused (R16). ``GET /healthz`` answers ok.
 A review it cannot parse is answered 400; an API error while reading namespaces or trees
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import signal
 import ssl
-import hashlib
 from pathlib import Path
 from typing import Any
 

@@ -28,8 +28,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.common.settings import WebhookSettings
 from services.webhook.service import ServingCertificate, serve
-from usher.adapters.logs import get_logger
 from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
+from usher.adapters.logs import get_logger
 from usher.local.kube_emulator import KubeEmulator, resource
 
 OPENSSL = shutil.which("openssl")
@@ -345,8 +345,8 @@ async def test_a_renewed_certificate_is_served_while_requests_keep_succeeding(
     async with webhook(emu, pem, reload_s=0.05) as port, batch_api(emu) as api:
         emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
         service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
-        emu.store.create(CONFIGS, None, configuration("usher", {"service": service,
-                                                                "caBundle": bundle}, "Fail"))  # fmt: skip
+        hook = {"service": service, "caBundle": bundle}
+        emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail"))
         batch = client.BatchV1Api(api)
 
         async def create_one() -> None:
