@@ -64,6 +64,17 @@ class SchemaBehind(Exception):
         self.head = head
 
 
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config(""))
+
+
+def head_revision() -> str:
+    """This release's head: the revision ``usher migrate`` upgrades to."""
+    head = _scripts().get_current_head()
+    assert head is not None, "migrations/ has no revision"
+    return head
+
+
 def _current_revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
@@ -72,9 +83,8 @@ async def require_head(engine: AsyncEngine) -> str:
     """The schema's revision when it is this release's head or newer (a later release migrated
     first, as a rolling upgrade does: its migrations keep the old code working); raises
     ``SchemaBehind`` when it is older or missing."""
-    script = ScriptDirectory.from_config(alembic_config(""))
-    head = script.get_current_head()
-    assert head is not None, "migrations/ has no revision"
+    script = _scripts()
+    head = head_revision()
     async with engine.connect() as conn:
         current = await conn.run_sync(_current_revision)
     known = {revision.revision for revision in script.walk_revisions()}
