@@ -340,6 +340,13 @@ def test_the_example_secrets_are_not_plaintext() -> None:
     assert not [s for s in examples if s["metadata"]["name"].startswith("usher-postgres-")]
 
 
+def test_the_nats_server_requires_tls_for_clients() -> None:
+    """The chart's client port serves TLS (deploy/nats-values.yaml, from the permissions
+    module), so no Usher pod can talk to NATS in plaintext even with a nats:// URL."""
+    values = yaml.safe_load((DEPLOY / "nats-values.yaml").read_text())
+    assert values["config"]["nats"]["tls"] == {"enabled": True, "secretName": "nats-server-tls"}
+
+
 def _break(rendered: Rendered, where: str, kind: str, name: str,
            change: Callable[[Manifest], None]) -> list[Manifest]:  # fmt: skip
     manifests = copy.deepcopy(rendered[where])
