@@ -50,10 +50,12 @@ def test_every_kind_usher_admits_and_only_those_is_sent_on_create_and_update(
     # Created suspended; updated only without growing while it runs (R16): every rule both.
     assert all(sorted(rule["operations"]) == ["CREATE", "UPDATE"] for rule in hook["rules"])
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
-    excluded = hook["namespaceSelector"]["matchExpressions"][0]
+    excluded, opted_out = hook["namespaceSelector"]["matchExpressions"]
     assert excluded["operator"] == "NotIn" and {"kube-system", "usher-system"} <= set(
         excluded["values"]
     )
+    # And by a label (docs/how-to/install.md): usher.io/webhook=skip.
+    assert opted_out == {"key": "usher.io/webhook", "operator": "NotIn", "values": ["skip"]}
 
 
 def test_tls_comes_from_cert_manager_and_reaches_both_ends(webhook: list[Manifest]) -> None:

@@ -30,6 +30,7 @@ from services.common.settings import WebhookSettings
 from services.webhook.service import ServingCertificate, serve
 from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
 from usher.adapters.logs import get_logger
+from usher.local.cluster import webhook_configuration
 from usher.local.kube_emulator import KubeEmulator, resource
 
 OPENSSL = shutil.which("openssl")
@@ -186,6 +187,22 @@ async def test_failure_policy_decides_when_the_webhook_cannot_be_called(
     assert untrusted.value.status == 500
     assert "caBundle is not a PEM bundle" in json.loads(untrusted.value.body)["message"]
     assert emu.store.find(resource("batch", "v1", "jobs"), "user-a", "refused") is None
+
+
+async def test_a_namespace_labelled_skip_is_never_sent(emu: KubeEmulator) -> None:
+    """The deploy's selector (as the local stack registers it): with no webhook answering,
+    failurePolicy Fail refuses a job, except in a namespace labelled usher.io/webhook=skip."""
+    nobody = f"https://127.0.0.1:{free_port()}/mutate"
+    emu.store.create(CONFIGS, None, webhook_configuration(nobody, b"not a PEM bundle"))
+    skipped = {"metadata": {"name": "platform", "labels": {"usher.io/webhook": "skip"}}}
+    emu.store.create(NAMESPACES, None, skipped)
+    async with batch_api(emu) as api:
+        batch = client.BatchV1Api(api)
+        created = await batch.create_namespaced_job("platform", job("critical"))
+        with pytest.raises(ApiException) as refused:
+            await batch.create_namespaced_job("user-a", job("waits"))
+    assert created.spec.suspend is False
+    assert refused.value.status == 500
 
 
 CPU = "/spec/template/spec/containers/0/resources/requests/cpu"
