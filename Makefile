@@ -6,10 +6,12 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: setup test test-long lint typecheck run schemas reference docs bench bench-quick clean lock
 
-$(STAMP): pyproject.toml
+# The runtime dependencies are installed at requirements.lock's versions (the image's), so the
+# suite runs with what the image ships whenever PyPI moves on; dev tools float within their ranges.
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c requirements.lock -e ".[dev]"
 	@touch $(STAMP)
 
 setup: $(STAMP)
