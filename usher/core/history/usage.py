@@ -46,6 +46,7 @@ from schemas import (
 from usher.core.engine.facade import Engine
 from usher.core.history.fold import forged
 from usher.core.history.replay import format_time
+from usher.core.history.replayer import Observer
 from usher.core.model.quantity import (  # re-exported: the units usage is read in (U1)
     BYTE_RESOURCES,
     CPU,
@@ -87,8 +88,9 @@ class Interval(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @dataclass
-class UsageFold:
-    """The log folded into allocation intervals, one entry at a time (pure, incremental)."""
+class UsageFold(Observer):
+    """The log folded into allocation intervals, one entry at a time (pure, incremental); an
+    observer of a replay too (``replay_once``: the audit folds the log once)."""
 
     open: dict[WorkloadKey, Interval] = field(default_factory=dict)
     closed: list[Interval] = field(default_factory=list)
@@ -122,6 +124,10 @@ class UsageFold:
             self.admitted(event, at_ms)
         elif isinstance(event, Preempted | Requeued | Released):
             self.stopped(event.workload, at_ms)
+
+    def folded(self, engine: Engine, item: LogEntry) -> None:
+        """A replay folded ``item`` (its owner's, believed): fold it here too."""
+        self.apply(item.event, item.time_ms)
 
     def apply_entries(self, items: Iterable[LogEntry]) -> None:
         """Entries of the log, as their owners made them: a forged decision opens nothing

@@ -83,7 +83,8 @@ from usher.core.history.planning import (
     planning_report,
     wait_percentile,
 )
-from usher.core.history.replay import History, format_datetime, prefix, screened, to_datetime
+from usher.core.history.replay import History, format_datetime, prefix, to_datetime
+from usher.core.history.replayer import screened
 from usher.core.history.sim import MAX_WAKEUP_PASSES
 from usher.core.history.usage import Interval, held_now
 from usher.core.model.config import EngineConfig, format_rate
