@@ -14,7 +14,7 @@ import pytest
 
 from schemas import Admitted, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
 from tests.builders.log import CPU, QA, QB, Log, walkthrough_reclaim, walkthrough_round
-from tests.builders.trees import departments_tree, two_leaf_tree
+from tests.builders.trees import two_leaf_tree
 from usher.core.history import audit, invariants
 from usher.core.model.config import EngineConfig, ReadinessPolicy
 

@@ -55,7 +55,8 @@ def history_of(lives: list[tuple[int, int, int, str, int, bool]]) -> tuple[Log, 
         key = f"{'user-a' if on_a else 'user-c'}/w{n}"
         quota = DEPARTMENT_A if on_a else DEPARTMENT_B
         start_s, stop_s = 1 + start + 0.001 * n, 1 + start + held + 0.001 * n
-        timed += [(start_s - 0.5, 0, "job", (key, cores)), (start_s, 1, "admit", (key, cores, quota))]
+        timed.append((start_s - 0.5, 0, "job", (key, cores)))
+        timed.append((start_s, 1, "admit", (key, cores, quota)))
         if ending == "running":
             continue
         cause = {"finished": "Finished", "deleted": "Deleted"}.get(ending, "Preempted")
