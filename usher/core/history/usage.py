@@ -56,6 +56,7 @@ from usher.core.model.quantity import (  # re-exported: the units usage is read 
     unit_of,
 )
 from usher.core.protocol.log import LogEntry
+from usher.core.rules.budgets import Window, accrued
 from usher.core.state.indexed import JobState
 from usher.core.tree.quota_tree import path_nodes
 
@@ -159,10 +160,11 @@ Totals = dict[tuple[str, str], int]
 def overlap_ms(
     interval: Interval, since_ms: Millis | None, until_ms: Millis, now_ms: Millis
 ) -> int:
-    """How long ``interval`` was held inside ``[since, until)``; an open one up to ``now``."""
+    """How long ``interval`` was held inside ``[since, until)``; an open one up to ``now``
+    (what a budget's window accrues, B1: the same ``accrued``)."""
     end = interval.end_ms if interval.end_ms is not None else max(now_ms, interval.start_ms)
-    start = interval.start_ms if since_ms is None else max(interval.start_ms, since_ms)
-    return max(0, min(end, until_ms) - start)
+    window = Window(interval.start_ms if since_ms is None else since_ms, until_ms, "")
+    return accrued(1, interval.start_ms, window, end)
 
 
 def groups_of(interval: Interval, by: UsageBy) -> list[str]:
