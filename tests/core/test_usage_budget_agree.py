@@ -14,24 +14,31 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import Millis, QuotaPath, WorkloadDeleted, WorkloadKey
+from schemas import Millis, QuotaNode, QuotaPath, WorkloadDeleted, WorkloadKey
 from tests.builders.log import BASE_MS, Log
 from tests.builders.trees import two_leaf_tree
 from usher.core.history.replay import budgets_at
 from usher.core.history.usage import intervals_of, usage_totals
 from usher.core.model.config import EngineConfig
 from usher.core.rules.budgets import window_of
+from usher.core.tree.budget_spec import MONTH
 
 DEPARTMENT_A = QuotaPath("root/Department-a")
 DEPARTMENT_B = QuotaPath("root/Department-b")
-BUDGETS = {"usher.io/budgets": "cpu=100000h per 1d"}
-"""Never spent: the property is about the count, not about what a spent budget stops."""
-TREE = two_leaf_tree(
-    ("user-a", "user-b"),
-    ("user-c",),
-    names=("Department-a", "Department-b"),
-    a_attributes=BUDGETS,
-)
+WINDOWS = {"1d": 1, "2d": 2, "7d": 7, "month": MONTH}
+
+
+def tree(window: str = "1d") -> QuotaNode:
+    """Department-a with a cpu budget over ``window``, never spent: the property is about the
+    count, not about what a spent budget stops."""
+    return two_leaf_tree(
+        ("user-a", "user-b"),
+        ("user-c",),
+        names=("Department-a", "Department-b"),
+        a_attributes={"usher.io/budgets": f"cpu=100000h per {window}"},
+    )
+
+
 ENDINGS = ("finished", "deleted", "preempted", "requeued", "running")
 
 lifecycles = st.lists(
@@ -47,7 +54,9 @@ lifecycles = st.lists(
 )
 
 
-def history_of(lives: list[tuple[int, int, int, str, int, bool]]) -> tuple[Log, float]:
+def history_of(
+    lives: list[tuple[int, int, int, str, int, bool]], window: str = "1d"
+) -> tuple[Log, float]:
     """The log of ``lives``, every entry in time order (a stable sort keeps each workload's
     own entries in the order the ledger writes them); and the time of its last entry."""
     timed: list[tuple[float, int, str, tuple[object, ...]]] = []
@@ -62,7 +71,7 @@ def history_of(lives: list[tuple[int, int, int, str, int, bool]]) -> tuple[Log, 
         cause = {"finished": "Finished", "deleted": "Deleted"}.get(ending, "Preempted")
         timed.append((stop_s, 2, ending, (key, cores, quota)))
         timed.append((stop_s + lag, 3, "release", (key, cores, cause, quota)))
-    log = Log().tree(0, TREE)
+    log = Log().tree(0, tree(window))
     for at, _, kind, args in sorted(timed, key=lambda t: (t[0], t[1])):
         write(log, at, kind, args)
     return log, max((t[0] for t in timed), default=0.0)
@@ -88,16 +97,16 @@ def write(log: Log, at: float, kind: str, args: tuple[object, ...]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(lifecycles, st.integers(min_value=0, max_value=80_000))
+@given(lifecycles, st.integers(min_value=0, max_value=80_000), st.sampled_from(sorted(WINDOWS)))
 def test_a_budget_spends_what_usage_counts_over_its_window(
-    lives: list[tuple[int, int, int, str, int, bool]], later_s: int
+    lives: list[tuple[int, int, int, str, int, bool]], later_s: int, window_text: str
 ) -> None:
-    log, last_s = history_of(lives)
+    log, last_s = history_of(lives, window_text)
     history = log.history()
     now = Millis(BASE_MS + int((last_s + later_s) * 1000))
     report = budgets_at(history, EngineConfig(), now)
     [row] = report.rows
-    window = window_of(1, report.now_ms)
+    window = window_of(WINDOWS[window_text], report.now_ms)
     usage = usage_totals(
         intervals_of(history.items),
         since_ms=Millis(window.start_ms),
@@ -112,7 +121,7 @@ def test_a_budget_spends_what_usage_counts_over_its_window(
 
 def test_a_finish_the_ledger_releases_later_counts_until_its_released() -> None:
     """The demo's discrepancy in small: 2 cpu finish at 100 s, released 30 s later."""
-    log = Log().tree(0, TREE).job(0.5, "user-a/w", 2).admitted(1, "user-a/w", 2)
+    log = Log().tree(0, tree()).job(0.5, "user-a/w", 2).admitted(1, "user-a/w", 2)
     log.finished(101, "user-a/w").released(131, "user-a/w", 2, "Finished")
     history = log.history()
     report = budgets_at(history, EngineConfig(), Millis(BASE_MS + 200_000))
