@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup test test-long lint typecheck run schemas reference docs bench bench-quick clean
+.PHONY: setup test test-long lint typecheck run schemas reference docs bench bench-quick clean lock
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test-long: setup
 
 run: setup
 	$(BIN)/usher up --burst-zones eci
+
+# requirements.lock: the image's pinned packages, from this environment (tests/deploy/lockfile.py).
+lock: setup
+	$(BIN)/python -m tests.deploy.lockfile > requirements.lock
 
 schemas: setup
 	$(BIN)/python -m schemas.export
