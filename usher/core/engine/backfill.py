@@ -27,10 +27,10 @@ from usher.core.state.indexed import ADMITTED, PENDING, Job
 from usher.core.tree.quota_tree import path_nodes
 
 if TYPE_CHECKING:
-    from usher.core.engine.facade import Engine
+    from usher.core.engine.context import EngineContext
 
 
-def run(e: Engine, decisions: list[Decision], holders: list[Job]) -> None:
+def run(e: EngineContext, decisions: list[Decision], holders: list[Job]) -> None:
     """After the pass proper, with the holds of ``holders`` still counted: admit every
     backfill candidate that ends before each reservation can be satisfied and fits beside
     everything but the holds (N2)."""
@@ -51,7 +51,7 @@ def run(e: Engine, decisions: list[Decision], holders: list[Job]) -> None:
         DecisionPass(e, decisions).admit(job, fallback=reason)
 
 
-def satisfied_at(e: Engine, holder: Job, holders: list[Job], counted: bool) -> int | None:
+def satisfied_at(e: EngineContext, holder: Job, holders: list[Job], counted: bool) -> int | None:
     """The instant the declared runtimes promise ``holder`` fits on its path: ``now`` or the
     first declared end of a running workload on its path after which its request fits beside
     what is still counted (running work without a declaration, or past its declared end, runs
@@ -103,7 +103,7 @@ def satisfied_at(e: Engine, holder: Job, holders: list[Job], counted: bool) -> i
     return None
 
 
-def why_not(e: Engine, job: Job, holder: Job) -> str | None:
+def why_not(e: EngineContext, job: Job, holder: Job) -> str | None:
     """Why ``job``, waiting behind ``holder``'s reservation, does not backfill (N2); None
     when its leaf does not opt in (the reason is then N1's alone)."""
     info = e.state.tree.nodes.get(job.leaf) if job.leaf is not None else None
@@ -128,7 +128,7 @@ def why_not(e: Engine, job: Job, holder: Job) -> str | None:
     return None
 
 
-def with_why_not(e: Engine, reason: Reason, job: Job, holder: Job) -> Reason:
+def with_why_not(e: EngineContext, reason: Reason, job: Job, holder: Job) -> Reason:
     """``reason`` (BehindReservation) with why ``job`` does not backfill, when it opts in."""
     extra = why_not(e, job, holder)
     if extra is None:
@@ -136,7 +136,7 @@ def with_why_not(e: Engine, reason: Reason, job: Job, holder: Job) -> Reason:
     return reworded(reason, f"{reason.message}; {extra}")
 
 
-def _declared_ends(e: Engine, on_path: set[QuotaPath]) -> Iterator[tuple[int, WorkloadKey]]:
+def _declared_ends(e: EngineContext, on_path: set[QuotaPath]) -> Iterator[tuple[int, WorkloadKey]]:
     """(declared end, workload) of every admitted workload counted on a node of ``on_path``
     whose declared end is still ahead."""
     now = e.state.now
@@ -152,7 +152,7 @@ def _declared_ends(e: Engine, on_path: set[QuotaPath]) -> Iterator[tuple[int, Wo
                 yield end, job.key
 
 
-def _deadline(e: Engine, holders: list[Job]) -> tuple[int, Job] | None:
+def _deadline(e: EngineContext, holders: list[Job]) -> tuple[int, Job] | None:
     """The earliest instant any reservation can be satisfied, and whose; None when one of
     them has no promised instant."""
     found: list[tuple[int, WorkloadKey, Job]] = []
@@ -165,7 +165,7 @@ def _deadline(e: Engine, holders: list[Job]) -> tuple[int, Job] | None:
     return at, holder
 
 
-def _candidates(e: Engine, holders: list[Job]) -> list[Job]:
+def _candidates(e: EngineContext, holders: list[Job]) -> list[Job]:
     """The waiting workloads that may backfill, highest in queue order first: of leaves that
     opt in, declaring a maximum runtime, offerable by this engine now; under a policy where
     a workload that stays pending closes its queue (Block), only each queue's first."""
@@ -190,7 +190,7 @@ def _candidates(e: Engine, holders: list[Job]) -> list[Job]:
     return sorted(found, key=lambda job: job.sort_key)
 
 
-def _fits_beside_holds(e: Engine, job: Job, holders: list[Job]) -> bool:
+def _fits_beside_holds(e: EngineContext, job: Job, holders: list[Job]) -> bool:
     """Whether ``job`` fits its quota and zone with the holds of ``holders`` set aside."""
     from usher.core.engine import starvation
 

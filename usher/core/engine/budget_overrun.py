@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from schemas import Millis
 
 if TYPE_CHECKING:
-    from usher.core.engine.facade import Engine
+    from usher.core.engine.context import EngineContext
 
 
-def next_release(e: Engine) -> Millis | None:
+def next_release(e: EngineContext) -> Millis | None:
     """The next reset of an opted-in budget with work waiting below it: a pass then looks at
     what it held again (within a window what is left only shrinks)."""
     tree = e.state.tree

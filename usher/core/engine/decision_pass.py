@@ -18,32 +18,15 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
+from usher.core.engine.data import OfferKey
 from usher.core.engine.reclaim_search import find_victims
 from usher.core.gates import chain
 from usher.core.model import reasons
-from usher.core.rules.fairshare import FairKey
 from usher.core.state.indexed import Job, Placement, Shape, SortKey, shape_with
 from usher.core.tree.zone_fallback import passed_over, zone_choice
 
 if TYPE_CHECKING:
-    from usher.core.engine.facade import Engine
-
-Share = tuple[int, float, int, int]
-"""Dominant share of a leaf as ``(infinite, used/min, used, min)``.
-
-The float orders shares at C speed (rounding is monotonic, so a smaller float is a smaller
-share); exact ties in the float fall back to the integers, deterministically. ``(1, ...)`` is
-infinite (used > 0 where min is 0)."""
-
-OfferKey = tuple[int, FairKey, Share, SortKey]
-"""Interleave preference (section 4): within-min first, lower share, then queue order; the
-first element is 2 below a spent ``lower-priority`` budget (B1: after everything else). The
-second is 0 unless fair share is on (F1): then, beyond the guarantee, lower decayed usage per
-weight goes first and the share breaks its ties."""
-
-
-LeafOffer = tuple[WorkloadKey, OfferKey, int]
-"""A waiting leaf's first candidate, its interleave key, and 1 if the leaf could preempt."""
+    from usher.core.engine.context import EngineContext
 
 
 class DecisionPass:
@@ -59,7 +42,7 @@ class DecisionPass:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineContext,
         decisions: list[Decision],
         skip: list[WorkloadKey] | None = None,
         victims: list[Job] | None = None,
@@ -451,34 +434,3 @@ class DecisionPass:
         for leaf in sorted(again):
             if leaf not in self.live and leaf in self.e._queues:
                 self.offer(leaf)
-
-
-def lowest(shapes: list[Shape]) -> dict[str, int] | None:
-    """Per resource, the least any shape needs (only resources every shape needs)."""
-    if not shapes:
-        return None
-    low = dict(shapes[0])
-    for shape in shapes[1:]:
-        amounts = dict(shape)
-        low = {r: min(a, amounts[r]) for r, a in low.items() if r in amounts}
-    return low
-
-
-def combine_lowest(lows: list[dict[str, int] | None]) -> dict[str, int] | None:
-    present = [low for low in lows if low is not None]
-    if not present:
-        return None
-    low = dict(present[0])
-    for other in present[1:]:
-        low = {r: min(a, other[r]) for r, a in low.items() if r in other}
-    return low
-
-
-def low_fits(low: dict[str, int] | None, room: dict[str, int]) -> bool:
-    if low is None:
-        return False
-    for resource, amount in low.items():
-        free = room.get(resource)
-        if free is not None and amount > free:
-            return False
-    return True

@@ -1,6 +1,6 @@
 """Read-side queries of the engine: what a workload's state is and why, per queue and node.
 
-What it does: answers ``Engine.queues``, ``queue_counts``, ``job_state``, ``jobs``,
+What it does: answers ``EngineContext.queues``, ``queue_counts``, ``job_state``, ``jobs``,
 ``ready_timeout_ms``, ``quota_used`` (and split by zone, ``quota_used_by_zone``),
 ``quota_zone_mins``, ``quota_nodes``, ``reason`` (as of the last pass),
 ``reason_now`` (worked out from the state alone, for a state rebuilt from the log) and
@@ -37,7 +37,7 @@ from usher.core.state.indexed import (
 )
 
 if TYPE_CHECKING:
-    from usher.core.engine.facade import Engine
+    from usher.core.engine.context import EngineContext
 
 
 class QueueEntry(msgspec.Struct, frozen=True, kw_only=True):
@@ -61,7 +61,7 @@ class JobView(msgspec.Struct, frozen=True, kw_only=True):
     reason: Reason | None = None
 
 
-def queues(e: Engine, head: int | None = None) -> dict[QueueName, list[QueueEntry]]:
+def queues(e: EngineContext, head: int | None = None) -> dict[QueueName, list[QueueEntry]]:
     """Every queue with its pending workloads in order (only the first ``head`` of each when
     given: a view per workload is what costs)."""
     out: dict[QueueName, list[QueueEntry]] = {}
@@ -74,7 +74,7 @@ def queues(e: Engine, head: int | None = None) -> dict[QueueName, list[QueueEntr
     return out
 
 
-def queue_counts(e: Engine) -> dict[QueueName, tuple[int, int]]:
+def queue_counts(e: EngineContext) -> dict[QueueName, tuple[int, int]]:
     """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""
     return {
         queue.name: (len(queue.entries), len(e._leaf_admitted.get(leaf, ())))
@@ -82,7 +82,7 @@ def queue_counts(e: Engine) -> dict[QueueName, tuple[int, int]]:
     }
 
 
-def job_state(e: Engine, key: WorkloadKey) -> JobView | None:
+def job_state(e: EngineContext, key: WorkloadKey) -> JobView | None:
     """What the engine knows about one workload, or None if unknown (or deleted)."""
     job = e.state.jobs.get(key)
     if job is None:
@@ -109,7 +109,7 @@ def job_state(e: Engine, key: WorkloadKey) -> JobView | None:
     )
 
 
-def ready_timeout_ms(e: Engine, key: WorkloadKey) -> int:
+def ready_timeout_ms(e: EngineContext, key: WorkloadKey) -> int:
     """The ready timeout (R10) that applies to ``key`` where it is: the quota it was admitted
     to, else its leaf; 0 when off or the workload is unknown or unmapped."""
     job = e.state.jobs.get(key)
@@ -120,7 +120,7 @@ def ready_timeout_ms(e: Engine, key: WorkloadKey) -> int:
     return info.readiness.timeout_ms if info is not None else 0
 
 
-def jobs(e: Engine) -> dict[WorkloadKey, JobView]:
+def jobs(e: EngineContext) -> dict[WorkloadKey, JobView]:
     """Every known workload (deleted ones are gone), by key."""
     out: dict[WorkloadKey, JobView] = {}
     for key in sorted(e.state.jobs):
@@ -130,7 +130,7 @@ def jobs(e: Engine) -> dict[WorkloadKey, JobView]:
     return out
 
 
-def quota_used(e: Engine) -> dict[QuotaPath, dict[str, int]]:
+def quota_used(e: EngineContext) -> dict[QuotaPath, dict[str, int]]:
     """Used amounts of every node of the tree in force (leaves and inner nodes)."""
     return {
         path: {r: a for r, a in sorted(info.used.items()) if a != 0}
@@ -138,7 +138,7 @@ def quota_used(e: Engine) -> dict[QuotaPath, dict[str, int]]:
     }
 
 
-def quota_used_by_zone(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+def quota_used_by_zone(e: EngineContext) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
     """What ``quota_used`` counts, split by zone, for every node of the tree in force and
     every zone something counts in on it: admissions, holds and lingering usage (R7), each on
     the nodes of its path (a vanished leaf's on its prefixes that exist). The engine's own
@@ -158,7 +158,7 @@ def quota_used_by_zone(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]
     }
 
 
-def _counted_placements(e: Engine) -> Iterator[Placement]:
+def _counted_placements(e: EngineContext) -> Iterator[Placement]:
     """Every placement counted in ``used`` now: admitted workloads (the per-leaf reclaim lists
     and a running pass's own admissions) and held ones, each once, then the lingering usage of
     finished ones. O(admitted), not O(workloads)."""
@@ -172,7 +172,7 @@ def _counted_placements(e: Engine) -> Iterator[Placement]:
     yield from e.state.lingering.values()
 
 
-def quota_zone_mins(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
+def quota_zone_mins(e: EngineContext) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
     """Per node and zone it guarantees, the guarantee (Z4, ``usher.io/zone-min``); empty when
     no node of the tree in force guarantees a zone."""
     return {
@@ -182,19 +182,19 @@ def quota_zone_mins(e: Engine) -> dict[tuple[QuotaPath, Zone], dict[str, int]]:
     }
 
 
-def quota_nodes(e: Engine) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
+def quota_nodes(e: EngineContext) -> dict[QuotaPath, tuple[dict[str, int], dict[str, int]]]:
     """``(min, max)`` of every node of the tree in force, for reports."""
     return {path: (dict(i.min), dict(i.max)) for path, i in e.state.tree.nodes.items()}
 
 
-def counted_requests(e: Engine, key: WorkloadKey) -> dict[str, int] | None:
+def counted_requests(e: EngineContext, key: WorkloadKey) -> dict[str, int] | None:
     """What an admitted workload's admission counts (R16: not what it may ask since); None
     when it is not admitted."""
     job = e.state.jobs.get(key)
     return dict(job.used_shape) if job is not None and job.state == ADMITTED else None
 
 
-def reason(e: Engine, key: WorkloadKey) -> Reason | None:
+def reason(e: EngineContext, key: WorkloadKey) -> Reason | None:
     """Why a workload is where it is now (None for admitted or finished ones)."""
     job = e.state.jobs.get(key)
     if job is None or job.state in (ADMITTED, FINISHED):
@@ -204,7 +204,7 @@ def reason(e: Engine, key: WorkloadKey) -> Reason | None:
     return _pending_reason(e, job)
 
 
-def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
+def reason_now(e: EngineContext, key: WorkloadKey) -> Reason | None:
     """Why a workload waits, worked out from the state as it is now (no pass needed).
 
     ``reason`` answers as of the last decision pass; a state rebuilt from the log has run
@@ -240,7 +240,7 @@ def reason_now(e: Engine, key: WorkloadKey) -> Reason | None:
 
 
 def admission_shortfall(
-    e: Engine, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
+    e: EngineContext, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
 ) -> Reason | None:
     """What stops ``requests`` on ``quota`` now, as the ledger checks it; None if they fit.
 
@@ -274,7 +274,7 @@ def _set_aside(info: QuotaNodeInfo, own: dict[str, int]) -> Load:
     return Load(path=info.path, used=used, max=info.max, cap=info.cap)
 
 
-def _pending_reason(e: Engine, job: Job) -> Reason:
+def _pending_reason(e: EngineContext, job: Job) -> Reason:
     if job.note is not None and job.note_pass == e.state.passes:
         return job.note
     shut = chain.refusal(e, job)  # the gates, in the order every place asks them
@@ -299,7 +299,7 @@ def _pending_reason(e: Engine, job: Job) -> Reason:
     return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
 
 
-def _shortfall_now(e: Engine, job: Job) -> Reason | None:
+def _shortfall_now(e: EngineContext, job: Job) -> Reason | None:
     if job.held:
         return None
     return e._quota_shortfall(job) or e._zone_shortfall(job)

@@ -32,10 +32,10 @@ from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 
 if TYPE_CHECKING:
-    from usher.core.engine.facade import Engine
+    from usher.core.engine.context import EngineContext
 
 
-def find_victims(e: Engine, job: Job) -> list[tuple[Job, Reason]] | None:
+def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     """Victims that make room for ``job`` (section 5), already removed from usage."""
     assert job.leaf is not None
     leaf = e.state.tree.nodes[job.leaf]
@@ -61,7 +61,7 @@ def find_victims(e: Engine, job: Job) -> list[tuple[Job, Reason]] | None:
 
 
 def _remove_until_fits(
-    e: Engine, job: Job, candidates: Iterator[tuple[Job, bool]]
+    e: EngineContext, job: Job, candidates: Iterator[tuple[Job, bool]]
 ) -> list[tuple[Job, Reason]] | None:
     removed: list[tuple[Job, Reason]] = []
     deferred: list[tuple[Job, bool]] = []
@@ -80,7 +80,7 @@ def _remove_until_fits(
 
 
 def _remove_fits(
-    e: Engine, job: Job, victim: Job, cross: bool, removed: list[tuple[Job, Reason]]
+    e: EngineContext, job: Job, victim: Job, cross: bool, removed: list[tuple[Job, Reason]]
 ) -> bool:
     """Take ``victim`` out of usage if it may be one (appended to ``removed``); whether
     ``job`` fits now."""
@@ -97,7 +97,7 @@ def _remove_fits(
     return e._fits(job)
 
 
-def _frees_no_capped_zone(e: Engine, job: Job, victim: Job) -> bool:
+def _frees_no_capped_zone(e: EngineContext, job: Job, victim: Job) -> bool:
     """Whether ``victim`` runs in another zone while ``job`` still exceeds a cap the tree sets
     in its own zone (Z1): evicting it cannot make room there, so it is deferred until the
     candidates of that zone are used up -- a reclaim restores the guarantee in the zone it
@@ -105,7 +105,9 @@ def _frees_no_capped_zone(e: Engine, job: Job, victim: Job) -> bool:
     return e.state.tree.zone_capped and victim.zone != job.zone and not e._fits_zone_quota(job)
 
 
-def _put_back(e: Engine, job: Job, removed: list[tuple[Job, Reason]]) -> list[tuple[Job, Reason]]:
+def _put_back(
+    e: EngineContext, job: Job, removed: list[tuple[Job, Reason]]
+) -> list[tuple[Job, Reason]]:
     """Minimal victim set: return, in reverse order, every victim W still fits beside."""
     for index in range(len(removed) - 1, -1, -1):
         victim = removed[index][0]
@@ -118,7 +120,7 @@ def _put_back(e: Engine, job: Job, removed: list[tuple[Job, Reason]]) -> list[tu
     return removed
 
 
-def _cross_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
+def _cross_leaf_candidates(e: EngineContext, job: Job) -> Iterator[Job]:
     """Other leaves' borrowers, nearest in the tree first, lazily (section 5).
 
     Level by level from the parent up to the root: the leaves whose deepest common
@@ -140,7 +142,9 @@ def _cross_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
         yield from _burst_first(e, _merged_victims(e, job, leaves))
 
 
-def _vanished_by_depth(e: Engine, leaf: QuotaPath, deepest: int) -> dict[int, list[QuotaPath]]:
+def _vanished_by_depth(
+    e: EngineContext, leaf: QuotaPath, deepest: int
+) -> dict[int, list[QuotaPath]]:
     """Admitted usage recorded on leaves that no longer exist, by common depth."""
     mine = leaf.split("/")
     out: dict[int, list[QuotaPath]] = {}
@@ -150,7 +154,7 @@ def _vanished_by_depth(e: Engine, leaf: QuotaPath, deepest: int) -> dict[int, li
     return out
 
 
-def _merged_victims(e: Engine, job: Job, leaves: list[QuotaPath]) -> Iterator[Job]:
+def _merged_victims(e: EngineContext, job: Job, leaves: list[QuotaPath]) -> Iterator[Job]:
     lists = []
     for leaf in leaves:
         if borrowing_reason(e, job, leaf, None) is not None:
@@ -167,7 +171,7 @@ def _merged_victims(e: Engine, job: Job, leaves: list[QuotaPath]) -> Iterator[Jo
             yield victim
 
 
-def _burst_first(e: Engine, candidates: Iterator[Job]) -> Iterator[Job]:
+def _burst_first(e: EngineContext, candidates: Iterator[Job]) -> Iterator[Job]:
     """Z3: candidates of one standing (one tree level, one priority) running in a burst zone
     come before the others; nothing moves when the tree marks no burst zone."""
     return burst_first(candidates, e.state.tree.burst, _zone_of, _priority_of)
@@ -181,13 +185,13 @@ def _priority_of(victim: Job) -> int:
     return victim.priority
 
 
-def _same_leaf_candidates(e: Engine, job: Job) -> Iterator[Job]:
+def _same_leaf_candidates(e: EngineContext, job: Job) -> Iterator[Job]:
     """Strictly lower-priority workloads of ``job``'s own leaf, in reclaim order (Z3: of one
     priority, those in a burst zone first)."""
     return _burst_first(e, _lower_priority_of_leaf(e, job))
 
 
-def _lower_priority_of_leaf(e: Engine, job: Job) -> Iterator[Job]:
+def _lower_priority_of_leaf(e: EngineContext, job: Job) -> Iterator[Job]:
     assert job.leaf is not None
     runtime = e._min_runtime(job.leaf)
     for victim_key in list(e._leaf_admitted.get(job.leaf, ())):
@@ -198,14 +202,14 @@ def _lower_priority_of_leaf(e: Engine, job: Job) -> Iterator[Job]:
             yield victim
 
 
-def _protected(e: Engine, victim: Job) -> bool:
+def _protected(e: EngineContext, victim: Job) -> bool:
     """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
     preemptor whose own victims still stop (the ledger holds it, it is not admitted).
     ADMISSION-RULES R6."""
     return victim.key in e._pass_admitted or victim.key in e.state.stops
 
 
-def _fits_once_stopped(e: Engine, job: Job) -> bool:
+def _fits_once_stopped(e: EngineContext, job: Job) -> bool:
     """Whether ``job`` fits on quota once every stopping victim has stopped."""
     assert job.leaf is not None
     for info in e.state.tree.nodes[job.leaf].ancestors:
@@ -217,7 +221,7 @@ def _fits_once_stopped(e: Engine, job: Job) -> bool:
     return True
 
 
-def within_guarantee(e: Engine, job: Job) -> bool:
+def within_guarantee(e: EngineContext, job: Job) -> bool:
     """Whether ``job`` asks within its leaf's guarantee (R5): within its total ``min`` and, in
     its zone, within its ``zone-min`` where the leaf declares one for that zone (Z4)."""
     assert job.leaf is not None
@@ -229,7 +233,9 @@ def within_guarantee(e: Engine, job: Job) -> bool:
     )
 
 
-def borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone | None) -> Reason | None:
+def borrowing_reason(
+    e: EngineContext, job: Job, path: QuotaPath, zone: Zone | None
+) -> Reason | None:
     """Why the leaf at ``path`` counts as borrowing a resource ``job`` needs, or None: above its
     total ``min`` (R5), or, for a victim running in ``zone`` (None: whatever its zone), above
     its ``zone-min`` there when that is ``job``'s zone and ``job``'s leaf guarantees it (Z4)."""
@@ -240,7 +246,9 @@ def borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone | None) ->
     return _zone_borrowing_reason(e, job, path, zone)
 
 
-def _zone_borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone) -> Reason | None:
+def _zone_borrowing_reason(
+    e: EngineContext, job: Job, path: QuotaPath, zone: Zone
+) -> Reason | None:
     """Z4: the victim's leaf holds more in ``job``'s zone than it is guaranteed there, and
     ``job``'s leaf has a guarantee there to restore (a leaf with none there reclaims by its
     total ``min`` alone)."""
@@ -259,7 +267,7 @@ def _zone_borrowing_reason(e: Engine, job: Job, path: QuotaPath, zone: Zone) -> 
     return reasons.zone_reclaimed(job.key, job.leaf, path, zone, resource, used, minimum, amount)
 
 
-def _total_borrowing_reason(e: Engine, job: Job, path: QuotaPath) -> Reason | None:
+def _total_borrowing_reason(e: EngineContext, job: Job, path: QuotaPath) -> Reason | None:
     assert job.leaf is not None
     info = e.state.tree.nodes.get(path)
     if info is None and job.shape:
@@ -281,7 +289,7 @@ def _total_borrowing_reason(e: Engine, job: Job, path: QuotaPath) -> Reason | No
 
 
 def check_preemption(
-    e: Engine, preemptor: WorkloadKey, victims: Sequence[WorkloadKey], now: Millis
+    e: EngineContext, preemptor: WorkloadKey, victims: Sequence[WorkloadKey], now: Millis
 ) -> Reason | None:
     """Whether evicting ``victims`` for ``preemptor`` follows section 5 on this state.
 
@@ -320,7 +328,7 @@ def check_preemption(
             e._account(*where)
 
 
-def _victim_placement(e: Engine, victim: Job | None, key: WorkloadKey) -> Placement | None:
+def _victim_placement(e: EngineContext, victim: Job | None, key: WorkloadKey) -> Placement | None:
     """Where a victim's usage counts: admitted, or finished and not yet released by the
     ledger (which still holds it as admitted, R7); None if neither."""
     if victim is not None and victim.state == ADMITTED and victim.used_path is not None:
@@ -329,7 +337,7 @@ def _victim_placement(e: Engine, victim: Job | None, key: WorkloadKey) -> Placem
 
 
 def _victim_refusal(
-    e: Engine, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
+    e: EngineContext, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
 ) -> Reason | None:
     where = _victim_placement(e, victim, key)
     if where is None:
@@ -357,7 +365,9 @@ def _victim_refusal(
     )
 
 
-def reclaim_preview(e: Engine, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:
+def reclaim_preview(
+    e: EngineContext, key: WorkloadKey, now: Millis
+) -> tuple[str | None, list[Preempted]]:
     """Dry run of reclaim for a waiting workload: whom a pass at ``now`` would preempt.
 
     ``(None, victims)`` when reclaim would make room (the minimal victim set of section 5,
@@ -408,7 +418,7 @@ _ONLY_RESTORES: Final = "reclaim only restores a guarantee, and within-quota pre
 """Why a leaf beyond its min cannot reclaim when within-quota preemption is Never."""
 
 
-def _reclaim_refusal(e: Engine, job: Job) -> str | None:
+def _reclaim_refusal(e: EngineContext, job: Job) -> str | None:
     assert job.leaf is not None
     info = e.state.tree.nodes[job.leaf]
     if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
@@ -431,7 +441,7 @@ def _reclaim_refusal(e: Engine, job: Job) -> str | None:
     return None
 
 
-def _preview_victim(e: Engine, job: Job, victim: Job, why: Reason) -> Preempted:
+def _preview_victim(e: EngineContext, job: Job, victim: Job, why: Reason) -> Preempted:
     assert victim.used_path is not None
     info = e.state.tree.nodes.get(victim.used_path)
     queue = info.queue if info is not None and info.queue is not None else QueueName("")

@@ -27,16 +27,16 @@ from usher.core.rules.arbitration import Load, first_shortfall
 from usher.core.state.indexed import PENDING, Job
 
 if TYPE_CHECKING:
-    from usher.core.engine.facade import Engine
+    from usher.core.engine.context import EngineContext
 
 
-def threshold_ms(e: Engine, job: Job) -> int:
+def threshold_ms(e: EngineContext, job: Job) -> int:
     """The starvation threshold in force for ``job``'s leaf; 0 = the guard is off there."""
     info = e.state.tree.nodes.get(job.leaf) if job.leaf is not None else None
     return info.starvation_ms if info is not None else 0
 
 
-def reservations(e: Engine) -> list[Job]:
+def reservations(e: EngineContext) -> list[Job]:
     """The pending workloads capacity is reserved for now, the longest starved first."""
     out: list[Job] = []
     for key, since in sorted(e.state.starving.items(), key=lambda item: (item[1], item[0])):
@@ -49,7 +49,7 @@ def reservations(e: Engine) -> list[Job]:
     return out
 
 
-def next_start(e: Engine) -> Millis | None:
+def next_start(e: EngineContext) -> Millis | None:
     """The next instant after now a reservation starts: a pass should run then (C1)."""
     starts = [
         since + limit
@@ -61,7 +61,7 @@ def next_start(e: Engine) -> Millis | None:
 
 
 def serve_first(
-    e: Engine, decisions: list[Decision], holders: list[Job], victims: list[Job]
+    e: EngineContext, decisions: list[Decision], holders: list[Job], victims: list[Job]
 ) -> None:
     """Try every reserved workload before the pass; hold the path of each that still does
     not fit, adding it to ``holders`` (each must be ``release``d when the pass ends, also
@@ -81,20 +81,20 @@ def serve_first(
         holders.append(job)
 
 
-def release(e: Engine, holders: list[Job]) -> None:
+def release(e: EngineContext, holders: list[Job]) -> None:
     """The pass is over: what was held for ``holders`` counts no more."""
     for job in reversed(holders):
         _hold(e, job, -1)
 
 
-def hold_again(e: Engine, holders: list[Job]) -> None:
+def hold_again(e: EngineContext, holders: list[Job]) -> None:
     """Count the holds of ``holders`` again after a ``release`` within the pass (N2 sets them
     aside to ask whether a backfill candidate fits beside everything else)."""
     for job in holders:
         _hold(e, job, 1)
 
 
-def track(e: Engine, decisions: list[Decision]) -> None:
+def track(e: EngineContext, decisions: list[Decision]) -> None:
     """After a pass or an applied ``Admitted`` (``decisions``): start the clock of each head
     passed over by an admission; forget every workload that is no longer a pending head of
     its queue (admitted, overtaken, gone)."""
@@ -119,7 +119,7 @@ def track(e: Engine, decisions: list[Decision]) -> None:
             starving[head] = e.state.now
 
 
-def reason(e: Engine, job: Job) -> Reason | None:
+def reason(e: EngineContext, job: Job) -> Reason | None:
     """``Reserved`` for a workload with a reservation that does not fit yet,
     ``BehindReservation`` for one that would fit but for somebody's reservation."""
     if not e.state.starving:
@@ -136,13 +136,13 @@ def reason(e: Engine, job: Job) -> Reason | None:
     return None
 
 
-def may_try(e: Engine, job: Job) -> bool:
+def may_try(e: EngineContext, job: Job) -> bool:
     """Whether this engine may offer ``job`` now: no admission gate shuts it (the gates a
     pass asks, ``usher.core.gates.chain``) and it is not a preemptor already holding."""
     return not job.held and chain.may_offer(e, job)
 
 
-def _hold(e: Engine, job: Job, sign: int) -> None:
+def _hold(e: EngineContext, job: Job, sign: int) -> None:
     assert job.leaf is not None
     amounts = dict(job.shape)
     for info in e._path_nodes(job.leaf):
@@ -150,7 +150,7 @@ def _hold(e: Engine, job: Job, sign: int) -> None:
     e.state.version += 1  # reclaim judged under the hold is not judged without it
 
 
-def _reserved(e: Engine, job: Job) -> Reason | None:
+def _reserved(e: EngineContext, job: Job) -> Reason | None:
     assert job.leaf is not None
     short = first_shortfall(e._path_nodes(job.leaf), job.shape)
     if short is None:
@@ -163,7 +163,7 @@ def _reserved(e: Engine, job: Job) -> Reason | None:
     )
 
 
-def _behind(e: Engine, job: Job, holder: Job) -> Reason | None:
+def _behind(e: EngineContext, job: Job, holder: Job) -> Reason | None:
     """BehindReservation when ``job`` fits without ``holder``'s reservation but not with it."""
     if holder is job or job.leaf is None or holder.leaf is None:
         return None
