@@ -490,7 +490,7 @@ def test_revert_preemption_restores_victims_and_frees_the_preemptor() -> None:
     assert engine.quota_used()[QuotaPath("root")] == cpu(100)
     assert engine.quota_used()[QuotaPath("root/A")] == cpu(100)
     assert engine.quota_used()[QuotaPath("root/B")] == {}
-    assert not engine.state.stops and not engine._stopping
+    assert not engine.state.stops and not engine.stopping
 
 
 def test_foreign_preemption_holds_capacity_for_its_preemptor() -> None:

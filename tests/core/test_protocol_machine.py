@@ -180,7 +180,7 @@ def _held_in(engine: Engine) -> set[WorkloadKey]:
 
 
 def _stopping_in(engine: Engine) -> set[WorkloadKey]:
-    return set(engine._stopping)
+    return set(engine.stopping)
 
 
 def _end_of(row: Allocation) -> Message:

@@ -35,7 +35,7 @@ _INFINITE_SHARE: Share = (1, 0.0, 0, 1)
 class Accounting(EngineData):
     """Accounting of quota and zones: what each node and zone uses, and what fits."""
 
-    def _path_nodes(self, path: QuotaPath) -> tuple[QuotaNodeInfo, ...]:
+    def nodes_on_path(self, path: QuotaPath) -> tuple[QuotaNodeInfo, ...]:
         info = self.state.tree.nodes.get(path)
         if info is not None:
             return info.ancestors
@@ -48,23 +48,23 @@ class Accounting(EngineData):
                 found.append(node)
         return tuple(found)
 
-    def _account_quota(self, path: QuotaPath, shape: Shape, sign: int = 1) -> None:
-        for info in self._path_nodes(path):
+    def account_quota(self, path: QuotaPath, shape: Shape, sign: int = 1) -> None:
+        for info in self.nodes_on_path(path):
             used = info.used
             for resource, amount in shape:
                 used[resource] = used.get(resource, 0) + sign * amount
-            self._share_cache.pop(info.path, None)
+            self.share_cache.pop(info.path, None)
         if path in self.state.tree.nodes:
-            self._dirty.add(path)
+            self.dirty.add(path)
 
-    def _account(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
-        self._account_quota(path, shape)
-        self._account_zone_quota(path, shape, zone)
+    def account(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
+        self.account_quota(path, shape)
+        self.account_zone_quota(path, shape, zone)
         zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) + amount
 
-    def _move_zone_usage(self, shape: Shape, source: Zone, target: Zone) -> None:
+    def move_zone_usage(self, shape: Shape, source: Zone, target: Zone) -> None:
         before = self.state.zone_used.setdefault(source, {})
         after = self.state.zone_used.setdefault(target, {})
         for resource, amount in shape:
@@ -72,13 +72,13 @@ class Accounting(EngineData):
             after[resource] = after.get(resource, 0) + amount
         self.state.version += 1
 
-    def _account_zone_quota(self, path: QuotaPath, shape: Shape, zone: Zone, sign: int = 1) -> None:
+    def account_zone_quota(self, path: QuotaPath, shape: Shape, zone: Zone, sign: int = 1) -> None:
         """Count ``shape`` in ``zone`` on the nodes of ``path`` that cap (Z1) or guarantee
         (Z4) that zone."""
         if self.state.tree.zone_counted:
-            zone_quota.count_in_counted_zone(self._path_nodes(path), zone, shape, sign)
+            zone_quota.count_in_counted_zone(self.nodes_on_path(path), zone, shape, sign)
 
-    def _recount_zone_quota(self) -> None:
+    def recount_zone_quota(self) -> None:
         """Per-zone usage from scratch (a snapshot stores none): every admission, hold and
         lingering usage counts in its zone on its path's capping or guaranteeing nodes (Z1,
         Z4)."""
@@ -86,18 +86,18 @@ class Accounting(EngineData):
             info.zone_used = {}
         for job in self.state.jobs.values():
             if job.used_path is not None:
-                self._account_zone_quota(job.used_path, job.used_shape, job.zone)
+                self.account_zone_quota(job.used_path, job.used_shape, job.zone)
         for path, shape, zone in self.state.lingering.values():
-            self._account_zone_quota(path, shape, zone)
+            self.account_zone_quota(path, shape, zone)
 
-    def _unaccount(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
-        self._account_quota(path, shape, -1)
-        self._account_zone_quota(path, shape, zone, -1)
+    def unaccount(self, path: QuotaPath, shape: Shape, zone: Zone) -> None:
+        self.account_quota(path, shape, -1)
+        self.account_zone_quota(path, shape, zone, -1)
         zone_used = self.state.zone_used.setdefault(zone, {})
         for resource, amount in shape:
             zone_used[resource] = zone_used.get(resource, 0) - amount
 
-    def _arm_readiness(
+    def arm_readiness(
         self, job: Job, policy: ReadinessPolicy, pods: int | None, *, granted: bool
     ) -> None:
         """A new admission: with a ready timeout, its deadline starts now if ``granted``, else
@@ -122,18 +122,18 @@ class Accounting(EngineData):
             job.readiness = msgspec.structs.replace(job.readiness, deadline_ms=0)
             return
         deadline = job.readiness.deadline_ms
-        self._unready[job.key] = deadline
+        self.unready[job.key] = deadline
         heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
 
-    def _readiness(self, path: QuotaPath) -> ReadinessPolicy:
+    def readiness_of(self, path: QuotaPath) -> ReadinessPolicy:
         info = self.state.tree.nodes.get(path)
         return info.readiness if info is not None else self.config.readiness
 
-    def _min_runtime(self, path: QuotaPath) -> int:
+    def min_runtime(self, path: QuotaPath) -> int:
         info = self.state.tree.nodes.get(path)
         return info.min_runtime_ms if info is not None else self.config.min_runtime_ms
 
-    def _fits_quota(self, leaf: QuotaPath, shape: Shape) -> bool:
+    def fits_quota(self, leaf: QuotaPath, shape: Shape) -> bool:
         for info in self.state.tree.nodes[leaf].ancestors:
             cap = info.cap
             used = info.used
@@ -143,29 +143,29 @@ class Accounting(EngineData):
                     return False
         return True
 
-    def _fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
+    def fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
         """Whether the zone has room for ``shape`` (the whole request when None): within every
         cap the tree sets in that zone (Z1) and within its nodes' capacity."""
-        if self.state.tree.zone_capped and not self._fits_zone_quota(job, shape):
+        if self.state.tree.zone_capped and not self.fits_zone_quota(job, shape):
             return False
         if job.zone not in self.state.nodes:
             return True
-        cap = self._zone_cap.get(job.zone, {})
+        cap = self.zone_cap.get(job.zone, {})
         used = self.state.zone_used.get(job.zone, {})
         for resource, amount in job.shape if shape is None else shape:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
-        return all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods)
+        return all(self.pod_fits_schedulable(job.zone, pod) for pod in job.pods)
 
-    def _fits_zone_quota(self, job: Job, shape: Shape | None = None) -> bool:
+    def fits_zone_quota(self, job: Job, shape: Shape | None = None) -> bool:
         assert job.leaf is not None
         request = job.shape if shape is None else shape
-        return zone_quota.fits_zone_caps(self._path_nodes(job.leaf), job.zone, request)
+        return zone_quota.fits_zone_caps(self.nodes_on_path(job.leaf), job.zone, request)
 
-    def _pod_fits_schedulable(self, zone: Zone, pod: Shape) -> bool:
+    def pod_fits_schedulable(self, zone: Zone, pod: Shape) -> bool:
         if zone not in self.state.nodes:
             return True  # nodes of the zone unknown: no node constraint (section 3)
-        cached = self._pod_fit_cache.get((zone, pod))
+        cached = self.pod_fit_cache.get((zone, pod))
         if cached is None:
             nodes = self.state.nodes[zone]
             cached = int(
@@ -174,21 +174,21 @@ class Accounting(EngineData):
                     for n in sorted(nodes)
                 )
             )
-            self._pod_fit_cache[(zone, pod)] = cached
+            self.pod_fit_cache[(zone, pod)] = cached
         return cached == 1
 
-    def _fits(self, job: Job) -> bool:
+    def fits(self, job: Job) -> bool:
         assert job.leaf is not None
-        return self._fits_quota(job.leaf, job.shape) and self._fits_zone(job)
+        return self.fits_quota(job.leaf, job.shape) and self.fits_zone(job)
 
     @staticmethod
-    def _within_min(info: QuotaNodeInfo, shape: Shape) -> bool:
+    def within_min(info: QuotaNodeInfo, shape: Shape) -> bool:
         # Against the claim (used minus stopping victims' residual): R7.
         return within_guarantee(info.used, info.residual, info.min, shape)
 
-    def _share(self, info: QuotaNodeInfo) -> Share:
+    def share(self, info: QuotaNodeInfo) -> Share:
         """Dominant share now: max over resources of used/min (section 4, criterion 2)."""
-        cached = self._share_cache.get(info.path)
+        cached = self.share_cache.get(info.path)
         if cached is not None:
             return cached
         share = _ZERO_SHARE
@@ -207,18 +207,18 @@ class Accounting(EngineData):
                 best_used, best_min = used, minimum
                 common = gcd(used, minimum)
                 share = (0, used / minimum, used // common, minimum // common)
-        self._share_cache[info.path] = share
+        self.share_cache[info.path] = share
         return share
 
-    def _shift_node(self, path: QuotaPath, amounts: dict[str, int], sign: int) -> None:
+    def shift_node(self, path: QuotaPath, amounts: dict[str, int], sign: int) -> None:
         info = self.state.tree.nodes.get(path)
         if info is None:
             return  # the node vanished with a tree change: its usage went with it
         shift_amounts(info.used, amounts, sign)
         shift_amounts(info.residual, amounts, sign)
-        self._share_cache.pop(path, None)
+        self.share_cache.pop(path, None)
         if info.is_leaf:
-            self._dirty.add(path)
+            self.dirty.add(path)
 
 
 def pod_fits(pod: Shape, allocatable: dict[str, int]) -> bool:

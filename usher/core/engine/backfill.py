@@ -16,9 +16,11 @@ preempt anything; read a clock; or act when no leaf opts in (N1 is then exactly 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from schemas import Decision, QuotaPath, Reason, WorkloadKey
+from usher.core.engine import starvation
+from usher.core.engine.context import EngineContext
+from usher.core.engine.decision_pass import DecisionPass
 from usher.core.model import reasons
 from usher.core.model.reason_text import reworded
 from usher.core.model.reasons import format_moment
@@ -26,16 +28,11 @@ from usher.core.rules.arbitration import Load, first_shortfall
 from usher.core.state.indexed import ADMITTED, PENDING, Job
 from usher.core.tree.quota_tree import path_nodes
 
-if TYPE_CHECKING:
-    from usher.core.engine.context import EngineContext
-
 
 def run(e: EngineContext, decisions: list[Decision], holders: list[Job]) -> None:
     """After the pass proper, with the holds of ``holders`` still counted: admit every
     backfill candidate that ends before each reservation can be satisfied and fits beside
     everything but the holds (N2)."""
-    from usher.core.engine.decision_pass import DecisionPass  # the pass module imports the engine
-
     if not holders or not e.state.tree.backfill_on:
         return
     for job in _candidates(e, holders):
@@ -60,7 +57,7 @@ def satisfied_at(e: EngineContext, holder: Job, holders: list[Job], counted: boo
     in the nodes' usage now (within a pass; ``holder``'s own is set aside), else (a reason
     asked between passes) the others' are added."""
     assert holder.leaf is not None
-    path = e._path_nodes(holder.leaf)
+    path = e.nodes_on_path(holder.leaf)
     on_path = {info.path for info in path}
     freed: dict[QuotaPath, dict[str, int]] = {info.path: {} for info in path}
     if counted:
@@ -111,8 +108,6 @@ def why_not(e: EngineContext, job: Job, holder: Job) -> str | None:
         return None
     if job.max_runtime_ms is None:
         return "it declares no maximum runtime, so it does not backfill"
-    from usher.core.engine import starvation
-
     satisfied = satisfied_at(e, holder, starvation.reservations(e), counted=False)
     if satisfied is None:
         return (
@@ -140,7 +135,7 @@ def _declared_ends(e: EngineContext, on_path: set[QuotaPath]) -> Iterator[tuple[
     """(declared end, workload) of every admitted workload counted on a node of ``on_path``
     whose declared end is still ahead."""
     now = e.state.now
-    for used_path, victims in e._leaf_admitted.items():
+    for used_path, victims in e.leaf_admitted.items():
         if not any(node in on_path for node in path_nodes(used_path)):
             continue
         for victim in victims:
@@ -169,14 +164,12 @@ def _candidates(e: EngineContext, holders: list[Job]) -> list[Job]:
     """The waiting workloads that may backfill, highest in queue order first: of leaves that
     opt in, declaring a maximum runtime, offerable by this engine now; under a policy where
     a workload that stays pending closes its queue (Block), only each queue's first."""
-    from usher.core.engine import starvation
-
     held = {job.key for job in holders}
-    closes = e._policy.closes_queue
+    closes = e.policy.closes_queue
     found: list[Job] = []
     for leaf in e.state.tree.leaves:
         info = e.state.tree.nodes[leaf]
-        queue = e._queues.get(leaf)
+        queue = e.leaf_queues.get(leaf)
         if not info.backfill or queue is None:
             continue
         for _, _, key in queue.entries:
@@ -192,10 +185,8 @@ def _candidates(e: EngineContext, holders: list[Job]) -> list[Job]:
 
 def _fits_beside_holds(e: EngineContext, job: Job, holders: list[Job]) -> bool:
     """Whether ``job`` fits its quota and zone with the holds of ``holders`` set aside."""
-    from usher.core.engine import starvation
-
     starvation.release(e, holders)
     try:
-        return e._fits(job)
+        return e.fits(job)
     finally:
         starvation.hold_again(e, holders)

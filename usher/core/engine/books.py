@@ -1,7 +1,7 @@
 """The books: holds (R14/R15), budgets (B1/B2) and fair-share usage (F1).
 
-What it does: keeps which nodes are held, books the usage of closed and admitted work into budgets and
-fair share, answers which leaves a spent budget stops and when that can next change.
+What it does: keeps which nodes are held, books the usage of closed and admitted work into
+budgets and fair share, answers which leaves a spent budget stops and when that can next change.
 What it must never do: admit or stop work; read a clock (time comes in as ``now``).
 """
 
@@ -29,39 +29,39 @@ from usher.core.tree.quota_tree import path_nodes
 class Books(Accounting):
     """The books: holds (R14/R15), budgets (B1/B2) and fair-share usage (F1)."""
 
-    def _refresh_holds(self) -> None:
+    def refresh_holds(self) -> None:
         """Recompute which nodes and leaves are held (R14) after an order or a new tree; a
         leaf whose hold changed offers anew, and reclaim's memo is stale (R15 may preempt)."""
         in_force = holds.in_force(self.state.holds, self.state.tree_holds)
         leaves = holds.held_leaves(in_force, self.state.tree.leaves)
         changed = {
             leaf
-            for leaf in self._held_leaves.keys() | leaves.keys()
-            if self._held_leaves.get(leaf) != leaves.get(leaf)
+            for leaf in self.held_leaves.keys() | leaves.keys()
+            if self.held_leaves.get(leaf) != leaves.get(leaf)
         }
-        if in_force != self._holds or changed:
+        if in_force != self.holds or changed:
             self.state.version += 1
-        self._holds, self._held_leaves = in_force, leaves
-        self._dirty.update(changed)
+        self.holds, self.held_leaves = in_force, leaves
+        self.dirty.update(changed)
 
     def holds_in_force(self) -> dict[QuotaPath, holds.HoldRecord]:
         """The hold or drain governing each held node (R14/R15), by path."""
-        return dict(self._holds)
+        return dict(self.holds)
 
     def hold_over(self, leaf: QuotaPath) -> holds.HoldRecord | None:
         """The hold nearest to ``leaf`` that stops its admissions, or None (R14)."""
-        return self._held_leaves.get(leaf)
+        return self.held_leaves.get(leaf)
 
-    def _book_on_close(self, job: Job) -> None:
+    def book_on_close(self, job: Job) -> None:
         """A finished or deleted workload stops counting as admitted before the ledger's
         ``Released`` (R7): its allocation interval (U1) stays open until the ledger's decision
-        closes it (``_book_closed``), so the books count what usage counts."""
+        closes it (``book_closed``), so the books count what usage counts."""
         assert job.used_path is not None
         self.state.closing[job.key] = budgets.Running(
             job.used_path, dict(job.used_shape), job.admitted_ms
         )
 
-    def _book_closed(self, key: WorkloadKey) -> None:
+    def book_closed(self, key: WorkloadKey) -> None:
         """The ledger's ``Preempted``, ``Requeued`` or ``Released`` closes ``key``'s interval
         now (U1): the budgets on its path and its leaf's fair book book it (B1, F1)."""
         interval = self.state.closing.pop(key, None)
@@ -83,7 +83,7 @@ class Books(Accounting):
                 half_life,
             )
 
-    def _book_fair(self, job: Job) -> None:
+    def book_fair(self, job: Job) -> None:
         """An admitted workload stops counting as admitted: its leaf's fair book folds the
         interval, decayed (F1). Nothing is kept with fair share off."""
         half_life = self.config.half_life_ms
@@ -101,7 +101,7 @@ class Books(Accounting):
             return {}
         running = [
             fairshare.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
-            for victim in self._leaf_admitted.get(leaf, ())
+            for victim in self.leaf_admitted.get(leaf, ())
             if (job := self.state.jobs.get(victim[3])) is not None
             and job.state == ADMITTED
             and job.used_path is not None
@@ -128,7 +128,7 @@ class Books(Accounting):
             tree.fair_weights.get(info.path, fairshare.DEFAULT_WEIGHT),
         )
 
-    def _book_budgets(self, job: Job) -> None:
+    def book_budgets(self, job: Job) -> None:
         """An admitted workload stops counting as admitted: its interval closes now, and
         every budget on its path books what it accrued in the current window (U1, B1)."""
         found = self.state.tree.budgets
@@ -146,11 +146,11 @@ class Books(Accounting):
         found = self.state.tree.budgets
         keys = {
             victim[3]
-            for path, victims in self._leaf_admitted.items()
+            for path, victims in self.leaf_admitted.items()
             if any(node in found for node in path_nodes(path))
             for victim in victims
         }
-        keys.update(self._pass_admitted)
+        keys.update(self.pass_admitted)
         for key in keys:
             job = self.state.jobs.get(key)
             if job is not None and job.state == ADMITTED and job.used_path is not None:
@@ -171,21 +171,21 @@ class Books(Accounting):
     def refresh_budgets(self) -> None:
         """Recompute which leaves a spent budget stops, at ``state.now`` (a pass does it first;
         so do history queries, which run no pass). A leaf whose stop changed offers anew."""
-        if self._budget_seen.get("at") == (self.state.now, self.state.version):
+        if self.budget_seen.get("at") == (self.state.now, self.state.version):
             return
-        stops = self._spent_budget_stops()
+        stops = self.spent_budget_stops()
         changed = {
             leaf
-            for leaf in self._budget_stops.keys() | stops.keys()
-            if _stop_id(self._budget_stops.get(leaf)) != _stop_id(stops.get(leaf))
+            for leaf in self.budget_stops.keys() | stops.keys()
+            if _stop_id(self.budget_stops.get(leaf)) != _stop_id(stops.get(leaf))
         }
         if changed:
             self.state.version += 1
-            self._dirty.update(changed)
-        self._budget_stops = stops
-        self._budget_seen["at"] = (self.state.now, self.state.version)
+            self.dirty.update(changed)
+        self.budget_stops = stops
+        self.budget_seen["at"] = (self.state.now, self.state.version)
 
-    def _spent_budget_stops(self) -> dict[QuotaPath, budgets.BudgetStatus]:
+    def spent_budget_stops(self) -> dict[QuotaPath, budgets.BudgetStatus]:
         """Each leaf below a spent budget at ``state.now`` -> the one governing it."""
         found = self.budget_statuses()
         stops: dict[QuotaPath, budgets.BudgetStatus] = {}
@@ -198,17 +198,17 @@ class Books(Accounting):
 
     def spent_budget_over(self, leaf: QuotaPath) -> budgets.BudgetStatus | None:
         """The spent budget governing ``leaf`` as of the last ``refresh_budgets`` (B1)."""
-        return self._budget_stops.get(leaf)
+        return self.budget_stops.get(leaf)
 
     def budget_gated(self, leaf: QuotaPath) -> bool:
         """Whether a spent budget governs ``leaf`` (B1) or an opted-in budget may hold a
         declared runtime there (B2): the budget gates may shut something there."""
-        return leaf in self._budget_stops or leaf in self.state.tree.overrun_leaves
+        return leaf in self.budget_stops or leaf in self.state.tree.overrun_leaves
 
     def budget_tier(self, leaf: QuotaPath, job: Job, within: bool) -> int:
         """The first element of an interleave key (R3, B1): 0 within min, 1 borrowing, and 2
         below a spent ``lower-priority`` budget, whatever the rest (a held preemptor aside)."""
-        status = self._budget_stops.get(leaf)
+        status = self.budget_stops.get(leaf)
         if (
             status is not None
             and not job.held
@@ -217,14 +217,14 @@ class Books(Accounting):
             return 2
         return 0 if within else 1
 
-    def _next_budget_change(self) -> Millis | None:
+    def next_budget_change(self) -> Millis | None:
         """When a budget with work waiting below it resets or is used up (B1), or None."""
         if not self.state.tree.budgets:
             return None
         tree = self.state.tree
         waiting = {
             node
-            for leaf, queue in self._queues.items()
+            for leaf, queue in self.leaf_queues.items()
             if queue.entries
             for node in path_nodes(leaf)
             if node in tree.budgets

@@ -24,11 +24,11 @@ def next_release(e: EngineContext) -> Millis | None:
     what it held again (within a window what is left only shrinks)."""
     tree = e.state.tree
     waiting = [
-        leaf for leaf in tree.overrun_leaves if (queue := e._queues.get(leaf)) and queue.entries
+        leaf for leaf in tree.overrun_leaves if (queue := e.leaf_queues.get(leaf)) and queue.entries
     ]
     if not waiting:
         return None
-    nodes = {info.path for leaf in waiting for info in e._path_nodes(leaf)} & tree.overrun_nodes
+    nodes = {info.path for leaf in waiting for info in e.nodes_on_path(leaf)} & tree.overrun_nodes
     ends = [
         status.window.end_ms
         for status in e.budget_statuses().values()

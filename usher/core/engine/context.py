@@ -43,63 +43,63 @@ class EngineContext(Folding):
         """
         state = self.state
         tree = state.tree
-        self._queues = {
+        self.leaf_queues = {
             leaf: Queue(tree.nodes[leaf].queue or QueueName(leaf), leaf) for leaf in tree.leaves
         }
         self._rebuild_job_indexes()
-        self._zone_cap = {zone: zone_capacity(nodes) for zone, nodes in state.nodes.items()}
+        self.zone_cap = {zone: zone_capacity(nodes) for zone, nodes in state.nodes.items()}
         for info in tree.nodes.values():
             info.residual = {}
-        self._recount_zone_quota()
-        self._stopping = {}
+        self.recount_zone_quota()
+        self.stopping = {}
         for preemptor, group in state.stops.items():
             if not group.victims:
                 raise ValueError(f"stop group of {preemptor} has no victims")
             for victim, (_, shape, _) in group.victims.items():
-                self._stopping[victim] = preemptor
-                self._intern(shape)
+                self.stopping[victim] = preemptor
+                self.intern(shape)
             if group.hold is not None:
-                self._intern(group.hold[1])
+                self.intern(group.hold[1])
             # ``used`` already counts the residuals: only their split is recomputed.
-            group.residual = self._node_residual(group)
-            group.zone_residual = self._zone_residual(group)
+            group.residual = self.node_residual(group)
+            group.zone_residual = self.zone_residual(group)
             for path, amounts in group.residual.items():
                 shift_amounts(tree.nodes[path].residual, amounts, 1)
         for _, shape, _ in state.lingering.values():
-            self._intern(shape)
+            self.intern(shape)
         for _, shape, _, _ in state.reclaim_failed:
-            self._intern(shape)
-        self._pod_fit_cache = {}
-        self._pass_admitted = set()
-        self._share_cache = {}
-        self._low = {}
-        self._leaf_potential = {}
-        self._potential = {}
-        self._offer_keys = {}
-        self._admit_offers = []
-        self._potential_offers = []
-        self._timed_offers = set()
-        self._dirty = set(tree.leaves)
-        self._refresh_holds()
+            self.intern(shape)
+        self.pod_fit_cache = {}
+        self.pass_admitted = set()
+        self.share_cache = {}
+        self.low = {}
+        self.leaf_potential = {}
+        self.potential = {}
+        self.offer_keys = {}
+        self.admit_offers = []
+        self.potential_offers = []
+        self.timed_offers = set()
+        self.dirty = set(tree.leaves)
+        self.refresh_holds()
         # Every leaf is dirty already, and the version is the snapshot's: no refresh's bump.
-        self._budget_stops = self._spent_budget_stops()
-        self._budget_seen = {}
-        self._unready = {
+        self.budget_stops = self.spent_budget_stops()
+        self.budget_seen = {}
+        self.unready = {
             key: job.readiness.deadline_ms
             for key, job in state.jobs.items()
             if job.state == ADMITTED and job.readiness is not None and job.readiness.deadline_ms
         }
-        self._grown = {
+        self.grown = {
             key: None for key, job in state.jobs.items() if job.state == ADMITTED and job.grown
         }
 
     def _rebuild_job_indexes(self) -> None:
-        queues = self._queues
+        queues = self.leaf_queues
         pending: dict[QuotaPath, list[Job]] = {}
         admitted: dict[QuotaPath, list[VictimKey]] = {}
         class_users: dict[str, dict[WorkloadKey, None]] = {}
         outside: dict[WorkloadKey, None] = {}
-        intern = self._intern
+        intern = self.intern
         for key, job in self.state.jobs.items():
             intern(job.shape)
             job.fit_shape = intern(job.fit_shape)
@@ -131,14 +131,14 @@ class EngineContext(Folding):
                     group.append(job.sort_key)
         for keys in admitted.values():
             keys.sort()
-        self._leaf_admitted = admitted
-        self._class_users = class_users
-        self._outside = outside
+        self.leaf_admitted = admitted
+        self.class_users = class_users
+        self.outside = outside
 
     def head(self, leaf: QuotaPath) -> WorkloadKey | None:
         """The head of ``leaf``'s queue: its first workload a pass would not pass over (the
         gates a pass asks, ``chain.passing_over``), the one that, under Block, holds the rest."""
-        queue = self._queues.get(leaf)
+        queue = self.leaf_queues.get(leaf)
         if queue is None:
             return None
         gates = chain.passing_over(self, leaf)

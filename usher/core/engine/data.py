@@ -1,9 +1,10 @@
 """The engine's data: the durable state and every derived index, cache and book, as fields.
 
-What it does: the fields of the context every part of the engine reads and writes (``EngineData``), the
-interning of shapes and names, and the types of a leaf's offer (``Share``, ``OfferKey``,
-``LeafOffer``).
-What it must never do: decide anything; read a clock; import another module of the engine.
+What it does: the fields of the context every part of the engine reads and writes
+(``EngineData``), the interning of shapes and names, and the types of a leaf's offer
+(``Share``, ``OfferKey``, ``LeafOffer``).
+What it must never do: decide anything; read a clock; import any module of the engine but
+``policy``.
 """
 
 from __future__ import annotations
@@ -49,63 +50,63 @@ class EngineData:
 
     def __init__(self, config: EngineConfig | None = None) -> None:
         self.config = config if config is not None else EngineConfig()
-        self._policy = seam_for(self.config.policy)
+        self.policy = seam_for(self.config.policy)
         self.state = EngineState(self.config)
         """What a snapshot stores; everything below is derived from it (``rebuild_derived``)."""
-        self._queues: dict[QuotaPath, Queue] = {}
-        self._leaf_admitted: dict[QuotaPath, list[VictimKey]] = {}
+        self.leaf_queues: dict[QuotaPath, Queue] = {}
+        self.leaf_admitted: dict[QuotaPath, list[VictimKey]] = {}
         """Admitted workloads per recorded leaf path, sorted in reclaim order."""
-        self._outside: dict[WorkloadKey, None] = {}
+        self.outside: dict[WorkloadKey, None] = {}
         """Unmapped and inadmissible workloads, re-examined when the tree or nodes change."""
-        self._class_users: dict[str, dict[WorkloadKey, None]] = {}
-        self._zone_cap: dict[Zone, dict[str, int]] = {}
-        self._pod_fit_cache: dict[tuple[Zone, Shape], int] = {}
-        self._stopping: dict[WorkloadKey, WorkloadKey] = {}
+        self.class_users: dict[str, dict[WorkloadKey, None]] = {}
+        self.zone_cap: dict[Zone, dict[str, int]] = {}
+        self.pod_fit_cache: dict[tuple[Zone, Shape], int] = {}
+        self.stopping: dict[WorkloadKey, WorkloadKey] = {}
         """Each victim not yet seen stopped -> its preemptor."""
-        self._pass_admitted: set[WorkloadKey] = set()
+        self.pass_admitted: set[WorkloadKey] = set()
         """Admitted by the running pass: never offered as a victim in it (ADMISSION-RULES R6)."""
-        self._shapes: dict[Shape, Shape] = {}
-        self._pod_lists: dict[tuple[Shape, ...], tuple[Shape, ...]] = {}
-        self._names: dict[str, str] = {}
+        self.shapes: dict[Shape, Shape] = {}
+        self.pod_lists: dict[tuple[Shape, ...], tuple[Shape, ...]] = {}
+        self.names: dict[str, str] = {}
         """One string object per namespace, zone and priority class name (per workload, each
         decoded event brings its own copy): memory per pending workload (issue 16)."""
-        self._share_cache: dict[QuotaPath, Share] = {}
-        self._dirty: set[QuotaPath] = set()
-        self._low: dict[QuotaPath, dict[str, int] | None] = {}
-        self._leaf_potential: dict[QuotaPath, int] = {}
-        self._potential: dict[QuotaPath, int] = {}
-        self._offer_keys: dict[QuotaPath, LeafOffer] = {}
+        self.share_cache: dict[QuotaPath, Share] = {}
+        self.dirty: set[QuotaPath] = set()
+        self.low: dict[QuotaPath, dict[str, int] | None] = {}
+        self.leaf_potential: dict[QuotaPath, int] = {}
+        self.potential: dict[QuotaPath, int] = {}
+        self.offer_keys: dict[QuotaPath, LeafOffer] = {}
         """Each waiting leaf's first candidate, its interleave key and whether the leaf could
         preempt, kept between passes and recomputed only for leaves that changed (dirty)."""
-        self._admit_offers: list[tuple[OfferKey, QuotaPath]] = []
-        self._potential_offers: list[tuple[OfferKey, QuotaPath]] = []
-        self._timed_offers: set[QuotaPath] = set()
+        self.admit_offers: list[tuple[OfferKey, QuotaPath]] = []
+        self.potential_offers: list[tuple[OfferKey, QuotaPath]] = []
+        self.timed_offers: set[QuotaPath] = set()
         """Heaps of the offers above, split by whether the leaf could preempt: a pass starts
         from copies of both instead of a key per waiting leaf, and drops the first once the
-        root is full. An entry is current while ``_offer_keys`` holds its key (lazy removal)."""
-        self._unready: dict[WorkloadKey, int] = {}
+        root is full. An entry is current while ``offer_keys`` holds its key (lazy removal)."""
+        self.unready: dict[WorkloadKey, int] = {}
         """Admitted workloads whose ready deadline runs -> that deadline (R10)."""
-        self._grown: dict[WorkloadKey, None] = {}
+        self.grown: dict[WorkloadKey, None] = {}
         """Admitted workloads seen asking more than their admission counts (R16)."""
-        self._holds: dict[QuotaPath, holds.HoldRecord] = {}
+        self.holds: dict[QuotaPath, holds.HoldRecord] = {}
         """The hold or drain governing each held node, whichever its source (R14/R15)."""
-        self._held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
+        self.held_leaves: dict[QuotaPath, holds.HoldRecord] = {}
         """Each leaf below a held node -> the hold nearest to it: it admits nothing new."""
-        self._budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
+        self.budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
         """Each leaf below a spent budget -> the one governing it (``budgets.nearest_stop``),
         as of the last ``refresh_budgets`` (B1)."""
-        self._budget_seen: dict[str, tuple[int, int]] = {}
-        """``at``: the (now, version) ``_budget_stops`` was computed for; the same pair
+        self.budget_seen: dict[str, tuple[int, int]] = {}
+        """``at``: the (now, version) ``budget_stops`` was computed for; the same pair
         computes the same stops, so history queries asking per workload compute them once."""
 
     @property
-    def _tree(self) -> TreeIndex:
+    def tree(self) -> TreeIndex:
         """The tree in force: shorthand for ``state.tree`` (the quota shortfall reads it)."""
         return self.state.tree
 
-    def _intern(self, shape: Shape) -> Shape:
+    def intern(self, shape: Shape) -> Shape:
         # One tuple object per distinct shape: 100k workloads share a handful of them.
-        return self._shapes.setdefault(shape, shape)
+        return self.shapes.setdefault(shape, shape)
 
-    def _name(self, name: str) -> str:
-        return self._names.setdefault(name, name)
+    def intern_name(self, name: str) -> str:
+        return self.names.setdefault(name, name)

@@ -4,8 +4,8 @@ What it does: ``DecisionPass`` runs the cross-queue interleave of one pass over 
 state -- within-min first, lower dominant share, then queue order (beyond the guarantee, with
 fair share on, lower decayed usage per weight before the share: F1) -- admitting what fits and
 asking reclaim for the rest; the policy seam says whether a candidate that stays pending
-closes its queue. Also the pruning helpers (the lowest request under a node) a pass and the
-engine's pruning data share.
+closes its queue. It works on the ``EngineContext`` it is given (the pruning data and the
+offers it starts from are kept there, in ``offers``).
 What it must never do: keep anything beyond one pass, decide on its own what the policy
 means (the seam does), read a clock, or iterate an unordered collection where the order
 could reach a decision.
@@ -69,7 +69,7 @@ class DecisionPass:
         """The workloads this pass preempted, in order."""
         self.stamp = 0
         self.full_pruned = False
-        self.policy = engine._policy
+        self.policy = engine.policy
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
         for victim in victims or ():
@@ -85,7 +85,7 @@ class DecisionPass:
             leaf, job = popped
             # The candidate fitting its quota answers ``queue_viable`` too (its own shape is
             # one of the queue's, past the cursor): one quota walk instead of two.
-            fits_quota = not job.held and self.e._fits_quota(leaf, job.shape)
+            fits_quota = not job.held and self.e.fits_quota(leaf, job.shape)
             # Offered once per pass, whatever follows: a candidate passed over below counts
             # as one that failed, so a preemption later in the pass does not bring it back.
             self.tried.add(job.key)
@@ -112,9 +112,9 @@ class DecisionPass:
 
     def seed(self) -> None:
         """Start from the engine's kept offers (brought up to date for what changed)."""
-        self.e._refresh_pruning()
-        self.kept_admit = self.e._admit_offers.copy()
-        self.kept_potential = self.e._potential_offers.copy()
+        self.e.refresh_pruning()
+        self.kept_admit = self.e.admit_offers.copy()
+        self.kept_potential = self.e.potential_offers.copy()
         self.full_pruned = False
 
     def pop(self) -> tuple[QuotaPath, Job] | None:
@@ -132,7 +132,7 @@ class DecisionPass:
             key, leaf = heapq.heappop(kept)
             if leaf in self.touched or leaf in self.closed:
                 continue
-            offer = self.e._offer_keys.get(leaf)
+            offer = self.e.offer_keys.get(leaf)
             if offer is None or offer[1] != key:
                 continue  # superseded since it was kept
             job = self.next_untried(leaf)
@@ -161,7 +161,7 @@ class DecisionPass:
             return
         # A recorded potential, like the lowest request, is only ever larger than the true
         # one within a pass: it keeps more offers, never drops one that could move.
-        potential = self.e._leaf_potential
+        potential = self.e.leaf_potential
         self.kept_admit = []
         kept = [entry for entry in self.heap if potential.get(entry[2], 0)]
         for entry in self.heap:
@@ -179,7 +179,7 @@ class DecisionPass:
         tried and fail, which changes nothing.
         """
         root = self.root
-        if root is None or self.e._potential.get(root.path, 0):
+        if root is None or self.e.potential.get(root.path, 0):
             return False
         return not self.root_has_room()
 
@@ -192,7 +192,7 @@ class DecisionPass:
         """
         root = self.root
         assert root is not None
-        low = self.e._low.get(root.path)
+        low = self.e.low.get(root.path)
         if low is None:
             return False
         cap, used = root.cap, root.used
@@ -214,21 +214,21 @@ class DecisionPass:
             return
         info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
-        within = self.e._within_min(info, () if job.held else job.shape)
+        within = self.e.within_min(info, () if job.held else job.shape)
         # Below a spent lower-priority budget (B1), a last tier; elsewhere R3's two.
         tier = (
             self.e.budget_tier(leaf, job, within)
-            if leaf in self.e._budget_stops
+            if leaf in self.e.budget_stops
             else int(not within)
         )
-        key: OfferKey = (tier, self.e.fair_key(info, tier), self.e._share(info), job.sort_key)
+        key: OfferKey = (tier, self.e.fair_key(info, tier), self.e.share(info), job.sort_key)
         self.stamp += 1
         heapq.heappush(self.heap, (key, self.stamp, leaf))
         self.live[leaf] = self.stamp
         self.offered[leaf] = job
 
     def next_untried(self, leaf: QuotaPath) -> Job | None:
-        queue = self.e._queues[leaf]
+        queue = self.e.leaf_queues[leaf]
         cursor = self.cursor.get(leaf)
         index = 0 if cursor is None else bisect_right(queue.entries, cursor)
         entries = queue.entries
@@ -248,17 +248,17 @@ class DecisionPass:
     def queue_viable(self, leaf: QuotaPath) -> bool:
         """Whether some untried workload of the queue fits now or could preempt."""
         e = self.e
-        queue = e._queues[leaf]
+        queue = e.leaf_queues[leaf]
         info = e.state.tree.nodes[leaf]
         cursor = self.cursor.get(leaf)
         for shape, group in queue.shapes.items():
             if cursor is not None and group[-1] <= cursor:
                 continue
-            if e._fits_quota(leaf, shape) or e._within_min(info, shape):
+            if e.fits_quota(leaf, shape) or e.within_min(info, shape):
                 return True
         if cursor is not None and (not queue.entries or queue.entries[-1] <= cursor):
             return False
-        if info.within_quota == "LowerPriority" and leaf in e._leaf_admitted:
+        if info.within_quota == "LowerPriority" and leaf in e.leaf_admitted:
             return True
         return any(e.state.jobs[k].leaf == leaf for k in e.state.held)
 
@@ -278,12 +278,12 @@ class DecisionPass:
             # reclaimed: a Block queue goes on behind it, as ``reason_now`` says.
             return True
         if job.held:
-            e._drop_hold(job)  # its own hold is what it may use now
+            e.drop_hold(job)  # its own hold is what it may use now
         if job.zones:
             fell_back = self.try_accepted_zones(job, fits_quota)
             if fell_back is not None:
                 return fell_back
-        if e._fits_zone(job) if fits_quota else e._fits(job):
+        if e.fits_zone(job) if fits_quota else e.fits(job):
             self.admit(job)
             return True
         victims = find_victims(e, job)
@@ -293,7 +293,7 @@ class DecisionPass:
         self.admit(job)
         e.state.preemptors[job.key] = None
         for victim, where in placements:
-            e._begin_stop(job.key, victim, where)
+            e.begin_stop(job.key, victim, where)
         self.reopen(victims)
         return True
 
@@ -304,9 +304,9 @@ class DecisionPass:
         goes on as for any job (a fallback never preempts)."""
         e = self.e
         assert job.leaf is not None
-        if fits_quota or e._fits_quota(job.leaf, job.shape):
-            order = e._zone_order(job)  # burst zones last (Z3)
-            chosen, passed = zone_choice(order, lambda zone: e._shortfall_in_zone(job, zone))
+        if fits_quota or e.fits_quota(job.leaf, job.shape):
+            order = e.zone_order(job)  # burst zones last (Z3)
+            chosen, passed = zone_choice(order, lambda zone: e.shortfall_in_zone(job, zone))
             if chosen is not None:
                 if not e.decides(chosen):
                     return False  # the dequeuer of that zone admits it (or the ledger refuses)
@@ -325,7 +325,7 @@ class DecisionPass:
         e = self.e
         assert job.leaf is not None
         leaf = job.leaf
-        e._note_shapes(leaf, e._queues[leaf].remove(job))
+        e.note_shapes(leaf, e.leaf_queues[leaf].remove(job))
         queue = e.state.tree.nodes[leaf].queue
         assert queue is not None
         shape, pods, reason = partial if partial is not None else (job.shape, None, fallback)
@@ -333,7 +333,7 @@ class DecisionPass:
         if partial is not None and job.scalable is not None:
             counts = {job.scalable[0]: partial[1]}
             pods = job.pod_count - (job.scalable[2] - partial[1])
-        e._admit(job, leaf, shape, in_pass=True, pods=pods)
+        e.admit(job, leaf, shape, in_pass=True, pods=pods)
         self.decisions.append(
             Admitted(
                 workload=job.key,
@@ -356,11 +356,11 @@ class DecisionPass:
         _, _, count, least = scalable
 
         def shape_for(pods: int) -> Shape:
-            return e._intern(shape_with(job.shape, scalable, pods))
+            return e.intern(shape_with(job.shape, scalable, pods))
 
         def fits(pods: int) -> bool:
             shape = shape_for(pods)
-            return e._fits_quota(leaf, shape) and e._fits_zone(job, shape)
+            return e.fits_quota(leaf, shape) and e.fits_zone(job, shape)
 
         if not fits(least):
             return False
@@ -371,7 +371,7 @@ class DecisionPass:
                 low = middle
             else:
                 high = middle - 1
-        why = e._quota_shortfall(job) or e._zone_shortfall(job)
+        why = e.quota_shortfall(job) or e.zone_shortfall(job)
         reason = reasons.partial_admission(low, count, least, job.shape, why)
         self.admit(job, (shape_for(low), low, reason))
         return True
@@ -389,10 +389,10 @@ class DecisionPass:
             info = e.state.tree.nodes.get(quota)
             queue = info.queue if info is not None and info.queue is not None else QueueName("")
             # Usage was already removed by reclaim; restore it so _unadmit removes it once.
-            e._account(quota, victim.used_shape, victim.zone)
-            e._unadmit(victim)
-            e._classify(victim)
-            e._set_note(victim, why)
+            e.account(quota, victim.used_shape, victim.zone)
+            e.unadmit(victim)
+            e.classify(victim)
+            e.set_note(victim, why)
             self.tried.add(victim.key)  # not reconsidered before the next pass
             self.stand(victim)
             self.victims.append(victim)
@@ -426,11 +426,11 @@ class DecisionPass:
         # Usage went down: every queue not offered now may move again. Those never looked at
         # are in the kept heaps (copied afresh, with what changed refreshed); the ones looked
         # at in this pass, or changed by it, are offered again from where they stand.
-        changed = self.e._refresh_pruning()
-        self.kept_admit = self.e._admit_offers.copy()
-        self.kept_potential = self.e._potential_offers.copy()
+        changed = self.e.refresh_pruning()
+        self.kept_admit = self.e.admit_offers.copy()
+        self.kept_potential = self.e.potential_offers.copy()
         self.full_pruned = False
         again = self.touched.union(changed)
         for leaf in sorted(again):
-            if leaf not in self.live and leaf in self.e._queues:
+            if leaf not in self.live and leaf in self.e.leaf_queues:
                 self.offer(leaf)

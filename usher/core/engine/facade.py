@@ -4,11 +4,11 @@ What it does: ``Engine.apply(event, now)`` folds a cluster event or a decision m
 into the state; ``Engine.decide(now)`` runs one decision pass (cross-queue interleave,
 Round/Block, reclaim, within-quota preemption, min runtime) and returns its decisions;
 ``Engine.preview_pass(now)`` says what a pass would decide without deciding it; the query
-methods explain every workload's state and reason. The engine is the façade over its parts:
-``engine_state`` (the durable state, what a snapshot stores; ``rebuild_derived`` recomputes
-the rest), ``decision_pass`` (one pass), ``policy`` (what Round and Block change),
-``reclaim_search`` (victims) and ``engine_queries`` (read-side answers); it keeps the
-accounting, the folding of inputs, and the derived indexes and caches.
+methods explain every workload's state and reason. The engine is a thin façade: it extends
+``EngineContext`` (``context``: the durable state, the derived indexes and books, and the
+folding, accounting, stops and offers over them, one module each) and hands it to the parts
+of a pass -- ``decision_pass`` (one pass), ``reclaim_search`` (victims), ``starvation`` (N1),
+``backfill`` (N2), ``budget_overrun`` (B2) -- and to ``queries`` (read-side answers).
 What it must never do: read a clock, draw random numbers, perform I/O, or iterate an
 unordered collection where the order could reach a decision. Time only comes in as ``now``.
 """
@@ -78,30 +78,30 @@ class PassPreview(msgspec.Struct, frozen=True, kw_only=True):
     """Every workload that waited before the pass, as the pass would leave it."""
 
 
-_COPIED_ITEM_BY_ITEM: tuple[str, ...] = ("_queues", "_leaf_admitted")
+_COPIED_ITEM_BY_ITEM: tuple[str, ...] = ("leaf_queues", "leaf_admitted")
 """Derived containers a pass writes whose items are mutable: copied item by item."""
 
 _COPIED_FLAT: tuple[str, ...] = (
-    "_outside",
-    "_pod_fit_cache",
-    "_stopping",
-    "_pass_admitted",
-    "_shapes",
-    "_pod_lists",
-    "_names",
-    "_share_cache",
-    "_dirty",
-    "_low",
-    "_leaf_potential",
-    "_potential",
-    "_offer_keys",
-    "_admit_offers",
-    "_potential_offers",
-    "_timed_offers",
-    "_unready",
-    "_grown",
-    "_budget_stops",
-    "_budget_seen",
+    "outside",
+    "pod_fit_cache",
+    "stopping",
+    "pass_admitted",
+    "shapes",
+    "pod_lists",
+    "names",
+    "share_cache",
+    "dirty",
+    "low",
+    "leaf_potential",
+    "potential",
+    "offer_keys",
+    "admit_offers",
+    "potential_offers",
+    "timed_offers",
+    "unready",
+    "grown",
+    "budget_stops",
+    "budget_seen",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 
@@ -111,11 +111,11 @@ aside (with ``state`` itself and the tree's per-node usage)."""
 
 READ_BY_A_PASS: tuple[str, ...] = (
     "config",
-    "_policy",
-    "_class_users",
-    "_zone_cap",
-    "_holds",
-    "_held_leaves",
+    "policy",
+    "class_users",
+    "zone_cap",
+    "holds",
+    "held_leaves",
 )
 """Engine attributes besides ``state`` a pass only reads (the tests check every attribute
 is classified)."""
@@ -139,40 +139,40 @@ class Engine(EngineContext):
         """
         self.state.now = now
         if isinstance(event, Preempted | Requeued | Released):
-            self._book_closed(event.workload)
+            self.book_closed(event.workload)
         match event:
             case WorkloadObserved():
-                self._observe(event)
+                self.observe(event)
             case WorkloadFinished():
-                return self._finish(event)
+                return self.finish(event)
             case WorkloadDeleted():
-                return self._delete(event.workload)
+                return self.delete(event.workload)
             case QuotaTreeApplied():
-                self._install_tree(event)
+                self.install_tree(event)
             case NodeObserved():
-                self._observe_node(event)
+                self.observe_node(event)
             case NodeRemoved():
-                self._remove_node(event)
+                self.remove_node(event)
             case PriorityClassObserved():
-                self._set_priority_class(event.name, event.value)
+                self.set_priority_class(event.name, event.value)
             case PriorityClassDeleted():
-                self._set_priority_class(event.name, None)
+                self.set_priority_class(event.name, None)
             case ZoneServed():
-                self._serve(event.zone)
+                self.serve(event.zone)
             case Admitted():
-                self._apply_admitted(event)
+                self.apply_admitted(event)
                 if self.state.tree.starvation_on:
                     # From the log too, so an engine that runs no pass (replay, explain,
                     # audit) and other zones' admissions start the clock as well (N1).
                     starvation.track(self, [event])
             case Preempted():
-                self._apply_preempted(event)
+                self.apply_preempted(event)
             case Released():
-                self._apply_released(event)
+                self.apply_released(event)
             case Requeued():
-                self._apply_requeued(event)
+                self.apply_requeued(event)
             case Retried():
-                self._apply_retried(event)
+                self.apply_retried(event)
             case WorkloadRejected() | QuotaTreeRejected() | Pending() | Inadmissible() | Unmapped():
                 # A rejected input changes nothing (the last valid state stays in force); the
                 # other decisions carry no state change of their own.
@@ -180,13 +180,13 @@ class Engine(EngineContext):
             case PassRan():
                 pass  # a record of a pass, for the audit (D4): it decides nothing
             case WorkloadProgress():
-                self._progress(event)
+                self.progress(event)
             case NodeHeld():
                 self.state.holds[event.node] = holds.from_event(event)
-                self._refresh_holds()
+                self.refresh_holds()
             case NodeResumed():
                 if self.state.holds.pop(event.node, None) is not None:
-                    self._refresh_holds()
+                    self.refresh_holds()
         return []
 
     def check_preemption(
@@ -218,20 +218,20 @@ class Engine(EngineContext):
         self.state.last_pass_now = now
         self.state.passes += 1
         decisions: list[Decision] = []
-        if self._unready and self.state.tree.root is not None:
+        if self.unready and self.state.tree.root is not None:
             # First, so that a workload out of attempts is announced inadmissible at once.
-            self._requeue_unready(decisions)
+            self.requeue_unready(decisions)
         if self.state.failures:
-            self._retry_failed(decisions)
-        if self._holds:
-            self._drain_due(decisions)
-        if self._grown:
-            self._stop_grown(decisions)
+            self.retry_failed(decisions)
+        if self.holds:
+            self.drain_due(decisions)
+        if self.grown:
+            self.stop_grown(decisions)
         self.refresh_budgets()
-        decisions.extend(self._announcements())
+        decisions.extend(self.announcements())
         # A backoff may have ended since: the leaves whose first candidate depends on the
         # clock are looked at again (the pass refreshes dirty leaves first).
-        self._dirty.update(self._timed_offers)
+        self.dirty.update(self.timed_offers)
         if self.state.tree.root is not None:
             self._run_pass(decisions)
         return decisions
@@ -243,7 +243,7 @@ class Engine(EngineContext):
             try:
                 DecisionPass(self, decisions).run()
             finally:
-                self._end_pass_admissions()
+                self.end_pass_admissions()
             return
         holders: list[Job] = []
         victims: list[Job] = []
@@ -253,7 +253,7 @@ class Engine(EngineContext):
             backfill.run(self, decisions, holders)  # N2: opt-in, needs a declared runtime
         finally:
             starvation.release(self, holders)
-            self._end_pass_admissions()
+            self.end_pass_admissions()
         starvation.track(self, decisions)
 
     def preview_pass(self, now: Millis) -> PassPreview:
@@ -283,8 +283,8 @@ class Engine(EngineContext):
         state = self.state
         derived = {name: getattr(self, name) for name in DERIVED_WRITTEN_BY_A_PASS}
         self.state = state.copy_for_trial()
-        self._queues = {leaf: queue.copy() for leaf, queue in self._queues.items()}
-        self._leaf_admitted = {path: list(keys) for path, keys in self._leaf_admitted.items()}
+        self.leaf_queues = {leaf: queue.copy() for leaf, queue in self.leaf_queues.items()}
+        self.leaf_admitted = {path: list(keys) for path, keys in self.leaf_admitted.items()}
         for name in _COPIED_FLAT:
             setattr(self, name, getattr(self, name).copy())
         usage = [
@@ -308,8 +308,8 @@ class Engine(EngineContext):
         runs out, a drain's grace is over (R15), a budget with work waiting below it resets
         or is used up by the running work (B1) or a reservation starts (N1): a pass should
         run then."""
-        timed = [holds.next_drain(self._holds, self.state.now) if self._holds else None]
-        timed.append(self._next_budget_change())
+        timed = [holds.next_drain(self.holds, self.state.now) if self.holds else None]
+        timed.append(self.next_budget_change())
         if self.state.tree.overrun_leaves:
             timed.append(budget_overrun.next_release(self))
         if self.state.starving:
@@ -333,7 +333,7 @@ class Engine(EngineContext):
         if seq > 0:
             return job.state == ADMITTED and job.admit_seq == seq
         if seq < 0:
-            return job.state == ADMITTED and job.admit_seq == -seq and key in self._unready
+            return job.state == ADMITTED and job.admit_seq == -seq and key in self.unready
         record = job.readiness
         return job.state == PENDING and record is not None and record.not_before_ms == end
 

@@ -59,30 +59,30 @@ from usher.core.tree.quota_tree import validate_tree
 class Folding(Offers):
     """Folding events into state: workloads observed, finished, deleted, and decisions applied."""
 
-    def _observe(self, event: WorkloadObserved) -> None:
+    def observe(self, event: WorkloadObserved) -> None:
         if observed_errors(event):
             return  # forged: no manifest gives such values (the watcher refuses them)
         job = self.state.jobs.get(event.workload)
         if job is None:
-            job = Job(event.workload, self._name(event.namespace), event.name)
+            job = Job(event.workload, self.intern_name(event.namespace), event.name)
             job.arrived_pass = self.state.passes
             if event.admission_gates:  # as created (G1)
                 self.state.gated[job.key] = tuple(event.admission_gates)
             self.state.jobs[job.key] = job
             self._fill(job, event)
-            self._classify(job)
+            self.classify(job)
             return
         if job.state == PENDING or job.state in (UNMAPPED, INADMISSIBLE):
             # Re-observation of a waiting workload: take it out, update, put it back at the
             # place its (possibly new) priority gives it.
-            self._unplace(job)
+            self.unplace(job)
             self._fill(job, event)
-            self._classify(job)
+            self.classify(job)
         else:
             # Admitted or finished: its usage stays as recorded; only metadata follows. An
             # admitted one keeps the size it was admitted with, which is what counts (R16).
             if job.state == ADMITTED and job.used_path is not None:
-                self._forget_admitted(job)
+                self.forget_admitted(job)
                 old_zone = job.zone
                 # Sized only if never observed before (admitted from the log first).
                 self._fill(job, event, sized=job.pod_count == 0)
@@ -92,11 +92,11 @@ class Folding(Offers):
                 if job.zone != old_zone:
                     # Its pods run where they were admitted; usage follows the zone label so
                     # that the release later subtracts from the zone it was added to.
-                    self._move_zone_usage(job.used_shape, old_zone, job.zone)
-                    self._account_zone_quota(job.used_path, job.used_shape, old_zone, -1)
-                    self._account_zone_quota(job.used_path, job.used_shape, job.zone)
+                    self.move_zone_usage(job.used_shape, old_zone, job.zone)
+                    self.account_zone_quota(job.used_path, job.used_shape, old_zone, -1)
+                    self.account_zone_quota(job.used_path, job.used_shape, job.zone)
                 job.refresh_victim_key()
-                insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
+                insort(self.leaf_admitted.setdefault(job.used_path, []), job.victim_key)
             else:
                 self._fill(job, event)
 
@@ -110,25 +110,25 @@ class Folding(Offers):
         grown = [] if event.suspended else grew(counted, observed)
         if grown:
             job.grown = reasons.grew_after_admission(grown, counted, observed)
-            self._grown[job.key] = None
+            self.grown[job.key] = None
         else:
             job.grown = None
-            self._grown.pop(job.key, None)
+            self.grown.pop(job.key, None)
 
     def _fill(self, job: Job, event: WorkloadObserved, *, sized: bool = True) -> None:
         if job.priority_class is not None:
-            self._class_users.get(job.priority_class, {}).pop(job.key, None)
-        job.zone = Zone(self._name(event.zone))
-        listed = tuple(Zone(self._name(zone)) for zone in event.zones)
+            self.class_users.get(job.priority_class, {}).pop(job.key, None)
+        job.zone = Zone(self.intern_name(event.zone))
+        listed = tuple(Zone(self.intern_name(zone)) for zone in event.zones)
         if not (job.state == ADMITTED and not job.listed and not listed):
             job.zones = listed  # else it keeps the tree's list it was admitted under (Z3)
         job.listed = listed
         job.priority_class = (
-            None if event.priority_class is None else self._name(event.priority_class)
+            None if event.priority_class is None else self.intern_name(event.priority_class)
         )
         job.spec_priority = event.priority
         job.created_ms = event.created_ms
-        job.quota_name = None if event.quota_name is None else self._name(event.quota_name)
+        job.quota_name = None if event.quota_name is None else self.intern_name(event.quota_name)
         job.retry_ask = event.retry
         seconds = event.max_runtime_seconds
         job.max_runtime_ms = None if seconds is None else seconds * 1000
@@ -140,7 +140,7 @@ class Folding(Offers):
         if sized:
             self._size(job, event)
         if job.priority_class is not None:
-            self._class_users.setdefault(job.priority_class, {})[job.key] = None
+            self.class_users.setdefault(job.priority_class, {})[job.key] = None
         job.priority = self._resolve_priority(job)
         job.refresh_sort_key()
 
@@ -149,21 +149,21 @@ class Folding(Offers):
         pods: list[Shape] = []
         for pod_set in event.pod_sets:
             if pod_set.count > 0:
-                pods.append(self._intern(shape_of(pod_set.requests)))
-        job.shape = self._intern(shape_of(total_requests(event)))
+                pods.append(self.intern(shape_of(pod_set.requests)))
+        job.shape = self.intern(shape_of(total_requests(event)))
         pod_list = tuple(sorted(set(pods)))
-        job.pods = self._pod_lists.setdefault(pod_list, pod_list)
+        job.pods = self.pod_lists.setdefault(pod_list, pod_list)
         job.pod_count = sum(p.count for p in event.pod_sets if p.count > 0)
         job.scalable = None
         for pod_set in event.pod_sets:
             least = pod_set.min_count
             if least is not None and 0 < least < pod_set.count:
-                pod = self._intern(shape_of(pod_set.requests))
+                pod = self.intern(shape_of(pod_set.requests))
                 job.scalable = (pod_set.name, pod, pod_set.count, least)
         job.fit_shape = (
             job.shape
             if job.scalable is None
-            else self._intern(shape_with(job.shape, job.scalable, job.scalable[3]))
+            else self.intern(shape_with(job.shape, job.scalable, job.scalable[3]))
         )
 
     def _resolve_priority(self, job: Job) -> int:
@@ -171,40 +171,40 @@ class Folding(Offers):
             return self.state.priority_values[job.priority_class]
         return job.spec_priority if job.spec_priority is not None else 0
 
-    def _set_priority_class(self, name: str, value: int | None) -> None:
+    def set_priority_class(self, name: str, value: int | None) -> None:
         if value is None:
             self.state.priority_values.pop(name, None)
         else:
             self.state.priority_values[name] = value
-        for key in list(self._class_users.get(name, {})):
+        for key in list(self.class_users.get(name, {})):
             job = self.state.jobs[key]
             priority = self._resolve_priority(job)
             if priority == job.priority:
                 continue
             if job.state == PENDING and job.leaf is not None:
-                queue = self._queues[job.leaf]
-                self._note_shapes(job.leaf, queue.remove(job))
+                queue = self.leaf_queues[job.leaf]
+                self.note_shapes(job.leaf, queue.remove(job))
                 job.priority = priority
                 job.refresh_sort_key()
-                self._note_shapes(job.leaf, queue.add(job))
+                self.note_shapes(job.leaf, queue.add(job))
             elif job.state == ADMITTED and job.used_path is not None:
-                self._reprioritise_admitted(job, priority)
+                self.reprioritise_admitted(job, priority)
             else:
                 job.priority = priority
                 job.refresh_sort_key()
         self.state.version += 1
 
-    def _finish(self, event: WorkloadFinished) -> list[Decision]:
+    def finish(self, event: WorkloadFinished) -> list[Decision]:
         job = self.state.jobs.get(event.workload)
         if job is None or job.state == FINISHED:
             return []
         quota = job.used_path if job.state == ADMITTED else None
-        ran_on = (quota, job.zone) if quota is not None else self._stopping_on(job.key)
+        ran_on = (quota, job.zone) if quota is not None else self.stopping_on(job.key)
         if not event.succeeded and ran_on is not None:
             self._note_failure(job, *ran_on, event)
         released = self._release(job, "Finished" if event.succeeded else "Failed")
         if not released:
-            self._unplace(job)
+            self.unplace(job)
         if quota is not None:
             job.leaf = quota  # a finished workload is shown in the queue it ran from
         job.state = FINISHED
@@ -229,16 +229,16 @@ class Folding(Offers):
         if failure is not None:
             self.state.failures[job.key] = failure
 
-    def _retry_failed(self, decisions: list[Decision]) -> None:
+    def retry_failed(self, decisions: list[Decision]) -> None:
         """Decide what follows every failed attempt of this engine's zones (R12, R13)."""
         for key, failure in list(self.state.failures.items()):
             if not self.decides(failure.zone):
                 continue
             decision = retry.retried(key, failure)
-            self._apply_retried(decision)
+            self.apply_retried(decision)
             decisions.append(decision)
 
-    def _apply_retried(self, decision: Retried) -> None:
+    def apply_retried(self, decision: Retried) -> None:
         """The attempt ``decision.workload`` is answered; the next one it names is linked to
         its job's first attempt and keeps its place (R12). Only a ``Retried`` links: a job that
         merely carries the annotations gets no place of another."""
@@ -253,15 +253,15 @@ class Folding(Offers):
         )
         self.state.version += 1
 
-    def _delete(self, key: WorkloadKey) -> list[Decision]:
+    def delete(self, key: WorkloadKey) -> list[Decision]:
         job = self.state.jobs.get(key)
         if job is None:
             return []
         released = self._release(job, "Deleted")
         if not released and job.state != FINISHED:
-            self._unplace(job)
+            self.unplace(job)
         if job.priority_class is not None:
-            self._class_users.get(job.priority_class, {}).pop(key, None)
+            self.class_users.get(job.priority_class, {}).pop(key, None)
         self.state.announce.pop(key, None)
         # A job created again under this name later is a new job: it gets no old place (R12).
         self.state.retries.pop(key, None)
@@ -278,50 +278,50 @@ class Folding(Offers):
         """
         if job.held:
             if self.config.instant_release:
-                self._drop_hold(job)
+                self.drop_hold(job)
             else:
-                self._linger(job)
+                self.linger(job)
         if job.state != ADMITTED or job.used_path is None:
             return []
         quota, shape = job.used_path, job.used_shape
         if self.config.instant_release:
-            self._unadmit(job)
+            self.unadmit(job)
         else:
-            self._linger(job)
+            self.linger(job)
         return [Released(workload=job.key, quota=quota, requests=dict(shape), cause=cause)]
 
-    def _progress(self, event: WorkloadProgress) -> None:
+    def progress(self, event: WorkloadProgress) -> None:
         """Pod counts of an admitted workload; its deadline stops once all are ready."""
         job = self.state.jobs.get(event.workload)
         if job is None or job.state != ADMITTED or job.readiness is None:
             return
         job.readiness = readiness.progressed(job.readiness, event.ready, event.total)
         if not job.readiness.deadline_ms:
-            self._unready.pop(job.key, None)
+            self.unready.pop(job.key, None)
 
-    def _requeue_unready(self, decisions: list[Decision]) -> None:
+    def requeue_unready(self, decisions: list[Decision]) -> None:
         """Requeue every admitted workload of this engine's zones past its ready deadline."""
         now = self.state.now
-        due = sorted((end, key) for key, end in self._unready.items() if end <= now)
+        due = sorted((end, key) for key, end in self.unready.items() if end <= now)
         for _, key in due:
             job = self.state.jobs[key]
             if not self.decides(job.zone):
                 continue
             decision = self._requeue_decision(job)
-            self._apply_requeued(decision)
+            self.apply_requeued(decision)
             decisions.append(decision)
 
-    def _drain_due(self, decisions: list[Decision]) -> None:
+    def drain_due(self, decisions: list[Decision]) -> None:
         """Preempt the admitted workloads of this engine's zones below every drain whose grace
         has run out (R15): each is its own preemptor, nobody is admitted in its stead."""
-        due = holds.drains_due(self._holds, self.state.now)
+        due = holds.drains_due(self.holds, self.state.now)
         if not due:
             return
-        for path in sorted(self._leaf_admitted):
-            record = holds.hold_over(self._holds, path)
+        for path in sorted(self.leaf_admitted):
+            record = holds.hold_over(self.holds, path)
             if record is None or record.drain_at_ms is None or record.drain_at_ms > self.state.now:
                 continue
-            for victim_key in list(self._leaf_admitted.get(path, ())):
+            for victim_key in list(self.leaf_admitted.get(path, ())):
                 job = self.state.jobs[victim_key[3]]
                 if not self.decides(job.zone):
                     continue
@@ -337,11 +337,11 @@ class Folding(Offers):
                 self._apply_drained(decision)
                 decisions.append(decision)
 
-    def _stop_grown(self, decisions: list[Decision]) -> None:
+    def stop_grown(self, decisions: list[Decision]) -> None:
         """Stop each admitted workload of this engine's zones that grew after its admission
         (R16): like a drain's preemption (R15) it is its own preemptor, counted until its
         pods are seen stopped, then it waits again at the size it now asks for."""
-        for key in sorted(self._grown):
+        for key in sorted(self.grown):
             job = self.state.jobs[key]
             if not self.decides(job.zone) or job.used_path is None or job.grown is None:
                 continue
@@ -360,7 +360,7 @@ class Folding(Offers):
     def _requeue_decision(self, job: Job) -> Requeued:
         """The requeue of ``job`` now: which attempt it was and when it may be tried again."""
         assert job.used_path is not None and job.readiness is not None
-        policy = self._readiness(job.used_path)
+        policy = self.readiness_of(job.used_path)
         record = job.readiness
         attempt = record.requeues + 1
         final = attempt >= policy.max_attempts
@@ -389,7 +389,7 @@ class Folding(Offers):
             ),
         )
 
-    def _apply_requeued(self, decision: Requeued) -> None:
+    def apply_requeued(self, decision: Requeued) -> None:
         """Evict an admitted workload for readiness: it waits at its place again (R10).
 
         Its usage leaves at once in scenarios; in a running system it stops like a preempted
@@ -401,13 +401,13 @@ class Folding(Offers):
         if job is None or job.state != ADMITTED or job.used_path is None:
             return
         placement: Placement = (job.used_path, job.used_shape, job.zone)
-        self._unadmit(job)
-        self._begin_stop(job.key, job.key, placement)
+        self.unadmit(job)
+        self.begin_stop(job.key, job.key, placement)
         record = job.readiness if job.readiness is not None else readiness.Readiness()
         job.readiness = readiness.requeued(
             record, decision.attempt, decision.retry_after_ms, decision.reason
         )
-        self._classify(job)
+        self.classify(job)
         if job.state == INADMISSIBLE and decision.retry_after_ms is None:
             # The last Requeued says it (and reaches the log through the ledger): a separate
             # Inadmissible from the dequeuer could reach the log before it.
@@ -416,7 +416,7 @@ class Folding(Offers):
             heapq.heappush(self.state.wakeups, (decision.retry_after_ms, 0, job.key))
         self.state.version += 1
 
-    def _apply_admitted(self, decision: Admitted) -> None:
+    def apply_admitted(self, decision: Admitted) -> None:
         if decision.workload in self.state.lingering:
             # This engine admitted it and saw it end before the ledger's grant came back: the
             # lingering usage is that very allocation (one live allocation per workload, R8).
@@ -428,7 +428,7 @@ class Folding(Offers):
             job.zone = decision.zone
             job.priority = decision.priority
             job.created_ms = self.state.now
-            job.shape = self._intern(shape_of(decision.requests))
+            job.shape = self.intern(shape_of(decision.requests))
             job.fit_shape = job.shape
             job.refresh_sort_key()
             job.arrived_pass = self.state.passes
@@ -439,13 +439,13 @@ class Folding(Offers):
                 self._restart_ready_deadline(job)
             return
         else:
-            self._unplace(job)
+            self.unplace(job)
         if job.held:
-            self._drop_hold(job)
+            self.drop_hold(job)
         if decision.zone in job.zones:
             job.zone = decision.zone  # a fallback admission counts where it runs (Z2)
-        shape = self._intern(shape_of(decision.requests))
-        self._admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
+        shape = self.intern(shape_of(decision.requests))
+        self.admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
 
     def _admitted_pods(self, job: Job, decision: Admitted) -> int | None:
         """Pods of a partial admission (R11), for the readiness count; None: all of them."""
@@ -461,46 +461,46 @@ class Folding(Offers):
         grant comes once its last victim stopped."""
         record = job.readiness
         assert job.used_path is not None and record is not None
-        timeout = self._readiness(job.used_path).timeout_ms
+        timeout = self.readiness_of(job.used_path).timeout_ms
         if timeout <= 0 or (record.total and record.ready >= record.total):
             return
         deadline = self.state.now + timeout
-        if job.key in self._unready and deadline <= record.deadline_ms:
+        if job.key in self.unready and deadline <= record.deadline_ms:
             return
         job.readiness = readiness.restarted(record, self.state.now, timeout)
-        self._unready[job.key] = deadline
+        self.unready[job.key] = deadline
         heapq.heappush(self.state.wakeups, (deadline, -job.admit_seq, job.key))
 
-    def _apply_preempted(self, decision: Preempted) -> None:
+    def apply_preempted(self, decision: Preempted) -> None:
         if decision.preemptor == decision.workload:
             self._apply_drained(decision)
             return
-        if self._stopping.get(decision.workload) == decision.workload:
+        if self.stopping.get(decision.workload) == decision.workload:
             # Requeued here, preempted by the ledger before it read that (R10): its usage
             # now counts as the preemptor's group's, as in the ledger.
             stopping = self.state.stops[decision.workload].victims[decision.workload]
-            self._end_stop(decision.workload)
-            self._hold_for(decision.preemptor)
-            self._begin_stop(decision.preemptor, decision.workload, stopping)
+            self.end_stop(decision.workload)
+            self.hold_for(decision.preemptor)
+            self.begin_stop(decision.preemptor, decision.workload, stopping)
             return
         lingering = self.state.lingering.pop(decision.workload, None)
         if lingering is not None:
             # It finished (or was deleted) before the ledger read that: the ledger preempted
             # what it still held. Its usage now counts as the group's, as in the ledger.
-            self._unaccount(*lingering)
-            self._hold_for(decision.preemptor)
-            self._begin_stop(decision.preemptor, decision.workload, lingering)
+            self.unaccount(*lingering)
+            self.hold_for(decision.preemptor)
+            self.begin_stop(decision.preemptor, decision.workload, lingering)
             return
         job = self.state.jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
         assert job.used_path is not None
         placement: Placement = (job.used_path, job.used_shape, job.zone)
-        self._unadmit(job)
-        self._classify(job)
-        self._set_note(job, decision.reason)
-        self._hold_for(decision.preemptor)
-        self._begin_stop(decision.preemptor, job.key, placement)
+        self.unadmit(job)
+        self.classify(job)
+        self.set_note(job, decision.reason)
+        self.hold_for(decision.preemptor)
+        self.begin_stop(decision.preemptor, job.key, placement)
 
     def _apply_drained(self, decision: Preempted) -> None:
         """Preempt an admitted workload for a drain (R15): it waits at its place again.
@@ -513,39 +513,39 @@ class Folding(Offers):
         if job is None or job.state != ADMITTED or job.used_path is None:
             return
         placement: Placement = (job.used_path, job.used_shape, job.zone)
-        self._unadmit(job)
-        self._classify(job)
-        self._set_note(job, decision.reason)
-        self._begin_stop(job.key, job.key, placement)
+        self.unadmit(job)
+        self.classify(job)
+        self.set_note(job, decision.reason)
+        self.begin_stop(job.key, job.key, placement)
         self.state.version += 1
 
-    def _apply_released(self, decision: Released) -> None:
+    def apply_released(self, decision: Released) -> None:
         # The ledger freed it (R7): a victim seen stopped, or a finished, deleted or
         # preempted workload whose usage lingered until now; a preemptor gone for good.
-        requeued = self._stopping.get(decision.workload) == decision.workload
-        self._end_stop(decision.workload)
-        self._preemptor_gone(decision.workload)
+        requeued = self.stopping.get(decision.workload) == decision.workload
+        self.end_stop(decision.workload)
+        self.preemptor_gone(decision.workload)
         if requeued and decision.cause == "Deleted":
             # Requeued here (R10) and deleted: this very workload is gone. It is still known
             # only when the ledger's Admitted reached the log after its deletion (applied
             # again until this Released, R8): that admission ends, nothing waits in a queue.
-            self._end_linger(decision.workload)
+            self.end_linger(decision.workload)
             job = self.state.jobs.get(decision.workload)
             if job is not None:
                 if job.state == ADMITTED:
-                    self._unadmit(job)
-                self._delete(job.key)
+                    self.unadmit(job)
+                self.delete(job.key)
             return
-        if self._end_linger(decision.workload):
+        if self.end_linger(decision.workload):
             return  # a workload of the same name may exist again: it is not this one
         job = self.state.jobs.get(decision.workload)
         if job is None or job.state != ADMITTED:
             return
-        self._unadmit(job)
+        self.unadmit(job)
         if decision.cause == "Deleted":
-            self._delete(job.key)
+            self.delete(job.key)
         elif decision.cause == "Preempted":
-            self._classify(job)
+            self.classify(job)
         else:
             job.state = FINISHED
 
@@ -560,15 +560,15 @@ class Folding(Offers):
             return
         if key in self.state.preemptors:
             self.state.preemptors.pop(key)
-            self._forget_admitted(job)
+            self.forget_admitted(job)
             job.state = PENDING
             job.held = True
             self.state.held[key] = None
-            self._place_pending_again(job)
+            self.place_pending_again(job)
         else:
-            self._unadmit(job, held=False)
-            self._classify(job)
-        self._set_note(job, reason)
+            self.unadmit(job, held=False)
+            self.classify(job)
+        self.set_note(job, reason)
 
     def revert_preemption(
         self, preemptor: WorkloadKey, victims: Sequence[Preempted], reason: Reason
@@ -584,33 +584,33 @@ class Folding(Offers):
         # What each victim was admitted with (a partial admission holds less than it asks).
         placed = {v: where[1] for v, where in group.victims.items()} if group else {}
         for decision in victims:
-            self._end_stop(decision.workload)
+            self.end_stop(decision.workload)
         for decision in victims:
             victim = self.state.jobs.get(decision.workload)
             if victim is None or victim.state == ADMITTED or victim.state == FINISHED:
                 continue
             if victim.held:
-                self._drop_hold(victim)
-            self._unplace(victim)
+                self.drop_hold(victim)
+            self.unplace(victim)
             admitted_ms, admit_seq = victim.admitted_ms, victim.admit_seq
             record = victim.readiness
-            self._admit(victim, decision.quota, placed.get(victim.key, victim.shape))
-            self._forget_admitted(victim)
+            self.admit(victim, decision.quota, placed.get(victim.key, victim.shape))
+            self.forget_admitted(victim)
             victim.admitted_ms, victim.admit_seq = admitted_ms, admit_seq
             # Admitted again as it was: its readiness deadline and counts too (R10).
             victim.readiness = record
-            self._unready.pop(victim.key, None)
+            self.unready.pop(victim.key, None)
             if record is not None and record.deadline_ms:
-                self._unready[victim.key] = record.deadline_ms
+                self.unready[victim.key] = record.deadline_ms
             victim.refresh_victim_key()
-            insort(self._leaf_admitted.setdefault(decision.quota, []), victim.victim_key)
+            insort(self.leaf_admitted.setdefault(decision.quota, []), victim.victim_key)
             victim.note = None
         job = self.state.jobs.get(preemptor)
         if job is None or job.state != ADMITTED:
             return
-        self._unadmit(job)
-        self._classify(job)
-        self._set_note(job, reason)
+        self.unadmit(job)
+        self.classify(job)
+        self.set_note(job, reason)
 
     def check_drain(self, key: WorkloadKey, now: Millis) -> Reason | None:
         """Whether preempting ``key`` for a drain is justified at ``now`` (R15): it is
@@ -622,7 +622,7 @@ class Folding(Offers):
             return reasons.stale_view(key, f"{key} is {state}, not admitted")
         if job.grown is not None:
             return None
-        record = holds.hold_over(self._holds, job.used_path)
+        record = holds.hold_over(self.holds, job.used_path)
         if record is None or record.drain_at_ms is None:
             return reasons.stale_view(key, f"no drain is in force over {job.used_path}")
         if record.drain_at_ms > now:
@@ -630,45 +630,45 @@ class Folding(Offers):
             return reasons.stale_view(key, f"the drain of {record.node} has grace until {until}")
         return None
 
-    def _install_tree(self, event: QuotaTreeApplied) -> None:
+    def install_tree(self, event: QuotaTreeApplied) -> None:
         """A new valid tree: never evicts; waiting workloads are mapped again. A tree that T1
         refuses (published on the log without the watcher's validation) changes nothing: the
         tree in force stays, on every replica alike."""
         if validate_tree(event.root):
             return
         self.state.tree = TreeIndex(event.root, self.config)
-        self._queues = {
+        self.leaf_queues = {
             leaf: Queue(self.state.tree.nodes[leaf].queue or QueueName(leaf), leaf)
             for leaf in self.state.tree.leaves
         }
-        self._low = {}
-        self._leaf_potential = {}
-        self._potential = {}
-        self._share_cache = {}
-        self._offer_keys = {}
-        self._admit_offers = []
-        self._potential_offers = []
-        self._timed_offers = set()
-        self._dirty = set(self.state.tree.leaves)
+        self.low = {}
+        self.leaf_potential = {}
+        self.potential = {}
+        self.share_cache = {}
+        self.offer_keys = {}
+        self.admit_offers = []
+        self.potential_offers = []
+        self.timed_offers = set()
+        self.dirty = set(self.state.tree.leaves)
         self.state.tree_holds = holds.tree_holds(event.root, self.state.tree_holds, self.state.now)
-        self._refresh_holds()
+        self.refresh_holds()
         for job in self.state.jobs.values():
             if job.used_path is not None:
                 # Admitted (or held) usage keeps counting on the nodes of its recorded path
                 # that still exist.
-                self._account_quota(job.used_path, job.used_shape)
+                self.account_quota(job.used_path, job.used_shape)
         for path, shape, _ in self.state.lingering.values():
-            self._account_quota(path, shape)
-        self._recount_zone_quota()
+            self.account_quota(path, shape)
+        self.recount_zone_quota()
         for group in self.state.stops.values():
             # Stopping victims keep counting on the nodes of their paths that still exist.
             group.residual = {}
-            self._account_residual(group, self._node_residual(group), group.zone_residual)
+            self.account_residual(group, self.node_residual(group), group.zone_residual)
         for job in list(self.state.jobs.values()):
             if job.state in (PENDING, UNMAPPED, INADMISSIBLE):
                 job.state = UNMAPPED
-                self._outside.pop(job.key, None)
-                self._classify(job)
+                self.outside.pop(job.key, None)
+                self.classify(job)
                 if job.held and job.state != PENDING:
-                    self._drop_hold(job)
+                    self.drop_hold(job)
         self.state.version += 1

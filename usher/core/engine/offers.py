@@ -33,7 +33,7 @@ from usher.core.state.indexed import (
 class Offers(Shortfalls):
     """Leaf offers and pruning: each waiting leaf's first candidate and what a pass may skip."""
 
-    def _announcements(self) -> list[Decision]:
+    def announcements(self) -> list[Decision]:
         out: list[Decision] = []
         for key in self.state.announce:
             job = self.state.jobs.get(key)
@@ -53,34 +53,34 @@ class Offers(Shortfalls):
         self.state.announce = {}
         return out
 
-    def _refresh_pruning(self) -> list[QuotaPath]:
+    def refresh_pruning(self) -> list[QuotaPath]:
         """Bring the per-node pruning data (lowest request, reclaim potential) and the leaves'
         offers up to date; return the leaves that were refreshed (they had changed)."""
-        if not self._dirty:
+        if not self.dirty:
             return []
         stale_inner: set[QuotaPath] = set()
-        refreshed = sorted(self._dirty)
+        refreshed = sorted(self.dirty)
         for leaf in refreshed:
             info = self.state.tree.nodes.get(leaf)
-            queue = self._queues.get(leaf)
+            queue = self.leaf_queues.get(leaf)
             if info is None or queue is None:
-                self._offer_keys.pop(leaf, None)
+                self.offer_keys.pop(leaf, None)
                 continue
             low = lowest(list(queue.shapes))
-            if low != self._low.get(leaf):
-                self._low[leaf] = low
+            if low != self.low.get(leaf):
+                self.low[leaf] = low
                 stale_inner.update(a.path for a in info.ancestors[:-1])
             potential = 1 if self._has_potential(info, queue) else 0
-            delta = potential - self._leaf_potential.get(leaf, 0)
+            delta = potential - self.leaf_potential.get(leaf, 0)
             if delta:
-                self._leaf_potential[leaf] = potential
+                self.leaf_potential[leaf] = potential
                 for ancestor in info.ancestors:
-                    self._potential[ancestor.path] = self._potential.get(ancestor.path, 0) + delta
+                    self.potential[ancestor.path] = self.potential.get(ancestor.path, 0) + delta
             self._refresh_offer(info, queue, potential)
-        self._dirty = set()
+        self.dirty = set()
         nodes = self.state.tree.nodes
         for path in sorted(stale_inner, key=lambda p: (-nodes[p].depth, p)):
-            self._low[path] = combine_lowest([self._low.get(c) for c in nodes[path].children])
+            self.low[path] = combine_lowest([self.low.get(c) for c in nodes[path].children])
         self._compact_offers()
         return refreshed
 
@@ -88,55 +88,55 @@ class Offers(Shortfalls):
         """The leaf's first workload this engine decides for and that is not backing off
         (R10), and its interleave key (R3: within-min first, lower dominant share, then queue
         order). A leaf where a backing-off workload was passed over is marked as depending on
-        the clock (``_timed_offers``): its offer is refreshed at every pass."""
+        the clock (``timed_offers``): its offer is refreshed at every pass."""
         jobs = self.state.jobs
-        self._timed_offers.discard(info.path)
+        self.timed_offers.discard(info.path)
         budgeted = self.budget_gated(info.path)
         if chain.clocked(self, info.path):
             # What a budget has left shrinks with the clock: a B2 hold may start any pass.
-            self._timed_offers.add(info.path)
+            self.timed_offers.add(info.path)
         gates = chain.passing_over(self, info.path)
         for entry in queue.entries:
             job = jobs[entry[2]]
             shut = chain.passed_over(self, job, gates)
             if shut is not None:
                 if chain.opens_by_time(shut):
-                    self._timed_offers.add(info.path)
+                    self.timed_offers.add(info.path)
                 continue
             # A held preemptor's own hold is already counted in its leaf's usage.
-            within = self._within_min(info, () if job.held else job.shape)
+            within = self.within_min(info, () if job.held else job.shape)
             tier = self.budget_tier(info.path, job, within) if budgeted else int(not within)
             if tier and self.config.half_life_ms is not None:
                 # Decayed usage moves with the clock (F1), even from 0 (work admitted now).
-                self._timed_offers.add(info.path)
+                self.timed_offers.add(info.path)
             fair = self.fair_key(info, tier)
-            return job.key, (tier, fair, self._share(info), job.sort_key)
+            return job.key, (tier, fair, self.share(info), job.sort_key)
         return None
 
     def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
         offer = self._leaf_offer(info, queue)
         if offer is None:
-            self._offer_keys.pop(info.path, None)
+            self.offer_keys.pop(info.path, None)
             return
         entry = (offer[0], offer[1], potential)
-        if self._offer_keys.get(info.path) == entry:
+        if self.offer_keys.get(info.path) == entry:
             return  # its heap entry is still current
-        self._offer_keys[info.path] = entry
-        heap = self._potential_offers if potential else self._admit_offers
+        self.offer_keys[info.path] = entry
+        heap = self.potential_offers if potential else self.admit_offers
         heapq.heappush(heap, (offer[1], info.path))
 
     def _compact_offers(self) -> None:
         """Rebuild a heap once stale entries outnumber current ones (bounded memory)."""
-        current = len(self._offer_keys)
-        if len(self._admit_offers) + len(self._potential_offers) <= 2 * current + 64:
+        current = len(self.offer_keys)
+        if len(self.admit_offers) + len(self.potential_offers) <= 2 * current + 64:
             return
         admit: list[tuple[OfferKey, QuotaPath]] = []
         potential: list[tuple[OfferKey, QuotaPath]] = []
-        for leaf, (_, key, can_preempt) in self._offer_keys.items():
+        for leaf, (_, key, can_preempt) in self.offer_keys.items():
             (potential if can_preempt else admit).append((key, leaf))
         heapq.heapify(admit)
         heapq.heapify(potential)
-        self._admit_offers, self._potential_offers = admit, potential
+        self.admit_offers, self.potential_offers = admit, potential
 
     def _has_potential(self, info: QuotaNodeInfo, queue: Queue) -> bool:
         """Whether something in the queue might preempt (so it must be visited even if full)."""
@@ -146,9 +146,9 @@ class Offers(Shortfalls):
             # Held (R14, or a spent budget, B1): only a preemptor whose hold the ledger
             # already granted may move.
             return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
-        if info.within_quota == "LowerPriority" and info.path in self._leaf_admitted:
+        if info.within_quota == "LowerPriority" and info.path in self.leaf_admitted:
             return True
-        if any(self._within_min(info, shape) for shape in queue.shapes):
+        if any(self.within_min(info, shape) for shape in queue.shapes):
             return True
         return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
 
@@ -158,18 +158,18 @@ class Offers(Shortfalls):
         for tests (a stale key would reorder the interleave, a missing one starve a queue).
         """
         stale: list[QuotaPath] = []
-        heaps = (set(self._admit_offers), set(self._potential_offers))
+        heaps = (set(self.admit_offers), set(self.potential_offers))
         for leaf in self.state.tree.leaves:
-            if leaf in self._dirty or leaf in self._timed_offers:
+            if leaf in self.dirty or leaf in self.timed_offers:
                 continue  # refreshed before the next pass looks
-            info, queue = self.state.tree.nodes[leaf], self._queues[leaf]
+            info, queue = self.state.tree.nodes[leaf], self.leaf_queues[leaf]
             fresh = self._leaf_offer(info, queue)
-            kept = self._offer_keys.get(leaf)
+            kept = self.offer_keys.get(leaf)
             if fresh is None or kept is None:
                 if (fresh is None) != (kept is None):
                     stale.append(leaf)
                 continue
-            potential = self._leaf_potential.get(leaf, 0)
+            potential = self.leaf_potential.get(leaf, 0)
             if (
                 (kept[0], kept[1]) != fresh
                 or kept[2] != potential
@@ -178,13 +178,13 @@ class Offers(Shortfalls):
                 stale.append(leaf)
         return stale
 
-    def _end_pass_admissions(self) -> None:
+    def end_pass_admissions(self) -> None:
         """The pass is over: its admissions become reclaim candidates like any other."""
-        for key in sorted(self._pass_admitted):
+        for key in sorted(self.pass_admitted):
             job = self.state.jobs.get(key)
             if job is not None and job.state == ADMITTED and job.used_path is not None:
-                insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
-        self._pass_admitted = set()
+                insort(self.leaf_admitted.setdefault(job.used_path, []), job.victim_key)
+        self.pass_admitted = set()
 
 
 def lowest(shapes: list[Shape]) -> dict[str, int] | None:

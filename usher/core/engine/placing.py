@@ -40,7 +40,7 @@ from usher.core.tree.zone_burst import tree_accepted, try_order
 class Placing(Books):
     """Where each workload stands: nodes and zones served, queues, admission bookkeeping."""
 
-    def _observe_node(self, event: NodeObserved) -> None:
+    def observe_node(self, event: NodeObserved) -> None:
         record = NodeCapacity(dict(event.allocatable), event.unschedulable)
         nodes = self.state.nodes.setdefault(event.zone, {})
         if nodes.get(event.node) == record:
@@ -48,7 +48,7 @@ class Placing(Books):
         nodes[event.node] = record
         self._nodes_changed(event.zone)
 
-    def _remove_node(self, event: NodeRemoved) -> None:
+    def remove_node(self, event: NodeRemoved) -> None:
         nodes = self.state.nodes.get(event.zone, {})
         if event.node not in nodes:
             return
@@ -57,14 +57,14 @@ class Placing(Books):
             del self.state.nodes[event.zone]
         self._nodes_changed(event.zone)
 
-    def _serve(self, zone: Zone) -> None:
+    def serve(self, zone: Zone) -> None:
         if self.state.served is None:
             self.state.served = {}
         if zone not in self.state.served:
             self.state.served[zone] = None
             self.state.version += 1  # its workloads may be decided (and reclaim for) from now on
             # A queue's first candidate may be one of that zone's from now on.
-            self._dirty.update(self.state.tree.leaves)
+            self.dirty.update(self.state.tree.leaves)
 
     def serves(self, zone: Zone) -> bool:
         """Whether some dequeuer decides for ``zone``: announced, or one of this engine's own
@@ -84,26 +84,26 @@ class Placing(Books):
 
     def stopping_for(self, key: WorkloadKey) -> WorkloadKey | None:
         """The preemptor of ``key`` while it is a victim not seen stopped yet (R7), else None."""
-        return self._stopping.get(key)
+        return self.stopping.get(key)
 
     def _nodes_changed(self, zone: Zone) -> None:
-        self._zone_cap[zone] = zone_capacity(self.state.nodes.get(zone, {}))
-        self._pod_fit_cache = {k: v for k, v in self._pod_fit_cache.items() if k[0] != zone}
+        self.zone_cap[zone] = zone_capacity(self.state.nodes.get(zone, {}))
+        self.pod_fit_cache = {k: v for k, v in self.pod_fit_cache.items() if k[0] != zone}
         # Inadmissibility depends on the nodes: examine this zone's waiting workloads again.
         for job in list(self.state.jobs.values()):
             if job.zone == zone and job.state in (PENDING, INADMISSIBLE):
-                self._unplace(job)
-                self._classify(job)
-        self._dirty.update(self.state.tree.leaves)
+                self.unplace(job)
+                self.classify(job)
+        self.dirty.update(self.state.tree.leaves)
         self.state.version += 1
 
-    def _unplace(self, job: Job) -> None:
+    def unplace(self, job: Job) -> None:
         """Take a waiting workload out of its queue or the outside set."""
-        if job.state == PENDING and job.leaf is not None and job.leaf in self._queues:
-            self._note_shapes(job.leaf, self._queues[job.leaf].remove(job))
-        self._outside.pop(job.key, None)
+        if job.state == PENDING and job.leaf is not None and job.leaf in self.leaf_queues:
+            self.note_shapes(job.leaf, self.leaf_queues[job.leaf].remove(job))
+        self.outside.pop(job.key, None)
 
-    def _classify(self, job: Job) -> None:
+    def classify(self, job: Job) -> None:
         """Map a waiting workload to its leaf and decide pending / inadmissible / unmapped."""
         leaf, unmapped = self._map(job)
         if leaf is None:
@@ -111,7 +111,7 @@ class Placing(Books):
             job.leaf = None
             self._accept_tree_zones(job, None)
             job.state = UNMAPPED
-            self._outside[job.key] = None
+            self.outside[job.key] = None
             self._announce_if_new(job, unmapped)
             return
         job.leaf = leaf
@@ -121,12 +121,12 @@ class Placing(Books):
             never = job.readiness.last  # its last attempt timed out (R10)
         if never is not None:
             job.state = INADMISSIBLE
-            self._outside[job.key] = None
+            self.outside[job.key] = None
             self._announce_if_new(job, never)
             return
         job.state = PENDING
         job.announced = None
-        self._note_shapes(leaf, self._queues[leaf].add(job))
+        self.note_shapes(leaf, self.leaf_queues[leaf].add(job))
 
     def _accept_tree_zones(self, job: Job, leaf: QuotaPath | None) -> None:
         """Z3: a waiting job listing no zones of its own accepts those its leaf's
@@ -136,13 +136,13 @@ class Placing(Books):
         default = self.state.tree.nodes[leaf].default_zones if leaf is not None else ()
         job.zones = tree_accepted(default, job.zone) if default else ()
 
-    def _zone_order(self, job: Job) -> Sequence[Zone]:
+    def zone_order(self, job: Job) -> Sequence[Zone]:
         """The order ``job``'s accepted zones are tried in: burst zones last (Z3)."""
         return try_order(job.zones, self.state.tree.burst)
 
-    def _note_shapes(self, leaf: QuotaPath, changed: bool) -> None:
+    def note_shapes(self, leaf: QuotaPath, changed: bool) -> None:
         # The shape groups of a leaf feed the pass's pruning; any change makes it stale.
-        self._dirty.add(leaf)
+        self.dirty.add(leaf)
 
     def _map(self, job: Job) -> tuple[QuotaPath | None, Reason | None]:
         if self.state.tree.root is None:
@@ -217,7 +217,7 @@ class Placing(Books):
         # Every resource fits some node, but no single node has all of them at once.
         return reasons.pod_too_large(job.zone, pod[0][0], pod[0][1], 0)
 
-    def _admit(
+    def admit(
         self,
         job: Job,
         quota: QuotaPath,
@@ -240,45 +240,45 @@ class Placing(Books):
         job.used_path = quota
         job.used_shape = shape
         job.announced = None
-        self._account(quota, shape, job.zone)
+        self.account(quota, shape, job.zone)
         job.refresh_victim_key()
         if in_pass:
-            self._pass_admitted.add(job.key)
+            self.pass_admitted.add(job.key)
         else:
-            insort(self._leaf_admitted.setdefault(quota, []), job.victim_key)
-        runtime = self._min_runtime(quota)
+            insort(self.leaf_admitted.setdefault(quota, []), job.victim_key)
+        runtime = self.min_runtime(quota)
         if runtime > 0:
             heapq.heappush(self.state.wakeups, (job.admitted_ms + runtime, job.admit_seq, job.key))
         # A pass's own admission is only proposed: its deadline runs from the ledger's grant
         # on the log (before it, the watcher has not even started the pods). Scenarios have
         # no ledger: there the admission is the grant.
         granted = not in_pass or self.config.instant_release
-        self._arm_readiness(job, self._readiness(quota), pods, granted=granted)
+        self.arm_readiness(job, self.readiness_of(quota), pods, granted=granted)
         self.state.version += 1
 
-    def _unadmit(self, job: Job, *, held: bool = True) -> None:
+    def unadmit(self, job: Job, *, held: bool = True) -> None:
         """Free an admitted workload's usage; the caller decides where it goes next.
 
         ``held`` False: the admission was only proposed (the ledger refused it), so it held
         nothing and no budget books it (B1)."""
         assert job.used_path is not None
         if held:
-            self._book_budgets(job)
-            self._book_fair(job)
-        self._unaccount(job.used_path, job.used_shape, job.zone)
-        self._forget_admitted(job)
+            self.book_budgets(job)
+            self.book_fair(job)
+        self.unaccount(job.used_path, job.used_shape, job.zone)
+        self.forget_admitted(job)
         self.state.preemptors.pop(job.key, None)
-        self._unready.pop(job.key, None)
-        self._grown.pop(job.key, None)
+        self.unready.pop(job.key, None)
+        self.grown.pop(job.key, None)
         job.grown = None
         job.used_path = None
         job.used_shape = ()
-        self._back_to_first_zone(job)
+        self.back_to_first_zone(job)
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
         self.state.version += 1
 
     @staticmethod
-    def _back_to_first_zone(job: Job) -> None:
+    def back_to_first_zone(job: Job) -> None:
         """Out of its admission: a job accepting several zones waits in its first again, whose
         dequeuer owns it (Z2); the fallback is chosen afresh at its next admission."""
         if job.zones:
@@ -291,23 +291,23 @@ class Placing(Books):
             return True
         return job.state != ADMITTED and any(self.decides(zone) for zone in job.zones)
 
-    def _forget_admitted(self, job: Job) -> None:
+    def forget_admitted(self, job: Job) -> None:
         assert job.used_path is not None
-        self._pass_admitted.discard(job.key)
-        admitted = self._leaf_admitted.get(job.used_path)
+        self.pass_admitted.discard(job.key)
+        admitted = self.leaf_admitted.get(job.used_path)
         if admitted is not None:
             remove_sorted(admitted, job.victim_key)
             if not admitted:
-                del self._leaf_admitted[job.used_path]
+                del self.leaf_admitted[job.used_path]
 
-    def _reprioritise_admitted(self, job: Job, priority: int) -> None:
+    def reprioritise_admitted(self, job: Job, priority: int) -> None:
         """An admitted workload's priority changed: keep the reclaim order right."""
-        self._forget_admitted(job)
+        self.forget_admitted(job)
         job.priority = priority
         job.refresh_sort_key()
         job.refresh_victim_key()
         assert job.used_path is not None
-        insort(self._leaf_admitted.setdefault(job.used_path, []), job.victim_key)
+        insort(self.leaf_admitted.setdefault(job.used_path, []), job.victim_key)
 
 
 def zone_capacity(nodes: dict[NodeName, NodeCapacity]) -> dict[str, int]:

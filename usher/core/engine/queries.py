@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from schemas import QueueName, QuotaPath, Reason, WorkloadKey, Zone
-from usher.core.engine import starvation
+from usher.core.engine import backfill, starvation
 from usher.core.gates import chain
 from usher.core.model import reasons
 from usher.core.rules.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
@@ -65,7 +65,7 @@ def queues(e: EngineContext, head: int | None = None) -> dict[QueueName, list[Qu
     """Every queue with its pending workloads in order (only the first ``head`` of each when
     given: a view per workload is what costs)."""
     out: dict[QueueName, list[QueueEntry]] = {}
-    for queue in e._queues.values():
+    for queue in e.leaf_queues.values():
         entries = queue.entries if head is None else queue.entries[:head]
         out[queue.name] = [
             QueueEntry(job=key, position=i + 1, priority=-neg)
@@ -77,8 +77,8 @@ def queues(e: EngineContext, head: int | None = None) -> dict[QueueName, list[Qu
 def queue_counts(e: EngineContext) -> dict[QueueName, tuple[int, int]]:
     """``{queue: (pending, admitted)}`` in O(queues), without a view per workload."""
     return {
-        queue.name: (len(queue.entries), len(e._leaf_admitted.get(leaf, ())))
-        for leaf, queue in e._queues.items()
+        queue.name: (len(queue.entries), len(e.leaf_admitted.get(leaf, ())))
+        for leaf, queue in e.leaf_queues.items()
     }
 
 
@@ -97,7 +97,7 @@ def job_state(e: EngineContext, key: WorkloadKey) -> JobView | None:
     if quota is not None and quota in e.state.tree.nodes:
         queue = e.state.tree.nodes[quota].queue
     if job.state == PENDING and job.leaf is not None:
-        position = e._queues[job.leaf].position(job)
+        position = e.leaf_queues[job.leaf].position(job)
     return JobView(
         job=key,
         state=job.state,
@@ -148,7 +148,7 @@ def quota_used_by_zone(e: EngineContext) -> dict[tuple[QuotaPath, Zone], dict[st
     which has no zone per node. Sums: the order of the placements reaches no answer."""
     used: dict[tuple[QuotaPath, Zone], dict[str, int]] = {}
     for path, shape, zone in _counted_placements(e):
-        for info in e._path_nodes(path):
+        for info in e.nodes_on_path(path):
             into = used.setdefault((info.path, zone), {})
             for resource, amount in shape:
                 into[resource] = into.get(resource, 0) + amount
@@ -162,8 +162,8 @@ def _counted_placements(e: EngineContext) -> Iterator[Placement]:
     """Every placement counted in ``used`` now: admitted workloads (the per-leaf reclaim lists
     and a running pass's own admissions) and held ones, each once, then the lingering usage of
     finished ones. O(admitted), not O(workloads)."""
-    keys = dict.fromkeys(k[3] for admitted in e._leaf_admitted.values() for k in admitted)
-    keys.update(dict.fromkeys(sorted(e._pass_admitted)))
+    keys = dict.fromkeys(k[3] for admitted in e.leaf_admitted.values() for k in admitted)
+    keys.update(dict.fromkeys(sorted(e.pass_admitted)))
     keys.update(e.state.held)
     for key in keys:
         job = e.state.jobs.get(key)
@@ -223,7 +223,7 @@ def reason_now(e: EngineContext, key: WorkloadKey) -> Reason | None:
     shut = chain.refusal(e, job)  # the gates, in the order every place asks them
     if shut is not None:
         return shut.reason
-    starved = starvation.reason(e, job)
+    starved = starvation.reason(e, job, backfill.with_why_not)
     if starved is not None:
         return starved
     if job.held:
@@ -231,8 +231,8 @@ def reason_now(e: EngineContext, key: WorkloadKey) -> Reason | None:
             code="PreemptionInProgress",
             message="capacity freed by its preemption is held for it until its victims stop",
         )
-    queue = e._queues[job.leaf]
-    head = e._policy.blocking_head(key, lambda: e.head(queue.leaf))
+    queue = e.leaf_queues[job.leaf]
+    head = e.policy.blocking_head(key, lambda: e.head(queue.leaf))
     if head is not None and _shortfall_now(e, e.state.jobs[head]):
         return reasons.blocked_by_head(head, queue.name)
     found = _shortfall_now(e, job)
@@ -253,15 +253,15 @@ def admission_shortfall(
     own_paths: set[QuotaPath] = set()
     own: dict[str, int] = {}
     if job is not None and job.held and job.used_path is not None:
-        own_paths = {node.path for node in e._path_nodes(job.used_path)}
+        own_paths = {node.path for node in e.nodes_on_path(job.used_path)}
         own = dict(job.used_shape)
     path: list[NodeLoad] = [
-        _set_aside(info, own) if info.path in own_paths else info for info in e._path_nodes(quota)
+        _set_aside(info, own) if info.path in own_paths else info for info in e.nodes_on_path(quota)
     ]
     short = first_shortfall(path, shape_of(requests))
     if short is None:
         return None
-    holder = e._holder_on(short.node, key)
+    holder = e.holder_on(short.node, key)
     if holder is not None:
         numbers = (short.node, short.resource, short.used, short.requested, short.cap)
         return reasons.held_for_preemptor(*numbers, holder)
@@ -282,18 +282,18 @@ def _pending_reason(e: EngineContext, job: Job) -> Reason:
         return shut.reason
     if e.state.passes <= job.arrived_pass:
         return reasons.not_yet_evaluated("arrived after the last decision pass")
-    starved = starvation.reason(e, job)
+    starved = starvation.reason(e, job, backfill.with_why_not)
     if starved is not None:
         return starved
     assert job.leaf is not None
-    queue = e._queues[job.leaf]
-    head = e._policy.blocking_head(job.key, lambda: e.head(queue.leaf))
+    queue = e.leaf_queues[job.leaf]
+    head = e.policy.blocking_head(job.key, lambda: e.head(queue.leaf))
     if head is not None:
         return reasons.blocked_by_head(head, queue.name)
-    shortfall = e._quota_shortfall(job)
+    shortfall = e.quota_shortfall(job)
     if shortfall is not None:
         return shortfall
-    zone = e._zone_shortfall(job)
+    zone = e.zone_shortfall(job)
     if zone is not None:
         return zone
     return reasons.not_yet_evaluated("fits now; the next decision pass will admit it")
@@ -302,4 +302,4 @@ def _pending_reason(e: EngineContext, job: Job) -> Reason:
 def _shortfall_now(e: EngineContext, job: Job) -> Reason | None:
     if job.held:
         return None
-    return e._quota_shortfall(job) or e._zone_shortfall(job)
+    return e.quota_shortfall(job) or e.zone_shortfall(job)

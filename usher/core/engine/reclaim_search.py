@@ -43,7 +43,7 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     lower = leaf.within_quota == "LowerPriority"
     if not within and not lower:
         return None
-    if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+    if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return None  # no eviction can make a too-large pod fit
     if e.state.stops and _fits_once_stopped(e, job):
         return None  # room is coming: preempting more would take what is not needed
@@ -75,7 +75,7 @@ def _remove_until_fits(
             return removed
     for victim, _ in reversed(removed):
         assert victim.used_path is not None
-        e._account(victim.used_path, victim.used_shape, victim.zone)
+        e.account(victim.used_path, victim.used_shape, victim.zone)
     return None
 
 
@@ -92,9 +92,9 @@ def _remove_fits(
     else:
         assert job.leaf is not None
         why = reasons.lower_priority(job.key, job.priority, victim.priority, job.leaf)
-    e._unaccount(victim.used_path, victim.used_shape, victim.zone)
+    e.unaccount(victim.used_path, victim.used_shape, victim.zone)
     removed.append((victim, why))
-    return e._fits(job)
+    return e.fits(job)
 
 
 def _frees_no_capped_zone(e: EngineContext, job: Job, victim: Job) -> bool:
@@ -102,7 +102,7 @@ def _frees_no_capped_zone(e: EngineContext, job: Job, victim: Job) -> bool:
     in its own zone (Z1): evicting it cannot make room there, so it is deferred until the
     candidates of that zone are used up -- a reclaim restores the guarantee in the zone it
     was lent from. Once the zone has room, a deferred one may still be what frees the total."""
-    return e.state.tree.zone_capped and victim.zone != job.zone and not e._fits_zone_quota(job)
+    return e.state.tree.zone_capped and victim.zone != job.zone and not e.fits_zone_quota(job)
 
 
 def _put_back(
@@ -112,11 +112,11 @@ def _put_back(
     for index in range(len(removed) - 1, -1, -1):
         victim = removed[index][0]
         assert victim.used_path is not None
-        e._account(victim.used_path, victim.used_shape, victim.zone)
-        if e._fits(job):
+        e.account(victim.used_path, victim.used_shape, victim.zone)
+        if e.fits(job):
             del removed[index]
         else:
-            e._unaccount(victim.used_path, victim.used_shape, victim.zone)
+            e.unaccount(victim.used_path, victim.used_shape, victim.zone)
     return removed
 
 
@@ -136,7 +136,7 @@ def _cross_leaf_candidates(e: EngineContext, job: Job) -> Iterator[Job]:
         leaves = [
             leaf
             for leaf in e.state.tree.leaves_under.get(path[level].path, ())
-            if leaf not in inner and leaf in e._leaf_admitted
+            if leaf not in inner and leaf in e.leaf_admitted
         ]
         leaves.extend(vanished.get(level + 1, ()))
         yield from _burst_first(e, _merged_victims(e, job, leaves))
@@ -148,7 +148,7 @@ def _vanished_by_depth(
     """Admitted usage recorded on leaves that no longer exist, by common depth."""
     mine = leaf.split("/")
     out: dict[int, list[QuotaPath]] = {}
-    for path in sorted(p for p in e._leaf_admitted if p not in e.state.tree.nodes):
+    for path in sorted(p for p in e.leaf_admitted if p not in e.state.tree.nodes):
         depth = min(_common_depth(mine, path.split("/")), deepest)
         out.setdefault(depth, []).append(path)
     return out
@@ -158,16 +158,16 @@ def _merged_victims(e: EngineContext, job: Job, leaves: list[QuotaPath]) -> Iter
     lists = []
     for leaf in leaves:
         if borrowing_reason(e, job, leaf, None) is not None:
-            lists.append(e._leaf_admitted[leaf])
+            lists.append(e.leaf_admitted[leaf])
         elif _zone_borrowing_reason(e, job, leaf, job.zone) is not None:
             # Z4: above its guarantee in the preemptor's zone only, it lends that zone's work.
-            lists.append([k for k in e._leaf_admitted[leaf] if e.state.jobs[k[3]].zone == job.zone])
+            lists.append([k for k in e.leaf_admitted[leaf] if e.state.jobs[k[3]].zone == job.zone])
     for victim_key in heapq.merge(*lists):
         victim = e.state.jobs[victim_key[3]]
         assert victim.used_path is not None
         if _protected(e, victim):
             continue
-        if e.state.now - victim.admitted_ms >= e._min_runtime(victim.used_path):
+        if e.state.now - victim.admitted_ms >= e.min_runtime(victim.used_path):
             yield victim
 
 
@@ -193,8 +193,8 @@ def _same_leaf_candidates(e: EngineContext, job: Job) -> Iterator[Job]:
 
 def _lower_priority_of_leaf(e: EngineContext, job: Job) -> Iterator[Job]:
     assert job.leaf is not None
-    runtime = e._min_runtime(job.leaf)
-    for victim_key in list(e._leaf_admitted.get(job.leaf, ())):
+    runtime = e.min_runtime(job.leaf)
+    for victim_key in list(e.leaf_admitted.get(job.leaf, ())):
         if victim_key[0] >= job.priority:
             break  # sorted by priority: nothing further is lower
         victim = e.state.jobs[victim_key[3]]
@@ -206,7 +206,7 @@ def _protected(e: EngineContext, victim: Job) -> bool:
     """Never a victim: admitted by this very pass (the ledger may yet refuse it), or a
     preemptor whose own victims still stop (the ledger holds it, it is not admitted).
     ADMISSION-RULES R6."""
-    return victim.key in e._pass_admitted or victim.key in e.state.stops
+    return victim.key in e.pass_admitted or victim.key in e.state.stops
 
 
 def _fits_once_stopped(e: EngineContext, job: Job) -> bool:
@@ -226,7 +226,7 @@ def within_guarantee(e: EngineContext, job: Job) -> bool:
     its zone, within its ``zone-min`` where the leaf declares one for that zone (Z4)."""
     assert job.leaf is not None
     info = e.state.tree.nodes[job.leaf]
-    if not e._within_min(info, job.shape):
+    if not e.within_min(info, job.shape):
         return False
     return not e.state.tree.zone_guaranteed or within_zone_min(
         info.zone_min, info.zone_used, job.zone, job.shape
@@ -318,14 +318,14 @@ def check_preemption(
                 return refusal
             where = _victim_placement(e, victim, key)
             assert where is not None
-            e._unaccount(*where)
+            e.unaccount(*where)
             removed.append(where)
-        if not e._fits(job):
+        if not e.fits(job):
             return reasons.stale_view(preemptor, "it would not fit without these victims")
         return None
     finally:
         for where in reversed(removed):
-            e._account(*where)
+            e.account(*where)
 
 
 def _victim_placement(e: EngineContext, victim: Job | None, key: WorkloadKey) -> Placement | None:
@@ -356,7 +356,7 @@ def _victim_refusal(
         path,
         None if victim is None else victim.priority,
         ran_ms=None if victim is None else e.state.now - victim.admitted_ms,
-        min_runtime_ms=e._min_runtime(path),
+        min_runtime_ms=e.min_runtime(path),
         lower_priority=lower,
         within=within,
         borrowing=path != job.leaf
@@ -384,15 +384,15 @@ def reclaim_preview(
     shut = gates.refusal(e, job)  # the gates a pass asks: a workload not offered preempts nothing
     if shut is not None:
         return f"{shut.says}: it is not offered, so it preempts nothing", []
-    if e._fits(job):
+    if e.fits(job):
         return "it fits without preempting anything; the next decision pass admits it", []
     refusal = _reclaim_refusal(e, job)
     if refusal is not None:
         return refusal, []
     saved = (
         e.state.now,
-        set(e._dirty),
-        dict(e._share_cache),
+        set(e.dirty),
+        dict(e.share_cache),
         dict(e.state.reclaim_failed),
     )
     e.state.now = now
@@ -408,10 +408,10 @@ def reclaim_preview(
         victims = [_preview_victim(e, job, victim, why) for victim, why in removed]
         for victim, _ in removed:
             assert victim.used_path is not None
-            e._account(victim.used_path, victim.used_shape, victim.zone)
+            e.account(victim.used_path, victim.used_shape, victim.zone)
         return None, victims
     finally:
-        e.state.now, e._dirty, e._share_cache, e.state.reclaim_failed = saved
+        e.state.now, e.dirty, e.share_cache, e.state.reclaim_failed = saved
 
 
 _ONLY_RESTORES: Final = "reclaim only restores a guarantee, and within-quota preemption is Never"
@@ -421,11 +421,11 @@ _ONLY_RESTORES: Final = "reclaim only restores a guarantee, and within-quota pre
 def _reclaim_refusal(e: EngineContext, job: Job) -> str | None:
     assert job.leaf is not None
     info = e.state.tree.nodes[job.leaf]
-    if not all(e._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+    if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return f"no schedulable node of zone {job.zone} can host one of its pods"
     if within_guarantee(e, job) or info.within_quota == "LowerPriority":
         return None
-    zone_min = info.zone_min.get(job.zone, {}) if e._within_min(info, job.shape) else {}
+    zone_min = info.zone_min.get(job.zone, {}) if e.within_min(info, job.shape) else {}
     for resource, amount in job.shape:
         if resource not in zone_min:
             continue

@@ -26,43 +26,43 @@ from usher.core.tree.zone_fallback import passed_over, zone_choice
 class Shortfalls(Stops):
     """Why a job does not fit now: the quota and zone shortfalls, as reasons with numbers."""
 
-    def _quota_shortfall(self, job: Job) -> Reason | None:
+    def quota_shortfall(self, job: Job) -> Reason | None:
         assert job.leaf is not None
         # Nearest node first: the leaf or department a person can act on.
-        short = first_shortfall(self._tree.nodes[job.leaf].ancestors, job.shape)
+        short = first_shortfall(self.tree.nodes[job.leaf].ancestors, job.shape)
         if short is None:
             return None
         numbers = (short.node, short.resource, short.used, short.requested, short.cap)
-        holder = self._holder_on(short.node, job.key)
+        holder = self.holder_on(short.node, job.key)
         if holder is not None:
             return reasons.held_for_preemptor(*numbers, holder)
         # Full only until victims already chosen have stopped: say so, not "exceeded".
-        stopping = self._tree.nodes[short.node].residual.get(short.resource, 0)
+        stopping = self.tree.nodes[short.node].residual.get(short.resource, 0)
         if stopping > 0 and short.used - stopping + short.requested <= short.cap:
             return reasons.victims_still_stopping(*numbers, stopping)
         return quota_exceeded(short, self.config.oversell_rate)
 
-    def _holder_on(self, path: QuotaPath, asking: WorkloadKey) -> WorkloadKey | None:
+    def holder_on(self, path: QuotaPath, asking: WorkloadKey) -> WorkloadKey | None:
         for key in sorted(self.state.held):
             holder = self.state.jobs[key]
             if (
                 key != asking
                 and holder.used_path is not None
-                and any(n.path == path for n in self._path_nodes(holder.used_path))
+                and any(n.path == path for n in self.nodes_on_path(holder.used_path))
             ):
                 return key
         return None
 
-    def _zone_shortfall(self, job: Job) -> Reason | None:
+    def zone_shortfall(self, job: Job) -> Reason | None:
         """What the zone lacks for the whole request; for a waiting job accepting several
         zones, what each of them lacks (none: the first that fits admits it, Z2)."""
         if not job.zones or job.state == ADMITTED:
             return self._shortfall_here(job)
-        order = self._zone_order(job)
-        chosen, passed = zone_choice(order, lambda zone: self._shortfall_in_zone(job, zone))
+        order = self.zone_order(job)
+        chosen, passed = zone_choice(order, lambda zone: self.shortfall_in_zone(job, zone))
         return None if chosen is not None else passed_over(None, passed)
 
-    def _shortfall_in_zone(self, job: Job, zone: Zone) -> Reason | None:
+    def shortfall_in_zone(self, job: Job, zone: Zone) -> Reason | None:
         """What ``zone`` lacks for ``job`` as if it waited there (Z2)."""
         home, job.zone = job.zone, zone
         try:
@@ -73,18 +73,18 @@ class Shortfalls(Stops):
     def _shortfall_here(self, job: Job) -> Reason | None:
         if self.state.tree.zone_capped:
             assert job.leaf is not None
-            nodes = self._path_nodes(job.leaf)
+            nodes = self.nodes_on_path(job.leaf)
             short = zone_quota.zone_shortfall(nodes, job.zone, job.shape)
             if short is not None:
                 return zone_quota.zone_quota_exceeded(short)  # Z1
         if job.zone not in self.state.nodes:
             return None
-        cap = self._zone_cap.get(job.zone, {})
+        cap = self.zone_cap.get(job.zone, {})
         used = self.state.zone_used.get(job.zone, {})
         for resource, amount in job.shape:
             have = used.get(resource, 0)
             if have + amount > cap.get(resource, 0):
                 return reasons.zone_capacity(job.zone, resource, have, amount, cap.get(resource, 0))
-        if not all(self._pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+        if not all(self.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
             return reasons.no_node_fits(job.zone)
         return None

@@ -111,33 +111,33 @@ ENCODED: frozenset[str] = frozenset(
 REBUILT: frozenset[str] = frozenset(
     {
         "config",  # given to ``restore`` and checked against the snapshot's
-        "_policy",  # the seam of ``config.policy``
-        "_queues",
-        "_leaf_admitted",
-        "_outside",
-        "_class_users",
-        "_zone_cap",
-        "_pod_fit_cache",
-        "_shapes",
-        "_pod_lists",
-        "_names",
-        "_share_cache",
-        "_dirty",
-        "_low",
-        "_leaf_potential",
-        "_potential",
-        "_offer_keys",
-        "_admit_offers",
-        "_potential_offers",
-        "_timed_offers",
-        "_stopping",  # from ``stops``
-        "_unready",  # from the admitted workloads' readiness records
-        "_grown",  # from the admitted workloads' ``grown``
-        "_pass_admitted",  # empty between passes, when snapshots are taken
-        "_holds",  # from ``holds`` and ``tree_holds``
-        "_held_leaves",
-        "_budget_stops",  # from the tree's budgets, ``budget_book`` and the admitted work
-        "_budget_seen",
+        "policy",  # the seam of ``config.policy``
+        "leaf_queues",
+        "leaf_admitted",
+        "outside",
+        "class_users",
+        "zone_cap",
+        "pod_fit_cache",
+        "shapes",
+        "pod_lists",
+        "names",
+        "share_cache",
+        "dirty",
+        "low",
+        "leaf_potential",
+        "potential",
+        "offer_keys",
+        "admit_offers",
+        "potential_offers",
+        "timed_offers",
+        "stopping",  # from ``stops``
+        "unready",  # from the admitted workloads' readiness records
+        "grown",  # from the admitted workloads' ``grown``
+        "pass_admitted",  # empty between passes, when snapshots are taken
+        "holds",  # from ``holds`` and ``tree_holds``
+        "held_leaves",
+        "budget_stops",  # from the tree's budgets, ``budget_book`` and the admitted work
+        "budget_seen",
     }
 )
 """Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""

@@ -17,17 +17,18 @@ the pass that made it (between passes a reservation is only its record: since wh
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from schemas import Admitted, Decision, Millis, Reason, WorkloadKey
-from usher.core.engine import backfill
+from usher.core.engine.context import EngineContext
+from usher.core.engine.decision_pass import DecisionPass
 from usher.core.gates import chain
 from usher.core.model import reasons
 from usher.core.rules.arbitration import Load, first_shortfall
 from usher.core.state.indexed import PENDING, Job
 
-if TYPE_CHECKING:
-    from usher.core.engine.context import EngineContext
+WhyNot = Callable[[EngineContext, Reason, Job, Job], Reason]
+"""Why a workload behind a reservation does not backfill, added to its reason (N2)."""
 
 
 def threshold_ms(e: EngineContext, job: Job) -> int:
@@ -67,8 +68,6 @@ def serve_first(
     not fit, adding it to ``holders`` (each must be ``release``d when the pass ends, also
     when the pass fails half-way: the caller owns the list). What their reclaims preempt is
     added to ``victims``: the rest of the pass does not offer them (R3)."""
-    from usher.core.engine.decision_pass import DecisionPass  # the pass module imports the engine
-
     for job in reservations(e):
         if not may_try(e, job):
             continue
@@ -101,7 +100,7 @@ def track(e: EngineContext, decisions: list[Decision]) -> None:
     heads: dict[WorkloadKey, None] = {}
     for leaf in e.state.tree.leaves:
         info = e.state.tree.nodes[leaf]
-        queue = e._queues.get(leaf)
+        queue = e.leaf_queues.get(leaf)
         if not info.starvation_ms or queue is None or e.hold_over(leaf) is not None:
             continue
         head = e.head(leaf)
@@ -119,9 +118,10 @@ def track(e: EngineContext, decisions: list[Decision]) -> None:
             starving[head] = e.state.now
 
 
-def reason(e: EngineContext, job: Job) -> Reason | None:
+def reason(e: EngineContext, job: Job, why_not: WhyNot) -> Reason | None:
     """``Reserved`` for a workload with a reservation that does not fit yet,
-    ``BehindReservation`` for one that would fit but for somebody's reservation."""
+    ``BehindReservation`` for one that would fit but for somebody's reservation, with
+    ``why_not`` (N2's ``backfill.with_why_not``: backfill builds on this module) added."""
     if not e.state.starving:
         return None
     held = reservations(e)
@@ -132,7 +132,7 @@ def reason(e: EngineContext, job: Job) -> Reason | None:
             continue  # the pass holds nothing for a workload the gates shut (serve_first)
         found = _behind(e, job, holder)
         if found is not None:
-            return backfill.with_why_not(e, found, job, holder)  # N2
+            return why_not(e, found, job, holder)  # N2
     return None
 
 
@@ -145,14 +145,14 @@ def may_try(e: EngineContext, job: Job) -> bool:
 def _hold(e: EngineContext, job: Job, sign: int) -> None:
     assert job.leaf is not None
     amounts = dict(job.shape)
-    for info in e._path_nodes(job.leaf):
-        e._shift_node(info.path, amounts, sign)
+    for info in e.nodes_on_path(job.leaf):
+        e.shift_node(info.path, amounts, sign)
     e.state.version += 1  # reclaim judged under the hold is not judged without it
 
 
 def _reserved(e: EngineContext, job: Job) -> Reason | None:
     assert job.leaf is not None
-    short = first_shortfall(e._path_nodes(job.leaf), job.shape)
+    short = first_shortfall(e.nodes_on_path(job.leaf), job.shape)
     if short is None:
         return None  # fits now: the next pass admits it
     since = e.state.starving[job.key]
@@ -167,10 +167,10 @@ def _behind(e: EngineContext, job: Job, holder: Job) -> Reason | None:
     """BehindReservation when ``job`` fits without ``holder``'s reservation but not with it."""
     if holder is job or job.leaf is None or holder.leaf is None:
         return None
-    path = e._path_nodes(job.leaf)
+    path = e.nodes_on_path(job.leaf)
     if first_shortfall(path, job.shape) is not None:
         return None
-    shared = {info.path for info in e._path_nodes(holder.leaf)}
+    shared = {info.path for info in e.nodes_on_path(holder.leaf)}
     extra = dict(holder.shape)
     loads = [
         Load(

@@ -34,46 +34,46 @@ _K = TypeVar("_K", QuotaPath, Zone)
 class Stops(Placing):
     """Victims stopping: stop groups, their residuals, holds of preemptors, lingering work."""
 
-    def _stopping_on(self, key: WorkloadKey) -> tuple[QuotaPath, Zone] | None:
+    def stopping_on(self, key: WorkloadKey) -> tuple[QuotaPath, Zone] | None:
         """Where a victim not seen stopped yet still runs (R7); None if it is no such victim.
 
         Its attempt was admitted and its pods run until they are seen stopped: one that fails
         meanwhile (OOM-killed while its preemption is on its way) failed an admitted attempt,
         and its job is over for Kubernetes, so it needs its ``Retried`` (R12) like any other.
         """
-        preemptor = self._stopping.get(key)
+        preemptor = self.stopping.get(key)
         group = self.state.stops.get(preemptor) if preemptor is not None else None
         where = group.victims.get(key) if group is not None else None
         return (where[0], where[2]) if where is not None else None
 
-    def _linger(self, job: Job) -> None:
+    def linger(self, job: Job) -> None:
         """Out of the workload, still counted: its usage waits for the ledger's ``Released``."""
         assert job.used_path is not None
         if job.state == ADMITTED:
-            self._book_on_close(job)
-            self._forget_admitted(job)
+            self.book_on_close(job)
+            self.forget_admitted(job)
             job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
         self.state.preemptors.pop(job.key, None)
         self.state.held.pop(job.key, None)
         self.state.lingering[job.key] = (job.used_path, job.used_shape, job.zone)
-        self._unready.pop(job.key, None)
-        self._grown.pop(job.key, None)
+        self.unready.pop(job.key, None)
+        self.grown.pop(job.key, None)
         job.grown = None
         job.used_path = None
         job.used_shape = ()
-        self._back_to_first_zone(job)
+        self.back_to_first_zone(job)
         job.held = False  # a held workload stays where it waits; the caller takes it out
         self.state.version += 1
 
-    def _end_linger(self, key: WorkloadKey) -> bool:
+    def end_linger(self, key: WorkloadKey) -> bool:
         where = self.state.lingering.pop(key, None)
         if where is None:
             return False
-        self._unaccount(*where)
+        self.unaccount(*where)
         self.state.version += 1
         return True
 
-    def _hold_for(self, key: WorkloadKey) -> None:
+    def hold_for(self, key: WorkloadKey) -> None:
         """A reclaim decided elsewhere: the freed capacity is held for its preemptor.
 
         The ledger holds it the same way until the preemptor's ``Admitted`` arrives, so no
@@ -86,37 +86,37 @@ class Stops(Placing):
         job.used_shape = job.shape
         job.held = True
         self.state.held[key] = None
-        self._account(job.leaf, job.shape, job.zone)
+        self.account(job.leaf, job.shape, job.zone)
         self.state.version += 1
 
-    def _place_pending_again(self, job: Job) -> None:
+    def place_pending_again(self, job: Job) -> None:
         """Put a held preemptor back in its queue (its usage stays counted as the hold)."""
         job.state = UNMAPPED  # so that _classify sees it out of every place
-        self._classify(job)
+        self.classify(job)
         if job.state != PENDING:
-            self._drop_hold(job)
+            self.drop_hold(job)
         elif job.leaf is not None:
-            self._dirty.add(job.leaf)
+            self.dirty.add(job.leaf)
 
-    def _drop_hold(self, job: Job) -> None:
+    def drop_hold(self, job: Job) -> None:
         if job.used_path is not None:
-            self._unaccount(job.used_path, job.used_shape, job.zone)
+            self.unaccount(job.used_path, job.used_shape, job.zone)
         job.used_path = None
         job.held = False
         self.state.held.pop(job.key, None)
         self.state.version += 1
 
-    def _set_note(self, job: Job, reason: Reason) -> None:
+    def set_note(self, job: Job, reason: Reason) -> None:
         # A note explains the workload until the next pass looks at it again.
         job.note = reason
         job.note_pass = self.state.passes
 
-    def _begin_stop(self, preemptor: WorkloadKey, victim: WorkloadKey, where: Placement) -> None:
+    def begin_stop(self, preemptor: WorkloadKey, victim: WorkloadKey, where: Placement) -> None:
         """``victim`` was preempted for ``preemptor``: its usage counts until it is seen
         stopped, with the preemptor's hold carved out of it (ADMISSION-RULES R7)."""
         if self.config.instant_release:
             return
-        self._end_stop(victim)  # one group per victim, whatever a log says (hostile input)
+        self.end_stop(victim)  # one group per victim, whatever a log says (hostile input)
         group = self.state.stops.get(preemptor)
         if group is None:
             holder = self.state.jobs.get(preemptor)
@@ -124,18 +124,18 @@ class Stops(Placing):
             if holder is not None and holder.used_path is not None:
                 hold = (holder.used_path, holder.used_shape, holder.zone)
             group = self.state.stops[preemptor] = StopGroup(preemptor, hold)
-        self._stopping[victim] = preemptor
+        self.stopping[victim] = preemptor
         self._regroup(group, lambda: group.victims.__setitem__(victim, where))
 
-    def _end_stop(self, victim: WorkloadKey) -> None:
+    def end_stop(self, victim: WorkloadKey) -> None:
         """``victim`` was seen stopped (or its preemption undone): its residual leaves."""
-        preemptor = self._stopping.pop(victim, None)
+        preemptor = self.stopping.pop(victim, None)
         if preemptor is None:
             return
         group = self.state.stops[preemptor]
         self._regroup(group, lambda: group.victims.pop(victim, None))
 
-    def _preemptor_gone(self, preemptor: WorkloadKey) -> None:
+    def preemptor_gone(self, preemptor: WorkloadKey) -> None:
         """The preemptor finished or was deleted: its victims count whole until they stop."""
         group = self.state.stops.get(preemptor)
         if group is not None and group.hold is not None:
@@ -147,26 +147,26 @@ class Stops(Placing):
 
     def _regroup(self, group: StopGroup, change: Callable[[], object]) -> None:
         """Apply ``change`` to a group, moving its residual from the old to the new value."""
-        self._account_residual(group, {}, {})
+        self.account_residual(group, {}, {})
         change()
         if not group.victims:
             del self.state.stops[group.preemptor]
             return
-        self._account_residual(group, self._node_residual(group), self._zone_residual(group))
+        self.account_residual(group, self.node_residual(group), self.zone_residual(group))
 
-    def _node_residual(self, group: StopGroup) -> dict[QuotaPath, dict[str, int]]:
+    def node_residual(self, group: StopGroup) -> dict[QuotaPath, dict[str, int]]:
         victims: dict[QuotaPath, dict[str, int]] = {}
         for key in sorted(group.victims):
             path, shape, _ = group.victims[key]
-            for info in self._path_nodes(path):
+            for info in self.nodes_on_path(path):
                 _add_shape(victims.setdefault(info.path, {}), shape)
         hold: dict[QuotaPath, dict[str, int]] = {}
         if group.hold is not None:
-            for info in self._path_nodes(group.hold[0]):
+            for info in self.nodes_on_path(group.hold[0]):
                 _add_shape(hold.setdefault(info.path, {}), group.hold[1])
         return _excess(victims, hold)
 
-    def _zone_residual(self, group: StopGroup) -> dict[Zone, dict[str, int]]:
+    def zone_residual(self, group: StopGroup) -> dict[Zone, dict[str, int]]:
         victims: dict[Zone, dict[str, int]] = {}
         for key in sorted(group.victims):
             _, shape, zone = group.victims[key]
@@ -176,7 +176,7 @@ class Stops(Placing):
             _add_shape(hold.setdefault(group.hold[2], {}), group.hold[1])
         return _excess(victims, hold)
 
-    def _account_residual(
+    def account_residual(
         self,
         group: StopGroup,
         nodes: dict[QuotaPath, dict[str, int]],
@@ -184,12 +184,12 @@ class Stops(Placing):
     ) -> None:
         """Replace what ``group`` counts beyond its hold by ``nodes`` and ``zones``."""
         for path, amounts in group.residual.items():
-            self._shift_node(path, amounts, -1)
+            self.shift_node(path, amounts, -1)
         for zone, amounts in group.zone_residual.items():
             shift_amounts(self.state.zone_used.setdefault(zone, {}), amounts, -1)
         group.residual, group.zone_residual = nodes, zones
         for path, amounts in nodes.items():
-            self._shift_node(path, amounts, 1)
+            self.shift_node(path, amounts, 1)
         for zone, amounts in zones.items():
             shift_amounts(self.state.zone_used.setdefault(zone, {}), amounts, 1)
         self.state.version += 1
