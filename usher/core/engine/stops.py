@@ -91,7 +91,7 @@ class Stops(Placing):
 
     def place_pending_again(self, job: Job) -> None:
         """Put a held preemptor back in its queue (its usage stays counted as the hold)."""
-        job.state = UNMAPPED  # so that _classify sees it out of every place
+        job.state = UNMAPPED  # so that classify sees it out of every place
         self.classify(job)
         if job.state != PENDING:
             self.drop_hold(job)
