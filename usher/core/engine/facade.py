@@ -142,11 +142,11 @@ class Engine(EngineContext):
             self.book_closed(event.workload)
         match event:
             case WorkloadObserved():
-                self.observe(event)
+                self.fold_observed(event)
             case WorkloadFinished():
-                return self.finish(event)
+                return self.fold_finished(event)
             case WorkloadDeleted():
-                return self.delete(event.workload)
+                return self.fold_deleted(event.workload)
             case QuotaTreeApplied():
                 self.install_tree(event)
             case NodeObserved():
@@ -158,7 +158,7 @@ class Engine(EngineContext):
             case PriorityClassDeleted():
                 self.set_priority_class(event.name, None)
             case ZoneServed():
-                self.serve(event.zone)
+                self.fold_served(event.zone)
             case Admitted():
                 self.apply_admitted(event)
                 if self.state.tree.starvation_on:
@@ -180,7 +180,7 @@ class Engine(EngineContext):
             case PassRan():
                 pass  # a record of a pass, for the audit (D4): it decides nothing
             case WorkloadProgress():
-                self.progress(event)
+                self.fold_progress(event)
             case NodeHeld():
                 self.state.holds[event.node] = holds.from_event(event)
                 self.refresh_holds()

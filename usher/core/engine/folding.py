@@ -59,7 +59,7 @@ from usher.core.tree.quota_tree import validate_tree
 class Folding(Offers):
     """Folding events into state: workloads observed, finished, deleted, and decisions applied."""
 
-    def observe(self, event: WorkloadObserved) -> None:
+    def fold_observed(self, event: WorkloadObserved) -> None:
         if observed_errors(event):
             return  # forged: no manifest gives such values (the watcher refuses them)
         job = self.state.jobs.get(event.workload)
@@ -194,7 +194,7 @@ class Folding(Offers):
                 job.refresh_sort_key()
         self.state.version += 1
 
-    def finish(self, event: WorkloadFinished) -> list[Decision]:
+    def fold_finished(self, event: WorkloadFinished) -> list[Decision]:
         job = self.state.jobs.get(event.workload)
         if job is None or job.state == FINISHED:
             return []
@@ -253,7 +253,7 @@ class Folding(Offers):
         )
         self.state.version += 1
 
-    def delete(self, key: WorkloadKey) -> list[Decision]:
+    def fold_deleted(self, key: WorkloadKey) -> list[Decision]:
         job = self.state.jobs.get(key)
         if job is None:
             return []
@@ -290,7 +290,7 @@ class Folding(Offers):
             self.linger(job)
         return [Released(workload=job.key, quota=quota, requests=dict(shape), cause=cause)]
 
-    def progress(self, event: WorkloadProgress) -> None:
+    def fold_progress(self, event: WorkloadProgress) -> None:
         """Pod counts of an admitted workload; its deadline stops once all are ready."""
         job = self.state.jobs.get(event.workload)
         if job is None or job.state != ADMITTED or job.readiness is None:
@@ -534,7 +534,7 @@ class Folding(Offers):
             if job is not None:
                 if job.state == ADMITTED:
                     self.unadmit(job)
-                self.delete(job.key)
+                self.fold_deleted(job.key)
             return
         if self.end_linger(decision.workload):
             return  # a workload of the same name may exist again: it is not this one
@@ -543,7 +543,7 @@ class Folding(Offers):
             return
         self.unadmit(job)
         if decision.cause == "Deleted":
-            self.delete(job.key)
+            self.fold_deleted(job.key)
         elif decision.cause == "Preempted":
             self.classify(job)
         else:

@@ -57,7 +57,7 @@ class Placing(Books):
             del self.state.nodes[event.zone]
         self._nodes_changed(event.zone)
 
-    def serve(self, zone: Zone) -> None:
+    def fold_served(self, zone: Zone) -> None:
         if self.state.served is None:
             self.state.served = {}
         if zone not in self.state.served:
