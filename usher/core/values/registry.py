@@ -40,6 +40,11 @@ MAX_WEIGHT: Final = MAX_COUNT
 """The largest fair-share weight (F1)."""
 MAX_RUNTIME_SECONDS: Final = 366 * 24 * 3600
 """The longest declared maximum runtime (RT1): a year."""
+DEFAULT_STARVATION_SECONDS: Final = 600
+"""The starvation threshold of a tree that sets none (N1): ten minutes. Far above the waits
+of a queue that flows (the bench's mean waits are seconds to a minute and a half), so the
+guard holds nothing then; short enough that a large head passed over by a stream of small
+jobs is served within ten minutes plus the longest run. ``0`` on a node turns it off."""
 
 WITHIN_QUOTA_VALUES: Final = ("Never", "LowerPriority")
 HOLD_VALUES: Final = ("hold", "drain")
@@ -378,7 +383,7 @@ STARVATION: Final = Setting(
     kind="seconds",
     summary="Seconds a head of a queue may be passed over before capacity is reserved for it; "
     "0 is off.",
-    default="0",
+    default=str(DEFAULT_STARVATION_SECONDS),
     inherited=True,
     rule="N1 A head passed over gets a reservation",
     example="1800",
