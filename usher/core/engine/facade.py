@@ -939,7 +939,7 @@ class Engine:
         self._unadmit(job)
         if decision.cause == "Deleted":
             self._delete(job.key)
-        elif decision.cause == "Preempted":
+        elif decision.cause in ("Preempted", "Requeued"):
             self._classify(job)
         else:
             job.state = FINISHED

@@ -314,6 +314,17 @@ def beyond_guarantee(preemptor: WorkloadKey, leaf: QuotaPath, victim: WorkloadKe
     return stale_view(preemptor, f"{preemptor} asks beyond the guarantee of {leaf}", victim)
 
 
+def requeued_takes_free_room(preemptor: WorkloadKey, requeues: int) -> Reason:
+    """A reclaim refused: the preemptor was requeued for readiness before and takes only free
+    room on its later attempts (R10)."""
+    times = "once" if requeues == 1 else f"{requeues} times"
+    return stale_view(
+        preemptor,
+        f"{preemptor} was requeued {times} for not becoming ready and takes only free room "
+        "(usher.io/requeued-may-preempt)",
+    )
+
+
 def victim_not_borrowing(preemptor: WorkloadKey, victim: WorkloadKey, leaf: QuotaPath) -> Reason:
     """A reclaim refused: the victim's ``leaf`` borrows none of what the preemptor asks (R5)."""
     return stale_view(preemptor, f"{victim} is not borrowing what is asked on {leaf}", victim)

@@ -393,6 +393,11 @@ class Job:
         """Admitted, then observed running asking more than its admission counts (R16): the
         next pass of its zone stops it; None: it did not grow."""
 
+    @property
+    def requeues(self) -> int:
+        """Admissions of it that timed out for readiness so far (R10)."""
+        return self.readiness.requeues if self.readiness is not None else 0
+
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""
         twin = Job.__new__(Job)

@@ -200,6 +200,19 @@ REQUEUE_MAX_ATTEMPTS: Final = Setting(
     bounds=f"a whole number, 1 to {MAX_REQUEUE_ATTEMPTS}",
     parse=_count("usher.io/requeue-max-attempts", low=1, high=MAX_REQUEUE_ATTEMPTS),
 )
+REQUEUED_MAY_PREEMPT: Final = Setting(
+    key="usher.io/requeued-may-preempt",
+    scope="tree",
+    kind="boolean",
+    summary="A workload requeued for not becoming ready may preempt on its later attempts; "
+    "by default it takes only free room.",
+    default="false",
+    inherited=True,
+    rule="R10 Readiness and requeue",
+    example="true",
+    bounds="true or false",
+    parse=_boolean("usher.io/requeued-may-preempt"),
+)
 RETRY_LIMIT: Final = Setting(
     key="usher.io/retry-limit",
     scope="both",
@@ -483,6 +496,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     REQUEUE_BACKOFF,
     REQUEUE_BACKOFF_MAX,
     REQUEUE_MAX_ATTEMPTS,
+    REQUEUED_MAY_PREEMPT,
     RETRY_LIMIT,
     OOM_MEMORY_FACTOR,
     OOM_MEMORY_CAP,
