@@ -46,9 +46,7 @@ ATTRIBUTES = {
 MAY_PREEMPT = {**ATTRIBUTES, "usher.io/requeued-may-preempt": "true"}
 
 
-def running(
-    config: EngineConfig | None = None, attributes: dict[str, str] = ATTRIBUTES
-) -> Engine:
+def running(config: EngineConfig | None = None, attributes: dict[str, str] = ATTRIBUTES) -> Engine:
     """A running system's engine (no instant release): stuck (4 pods, 60 cpu) admitted at 0,
     other (60 cpu) waiting in B behind it; A's ready timeout is 60 s."""
     engine = Engine(config or EngineConfig())

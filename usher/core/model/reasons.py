@@ -406,6 +406,10 @@ def _seconds(ms: int) -> str:
     return str(whole) if rest == 0 else f"{whole}.{rest:03d}".rstrip("0")
 
 
+seconds_text = _seconds
+"""The same wording for sentences outside this module (``usher explain``)."""
+
+
 def pods_not_ready(
     ready: int, total: int, waited_ms: int, attempt: int, attempts: int, wait_ms: int | None
 ) -> Reason:
