@@ -6,7 +6,6 @@ labelling the job ``rejected``, and the job is explained as what it is now (pend
 
 from __future__ import annotations
 
-
 from schemas import (
     FieldError,
     Millis,
