@@ -53,7 +53,9 @@ by the service that wrote them):
   run, up to its first observation) against the wait that followed (that observation to its
   first ``Admitted``, both log times), over the workloads whose estimate was known;
   ``start_estimate_known_<class>_pct`` is how many of the class had one (the rest: "unknown",
-  too few runs had ended yet, or nothing ran on their path).
+  too few runs had ended yet, or nothing ran on their path);
+  ``start_estimate_coverage_<class>_pct`` is how many of those known estimates stated a
+  range (early .. late) that the actual start fell inside, bounds included.
 * ``history_violations``: instants where the ledger's history shows a quota node above its
   ``max`` (the e2e tests' sweep, ``tests/e2e/checks.py``); must be 0.
 Quick mode scales down to 1 parent x 6 leaves and a fifth of each arrival stream (70 small,
@@ -105,7 +107,7 @@ from schemas import (
 )
 from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.subjects import Subjects
-from usher.core.history.estimate import estimates_on_arrival
+from usher.core.history.estimate import Estimate, estimates_on_arrival
 from usher.core.history.replay import history_of
 from usher.core.model.config import EngineConfig
 
@@ -551,6 +553,7 @@ def start_estimate_errors(
     out: dict[str, float] = {}
     for cls in CLASSES:
         errors: list[float] = []
+        inside = 0
         mine = [a.key for a in arrivals if a.cls is cls]
         for key in mine:
             found = made.get(WorkloadKey(key))
@@ -559,9 +562,21 @@ def start_estimate_errors(
             arrived, estimate = found
             assert estimate.start_ms is not None
             errors.append(abs((estimate.start_ms - arrived) - (admitted[key] - arrived)) / 1000)
+            inside += within_range(estimate, admitted[key])
         out[f"start_estimate_mae_{cls.name}_s"] = median(errors) if errors else float("nan")
         out[f"start_estimate_known_{cls.name}_pct"] = 100 * len(errors) / max(1, len(mine))
+        coverage = 100 * inside / len(errors) if errors else float("nan")
+        out[f"start_estimate_coverage_{cls.name}_pct"] = coverage
     return out
+
+
+def within_range(estimate: Estimate, started_ms: int) -> bool:
+    """Whether the actual start fell inside the range the estimate stated (early .. late,
+    bounds included; one that states only its middle covers only that instant)."""
+    assert estimate.start_ms is not None
+    early = estimate.early_ms if estimate.early_ms is not None else estimate.start_ms
+    late = estimate.late_ms if estimate.late_ms is not None else estimate.start_ms
+    return early <= started_ms <= late
 
 
 def run(quick: bool) -> dict[str, float]:

@@ -137,7 +137,9 @@ class Retried(_Decision, frozen=True, kw_only=True, tag="decision.retried.v1"):
     reason: Reason
 
 
-ReleaseCause = Literal["Finished", "Deleted", "Preempted", "Failed"]
+ReleaseCause = Literal["Finished", "Deleted", "Preempted", "Failed", "Requeued"]
+"""Why the quota was freed; ``Requeued``: its pods stopped after a ``Requeued`` for readiness
+(R10), where a preempted victim's say ``Preempted``."""
 
 
 class Released(_Decision, frozen=True, kw_only=True, tag="decision.released.v1"):

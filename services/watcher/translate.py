@@ -58,6 +58,7 @@ from services.watcher.kinds import (
 from usher.adapters.kube import JsonObj, Resource
 from usher.adapters.nats.subjects import Subjects
 from usher.core.intake.workload import (
+    NOT_ADMITTED,
     extract_priority_class,
     extract_workload,
     unrequested_containers,
@@ -267,7 +268,7 @@ def workload_unadmitted(
     path = ".".join(("spec", *family.suspend_path))
     error = FieldError(
         path=path,
-        code="not-admitted",
+        code=NOT_ADMITTED,
         message=(
             f"{who.key} was running without an admission from Usher ({path} false); "
             "suspended: it waits in its queue like every other job"

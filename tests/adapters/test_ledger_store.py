@@ -1018,7 +1018,8 @@ async def test_requeue_stops_like_a_victim_and_releases_when_seen_stopped(
     stale = await store.apply_log("ledger", 20, [suspended(20, "c1")], outbox=builder)
     assert stale.released == []
     seen = await store.apply_log("ledger", 22, [suspended(22, "c1")], outbox=builder)
-    assert [(r.workload, r.cause) for r in seen.released] == [("ns/c1", "Preempted")]
+    # Released as what happened to it: requeued for readiness, not preempted by anyone.
+    assert [(r.workload, r.cause) for r in seen.released] == [("ns/c1", "Requeued")]
     assert seen.admitted == []
     assert cpu(await store.usage())["root"] == 70
     assert cpu(await store.usage())[LEAVES[2]] == 30
@@ -1028,6 +1029,35 @@ async def test_requeue_stops_like_a_victim_and_releases_when_seen_stopped(
     assert late.granted
     [held] = await store.requeue([requeue("c1", "root/Department-a/user-a", 30)])
     assert not held.granted
+
+
+@pytest.mark.parametrize("allowed", [False, True])
+async def test_a_requeued_workload_reclaims_only_where_its_tree_allows_it(
+    store: LedgerStore, allowed: bool
+) -> None:
+    """R10: ns/g, requeued once for not becoming ready, would reclaim user-b's guarantee from
+    user-c (which borrows) on its next attempt: the ledger refuses it unless the tree sets
+    usher.io/requeued-may-preempt, whatever the proposer saw."""
+    root = tree(dept_a_max=100)
+    if allowed:
+        root = _with_attributes(root, LEAVES[1], {"usher.io/requeued-may-preempt": "true"})
+    await store.apply_tree(root, version=2)
+    granted = await store.reserve(
+        [res("g", LEAVES[1], 20), res("c1", LEAVES[2], 30), res("a1", LEAVES[0], 40)]
+    )
+    assert all(r.granted for r in granted)
+    [requeued] = await store.requeue([requeue("g", LEAVES[1], 20)], outbox=builder, log_seq=20)
+    assert requeued.granted
+    seen = await store.apply_log("ledger", 22, [suspended(22, "g")], outbox=builder)
+    assert [(r.workload, r.cause) for r in seen.released] == [("ns/g", "Requeued")]
+    [borrower] = await store.reserve([res("c2", LEAVES[2], 30)])
+    assert borrower.granted
+    result = await store.preempt(res("g", LEAVES[1], 20), [victim("c2", LEAVES[2], "g")])
+    assert result.granted is allowed
+    if not allowed:
+        assert result.reason is not None and result.reason.code == "StaleView"
+        assert "requeued once for not becoming ready" in result.reason.message
+        assert states(await store.live_allocations())["ns/c2"] == "admitted"
 
 
 async def test_a_partial_admission_is_counted_and_published_as_admitted(

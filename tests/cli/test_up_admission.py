@@ -83,6 +83,29 @@ def test_a_job_created_running_in_a_managed_namespace_is_stored_suspended(
     assert elsewhere.spec.suspend is False
 
 
+def test_apply_says_what_happens_to_a_job_created_unsuspended(
+    stack: tuple[Path, UpProcess], tmp_path: Path
+) -> None:
+    """Issue 28: `usher apply` told a job created unsuspended in a managed namespace that it
+    "starts at once, outside Usher's queues", though the webhook suspends it and it is queued.
+    Now it says what happens: suspended and queued there; outside the tree, it does start."""
+    home, _up = stack
+    managed = batch_job("eager", "user-a", template=pod_template(container(cpu="1")), suspend=False)
+    free = batch_job(
+        "loose", "not-managed", template=pod_template(container(cpu="1")), suspend=False
+    )
+    (tmp_path / "managed.yaml").write_text(json.dumps(managed))
+    (tmp_path / "free.yaml").write_text(json.dumps(free))
+    applied = usher(home, "apply", "-f", str(tmp_path / "managed.yaml"))
+    assert applied.returncode == 0, applied.stderr
+    assert "admission webhook suspended it; it is queued like any job" in applied.stderr
+    assert "outside Usher's queues" not in applied.stderr
+    elsewhere = usher(home, "apply", "-f", str(tmp_path / "free.yaml"))
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "which no leaf of the quota tree takes" in elsewhere.stderr
+    assert "starts at once, outside Usher's queues" in elsewhere.stderr
+
+
 def _restarted(home: Path, name: str, old_pid: int) -> int | None:
     pid = int(_stack_json(home)["service_pids"].get(name, 0))
     return pid if pid != old_pid and pid and pid_alive(pid) else None

@@ -339,6 +339,22 @@ def test_release_cause_table(
     assert release_cause(state, change, before_preemption=before) == cause
 
 
+@pytest.mark.parametrize(
+    ("change", "before", "cause"),
+    [
+        ("Suspended", False, "Requeued"),  # its pods stopped after its requeue (R10)
+        ("Suspended", True, None),  # seen suspended before the requeue
+        ("Finished", False, "Requeued"),
+        ("Deleted", False, "Deleted"),
+    ],
+)
+def test_a_requeue_is_released_as_requeued_not_preempted(
+    change: Change, before: bool, cause: str | None
+) -> None:
+    """A workload stopping for its own requeue for readiness says so when it is released."""
+    assert release_cause(S.PREEMPTING, change, before_preemption=before, requeued=True) == cause
+
+
 @given(st.sampled_from(list(S)), st.sampled_from(CHANGES), st.booleans())
 def test_a_release_is_always_an_allowed_transition(
     state: AllocationState, change: Change, before: bool

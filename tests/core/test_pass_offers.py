@@ -106,9 +106,13 @@ class _RecordingPass(DecisionPass):
     passes: list[list[WorkloadKey]] = []
 
     def __init__(
-        self, engine: Engine, decisions: list[Decision], skip: list[WorkloadKey] | None = None
+        self,
+        engine: Engine,
+        decisions: list[Decision],
+        skip: list[WorkloadKey] | None = None,
+        victims: list[Job] | None = None,
     ) -> None:
-        super().__init__(engine, decisions, skip)
+        super().__init__(engine, decisions, skip, victims)
         self.offers: list[WorkloadKey] = []
         _RecordingPass.passes.append(self.offers)
 

@@ -43,11 +43,14 @@ ATTRIBUTES = {
 }
 
 
-def running(config: EngineConfig | None = None) -> Engine:
+MAY_PREEMPT = {**ATTRIBUTES, "usher.io/requeued-may-preempt": "true"}
+
+
+def running(config: EngineConfig | None = None, attributes: dict[str, str] = ATTRIBUTES) -> Engine:
     """A running system's engine (no instant release): stuck (4 pods, 60 cpu) admitted at 0,
     other (60 cpu) waiting in B behind it; A's ready timeout is 60 s."""
     engine = Engine(config or EngineConfig())
-    engine.apply(QuotaTreeApplied(root=two_leaf_tree(a_attributes=ATTRIBUTES)), Millis(0))
+    engine.apply(QuotaTreeApplied(root=two_leaf_tree(a_attributes=attributes)), Millis(0))
     engine.apply(observed("a1", "stuck", 60, count=4), Millis(0))
     [admitted] = engine.decide(Millis(0))
     assert isinstance(admitted, Admitted)
@@ -82,7 +85,7 @@ def test_the_deadline_is_a_wakeup_and_the_requeue_keeps_counting_until_released(
     # Past its backoff but not released: still not offered.
     assert [type(d) for d in engine.decide(Millis(80_000))] == []
     engine.apply(
-        Released(workload=STUCK, quota=A, requests={"cpu": 60 * CORE}, cause="Preempted"),
+        Released(workload=STUCK, quota=A, requests={"cpu": 60 * CORE}, cause="Requeued"),
         Millis(81_000),
     )
     assert used(engine) == 0
@@ -91,12 +94,13 @@ def test_the_deadline_is_a_wakeup_and_the_requeue_keeps_counting_until_released(
     assert [(type(d), d.workload) for d in decisions] == [(Admitted, STUCK)]
 
 
-def test_a_requeued_gang_waits_for_its_backoff_once_released() -> None:
-    engine = running()
+@pytest.mark.parametrize("may_preempt", [False, True])
+def test_a_requeued_gang_waits_for_its_backoff_once_released(may_preempt: bool) -> None:
+    engine = running(attributes=MAY_PREEMPT if may_preempt else ATTRIBUTES)
     [requeued] = engine.decide(Millis(60_000))
     assert isinstance(requeued, Requeued)
     engine.apply(
-        Released(workload=STUCK, quota=A, requests={"cpu": 60 * CORE}, cause="Preempted"),
+        Released(workload=STUCK, quota=A, requests={"cpu": 60 * CORE}, cause="Requeued"),
         Millis(61_000),
     )
     # other takes the quota; stuck waits for its backoff (70 s) at its place.
@@ -105,13 +109,17 @@ def test_a_requeued_gang_waits_for_its_backoff_once_released() -> None:
     assert reason is not None and reason.code == "RequeueBackoff"
     assert "offered again in 9 s" in reason.message
     assert engine.next_wakeup() == 70_000
-    # Then like anyone within its guarantee: it reclaims what B borrows.
     decisions = engine.decide(Millis(70_000))
+    if not may_preempt:
+        # Requeued for readiness, it takes only free room: B's borrower keeps running.
+        assert decisions == []
+        return
+    # Allowed by its tree: like anyone within its guarantee, it reclaims what B borrows.
     assert [(type(d), d.workload) for d in decisions] == [(Preempted, OTHER), (Admitted, STUCK)]
 
 
 def test_the_last_attempt_ends_it_inadmissible() -> None:
-    engine = running(EngineConfig(instant_release=True))
+    engine = running(EngineConfig(instant_release=True), MAY_PREEMPT)
     engine.decide(Millis(60_000))
     admitted = engine.decide(Millis(70_000))[-1]
     assert isinstance(admitted, Admitted) and admitted.workload == STUCK

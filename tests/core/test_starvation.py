@@ -7,7 +7,7 @@ guarantee, so nobody reclaims) arrives among a stream of small jobs that finish 
 ``first passed over + threshold + R``, R being the longest runtime (what any job running when
 the reservation starts has left at most). Without the guard the same stream may starve it.
 With backfill on (N2: leaf a opts in, every small job declares its runtime) the bound holds
-all the same.
+all the same, and so it does in a tree that sets no threshold (the default is on).
 """
 
 from __future__ import annotations
@@ -33,15 +33,17 @@ from usher.core.history import replay as history
 from usher.core.history import sim
 from usher.core.model.config import EngineConfig, Policy
 from usher.core.tree.quota_tree import parse_tree
+from usher.core.values.registry import DEFAULT_STARVATION_SECONDS
 
 CAPACITY = 16
 CONFIG = EngineConfig(policy=Policy.ROUND, instant_release=True)
 
 
-def _tree(threshold: int, backfill: bool = False) -> dict[str, object]:
+def _tree(threshold: int | None, backfill: bool = False) -> dict[str, object]:
+    """``threshold`` None: no node sets one (the default is in force)."""
     capacity = str(CAPACITY)
     backfills = {"usher.io/backfill": "true"} if backfill else None  # N2
-    guard = {"usher.io/starvation-seconds": str(threshold)}
+    guard = None if threshold is None else {"usher.io/starvation-seconds": str(threshold)}
     # No guarantees below the root: nobody reclaims (R5), the head waits only for skip-ahead
     # to stop.
     leaves = [
@@ -74,13 +76,14 @@ heads_and_streams = given(
 
 
 def _play(
-    threshold: int,
+    threshold: int | None,
     big_at: int,
     big_cpu: int,
     stream: list[tuple[int, int, int]],
     backfill: bool = False,
 ) -> tuple[sim.SimResult, int]:
-    """With ``backfill``, leaf a opts in (N2) and every small job declares its runtime."""
+    """With ``backfill``, leaf a opts in (N2) and every small job declares its runtime;
+    ``threshold`` None: the tree sets none."""
     longest = max([run for _, _, run in stream] + [10])
     timeline: list[dict[str, object]] = [
         {
@@ -92,7 +95,8 @@ def _play(
     ]
     timeline.append({"at": big_at, "create": _job("b", "big", big_cpu), "runSeconds": 10})
     timeline.sort(key=lambda entry: int(entry["at"]))  # type: ignore[call-overload]
-    until = 121 + threshold + 3 * longest
+    in_force = DEFAULT_STARVATION_SECONDS if threshold is None else threshold
+    until = 121 + in_force + 3 * longest
     data = {
         "name": "starvation-bound",
         "config": {"policy": "Round", "oversellRate": 1.0},
@@ -133,6 +137,25 @@ def test_with_backfill_a_reserved_head_still_waits_at_most_threshold_plus_longes
         reason = d.decision.reason if isinstance(d.decision, Admitted) else None
         if reason is not None and reason.code == "Backfilled":
             assert d.at_ms + runs[d.decision.workload] * 1000 <= big_at_ms
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 120), st.integers(CAPACITY // 2, CAPACITY), smalls)
+def test_with_no_threshold_set_the_default_bounds_the_wait(
+    big_at: int, big_cpu: int, stream: list[tuple[int, int, int]]
+) -> None:
+    """No node sets ``usher.io/starvation-seconds``: the default guard is on and bounds the
+    head's wait by the default threshold plus the longest run."""
+    result, longest = _play(None, big_at, big_cpu, stream)
+    _assert_bound(result, longest, DEFAULT_STARVATION_SECONDS, big_at)
+
+
+def test_with_no_threshold_set_a_stream_no_longer_starves_the_head() -> None:
+    """The stream that starves the head with the guard off (below) does not once no node
+    sets a threshold: the default reserves for it."""
+    stream = [(at, 1, 8) for at in range(0, 900, 2)]  # arriving past the default threshold
+    result, _ = _play(None, 1, CAPACITY, stream)
+    assert result.jobs[WorkloadKey("b/big")].state == "Finished"
 
 
 def _assert_bound(result: sim.SimResult, longest: int, threshold: int, big_at: int) -> None:

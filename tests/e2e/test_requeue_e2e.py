@@ -24,7 +24,14 @@ from schemas import Admitted, Released, Requeued
 from tests.builders.manifests import one_department_tree, sleeping_job
 from tests.conftest import Infra
 from tests.e2e.checks import assert_audit_clean, assert_log_invariants
-from tests.e2e.harness import create_object, decisions, in_process_stack, kube_api, quiesce
+from tests.e2e.harness import (
+    create_object,
+    decisions,
+    in_process_stack,
+    kube_api,
+    quiesce,
+    read_log,
+)
 from usher.adapters.nats.subjects import Subjects
 from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
@@ -96,6 +103,13 @@ async def test_a_never_ready_gang_is_requeued_and_its_quota_goes_to_the_next(
         ("Released", "user-a/stuck"),
     ], found
     assert ("Admitted", "user-a/next") in found[3:]
+    # Released as what happened to it (issue 28): requeued for readiness, not preempted.
+    causes = [
+        envelope.event.cause
+        for _, _, envelope in await read_log(js, subjects)
+        if isinstance(envelope.event, Released) and envelope.event.workload == "user-a/stuck"
+    ]
+    assert causes == ["Requeued"], causes
     await assert_log_invariants(js, subjects, EngineConfig())
     # The audit agrees, the ledger's rows included (the requeued allocation and its events).
     env = {"USHER_NATS_URL": infra.nats_url, "USHER_HOME": str(tmp_path / "home")}

@@ -89,7 +89,7 @@ from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
 from usher.core.history.dryrun import AlreadyKnown, DryRun, dry_run
 from usher.core.history.usage import USAGE_BY, UsageBy, UsageReport, usage_report
-from usher.core.intake.workload import ZONE_LABEL
+from usher.core.intake.workload import QUOTA_LABEL, ZONE_LABEL
 from usher.core.protocol.log import datetime_ms
 from usher.core.rules.budgets import BudgetReport, budget_report
 from usher.core.rules.holds import resolve_target as resolve_hold_target
@@ -130,6 +130,10 @@ class Applied(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     action: str
     warning: str | None = None
+    """What will happen to a workload created unsuspended (issue 28), said before it does."""
+    stored_suspended: bool = True
+    """Whether the object as stored is suspended (the admission webhook suspends a workload
+    created unsuspended in a namespace it serves)."""
 
 
 async def _quiet(_exc: Exception) -> None:
@@ -550,24 +554,45 @@ class AsyncClient:
 
     async def _apply_one(self, kube: KubeClient, document: Document) -> Applied:
         kind, namespace = document.kind, document.namespace
-        warning = None
-        if kind.is_workload and not is_suspended(document.manifest, kind):
-            warning = (
-                f"{document.where}: {kind.resource.kind} {document.name or document.generate_name}"
-                " is not suspended: it starts at once, outside Usher's queues"
-            )
         what = f"{kind.label}/{document.name or document.generate_name + '*'}"
         for _attempt in range(3):
             try:
-                return await self._apply_attempt(kube, document, namespace, warning)
+                applied = await self._apply_attempt(kube, document, namespace)
             except Conflict:  # changed (or created) between our read and our write: again
                 continue
             except KubeError as exc:
                 raise _kube_failure(exc, f"{document.where} ({what})") from exc
+            if applied.action != "created" or is_suspended(document.manifest, kind):
+                return applied
+            story = await self._unsuspended_story(document, applied)
+            return msgspec.structs.replace(applied, warning=story)
         raise Refused(f"{document.where} ({what}): kept changing under us; try again")
 
+    async def _unsuspended_story(self, document: Document, applied: Applied) -> str | None:
+        """What happens to a workload created unsuspended, as it will happen: suspended by
+        the admission webhook at creation (the stored object says so), else by the watcher
+        once it sees it (its pods may start meanwhile) when a leaf of the tree takes it,
+        else nothing: it runs outside Usher's queues. None for a kind with no suspend flag."""
+        kind = document.kind
+        if not kind.is_workload or kind.suspend_path is None:
+            return None
+        head = f"{document.where}: {kind.resource.kind} {applied.name} was created unsuspended"
+        if applied.stored_suspended:
+            return f"{head}: Usher's admission webhook suspended it; it is queued like any job"
+        labels = document.manifest.get("metadata", {}).get("labels") or {}
+        namespace = applied.namespace or ""
+        if QUOTA_LABEL in labels or namespace in await self.namespaces():
+            return (
+                f"{head}: no admission webhook suspended it, so its pods may start until "
+                "Usher's watcher suspends it and queues it like any job"
+            )
+        return (
+            f"{head} in namespace {namespace}, which no leaf of the quota tree takes: it "
+            "starts at once, outside Usher's queues"
+        )
+
     async def _apply_attempt(
-        self, kube: KubeClient, document: Document, namespace: str | None, warning: str | None
+        self, kube: KubeClient, document: Document, namespace: str | None
     ) -> Applied:
         kind = document.kind
         if not document.name:
@@ -577,18 +602,18 @@ class AsyncClient:
                 namespace=namespace,
                 name=str(created["metadata"]["name"]),
                 action="created",
-                warning=warning,
+                stored_suspended=is_suspended(created, kind),
             )
         try:
             current = await kube.get(kind.resource, namespace, document.name)
         except NotFound:
-            await kube.create(kind.resource, namespace, for_create(document))
+            created = await kube.create(kind.resource, namespace, for_create(document))
             return Applied(
                 label=kind.label,
                 namespace=namespace,
                 name=document.name,
                 action="created",
-                warning=warning,
+                stored_suspended=is_suspended(created, kind),
             )
         patch = apply_patch(document, current)
         if patch is None:

@@ -69,7 +69,7 @@ from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
 from usher.core.model import reasons
-from usher.core.model.config import WithinQuota
+from usher.core.model.config import ReadinessPolicy, WithinQuota
 from usher.core.rules.arbitration import (
     CLAIMING,
     COUNTED,
@@ -84,6 +84,7 @@ from usher.core.rules.arbitration import (
     release_cause,
 )
 from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
+from usher.core.rules.readiness import readiness_policy, requeued_preemption_refusal
 from usher.core.rules.reclaim import (
     NodePolicy,
     borrowed_resource,
@@ -149,6 +150,8 @@ _ADMITTED: Final = AllocationState.ADMITTED
 _HELD: Final = AllocationState.HELD
 _PREEMPTING: Final = AllocationState.PREEMPTING
 _RELEASED: Final = AllocationState.RELEASED
+_REQUEUED: Final[ReleaseCause] = "Requeued"
+"""The cause a requeue for readiness (R10) records when its stop begins, and its release says."""
 
 LedgerDecision = Admitted | Preempted | Released | Requeued
 
@@ -315,6 +318,8 @@ class _Alloc:
     preempted_seq: int | None = None
     """Last log sequence that existed when this victim was preempted."""
     admitted_at: datetime | None = None
+    requeued: bool = False
+    """Stopping for its own requeue for readiness (R10): released with cause ``Requeued``."""
 
 
 @dataclass(slots=True)
@@ -668,6 +673,12 @@ class LedgerStore:
         policies = await self._policies(conn, leaves)
         request = shape_of(preemptor.requests)
         mine = preemptor.quota
+        requeues = await _requeues(conn, preemptor.workload)
+        if requeues:  # R10: requeued for readiness, it may not preempt unless its tree says so
+            policy = await self._readiness(conn, mine)
+            refused = requeued_preemption_refusal(preemptor.workload, requeues, policy)
+            if refused is not None:
+                return refused
         zones = await ZoneGuarantees.load(conn, leaves, preemptor.zone)  # Z4
         within = within_guarantee(
             claims.get(mine, {}), {}, minimums.get(mine, {}), request
@@ -700,6 +711,17 @@ class LedgerStore:
                 claim[resource] = claim.get(resource, 0) - amount
             zones.add(victim.quota, victim.zone, dict(victim.requests), -1)
         return None
+
+    async def _readiness(self, conn: AsyncConnection, leaf: QuotaPath) -> ReadinessPolicy:
+        """The readiness policy of ``leaf`` (R10), inherited down the tree."""
+        rows = await conn.execute(
+            select(NODES.c.path, NODES.c.attributes).where(NODES.c.path.in_(path_of(leaf)))
+        )
+        attributes = {QuotaPath(p): dict(a or {}) for p, a in rows}
+        policy = ReadinessPolicy()
+        for path in path_of(leaf):
+            policy = readiness_policy(attributes.get(path, {}), policy)
+        return policy
 
     async def _policies(
         self, conn: AsyncConnection, leaves: set[QuotaPath]
@@ -768,7 +790,9 @@ class LedgerStore:
             assert row is not None
             results.append(ReservationResult(workload=requeue.workload, granted=True))
             if row.state == _ADMITTED:
-                moves.append(_moved(row, _PREEMPTING, preemptor=row.workload, seq=log_seq))
+                moves.append(
+                    _moved(row, _PREEMPTING, preemptor=row.workload, seq=log_seq, cause=_REQUEUED)
+                )
                 granted.append((requeue, row))
         if not granted:
             return results
@@ -1077,6 +1101,21 @@ async def _ended(conn: AsyncConnection, workloads: Sequence[WorkloadKey]) -> dic
     return {WorkloadKey(w): int(seq) for w, seq in rows}
 
 
+async def _requeues(conn: AsyncConnection, workload: WorkloadKey) -> int:
+    """Times ``workload`` was requeued for readiness (R10) since it last ended: a workload of
+    the same name created again after an end starts with none."""
+    rows = await conn.execute(
+        select(ALLOCATIONS.c.preempted_seq).where(
+            ALLOCATIONS.c.workload == workload, ALLOCATIONS.c.release_cause == _REQUEUED
+        )
+    )
+    seqs = [seq for (seq,) in rows]
+    if not seqs:
+        return 0
+    end = (await _ended(conn, [workload])).get(workload)
+    return sum(1 for seq in seqs if end is None or seq is None or seq > end)
+
+
 def _ended_after(
     workload: WorkloadKey,
     ended: dict[WorkloadKey, int],
@@ -1132,7 +1171,9 @@ def _plan_observation(
 ) -> None:
     # Seen before it was preempted (e.g. suspended before it ever started): see release_cause.
     before = row.preempted_seq is not None and observation.seq <= row.preempted_seq
-    cause = release_cause(row.state, observation.change, before_preemption=before)
+    cause = release_cause(
+        row.state, observation.change, before_preemption=before, requeued=row.requeued
+    )
     if cause is None:
         return
     if row.state != _PREEMPTING:
@@ -1349,6 +1390,7 @@ _ALLOC_COLUMNS: Final = (
     ALLOCATIONS.c.preemptor,
     ALLOCATIONS.c.preempted_seq,
     ALLOCATIONS.c.admitted_at,
+    ALLOCATIONS.c.release_cause,
 )
 
 
@@ -1365,6 +1407,7 @@ def _alloc(row: Any) -> _Alloc:
         preemptor=None if row.preemptor is None else WorkloadKey(row.preemptor),
         preempted_seq=row.preempted_seq,
         admitted_at=row.admitted_at,
+        requeued=row.release_cause == "Requeued",
     )
 
 
@@ -1452,7 +1495,8 @@ async def _set_usage(
 class _Move:
     """One allocation state write: ``row`` from ``source`` (None: a new row) to ``target``,
     with what ``target`` records (a victim's ``preemptor`` and log ``seq``, a release's
-    ``cause``, a new row's ``request_id``)."""
+    ``cause`` -- or, on a stop for a requeue, the cause its release will say -- a new row's
+    ``request_id``)."""
 
     row: _Alloc
     source: AllocationState | None
@@ -1494,7 +1538,8 @@ _MOVE_ROWS: Final = text(
         preempted_at = CASE WHEN m.target = '{_PREEMPTING}' THEN :stamp ELSE a.preempted_at END,
         preempted_seq = CASE WHEN m.target = '{_PREEMPTING}' THEN m.seq ELSE a.preempted_seq END,
         released_at = CASE WHEN m.target = '{_RELEASED}' THEN :stamp ELSE a.released_at END,
-        release_cause = CASE WHEN m.target = '{_RELEASED}' THEN m.cause ELSE a.release_cause END
+        release_cause = CASE WHEN m.target = '{_RELEASED}' OR m.cause IS NOT NULL THEN m.cause
+            ELSE a.release_cause END
     FROM unnest(
         CAST(:ids AS bigint[]), CAST(:sources AS text[]), CAST(:targets AS text[]),
         CAST(:preemptors AS text[]), CAST(:seqs AS bigint[]), CAST(:causes AS text[])

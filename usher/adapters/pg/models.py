@@ -105,6 +105,12 @@ class AllocationRow(Base):
             "preemptor",
             postgresql_where=text("state = 'preempting'"),
         ),
+        # A preemptor's requeues for readiness (R10): looked up when it would reclaim.
+        Index(
+            "ix_allocations_requeued_workload",
+            "workload",
+            postgresql_where=text("release_cause = 'Requeued'"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -544,7 +544,7 @@ class Folding(Offers):
         self.unadmit(job)
         if decision.cause == "Deleted":
             self.fold_deleted(job.key)
-        elif decision.cause == "Preempted":
+        elif decision.cause in ("Preempted", "Requeued"):
             self.classify(job)
         else:
             job.state = FINISHED

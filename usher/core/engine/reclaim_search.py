@@ -26,6 +26,7 @@ from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
+from usher.core.rules.readiness import requeued_preemption_refusal
 from usher.core.rules.reclaim import borrowed_resource, victim_refusal
 from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
 from usher.core.tree.zone_burst import burst_first
@@ -43,6 +44,8 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     lower = leaf.within_quota == "LowerPriority"
     if not within and not lower:
         return None
+    if requeued_preemption_refusal(job.key, job.requeues, leaf.readiness) is not None:
+        return None  # R10: requeued for readiness, it takes only free room
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return None  # no eviction can make a too-large pod fit
     if e.state.stops and _fits_once_stopped(e, job):
@@ -307,6 +310,8 @@ def check_preemption(
     if not victims:
         return reasons.stale_view(preemptor, "no victims named")
     info = e.state.tree.nodes[job.leaf]
+    if (requeued := requeued_preemption_refusal(job.key, job.requeues, info.readiness)) is not None:
+        return requeued
     within = within_guarantee(e, job)
     lower = info.within_quota == "LowerPriority"
     removed: list[Placement] = []

@@ -1,17 +1,18 @@
 """No starvation (ADMISSION-RULES N1): a head passed over long enough gets capacity reserved.
 
 What it does: after each decision pass and each ``Admitted`` applied from the log, notes
-since when each head of a queue under a node with ``usher.io/starvation-seconds`` has stayed
-pending while other workloads were admitted (``track``; so a replay of the log alone knows
-it too). Once that wait reaches the threshold, the head has a *reservation*:
+since when each head of a queue under a node with the guard on (``usher.io/starvation-seconds``)
+has stayed pending while other workloads were admitted (``track``; so a replay of the log
+alone knows it too). Once that wait reaches the threshold, the head has a *reservation*:
 every pass tries it before anyone else and, if it still does not fit, counts its request on
 every node of its path for the rest of the pass (``serve_first``, ``release``), for fit but
 not against guarantees -- the way the residual of stopping victims counts (R7) -- so the
 capacity that frees up is not taken by later, smaller workloads. Also the reasons that say
 so (``Reserved``, ``BehindReservation``) and the instant the next reservation starts (a
 wakeup, like a min-runtime end).
-What it must never do: read a clock (``now`` is the engine's), hold anything when no node
-sets the attribute (every pass is then exactly what it was before N1), or keep a hold past
+The guard is on unless a node sets the attribute to 0 (the default is the registry's).
+What it must never do: read a clock (``now`` is the engine's), hold anything where the guard
+is off (a tree off everywhere passes exactly as it did before N1), or keep a hold past
 the pass that made it (between passes a reservation is only its record: since when).
 """
 

@@ -436,16 +436,18 @@ def _missing_cause(event: Released, mark: _Since) -> str | None:
         return f"released as Failed, but no failed WorkloadFinished {since}"
     if event.cause == "Deleted" and not mark.deleted:
         return f"released as Deleted, but no WorkloadDeleted {since}"
-    if event.cause == "Preempted":
+    if event.cause in ("Preempted", "Requeued"):
         if mark.preempted_seq is None:
-            return f"released as Preempted, but no Preempted or Requeued decision for it {since}"
+            return (
+                f"released as {event.cause}, but no Preempted or Requeued decision for it {since}"
+            )
         # Finished or deleted before the ledger read it: the ledger preempted what it still
         # held, and released it once it read that the pods had stopped (R7).
         ended = mark.finished or mark.failed or mark.deleted
         if not mark.stopped_after_preempt and not ended:
             return (
-                "released as Preempted, but it was not seen stopped (suspended or finished) "
-                f"after its Preempted decision at seq {mark.preempted_seq}"
+                f"released as {event.cause}, but it was not seen stopped (suspended or finished) "
+                f"after its {event.cause} decision at seq {mark.preempted_seq}"
             )
     return None
 

@@ -52,6 +52,7 @@ from usher.core.history.replay import (
     to_datetime,
 )
 from usher.core.history.usage import intervals_of
+from usher.core.intake.workload import bypassed_queue
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
 from usher.core.model.quantity import format_quantity
@@ -158,6 +159,7 @@ def explain(
     requests: dict[str, int] = {}
     previous: WorkloadObserved | None = None
     rejected: WorkloadRejected | None = None
+    created_ms = _created_ms(history, key)
     for item in history.items:
         event = item.event
         if isinstance(event, WorkloadObserved) and event.workload == key:
@@ -166,9 +168,14 @@ def explain(
             event.workload == key
         ):
             # The latest word on the object: a rejected manifest stays rejected until the
-            # object is read again or deleted (as ``usher jobs`` shows it).
-            rejected = event if isinstance(event, WorkloadRejected) else None
-        line = _line(item, key, previous)
+            # object is read again or deleted (as ``usher jobs`` shows it). A job that only
+            # ran unadmitted was suspended and queued: its manifest is not at fault.
+            rejected = (
+                event
+                if isinstance(event, WorkloadRejected) and not bypassed_queue(event.errors)
+                else None
+            )
+        line = _line(item, key, previous, created_ms)
         if line is not None:
             lines.append(line)
             if isinstance(event, WorkloadObserved):
@@ -274,8 +281,31 @@ def _reclaim(engine: Engine, key: WorkloadKey, now_ms: Millis) -> ReclaimView:
     return ReclaimView(possible=True, detail=f"a pass now would preempt {names}", victims=victims)
 
 
+def _created_ms(history: History, key: WorkloadKey) -> Millis | None:
+    """When the object was created, as the watcher read it (its first observation)."""
+    for item in history.items:
+        if isinstance(item.event, WorkloadObserved) and item.event.workload == key:
+            return item.event.created_ms
+    return None
+
+
+def _suspended_by_usher(
+    item: LogEntry, previous: WorkloadObserved | None, created_ms: Millis | None
+) -> str:
+    """What the watcher did with a job it found running unadmitted (no admission webhook
+    suspended it at creation), and for how long its pods could run, when the log says."""
+    if previous is None:
+        said = "created unsuspended; suspended by Usher and queued"
+    else:
+        said = "unsuspended without an admission; suspended by Usher and queued again"
+    if previous is None and created_ms is not None and item.time_ms >= created_ms:
+        ran = reasons.seconds_text(item.time_ms - created_ms)
+        said += f" (no admission webhook suspended it at creation: its pods could run {ran} s)"
+    return said
+
+
 def _line(
-    item: LogEntry, key: WorkloadKey, previous: WorkloadObserved | None
+    item: LogEntry, key: WorkloadKey, previous: WorkloadObserved | None, created_ms: Millis | None
 ) -> HistoryLine | None:
     event = item.event
     what: str
@@ -294,6 +324,8 @@ def _line(
         what, detail = "finished", "succeeded" if event.succeeded else "failed"
     elif isinstance(event, WorkloadDeleted):
         what, detail = "deleted", "the object is gone from the cluster"
+    elif isinstance(event, WorkloadRejected) and bypassed_queue(event.errors):
+        what, detail = "suspended", _suspended_by_usher(item, previous, created_ms)
     elif isinstance(event, WorkloadRejected):
         errors = "; ".join(f"{e.path}: {e.message}" for e in event.errors)
         what, detail = "rejected", errors or "invalid manifest"

@@ -95,6 +95,19 @@ OOM_MEMORY_CAP_ANNOTATION = OOM_MEMORY_CAP.key
 RETRY_ANNOTATIONS = (RETRY_LIMIT.key, OOM_MEMORY_FACTOR.key, OOM_MEMORY_CAP.key)
 """Job annotations of retries: the tree's attribute names, and the cap (R12, R13)."""
 DEFAULT_NAMESPACE = "default"
+
+NOT_ADMITTED = "not-admitted"
+"""The error code of a job found running without an admission from Usher (created
+unsuspended where no admission webhook ran, or unsuspended by someone else): the watcher
+suspends it and it is queued like every other job; its manifest was not at fault."""
+
+
+def bypassed_queue(errors: list[FieldError]) -> bool:
+    """Whether a ``WorkloadRejected`` with ``errors`` only says the job ran unadmitted (the
+    watcher suspended it; it waits in its queue), not that its manifest is invalid."""
+    return bool(errors) and all(e.code == NOT_ADMITTED for e in errors)
+
+
 CHECKED_ONLY: tuple[Setting[Any], ...] = (MIN_SUCCESS, SIM_DURATION)
 """Annotations read elsewhere (the watcher counts ``min-success`` against the job's pods, the
 local emulator runs a job for its ``sim-duration``) that a job is refused for here, once, when

@@ -52,6 +52,9 @@ class ReadinessPolicy:
     backoff_cap_ms: int = 3_600_000
     max_attempts: int = 5
     """Admissions a workload may time out in; the last one ends it ``Inadmissible``."""
+    requeued_may_preempt: bool = False
+    """Whether a workload requeued for readiness may preempt on its later attempts; by
+    default it takes only free room (a gang that never gets ready evicts nobody twice)."""
 
     def __post_init__(self) -> None:
         for name in ("timeout_ms", "backoff_base_ms", "backoff_cap_ms"):

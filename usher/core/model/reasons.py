@@ -325,6 +325,17 @@ def beyond_guarantee(preemptor: WorkloadKey, leaf: QuotaPath, victim: WorkloadKe
     return stale_view(preemptor, f"{preemptor} asks beyond the guarantee of {leaf}", victim)
 
 
+def requeued_takes_free_room(preemptor: WorkloadKey, requeues: int) -> Reason:
+    """A reclaim refused: the preemptor was requeued for readiness before and takes only free
+    room on its later attempts (R10)."""
+    times = "once" if requeues == 1 else f"{requeues} times"
+    return stale_view(
+        preemptor,
+        f"{preemptor} was requeued {times} for not becoming ready and takes only free room "
+        "(usher.io/requeued-may-preempt)",
+    )
+
+
 def victim_not_borrowing(preemptor: WorkloadKey, victim: WorkloadKey, leaf: QuotaPath) -> Reason:
     """A reclaim refused: the victim's ``leaf`` borrows none of what the preemptor asks (R5)."""
     return stale_view(preemptor, f"{victim} is not borrowing what is asked on {leaf}", victim)
@@ -404,6 +415,10 @@ def _seconds(ms: int) -> str:
     """Milliseconds as seconds for a sentence: ``300``, ``1.5``."""
     whole, rest = divmod(ms, 1000)
     return str(whole) if rest == 0 else f"{whole}.{rest:03d}".rstrip("0")
+
+
+seconds_text = _seconds
+"""The same wording for sentences outside this module (``usher explain``)."""
 
 
 def pods_not_ready(

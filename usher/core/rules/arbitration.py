@@ -194,17 +194,18 @@ def advance(source: AllocationState | None, target: AllocationState) -> Allocati
     return target
 
 
-Change = Literal["Finished", "Failed", "Deleted", "Preempted", "Suspended"]
+Change = Literal["Finished", "Failed", "Deleted", "Preempted", "Requeued", "Suspended"]
 """What was observed about a workload: a ``ReleaseCause``, or its suspension observed."""
 
 
 def release_cause(
-    state: AllocationState, change: Change, *, before_preemption: bool
+    state: AllocationState, change: Change, *, before_preemption: bool, requeued: bool = False
 ) -> ReleaseCause | None:
     """With which cause an observed ``change`` releases an allocation in ``state``; or None.
 
-    A ``preempting`` victim is released by any sign its pods stopped (cause ``Preempted``,
-    ``Deleted`` if deleted), except a suspension observed before it was preempted
+    A ``preempting`` victim is released by any sign its pods stopped (cause ``Preempted``, or
+    ``Requeued`` when it stops for its own requeue for readiness, R10; ``Deleted`` if
+    deleted), except a suspension observed before it was preempted
     (``before_preemption``): that says nothing about its pods since. A counted allocation is
     released by its end (finished, failed, deleted, preempted); an observed suspension of it
     changes nothing: an admitted workload may not have been unsuspended yet, a held one is
@@ -213,7 +214,9 @@ def release_cause(
     if state == AllocationState.PREEMPTING:
         if change == "Suspended" and before_preemption:
             return None
-        return "Deleted" if change == "Deleted" else "Preempted"
+        if change == "Deleted":
+            return "Deleted"
+        return "Requeued" if requeued else "Preempted"
     if state in COUNTED and change != "Suspended":
         return change
     return None

@@ -1,7 +1,9 @@
 """Readiness after admission (docs/admission-rules.md R10): the policy and each workload's record.
 
 What it does: ``readiness_policy`` reads a node's ready timeout, requeue backoff and attempt
-limit from its attributes, inheriting what it does not set; ``Readiness`` is what the engine
+limit from its attributes, inheriting what it does not set; ``requeued_preemption_refusal``
+says whether a workload requeued before may preempt (the engine's reclaim search and the
+ledger's re-check of a reclaim both ask it); ``Readiness`` is what the engine
 keeps per workload (the running attempt's deadline, the latest pod counts, requeues so far,
 the end of its backoff); ``armed``, ``progressed`` and ``requeued`` are its transitions.
 What it must never do: read a clock (time comes in as arguments), decide when to requeue
@@ -12,16 +14,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import msgspec
 
-from schemas import Reason
+from schemas import Reason, WorkloadKey
+from usher.core.model import reasons
 from usher.core.model.config import ReadinessPolicy
 from usher.core.values.registry import (
     READY_TIMEOUT,
     REQUEUE_BACKOFF,
     REQUEUE_BACKOFF_MAX,
     REQUEUE_MAX_ATTEMPTS,
+    REQUEUED_MAY_PREEMPT,
     Setting,
 )
 
@@ -38,7 +43,7 @@ def readiness_policy(attributes: Mapping[str, str], inherited: ReadinessPolicy) 
     The tree's validation (T1) refuses invalid values; this only skips them, like
     ``reclaim.node_policy``, so a tree read back from the ledger cannot raise here.
     """
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     for attribute, field in _MILLIS_ATTRIBUTES:
         seconds = attribute.read(attributes)
         if seconds is not None:
@@ -46,7 +51,25 @@ def readiness_policy(attributes: Mapping[str, str], inherited: ReadinessPolicy) 
     attempts = REQUEUE_MAX_ATTEMPTS.read(attributes)
     if attempts is not None:
         changes["max_attempts"] = attempts
-    return replace(inherited, **changes) if changes else inherited
+    policy = replace(inherited, **changes) if changes else inherited
+    may_preempt = REQUEUED_MAY_PREEMPT.read(attributes)
+    if may_preempt is not None and may_preempt != policy.requeued_may_preempt:
+        policy = replace(policy, requeued_may_preempt=may_preempt)
+    return policy
+
+
+def requeued_preemption_refusal(
+    preemptor: WorkloadKey, requeues: int, policy: ReadinessPolicy
+) -> Reason | None:
+    """Why ``preemptor`` may not preempt anyone; None when it may (R10).
+
+    A workload requeued ``requeues`` times for not becoming ready takes only free room on its
+    later attempts -- the room it would take is running work that did become ready -- unless
+    its leaf's policy says ``usher.io/requeued-may-preempt: "true"``.
+    """
+    if requeues == 0 or policy.requeued_may_preempt:
+        return None
+    return reasons.requeued_takes_free_room(preemptor, requeues)
 
 
 class Readiness(msgspec.Struct, frozen=True, kw_only=True, array_like=True):

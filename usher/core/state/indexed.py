@@ -32,7 +32,7 @@ from usher.core.tree.budget_spec import Budget, holds_overrun, parse_budgets
 from usher.core.tree.quota_tree import iter_nodes, queue_name
 from usher.core.tree.zone_burst import burst_zones, default_zones
 from usher.core.tree.zone_quota import ZoneCaps, parse_zone_max, parse_zone_min
-from usher.core.values.registry import BACKFILL, STARVATION
+from usher.core.values.registry import BACKFILL, DEFAULT_STARVATION_SECONDS, STARVATION
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -208,7 +208,8 @@ class TreeIndex:
         self.budgets: dict[QuotaPath, tuple[Budget, ...]] = {}
         """The budgets each node declares (B1); empty when none does (nothing is counted)."""
         self.starvation_on = False
-        """Whether any node turns the starvation guard on (N1): passes skip it otherwise."""
+        """Whether the starvation guard is on anywhere (N1; on by default): passes skip it when
+        every node turns it off."""
         self.backfill_on = False
         """Whether any leaf may backfill beside a reservation (N2)."""
         self.overrun_nodes: set[QuotaPath] = set()
@@ -287,11 +288,12 @@ def _inherited_attributes(
 
 def _starvation_ms(node: QuotaNode, parent: QuotaNodeInfo | None) -> int:
     """The node's starvation threshold (N1): its own attribute (T1 checked it is whole
-    seconds), else its parent's, else 0 (off)."""
+    seconds), else its parent's, else the default (on: no tree starves a head unless a node
+    turns the guard off with ``0``)."""
     seconds = STARVATION.read(node.attributes)
     if seconds is not None:
         return seconds * 1000
-    return parent.starvation_ms if parent is not None else 0
+    return parent.starvation_ms if parent is not None else DEFAULT_STARVATION_SECONDS * 1000
 
 
 def _backfill(node: QuotaNode, parent: QuotaNodeInfo | None) -> bool:
@@ -390,6 +392,11 @@ class Job:
         self.grown: Reason | None = None
         """Admitted, then observed running asking more than its admission counts (R16): the
         next pass of its zone stops it; None: it did not grow."""
+
+    @property
+    def requeues(self) -> int:
+        """Admissions of it that timed out for readiness so far (R10)."""
+        return self.readiness.requeues if self.readiness is not None else 0
 
     def copy(self) -> Job:
         """A working copy for a trial pass (every field is immutable or a scalar)."""

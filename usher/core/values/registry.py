@@ -40,6 +40,11 @@ MAX_WEIGHT: Final = MAX_COUNT
 """The largest fair-share weight (F1)."""
 MAX_RUNTIME_SECONDS: Final = 366 * 24 * 3600
 """The longest declared maximum runtime (RT1): a year."""
+DEFAULT_STARVATION_SECONDS: Final = 600
+"""The starvation threshold of a tree that sets none (N1): ten minutes. Far above the waits
+of a queue that flows (the bench's mean waits are seconds to a minute and a half), so the
+guard holds nothing then; short enough that a large head passed over by a stream of small
+jobs is served within ten minutes plus the longest run. ``0`` on a node turns it off."""
 
 WITHIN_QUOTA_VALUES: Final = ("Never", "LowerPriority")
 HOLD_VALUES: Final = ("hold", "drain")
@@ -194,6 +199,19 @@ REQUEUE_MAX_ATTEMPTS: Final = Setting(
     example="5",
     bounds=f"a whole number, 1 to {MAX_REQUEUE_ATTEMPTS}",
     parse=_count("usher.io/requeue-max-attempts", low=1, high=MAX_REQUEUE_ATTEMPTS),
+)
+REQUEUED_MAY_PREEMPT: Final = Setting(
+    key="usher.io/requeued-may-preempt",
+    scope="tree",
+    kind="boolean",
+    summary="A workload requeued for not becoming ready may preempt on its later attempts; "
+    "by default it takes only free room.",
+    default="false",
+    inherited=True,
+    rule="R10 Readiness and requeue",
+    example="true",
+    bounds="true or false",
+    parse=_boolean("usher.io/requeued-may-preempt"),
 )
 RETRY_LIMIT: Final = Setting(
     key="usher.io/retry-limit",
@@ -392,7 +410,7 @@ STARVATION: Final = Setting(
     kind="seconds",
     summary="Seconds a head of a queue may be passed over before capacity is reserved for it; "
     "0 is off.",
-    default="0",
+    default=str(DEFAULT_STARVATION_SECONDS),
     inherited=True,
     rule="N1 A head passed over gets a reservation",
     example="1800",
@@ -492,6 +510,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     REQUEUE_BACKOFF,
     REQUEUE_BACKOFF_MAX,
     REQUEUE_MAX_ATTEMPTS,
+    REQUEUED_MAY_PREEMPT,
     RETRY_LIMIT,
     OOM_MEMORY_FACTOR,
     OOM_MEMORY_CAP,
