@@ -35,6 +35,7 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True, tag="envelope.v1"):
     source: str
     """Who produced it, e.g. ``usher/watcher`` or ``usher/dequeuer/zone-a``, ``ce-source``."""
     v: int = SCHEMA_VERSION
+    """The envelope's schema version (an integer, 1)."""
     event: LogEvent
 
 

@@ -23,6 +23,7 @@ class PodSet(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     count: int
+    """Pods in the set."""
     requests: Resources
     """Per pod, canonical units: containers summed, max with each init container, plus overhead."""
     min_count: int | None = None
@@ -82,7 +83,9 @@ class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     """Kubernetes' ``state.terminated.reason``, e.g. ``OOMKilled``, ``Error``."""
     exit_code: int
+    """The container's exit code (an integer, e.g. 137 after a SIGKILL)."""
     memory_request: int | None = None
+    """The container's memory request (bytes) as this attempt ran it, when set."""
     memory_limit: int | None = None
     """The container's memory request and limit (bytes) as this attempt ran it, when set: what
     an OOM scale-up (R13) grows. Left out by watchers older than R13."""
@@ -109,7 +112,9 @@ class WorkloadProgress(_Event, frozen=True, kw_only=True, tag="workload.progress
     total: int
     """Pods the admitted workload should have (its admitted gang size)."""
     succeeded: int = 0
+    """Pods that succeeded (a count of pods)."""
     failed: int = 0
+    """Pods that failed (a count of pods)."""
     observed_ms: Millis | None = None
 
 
@@ -176,6 +181,7 @@ class PriorityClassObserved(_Event, frozen=True, kw_only=True, tag="priorityclas
 
     name: str
     value: int
+    """Its priority (a 32-bit integer; higher is more important)."""
 
 
 class ZoneServed(_Event, frozen=True, kw_only=True, tag="zone.served.v1"):
