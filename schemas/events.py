@@ -188,7 +188,7 @@ class ZoneServed(_Event, frozen=True, kw_only=True, tag="zone.served.v1"):
     """A dequeuer serves ``zone``: it decides for that zone's workloads from now on.
 
     Not seen in Kubernetes: each dequeuer replica announces its zone when it starts (on
-    ``<prefix>.decision.<zone>.zone.served``). A zone stays served once announced: a stopped
+    ``<prefix>.zone.<zone>.served``). A zone stays served once announced: a stopped
     dequeuer is expected back, and its zone's workloads wait for it. Until the log holds a
     first ``ZoneServed`` (a log written before these events existed) nobody knows which zones
     are served, and no workload is said to be in an unserved one."""

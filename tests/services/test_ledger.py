@@ -603,7 +603,7 @@ async def test_a_drain_preemption_goes_the_requeue_way(running: Ledger) -> None:
 
 async def test_a_hold_is_recorded_with_who_asked_from_the_subject(running: Ledger) -> None:
     """R14/R15: an order is judged by the ledger and recorded through its outbox on
-    ``<p>.decision.hold.<node>``; ``by`` is the identity the request subject names, never a
+    ``<p>.hold.<node>``; ``by`` is the identity the request subject names, never a
     claim of the requester. Unknown nodes and negative graces are refused naming the field."""
 
     async def ask(identity: str, request: HoldRequest) -> HoldReply:

@@ -188,11 +188,11 @@ HEADER = """\
 #
 #   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
 #   ledger     {prefix}.decision.*.{{admitted,preempted,released,requeued}}.>  + replies
-#              {prefix}.decision.hold.*  (records holds, drains and resumes: R14/R15)
+#              {prefix}.hold.*  (records holds, drains and resumes: R14/R15)
 #              serves {prefix}.ledger.hold.<identity>: who asks is the subject's identity
 #   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped,retried}}.>  (own zone only)
-#              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
-#              {prefix}.decision.<zone>.pass.ran  (records a pass that proposed something)
+#              {prefix}.zone.<zone>.served  (announces that it serves its zone)
+#              {prefix}.pass.<zone>.ran  (records a pass that proposed something)
 #              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
 #              {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
