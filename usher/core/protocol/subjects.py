@@ -342,6 +342,12 @@ def prefix_of(subject: str) -> str | None:
     return subject[: min(found)] if found else None
 
 
+def installation_of(subject: str) -> str:
+    """The installation a subject of the log belongs to, as ``ce-source`` names it: its
+    prefix (``prefix_of``), else its first token."""
+    return prefix_of(subject) or subject.split(".", 1)[0]
+
+
 def owner_problem(subject: str, envelope: Envelope) -> str | None:
     """``Subjects.owner_problem`` for the installation the subject itself names."""
     prefix = prefix_of(subject)
