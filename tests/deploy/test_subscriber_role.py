@@ -11,13 +11,17 @@ running server reloads, and a restarted one keeps it.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import nats
 import nats.errors
@@ -26,7 +30,9 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from schemas import Envelope, EventId, WorkloadDeleted, WorkloadKey
+from schemas.export import DEFAULT_DIR
 from tests.deploy.test_nats_permissions import AUTH_CONF, _free_port, _wait_for_port
+from tests.nodejs import node_dir, run_node
 from usher.adapters.nats.log import ensure_streams, publish_envelope
 from usher.adapters.nats.permissions import (
     DEFAULT_SUBSCRIBERS,
@@ -45,6 +51,7 @@ from usher.local.subscribers import mint
 S = Subjects("usher")
 LOG, DLQ = S.stream_name, S.dlq_stream_name
 DECISIONS = S.all_decisions
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples" / "subscribe"
 
 
 @dataclass(frozen=True)
@@ -252,6 +259,42 @@ async def test_every_other_operation_is_refused(server: Server) -> None:
         assert allowed == []
         listening = [s for s in refused_subscriptions if not await session.subscription_refused(s)]
         assert listening == []
+
+
+def run_example(kind: str, server: Server, node: Path | None) -> dict[str, Any]:
+    """Run the documented consumer (docs/examples/subscribe) as the subscriber, until caught up."""
+    name = subscriber_name(server.system)
+    url = server.url.replace("nats://", f"nats://usher-{name}:{server.passwords[name]}@")
+    env = {**os.environ, "NATS_URL": url, "USHER_SYSTEM": server.system,
+           "USHER_PREFIX": "usher", "USHER_SCHEMAS": str(DEFAULT_DIR)}  # fmt: skip
+    if kind == "node":
+        assert node is not None
+        done = run_node(node, EXAMPLES / "consumer.mjs", ["--until-caught-up"], env)
+    else:
+        argv = [sys.executable, str(EXAMPLES / "consumer.py"), "--until-caught-up"]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["invalid"] == [] and report.get("warnings", []) == [], report
+    return report
+
+
+async def test_the_documented_consumers_read_resume_and_stay_within_the_role(
+    server: Server, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """docs/how-to/subscribe.md's Python and Node.js consumers, as the subscriber: from the
+    start, then resumed after a restart (nothing read twice), then a new decision only."""
+    node = node_dir(tmp_path_factory) if shutil.which("node") else None
+    await publish_as_admin(server, "usher.decision.a.released.user-a.j6", 6)
+    kinds = ["python", *(["node"] if node else [])]
+    for kind in kinds:
+        first = run_example(kind, server, node)
+        assert first["read"] >= 1 and first["types"] == ["workload.deleted.v1"]
+        assert run_example(kind, server, node)["read"] == 0  # resumed: all acknowledged
+        await publish_as_admin(server, "usher.decision.a.released.user-a.j7" + kind, 70 + len(kind))
+        assert run_example(kind, server, node)["read"] == 1
+        async with as_subscriber(server) as session:
+            await session.nc.jetstream().delete_consumer(LOG, server.system)
 
 
 async def test_usher_subscriber_mints_an_identity_the_running_and_restarted_server_accept(

@@ -10,6 +10,7 @@ What it must never do: install into the repository (no ``node_modules`` is ever 
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ PACKAGES = {"ajv": "^8.17.1", "ajv-formats": "^3.0.1", "nats": "^2.29.3"}
 """What the scripts import, pinned to a major version."""
 
 
+@functools.cache
 def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with ``PACKAGES`` installed (skips the test where node is absent)."""
     if shutil.which("node") is None or shutil.which("npm") is None:
