@@ -10,7 +10,6 @@ What it must never do: install into the repository (no ``node_modules`` is ever 
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
 import subprocess
@@ -22,11 +21,16 @@ PACKAGES = {"ajv": "^8.17.1", "ajv-formats": "^3.0.1", "nats": "^2.29.3"}
 """What the scripts import, pinned to a major version."""
 
 
-@functools.cache
+_INSTALLED: dict[int, Path] = {}
+"""The directory installed in each session (by its temporary path factory), once."""
+
+
 def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory with ``PACKAGES`` installed (skips the test where node is absent)."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         pytest.skip("node is not installed: the Ajv and nats.js checks need it")
+    if id(tmp_path_factory) in _INSTALLED:
+        return _INSTALLED[id(tmp_path_factory)]
     root = tmp_path_factory.mktemp("node")
     manifest = {"name": "usher-contract-checks", "private": True, "type": "module"}
     (root / "package.json").write_text(json.dumps({**manifest, "dependencies": PACKAGES}))
@@ -37,6 +41,7 @@ def node_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         capture_output=True,
         timeout=300,
     )
+    _INSTALLED[id(tmp_path_factory)] = root
     return root
 
 
