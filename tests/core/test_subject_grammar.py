@@ -25,6 +25,12 @@ from schemas import (
     ZoneServed,
 )
 from schemas.envelope import LogEvent
+from tests.builders.log import BASE, BASE_MS, SUBJECTS, Log
+from usher.core.engine.facade import Engine
+from usher.core.history.fold import Verdict, fold_entry
+from usher.core.history.replay import fold
+from usher.core.model.config import EngineConfig
+from usher.core.protocol.log import log_entry
 from usher.core.protocol.subjects import MIGRATION_WINDOW, Subjects, prefix_of, untoken
 
 S = Subjects("t")
@@ -96,3 +102,26 @@ def test_every_decision_subject_parses_as_zone_action_namespace_name(
         assert untoken(tokens[2]) == zone or tokens[2].startswith("%H")
     others = [S.hold(QuotaPath(node)), S.zone_served(Zone(zone)), S.pass_ran(Zone(zone))]
     assert not [s for s in others if S.is_decision(s)]
+
+
+@pytest.mark.parametrize(
+    ("subject", "verdict"),
+    [
+        ("t.hold.root", Verdict.FOLDED),
+        ("t.decision.hold.root", Verdict.FOLDED),  # a log written by 0.1.0: still read
+        ("t.decision.default.admitted.root.x", Verdict.FORGED),
+        ("t.zone.root.served", Verdict.FORGED),
+    ],
+)
+def test_every_reader_folds_a_hold_from_its_new_and_its_old_subject(
+    subject: str, verdict: Verdict
+) -> None:
+    engine = Engine(EngineConfig())
+    assert fold(engine, Log().tree(0).history().items) == []
+    held = NodeHeld(node=QuotaPath("root"), mode="Hold", by="admin", at_ms=Millis(BASE_MS))
+    envelope = Envelope(id=EventId("h"), time=BASE, source=LEDGER_SOURCE, event=held)
+    outcome = fold_entry(
+        engine, log_entry(9, subject.replace("t.", f"{SUBJECTS.prefix}.", 1), envelope)
+    )
+    assert outcome.verdict is verdict, outcome.reason
+    assert (QuotaPath("root") in engine.state.holds) == (verdict is Verdict.FOLDED)
