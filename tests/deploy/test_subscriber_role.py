@@ -297,6 +297,23 @@ async def test_the_documented_consumers_read_resume_and_stay_within_the_role(
             await session.nc.jetstream().delete_consumer(LOG, server.system)
 
 
+async def test_the_nats_js_ordered_consumer_reads_decisions_without_a_violation(
+    server: Server, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """nats.js's recommended ordered consumer (``js.consumers.get`` without a name), which
+    the ``console`` identity could never use, reads the decisions as the subscriber."""
+    node = node_dir(tmp_path_factory)
+    await publish_as_admin(server, "usher.decision.a.released.user-a.j8", 8)
+    name = subscriber_name(server.system)
+    url = server.url.replace("nats://", f"nats://usher-{name}:{server.passwords[name]}@")
+    env = {**os.environ, "NATS_URL": url, "USHER_SYSTEM": server.system}
+    done = run_node(node, Path(__file__).parents[1] / "nodejs" / "ordered.mjs", [], env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["read"] >= 1 and report["status"] == []
+    assert all(subject.startswith("usher.decision.") for subject in report["subjects"])
+
+
 async def test_usher_subscriber_mints_an_identity_the_running_and_restarted_server_accept(
     tmp_path: Path,
 ) -> None:
