@@ -78,7 +78,9 @@ class Reason(msgspec.Struct, frozen=True, kw_only=True):
     """The limiting quota node, when there is one."""
     resource: str | None = None
     used: int | None = None
+    """What the node already counts of ``resource``, in canonical units (see ``Resources``)."""
     requested: int | None = None
+    """What the workload asks of ``resource``, in canonical units (see ``Resources``)."""
     limit: int | None = None
     """The effective limit that was hit (``max x oversellRate``), in canonical units."""
     blocker: WorkloadKey | None = None

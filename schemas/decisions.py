@@ -28,6 +28,7 @@ class Admitted(_Decision, frozen=True, kw_only=True, tag="decision.admitted.v1")
     zone: Zone
     requests: Resources
     priority: int = 0
+    """Its Kubernetes priority (a 32-bit integer; higher is more important)."""
     pod_counts: dict[str, int] | None = None
     """Pods admitted per pod set when fewer than observed were (partial admission, R11):
     ``requests`` counts exactly these; the watcher scales the workload down to them."""
@@ -42,6 +43,7 @@ class Pending(_Decision, frozen=True, kw_only=True, tag="decision.pending.v1"):
     queue: QueueName
     quota: QuotaPath
     position: int
+    """Its place in its queue, 1-based (1: the head)."""
     reason: Reason
 
 
@@ -87,10 +89,13 @@ class Requeued(_Decision, frozen=True, kw_only=True, tag="decision.requeued.v1")
     zone: Zone
     requests: Resources
     ready: int
+    """Pods that were ready when the timeout ran out (a count of pods)."""
     total: int
+    """Pods the admitted workload should have had (a count of pods)."""
     attempt: int
     """Which admission timed out (1 = the first)."""
     max_attempts: int
+    """Admissions it may time out in before it is inadmissible (a count, R10)."""
     retry_after_ms: Millis | None
     reason: Reason
 
@@ -105,9 +110,13 @@ class MemoryResize(msgspec.Struct, frozen=True, kw_only=True):
     pod_set: str
     container: str
     request: int | None
+    """This attempt's memory request, in bytes."""
     new_request: int | None
+    """The next attempt's memory request, in bytes."""
     limit: int | None
+    """This attempt's memory limit, in bytes."""
     new_limit: int | None
+    """The next attempt's memory limit, in bytes."""
 
 
 class Retried(_Decision, frozen=True, kw_only=True, tag="decision.retried.v1"):

@@ -9,8 +9,8 @@ accept loose dicts.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -35,6 +35,7 @@ class Envelope(msgspec.Struct, frozen=True, kw_only=True, tag="envelope.v1"):
     source: str
     """Who produced it, e.g. ``usher/watcher`` or ``usher/dequeuer/zone-a``, ``ce-source``."""
     v: int = SCHEMA_VERSION
+    """The envelope's schema version (an integer, 1)."""
     event: LogEvent
 
 
@@ -104,19 +105,69 @@ def header_value(value: str) -> str:
     """``value`` as a header may carry it (see ``MAX_HEADER_VALUE``)."""
     if len(value) <= MAX_HEADER_VALUE and value.isascii() and value.isprintable():
         return value
+    return _digest(value)
+
+
+def _digest(value: str) -> str:
+    """``digest:`` and a hash of ``value``: what stands for a value too long or odd for a header."""
     digest = hashlib.blake2b(value.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
     return f"digest:{digest}"
 
 
-def cloudevent_headers(envelope: Envelope) -> dict[str, str]:
-    """CloudEvents binary-mode headers for a published envelope (plus ``Nats-Msg-Id``)."""
+CLOUDEVENTS_BINDING: Final = "NATS Protocol Binding for CloudEvents 1.0.3-wip, binary content mode"
+"""How every log entry is a CloudEvent (CloudEvents 1.0): the NATS binding's binary content mode,
+as its working draft (version 1.0.3-wip) defines it -- the released 1.0.2 knows structured
+mode only. The payload is the event data (the ``Envelope`` JSON, ``ce-datacontenttype:
+application/json``); each attribute is a ``ce-<name>`` header, percent-encoded as the binding
+says. ``Content-Type`` is ``application/json`` too (never ``application/cloudevents``, which
+would mean structured mode), so an HTTP binary-mode reader parses the same headers."""
+
+CE_TYPE_PREFIX: Final = "io.usher."
+"""``ce-type`` is this and the event's ``type`` tag, e.g. ``io.usher.decision.admitted.v1``."""
+
+CE_SOURCE_SCHEME: Final = "urn:usher:"
+"""``ce-source`` is ``urn:usher:<installation>:<envelope source>``, e.g.
+``urn:usher:usher:usher/ledger``: an absolute URI naming the installation (its subject prefix,
+unique per NATS deployment), so ``(source, id)`` is unique across installations."""
+
+_CE_SAFE: Final = frozenset(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '%"')
+"""What a ``ce-`` header value keeps as is: printable ASCII but space, double quote and percent."""
+
+
+def ce_source(installation: str, source: str) -> str:
+    """The ``ce-source`` of an entry ``source`` wrote in ``installation`` (its prefix)."""
+    return f"{CE_SOURCE_SCHEME}{installation}:{source}"
+
+
+def ce_time(time: datetime) -> str:
+    """``ce-time`` in the one format of the log: the envelope's own (RFC 3339, UTC as ``Z``;
+    producers stamp UTC, and any other offset is written as the same instant in UTC)."""
+    return _encoder.encode(time.astimezone(UTC)).decode("ascii").strip('"')
+
+
+def ce_header_value(value: str) -> str:
+    """``value`` percent-encoded as the binding says (UTF-8 bytes as ``%XY``); one too long
+    for a header (``MAX_HEADER_VALUE``) is written as a digest of itself."""
+    encoded = "".join(char if char in _CE_SAFE else _percent(char) for char in value)
+    return encoded if len(encoded) <= MAX_HEADER_VALUE else _digest(value)
+
+
+def _percent(char: str) -> str:
+    """``char`` as ``%XY`` per byte of its UTF-8 encoding."""
+    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+
+
+def cloudevent_headers(envelope: Envelope, installation: str) -> dict[str, str]:
+    """CloudEvents headers (``CLOUDEVENTS_BINDING``) for an envelope published by
+    ``installation`` (its subject prefix), plus ``Nats-Msg-Id``."""
     tag: Any = type(envelope.event).__struct_config__.tag
     return {
         "Nats-Msg-Id": header_value(envelope.id),
         "ce-specversion": "1.0",
-        "ce-id": header_value(envelope.id),
-        "ce-type": f"io.usher.{tag}",
-        "ce-source": header_value(envelope.source),
-        "ce-time": envelope.time.isoformat(),
+        "ce-id": ce_header_value(envelope.id),
+        "ce-type": ce_header_value(f"{CE_TYPE_PREFIX}{tag}"),
+        "ce-source": ce_header_value(ce_source(installation, envelope.source)),
+        "ce-time": ce_time(envelope.time),
+        "ce-datacontenttype": "application/json",
         "content-type": "application/json",
     }

@@ -23,6 +23,7 @@ class PodSet(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     count: int
+    """Pods in the set."""
     requests: Resources
     """Per pod, canonical units: containers summed, max with each init container, plus overhead."""
     min_count: int | None = None
@@ -85,7 +86,9 @@ class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
     """Kubernetes' ``state.terminated.reason``, e.g. ``OOMKilled``, ``Error``."""
     exit_code: int
+    """The container's exit code (an integer, e.g. 137 after a SIGKILL)."""
     memory_request: int | None = None
+    """The container's memory request (bytes) as this attempt ran it, when set."""
     memory_limit: int | None = None
     """The container's memory request and limit (bytes) as this attempt ran it, when set: what
     an OOM scale-up (R13) grows. Left out by watchers older than R13."""
@@ -112,7 +115,9 @@ class WorkloadProgress(_Event, frozen=True, kw_only=True, tag="workload.progress
     total: int
     """Pods the admitted workload should have (its admitted gang size)."""
     succeeded: int = 0
+    """Pods that succeeded (a count of pods)."""
     failed: int = 0
+    """Pods that failed (a count of pods)."""
     observed_ms: Millis | None = None
 
 
@@ -179,13 +184,14 @@ class PriorityClassObserved(_Event, frozen=True, kw_only=True, tag="priorityclas
 
     name: str
     value: int
+    """Its priority (a 32-bit integer; higher is more important)."""
 
 
 class ZoneServed(_Event, frozen=True, kw_only=True, tag="zone.served.v1"):
     """A dequeuer serves ``zone``: it decides for that zone's workloads from now on.
 
     Not seen in Kubernetes: each dequeuer replica announces its zone when it starts (on
-    ``<prefix>.decision.<zone>.zone.served``). A zone stays served once announced: a stopped
+    ``<prefix>.zone.<zone>.served``). A zone stays served once announced: a stopped
     dequeuer is expected back, and its zone's workloads wait for it. Until the log holds a
     first ``ZoneServed`` (a log written before these events existed) nobody knows which zones
     are served, and no workload is said to be in an unserved one."""

@@ -22,6 +22,7 @@ class Reservation(msgspec.Struct, frozen=True, kw_only=True):
     zone: Zone
     requests: Resources
     priority: int = 0
+    """Its Kubernetes priority (a 32-bit integer; higher is more important)."""
     preempting: list[WorkloadKey] = msgspec.field(default_factory=list)
     """Victims whose release this reservation counts on (capacity held for the preemptor)."""
     pod_counts: dict[str, int] | None = None

@@ -3,7 +3,7 @@
 What it does: ``PassRan`` says that the dequeuer of ``zone`` ran a pass at ``now_ms`` on the
 log up to ``seq`` (the last entry its engine had applied) and proposed something (D4,
 docs/admission-rules.md). It is published by that dequeuer alone, on
-``<prefix>.decision.<zone>.pass.ran``, before the pass's requests go out, so every decision
+``<prefix>.pass.<zone>.ran``, before the pass's requests go out, so every decision
 that reaches the log from the pass comes after it.
 What it must never do: hold logic, carry a decision (replay and every consumer ignore it), or
 change its tag once published.

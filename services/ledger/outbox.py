@@ -5,7 +5,7 @@ the ``OutboxMessage`` that announces it: id ``ledger:<action>:<workload>:<alloca
 ``Nats-Msg-Id``, so a republish after a crash is dropped by the server), an ``Envelope`` from
 ``usher/ledger`` timed by the store's transaction stamp (the allocation's own times), on
 ``<p>.decision.<zone>.<action>.<ns>.<name>``; and an operator's hold,
-drain or resume (R14/R15) into one on ``<p>.decision.hold.<node>``, id
+drain or resume (R14/R15) into one on ``<p>.hold.<node>``, id
 ``ledger:hold:<request id>`` (a retried request is one order).
 What it must never do: touch the database or NATS; the store calls it inside its transaction.
 """

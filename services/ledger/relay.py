@@ -26,6 +26,7 @@ from nats.js import JetStreamContext
 from sqlalchemy.exc import SQLAlchemyError
 
 from schemas import cloudevent_headers, decode_envelope
+from usher.adapters.nats.subjects import installation_of
 from usher.adapters.pg.ledger_store import LedgerError, LedgerStore, OutboxMessage
 
 Park = Callable[..., Awaitable[None]]
@@ -137,7 +138,8 @@ class OutboxRelay:
     async def _headers(self, message: OutboxMessage) -> dict[str, str] | None:
         """CloudEvents headers from the stored envelope; ``None`` (parked) when it is corrupt."""
         try:
-            return cloudevent_headers(decode_envelope(message.payload))
+            envelope = decode_envelope(message.payload)
+            return cloudevent_headers(envelope, installation_of(message.subject))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             # Written by this service, so this is a bug; parking keeps the outbox moving.
             await self._park(message.subject, message.payload, exc)

@@ -25,10 +25,14 @@ def record(zone: str = "a", source: str = f"{DEQUEUER_SOURCE}/a") -> Envelope:
 @pytest.mark.parametrize(
     ("subject", "envelope", "problem"),
     [
+        ("t.pass.a.ran", record(), None),
+        ("t.pass.b.ran", record(), "it belongs on 't.pass.a.ran'"),
+        ("t.pass.a.ran", record(source="usher/watcher"), "only 'usher/dequeuer/a'"),
+        ("t.pass.b.ran", record("b"), "only 'usher/dequeuer/b'"),
+        # Its subject before it left decision.> is read during the migration window.
         ("t.decision.a.pass.ran", record(), None),
-        ("t.decision.b.pass.ran", record(), "it belongs on 't.decision.a.pass.ran'"),
+        ("t.decision.b.pass.ran", record(), "it belongs on 't.pass.a.ran'"),
         ("t.decision.a.pass.ran", record(source="usher/watcher"), "only 'usher/dequeuer/a'"),
-        ("t.decision.b.pass.ran", record("b"), "only 'usher/dequeuer/b'"),
     ],
 )
 def test_only_the_zones_dequeuer_records_its_passes(

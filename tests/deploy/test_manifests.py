@@ -23,6 +23,7 @@ import yaml
 from sqlalchemy.engine import make_url
 
 from tests.deploy.rendered import DEPLOY, KUBECTL, Manifest, by_name, of_kind, render
+from usher.adapters.nats.permissions import DEFAULT_SUBSCRIBERS, subscriber_name
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -453,5 +454,7 @@ def test_the_nats_users_match_the_dequeuer_zones(two_zones: list[Manifest]) -> N
     conf = (DEPLOY / "nats" / "usher-auth.conf").read_text()
     users = set(re.findall(r"user: (usher-[\w-]+)", conf))
     zones = {name.removeprefix("usher-") for name in by_name(two_zones, "Deployment")}
-    # Plus the read-only console and the admin that creates the streams.
-    assert users == {f"usher-{z}" for z in zones} | {"usher-console", "usher-admin"}
+    # Plus the read-only console, the admin that creates the streams and the subscribers of
+    # other systems (no Deployment of ours).
+    readers = {f"usher-{subscriber_name(system)}" for system in DEFAULT_SUBSCRIBERS}
+    assert users == {f"usher-{z}" for z in zones} | {"usher-console", "usher-admin"} | readers

@@ -40,7 +40,13 @@ from tests.builders.trees import two_leaf_tree
 from tests.services.helpers import publish
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import ensure_streams, require_streams
-from usher.adapters.nats.permissions import deploy_files, identities, password_variable
+from usher.adapters.nats.permissions import (
+    DEFAULT_SUBSCRIBERS,
+    deploy_files,
+    identities,
+    password_variable,
+    subscriber_name,
+)
 from usher.adapters.nats.snapshots import SnapshotStore
 from usher.adapters.nats.subjects import Subjects
 from usher.core.model.config import EngineConfig
@@ -103,7 +109,8 @@ def nats_url(
         f'jetstream {{ store_dir: "{home / "store"}" }}\n'
         "include ./usher-auth.conf\n"
     )
-    env = {password_variable(user): password(user) for user in EVERYONE}
+    readers = [subscriber_name(system) for system in DEFAULT_SUBSCRIBERS]
+    env = {password_variable(user): password(user) for user in (*EVERYONE, *readers)}
     log = (home / "nats.log").open("w")
     process = subprocess.Popen(
         [str(nats_server_binary()), "-c", str(home / "nats.conf")], env=env, stdout=log, stderr=log

@@ -196,16 +196,20 @@ class Entry:
     headers: dict[str, str]
 
 
-async def decisions(js: JetStreamContext, subjects: Subjects) -> list[Entry]:
-    """Every decision on the log, in stream order."""
+async def log_entries(js: JetStreamContext, subjects: Subjects) -> list[Entry]:
+    """Every entry on the log, in stream order."""
     info = await js.stream_info(subjects.stream_name)
     out: list[Entry] = []
     for seq in range(int(info.state.first_seq), int(info.state.last_seq) + 1):
         msg = await js.get_msg(subjects.stream_name, seq, direct=True)
-        if msg.subject and msg.subject.startswith(f"{subjects.prefix}.decision."):
-            envelope = decode_envelope(msg.data or b"")
-            out.append(Entry(seq, msg.subject, envelope, dict(msg.headers or {})))
+        envelope = decode_envelope(msg.data or b"")
+        out.append(Entry(seq, msg.subject or "", envelope, dict(msg.headers or {})))
     return out
+
+
+async def decisions(js: JetStreamContext, subjects: Subjects) -> list[Entry]:
+    """Every decision on the log (``<p>.decision.>``), in stream order."""
+    return [e for e in await log_entries(js, subjects) if subjects.is_decision(e.subject)]
 
 
 def summary(entries: list[Entry]) -> list[tuple[str, str]]:
@@ -603,7 +607,7 @@ async def test_a_drain_preemption_goes_the_requeue_way(running: Ledger) -> None:
 
 async def test_a_hold_is_recorded_with_who_asked_from_the_subject(running: Ledger) -> None:
     """R14/R15: an order is judged by the ledger and recorded through its outbox on
-    ``<p>.decision.hold.<node>``; ``by`` is the identity the request subject names, never a
+    ``<p>.hold.<node>``; ``by`` is the identity the request subject names, never a
     claim of the requester. Unknown nodes and negative graces are refused naming the field."""
 
     async def ask(identity: str, request: HoldRequest) -> HoldReply:
@@ -634,7 +638,7 @@ async def test_a_hold_is_recorded_with_who_asked_from_the_subject(running: Ledge
     assert isinstance((await ask("bob", resume)).recorded, NodeResumed)
 
     async def holds_on_log() -> list[Entry]:
-        entries = await decisions(running.js, running.subjects)
+        entries = await log_entries(running.js, running.subjects)
         return [e for e in entries if isinstance(e.envelope.event, NodeHeld | NodeResumed)]
 
     found = await eventually(lambda: _at_least(holds_on_log, 2))

@@ -189,8 +189,10 @@ def _type_text(schema: dict[str, Any]) -> str:
     if "$ref" in schema:
         name = schema["$ref"].rsplit("/", 1)[-1]
         return f"[{name}](#{name.lower()})"
-    if "anyOf" in schema:
-        return " or ".join(_type_text(option) for option in schema["anyOf"])
+    if "oneOf" in schema:
+        return " or ".join(_type_text(option) for option in schema["oneOf"])
+    if "const" in schema:
+        return f"`{json.dumps(schema['const'])}`"
     if "enum" in schema:
         values = schema["enum"]
         if len(values) == 1:
@@ -208,6 +210,17 @@ def _type_text(schema: dict[str, Any]) -> str:
     return "any"
 
 
+def _bounds_text(schema: dict[str, Any]) -> str:
+    """`` (>= 1)``, `` (0 to 100)``: the bounds of an integer field, if it has any."""
+    for option in schema.get("oneOf", [schema]):
+        low, high = option.get("minimum"), option.get("maximum")
+        if low is not None and high is not None:
+            return f" ({low} to {high})"
+        if low is not None:
+            return f" (>= {low})"
+    return ""
+
+
 def _struct_section(
     name: str, definition: dict[str, Any], rules: dict[str, tuple[str, str]]
 ) -> list[str]:
@@ -216,12 +229,13 @@ def _struct_section(
     if definition.get("description"):
         lines += [link_rules(" ".join(definition["description"].split()), rules), ""]
     required = set(definition.get("required", []))
-    lines += ["| field | type | required | default |", "|---|---|---|---|"]
+    lines += ["| field | type | required | default | meaning |", "|---|---|---|---|---|"]
     for field, schema in sorted(definition.get("properties", {}).items()):
         default = json.dumps(schema["default"]) if "default" in schema else ""
         needed = "yes" if field in required else ""
-        type_text = _type_text(schema).replace("|", "\\|")
-        lines.append(f"| `{field}` | {type_text} | {needed} | {default} |")
+        type_text = (_type_text(schema) + _bounds_text(schema)).replace("|", "\\|")
+        meaning = link_rules(schema.get("description", ""), rules).replace("|", "\\|")
+        lines.append(f"| `{field}` | {type_text} | {needed} | {default} | {meaning} |")
     return [*lines, ""]
 
 
@@ -239,11 +253,13 @@ def render_schemas() -> str:
         GENERATED.format(source="the wire contract in `schemas/` (`schemas/json/`)"),
         "",
         "Every message on the log and between services is a versioned msgspec Struct, inside an",
-        "`Envelope` (id, time, source), published as JSON with CloudEvents headers (`ce-type`,",
-        "`ce-id`, `ce-source`, `ce-time`). The JSON Schema of each type is the file",
-        "`schemas/json/<Type>.json` (`make schemas`); the `type` field is the tag that tells the",
-        "types apart. New fields only ever come with defaults, and a tag is never reused. See",
-        "[The event log](../concepts/event-log.md).",
+        "`Envelope` (id, time, source), published as JSON with CloudEvents headers",
+        "([Subscribe to decisions](../how-to/subscribe.md) says which). The JSON Schema 2020-12",
+        "of each type is the file `schemas/json/<Type>.json` (`make schemas`); the `type` field",
+        "is the tag that tells the types apart. Unknown fields are allowed: new fields only ever",
+        "come with defaults, and a tag is never reused. Amounts of resources are in canonical",
+        "units (`cpu` in millicores, memory in bytes, others in base units); `*_ms` are",
+        "milliseconds since the Unix epoch. See [The event log](../concepts/event-log.md).",
         "",
         "## Types on the wire",
         "",

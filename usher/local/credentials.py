@@ -112,3 +112,13 @@ def load_credentials(home: Path, nats_identities: Iterable[str]) -> Credentials:
     if changed or path.stat().st_mode & 0o777 != PRIVATE_FILE:
         write_private(path, msgspec.json.format(msgspec.json.encode(creds)))
     return creds
+
+
+def saved_subscriber_passwords(home: Path) -> dict[str, str]:
+    """The ``subscriber-<system>`` passwords saved in ``home`` (``usher subscriber``); none
+    when there is no credentials file (nothing is created here)."""
+    try:
+        creds = msgspec.json.decode((home / CREDENTIALS_FILE).read_bytes(), type=Credentials)
+    except FileNotFoundError:
+        return {}
+    return {name: pw for name, pw in creds.nats.items() if name.startswith("subscriber-")}

@@ -37,7 +37,7 @@ from urllib.parse import quote
 
 from usher.adapters.nats.permissions import DEFAULT_ZONES, render_authorization
 from usher.adapters.nats.subjects import Subjects
-from usher.local.credentials import PRIVATE_DIR, write_private
+from usher.local.credentials import PRIVATE_DIR, saved_subscriber_passwords, write_private
 from usher.local.processes import ManagedProcess, ServerStartError, free_port
 
 HOST = "127.0.0.1"
@@ -123,12 +123,22 @@ class NatsServer:
         process.wait_for_port(HOST, self.port, timeout)
         return self.url
 
+    @property
+    def config_path(self) -> Path:
+        """Where its nats.conf is written (``usher subscriber`` rewrites it, then reloads)."""
+        return self.home / "nats" / "nats.conf"
+
     def launch(self) -> ManagedProcess:
-        """Start the server process without waiting (a restart reuses port, store, config)."""
+        """Start the server process without waiting (a restart reuses port, store, config).
+
+        The subscribers minted since the stack started (``usher subscriber``, in the
+        credentials file) are kept: a restarted server still lets them in."""
         store = self.home / "nats"
         store.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
         self.port = self.port or free_port(HOST)
-        config = store / "nats.conf"
+        if self.passwords is not None:
+            self.passwords = {**saved_subscriber_passwords(self.home), **self.passwords}
+        config = self.config_path
         write_private(config, self.config_text().encode())
         self.process = ManagedProcess(
             name="nats",

@@ -249,7 +249,7 @@ async def import_log(
             ack = await js.publish(
                 _target_subject(entry.subject, header, subjects),
                 payload(entry),
-                headers=_headers(entry),
+                headers=_headers(entry, subjects),
             )
             published += 1
             duplicates += bool(ack.duplicate)
@@ -261,10 +261,11 @@ async def import_log(
             await nc.close()
 
 
-def _headers(entry: ExportedEntry) -> dict[str, str] | None:
-    """CloudEvents headers with ``Nats-Msg-Id`` for an envelope; none for other payloads."""
+def _headers(entry: ExportedEntry, subjects: Subjects) -> dict[str, str] | None:
+    """CloudEvents headers with ``Nats-Msg-Id`` for an envelope (now of the installation it is
+    imported into); none for other payloads."""
     try:
-        return cloudevent_headers(decode_envelope(payload(entry)))
+        return cloudevent_headers(decode_envelope(payload(entry)), subjects.prefix)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 

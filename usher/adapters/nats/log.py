@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, PubAck, RetentionPolicy, StorageType, StreamConfig
 
 from schemas import DeadLetter, Envelope, cloudevent_headers, encode
-from usher.adapters.nats.subjects import Subjects
+from usher.adapters.nats.subjects import Subjects, installation_of
 
 DUPLICATE_WINDOW_S = 120.0
 DLQ_MAX_AGE_S = 14 * 24 * 3600.0
@@ -117,7 +117,8 @@ async def delete_streams(js: JetStreamContext, subjects: Subjects) -> None:
 
 async def publish_envelope(js: JetStreamContext, subject: str, envelope: Envelope) -> PubAck:
     """Publish one envelope; a redelivered duplicate (same id) is dropped by the server."""
-    return await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
+    headers = cloudevent_headers(envelope, installation_of(subject))
+    return await js.publish(subject, encode(envelope), headers=headers)
 
 
 def with_digest(letter: DeadLetter) -> DeadLetter:

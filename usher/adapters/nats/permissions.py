@@ -25,8 +25,9 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,10 @@ CONSOLE = "console"
 LEDGER = "ledger"
 DECISIONS_OF_THE_LEDGER = ("admitted", "preempted", "released", "requeued")
 DECISIONS_OF_A_DEQUEUER = ("inadmissible", "unmapped", "retried")
+SUBSCRIBER = "subscriber"
+DEFAULT_SUBSCRIBERS = ("example",)
+"""The subscribers deploy/'s files name: one ``subscriber-<system>`` per consuming system
+(``example`` is the template: add yours to this tuple and regenerate)."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,8 @@ class Identity:
     publish: tuple[str, ...]
     subscribe: tuple[str, ...] = ("_INBOX.>",)
     allow_responses: bool = False
+    deny_publish: tuple[str, ...] = ()
+    """Exceptions to ``publish`` (what a wildcard there would otherwise let through)."""
 
     @property
     def user(self) -> str:
@@ -165,17 +172,84 @@ def console(subjects: Subjects) -> Identity:
     ))  # fmt: skip
 
 
+SYSTEM_NAME = re.compile(r"[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?")
+"""A consuming system's name: one DNS label (it is a subject token and a consumer name)."""
+
+
+def inbox_prefix(system: str) -> str:
+    """The inbox prefix subscriber ``system``'s client must use (``inboxPrefix`` in nats.js,
+    ``inbox_prefix`` in nats-py): the only core subjects it may subscribe to."""
+    return f"_INBOX.{system}"
+
+
+def subscriber_name(system: str) -> str:
+    """The identity of consuming system ``system``: ``subscriber-<system>``."""
+    return f"{SUBSCRIBER}-{system}"
+
+
+def subscriber(subjects: Subjects, system: str, others: Sequence[str] = ()) -> Identity:
+    """Another system reading the decision stream (``<p>.decision.>``), and nothing else.
+
+    It may look the log up and create consumers on it -- durable or ordered, pull or push --
+    whose filter is within ``<p>.decision.>`` (the filter is in the subject of the create
+    request, ``CONSUMER.CREATE.<log>.<name>.<filter>``, so the server checks it; the legacy
+    create without name or filter in the subject is refused). It may pull from and read the
+    info of consumers on the log, and ack and delete only its own durable, named ``<system>``
+    (its consumer-name prefix: NATS matches whole tokens, so an acked consumer is named exactly
+    that; an ordered consumer, which never acks, may have any name). The watcher's durable and
+    the other subscribers' (``others``) are out of reach. No publish to any stream, no
+    stream change, no message get, and no core subscription but its own inboxes,
+    ``_INBOX.<system>.>`` (the client's inbox prefix is ``_INBOX.<system>``: it sees no other
+    client's replies).
+    """
+    if not SYSTEM_NAME.fullmatch(system):
+        raise ValueError(f"subscriber name {system!r}: lower-case letters, digits and '-' only")
+    log, p = subjects.stream_name, subjects.prefix
+    decisions = subjects.all_decisions
+    foreign = [f"{p}-watcher", *others]
+    return Identity(
+        subscriber_name(system),
+        (
+            "$JS.API.INFO", f"$JS.API.STREAM.INFO.{log}",
+            f"$JS.API.CONSUMER.CREATE.{log}.*.{decisions}",
+            f"$JS.API.CONSUMER.INFO.{log}.*", f"$JS.API.CONSUMER.MSG.NEXT.{log}.*",
+            f"$JS.API.CONSUMER.DELETE.{log}.{system}", f"$JS.ACK.{log}.{system}.>",
+            f"$JS.FC.{log}.>",
+        ),
+        subscribe=(f"{inbox_prefix(system)}.>",),
+        deny_publish=tuple(
+            subject
+            for name in foreign
+            for subject in (
+                f"$JS.API.CONSUMER.CREATE.{log}.{name}.>", f"$JS.API.CONSUMER.INFO.{log}.{name}",
+                f"$JS.API.CONSUMER.MSG.NEXT.{log}.{name}",
+            )
+        ),
+    )  # fmt: skip
+
+
 def admin() -> Identity:
     """Creates and configures the streams (``usher up``, the deploy's set-up Job), imports."""
     return Identity(ADMIN, (">",), subscribe=(">",))
 
 
-def identities(subjects: Subjects, zones: Sequence[str] = DEFAULT_ZONES) -> list[Identity]:
-    """Every identity of the installation ``subjects.prefix`` whose dequeuers serve ``zones``."""
+def identities(
+    subjects: Subjects, zones: Sequence[str] = DEFAULT_ZONES, subscribers: Sequence[str] = ()
+) -> list[Identity]:
+    """Every identity of the installation ``subjects.prefix`` whose dequeuers serve ``zones``,
+    with a ``subscriber-<system>`` for each of ``subscribers``."""
+    readers = [subscriber(subjects, s, [o for o in subscribers if o != s]) for s in subscribers]
     return [
         watcher(subjects), ledger(subjects), preemptor(subjects),
-        *(dequeuer(subjects, zone) for zone in zones), console(subjects), admin(),
+        *(dequeuer(subjects, zone) for zone in zones), console(subjects), admin(), *readers,
     ]  # fmt: skip
+
+
+def subscribers_of(names: Iterable[str]) -> list[str]:
+    """The systems of the ``subscriber-<system>`` identities among ``names`` (the local stack
+    keeps them in its credentials: ``usher subscriber``), sorted."""
+    head = f"{SUBSCRIBER}-"
+    return sorted(name[len(head) :] for name in names if name.startswith(head))
 
 
 # ---------------------------------------------------------------------- rendering
@@ -188,15 +262,19 @@ HEADER = """\
 #
 #   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
 #   ledger     {prefix}.decision.*.{{admitted,preempted,released,requeued}}.>  + replies
-#              {prefix}.decision.hold.*  (records holds, drains and resumes: R14/R15)
+#              {prefix}.hold.*  (records holds, drains and resumes: R14/R15)
 #              serves {prefix}.ledger.hold.<identity>: who asks is the subject's identity
 #   dequeuer   {prefix}.decision.<zone>.{{inadmissible,unmapped,retried}}.>  (own zone only)
-#              {prefix}.decision.<zone>.zone.served  (announces that it serves its zone)
-#              {prefix}.decision.<zone>.pass.ran  (records a pass that proposed something)
+#              {prefix}.zone.<zone>.served  (announces that it serves its zone)
+#              {prefix}.pass.<zone>.ran  (records a pass that proposed something)
 #              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
 #              {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
 #   console    reads the log and the DLQ (people, usher.client, audits); publishes nothing
+#              (ordered push consumers bound to the log; no durable, no pull consumer)
+#   subscriber-<system>  another system: consumers (durable or ordered, pull or push) on the
+#              log filtered within {prefix}.decision.>; acks and deletes only its durable
+#              named <system>; nothing else (docs/how-to/subscribe.md)
 #   admin      everything: creates and updates the streams ({log}, {dlq}), imports logs,
 #              asks for holds ({prefix}.ledger.hold.admin: `usher hold|drain|resume`)
 #   services   {prefix}.dlq.<service>, STREAM.INFO (never CREATE/UPDATE/DELETE/PURGE) of the
@@ -222,8 +300,13 @@ def _user_block(identity: Identity, password: str) -> list[str]:
     ]
     lines += [f"            {json.dumps(s)}{',' if i < len(identity.publish) - 1 else ''}"
               for i, s in enumerate(identity.publish)]  # fmt: skip
+    lines += ["          ]"]
+    if identity.deny_publish:
+        lines += ["          deny: ["]
+        lines += [f"            {json.dumps(s)}{',' if i < len(identity.deny_publish) - 1 else ''}"
+                  for i, s in enumerate(identity.deny_publish)]  # fmt: skip
+        lines += ["          ]"]
     lines += [
-        "          ]",
         "        }",
         f"        subscribe: {{ allow: [{_quoted(identity.subscribe)}] }}",
     ]
@@ -237,13 +320,17 @@ def render_authorization(
     subjects: Subjects,
     zones: Sequence[str] = DEFAULT_ZONES,
     passwords: Mapping[str, str] | None = None,
+    subscribers: Sequence[str] | None = None,
 ) -> str:
-    """The ``authorization`` block; ``passwords`` None means ``$USHER_<NAME>_NATS_PASSWORD``."""
+    """The ``authorization`` block; ``passwords`` None means ``$USHER_<NAME>_NATS_PASSWORD``.
+    ``subscribers`` None: those ``passwords`` has (``subscribers_of``), or deploy/'s."""
+    if subscribers is None:
+        subscribers = DEFAULT_SUBSCRIBERS if passwords is None else subscribers_of(passwords)
     header = HEADER.format(
         prefix=subjects.prefix, log=subjects.stream_name, dlq=subjects.dlq_stream_name
     )
     lines = [header, "authorization {", "  users: ["]
-    for identity in identities(subjects, zones):
+    for identity in identities(subjects, zones, subscribers):
         password = (
             f"${identity.password_variable}"
             if passwords is None
@@ -303,7 +390,7 @@ def render_nats_values(
              "  merge:",
              "    # nats.conf gets `include usher/usher-auth.conf` (relative to /etc/nats-config).",
              "    00$include: usher/usher-auth.conf", "container:", "  env:"]  # fmt: skip
-    for identity in identities(subjects, zones):
+    for identity in identities(subjects, zones, DEFAULT_SUBSCRIBERS):
         variable = identity.password_variable
         lines += [
             f"    {variable}:",

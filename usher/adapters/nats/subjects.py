@@ -6,6 +6,6 @@ every reader uses and the services that publish share one definition.
 What it must never do: define a subject of its own.
 """
 
-from usher.core.protocol.subjects import Subjects, owner_problem, token, untoken
+from usher.core.protocol.subjects import Subjects, installation_of, owner_problem, token, untoken
 
-__all__ = ["Subjects", "owner_problem", "token", "untoken"]
+__all__ = ["Subjects", "installation_of", "owner_problem", "token", "untoken"]

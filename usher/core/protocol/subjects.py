@@ -5,6 +5,12 @@ one prefix, so tests and parallel installations never see each other's traffic, 
 names into subject tokens that are always safe (``token``: escaped, and a name longer than
 ``MAX_TOKEN_NAME`` or with a character that is not printable becomes a fixed-length hash
 token, so no user text can make a subject longer than NATS's 4 KB control line).
+Decisions about workloads, and only they, are under ``<p>.decision.>`` (``decision``):
+``<p>.decision.<zone>.<action>.<namespace>.<name>``. The ledger's holds, drains and resumes are
+on ``<p>.hold.<node>``, a dequeuer's announcement that it serves its zone on
+``<p>.zone.<zone>.served`` and its pass records on ``<p>.pass.<zone>.ran``: all on the log,
+none under ``decision.>``. Usher 0.1.0 and earlier put them under ``decision.>``; every reader still
+accepts them there (``legacy_home``) for ``MIGRATION_WINDOW``: a log written before keeps them.
 It is also the one place that ties a log entry to who may have put it there
 (``owner_problem``): a decision only on the subject its owner's builder gives it, naming its
 own action, workload and (where the decision has one) zone, from its owner's source (the
@@ -54,6 +60,11 @@ A subject then carries at most three such tokens of at most ``3 * MAX_TOKEN_NAME
 (every character escaped), far below the server's 4 KB control line, whatever a tenant
 writes."""
 
+MIGRATION_WINDOW: Final = "through Usher 0.2.x; 0.3.0 stops reading them"
+"""How long readers accept holds, zone announcements and pass records on their 0.1 subjects
+under ``<p>.decision.>`` (``legacy_home``): writers use the new subjects from 0.2.0 on, and a
+log written by 0.1 is read as before by every 0.2 reader (fold, audit, watcher, console)."""
+
 HASHED_TOKEN: Final = "%H"
 """How a hashed token starts: ``%`` is always escaped in a spelled-out name, so no name's
 token starts like this and a hash never collides with a name."""
@@ -99,7 +110,8 @@ class Subjects:
 
     @property
     def log_subjects(self) -> list[str]:
-        return [f"{self.prefix}.cluster.>", f"{self.prefix}.decision.>"]
+        """Everything the log stream holds: facts, decisions, holds, announcements, passes."""
+        return [f"{self.prefix}.{root}.>" for root in LOG_ROOTS]
 
     @property
     def dlq_subjects(self) -> list[str]:
@@ -130,35 +142,56 @@ class Subjects:
 
     def zone_served(self, zone: Zone) -> str:
         """Where a dequeuer announces that it serves ``zone`` (``ZoneServed``)."""
-        return f"{self.prefix}.decision.{token(zone)}.zone.served"
+        return f"{self.prefix}.zone.{token(zone)}.served"
 
     def pass_ran(self, zone: Zone) -> str:
         """Where the dequeuer of ``zone`` records a pass that proposed something (``PassRan``,
         D4); NATS lets only that dequeuer publish there."""
-        return f"{self.prefix}.decision.{token(zone)}.pass.ran"
+        return f"{self.prefix}.pass.{token(zone)}.ran"
 
     @property
     def zones_served(self) -> str:
         """Filter matching every zone's ``ZoneServed`` subject."""
-        return f"{self.prefix}.decision.*.zone.served"
+        return f"{self.prefix}.zone.*.served"
 
     def served_zone(self, subject: str) -> Zone | None:
-        """The zone of a ``zone_served`` subject; None for any other subject."""
-        head, tail = f"{self.prefix}.decision.", ".zone.served"
-        if not subject.startswith(head) or not subject.endswith(tail):
-            return None
-        middle = subject[len(head) : -len(tail)]
-        return None if not middle or "." in middle else Zone(untoken(middle))
+        """The zone of a ``zone_served`` subject (or of its legacy one, ``MIGRATION_WINDOW``);
+        None for any other subject."""
+        for head, tail in ((f"{self.prefix}.zone.", ".served"), self._legacy_served):
+            if subject.startswith(head) and subject.endswith(tail):
+                middle = subject[len(head) : -len(tail)]
+                return None if not middle or "." in middle else Zone(untoken(middle))
+        return None
+
+    @property
+    def _legacy_served(self) -> tuple[str, str]:
+        return f"{self.prefix}.decision.", ".zone.served"
+
+    def legacy_home(self, event: LogEvent) -> str | None:
+        """The subject ``event`` was published on before it left ``<p>.decision.>`` (holds,
+        zone announcements, pass records), which readers accept for ``MIGRATION_WINDOW``;
+        None for an event that never moved."""
+        match event:
+            case NodeHeld() | NodeResumed():
+                return f"{self.prefix}.decision.hold.{token(event.node)}"
+            case PassRan():
+                return f"{self.prefix}.decision.{token(event.zone)}.pass.ran"
+            case ZoneServed():
+                head, tail = self._legacy_served
+                return f"{head}{token(event.zone)}{tail}"
+        return None
 
     def owner_problem(self, subject: str, envelope: Envelope) -> str | None:
         """Why ``envelope`` on ``subject`` is not what its owner would have put on this log;
         None when it is.
 
+        A hold, zone announcement or pass record is also believed on the subject it had
+        before it left ``decision.>`` (``legacy_home``, for ``MIGRATION_WINDOW``).
         A decision is believed only on the very subject its owner's builder gives it and
         from its owner's source: the ledger's ``Admitted``/``Preempted``/``Released``/
         ``Requeued`` on the subject of their own action and workload (an admission also of
         its zone; the others are filed under the allocation's zone, which the event does not
-        carry), and its holds, drains and resumes (R14/R15) on ``hold.<node>``; a dequeuer's
+        carry), and its holds, drains and resumes (R14/R15) on ``<p>.hold.<node>``; a dequeuer's
         ``Retried`` (R12), ``Unmapped``, ``Inadmissible``, ``PassRan`` (D4) and
         ``ZoneServed`` from the dequeuer of the zone the subject names (NATS lets only that
         dequeuer publish there). A cluster event only on a cluster subject (only the
@@ -170,7 +203,7 @@ class Subjects:
                 return None
             return f"a {tag} on {subject!r}, which is not a cluster subject of {self.prefix!r}"
         home, owner = self.owner_on(event, subject)
-        if subject != home:
+        if subject not in (home, self.legacy_home(event)):
             return f"a {tag} on {subject!r}; it belongs on {home!r}"
         if not _is_owner(envelope.source, owner):
             return f"a {tag} from {envelope.source!r}; only {owner!r} makes it"
@@ -262,12 +295,12 @@ class Subjects:
 
     def hold(self, node: QuotaPath) -> str:
         """Where the ledger records a hold, drain or resume of ``node`` (on the log)."""
-        return f"{self.prefix}.decision.hold.{token(node)}"
+        return f"{self.prefix}.hold.{token(node)}"
 
     @property
     def holds(self) -> str:
         """Every hold, drain and resume the ledger records (only the ledger may publish)."""
-        return f"{self.prefix}.decision.hold.*"
+        return f"{self.prefix}.hold.*"
 
     @property
     def preempt_request(self) -> str:
@@ -277,6 +310,9 @@ class Subjects:
     def dlq(self, service: str) -> str:
         return f"{self.prefix}.dlq.{token(service)}"
 
+
+LOG_ROOTS: Final = ("cluster", "decision", "hold", "zone", "pass")
+"""The second token of every subject on the log (``<p>.<root>.>``)."""
 
 WATCHER_SOURCE: Final = "usher/watcher"
 """The envelope source of every cluster event (the watcher, their only publisher)."""
@@ -298,12 +334,18 @@ def _is_owner(source: str, owner: str) -> bool:
 
 
 def prefix_of(subject: str) -> str | None:
-    """The installation prefix of a log subject (what precedes its first ``.cluster.`` or
-    ``.decision.``), None for a subject that is neither: the log stream holds only
-    ``<prefix>.cluster.>`` and ``<prefix>.decision.>``, so a reader knows whose log it reads
-    from the entry itself (an export read offline, a log imported under another prefix)."""
-    found = [at for at in (subject.find(".cluster."), subject.find(".decision.")) if at > 0]
+    """The installation prefix of a log subject (what precedes its first ``.<root>.`` of
+    ``LOG_ROOTS``), None for a subject that is none: the log stream holds only
+    ``<prefix>.<root>.>``, so a reader knows whose log it reads from the entry itself (an
+    export read offline, a log imported under another prefix)."""
+    found = [at for at in (subject.find(f".{root}.") for root in LOG_ROOTS) if at > 0]
     return subject[: min(found)] if found else None
+
+
+def installation_of(subject: str) -> str:
+    """The installation a subject of the log belongs to, as ``ce-source`` names it: its
+    prefix (``prefix_of``), else its first token."""
+    return prefix_of(subject) or subject.split(".", 1)[0]
 
 
 def owner_problem(subject: str, envelope: Envelope) -> str | None:
