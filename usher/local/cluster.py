@@ -4,6 +4,8 @@ What it does: ``python -m usher.local.cluster --kubeconfig F --state S --zones a
 [--burst-zones eci]`` runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1,
 restores every object it held before from the state file ``S`` (same uid, resourceVersion,
 creationTimestamp and status, so the watcher sees nothing new and the log stays the truth),
+creates the namespaces a cluster starts with and Usher's own (``SYSTEM_NAMESPACES``; an object
+in any other namespace is refused until that namespace is created, as on a cluster),
 creates one schedulable Node per zone listed (labelled ``usher.io/zone``; a burst zone's is a
 virtual kubelet's node with large allocatable, Z3) unless it exists, writes the kubeconfig,
 and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
@@ -31,7 +33,7 @@ from typing import Any
 from usher.core.kinds import FAMILIES
 from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
-from usher.local.kube_emulator.store import StoreEvent
+from usher.local.kube_emulator.store import CLUSTER_NAMESPACES, StoreEvent
 from usher.local.kube_emulator.virtual_node import add_virtual_node
 
 STATE_VERSION = 1
@@ -125,6 +127,23 @@ def node_manifest(zone: str) -> JsonObj:
     }
 
 
+SYSTEM_NAMESPACES = (*CLUSTER_NAMESPACES, "usher-system", "kube-queue")
+"""The namespaces every cluster starts with, and deploy/base/namespaces.yaml's: the emulator
+refuses an object in any other namespace until someone creates it, as a cluster does."""
+
+
+def used_namespaces(store: Store) -> list[str]:
+    """Every namespace an object of ``store`` is in (a state saved before namespaces had to
+    exist keeps its objects: their namespaces are made on restore)."""
+    used = {
+        obj["metadata"].get("namespace")
+        for rt in _storage_types().values()
+        if rt.namespaced
+        for obj in store.objects(rt)
+    }
+    return sorted(ns for ns in used if ns)
+
+
 def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozenset()) -> None:
     """One node per zone unless there; a burst zone's is a virtual node (Z3)."""
     nodes = next(rt for rt in RESOURCES if rt.plural == "nodes")
@@ -205,8 +224,9 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = PersistentStore(history_size=args.history)
+    store = PersistentStore(history_size=args.history, strict_namespaces=True)
     restored = store.restore(load_state(args.state))
+    store.ensure_namespaces((*SYSTEM_NAMESPACES, *used_namespaces(store)))
     burst = frozenset(z for z in args.burst_zones.split(",") if z)
     ensure_nodes(store, [z for z in args.zones.split(",") if z], burst)
     if args.webhook_url:

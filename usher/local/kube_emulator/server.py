@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from usher.local.kube_emulator import printers
+from usher.local.kube_emulator import printers, protobuf
 from usher.local.kube_emulator.admission import Admission, ServiceAddresses
 from usher.local.kube_emulator.errors import ApiError, bad_request
 from usher.local.kube_emulator.kubelet import FakeKubelet
@@ -175,9 +175,11 @@ def patch_type(content_type: str) -> PatchType:
 
 async def json_body(request: web.Request) -> Any:
     media = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    decoded = protobuf.decode(await request.read()) if media == protobuf.MEDIA_TYPE else None
+    if decoded is not None:  # kubectl create namespace / configmap: typed, in protobuf
+        return decoded
     if media and "json" not in media:
-        # Protobuf (kubectl's typed clients) is not decoded here; 415 makes client-go retry
-        # the request in JSON, as it does against a server that serves only JSON.
+        # Protobuf of another kind is not decoded here: 415, as a server that cannot read it.
         raise ApiError(
             415,
             "UnsupportedMediaType",
@@ -756,6 +758,7 @@ class KubeEmulator:
         except ApiError as err:
             failure = err
         storage_key = target.rt.storage_key
+        render = self._watch_renderer(request, target.rt)
 
         def enqueue(event: StoreEvent) -> None:
             if event.storage_key == storage_key:
@@ -763,18 +766,19 @@ class KubeEmulator:
 
         unsubscribe = self.store.subscribe(enqueue)
         self._watches.add(queue)
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        media = TABLE_CONTENT_TYPE if wants_table(request) else "application/json"
+        resp = web.StreamResponse(status=200, headers={"Content-Type": media})
         resp.enable_chunked_encoding()
         try:
             await resp.prepare(request)
             if failure is not None:
                 await resp.write(watch_line("ERROR", failure.status()))
             else:
-                await self._send_backlog(resp, target.rt, flt, backlog)
+                await self._send_backlog(resp, target.rt, flt, backlog, render)
                 if initial_end:
                     mark = bookmark(target.rt, self.store.resource_version, initial_events_end=True)
                     await resp.write(watch_line("BOOKMARK", mark))
-                await self._stream(resp, target.rt, flt, queue, timeout, bookmarks)
+                await self._stream(resp, target.rt, flt, queue, timeout, bookmarks, render)
             await resp.write_eof()
         except ConnectionError:
             pass
@@ -783,13 +787,32 @@ class KubeEmulator:
             self._watches.discard(queue)
         return resp
 
+    def _watch_renderer(
+        self, request: web.Request, rt: ResourceType
+    ) -> Callable[[JsonObj], JsonObj]:
+        """How a watch event shows its object: as stored, or (kubectl get --watch) as a
+        one-row Table, the columns named in every event."""
+        if not wants_table(request):
+            return lambda obj: present(rt, obj)
+
+        def one_row(obj: JsonObj) -> JsonObj:
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return printers.table(rt, [obj], meta, self.store.now())
+
+        return one_row
+
     async def _send_backlog(
-        self, resp: web.StreamResponse, rt: ResourceType, flt: Filter, backlog: list[StoreEvent]
+        self,
+        resp: web.StreamResponse,
+        rt: ResourceType,
+        flt: Filter,
+        backlog: list[StoreEvent],
+        render: Callable[[JsonObj], JsonObj],
     ) -> None:
         for event in backlog:
             seen = event.as_seen_through(flt)
             if seen is not None:
-                await resp.write(watch_line(seen[0], present(rt, seen[1])))
+                await resp.write(watch_line(seen[0], render(seen[1])))
 
     async def _stream(
         self,
@@ -799,6 +822,7 @@ class KubeEmulator:
         queue: asyncio.Queue[StoreEvent | None],
         lifetime: int,
         bookmarks: bool,
+        render: Callable[[JsonObj], JsonObj],
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + lifetime if lifetime > 0 else None
@@ -821,4 +845,4 @@ class KubeEmulator:
                 return
             seen = event.as_seen_through(flt)
             if seen is not None:
-                await resp.write(watch_line(seen[0], present(rt, seen[1])))
+                await resp.write(watch_line(seen[0], render(seen[1])))

@@ -38,12 +38,15 @@ from usher.local.kube_emulator.errors import (
 from usher.local.kube_emulator.patches import PatchType, apply_patch
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType
 from usher.local.kube_emulator.selectors import Filter
+from usher.local.kube_emulator.validation import check_decodable, check_object
 from usher.local.kube_emulator.wire import JsonObj, clone, rfc3339
 
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 DEFAULT_HISTORY = 1000
+CLUSTER_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+"""The namespaces every Kubernetes cluster starts with."""
 GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s utilrand: no vowels, no 0/1/3
 GENERATE_NAME_SUFFIX = 5
 GENERATE_NAME_MAX_PREFIX = 58
@@ -139,6 +142,16 @@ def default_job(obj: JsonObj) -> None:
     spec.setdefault("backoffLimit", 6)
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
+
+
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def label_namespace(rt: ResourceType, obj: JsonObj) -> None:
+    """A namespace always carries its name as a label (the real server sets it, 1.21+)."""
+    if rt.plural == "namespaces" and not rt.group:
+        meta = obj["metadata"]
+        meta["labels"] = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: meta["name"]}
 
 
 def check_identity(rt: ResourceType, body: JsonObj) -> None:
@@ -400,6 +413,8 @@ class Store:
         if not meta.get("name"):
             meta["name"] = self._generated_name(rt, bucket, namespace, meta["generateName"])
         self._validate_name(rt, meta["name"])
+        label_namespace(rt, obj)
+        check_object(rt, obj, meta["name"])
         key = self._key(rt, namespace, meta["name"])
         if key in bucket:
             raise already_exists(rt, meta["name"])
@@ -412,6 +427,7 @@ class Store:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         check_identity(rt, body)
+        check_decodable(rt, body)
         obj = clone(body)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         meta = obj.setdefault("metadata", {})
@@ -457,6 +473,12 @@ class Store:
         if self._strict_namespaces and ns not in {k[1] for k in self._namespaces()}:
             raise not_found(_NAMESPACES, ns)
         meta["namespace"] = ns
+
+    def ensure_namespaces(self, names: Iterable[str]) -> None:
+        """Create each namespace of ``names`` unless it is there."""
+        for name in names:
+            if self.find(_NAMESPACES, None, name) is None:
+                self.create(_NAMESPACES, None, {"metadata": {"name": name}})
 
     def _namespaces(self) -> Iterable[Key]:
         return self._bucket(_NAMESPACES).keys()
@@ -567,7 +589,9 @@ class Store:
             raise stale_conflict(rt, name)
         if subresource != "status" and isinstance(new.get("metadata"), dict):
             check_string_maps(rt, name, new["metadata"])
+        check_decodable(rt, new)
         merged = self._merge_for(rt, current, new, subresource)
+        check_object(rt, merged, name)
         if merged == current:
             return clone(current)  # a no-op write: no new resourceVersion, no event
         if _spec_part(merged) != _spec_part(current):
@@ -602,6 +626,7 @@ class Store:
                 merged.pop("status", None)
         if rt.storage_key == ("batch", "jobs"):
             default_job(merged)
+        label_namespace(rt, merged)
         return merged
 
     def delete(
@@ -615,11 +640,21 @@ class Store:
         """DELETE (immediately, no finalizers): returns the object as it was; records DELETED."""
         current = self._current(rt, namespace, name)
         self._check_preconditions(rt, current, preconditions or {})
+        if rt.storage_key == _NAMESPACES.storage_key:
+            self._delete_contents(name)
         del self._bucket(rt)[self._key(rt, current["metadata"].get("namespace"), name)]
         final = clone(current)
         final["metadata"]["resourceVersion"] = str(self._next_rv())
         self._record("DELETED", rt, final, current)
         return clone(current)
+
+    def _delete_contents(self, namespace: str) -> None:
+        """What the namespace controller does before a namespace goes: delete its objects."""
+        for rt in _STORAGES:
+            if rt.namespaced:
+                for ns, name in sorted(self._bucket(rt)):
+                    if ns == namespace:
+                        self.delete(rt, ns, name)
 
     def _check_preconditions(
         self, rt: ResourceType, current: JsonObj, preconditions: Mapping[str, Any]
@@ -645,6 +680,8 @@ class Store:
 
 
 _NAMESPACES = RESOURCES[0]
+_STORAGES = tuple({rt.storage_key: rt for rt in reversed(RESOURCES)}.values())
+"""One served type per storage (the first listed of its versions)."""
 
 
 def _parse_rv(text: str) -> int:
