@@ -20,12 +20,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.adapters.test_kube_emulator_kubectl import KUBECTL, kubectl, needs_kubectl
-from usher.local.kube_emulator import KubeEmulator
+from usher.local.cluster import SYSTEM_NAMESPACES, WALKTHROUGH_NAMESPACES, restored_store
+from usher.local.kube_emulator import ApiError, KubeEmulator, resource
 from usher.local.kube_emulator.store import CLUSTER_NAMESPACES
 
-pytestmark = needs_kubectl
+NAMESPACES = resource("", "v1", "namespaces")
 
 VERBS = (
     "create namespace",
@@ -115,6 +117,7 @@ def table(text: str) -> list[list[str]]:
             for row in rows]  # fmt: skip
 
 
+@needs_kubectl
 async def test_namespaces_are_created_listed_and_must_exist(
     emu: KubeEmulator, tmp_path: Path
 ) -> None:
@@ -157,6 +160,7 @@ async def test_namespaces_are_created_listed_and_must_exist(
     )
 
 
+@needs_kubectl
 async def test_a_job_is_created_listed_and_deleted_with_its_namespace(
     emu: KubeEmulator, tmp_path: Path
 ) -> None:
@@ -236,6 +240,7 @@ BAD_JOBS = [
 ]
 
 
+@needs_kubectl
 @pytest.mark.parametrize(("manifest", "answer"), BAD_JOBS)
 async def test_a_bad_job_is_refused_as_a_real_server_refuses_it(
     emu: KubeEmulator, tmp_path: Path, manifest: str, answer: str
@@ -245,6 +250,7 @@ async def test_a_bad_job_is_refused_as_a_real_server_refuses_it(
     assert await kubectl(emu, tmp_path, "get", "jobs", "-A", "-o", "name") == (0, "")
 
 
+@needs_kubectl
 async def test_explain_and_watch(emu: KubeEmulator, tmp_path: Path) -> None:
     code, out = await kubectl(emu, tmp_path, "explain", "jobs.spec.suspend")
     assert code == 0
@@ -269,3 +275,24 @@ async def test_explain_and_watch(emu: KubeEmulator, tmp_path: Path) -> None:
     line = await asyncio.wait_for(watch.stdout.readline(), 30)
     assert line.split()[:2] == [b"watched", b"Active"]
     await asyncio.wait_for(watch.wait(), 30)
+
+
+def test_the_local_cluster_starts_with_its_namespaces_and_refuses_others() -> None:
+    """usher up's cluster: a cluster's namespaces, Usher's and the walkthrough's; a state saved
+    before namespaces had to exist keeps its objects (their namespaces are made)."""
+    old = {"objects": {"/configmaps": [{"metadata": {"name": "c", "namespace": "legacy"}}]}}
+    store, restored = restored_store(old, 100)
+    assert restored == 1
+    names = [ns["metadata"]["name"] for ns in store.objects(NAMESPACES)]
+    assert names == sorted({*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, "legacy"})
+    jobs = resource("batch", "v1", "jobs")
+    manifest = yaml.safe_load(job(namespace="user-a"))
+    assert store.create(jobs, "user-a", manifest)["metadata"]["namespace"] == "user-a"
+    with pytest.raises(ApiError) as refused:
+        store.create(jobs, "team-zzz", {**manifest, "metadata": {"name": "pi"}})
+    assert (refused.value.code, refused.value.message) == (
+        404,
+        'namespaces "team-zzz" not found',
+    )
+    store.delete(NAMESPACES, None, "user-a")
+    assert store.objects(jobs) == []

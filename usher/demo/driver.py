@@ -36,14 +36,15 @@ from usher.demo.budget import BudgetStory, budget_leaf
 from usher.demo.burst import BurstStory, burst_attributes
 from usher.demo.fairshare import FairShareStory, fair_share_nodes
 from usher.demo.story import play_story
+from usher.local.cluster import WALKTHROUGH_NAMESPACES
 from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
 DEMO_DIR = Path(__file__).resolve().parent
 DEMO_FILES = ("walkthrough-tree.yaml", "priority-classes.yaml")
-DEMO_NAMESPACES = ("user-a", "user-b", "user-c", "user-d", "user-x", "user-y")
+DEMO_NAMESPACES = WALKTHROUGH_NAMESPACES
 """Every namespace the demo puts jobs in (the tree's leaves and the stories'): it creates them
-first, as a user must on a cluster (the local one refuses a job in a namespace nobody made)."""
+first, as a user must on a cluster (the local one starts with them; a cluster may not)."""
 
 
 def demo_file(name: str) -> Path:
