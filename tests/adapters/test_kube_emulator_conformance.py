@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.adapters.test_kube_emulator_kubectl import KUBECTL, kubectl, needs_kubectl
+from tests.adapters.test_kube_emulator_kubectl import KUBECTL, REPO, kubectl, needs_kubectl
 from usher.local.cluster import SYSTEM_NAMESPACES, WALKTHROUGH_NAMESPACES, restored_store
 from usher.local.kube_emulator import ApiError, KubeEmulator, resource
 from usher.local.kube_emulator.store import CLUSTER_NAMESPACES
@@ -105,7 +105,7 @@ def job(
 
 @pytest.fixture
 async def emu() -> AsyncIterator[KubeEmulator]:
-    async with KubeEmulator(strict_namespaces=True) as emulator:
+    async with KubeEmulator(strict_namespaces=True, crd_rules=True) as emulator:
         emulator.store.ensure_namespaces(CLUSTER_NAMESPACES)
         yield emulator
 
@@ -296,3 +296,90 @@ def test_the_local_cluster_starts_with_its_namespaces_and_refuses_others() -> No
     )
     store.delete(NAMESPACES, None, "user-a")
     assert store.objects(jobs) == []
+
+
+TREE = """\
+apiVersion: scheduling.sigs.k8s.io/v1beta1
+kind: ElasticQuotaTree
+metadata: {name: elasticquotatree, namespace: kube-system}
+spec:
+  root:
+    name: root
+    min: {cpu: "100"}
+    max: {cpu: "100"}
+    children:
+"""
+
+BAD_TREES = [
+    pytest.param(
+        '    - {name: a, min: {cpu: "80"}, max: {cpu: "60"}, namespaces: [user-a]}\n',
+        'The ElasticQuotaTree "elasticquotatree" is invalid: spec.root.children[0].min: Invalid '
+        'value: "object": min must not exceed max for any resource\n',
+        id="min-above-max",
+    ),
+    pytest.param(
+        '    - {name: a, min: {cpu: "1"}, max: {cpu: "2"}}\n'
+        '    - {name: a, min: {cpu: "1"}, max: {cpu: "2"}}\n',
+        'The ElasticQuotaTree "elasticquotatree" is invalid: spec.root.children: Invalid value: '
+        '"array": children must have unique names\n',
+        id="duplicate-child",
+    ),
+    pytest.param(
+        '    - {name: a, min: {memory: "1Gi"}, max: {cpu: "2"}}\n',
+        'The ElasticQuotaTree "elasticquotatree" is invalid: spec.root.children[0].min: Invalid '
+        'value: "object": min names a resource that max does not\n',
+        id="min-not-in-max",
+    ),
+    pytest.param(
+        '    - {name: a, min: {cpu: "-1"}, max: {cpu: "2"}}\n',
+        'The ElasticQuotaTree "elasticquotatree" is invalid: spec.root.children[0].min: Invalid '
+        'value: "object": quantities must not be negative\n',
+        id="negative",
+    ),
+    pytest.param(
+        '    - {name: a, min: {cpu: "1x"}, max: {cpu: "2"}}\n',
+        'The ElasticQuotaTree "elasticquotatree" is invalid: spec.root.children[0].min.cpu: '
+        'Invalid value: "1x": spec.root.children[0].min.cpu in body should match '
+        "'^(\\+|-)?(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\\+|-)?"
+        "(([0-9]+(\\.[0-9]*)?)|(\\.[0-9]+))))?$'\n",
+        id="quantity",
+    ),
+    pytest.param(
+        '    - {name: "a/b", min: {cpu: "1"}, max: {cpu: "2"}}\n',
+        'The ElasticQuotaTree "elasticquotatree" is invalid: spec.root.children[0].name: Invalid '
+        'value: "a/b": spec.root.children[0].name in body should match '
+        "'^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$'\n",
+        id="node-name",
+    ),
+]
+"""A tree a cluster with deploy/base/crds refuses at the door (kubectl's wording of a 422:
+helpers.go StandardErrorMessage; a CEL rule's cause is field.Invalid(path, <type>, message) in
+apiextensions-apiserver's cel validation; a pattern's is kube-openapi's 'in body should
+match'). What needs the whole tree (children's mins above the parent's) is Usher's check."""
+
+
+@needs_kubectl
+@pytest.mark.parametrize(("children", "answer"), BAD_TREES)
+async def test_a_bad_tree_is_refused_by_the_crds_rules(
+    emu: KubeEmulator, tmp_path: Path, children: str, answer: str
+) -> None:
+    assert await kubectl(emu, tmp_path, "apply", "-f", "-", stdin=TREE + children) == (1, answer)
+    assert await kubectl(emu, tmp_path, "get", "eqt", "-A", "-o", "name") == (0, "")
+
+
+@needs_kubectl
+async def test_a_tree_only_usher_can_judge_is_stored(emu: KubeEmulator, tmp_path: Path) -> None:
+    """Children's mins above their parent's: per object, every rule passes; the API server
+    stores it and Usher's own check (status condition, Event) refuses it."""
+    children = (
+        '    - {name: a, min: {cpu: "80"}, max: {cpu: "100"}}\n'
+        '    - {name: b, min: {cpu: "80"}, max: {cpu: "100"}}\n'
+    )
+    code, out = await kubectl(emu, tmp_path, "apply", "-f", "-", stdin=TREE + children)
+    assert (code, out) == (0, "elasticquotatree.scheduling.sigs.k8s.io/elasticquotatree created\n")
+    walkthrough = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
+    code, out = await kubectl(emu, tmp_path, "apply", "-f", str(walkthrough))
+    assert (code, out) == (
+        0,
+        "elasticquotatree.scheduling.sigs.k8s.io/elasticquotatree configured\n",
+    )

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from usher.local.kube_emulator.crd_schema import crd_causes
 from usher.local.kube_emulator.errors import (
     already_exists,
     bad_request,
@@ -38,7 +39,7 @@ from usher.local.kube_emulator.errors import (
 from usher.local.kube_emulator.patches import PatchType, apply_patch
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType
 from usher.local.kube_emulator.selectors import Filter
-from usher.local.kube_emulator.validation import check_decodable, check_object
+from usher.local.kube_emulator.validation import check_decodable, field_problems
 from usher.local.kube_emulator.wire import JsonObj, clone, rfc3339
 
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
@@ -210,6 +211,14 @@ def check_string_maps(rt: ResourceType, name: str, meta: JsonObj) -> None:
         raise invalid(rt, name, [("FieldValueTooLong", "metadata.annotations", message)])
 
 
+def check_object(rt: ResourceType, obj: JsonObj, name: str, *, with_schema: bool = False) -> None:
+    """422 with every cause the real server finds in ``obj``: built-in validation, and (when
+    ``with_schema``) its CRD's schema and CEL rules."""
+    causes = field_problems(rt, obj) + (crd_causes(rt, obj) if with_schema else [])
+    if causes:
+        raise invalid(rt, name, causes)
+
+
 # --------------------------------------------------------------------------- the store
 
 
@@ -229,8 +238,14 @@ class Store:
         *,
         history_size: int = DEFAULT_HISTORY,
         strict_namespaces: bool = False,
+        crd_rules: bool = False,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
+        """``strict_namespaces``: refuse objects in a namespace that does not exist (a real
+        cluster does; tests that need no namespaces leave it off). ``crd_rules``: check custom
+        resources against the schemas and CEL rules of deploy/base/crds (a cluster with
+        Usher's CRDs does; off, the emulator is a cluster whose CRDs accept any spec, which
+        is how tests reach Usher's own checks of a single tree)."""
         self._objects: dict[tuple[str, str], dict[Key, JsonObj]] = {}
         self._history: deque[StoreEvent] = deque()
         self._history_size = history_size
@@ -239,6 +254,7 @@ class Store:
         self._listeners: list[Listener] = []
         self._snapshots: dict[str, _Snapshot] = {}
         self._strict_namespaces = strict_namespaces
+        self._crd_rules = crd_rules
         self._clock = clock
 
     # ---- introspection
@@ -414,7 +430,7 @@ class Store:
             meta["name"] = self._generated_name(rt, bucket, namespace, meta["generateName"])
         self._validate_name(rt, meta["name"])
         label_namespace(rt, obj)
-        check_object(rt, obj, meta["name"])
+        check_object(rt, obj, meta["name"], with_schema=self._crd_rules)
         key = self._key(rt, namespace, meta["name"])
         if key in bucket:
             raise already_exists(rt, meta["name"])
@@ -591,7 +607,10 @@ class Store:
             check_string_maps(rt, name, new["metadata"])
         check_decodable(rt, new)
         merged = self._merge_for(rt, current, new, subresource)
-        check_object(rt, merged, name)
+        # As with validation ratcheting: a write that leaves the spec alone (a status
+        # write, a label) is not refused for what the spec already was.
+        changed_spec = merged.get("spec") != current.get("spec")
+        check_object(rt, merged, name, with_schema=self._crd_rules and changed_spec)
         if merged == current:
             return clone(current)  # a no-op write: no new resourceVersion, no event
         if _spec_part(merged) != _spec_part(current):

@@ -23,7 +23,7 @@ from typing import Any
 
 from usher.core.model.errors import QuantityError
 from usher.core.model.quantity import quantity_value
-from usher.local.kube_emulator.errors import bad_request, invalid
+from usher.local.kube_emulator.errors import bad_request
 from usher.local.kube_emulator.resources import ResourceType
 from usher.local.kube_emulator.wire import JsonObj
 
@@ -259,11 +259,3 @@ def field_problems(rt: ResourceType, obj: JsonObj) -> list[Cause]:
         causes += _container_causes(*pod)
     causes += _quantity_causes(rt, obj)
     return causes
-
-
-def check_object(rt: ResourceType, obj: JsonObj, name: str) -> None:
-    """400 or 422 for what the real server refuses in ``obj`` (nothing for what it accepts)."""
-    check_decodable(rt, obj)
-    causes = field_problems(rt, obj)
-    if causes:
-        raise invalid(rt, name, causes)
