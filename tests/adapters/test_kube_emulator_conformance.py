@@ -105,7 +105,7 @@ def job(
 
 @pytest.fixture
 async def emu() -> AsyncIterator[KubeEmulator]:
-    async with KubeEmulator(strict_namespaces=True, crd_rules=True) as emulator:
+    async with KubeEmulator(strict_namespaces=True, validate=True) as emulator:
         emulator.store.ensure_namespaces(CLUSTER_NAMESPACES)
         yield emulator
 

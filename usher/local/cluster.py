@@ -150,7 +150,7 @@ def used_namespaces(store: Store) -> list[str]:
 def restored_store(state: JsonObj, history: int) -> tuple[PersistentStore, int]:
     """The cluster's store from a saved state (and how many objects it held), with the
     namespaces it starts with; it refuses objects in any other namespace until one is made."""
-    store = PersistentStore(history_size=history, strict_namespaces=True, crd_rules=True)
+    store = PersistentStore(history_size=history, strict_namespaces=True, validate=True)
     restored = store.restore(state)
     store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
     return store, restored

@@ -43,7 +43,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = Store(history_size=args.history, strict_namespaces=True, crd_rules=True)
+    store = Store(history_size=args.history, strict_namespaces=True, validate=True)
     store.ensure_namespaces(CLUSTER_NAMESPACES)
     for zone in args.virtual_node:
         add_virtual_node(store, zone)

@@ -413,13 +413,13 @@ class KubeEmulator:
         bookmark_interval: float = 60.0,
         history_size: int = 1000,
         strict_namespaces: bool = False,
-        crd_rules: bool = False,
+        validate: bool = False,
         token: str | None = None,
         tls_identity: tuple[bytes, bytes] | None = None,
         webhook_services: ServiceAddresses | None = None,
     ) -> None:
         self.store = store or Store(
-            history_size=history_size, strict_namespaces=strict_namespaces, crd_rules=crd_rules
+            history_size=history_size, strict_namespaces=strict_namespaces, validate=validate
         )
         self.admission = Admission(self.store, webhook_services)
         """Mutating webhooks; ``webhook_services`` maps a webhook Service (namespace, name) to

@@ -4,7 +4,9 @@ What it does: keeps objects per resource type, stamps them (uid, creationTimesta
 resourceVersion, generation), enforces the API server's write rules (optimistic concurrency,
 status subresource, immutable identity, DNS-1123 names, labels and annotations that are maps
 of strings and annotations of at most 256 KiB in all (``check_string_maps``),
-AlreadyExists/NotFound), applies patches (``patches``), answers lists (filtered by
+AlreadyExists/NotFound; with ``strict_namespaces`` an existing namespace, with ``validate``
+what ``validation`` and the CRDs' schemas and rules (``crd_schema``) refuse; a namespace's
+deletion deletes what is in it), applies patches (``patches``), answers lists (filtered by
 ``selectors``, limit/continue) and keeps a bounded history of watch events under one global,
 etcd-like resourceVersion counter. Writers and watchers are told about every change through
 synchronous subscriptions (the change feed).
@@ -211,7 +213,7 @@ def check_string_maps(rt: ResourceType, name: str, meta: JsonObj) -> None:
         raise invalid(rt, name, [("FieldValueTooLong", "metadata.annotations", message)])
 
 
-def check_object(rt: ResourceType, obj: JsonObj, name: str, *, with_schema: bool = False) -> None:
+def check_object(rt: ResourceType, obj: JsonObj, name: str, *, with_schema: bool = True) -> None:
     """422 with every cause the real server finds in ``obj``: built-in validation, and (when
     ``with_schema``) its CRD's schema and CEL rules."""
     causes = field_problems(rt, obj) + (crd_causes(rt, obj) if with_schema else [])
@@ -238,14 +240,15 @@ class Store:
         *,
         history_size: int = DEFAULT_HISTORY,
         strict_namespaces: bool = False,
-        crd_rules: bool = False,
+        validate: bool = False,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         """``strict_namespaces``: refuse objects in a namespace that does not exist (a real
-        cluster does; tests that need no namespaces leave it off). ``crd_rules``: check custom
-        resources against the schemas and CEL rules of deploy/base/crds (a cluster with
-        Usher's CRDs does; off, the emulator is a cluster whose CRDs accept any spec, which
-        is how tests reach Usher's own checks of a single tree)."""
+        cluster does; tests that need no namespaces leave it off). ``validate``: refuse what
+        a real API server refuses in an object (``validation``: quantities, labels, pod specs)
+        and check custom resources against the schemas and CEL rules of deploy/base/crds, as
+        a cluster with Usher's CRDs does. Off, malformed objects get through, which is how
+        tests reach Usher's own checks of a bad job or a bad tree."""
         self._objects: dict[tuple[str, str], dict[Key, JsonObj]] = {}
         self._history: deque[StoreEvent] = deque()
         self._history_size = history_size
@@ -254,7 +257,7 @@ class Store:
         self._listeners: list[Listener] = []
         self._snapshots: dict[str, _Snapshot] = {}
         self._strict_namespaces = strict_namespaces
-        self._crd_rules = crd_rules
+        self._validate = validate
         self._clock = clock
 
     # ---- introspection
@@ -430,7 +433,8 @@ class Store:
             meta["name"] = self._generated_name(rt, bucket, namespace, meta["generateName"])
         self._validate_name(rt, meta["name"])
         label_namespace(rt, obj)
-        check_object(rt, obj, meta["name"], with_schema=self._crd_rules)
+        if self._validate:
+            check_object(rt, obj, meta["name"])
         key = self._key(rt, namespace, meta["name"])
         if key in bucket:
             raise already_exists(rt, meta["name"])
@@ -443,7 +447,8 @@ class Store:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         check_identity(rt, body)
-        check_decodable(rt, body)
+        if self._validate:
+            check_decodable(rt, body)
         obj = clone(body)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         meta = obj.setdefault("metadata", {})
@@ -605,12 +610,14 @@ class Store:
             raise stale_conflict(rt, name)
         if subresource != "status" and isinstance(new.get("metadata"), dict):
             check_string_maps(rt, name, new["metadata"])
-        check_decodable(rt, new)
+        if self._validate:
+            check_decodable(rt, new)
         merged = self._merge_for(rt, current, new, subresource)
-        # As with validation ratcheting: a write that leaves the spec alone (a status
-        # write, a label) is not refused for what the spec already was.
-        changed_spec = merged.get("spec") != current.get("spec")
-        check_object(rt, merged, name, with_schema=self._crd_rules and changed_spec)
+        if self._validate:
+            # As with validation ratcheting: a write that leaves the spec alone (a status
+            # write, a label) is not refused for what the spec already was.
+            changed_spec = merged.get("spec") != current.get("spec")
+            check_object(rt, merged, name, with_schema=changed_spec)
         if merged == current:
             return clone(current)  # a no-op write: no new resourceVersion, no event
         if _spec_part(merged) != _spec_part(current):
