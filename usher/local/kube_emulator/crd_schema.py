@@ -138,6 +138,8 @@ class _Walk:
             )
         if isinstance(value, str):
             self._string(schema, value, path)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            self._number(schema, value, path)
         bounds = (
             ("maxItems", list, "must have at most {} items"),
             ("maxProperties", dict, "must have at most {} properties"),
@@ -149,6 +151,14 @@ class _Walk:
                     path,
                     f"Too many: {len(value)}: " + text.format(schema[key]),
                 )
+
+    def _number(self, schema: JsonObj, value: float, path: str) -> None:
+        for key, word in (("minimum", "greater"), ("maximum", "less")):
+            bound = schema.get(key)
+            if bound is None or (value >= bound if key == "minimum" else value <= bound):
+                continue
+            message = f"{path} in body should be {word} than or equal to {bound}"
+            self.add("FieldValueInvalid", path, f"Invalid value: {value}: {message}")
 
     def _string(self, schema: JsonObj, value: str, path: str) -> None:
         if "minLength" in schema and len(value) < schema["minLength"]:
