@@ -36,6 +36,7 @@ VERBS = (
     "get -l",
     "get --watch",
     "apply",
+    "apply --server-side",
     "create -f",
     "label",
     "explain",
@@ -68,6 +69,8 @@ SOURCES = {
     "deleted": 'kubectl delete prints <resource> "<name>" deleted; deleting a namespace '
     "deletes every object in it (kubernetes.io docs, 'Namespaces': 'deletes everything under "
     "the namespace')",
+    "server-side": "kubernetes.io docs, 'Server-Side Apply': kubectl apply --server-side "
+    "prints <resource>/<name> serverside-applied, creating the object when missing",
     "explain": "kubectl explain output (GROUP/KIND/VERSION/FIELD header) as in the "
     "kubectl explain reference page",
 }
@@ -383,3 +386,17 @@ async def test_a_tree_only_usher_can_judge_is_stored(emu: KubeEmulator, tmp_path
         0,
         "elasticquotatree.scheduling.sigs.k8s.io/elasticquotatree configured\n",
     )
+
+
+@needs_kubectl
+async def test_server_side_apply_creates_then_updates(emu: KubeEmulator, tmp_path: Path) -> None:
+    await kubectl(emu, tmp_path, "create", "namespace", "team-a")
+    applied = (0, "job.batch/pi serverside-applied\n")  # server-side
+    assert await kubectl(emu, tmp_path, "apply", "--server-side", "-f", "-", stdin=job()) == applied
+    relabelled = job(label="etl")
+    assert (
+        await kubectl(emu, tmp_path, "apply", "--server-side", "-f", "-", stdin=relabelled)
+        == applied
+    )
+    code, out = await kubectl(emu, tmp_path, "get", "jobs", "-n", "team-a", "-l", "team=etl")
+    assert code == 0 and table(out)[1][0] == "pi"

@@ -76,7 +76,11 @@ PATCH_TYPES: dict[str, PatchType] = {
     "application/json-patch+json": "json",
     "application/strategic-merge-patch+json": "strategic",
 }
+APPLY_PATCH = "application/apply-patch+yaml"
+"""Server-side apply (``kubectl apply --server-side``): the whole intended object, in YAML."""
 TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+CREATED_BY_APPLY = web.RequestKey("created_by_apply", bool)
+"""Request key: a server-side apply created the object (201, as a POST)."""
 FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
 TRUE_VALUES = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 CLUSTER_NAME = "usher-emulator"
@@ -178,6 +182,11 @@ async def json_body(request: web.Request) -> Any:
     decoded = protobuf.decode(await request.read()) if media == protobuf.MEDIA_TYPE else None
     if decoded is not None:  # kubectl create namespace / configmap: typed, in protobuf
         return decoded
+    if media == APPLY_PATCH:
+        try:
+            return yaml.safe_load(await request.read() or b"null")
+        except yaml.YAMLError as exc:
+            raise bad_request(f"error decoding YAML: {exc}") from None
     if media and "json" not in media:
         # Protobuf of another kind is not decoded here: 415, as a server that cannot read it.
         raise ApiError(
@@ -632,7 +641,8 @@ class KubeEmulator:
         if method in ("POST", "PUT", "PATCH"):
             warnings = check_fields(target.rt, await json_body(request), field_directive(q))
         written = await handler(request, target)
-        response = json_response(present(target.rt, written), 201 if method == "POST" else 200)
+        created = method == "POST" or request.get(CREATED_BY_APPLY, False)
+        response = json_response(present(target.rt, written), 201 if created else 200)
         response.headers.update(warning_headers(warnings))
         return response
 
@@ -705,6 +715,8 @@ class KubeEmulator:
 
     async def _patch(self, request: web.Request, target: Target) -> JsonObj:
         assert target.name is not None
+        if request.headers.get("Content-Type", "").split(";")[0].strip().lower() == APPLY_PATCH:
+            return await self._apply(request, target)
         kind = patch_type(request.headers.get("Content-Type", ""))
         body = await json_body(request)
         rt, namespace, name = target.rt, target.namespace, target.name
@@ -716,6 +728,37 @@ class KubeEmulator:
             if admitted != proposed:  # a webhook changed it: that object is stored
                 return self.store.update(rt, namespace, name, admitted)
         return self.store.patch(rt, namespace, name, kind, body, subresource=target.subresource)
+
+    async def _apply(self, request: web.Request, target: Target) -> JsonObj:
+        """Server-side apply, simplified: the applied object is created when missing, else
+        merged into the stored one as a merge patch (no field ownership: fields another
+        manager set are kept, fields the applier drops are not removed)."""
+        assert target.name is not None
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise bad_request("the body of an apply patch must be an object")
+        meta = body.setdefault("metadata", {})
+        if meta.get("name", target.name) != target.name:
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({target.name})"
+            )
+        meta["name"] = target.name
+        rt, namespace = target.rt, target.namespace
+        if self.store.find(rt, namespace, target.name) is None:
+            admitted = await self.admission.mutate(rt, namespace, body)
+            request[CREATED_BY_APPLY] = True
+            return self.store.create(rt, namespace, admitted)
+        body.get("metadata", {}).pop("resourceVersion", None)
+        if self._admits_update(target):
+            old = self.store.get(rt, namespace, target.name)
+            proposed = self.store.patched(rt, namespace, target.name, "merge", body)
+            admitted = await self.admission.mutate(rt, namespace, proposed, old)
+            if admitted != proposed:
+                return self.store.update(rt, namespace, target.name, admitted)
+        return self.store.patch(
+            rt, namespace, target.name, "merge", body, subresource=target.subresource
+        )
 
     def _admits_update(self, target: Target) -> bool:
         """An update of the object itself (a subresource such as ``status`` is not what the
