@@ -61,6 +61,11 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("cli", "version_s"): (0.3, "<="),
     ("cli", "jobs_s"): (0.3, "<="),
     ("cli", "queues_s"): (0.3, "<="),
+    **{
+        ("cli", f"{command}_{size}_cpu_s"): (0.3, "<=")
+        for command in ("jobs", "queue", "explain")
+        for size in ("1k", "100k")
+    },
     ("console", "queue_page_server_ms"): (1000, "<="),
     ("console", "queue_page_browser_ms"): (1000, "<="),
 }
