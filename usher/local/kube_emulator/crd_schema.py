@@ -23,7 +23,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import cel
 import yaml
 
 from usher.core.model.errors import QuantityError
@@ -243,6 +242,8 @@ as Usher's rules use it: a quantity is carried as ``{"quantity": text}``."""
 
 @cache
 def _program(rule: str) -> Any:
+    import cel  # the local stack's extra (usher[local]): only a rule being checked needs it
+
     return cel.compile(rule)
 
 
@@ -265,6 +266,8 @@ def _rules_at(schema: JsonObj, value: object, path: str) -> Iterator[tuple[JsonO
 
 
 def _evaluate(rule: str, value: object) -> object:
+    import cel
+
     context = cel.Context(variables={"self": value}, functions=QUANTITY_FUNCTIONS)
     return _program(rule).execute(context)
 
