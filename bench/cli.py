@@ -9,7 +9,10 @@ and reports the median wall seconds of each (``<command>_s``) and its median CPU
 does not), beside the bare interpreter's (``python -c pass``): start-up (imports, click,
 connecting, reading and folding the log) is nearly all of it. Byte-code caching is left on for
 the commands (the warm-up writes the caches, as a person's first run does). Every run's exit
-code and output are checked (a command that failed fast would look fast).
+code and output are checked (a command that failed fast would look fast). Then, as the log
+grows (``LOG_SIZES``: 1,000 and 100,000 events, months of history: jobs observed and deleted
+again, the same ``JOBS`` pending), the CPU seconds of ``usher jobs``, ``usher queue Q`` and
+``usher explain J`` at each size (``<command>_<size>_cpu_s``), so their growth shows.
 What it must never do: print, pass or fail on a number, or leave the server running.
 """
 
@@ -35,6 +38,8 @@ from schemas import (
     Envelope,
     EventId,
     QuotaTreeApplied,
+    WorkloadDeleted,
+    WorkloadObserved,
     Zone,
     cloudevent_headers,
     encode,
@@ -50,20 +55,41 @@ IGNORED_ENV = ("USHER_NATS_URL", "USHER_KUBECONFIG", "KUBECONFIG", "USHER_PREFIX
 """Settings of the caller's own installation, which must not redirect the commands."""
 
 
-async def publish_log(nats_url: str, subjects: Subjects) -> None:
-    """Streams, then one tree and ``JOBS`` pending jobs, each acknowledged by JetStream."""
+LOG_SIZES = {"1k": 1_000, "100k": 100_000}
+"""Events on the log for the growth runs (tree, gone jobs' observed/deleted pairs, pending)."""
+PUBLISH_BATCH = 500
+
+
+def log_events(subjects: Subjects, size: int) -> list[tuple[str, ClusterEvent]]:
+    """One tree, ``JOBS`` pending jobs last, and before them observed-then-deleted jobs up to
+    ``size`` events in all (0: only the tree and the pending jobs)."""
+    tree = QuotaTreeApplied(root=build_tree(DEPARTMENTS, LEAVES, root_cores=40))
+    events: list[tuple[str, ClusterEvent]] = [(subjects.quota, tree)]
+    gone = max(size - 1 - JOBS, 0) // 2
+    for n, job in enumerate(workloads(gone + JOBS, DEPARTMENTS, LEAVES, seed=7)):
+        subject = subjects.job(Zone("default"), job.namespace, job.name)
+        events.append((subject, job))
+        if n < gone:
+            events.append((subject, WorkloadDeleted(workload=job.workload)))
+    return events
+
+
+async def publish_log(nats_url: str, subjects: Subjects, size: int = 0) -> None:
+    """Streams, then the events of ``log_events``, each acknowledged by JetStream (in batches:
+    the order within a subject is kept, each job's events in one batch or in order)."""
     nc = await nats.connect(nats_url, connect_timeout=5)
     try:
         js = nc.jetstream()
         await ensure_streams(js, subjects)
         now = datetime.now(UTC)
-        tree = QuotaTreeApplied(root=build_tree(DEPARTMENTS, LEAVES, root_cores=40))
-        events: list[tuple[str, ClusterEvent]] = [(subjects.quota, tree)]
-        for job in workloads(JOBS, DEPARTMENTS, LEAVES, seed=7):
-            events.append((subjects.job(Zone("default"), job.namespace, job.name), job))
-        for n, (subject, event) in enumerate(events):
-            envelope = Envelope(id=EventId(f"bench-cli:{n}"), time=now, source="bench", event=event)
-            await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
+        events = log_events(subjects, size)
+        for start in range(0, len(events), PUBLISH_BATCH):
+            batch = events[start : start + PUBLISH_BATCH]
+            for n, (subject, event) in enumerate(batch, start):
+                envelope = Envelope(
+                    id=EventId(f"bench-cli:{n}"), time=now, source="bench", event=event
+                )
+                await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
     finally:
         await nc.drain()
 
@@ -83,7 +109,7 @@ def timed_runs(
     for attempt in range(runs + 1):
         cpu_before = _children_cpu_s()
         began = time.perf_counter()
-        done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=600)
         elapsed = time.perf_counter() - began
         cpu = _children_cpu_s() - cpu_before
         if done.returncode != 0 or expect not in done.stdout:
@@ -127,9 +153,37 @@ def run(quick: bool) -> dict[str, float]:
             for name, (argv, expect) in commands.items():
                 wall, cpu = timed_runs(argv, env, runs, expect)
                 numbers[f"{name}_s"], numbers[f"{name}_cpu_s"] = wall, cpu
+            for label, size in LOG_SIZES.items():
+                grown = Subjects(f"benchcli{label}")
+                asyncio.run(publish_log(url, grown, size))
+                numbers.update(growth(usher, env, url, grown, label, 3 if quick else 5))
             return numbers
         finally:
             server.stop()
+
+
+def growth(
+    usher: list[str], env: dict[str, str], url: str, subjects: Subjects, label: str, runs: int
+) -> dict[str, float]:
+    """CPU seconds of ``usher jobs``, ``usher queue Q`` and ``usher explain J`` on a log of
+    one size (Q: the first leaf's queue; J: the last pending job)."""
+    target = ["--nats", url, "--prefix", subjects.prefix]
+    last = log_events(subjects, LOG_SIZES[label])[-1][1]
+    assert isinstance(last, WorkloadObserved)
+    queues = subprocess.run(
+        [*usher, "queues", *target], env=env, capture_output=True, text=True, timeout=600
+    )
+    queue = next(line.split()[0] for line in queues.stdout.splitlines() if "leaf-" in line)
+    commands = {
+        "jobs": ([*usher, "jobs", *target], "ns-"),
+        "queue": ([*usher, "queue", queue, *target], queue),
+        "explain": ([*usher, "explain", str(last.workload), *target], last.name),
+    }
+    out: dict[str, float] = {}
+    for name, (argv, expect) in commands.items():
+        _, cpu = timed_runs(argv, env, runs, expect)
+        out[f"{name}_{label}_cpu_s"] = cpu
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

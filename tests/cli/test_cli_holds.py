@@ -105,6 +105,11 @@ def test_hold_then_resume_through_the_ledger(running: Path) -> None:
         (["hold", "root/nowhere"], 3, "usher: target: 'root/nowhere' names no node"),
         (["drain", "Department-b", "--grace", "-5"], 3, "usher: grace_seconds: grace must be"),
         (["drain", "Department-b", "--grace", "soon"], 2, "usher: --grace: expected seconds"),
+        (
+            ["resume", "Department-b"],
+            3,
+            "usher: target: root/Department-b is not held by an order",
+        ),
     ],
 )
 def test_a_bad_order_is_refused_naming_the_field(

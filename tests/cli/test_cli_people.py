@@ -281,14 +281,16 @@ def test_quota_shows_a_rejected_tree_and_the_tree_still_in_force(running: Path) 
     """Issue 14, item 3: `usher quota` said nothing about a tree the watcher rejected."""
     good = yaml.safe_load(TREE.read_text())["spec"]
     bad = json.loads(json.dumps(good))
-    bad["root"]["children"][1]["min"]["cpu"] = "140"  # Department-b: min above its max
+    # Department-b min 50: each node passes the CRD's rules (the API server stores it), the
+    # children's mins (60 + 50) are above the root's 100: Usher's check of the whole tree.
+    bad["root"]["children"][1]["min"]["cpu"] = "50"
     try:
         _patch_tree(running, bad)
         table = poll(lambda: out if "rejected" in (out := ok(running, "quota")) else None)
         first, *rest = table.splitlines()
         assert first.startswith("ElasticQuotaTree kube-system/elasticquotatree rejected at ")
         assert "(the previous tree stays in force)" in first
-        assert "spec.root.children[1](Department-b).min.cpu: min 140 > max 100" in first
+        assert "spec.root.min.cpu: sum of children min cpu 110 > parent root min 100" in first
         kept = [line.split() for line in rest if line.split()[:1] == ["Department-b"]]
         assert kept and kept[0][1].endswith("/40/100"), table  # the old min 40 is in force
         as_json = usher(running, "quota", "-o", "json")

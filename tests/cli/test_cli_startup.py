@@ -44,10 +44,12 @@ main()
 """
 
 
-def run_recorded(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def run_recorded(
+    *args: str, probe: str = RECORD
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run ``usher ARGS`` in a fresh interpreter; its result and every module it had loaded."""
     done = subprocess.run(
-        [sys.executable, "-c", RECORD, *args],
+        [sys.executable, "-c", probe, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -124,3 +126,23 @@ def test_every_command_module_is_in_the_lazy_table() -> None:
             assert name in COMMAND_MODULES.get(owner, ()), f"{name} ({owner})"
     listed = {name for names in COMMAND_MODULES.values() for name in names}
     assert listed <= set(cli.commands)
+
+
+LOADED = RECORD.replace(
+    "sorted(sys.modules)",
+    # A module the command line loads lazily is in sys.modules before it runs: not counted.
+    "sorted(n for n, m in list(sys.modules.items()) if type(m).__name__ != '_LazyModule')",
+)
+
+
+def test_an_argument_error_is_told_before_any_heavy_import() -> None:
+    """Issue 29: `usher replay --seq -5` spent 1.75 s of CPU importing the core's history,
+    NATS, PostgreSQL and YAML before saying the option was wrong; now none is loaded."""
+    heavy = HEAVY | {"nats", "yaml", "asyncio", "usher.core.engine", "usher.core.history.replay"}
+    for args, said in (
+        (("replay", "--seq", "-5"), "Invalid value for '--seq'"),
+        (("explain", "nope"), "'nope': expected NAMESPACE/NAME"),
+    ):
+        done, modules = run_recorded(*args, probe=LOADED)
+        assert done.returncode == 2 and said in done.stderr, done.stderr
+        assert top_level(modules, heavy) == set(), args

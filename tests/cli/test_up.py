@@ -154,3 +154,24 @@ def test_up_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None
         "usher: --zones: 'b c' is not a valid zone name (letters, digits, '-', '_', '.')"
     )
     assert not (tmp_path / "nats").exists()
+
+
+def test_status_names_the_postgres_data_and_down_purge_removes_all_of_it(tmp_path: Path) -> None:
+    """Issue 29: as root PostgreSQL's data lives outside $USHER_HOME; `usher status` says
+    where, and `usher down --purge` stops the stack and deletes the home and that data."""
+    home = tmp_path / "home"
+    up = UpProcess(home, args=("--no-demo", "--no-console")).start()
+    try:
+        up.stack()
+        data = Path(usher_json(home, "status")["postgres_data"])
+        assert (data / "data" / "PG_VERSION").exists()
+        if os.geteuid() == 0:  # PostgreSQL refuses root: its data is in the runtime folder
+            assert data.parent == pg_runtime_root() / "postgres" and not data.is_relative_to(home)
+        assert f"PostgreSQL data {data}" in usher(home, "status").stdout
+        purged = usher(home, "down", "--purge")
+        assert purged.returncode == 0, purged.stdout + purged.stderr
+        assert purged.stdout.rstrip().endswith(f"Removed {data} and {home}.")
+    finally:
+        if up.proc is not None and up.proc.poll() is None:
+            up.proc.kill()
+    assert not home.exists() and not data.exists()

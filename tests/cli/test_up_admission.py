@@ -47,6 +47,13 @@ async def _create_and_read(kubeconfig: str, namespace: str, job: dict[str, Any])
         return await batch.read_namespaced_job(job["metadata"]["name"], namespace)
 
 
+async def _create_namespace(kubeconfig: str, name: str) -> None:
+    api_client = await config.new_client_from_config(config_file=kubeconfig)
+    async with api_client:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        await client.CoreV1Api(api_client).create_namespace(body)
+
+
 def _read(kubeconfig: str, namespace: str, name: str) -> Any:
     async def read() -> Any:
         api_client = await config.new_client_from_config(config_file=kubeconfig)
@@ -77,7 +84,9 @@ def test_a_job_created_running_in_a_managed_namespace_is_stored_suspended(
     after = _read(kubeconfig, "user-a", "too-big-to-run")
     assert after.spec.suspend is True
     assert after.status is None or (after.status.start_time is None and not after.status.active)
-    # Outside the managed namespaces the webhook changes nothing.
+    # Outside the managed namespaces the webhook changes nothing (one a user made first: the
+    # local cluster, as a real one, refuses a job in a namespace nobody created).
+    asyncio.run(_create_namespace(kubeconfig, "not-managed"))
     free = batch_job("not-mine", template=pod_template(container(cpu="1")), suspend=False)
     elsewhere = asyncio.run(_create_and_read(kubeconfig, "not-managed", free))
     assert elsewhere.spec.suspend is False

@@ -246,6 +246,7 @@ async def test_positions_beyond_the_log_are_refused_not_clamped(client: TestClie
 async def test_error_pages_say_what_is_there(client: TestClient) -> None:
     message = await refused(client, "/job/user-a/nope", 404)
     assert message.startswith("no job user-a/nope on the log") and "usher jobs" in message
+    assert "<code>usher jobs</code>" in message and "`" not in message  # a command, as code
     message = await refused(client, "/queue/<b>nope", 404)
     assert message.startswith("no queue &#39;&lt;b&gt;nope&#39; in the tree in force (queues: ")
     assert "root-department-b-user-c" in message

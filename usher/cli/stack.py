@@ -18,6 +18,7 @@ What it must never do: signal a process that is not the ``usher up`` named in
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import time
 import urllib.error
@@ -82,6 +83,8 @@ class StackStatus(msgspec.Struct, frozen=True, kw_only=True):
     min_runtime_s: float
     durable: bool
     console_url: str = ""
+    postgres_data: str = ""
+    """Where PostgreSQL keeps this home's data (outside the home when run as root)."""
 
 
 def _stack_of(home: Path) -> StackInfo:
@@ -103,6 +106,8 @@ def _is_usher_up(pid: int) -> bool:
 
 
 def status_of(info: StackInfo) -> StackStatus:
+    from usher.local.servers import postgres_data_dir
+
     pids = {UP: info.up_pid} if info.up_pid else {}
     pids.update(info.all_pids())
     return StackStatus(
@@ -119,6 +124,7 @@ def status_of(info: StackInfo) -> StackStatus:
         min_runtime_s=info.min_runtime_s,
         durable=info.durable,
         console_url=info.console_url,
+        postgres_data=str(postgres_data_dir(Path(info.home))),
     )
 
 
@@ -170,6 +176,7 @@ def status_command(output: str, home: Path | None) -> None:
                 render_table(["PROCESS", "PID", "STATE", "RESTARTS"], rows),
                 f"NATS JetStream  {status.nats_url}",
                 f"PostgreSQL      {status.database_url}",
+                f"PostgreSQL data {status.postgres_data}",
                 f"Kubernetes API  kubeconfig {status.kubeconfig}",
                 f"Web console     {status.console_url or '(not started)'}",
                 f"Zones           {', '.join(status.zones)}",
@@ -195,11 +202,25 @@ def status_command(output: str, home: Path | None) -> None:
     show_default=True,
     help="Seconds to wait for everything to stop.",
 )
+@click.option(
+    "--purge",
+    is_flag=True,
+    help="Then delete all its data: the folder and PostgreSQL's data (also when stopped).",
+)
 @home_option()
-def down_command(timeout: float, home: Path | None) -> None:
+def down_command(timeout: float, purge: bool, home: Path | None) -> None:
     """Stop the `usher up` running in the data folder, as Ctrl-C would, and wait for it."""
     folder = home or usher_home()
+    if purge and not (folder / "stack.json").exists():
+        _purge(folder)  # nothing running: only the data is left
+        return
     info = _stack_of(folder)
+    if purge and not (info.up_pid and _is_usher_up(info.up_pid)):
+        alive = [f"{n} (pid {p})" for n, p in info.all_pids().items() if p and pid_alive(p)]
+        if alive:
+            fail(f"not purging {folder}: still alive: {', '.join(alive)}", EXIT_UNAVAILABLE)
+        _purge(folder)
+        return
     if not info.up_pid or not _is_usher_up(info.up_pid):
         alive = [f"{n} (pid {p})" for n, p in info.all_pids().items() if p and pid_alive(p)]
         left = f"; still alive: {', '.join(alive)}" if alive else ""
@@ -213,3 +234,18 @@ def down_command(timeout: float, home: Path | None) -> None:
             fail(f"Usher in {folder} is still stopping after {timeout:g}s", EXIT_UNAVAILABLE)
         time.sleep(0.2)
     click.echo(f"Stopped: usher up and its {len(others)} processes.")
+    if purge:
+        _purge(folder)
+
+
+def _purge(folder: Path) -> None:
+    """Delete a stopped home and its PostgreSQL data (outside it when run as root)."""
+    from usher.local.servers import postgres_data_dir
+
+    data = postgres_data_dir(folder)
+    removed = [p for p in (data, folder) if p.exists()]
+    for path in removed:
+        shutil.rmtree(path)
+    if not removed:
+        fail(f"nothing to purge: {folder} does not exist", EXIT_UNAVAILABLE)
+    click.echo(f"Removed {' and '.join(str(p) for p in removed)}.")

@@ -92,6 +92,7 @@ from usher.core.history.usage import USAGE_BY, UsageBy, UsageReport, usage_repor
 from usher.core.intake.workload import QUOTA_LABEL, ZONE_LABEL
 from usher.core.protocol.log import datetime_ms
 from usher.core.rules.budgets import BudgetReport, budget_report
+from usher.core.rules.holds import check_order as check_hold_order
 from usher.core.rules.holds import resolve_target as resolve_hold_target
 from usher.core.state.indexed import JobState
 
@@ -346,8 +347,15 @@ class AsyncClient:
         name or a leaf's queue name. Needs the admin identity (``$USHER_ADMIN_NATS_URL``, else
         the running stack's); the ledger records the order with that identity as who asked.
         ``BadInput`` names the refused field (``target``, ``grace_seconds``)."""
-        tree = (await self.state()).tree
+        state = await self.state()
+        tree = state.tree
         path = resolve_hold_target(tree, node) or node
+        if action == "Resume" and tree is not None:
+            # A resume of a node no order holds would be recorded and change nothing: the
+            # log's orders in force say so first (R14/R15's own check, with them known).
+            _, refused = check_hold_order(tree, action, node, None, state.engine.state.holds)
+            if refused:
+                raise BadInput(f"{refused[0].path}: {refused[0].message}")
         url = self.target.admin_nats_url
         if not url:
             raise NotRunning(

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import markupsafe
 import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -62,6 +63,16 @@ KEEPALIVE_S = 15.0
 routes = web.RouteTableDef()
 
 
+CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def code_spans(text: str) -> markupsafe.Markup:
+    """``text`` escaped, its `backticked` commands shown as code (messages are written for
+    terminals too, where backticks mark a command)."""
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(CODE_SPAN.sub(r"<code>\1</code>", escaped))
+
+
 def templates() -> jinja2.Environment:
     """The pages' templates (autoescaped: job names and reasons come from users)."""
     env = jinja2.Environment(
@@ -73,6 +84,7 @@ def templates() -> jinja2.Environment:
     )
     env.filters["clock"] = lambda when: when.strftime("%H:%M:%S") if when else ""
     env.filters["stamp"] = lambda when: hist.format_datetime(when) if when else "-"
+    env.filters["code_spans"] = code_spans
     env.globals["age"] = age
     env.globals["estimated_start"] = estimated_start
     return env

@@ -36,11 +36,15 @@ from usher.demo.budget import BudgetStory, budget_leaf
 from usher.demo.burst import BurstStory, burst_attributes
 from usher.demo.fairshare import FairShareStory, fair_share_nodes
 from usher.demo.story import play_story
+from usher.local.cluster import WALKTHROUGH_NAMESPACES
 from usher.local.kube_emulator.playbook import NEVER_READY, OOM_BELOW
 
 T = TypeVar("T")
 DEMO_DIR = Path(__file__).resolve().parent
 DEMO_FILES = ("walkthrough-tree.yaml", "priority-classes.yaml")
+DEMO_NAMESPACES = WALKTHROUGH_NAMESPACES
+"""Every namespace the demo puts jobs in (the tree's leaves and the stories'): it creates them
+first, as a user must on a cluster (the local one starts with them; a cluster may not)."""
 
 
 def demo_file(name: str) -> Path:
@@ -171,6 +175,8 @@ class DemoDriver:
 
     async def run(self, stop: asyncio.Event) -> None:
         """The whole demo; returns when ``stop`` is set."""
+        if not await self._step(stop, self._make_namespaces()):
+            return
         for name in DEMO_FILES:
             if not await self._step(stop, self._apply(name)):
                 return
@@ -218,6 +224,15 @@ class DemoDriver:
         except ClientError as exc:
             self.say(f"demo: {exc.message}")
         return not stop.is_set()
+
+    async def _make_namespaces(self) -> None:
+        manifests = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            for name in DEMO_NAMESPACES
+        ]
+        for applied in await self.client.apply_manifests(manifests, "demo: namespaces"):
+            if applied.action == "created":
+                self.say(f"demo: {applied.label}/{applied.name} {applied.action}")
 
     async def _apply(self, name: str) -> None:
         for applied in await self.client.apply(demo_file(name)):

@@ -4,6 +4,8 @@ What it does: ``python -m usher.local.cluster --kubeconfig F --state S --zones a
 [--burst-zones eci]`` runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1,
 restores every object it held before from the state file ``S`` (same uid, resourceVersion,
 creationTimestamp and status, so the watcher sees nothing new and the log stays the truth),
+creates the namespaces a cluster starts with, Usher's own and the walkthrough's (an object in
+any other namespace is refused until that namespace is created, as on a cluster),
 creates one schedulable Node per zone listed (labelled ``usher.io/zone``; a burst zone's is a
 virtual kubelet's node with large allocatable, Z3) unless it exists, writes the kubeconfig,
 and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
@@ -31,7 +33,7 @@ from typing import Any
 from usher.core.kinds import FAMILIES
 from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
-from usher.local.kube_emulator.store import StoreEvent
+from usher.local.kube_emulator.store import CLUSTER_NAMESPACES, StoreEvent
 from usher.local.kube_emulator.virtual_node import add_virtual_node
 
 STATE_VERSION = 1
@@ -125,6 +127,35 @@ def node_manifest(zone: str) -> JsonObj:
     }
 
 
+SYSTEM_NAMESPACES = (*CLUSTER_NAMESPACES, "usher-system", "kube-queue")
+"""The namespaces every cluster starts with, and deploy/base/namespaces.yaml's."""
+WALKTHROUGH_NAMESPACES = ("user-a", "user-b", "user-c", "user-d", "user-x", "user-y")
+"""The namespaces the README's walkthrough and the demo put jobs in: the local cluster starts
+with them (as the walkthrough's cluster has them); any other namespace must be created
+(``kubectl create namespace``) before a job can be put in it, as on a cluster."""
+
+
+def used_namespaces(store: Store) -> list[str]:
+    """Every namespace an object of ``store`` is in (a state saved before namespaces had to
+    exist keeps its objects: their namespaces are made on restore)."""
+    used = {
+        obj["metadata"].get("namespace")
+        for rt in _storage_types().values()
+        if rt.namespaced
+        for obj in store.objects(rt)
+    }
+    return sorted(ns for ns in used if ns)
+
+
+def restored_store(state: JsonObj, history: int) -> tuple[PersistentStore, int]:
+    """The cluster's store from a saved state (and how many objects it held), with the
+    namespaces it starts with; it refuses objects in any other namespace until one is made."""
+    store = PersistentStore(history_size=history, strict_namespaces=True, validate=True)
+    restored = store.restore(state)
+    store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
+    return store, restored
+
+
 def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozenset()) -> None:
     """One node per zone unless there; a burst zone's is a virtual node (Z3)."""
     nodes = next(rt for rt in RESOURCES if rt.plural == "nodes")
@@ -209,8 +240,7 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = PersistentStore(history_size=args.history)
-    restored = store.restore(load_state(args.state))
+    store, restored = restored_store(load_state(args.state), args.history)
     burst = frozenset(z for z in args.burst_zones.split(",") if z)
     ensure_nodes(store, [z for z in args.zones.split(",") if z], burst)
     if args.webhook_url:

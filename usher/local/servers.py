@@ -183,6 +183,20 @@ def pg_runtime_root() -> Path:
     return Path(os.environ.get("USHER_PG_RUNTIME") or PG_RUNTIME_DEFAULT)
 
 
+def postgres_data_dir(home: Path) -> Path:
+    """Where the PostgreSQL data of ``home`` lives: under it, or (as root, since PostgreSQL
+    refuses to run as root) in the runtime folder, under the instance id ``home`` keeps in
+    ``postgres/instance``; what ``usher status`` shows and ``usher down --purge`` removes."""
+    instance = home / "postgres" / "instance"
+    if os.geteuid() == 0 and instance.exists():
+        return _runtime_instances() / instance.read_text().strip()
+    return home / "postgres"
+
+
+def _runtime_instances() -> Path:
+    return pg_runtime_root() / "postgres"
+
+
 def _public_dir(path: Path) -> None:
     """A folder we create, root-owned 0755 (readable, as /usr/lib is): binaries only."""
     path.mkdir(parents=True, exist_ok=True)
@@ -303,7 +317,7 @@ class PostgresServer:
             base = self.home / "postgres"
             base.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
         else:
-            runtime = pg_runtime_root() / "postgres"
+            runtime = _runtime_instances()
             _public_dir(runtime.parent)
             runtime.mkdir(exist_ok=True, mode=0o711)  # search only: nobody lists the instances
             runtime.chmod(0o711)

@@ -269,11 +269,13 @@ class EmbeddedSystem:
             self._check_services_alive(grace_s=0.5)
             self._wait_for_watcher(watcher_log, offset, timeout_s)
             self._wait_for_console()
+            # Inside the try: a Ctrl-C landing as stack.json is written still stops all and
+            # removes it (else the caller's "stopped before it was up" left it behind).
+            self.info = self._info(base)
+            write_stack_info(self.home, self.info)
         except BaseException:
             self.stop()
             raise
-        self.info = self._info(base)
-        write_stack_info(self.home, self.info)
         return self.info
 
     def _webhook_certificate(self) -> int:
@@ -564,18 +566,20 @@ class EmbeddedSystem:
     def stop(self) -> None:
         """The console and the services (watcher first), then the emulator, PostgreSQL, NATS;
         forget stack.json."""
-        services = [s.process for s in reversed(self._supervised())]
-        for process in services:  # all at once: each drains its own work in parallel
-            if process.popen is not None and process.running():
-                with contextlib.suppress(ProcessLookupError):
-                    process.popen.send_signal(process.stop_signal)
-        for process in services:
-            process.stop(timeout=15.0)
-        if self.emulator is not None:
-            self.emulator.stop(timeout=15.0)
-        self.stack.stop()
-        if self._console_listening is not None:
-            self._console_listening.close()
-            self._console_listening = None
-        with contextlib.suppress(FileNotFoundError):
-            (self.home / STACK_FILE).unlink()
+        try:
+            services = [s.process for s in reversed(self._supervised())]
+            for process in services:  # all at once: each drains its own work in parallel
+                if process.popen is not None and process.running():
+                    with contextlib.suppress(ProcessLookupError):
+                        process.popen.send_signal(process.stop_signal)
+            for process in services:
+                process.stop(timeout=15.0)
+            if self.emulator is not None:
+                self.emulator.stop(timeout=15.0)
+            self.stack.stop()
+            if self._console_listening is not None:
+                self._console_listening.close()
+                self._console_listening = None
+        finally:  # whatever failed on the way, stack.json must not name a stopped stack
+            with contextlib.suppress(FileNotFoundError):
+                (self.home / STACK_FILE).unlink()

@@ -85,6 +85,13 @@ def parse_quantity(value: object, resource: str, path: str) -> int:
     return canonical
 
 
+def quantity_value(value: object, path: str = "") -> Fraction:
+    """The exact signed value of a quantity in written units (``1Gi`` is 2**30, ``500m`` is
+    1/2), as Kubernetes compares quantities; ``QuantityError`` for what is not one."""
+    text = _quantity_text(value, path)
+    return _exact_amount(text, value, path)
+
+
 def parse_resources(mapping: object, path: str) -> Resources:
     """Parse a resource list (name -> quantity); every bad entry is reported, not just the first.
 

@@ -9,7 +9,11 @@ bookmarks, OpenAPI v2/v3 with field validation (``openapi``), Table printer colu
 and update (``admission``), and can run a fake kubelet that moves unsuspended jobs to
 completion and keeps a batch Job's pods (``pods``); a batch Job with ``emulator.usher.io/*``
 annotations (``playbook``) has its pods played one by one and its status counted from them
-(``played``).
+(``played``). Asked to (``validate``, ``strict_namespaces``: ``usher up``'s cluster is), it
+refuses what a real API server refuses, in its words: malformed built-in objects
+(``validation``), custom resources against the CRDs of deploy/base/crds and their CEL rules
+(``crd_schema``), objects in a namespace nobody created; it reads kubectl's protobuf bodies
+of Namespaces and ConfigMaps (``protobuf``) and takes server-side apply.
 What it must never do: pretend to be a production API server (no auth, no validating admission,
 no persistence) or listen on a public interface by default.
 """

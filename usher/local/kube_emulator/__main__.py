@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from usher.local.kube_emulator.server import KubeEmulator
-from usher.local.kube_emulator.store import Store
+from usher.local.kube_emulator.store import CLUSTER_NAMESPACES, Store
 from usher.local.kube_emulator.virtual_node import add_virtual_node
 
 
@@ -43,7 +43,8 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store = Store(history_size=args.history)
+    store = Store(history_size=args.history, strict_namespaces=True, validate=True)
+    store.ensure_namespaces(CLUSTER_NAMESPACES)
     for zone in args.virtual_node:
         add_virtual_node(store, zone)
     emulator = KubeEmulator(

@@ -85,6 +85,8 @@ def stale_conflict(rt: ResourceType, name: str) -> ApiError:
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str, str]]) -> ApiError:
     """422: ``causes`` are (reason, field, message) like ``FieldValueRequired``."""
     text = ", ".join(f"{f}: {m}" for _, f, m in causes)
+    if len(causes) > 1:  # an aggregate of several field errors, as apimachinery prints one
+        text = f"[{text}]"
     kind = f"{rt.kind}.{rt.group}" if rt.group else rt.kind
     return ApiError(
         422,

@@ -5,9 +5,10 @@ What it does: builds, as kube-apiserver publishes them, the OpenAPI v3 discovery
 group/version (paths with their verbs, ``x-kubernetes-group-version-kind`` and the
 ``fieldValidation`` parameter kubectl looks for, plus the schemas those paths reach) and the
 Swagger 2.0 document (JSON). Built-in types' schemas come from the Kubernetes 1.32 schemas that
-the ``kubernetes-validate`` package ships; a custom resource publishes what a CRD whose schema
-preserves unknown fields does. It also lists the fields of an object its schema does not know,
-which is what ``fieldValidation=Strict`` refuses and ``Warn`` warns about.
+the ``kubernetes-validate`` package ships; a custom resource publishes its CRD's schema (the
+files of deploy/base/crds, ``crd_schema``), or for a job kind Usher ships no CRD of, what a
+CRD whose schema preserves unknown fields does. It also lists the fields of an object its
+schema does not know, which is what ``fieldValidation=Strict`` refuses and ``Warn`` warns about.
 What it must never do: I/O besides reading the bundled schema file once; hold mutable state
 other than its caches; decide anything about a request (the server does).
 """
@@ -21,6 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from usher.local.kube_emulator.crd_schema import schema_of
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType
 from usher.local.kube_emulator.wire import JsonObj
 
@@ -86,7 +88,12 @@ def _gvk_of(schema: JsonObj) -> tuple[str, str, str] | None:
 
 
 def _crd_schema(rt: ResourceType) -> JsonObj:
-    """What a CRD with a schema that preserves unknown fields publishes for its kind."""
+    """What the kind's CRD publishes: the schema of deploy/base/crds (its metadata as
+    ObjectMeta), or for a kind Usher ships no CRD of, one that preserves unknown fields."""
+    shipped = schema_of(rt.group, rt.version, rt.plural)
+    if shipped is not None:
+        properties = {**shipped.get("properties", {}), "metadata": {"$ref": DEFS + OBJECT_META}}
+        return {**copy.deepcopy(shipped), "properties": properties}
     return {
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": True,

@@ -185,12 +185,25 @@ def print_queue(queue: JsonObj, now: datetime) -> list[Any]:
     return [*print_default(queue, now), hold or "<none>"]
 
 
+def print_namespace(namespace: JsonObj, now: datetime) -> list[Any]:
+    phase = (namespace.get("status") or {}).get("phase", "")
+    return [namespace["metadata"]["name"], phase, age(namespace, now)]
+
+
 DEFAULT_COLUMNS = (Column("Name", NAME_DOC, format="name"), Column("Age", AGE_DOC))
 HOLD_DOC = "The hold or drain of a node on the queue's path: node, who, when and why."
 PRINTERS: dict[tuple[str, str], tuple[tuple[Column, ...], Printer]] = {
     ("scheduling.x-k8s.io", "queues"): (
         (*DEFAULT_COLUMNS, Column("Hold", HOLD_DOC, 1)),
         print_queue,
+    ),
+    ("", "namespaces"): (
+        (
+            Column("Name", NAME_DOC, format="name"),
+            Column("Status", "The status of the namespace"),
+            Column("Age", AGE_DOC),
+        ),
+        print_namespace,
     ),
     ("batch", "jobs"): (
         (

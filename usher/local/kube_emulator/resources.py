@@ -154,7 +154,14 @@ RESOURCES: tuple[ResourceType, ...] = (
         if not family.builtin
         for version in family.emulated_versions
     ),
-    _crd("scheduling.sigs.k8s.io", "v1beta1", "elasticquotatrees", "ElasticQuotaTree", "eqtree"),
+    _crd(
+        "scheduling.sigs.k8s.io",
+        "v1beta1",
+        "elasticquotatrees",
+        "ElasticQuotaTree",
+        "eqt",
+        "eqtree",
+    ),
     _crd("scheduling.x-k8s.io", "v1alpha1", "queues", "Queue"),
 )
 

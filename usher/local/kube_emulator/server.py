@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from usher.local.kube_emulator import printers
+from usher.local.kube_emulator import printers, protobuf
 from usher.local.kube_emulator.admission import Admission, ServiceAddresses
 from usher.local.kube_emulator.errors import ApiError, bad_request
 from usher.local.kube_emulator.kubelet import FakeKubelet
@@ -76,7 +76,11 @@ PATCH_TYPES: dict[str, PatchType] = {
     "application/json-patch+json": "json",
     "application/strategic-merge-patch+json": "strategic",
 }
+APPLY_PATCH = "application/apply-patch+yaml"
+"""Server-side apply (``kubectl apply --server-side``): the whole intended object, in YAML."""
 TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+CREATED_BY_APPLY = web.RequestKey("created_by_apply", bool)
+"""Request key: a server-side apply created the object (201, as a POST)."""
 FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
 TRUE_VALUES = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 CLUSTER_NAME = "usher-emulator"
@@ -175,9 +179,16 @@ def patch_type(content_type: str) -> PatchType:
 
 async def json_body(request: web.Request) -> Any:
     media = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    decoded = protobuf.decode(await request.read()) if media == protobuf.MEDIA_TYPE else None
+    if decoded is not None:  # kubectl create namespace / configmap: typed, in protobuf
+        return decoded
+    if media == APPLY_PATCH:
+        try:
+            return yaml.safe_load(await request.read() or b"null")
+        except yaml.YAMLError as exc:
+            raise bad_request(f"error decoding YAML: {exc}") from None
     if media and "json" not in media:
-        # Protobuf (kubectl's typed clients) is not decoded here; 415 makes client-go retry
-        # the request in JSON, as it does against a server that serves only JSON.
+        # Protobuf of another kind is not decoded here: 415, as a server that cannot read it.
         raise ApiError(
             415,
             "UnsupportedMediaType",
@@ -411,11 +422,14 @@ class KubeEmulator:
         bookmark_interval: float = 60.0,
         history_size: int = 1000,
         strict_namespaces: bool = False,
+        validate: bool = False,
         token: str | None = None,
         tls_identity: tuple[bytes, bytes] | None = None,
         webhook_services: ServiceAddresses | None = None,
     ) -> None:
-        self.store = store or Store(history_size=history_size, strict_namespaces=strict_namespaces)
+        self.store = store or Store(
+            history_size=history_size, strict_namespaces=strict_namespaces, validate=validate
+        )
         self.admission = Admission(self.store, webhook_services)
         """Mutating webhooks; ``webhook_services`` maps a webhook Service (namespace, name) to
         the ``host:port`` serving it (the emulator has no cluster DNS)."""
@@ -627,7 +641,8 @@ class KubeEmulator:
         if method in ("POST", "PUT", "PATCH"):
             warnings = check_fields(target.rt, await json_body(request), field_directive(q))
         written = await handler(request, target)
-        response = json_response(present(target.rt, written), 201 if method == "POST" else 200)
+        created = method == "POST" or request.get(CREATED_BY_APPLY, False)
+        response = json_response(present(target.rt, written), 201 if created else 200)
         response.headers.update(warning_headers(warnings))
         return response
 
@@ -700,6 +715,8 @@ class KubeEmulator:
 
     async def _patch(self, request: web.Request, target: Target) -> JsonObj:
         assert target.name is not None
+        if request.headers.get("Content-Type", "").split(";")[0].strip().lower() == APPLY_PATCH:
+            return await self._apply(request, target)
         kind = patch_type(request.headers.get("Content-Type", ""))
         body = await json_body(request)
         rt, namespace, name = target.rt, target.namespace, target.name
@@ -711,6 +728,37 @@ class KubeEmulator:
             if admitted != proposed:  # a webhook changed it: that object is stored
                 return self.store.update(rt, namespace, name, admitted)
         return self.store.patch(rt, namespace, name, kind, body, subresource=target.subresource)
+
+    async def _apply(self, request: web.Request, target: Target) -> JsonObj:
+        """Server-side apply, simplified: the applied object is created when missing, else
+        merged into the stored one as a merge patch (no field ownership: fields another
+        manager set are kept, fields the applier drops are not removed)."""
+        assert target.name is not None
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise bad_request("the body of an apply patch must be an object")
+        meta = body.setdefault("metadata", {})
+        if meta.get("name", target.name) != target.name:
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the URL "
+                f"({target.name})"
+            )
+        meta["name"] = target.name
+        rt, namespace = target.rt, target.namespace
+        if self.store.find(rt, namespace, target.name) is None:
+            admitted = await self.admission.mutate(rt, namespace, body)
+            request[CREATED_BY_APPLY] = True
+            return self.store.create(rt, namespace, admitted)
+        body.get("metadata", {}).pop("resourceVersion", None)
+        if self._admits_update(target):
+            old = self.store.get(rt, namespace, target.name)
+            proposed = self.store.patched(rt, namespace, target.name, "merge", body)
+            admitted = await self.admission.mutate(rt, namespace, proposed, old)
+            if admitted != proposed:
+                return self.store.update(rt, namespace, target.name, admitted)
+        return self.store.patch(
+            rt, namespace, target.name, "merge", body, subresource=target.subresource
+        )
 
     def _admits_update(self, target: Target) -> bool:
         """An update of the object itself (a subresource such as ``status`` is not what the
@@ -756,6 +804,7 @@ class KubeEmulator:
         except ApiError as err:
             failure = err
         storage_key = target.rt.storage_key
+        render = self._watch_renderer(request, target.rt)
 
         def enqueue(event: StoreEvent) -> None:
             if event.storage_key == storage_key:
@@ -763,18 +812,19 @@ class KubeEmulator:
 
         unsubscribe = self.store.subscribe(enqueue)
         self._watches.add(queue)
-        resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
+        media = TABLE_CONTENT_TYPE if wants_table(request) else "application/json"
+        resp = web.StreamResponse(status=200, headers={"Content-Type": media})
         resp.enable_chunked_encoding()
         try:
             await resp.prepare(request)
             if failure is not None:
                 await resp.write(watch_line("ERROR", failure.status()))
             else:
-                await self._send_backlog(resp, target.rt, flt, backlog)
+                await self._send_backlog(resp, target.rt, flt, backlog, render)
                 if initial_end:
                     mark = bookmark(target.rt, self.store.resource_version, initial_events_end=True)
                     await resp.write(watch_line("BOOKMARK", mark))
-                await self._stream(resp, target.rt, flt, queue, timeout, bookmarks)
+                await self._stream(resp, target.rt, flt, queue, timeout, bookmarks, render)
             await resp.write_eof()
         except ConnectionError:
             pass
@@ -783,13 +833,32 @@ class KubeEmulator:
             self._watches.discard(queue)
         return resp
 
+    def _watch_renderer(
+        self, request: web.Request, rt: ResourceType
+    ) -> Callable[[JsonObj], JsonObj]:
+        """How a watch event shows its object: as stored, or (kubectl get --watch) as a
+        one-row Table, the columns named in every event."""
+        if not wants_table(request):
+            return lambda obj: present(rt, obj)
+
+        def one_row(obj: JsonObj) -> JsonObj:
+            meta = {"resourceVersion": obj["metadata"]["resourceVersion"]}
+            return printers.table(rt, [obj], meta, self.store.now())
+
+        return one_row
+
     async def _send_backlog(
-        self, resp: web.StreamResponse, rt: ResourceType, flt: Filter, backlog: list[StoreEvent]
+        self,
+        resp: web.StreamResponse,
+        rt: ResourceType,
+        flt: Filter,
+        backlog: list[StoreEvent],
+        render: Callable[[JsonObj], JsonObj],
     ) -> None:
         for event in backlog:
             seen = event.as_seen_through(flt)
             if seen is not None:
-                await resp.write(watch_line(seen[0], present(rt, seen[1])))
+                await resp.write(watch_line(seen[0], render(seen[1])))
 
     async def _stream(
         self,
@@ -799,6 +868,7 @@ class KubeEmulator:
         queue: asyncio.Queue[StoreEvent | None],
         lifetime: int,
         bookmarks: bool,
+        render: Callable[[JsonObj], JsonObj],
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + lifetime if lifetime > 0 else None
@@ -821,4 +891,4 @@ class KubeEmulator:
                 return
             seen = event.as_seen_through(flt)
             if seen is not None:
-                await resp.write(watch_line(seen[0], present(rt, seen[1])))
+                await resp.write(watch_line(seen[0], render(seen[1])))

@@ -4,7 +4,9 @@ What it does: keeps objects per resource type, stamps them (uid, creationTimesta
 resourceVersion, generation), enforces the API server's write rules (optimistic concurrency,
 status subresource, immutable identity, DNS-1123 names, labels and annotations that are maps
 of strings and annotations of at most 256 KiB in all (``check_string_maps``),
-AlreadyExists/NotFound), applies patches (``patches``), answers lists (filtered by
+AlreadyExists/NotFound; with ``strict_namespaces`` an existing namespace, with ``validate``
+what ``validation`` and the CRDs' schemas and rules (``crd_schema``) refuse; a namespace's
+deletion deletes what is in it), applies patches (``patches``), answers lists (filtered by
 ``selectors``, limit/continue) and keeps a bounded history of watch events under one global,
 etcd-like resourceVersion counter. Writers and watchers are told about every change through
 synchronous subscriptions (the change feed).
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from usher.local.kube_emulator.crd_schema import crd_causes
 from usher.local.kube_emulator.errors import (
     already_exists,
     bad_request,
@@ -38,12 +41,15 @@ from usher.local.kube_emulator.errors import (
 from usher.local.kube_emulator.patches import PatchType, apply_patch
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType
 from usher.local.kube_emulator.selectors import Filter
+from usher.local.kube_emulator.validation import check_decodable, field_problems
 from usher.local.kube_emulator.wire import JsonObj, clone, rfc3339
 
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 DEFAULT_HISTORY = 1000
+CLUSTER_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+"""The namespaces every Kubernetes cluster starts with."""
 GENERATE_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s utilrand: no vowels, no 0/1/3
 GENERATE_NAME_SUFFIX = 5
 GENERATE_NAME_MAX_PREFIX = 58
@@ -141,6 +147,16 @@ def default_job(obj: JsonObj) -> None:
     spec.setdefault("suspend", False)
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+def label_namespace(rt: ResourceType, obj: JsonObj) -> None:
+    """A namespace always carries its name as a label (the real server sets it, 1.21+)."""
+    if rt.plural == "namespaces" and not rt.group:
+        meta = obj["metadata"]
+        meta["labels"] = {**(meta.get("labels") or {}), NAMESPACE_NAME_LABEL: meta["name"]}
+
+
 def check_identity(rt: ResourceType, body: JsonObj) -> None:
     """400 when the body claims another apiVersion/kind than the URL it was sent to."""
     api_version = body.get("apiVersion")
@@ -197,6 +213,14 @@ def check_string_maps(rt: ResourceType, name: str, meta: JsonObj) -> None:
         raise invalid(rt, name, [("FieldValueTooLong", "metadata.annotations", message)])
 
 
+def check_object(rt: ResourceType, obj: JsonObj, name: str, *, with_schema: bool = True) -> None:
+    """422 with every cause the real server finds in ``obj``: built-in validation, and (when
+    ``with_schema``) its CRD's schema and CEL rules."""
+    causes = field_problems(rt, obj) + (crd_causes(rt, obj) if with_schema else [])
+    if causes:
+        raise invalid(rt, name, causes)
+
+
 # --------------------------------------------------------------------------- the store
 
 
@@ -216,8 +240,15 @@ class Store:
         *,
         history_size: int = DEFAULT_HISTORY,
         strict_namespaces: bool = False,
+        validate: bool = False,
         clock: Callable[[], datetime] = _utcnow,
     ) -> None:
+        """``strict_namespaces``: refuse objects in a namespace that does not exist (a real
+        cluster does; tests that need no namespaces leave it off). ``validate``: refuse what
+        a real API server refuses in an object (``validation``: quantities, labels, pod specs)
+        and check custom resources against the schemas and CEL rules of deploy/base/crds, as
+        a cluster with Usher's CRDs does. Off, malformed objects get through, which is how
+        tests reach Usher's own checks of a bad job or a bad tree."""
         self._objects: dict[tuple[str, str], dict[Key, JsonObj]] = {}
         self._history: deque[StoreEvent] = deque()
         self._history_size = history_size
@@ -226,6 +257,7 @@ class Store:
         self._listeners: list[Listener] = []
         self._snapshots: dict[str, _Snapshot] = {}
         self._strict_namespaces = strict_namespaces
+        self._validate = validate
         self._clock = clock
 
     # ---- introspection
@@ -400,6 +432,9 @@ class Store:
         if not meta.get("name"):
             meta["name"] = self._generated_name(rt, bucket, namespace, meta["generateName"])
         self._validate_name(rt, meta["name"])
+        label_namespace(rt, obj)
+        if self._validate:
+            check_object(rt, obj, meta["name"])
         key = self._key(rt, namespace, meta["name"])
         if key in bucket:
             raise already_exists(rt, meta["name"])
@@ -412,6 +447,8 @@ class Store:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         check_identity(rt, body)
+        if self._validate:
+            check_decodable(rt, body)
         obj = clone(body)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         meta = obj.setdefault("metadata", {})
@@ -457,6 +494,12 @@ class Store:
         if self._strict_namespaces and ns not in {k[1] for k in self._namespaces()}:
             raise not_found(_NAMESPACES, ns)
         meta["namespace"] = ns
+
+    def ensure_namespaces(self, names: Iterable[str]) -> None:
+        """Create each namespace of ``names`` unless it is there."""
+        for name in names:
+            if self.find(_NAMESPACES, None, name) is None:
+                self.create(_NAMESPACES, None, {"metadata": {"name": name}})
 
     def _namespaces(self) -> Iterable[Key]:
         return self._bucket(_NAMESPACES).keys()
@@ -567,7 +610,14 @@ class Store:
             raise stale_conflict(rt, name)
         if subresource != "status" and isinstance(new.get("metadata"), dict):
             check_string_maps(rt, name, new["metadata"])
+        if self._validate:
+            check_decodable(rt, new)
         merged = self._merge_for(rt, current, new, subresource)
+        if self._validate:
+            # As with validation ratcheting: a write that leaves the spec alone (a status
+            # write, a label) is not refused for what the spec already was.
+            changed_spec = merged.get("spec") != current.get("spec")
+            check_object(rt, merged, name, with_schema=changed_spec)
         if merged == current:
             return clone(current)  # a no-op write: no new resourceVersion, no event
         if _spec_part(merged) != _spec_part(current):
@@ -602,6 +652,7 @@ class Store:
                 merged.pop("status", None)
         if rt.storage_key == ("batch", "jobs"):
             default_job(merged)
+        label_namespace(rt, merged)
         return merged
 
     def delete(
@@ -615,11 +666,21 @@ class Store:
         """DELETE (immediately, no finalizers): returns the object as it was; records DELETED."""
         current = self._current(rt, namespace, name)
         self._check_preconditions(rt, current, preconditions or {})
+        if rt.storage_key == _NAMESPACES.storage_key:
+            self._delete_contents(name)
         del self._bucket(rt)[self._key(rt, current["metadata"].get("namespace"), name)]
         final = clone(current)
         final["metadata"]["resourceVersion"] = str(self._next_rv())
         self._record("DELETED", rt, final, current)
         return clone(current)
+
+    def _delete_contents(self, namespace: str) -> None:
+        """What the namespace controller does before a namespace goes: delete its objects."""
+        for rt in _STORAGES:
+            if rt.namespaced:
+                for ns, name in sorted(self._bucket(rt)):
+                    if ns == namespace:
+                        self.delete(rt, ns, name)
 
     def _check_preconditions(
         self, rt: ResourceType, current: JsonObj, preconditions: Mapping[str, Any]
@@ -645,6 +706,8 @@ class Store:
 
 
 _NAMESPACES = RESOURCES[0]
+_STORAGES = tuple({rt.storage_key: rt for rt in reversed(RESOURCES)}.values())
+"""One served type per storage (the first listed of its versions)."""
 
 
 def _parse_rv(text: str) -> int:
