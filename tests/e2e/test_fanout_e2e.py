@@ -170,3 +170,44 @@ def test_the_python_client_fans_out_blocking_and_async(home: Path) -> None:
             return sorted(j.job for j in result.jobs)
 
     assert asyncio.run(notebook()) == ["user-c/wk-2026-01-01", "user-c/wk-2026-01-02"]
+
+
+def test_a_wide_task_is_one_indexed_job_admitted_at_its_parallelism(
+    home: Path, tmp_path: Path
+) -> None:
+    """The how-to's advice for very wide work: 6 shards, 2 pods at a time, one workload."""
+    manifest = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "shards",
+            "namespace": "user-c",
+            "annotations": {"usher.io/sim-duration": "0.2"},
+        },
+        "spec": {
+            "suspend": True,
+            "completionMode": "Indexed",
+            "completions": 6,
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "x",
+                            "command": ["sh", "-c", "run --shard $JOB_COMPLETION_INDEX"],
+                            "resources": {"requests": {"cpu": "1"}, "limits": {"cpu": "1"}},
+                        }
+                    ],
+                }
+            },
+        },
+    }
+    path = tmp_path / "shards.yaml"
+    path.write_text(json.dumps(manifest))
+    done = usher(home, "submit", str(path), "--wait", "--timeout", "60")
+    assert done.returncode == 0, done.stderr
+    listed = json.loads(_ok(home, "jobs", "-n", "user-c", "-o", "json"))
+    shards = next(j for j in listed if j["name"] == "shards")
+    assert shards["requests"]["cpu"] == "2" and shards["succeeded"] is True
