@@ -182,6 +182,7 @@ class DecisionRunner:
         problem = self.ctx.subjects.owner_problem(msg.subject, envelope)
         if problem is not None:
             forged = ForgedDecision(msg.subject, type(decision).__name__, problem)
+            self.ctx.metrics.forged_decisions.labels(forged.decision).inc()
             self.ctx.log.warning(
                 "forged decision ignored", subject=msg.subject, decision=forged.decision,
                 source=envelope.source, reason=problem, seq=seq,
