@@ -90,14 +90,10 @@ def _told(decision: Told, obj: dict[str, Any], now: datetime) -> tuple[str, str,
             )
             return "Warning", "Requeued", text
         case Retried() if decision.job is not None:
-            memory = "".join(
-                f"; {r.container} memory {_bytes(r.request)} -> {_bytes(r.new_request)}"
-                for r in decision.resized
-            )
+            # The reason says what failed and, after an OOM kill, each container's new memory.
             text = (
                 f"Attempt {decision.attempt} {decision.cause}: retried as {decision.job} "
-                f"({decision.attempt} of {decision.limit} retries){memory}: "
-                f"{decision.reason.message}"
+                f"({decision.attempt} of {decision.limit} retries): {decision.reason.message}"
             )
             return "Warning", "Retried", text
         case Retried():
@@ -118,10 +114,3 @@ def _waited(obj: dict[str, Any], now: datetime) -> str:
     except ValueError:
         return ""
     return f" after waiting {span(max(0, int((now - since).total_seconds() * 1000)))}"
-
-
-def _bytes(amount: int | None) -> str:
-    if amount is None:
-        return "unset"
-    gib = amount / 2**30
-    return f"{gib:g}Gi" if gib >= 1 else f"{amount // 2**20}Mi"

@@ -108,7 +108,8 @@ def test_kubectl_describe_shows_the_retry_and_the_admissions(home: Path, tmp_pat
 
     train = poll(lambda: told("train", "Retried", "Admitted"), 30)
     events = train[train.index("Events:") :]
-    assert "retried as user-a/train-retry-1 (1 of 2 retries); main memory 4Gi -> 6Gi" in events
+    assert "retried as user-a/train-retry-1 (1 of 2 retries): attempt 1 of 3 failed" in events
+    assert "main/main memory 4Gi -> 6Gi" in events
     assert "Admitted by Usher into root/Department-a (queue " in events
     assert "usher-watcher" in events
     retry = poll(lambda: told("train-retry-1", "Admitted"), 30)

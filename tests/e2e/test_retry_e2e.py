@@ -93,8 +93,9 @@ async def test_an_oom_killed_job_is_retried_with_more_memory_and_succeeds(
 
             said = await stack.until(told, "the jobs' Events", within_s=WITHIN_S)
             assert said[("train", "Retried")].startswith(
-                f"Attempt 1 OOMKilled: retried as {retry} (1 of 2 retries); main memory 4Gi -> 6Gi"
+                f"Attempt 1 OOMKilled: retried as {retry} (1 of 2 retries): "
             )
+            assert "main/main memory 4Gi -> 6Gi" in said[("train", "Retried")]
             assert said[("train-retry-1", "Admitted")].startswith(
                 "Admitted by Usher into root/Department-a (queue "
             )

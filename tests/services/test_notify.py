@@ -105,8 +105,7 @@ CASES: list[tuple[Told, str, str, str]] = [
         retried("user-a/train-retry-1"),
         "Warning",
         "Retried",
-        "Attempt 1 OOMKilled: retried as user-a/train-retry-1 (1 of 2 retries); main memory 4Gi"
-        " -> 6Gi: OOMKilled at 4Gi",
+        "Attempt 1 OOMKilled: retried as user-a/train-retry-1 (1 of 2 retries): OOMKilled at 4Gi",
     ),
     (
         retried(None, "MemoryCapReached"),
