@@ -50,8 +50,9 @@ from schemas import (
     decode_envelope,
 )
 from services.common.runtime import ServiceContext, wait_or_stop
+from services.watcher.deliveries import WebhookDeliveries
 from services.watcher.kinds import EVENTS, JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
-from services.watcher.notify import Told, decision_event
+from services.watcher.notify import Told, cloud_event, decision_event
 from services.watcher.observe import SOURCE, ClusterView
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.projection import WatcherProjection
@@ -107,8 +108,11 @@ class DecisionRunner:
         view: WatcherProjection,
         cluster: ClusterView,
         options: WatcherOptions,
+        deliveries: WebhookDeliveries | None = None,
     ) -> None:
         self.ctx = ctx
+        self.deliveries = deliveries
+        """Where each recorded Event also goes as a CloudEvent (``USHER_NOTIFY_URL``)."""
         self.kube = kube
         self.view = view
         self.cluster = cluster
@@ -209,7 +213,7 @@ class DecisionRunner:
             told = (decision.workload, decision.reason.code)
             if told not in self._told_inadmissible:
                 self._told_inadmissible.add(told)
-                self._tell(decision)
+                self._tell(decision, seq)
         if not isinstance(decision, Admitted | Preempted | Requeued | Retried):
             await _quietly(msg.ack())
             return
@@ -230,9 +234,9 @@ class DecisionRunner:
         await _quietly(msg.ack())
         log.info("decision carried out", result=result)
         if result == "patched" or (isinstance(decision, Retried) and result in RETRY_TOLD):
-            self._tell(decision)
+            self._tell(decision, seq)
 
-    def _tell(self, decision: Told) -> None:
+    def _tell(self, decision: Told, seq: int) -> None:
         """Record ``decision`` as an Event on its job, beside the carrying out (best effort:
         a refused or lost Event is logged, never retried, and holds nothing up)."""
         if len(self._telling) >= MAX_TELLING:
@@ -240,11 +244,11 @@ class DecisionRunner:
                 "event dropped: too many being recorded", workload=decision.workload
             )
             return
-        task = asyncio.create_task(self._record(decision))
+        task = asyncio.create_task(self._record(decision, seq))
         self._telling.add(task)
         task.add_done_callback(self._telling.discard)
 
-    async def _record(self, decision: Told) -> None:
+    async def _record(self, decision: Told, seq: int) -> None:
         resource = self.cluster.workloads.get(decision.workload)
         if resource is None:
             return
@@ -252,6 +256,9 @@ class DecisionRunner:
         try:
             obj = await self.kube.get(resource, namespace, name)
             event = decision_event(decision, obj, datetime.now(UTC))
+            if self.deliveries is not None:
+                event_id = f"{self.ctx.subjects.prefix}-{seq}"
+                self.deliveries.offer(cloud_event(event, decision, event_id))
             await self.kube.create(EVENTS, namespace, event)
         except KubeError as exc:
             self.ctx.log.warning(

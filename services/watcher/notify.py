@@ -5,7 +5,8 @@ on the job object, so that ``kubectl describe job`` (and ``kubectl get events``)
 shows Kueue's: ``Admitted`` (where, and after how long a wait), ``Preempted`` (for whom, why),
 ``Requeued`` (not ready in time), ``Retried`` (the next attempt's name and its memory), ``GaveUp``
 (no attempt left, or the memory cap reached) and ``Inadmissible`` (it can never fit as things
-stand). ``core_event`` builds any Event the watcher records (the quota tree's rejection too).
+stand). ``core_event`` builds any Event the watcher records (the quota tree's rejection too);
+``cloud_event`` wraps a job's Event as a CloudEvent for a webhook (``services.watcher.deliveries``).
 What it must never do: decide anything, say more than the decision says, or hold up the
 carrying out: recording is best effort (``services.watcher.carry_out`` logs a refusal).
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any, Final
+
+import msgspec
 
 from schemas import Admitted, Inadmissible, Preempted, Requeued, Retried
 from usher.core.history.estimate import span
@@ -48,6 +51,32 @@ def core_event(
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,
+    }
+
+
+def cloud_event(event: dict[str, Any], decision: Told, event_id: str) -> dict[str, Any]:
+    """The CloudEvent (1.0, structured JSON) of a job ``event`` this module built, for a
+    webhook: ``type`` is ``io.usher.job.<reason in lower case>``, ``subject`` the job, ``data``
+    the Event's words and the decision itself (its wire form); ``event_id`` is stable across
+    redeliveries (the decision's place on the log), so a receiver can drop a duplicate."""
+    involved = event["involvedObject"]
+    return {
+        "specversion": "1.0",
+        "id": event_id,
+        "source": EVENT_COMPONENT,
+        "type": f"io.usher.job.{event['reason'].lower()}",
+        "subject": decision.workload,
+        "time": event["firstTimestamp"],
+        "datacontenttype": "application/json",
+        "data": {
+            "job": decision.workload,
+            "kind": involved["kind"],
+            "apiVersion": involved["apiVersion"],
+            "type": event["type"],
+            "reason": event["reason"],
+            "message": event["message"],
+            "decision": msgspec.to_builtins(decision),
+        },
     }
 
 
