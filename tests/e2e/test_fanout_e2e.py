@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import pytest
 from tests.cli.stack_process import USHER, UpProcess, clean_env, poll, usher
 from usher.adapters.kube import KubeClient, Resource
 from usher.client import AsyncClient, Client, JobRequest
+from usher.client.errors import GroupIncomplete
 from usher.client.fanout import GROUP_LABEL, VALUE_LABEL, for_each, for_each_day
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,6 +150,36 @@ def test_ctrl_c_in_a_large_fan_out_says_exactly_what_was_created(
     assert len(_group_jobs(home, "big")) == created
     assert len([line for line in text.splitlines() if " created (" in line]) == created
     _ok(home, "delete", "--group", "big")
+    _ok(home, "resume", DEPARTMENT_B)
+
+
+def test_ctrl_c_in_a_notebook_raises_what_the_fan_out_created(home: Path) -> None:
+    """The blocking client: a Ctrl-C (KeyboardInterrupt in the caller's thread) while
+    ``submit_each`` runs cancels it on the client's loop and raises ``GroupIncomplete``."""
+    _ok(home, "hold", DEPARTMENT_B)
+    request = JobRequest(namespace="user-c", image="x", cpu="1")
+    interrupted: list[bool] = []
+
+    def ctrl_c_after_the_first(_made: Any) -> None:
+        if not interrupted:
+            interrupted.append(True)
+            os.kill(os.getpid(), signal.SIGINT)  # Jupyter's interrupt: SIGINT to the kernel
+
+    with Client(home=home) as client, pytest.raises(GroupIncomplete) as stopped:
+        client.submit_each(
+            for_each_day("2000-01-01..2020-01-01"),
+            request,
+            group="nb",
+            on_created=ctrl_c_after_the_first,
+        )
+    report = stopped.value
+    assert report.interrupted and report.group == "nb"
+    assert len(report.created) + len(report.not_created) == 7306
+    assert 0 < len(report.created) < 7306
+    assert sorted(report.created) == sorted(
+        f"user-c/{j['metadata']['name']}" for j in _group_jobs(home, "nb")
+    )
+    _ok(home, "delete", "--group", "nb")
     _ok(home, "resume", DEPARTMENT_B)
 
 
