@@ -4,12 +4,14 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup test test-long lint typecheck run schemas reference docs bench bench-quick clean
+.PHONY: setup test test-long lint typecheck run schemas reference docs bench bench-quick clean lock
 
-$(STAMP): pyproject.toml
+# The runtime dependencies are installed at requirements.lock's versions (the image's), so the
+# suite runs with what the image ships whenever PyPI moves on; dev tools float within their ranges.
+$(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e ".[dev]"
+	$(BIN)/python -m pip install -q --disable-pip-version-check -c requirements.lock -e ".[dev]"
 	@touch $(STAMP)
 
 setup: $(STAMP)
@@ -36,6 +38,10 @@ test-long: setup
 
 run: setup
 	$(BIN)/usher up --burst-zones eci
+
+# requirements.lock: the image's pinned packages, from this environment (tests/deploy/lockfile.py).
+lock: setup
+	$(BIN)/python -m tests.deploy.lockfile > requirements.lock
 
 schemas: setup
 	$(BIN)/python -m schemas.export

@@ -20,6 +20,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import msgspec
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from schemas import Zone
 from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
@@ -134,6 +136,19 @@ def _seconds(name: str, value: float | str, most: int) -> float:
         raise SettingsError(name, refused.message.removeprefix(f"{name}: ")) from refused
 
 
+def with_password(url: str | None, password: str | None) -> str | None:
+    """``url`` with ``password`` set in it (``USHER_DATABASE_PASSWORD``: in a cluster the
+    Secret CloudNativePG keeps the role's password in, so it has one source, never a copy in
+    a URL). Any character may be in the password: it is quoted into the URL."""
+    if url is None or not password:
+        return url
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise SettingsError("database", "not a database URL") from exc
+    return parsed.set(password=password).render_as_string(hide_password=False)
+
+
 def load_settings(
     *,
     nats_url: str | None = None,
@@ -155,8 +170,9 @@ def load_settings(
     nats = nats_url or env.get("USHER_NATS_URL") or (stack.nats_url if stack else None)
     if not nats:
         raise SettingsError("nats", "no NATS URL: pass --nats, set USHER_NATS_URL or run usher up")
-    database = (
-        database_url or env.get("USHER_DATABASE_URL") or (stack.database_url if stack else None)
+    database = with_password(
+        database_url or env.get("USHER_DATABASE_URL") or (stack.database_url if stack else None),
+        env.get("USHER_DATABASE_PASSWORD"),
     )
     kube = (
         kubeconfig
@@ -266,6 +282,9 @@ class WebhookSettings:
     """``USHER_WEBHOOK_PORT``; 0 picks a free one."""
     tree_ttl_s: float = 5.0
     """How long a listing of the quota trees is reused between reviews."""
+    tls_reload_s: float = 10.0
+    """``USHER_WEBHOOK_TLS_RELOAD_SECONDS``: how often the TLS files are re-read (a renewed
+    certificate is served from the next handshake after)."""
 
 
 def load_webhook_settings(kubeconfig: str | None = None) -> WebhookSettings:
@@ -283,7 +302,11 @@ def load_webhook_settings(kubeconfig: str | None = None) -> WebhookSettings:
     except ValueError as exc:
         raise SettingsError("USHER_WEBHOOK_PORT", f"not a number: {exc}") from exc
     host = env.get("USHER_WEBHOOK_HOST", "127.0.0.1")
-    return WebhookSettings(Path(kube), cert, key, host, port)
+    reload_s = _seconds("USHER_WEBHOOK_TLS_RELOAD_SECONDS",
+                        env.get("USHER_WEBHOOK_TLS_RELOAD_SECONDS", "10"), 3600)  # fmt: skip
+    if reload_s <= 0:
+        raise SettingsError("USHER_WEBHOOK_TLS_RELOAD_SECONDS", "must be positive")
+    return WebhookSettings(Path(kube), cert, key, host, port, tls_reload_s=reload_s)
 
 
 MAX_STREAM_REPLICAS = 5

@@ -9,8 +9,10 @@ High availability: request handling and the log consumer are safe in many replic
 transactions arbitrate; the consumer's offset is written with its rows), so they always run;
 the outbox relay runs only in the elected leader (key ``ledger-relay``) and goes back to
 standby when it loses the key (the outbox is in PostgreSQL: nothing to hand over).
-What it must never do: run without a database URL, or swallow a loop's crash (the task group
-propagates it, so the process exits and is restarted).
+It refuses to start on a schema behind this release's head (``SchemaBehind``: the migration
+Job has not run), before it touches a table.
+What it must never do: run without a database URL, migrate the schema itself, or swallow a
+loop's crash (the task group propagates it, so the process exits and is restarted).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from services.ledger.outbox import outbox_builder
 from services.ledger.relay import OutboxRelay
 from services.ledger.server import RequestServer
 from usher.adapters.pg.ledger_store import LedgerStore
+from usher.adapters.pg.migrate import require_head
 
 _ASYNCPG = "postgresql+asyncpg"
 
@@ -57,6 +60,8 @@ async def main(ctx: ServiceContext) -> None:
     """Run the ledger until ``ctx.stop`` is set."""
     engine = create_engine(ctx.settings)
     try:
+        revision = await require_head(engine)
+        ctx.log.info("schema at head", revision=revision)
         config = ctx.settings.engine
         store = LedgerStore(
             engine,

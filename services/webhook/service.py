@@ -1,8 +1,11 @@
 """The mutating admission webhook's HTTPS server: ``POST /mutate`` takes an AdmissionReview v1.
 
 What it does: serves HTTPS (cert-manager's ``tls.crt``/``tls.key``) on the configured host and
-port; for each review it reads the namespace's labels and the quota trees (listed at most once
-per ``tree_ttl_s``; invalid trees are skipped) through the Kubernetes API and answers with
+port, and re-reads the two files every ``tls_reload_s``: when cert-manager renews the
+certificate (a new key by default) the next handshake serves the new one, without a restart; a
+pair that does not load (a key that does not match) is logged and the last good one kept.
+For each review it reads the namespace's labels and the quota trees (listed at most once per
+``tree_ttl_s``; invalid trees are skipped) through the Kubernetes API and answers with
 ``mutate.review_response``: managed jobs are created suspended, and an update that changes a
 running job's frozen fields is refused (R16). ``GET /healthz`` answers ok.
 A review it cannot parse is answered 400; an API error while reading namespaces or trees
@@ -16,8 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import signal
 import ssl
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -103,10 +108,56 @@ class Webhook:
         return trees
 
 
-def tls_context(settings: WebhookSettings) -> ssl.SSLContext:
+def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+    context.load_cert_chain(str(cert), str(key))
     return context
+
+
+class ServingCertificate:
+    """The listener's TLS context, whose every handshake is handed the context of the files as
+    last read (``sni_callback`` runs for each ClientHello, with or without a server name), so
+    a renewed certificate is served from the next connection on."""
+
+    def __init__(self, cert: Path, key: Path, log: Any) -> None:
+        self.cert, self.key, self.log = cert, key, log
+        self._files = self._read()
+        self.current = tls_context(cert, key)
+        self.listener = tls_context(cert, key)
+        self.listener.sni_callback = self._choose
+
+    def _read(self) -> tuple[bytes, bytes]:
+        return self.cert.read_bytes(), self.key.read_bytes()
+
+    def _choose(self, connection: ssl.SSLObject, server_name: str | None, _: object) -> None:
+        connection.context = self.current
+
+    def reload_if_changed(self) -> bool:
+        """Load the files if they changed since the last load; whether the served pair did."""
+        try:
+            files = self._read()
+            if files == self._files:
+                return False
+            context = tls_context(self.cert, self.key)
+            if self._read() != files:
+                return False  # written while loading: the next tick loads the finished pair
+        except (OSError, ssl.SSLError) as exc:
+            self.log.error("serving certificate not reloaded, the last one kept",
+                           error=type(exc).__name__, detail=str(exc))  # fmt: skip
+            return False
+        self.current, self._files = context, files
+        self.log.info("serving certificate reloaded",
+                      sha256=hashlib.sha256(files[0]).hexdigest()[:16])  # fmt: skip
+        return True
+
+    async def watch(self, stop: asyncio.Event, every_s: float) -> None:
+        """Re-read the files every ``every_s`` until ``stop`` (kubelet swaps a Secret volume's
+        files at once, through its ``..data`` link, a minute or so after cert-manager renews)."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), every_s)
+            if not stop.is_set():
+                self.reload_if_changed()
 
 
 async def serve(settings: WebhookSettings, stop: asyncio.Event, started: Any = None) -> None:
@@ -115,8 +166,10 @@ async def serve(settings: WebhookSettings, stop: asyncio.Event, started: Any = N
     async with await KubeClient.from_kubeconfig(settings.kubeconfig) as kube:
         runner = web.AppRunner(Webhook(kube, settings, log).app(), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=tls_context(settings))
+        certificate = ServingCertificate(settings.tls_cert, settings.tls_key, log)
+        site = web.TCPSite(runner, settings.host, settings.port, ssl_context=certificate.listener)
         await site.start()
+        watcher = asyncio.create_task(certificate.watch(stop, settings.tls_reload_s))
         port = runner.addresses[0][1]
         log.info("webhook serving", host=settings.host, port=port)
         if started is not None:
@@ -124,6 +177,9 @@ async def serve(settings: WebhookSettings, stop: asyncio.Event, started: Any = N
         try:
             await stop.wait()
         finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             await runner.cleanup()
             log.info("webhook stopped")
 

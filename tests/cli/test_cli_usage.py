@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.builders.log import B, walkthrough_reclaim
+from tests.builders.log import CPU, B, Log, walkthrough_reclaim
 from tests.cli.history_cli import export, usher
 from tests.cli.test_cli_history import one_line_error
+from tests.core.test_usage_budget_agree import tree as budget_tree
 
 CORE_MS = 1000 * 1000  # one core for one second, in canonical units x ms
 
@@ -110,3 +111,34 @@ def test_bad_input_is_refused_naming_the_flag(log_file: Path, args: list[str], n
 def test_no_stack_running(tmp_path: Path) -> None:
     line = one_line_error(usher("usage", home=tmp_path), 4)
     assert "no stack running" in line
+
+
+def test_usage_and_budget_agree_to_the_millisecond_over_the_budgets_window(tmp_path: Path) -> None:
+    """The demo's budget story in small: what ``usher budget`` says Department-a spent this
+    month is what ``usher usage`` says it used since the month began -- a finished job counts
+    until the ledger's Released (30 s after its finish), a preempted one until its Preempted,
+    a running one up to now (U1, B1)."""
+    log = (
+        Log()
+        .tree(0, budget_tree("month"))
+        .job(1, "user-a/done", 8)
+        .admitted(2, "user-a/done", 8)
+        .job(3, "user-b/victim", 4)
+        .admitted(4, "user-b/victim", 4)
+        .job(5, "user-a/running", 2)
+        .admitted(6, "user-a/running", 2)
+        .finished(600, "user-a/done")
+        .released(630, "user-a/done", 8, "Finished")
+        .preempted(700, "user-b/victim", "user-c/other")
+        .released(760, "user-b/victim", 4, "Preempted")
+        .job(3600, "user-c/late", 1)
+    )
+    path = export(log, tmp_path / "budget.jsonl")
+    budget = usher("budget", "-o", "json", "--file", str(path))
+    assert budget.returncode == 0, budget.stderr
+    [row] = json.loads(budget.stdout)["rows"]
+    usage = usher("usage", "-o", "json", "--since", "2024-05-01T00:00:00Z", "--file", str(path))
+    assert usage.returncode == 0, usage.stderr
+    used = {(r["group"], r["resource"]): r["amount_ms"] for r in json.loads(usage.stdout)["rows"]}
+    expected = 8 * CPU * 628_000 + 4 * CPU * 696_000 + 2 * CPU * 3_594_000
+    assert row["spent_ms"] == used[("root/Department-a", "cpu")] == expected

@@ -248,6 +248,37 @@ def test_transition_refusal_agrees_with_the_table(
         with pytest.raises(IllegalTransition) as raised:
             advance(source, target)
         assert str(raised.value) == why
+        assert (raised.value.source, raised.value.target) == (source, target)
+
+
+# Every move of the life cycle, written out: a row of this table that the code disagrees with
+# is a change of R7-R8 (and of the ledger's writes), never an accident.
+LEGAL: frozenset[tuple[AllocationState | None, AllocationState]] = frozenset(
+    {
+        (None, S.ADMITTED),  # a grant (R2, R8)
+        (None, S.HELD),  # a preemptor's hold (R7)
+        (S.ADMITTED, S.PREEMPTING),  # a victim, or a requeue / drain stop (R10, R15)
+        (S.ADMITTED, S.RELEASED),  # finished, failed or deleted
+        (S.HELD, S.ADMITTED),  # its last victim seen stopped
+        (S.HELD, S.RELEASED),  # ended while held
+        (S.PREEMPTING, S.RELEASED),  # seen stopped
+        (S.RESERVED, S.RELEASED),  # a row from before holds existed
+    }
+)
+
+
+@pytest.mark.parametrize("source", [None, *S])
+@pytest.mark.parametrize("target", list(S))
+def test_the_transition_table_is_exactly_the_life_cycle(
+    source: AllocationState | None, target: AllocationState
+) -> None:
+    if (source, target) in LEGAL:
+        assert advance(source, target) is target
+        return
+    with pytest.raises(IllegalTransition) as raised:
+        advance(source, target)
+    assert (raised.value.source, raised.value.target) == (source, target)
+    assert str(target) in str(raised.value) or str(raised.value) == f"{source} is final"
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from schemas import (
     QuotaPath,
     QuotaTreeApplied,
     Reason,
+    Released,
     WorkloadFinished,
     WorkloadKey,
 )
@@ -240,7 +241,18 @@ def test_a_refused_proposal_books_nothing_a_stop_books_what_it_held() -> None:
     [again] = engine.decide(Millis(6000))
     engine.apply(again, Millis(6000))
     engine.apply(WorkloadFinished(workload=again.workload), Millis(9000))
-    assert engine.state.budget_book.closed == {"root/A cpu 1": (0, 10 * 1000 * 3000)}
+    # Finished, not yet released by the ledger: its interval is open still (U1) and counts
+    # as running work, as usage counts it.
+    assert engine.state.budget_book.closed == {}
+    [status] = engine.budget_statuses(Millis(10_000)).values()
+    assert (status.spent, status.rate) == (10 * 1000 * 4000, 10 * 1000)
+    engine.apply(
+        Released(
+            workload=again.workload, quota=again.quota, requests=again.requests, cause="Finished"
+        ),
+        Millis(12_000),
+    )
+    assert engine.state.budget_book.closed == {"root/A cpu 1": (0, 10 * 1000 * 6000)}
 
 
 def test_no_budget_no_wakeup_and_no_book() -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from schemas import Admitted, QuotaPath, QuotaTreeApplied, WorkloadKey, Zone
 from tests.builders.log import CPU, QA, QB, Log, walkthrough_reclaim, walkthrough_round
-from tests.builders.trees import departments_tree
+from tests.builders.trees import two_leaf_tree
 from usher.core.history import audit, invariants
 from usher.core.model.config import EngineConfig, ReadinessPolicy
 
@@ -92,8 +92,15 @@ def readmitted_after_release() -> Log:
 
 def tree_shrinks_then_admits(key: str, quota: QuotaPath) -> Log:
     log = Log().tree(0).job(1, "user-a/x", 60).admitted(1.1, "user-a/x", 60)
-    # seq 4: A now caps at 50, x keeps 60
-    log.add(2, QuotaTreeApplied(root=departments_tree(a_max=50)))
+    # seq 4: A now caps at 50 (a tree T1 accepts: min 40), x keeps 60
+    shrunk = two_leaf_tree(
+        ("user-a", "user-b"),
+        ("user-c",),
+        names=("Department-a", "Department-b"),
+        a_min=40,
+        a_max=50,
+    )
+    log.add(2, QuotaTreeApplied(root=shrunk))
     return log.job(3, key, 5).admitted(4, key, 5, quota)  # seq 5, 6
 
 

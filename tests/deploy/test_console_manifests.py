@@ -47,7 +47,9 @@ def test_it_reads_the_log_as_the_read_only_user_and_has_no_token(
     ] is (False)
     (container,) = spec["containers"]
     env = {e["name"]: e for e in container["env"]}
-    assert set(env) == {"USHER_NATS_URL"}  # no database, no kubeconfig
+    # No database, no kubeconfig; NATS over TLS (deploy/components/nats-tls).
+    assert set(env) == {"USHER_NATS_URL", "USHER_NATS_TLS_CA", "USHER_NATS_TLS_CERT",
+                        "USHER_NATS_TLS_KEY"}  # fmt: skip
     secret = env["USHER_NATS_URL"]["valueFrom"]["secretKeyRef"]["name"]
     examples = [d for d in yaml.safe_load_all((DEPLOY / "secrets.example.yaml").read_text()) if d]
     (example,) = [s for s in examples if s["metadata"]["name"] == secret]

@@ -27,7 +27,7 @@ def test_the_kubernetes_manifests_are_valid(webhook: list[Manifest]) -> None:
     native = [m for m in webhook if m["apiVersion"] != CERT_MANAGER]
     assert {m["kind"] for m in native} == {
         "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-        "NetworkPolicy", "MutatingWebhookConfiguration",
+        "NetworkPolicy", "MutatingWebhookConfiguration", "PodDisruptionBudget",
     }  # fmt: skip
     for manifest in native:
         kubernetes_validate.validate(manifest, version, strict=True)
@@ -50,17 +50,24 @@ def test_every_kind_usher_admits_and_only_those_is_sent_on_create_and_update(
     # Created suspended; updated only without growing while it runs (R16): every rule both.
     assert all(sorted(rule["operations"]) == ["CREATE", "UPDATE"] for rule in hook["rules"])
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
-    excluded = hook["namespaceSelector"]["matchExpressions"][0]
+    excluded, opted_out = hook["namespaceSelector"]["matchExpressions"]
     assert excluded["operator"] == "NotIn" and {"kube-system", "usher-system"} <= set(
         excluded["values"]
     )
+    # And by a label (docs/how-to/install.md): usher.io/webhook=skip.
+    assert opted_out == {"key": "usher.io/webhook", "operator": "NotIn", "values": ["skip"]}
 
 
 def test_tls_comes_from_cert_manager_and_reaches_both_ends(webhook: list[Manifest]) -> None:
     (configuration,) = by_name(webhook, "MutatingWebhookConfiguration").values()
     certificate = by_name(webhook, "Certificate")["usher-webhook"]
+    # Signed by a CA of its own, so a renewal (a new key) leaves the caBundle as it was.
     issuer = by_name(webhook, "Issuer")[certificate["spec"]["issuerRef"]["name"]]
-    assert issuer["spec"] == {"selfSigned": {}}
+    ca = by_name(webhook, "Certificate")[issuer["spec"]["ca"]["secretName"]]
+    assert ca["spec"]["isCA"] is True and ca["spec"]["secretName"] == ca["metadata"]["name"]
+    root = by_name(webhook, "Issuer")[ca["spec"]["issuerRef"]["name"]]
+    assert root["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["privateKey"]["rotationPolicy"] == "Always"
     cert_meta = certificate["metadata"]
     inject = configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
     assert inject == f"{cert_meta['namespace']}/{cert_meta['name']}"

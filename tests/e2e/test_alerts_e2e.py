@@ -1,7 +1,8 @@
 """The alert rules of deploy/monitoring, evaluated by a real Prometheus scraping a real stack.
 
 ``usher up --no-demo`` runs; Debian's ``prometheus`` scrapes every service's ``/metrics`` every
-second with the labels the deploy's PodMonitor gives (``job="usher"``, ``component``, ``pod``)
+second with the labels the deploy's ServiceMonitor gives (``namespace``,
+``app_kubernetes_io_component``, ``pod``)
 and evaluates the PrometheusRule's spec every second. A healthy stack raises nothing; the stack
 is then driven into conditions: a garbage message and a forged ``Admitted`` on the decision
 subjects (UsherDeadLetters and UsherForgedDecisions fire), a held queue with pending work
@@ -71,7 +72,11 @@ def prometheus(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     targets = [
         {
             "targets": [f"127.0.0.1:{port}"],
-            "labels": {"component": name.split("-", 1)[0], "pod": name},
+            "labels": {
+                "namespace": "usher-system",
+                "app_kubernetes_io_component": name.split("-", 1)[0],
+                "pod": name,
+            },
         }
         for name, port in sorted(stack["health_ports"].items())
     ]
@@ -97,7 +102,8 @@ def prometheus(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     url = f"http://127.0.0.1:{port}"
     try:
         every = len(targets)
-        poll(lambda: True if _value(url, 'count(up{job="usher"} == 1)') == every else None, 60)
+        answering = 'count(up{namespace="usher-system"} == 1)'
+        poll(lambda: True if _value(url, answering) == every else None, 60)
         yield url
     finally:
         process.terminate()
@@ -204,4 +210,4 @@ def test_a_ledger_that_stops_answering_is_on_its_way_to_down(home: Path, prometh
         down = poll(lambda: _alert(prometheus, "UsherServiceDown", "pending", pod="ledger"), 60)
     finally:
         os.kill(pid, signal.SIGCONT)
-    assert down["labels"]["component"] == "ledger"
+    assert down["labels"]["app_kubernetes_io_component"] == "ledger"

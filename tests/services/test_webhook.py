@@ -2,7 +2,9 @@
 which calls the real webhook service over HTTPS (AdmissionReview v1) and applies its patch.
 
 The serving certificate is made with `openssl` (the test is skipped without it) and is its own
-CA, given to the webhook configuration as ``caBundle`` as cert-manager's injector would.
+CA, given to the webhook configuration as ``caBundle`` as cert-manager's injector would. The
+rotation test signs two certificates (two keys) with one CA, as deploy/webhook's CA Issuer
+does, and swaps them the way kubelet updates a Secret volume (its ``..data`` link).
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import shutil
 import socket
+import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,8 +27,10 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from services.common.settings import WebhookSettings
-from services.webhook.service import serve
+from services.webhook.service import ServingCertificate, serve
 from tests.builders.manifests import batch_job, container, elastic_quota_tree, pod_template
+from usher.adapters.logs import get_logger
+from usher.local.cluster import webhook_configuration
 from usher.local.kube_emulator import KubeEmulator, resource
 
 OPENSSL = shutil.which("openssl")
@@ -90,10 +96,12 @@ def job(name: str, suspend: bool | None = False) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def webhook(emu: KubeEmulator, pem: dict[str, Path]) -> AsyncIterator[int]:
+async def webhook(
+    emu: KubeEmulator, pem: dict[str, Path], reload_s: float = 10.0
+) -> AsyncIterator[int]:
     settings = WebhookSettings(
         kubeconfig=emu.kubeconfig_path, tls_cert=pem["cert"], tls_key=pem["key"], port=0,
-        tree_ttl_s=0.0,
+        tree_ttl_s=0.0, tls_reload_s=reload_s,
     )  # fmt: skip
     stop = asyncio.Event()
     ports: list[int] = []
@@ -181,6 +189,22 @@ async def test_failure_policy_decides_when_the_webhook_cannot_be_called(
     assert emu.store.find(resource("batch", "v1", "jobs"), "user-a", "refused") is None
 
 
+async def test_a_namespace_labelled_skip_is_never_sent(emu: KubeEmulator) -> None:
+    """The deploy's selector (as the local stack registers it): with no webhook answering,
+    failurePolicy Fail refuses a job, except in a namespace labelled usher.io/webhook=skip."""
+    nobody = f"https://127.0.0.1:{free_port()}/mutate"
+    emu.store.create(CONFIGS, None, webhook_configuration(nobody, b"not a PEM bundle"))
+    skipped = {"metadata": {"name": "platform", "labels": {"usher.io/webhook": "skip"}}}
+    emu.store.create(NAMESPACES, None, skipped)
+    async with batch_api(emu) as api:
+        batch = client.BatchV1Api(api)
+        created = await batch.create_namespaced_job("platform", job("critical"))
+        with pytest.raises(ApiException) as refused:
+            await batch.create_namespaced_job("user-a", job("waits"))
+    assert created.spec.suspend is False
+    assert refused.value.status == 500
+
+
 CPU = "/spec/template/spec/containers/0/resources/requests/cpu"
 FORBIDDEN = (
     'admission webhook "usher.usher.io" denied the request: {field}: Forbidden: field is '
@@ -258,3 +282,124 @@ async def test_a_running_job_may_not_grow_through_any_update(
 
 
 _ADVICE = "; suspend it first, or create a new job"
+
+
+# ---------------------------------------------------------------------- certificate rotation
+
+
+def _openssl(*args: str) -> None:
+    assert OPENSSL is not None
+    subprocess.run([OPENSSL, *args], check=True, capture_output=True)
+
+
+@pytest.fixture
+def signed(tmp_path: Path) -> dict[str, Path]:
+    """A CA and two serving certificates it signed, each with its own key (``a``, ``b``)."""
+    if OPENSSL is None:
+        pytest.skip("openssl not installed")
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    ca, ca_key = tmp_path / "ca.crt", tmp_path / "ca.key"
+    _openssl("req", "-x509", *ec, "-days", "1", "-subj", "/CN=usher-webhook-ca",
+             "-keyout", str(ca_key), "-out", str(ca))  # fmt: skip
+    files = {"ca": ca}
+    for name in ("a", "b"):
+        key, csr, cert = (tmp_path / f"{name}.{ext}" for ext in ("key", "csr", "crt"))
+        _openssl("req", "-new", *ec, "-subj", f"/CN=usher-webhook-{name}", "-keyout", str(key),
+                 "-out", str(csr))  # fmt: skip
+        extensions = tmp_path / f"{name}.ext"
+        extensions.write_text(f"subjectAltName=DNS:{HOST},IP:127.0.0.1\n")
+        _openssl("x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+                 "-CAcreateserial", "-days", "1", "-extfile", str(extensions),
+                 "-out", str(cert))  # fmt: skip
+        files[f"{name}.crt"], files[f"{name}.key"] = cert, key
+    return files
+
+
+def mount(volume: Path, version: str, cert: Path, key: Path) -> None:
+    """Put ``cert`` + ``key`` in ``volume`` as kubelet updates a Secret volume: a new
+    ``..<version>`` folder, then the ``..data`` link swapped to it in one rename; ``tls.crt``
+    and ``tls.key`` are links through ``..data``."""
+    folder = volume / f"..{version}"
+    folder.mkdir(parents=True)
+    shutil.copy(cert, folder / "tls.crt")
+    shutil.copy(key, folder / "tls.key")
+    (volume / "..data_tmp").symlink_to(folder.name)
+    os.replace(volume / "..data_tmp", volume / "..data")
+    for name in ("tls.crt", "tls.key"):
+        if not (volume / name).is_symlink():
+            (volume / name).symlink_to(f"..data/{name}")
+
+
+async def served(port: int, ca: Path) -> bytes:
+    """The certificate (DER) the webhook serves to a new connection that trusts ``ca`` only."""
+    context = ssl.create_default_context(cafile=str(ca))
+    _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+    try:
+        ssl_object = writer.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True)
+        assert der is not None
+        return bytes(der)
+    finally:
+        writer.close()
+
+
+def der(cert: Path) -> bytes:
+    return ssl.PEM_cert_to_DER_cert(cert.read_text())
+
+
+async def test_a_renewed_certificate_is_served_while_requests_keep_succeeding(
+    emu: KubeEmulator, signed: dict[str, Path], tmp_path: Path
+) -> None:
+    """cert-manager renews the certificate with a new key; kubelet swaps the files under the
+    running webhook. Every job created meanwhile goes through the webhook (failurePolicy Fail,
+    trusting the CA only) and comes back suspended, and new connections get the new
+    certificate without a restart."""
+    volume = tmp_path / "tls"
+    mount(volume, "2026_01_01", signed["a.crt"], signed["a.key"])
+    pem = {"cert": volume / "tls.crt", "key": volume / "tls.key"}
+    bundle = base64.b64encode(signed["ca"].read_bytes()).decode()
+    created: list[bool] = []
+    async with webhook(emu, pem, reload_s=0.05) as port, batch_api(emu) as api:
+        emu.admission.services[SERVICE] = f"127.0.0.1:{port}"
+        service = {"namespace": SERVICE[0], "name": SERVICE[1], "path": "/mutate"}
+        hook = {"service": service, "caBundle": bundle}
+        emu.store.create(CONFIGS, None, configuration("usher", hook, "Fail"))
+        batch = client.BatchV1Api(api)
+
+        async def create_one() -> None:
+            made = await batch.create_namespaced_job("user-a", job(f"j{len(created)}"))
+            created.append(made.spec.suspend is True)
+
+        await create_one()
+        before = await served(port, signed["ca"])
+        mount(volume, "2026_02_01", signed["b.crt"], signed["b.key"])
+
+        async def until_renewed() -> bytes:
+            while (now := await served(port, signed["ca"])) == before:
+                await create_one()
+            return now
+
+        after = await asyncio.wait_for(until_renewed(), 60)
+        await create_one()
+        last = await served(port, signed["ca"])
+    assert before == der(signed["a.crt"])
+    assert after == last == der(signed["b.crt"])
+    assert len(created) >= 2 and all(created)
+
+
+def test_a_pair_that_does_not_load_keeps_the_last_good_one(
+    signed: dict[str, Path], tmp_path: Path
+) -> None:
+    """A certificate with the old key (a half-finished renewal) is not served: the last good
+    pair stays until a matching one arrives."""
+    volume = tmp_path / "tls"
+    mount(volume, "v1", signed["a.crt"], signed["a.key"])
+    certificate = ServingCertificate(volume / "tls.crt", volume / "tls.key", get_logger())
+    first = certificate.current
+    assert certificate.reload_if_changed() is False  # nothing changed
+    mount(volume, "v2", signed["b.crt"], signed["a.key"])
+    assert certificate.reload_if_changed() is False
+    assert certificate.current is first
+    mount(volume, "v3", signed["b.crt"], signed["b.key"])
+    assert certificate.reload_if_changed() is True
+    assert certificate.current is not first

@@ -614,6 +614,37 @@ def sim(
         sys.exit(EXIT_DIFFERENCES)
 
 
+@cli.command("migrate")
+@click.option(
+    "--database",
+    "database_url",
+    default=None,
+    help="PostgreSQL URL of the schema's owner (default: $USHER_DATABASE_URL; the password "
+    "may come from $USHER_DATABASE_PASSWORD).",
+)
+def migrate_command(database_url: str | None) -> None:
+    """Upgrade the ledger's schema to this release's head (idempotent; the usher-migrate Job)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from services.common.settings import SettingsError, with_password
+    from usher.adapters.pg.migrate import upgrade
+
+    try:
+        url = with_password(
+            database_url or os.environ.get("USHER_DATABASE_URL"),
+            os.environ.get("USHER_DATABASE_PASSWORD"),
+        )
+    except SettingsError as exc:
+        fail(f"{exc.name}: {exc.detail}", EXIT_USAGE)
+    if not url:
+        fail("no database: pass --database or set USHER_DATABASE_URL", EXIT_USAGE)
+    try:
+        upgrade(url)
+    except (OSError, SQLAlchemyError) as exc:
+        fail(f"migrate: cannot migrate {redact_url(url)}: {type(exc).__name__}", EXIT_UNAVAILABLE)
+    click.echo("schema at head")
+
+
 SERVICES = ("watcher", "ledger", "dequeuer", "preemptor", "webhook")
 
 
@@ -668,6 +699,7 @@ def run(
     """
     from services.common.runtime import ServiceUnavailable, run_service
     from services.common.settings import SettingsError, load_settings, load_webhook_settings
+    from usher.adapters.pg.migrate import SchemaBehind
 
     if service == "webhook":
         # No NATS: it only reads namespaces and trees from the API and answers over HTTPS.
@@ -704,6 +736,8 @@ def run(
         run_service(service, settings, entry.main)
     except ServiceUnavailable as exc:
         fail(f"{service}: cannot reach {exc.server}: {exc.detail}", EXIT_UNAVAILABLE)
+    except SchemaBehind as exc:
+        fail(f"{service}: {exc}", EXIT_UNAVAILABLE)
     except SettingsError as exc:
         fail(f"{service}: {exc.name}: {exc.detail}", EXIT_USAGE)
     except OSError as exc:

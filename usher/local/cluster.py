@@ -141,6 +141,8 @@ def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozens
 WEBHOOK_CONFIGURATION = "usher-webhook"
 NOT_SENT_TO_THE_WEBHOOK = ("kube-system", "kube-public", "kube-node-lease", "usher-system")
 """As in deploy/webhook/mutatingwebhook.yaml: Usher's own and the system namespaces."""
+WEBHOOK_SKIP_LABEL = "usher.io/webhook"
+"""A namespace labelled ``usher.io/webhook: skip`` is never sent to the webhook either."""
 
 
 def webhook_configuration(url: str, ca_pem: bytes) -> JsonObj:
@@ -158,6 +160,8 @@ def webhook_configuration(url: str, ca_pem: bytes) -> JsonObj:
         "operator": "NotIn",
         "values": list(NOT_SENT_TO_THE_WEBHOOK),
     }
+    # A namespace labelled usher.io/webhook=skip is never sent (deploy/webhook, install guide).
+    opted_out = {"key": WEBHOOK_SKIP_LABEL, "operator": "NotIn", "values": ["skip"]}
     hook = {
         "name": "jobs.usher.io",
         "admissionReviewVersions": ["v1"],
@@ -166,7 +170,7 @@ def webhook_configuration(url: str, ca_pem: bytes) -> JsonObj:
         "timeoutSeconds": 5,
         "reinvocationPolicy": "Never",
         "clientConfig": {"url": url, "caBundle": base64.b64encode(ca_pem).decode()},
-        "namespaceSelector": {"matchExpressions": [system_namespaces]},
+        "namespaceSelector": {"matchExpressions": [system_namespaces, opted_out]},
         "rules": rules,
     }
     return {

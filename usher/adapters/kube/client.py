@@ -8,6 +8,9 @@ and ``ERROR`` events raised as ``WatchExpired`` / typed errors), get, create, JS
 ``ApiClient.call_api`` so authentication, TLS and proxies are exactly what the official client
 does; bodies are plain JSON dicts. List items always carry ``apiVersion`` and ``kind`` (a real
 server omits them for built-in types), so callers can hand them to the core as manifests.
+A kubeconfig ``tokenFile`` is re-read (at most every ``TOKEN_REFRESH_S``): kubernetes_asyncio's
+kubeconfig loader reads it once, and the bound service-account token kubelet mounts expires
+(an hour by default) and is rewritten in place, as client-go's file token source re-reads it.
 What it must never do: decide anything, retry on its own (callers know what a retry means),
 log a token or a kubeconfig, or swallow an error (every failure is a ``KubeError``).
 """
@@ -15,14 +18,16 @@ log a token or a kubeconfig, or swallow an error (every failure is a ``KubeError
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from pathlib import Path
 from types import TracebackType
 
 import aiohttp
+import yaml
 from aiohttp.helpers import get_env_proxy_for_url
 from kubernetes_asyncio import config as kube_config
-from kubernetes_asyncio.client import ApiClient
+from kubernetes_asyncio.client import ApiClient, Configuration
 from yarl import URL
 
 from usher.adapters.kube.errors import (
@@ -48,6 +53,10 @@ server-side timeout should have closed it."""
 
 MERGE_PATCH = "application/merge-patch+json"
 
+TOKEN_REFRESH_S = 60.0
+"""How old a token read from a ``tokenFile`` may get before the next request re-reads it
+(kubelet rewrites a bound token when 80% of its life is gone: minutes of slack, at least)."""
+
 
 _WATCH_TYPES: frozenset[str] = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
@@ -63,9 +72,14 @@ class KubeClient:
 
     @classmethod
     async def from_kubeconfig(
-        cls, path: Path, *, request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+        cls,
+        path: Path,
+        *,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+        token_refresh_s: float = TOKEN_REFRESH_S,
     ) -> KubeClient:
-        """A client for the current context of the kubeconfig at ``path``."""
+        """A client for the current context of the kubeconfig at ``path``; a ``tokenFile`` is
+        re-read before a request once the token in use is ``token_refresh_s`` old."""
         try:
             api = await kube_config.new_client_from_config(config_file=str(path))
         except Exception as exc:  # the loader raises many types; all mean "unusable config"
@@ -73,6 +87,9 @@ class KubeClient:
                 f"kubeconfig {path} is unusable: {type(exc).__name__}: {exc}"
             ) from exc
         _look_up_the_environment_once(api)
+        token_file = _token_file(path)
+        if token_file is not None:
+            api.configuration.refresh_api_key_hook = TokenFile(token_file, token_refresh_s)
         return cls(api, request_timeout_s=request_timeout_s)
 
     async def close(self) -> None:
@@ -233,6 +250,44 @@ class KubeClient:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise _connection_error(method, path, exc) from exc
         return response
+
+
+class TokenFile:
+    """``refresh_api_key_hook`` of a configuration whose user has a ``tokenFile``: before a
+    request, re-reads the file when the token in use is ``refresh_s`` old (an unreadable or
+    empty file keeps the token in use: the API server says 401 when it is really stale)."""
+
+    def __init__(self, path: Path, refresh_s: float = TOKEN_REFRESH_S) -> None:
+        self.path = path
+        self.refresh_s = refresh_s
+        self._read_at = time.monotonic()  # the loader has just read it
+
+    def __call__(self, configuration: Configuration) -> None:
+        now = time.monotonic()
+        if now - self._read_at < self.refresh_s:
+            return
+        try:
+            token = self.path.read_text().strip()
+        except OSError:
+            return
+        self._read_at = now
+        if token:
+            configuration.api_key["BearerToken"] = f"Bearer {token}"
+
+
+def _token_file(kubeconfig: Path) -> Path | None:
+    """The current context's user's ``tokenFile`` (relative to the kubeconfig's folder)."""
+    try:
+        config = yaml.safe_load(kubeconfig.read_text())
+        contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
+        users = {u["name"]: u.get("user") or {} for u in config.get("users") or []}
+        user = users[contexts[config["current-context"]]["user"]]
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None
+    token_file = user.get("tokenFile")
+    if not isinstance(token_file, str) or not token_file:
+        return None
+    return kubeconfig.parent / token_file
 
 
 def _look_up_the_environment_once(api: ApiClient) -> None:

@@ -279,6 +279,10 @@ VALUES_HEADER = """\
 #     --from-literal=USHER_WATCHER_NATS_PASSWORD=... (one per user, see container.env)
 #   helm repo add nats https://nats-io.github.io/k8s/helm/charts/
 #   helm upgrade --install nats nats/nats -n nats -f deploy/nats-values.yaml
+#
+# TLS for clients is on: the server certificate is the Secret nats-server-tls in namespace nats
+# (tls.crt, tls.key: a cert-manager Certificate for nats.nats.svc); Usher's pods verify it with
+# the CA in usher-nats-tls (deploy/components/nats-tls) and connect with tls:// URLs.
 """
 
 
@@ -294,7 +298,9 @@ def render_nats_values(
              "  cluster:", "    enabled: true", f"    replicas: {replicas}",
              "  jetstream:", "    enabled: true", "    fileStore:", "      enabled: true",
              "      dir: /data", "      pvc:", "        enabled: true", "        size: 20Gi",
-             "    merge:", f"      sync_interval: {sync}", "  merge:",
+             "    merge:", f"      sync_interval: {sync}",
+             "  nats:", "    tls:", "      enabled: true", "      secretName: nats-server-tls",
+             "  merge:",
              "    # nats.conf gets `include usher/usher-auth.conf` (relative to /etc/nats-config).",
              "    00$include: usher/usher-auth.conf", "container:", "  env:"]  # fmt: skip
     for identity in identities(subjects, zones):

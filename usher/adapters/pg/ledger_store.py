@@ -14,20 +14,22 @@ so redelivered input changes nothing (principles 2-3).
 
 Allocation life cycle (the states, their transitions and the release rules are the core's,
 ``usher/core/rules/arbitration.py``): ``admitted`` (counted) -> ``released``; a preemptor is
-``held``
-(not admitted) until its last victim is seen stopped, then ``admitted``; a victim goes
-``admitted`` -> ``preempting`` (still running, still counted) -> ``released``. A preemption
-*group* (a held preemptor and its preempting victims) counts ``max(victims, hold)`` on every
-(node, resource) (docs/admission-rules.md R7), so nothing is over-committed while victims wind
-down. The fit check (R2, nearest failing node named) is the core's too: this store keeps the
-SQL and maps its rows to the core's inputs. Every stamp is ``clock_timestamp()``
-read once per transaction *after* the usage locks, so the running intervals
-[admitted_at, released_at) of the rows on one node follow the lock order and never add up above
-``max x rate`` at any instant.
+``held`` (not admitted) until its last victim is seen stopped, then ``admitted``; a victim goes
+``admitted`` -> ``preempting`` (still running, still counted) -> ``released``. A preemption *group*
+(a held preemptor and its preempting victims) counts ``max(victims, hold)`` on every (node,
+resource) (docs/admission-rules.md R7), so nothing is over-committed while victims wind down. Every
+state is written by ``_write_states`` alone, which checks each move against the core's transition
+table and writes it only from the state it was checked from (``LedgerTransitionError`` names the
+workload, from and to). The fit check (R2, nearest failing node named), the victim refusal (R5, R6:
+``victim_refusal``) and every reason it answers with are the core's too: this store keeps the SQL
+and maps its rows to the core's inputs. Every stamp is ``clock_timestamp()`` read once per
+transaction *after* the usage locks, so the running intervals [admitted_at, released_at) of the
+rows on one node follow the lock order and never add up above ``max x rate`` at any instant.
 
-What it must never do: decide outside a transaction holding the path's row locks, commit
-row by row, grant a workload twice, evict anything because a tree changed, publish to NATS
-(the outbox relay does), or tell errors apart by parsing messages (classes and SQLSTATEs only).
+What it must never do: decide outside a transaction holding the path's row locks, write an
+allocation's state anywhere but ``_write_states``, word a reason itself, commit row by row, grant a
+workload twice, evict anything because a tree changed, publish to NATS (the outbox relay does), or
+tell errors apart by parsing messages (classes and SQLSTATEs only).
 """
 
 from __future__ import annotations
@@ -36,12 +38,12 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any, Final, Protocol, TypeVar
 
 import msgspec
-from sqlalchemy import Table, bindparam, func, select, text, tuple_, update
+from sqlalchemy import DateTime, Table, bindparam, func, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -66,13 +68,14 @@ from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
+from usher.core.model import reasons
 from usher.core.model.config import WithinQuota
-from usher.core.model.reasons import stale_view
 from usher.core.rules.arbitration import (
     CLAIMING,
     COUNTED,
     AllocationState,
     Change,
+    IllegalTransition,
     Load,
     advance,
     first_shortfall,
@@ -81,7 +84,13 @@ from usher.core.rules.arbitration import (
     release_cause,
 )
 from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
-from usher.core.rules.reclaim import NodePolicy, borrowed_resource, path_policy, within_guarantee
+from usher.core.rules.reclaim import (
+    NodePolicy,
+    borrowed_resource,
+    path_policy,
+    victim_refusal,
+    within_guarantee,
+)
 from usher.core.state.indexed import shape_of
 from usher.core.tree.quota_tree import iter_nodes, path_nodes
 
@@ -179,6 +188,26 @@ class LedgerRequestError(LedgerPermanentError):
     def __init__(self, operation: str, detail: str, workload: WorkloadKey | None = None) -> None:
         super().__init__(operation, detail)
         self.workload = workload
+
+
+class LedgerTransitionError(LedgerPermanentError):
+    """An allocation state write the core's transition table refuses: ``workload``'s allocation
+    from ``source`` (None: no row yet) to ``target``. A bug in the ledger, never bad input:
+    nothing of the transaction is committed."""
+
+    def __init__(
+        self,
+        workload: WorkloadKey,
+        source: AllocationState | None,
+        target: AllocationState,
+        why: str,
+    ) -> None:
+        super().__init__(
+            "allocation state", f"{workload}: {source or 'no row'} -> {target} refused: {why}"
+        )
+        self.workload = workload
+        self.source = source
+        self.target = target
 
 
 class _RaceLost(Exception):
@@ -306,8 +335,7 @@ class _Group:
 class _ObservePlan:
     """Row changes decided for a batch of observations, written at the end in few statements."""
 
-    admit: list[int] = field(default_factory=list)
-    release: dict[int, ReleaseCause] = field(default_factory=dict)
+    moves: list[_Move] = field(default_factory=list)
     decrements: dict[_Key, int] = field(default_factory=dict)
     decisions: list[tuple[LedgerDecision, Zone, int]] = field(default_factory=list)
 
@@ -507,7 +535,10 @@ class LedgerStore:
 
         if granted:
             stamp = await _stamp(conn)
-            ids = await _insert_allocations(conn, granted, _ADMITTED, stamp, granted_ids)
+            created = [
+                _created(item, _ADMITTED, granted_ids.get(item.workload)) for item in granted
+            ]
+            ids = await _write_states(conn, created, stamp)
             await _set_usage(conn, usage, touched)
             if outbox is not None:
                 await _write_outbox(
@@ -613,20 +644,12 @@ class LedgerStore:
         for key, amount in _group_usage(hold, ordered).items():
             used, high = usage[key]
             usage[key] = (used + amount, high)
-        for row in ordered:
-            row.state = advance(row.state, _PREEMPTING)
         # Victims end and the hold starts at the same instant: intervals are half-open.
-        await conn.execute(
-            update(ALLOCATIONS)
-            .where(ALLOCATIONS.c.id.in_([row.id for row in rows.values()]))
-            .values(
-                state=_PREEMPTING.value,
-                preemptor=preemptor.workload,
-                preempted_at=stamp,
-                preempted_seq=log_seq,
-            )
-        )
-        await _insert_allocations(conn, [preemptor], _HELD, stamp)
+        moves = [
+            _moved(row, _PREEMPTING, preemptor=preemptor.workload, seq=log_seq) for row in ordered
+        ]
+        moves.append(_created(preemptor, _HELD))
+        await _write_states(conn, moves, stamp)
         await _set_usage(conn, usage, keys)
         if outbox is not None:
             await _write_outbox(
@@ -652,13 +675,17 @@ class LedgerStore:
         lower = policies[mine][0] == "LowerPriority"
         present = await _present(conn, leaves)
         for victim in victims:
-            why = _victim_refusal(
-                victim,
-                preemptor,
-                now=now,
-                runtime_ms=policies[victim.quota][1],
+            why = victim_refusal(
+                preemptor.workload,
+                mine,
+                preemptor.priority,
+                victim.workload,
+                victim.quota,
+                victim.priority,
+                ran_ms=_ran_ms(victim, now),
+                min_runtime_ms=policies[victim.quota][1],
+                lower_priority=lower,
                 within=within,
-                lower=lower,
                 borrowing=victim.quota not in present
                 or borrowed_resource(
                     claims.get(victim.quota, {}), {}, minimums.get(victim.quota, {}), request
@@ -667,7 +694,7 @@ class LedgerStore:
                 or zones.borrowing(mine, victim.quota, victim.zone, request),
             )
             if why is not None:
-                return stale_view(preemptor.workload, f"ledger: {why}", victim.workload)
+                return why
             claim = claims.setdefault(victim.quota, {})
             for resource, amount in victim.requests.items():
                 claim[resource] = claim.get(resource, 0) - amount
@@ -731,6 +758,7 @@ class LedgerStore:
         stamp = await _stamp(conn)
         results: list[ReservationResult] = []
         granted: list[tuple[Requeued | Preempted, _Alloc]] = []
+        moves: list[_Move] = []
         for requeue in requeues:
             row = rows.get(requeue.workload)
             refusal = _requeue_refusal(requeue, row)
@@ -740,21 +768,11 @@ class LedgerStore:
             assert row is not None
             results.append(ReservationResult(workload=requeue.workload, granted=True))
             if row.state == _ADMITTED:
-                row.state = advance(row.state, _PREEMPTING)
+                moves.append(_moved(row, _PREEMPTING, preemptor=row.workload, seq=log_seq))
                 granted.append((requeue, row))
         if not granted:
             return results
-        await conn.execute(
-            update(ALLOCATIONS)
-            .where(ALLOCATIONS.c.id == bindparam("a_id"))
-            .values(
-                state=_PREEMPTING.value,
-                preemptor=bindparam("a_self"),
-                preempted_at=stamp,
-                preempted_seq=log_seq,
-            ),
-            [{"a_id": row.id, "a_self": row.workload} for _, row in granted],
-        )
+        await _write_states(conn, moves, stamp)
         if outbox is not None:
             await _write_outbox(
                 conn,
@@ -1001,19 +1019,7 @@ async def _observe(
     await _lock_usage(conn, keys)
     # Read after the usage locks: releases are stamped in the order the locks were granted.
     stamp = await _stamp(conn)
-    if plan.admit:
-        await conn.execute(
-            update(ALLOCATIONS)
-            .where(ALLOCATIONS.c.id.in_(plan.admit))
-            .values(state=_ADMITTED.value, admitted_at=stamp)
-        )
-    if plan.release:
-        await conn.execute(
-            update(ALLOCATIONS)
-            .where(ALLOCATIONS.c.id == bindparam("a_id"))
-            .values(state=_RELEASED.value, released_at=stamp, release_cause=bindparam("a_cause")),
-            [{"a_id": i, "a_cause": cause} for i, cause in plan.release.items()],
-        )
+    await _write_states(conn, plan.moves, stamp)
     if keys:
         await conn.execute(
             update(USAGE)
@@ -1082,14 +1088,7 @@ def _ended_after(
     end = ended.get(workload)
     if view is None or end is None or end <= view:
         return None
-    return Reason(
-        code="StaleView",
-        message=(
-            f"{workload} finished or was deleted at log entry {end}, after the proposal's "
-            f"view (entry {view})"
-        ),
-        blocker=workload,
-    )
+    return reasons.ended_after_view(workload, end, view)
 
 
 async def _lock_groups(
@@ -1146,8 +1145,7 @@ def _plan_observation(
     hold = group.hold
     left = [v for v in group.victims.values() if v.state == _PREEMPTING]
     if not left and hold is not None and hold.state == _HELD:
-        hold.state = advance(hold.state, _ADMITTED)
-        plan.admit.append(hold.id)
+        plan.moves.append(_moved(hold, _ADMITTED))
         plan.decisions.append((_admitted_row(hold), hold.zone, hold.id))
 
 
@@ -1155,8 +1153,7 @@ def _plan_release(plan: _ObservePlan, row: _Alloc, cause: ReleaseCause, *, count
     if count:
         for key in _keys(row.quota, row.requests):
             plan.decrements[key] = plan.decrements.get(key, 0) + row.requests[key[1]]
-    row.state = advance(row.state, _RELEASED)
-    plan.release[row.id] = cause
+    plan.moves.append(_moved(row, _RELEASED, cause=cause))
     decision = Released(workload=row.workload, quota=row.quota, requests=row.requests, cause=cause)
     plan.decisions.append((decision, row.zone, row.id))
 
@@ -1173,32 +1170,11 @@ def _counts(row: _Alloc) -> dict[_Key, int]:
     return {key: row.requests[key[1]] for key in _keys(row.quota, row.requests)}
 
 
-def _victim_refusal(
-    victim: _Alloc,
-    preemptor: Reservation,
-    *,
-    now: datetime,
-    runtime_ms: int,
-    within: bool,
-    lower: bool,
-    borrowing: bool,
-) -> str | None:
-    """Why ``victim`` may not be preempted for ``preemptor`` (R5, R6), or None."""
-    ran_ms = (now - victim.admitted_at).total_seconds() * 1000 if victim.admitted_at else 0.0
-    if ran_ms < runtime_ms:
-        return f"{victim.workload} is within its minimum runtime ({int(ran_ms)} of {runtime_ms} ms)"
-    if victim.quota == preemptor.quota:
-        if lower and victim.priority < preemptor.priority:
-            return None
-        return (
-            f"{victim.workload} is not of lower priority in {victim.quota} "
-            "(or LowerPriority is off there)"
-        )
-    if not within:
-        return f"{preemptor.workload} asks beyond the guarantee of {preemptor.quota}"
-    if not borrowing:
-        return f"{victim.workload} is not borrowing what is asked on {victim.quota}"
-    return None
+def _ran_ms(victim: _Alloc, now: datetime) -> int:
+    """How long ``victim`` has run at ``now``, in whole milliseconds (0: no admission stamp)."""
+    if victim.admitted_at is None:
+        return 0
+    return (now - victim.admitted_at) // timedelta(milliseconds=1)
 
 
 async def _claims(conn: AsyncConnection, leaves: set[QuotaPath]) -> dict[QuotaPath, dict[str, int]]:
@@ -1472,45 +1448,163 @@ async def _set_usage(
     )
 
 
-async def _insert_allocations(
-    conn: AsyncConnection,
-    items: Sequence[Reservation],
-    state: AllocationState,
-    stamp: datetime,
-    request_ids: dict[WorkloadKey, str] | None = None,
-) -> dict[WorkloadKey, int]:
-    """Insert one live allocation per item; their ids by workload.
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """One allocation state write: ``row`` from ``source`` (None: a new row) to ``target``,
+    with what ``target`` records (a victim's ``preemptor`` and log ``seq``, a release's
+    ``cause``, a new row's ``request_id``)."""
 
-    Raises ``_RaceLost`` when a concurrent transaction committed a live allocation for one of
-    them after we read: our decisions counted on its absence, so the batch is replayed.
+    row: _Alloc
+    source: AllocationState | None
+    target: AllocationState
+    preemptor: WorkloadKey | None = None
+    seq: int | None = None
+    cause: ReleaseCause | None = None
+    request_id: str | None = None
+
+
+def _moved(
+    row: _Alloc,
+    target: AllocationState,
+    *,
+    preemptor: WorkloadKey | None = None,
+    seq: int | None = None,
+    cause: ReleaseCause | None = None,
+) -> _Move:
+    """``row`` planned from its state to ``target``; its in-memory state follows (the batch
+    reads it), the row itself changes only in ``_write_states``, which checks the move."""
+    move = _Move(row, row.state, target, preemptor=preemptor, seq=seq, cause=cause)
+    row.state = target
+    return move
+
+
+def _created(item: Reservation, target: AllocationState, request_id: str | None = None) -> _Move:
+    """A new allocation of ``item`` planned in ``target``."""
+    return _Move(_placeholder(item, target), None, target, request_id=request_id)
+
+
+# One statement moves a batch of rows: each row at most once (a second move of a row in the
+# batch goes in the next round), only from the state its move was checked from.
+_MOVE_ROWS: Final = text(
+    f"""
+    UPDATE allocations AS a SET
+        state = m.target,
+        admitted_at = CASE WHEN m.target = '{_ADMITTED}' THEN :stamp ELSE a.admitted_at END,
+        preemptor = CASE WHEN m.target = '{_PREEMPTING}' THEN m.preemptor ELSE a.preemptor END,
+        preempted_at = CASE WHEN m.target = '{_PREEMPTING}' THEN :stamp ELSE a.preempted_at END,
+        preempted_seq = CASE WHEN m.target = '{_PREEMPTING}' THEN m.seq ELSE a.preempted_seq END,
+        released_at = CASE WHEN m.target = '{_RELEASED}' THEN :stamp ELSE a.released_at END,
+        release_cause = CASE WHEN m.target = '{_RELEASED}' THEN m.cause ELSE a.release_cause END
+    FROM unnest(
+        CAST(:ids AS bigint[]), CAST(:sources AS text[]), CAST(:targets AS text[]),
+        CAST(:preemptors AS text[]), CAST(:seqs AS bigint[]), CAST(:causes AS text[])
+    ) AS m(id, source, target, preemptor, seq, cause)
+    WHERE a.id = m.id AND a.state = m.source
+    RETURNING a.id
     """
-    state = advance(None, state)
+).bindparams(bindparam("stamp", type_=DateTime(timezone=True)))
+
+
+async def _write_states(
+    conn: AsyncConnection, moves: Sequence[_Move], stamp: datetime
+) -> dict[WorkloadKey, int]:
+    """Write allocation states: the one place they are written. The ids of new rows by workload.
+
+    Every move is checked against the core's transition table first
+    (``LedgerTransitionError`` naming the workload, from and to; nothing is written); then new
+    rows are inserted, and the others moved in the order of ``moves`` (a row moved twice, e.g.
+    held -> admitted -> released, in two statements), each only from the state it was checked
+    from: a row found in another state is refused the same way. Raises
+    ``_RaceLost`` when a concurrent transaction committed a live allocation for a new row's
+    workload after we read: our decisions counted on its absence, so the batch is replayed.
+    """
+    for move in moves:
+        _check(move.row.workload, move.source, move.target)
+    created = [move for move in moves if move.source is None]
+    ids = await _insert_rows(conn, created, stamp)
+    rounds: list[list[_Move]] = []
+    depths: dict[int, int] = {}
+    for move in moves:
+        if move.source is not None:
+            depth = depths[move.row.id] = depths.get(move.row.id, -1) + 1
+            if depth == len(rounds):
+                rounds.append([])
+            rounds[depth].append(move)
+    for batch in rounds:
+        await _move_rows(conn, batch, stamp)
+    return ids
+
+
+def _check(workload: WorkloadKey, source: AllocationState | None, target: AllocationState) -> None:
+    """``LedgerTransitionError`` unless the core's table lets ``source`` become ``target``."""
+    try:
+        advance(source, target)
+    except IllegalTransition as illegal:
+        raise LedgerTransitionError(workload, source, target, str(illegal)) from illegal
+
+
+async def _insert_rows(
+    conn: AsyncConnection, created: Sequence[_Move], stamp: datetime
+) -> dict[WorkloadKey, int]:
     ids: dict[WorkloadKey, int] = {}
-    if not items:
+    if not created:
         return ids
     inserted = await conn.execute(
         _INSERT_ALLOCATION,
         [
             {
-                "workload": item.workload,
-                "zone": item.zone,
-                "quota_path": item.quota,
-                "queue": item.queue,
-                "requests": dict(item.requests),
-                "priority": item.priority,
-                "state": state.value,
+                "workload": move.row.workload,
+                "zone": move.row.zone,
+                "quota_path": move.row.quota,
+                "queue": move.row.queue,
+                "requests": dict(move.row.requests),
+                "priority": move.row.priority,
+                "state": move.target.value,
                 "reserved_at": stamp,
-                "admitted_at": stamp if state == _ADMITTED else None,
-                "request_id": (request_ids or {}).get(item.workload),
+                "admitted_at": stamp if move.target == _ADMITTED else None,
+                "request_id": move.request_id,
             }
-            for item in items
+            for move in created
         ],
     )
     for alloc_id, workload in inserted:
         ids[WorkloadKey(workload)] = int(alloc_id)
-    if len(ids) != len(items):
+    if len(ids) != len(created):
         raise _RaceLost
     return ids
+
+
+async def _move_rows(conn: AsyncConnection, batch: Sequence[_Move], stamp: datetime) -> None:
+    """Move each row of ``batch`` (one move a row) from its checked state; a row found in
+    another state is refused with the state the ledger holds."""
+    if not batch:
+        return
+    moved = await conn.execute(
+        _MOVE_ROWS,
+        {
+            "stamp": stamp,
+            "ids": [m.row.id for m in batch],
+            "sources": [str(m.source) for m in batch],
+            "targets": [m.target.value for m in batch],
+            "preemptors": [m.preemptor for m in batch],
+            "seqs": [m.seq for m in batch],
+            "causes": [m.cause for m in batch],
+        },
+    )
+    done = set(moved.scalars())
+    missed = [m for m in batch if m.row.id not in done]
+    if not missed:
+        return
+    found = await conn.execute(
+        select(ALLOCATIONS.c.id, ALLOCATIONS.c.state).where(
+            ALLOCATIONS.c.id.in_([m.row.id for m in missed])
+        )
+    )
+    held = {int(i): AllocationState(state) for i, state in found}
+    move = missed[0]
+    actual = held.get(move.row.id)
+    why = f"the ledger holds it {actual or 'nowhere'}, not {move.source}"
+    raise LedgerTransitionError(move.row.workload, actual, move.target, why)
 
 
 def _request_at(request_ids: Sequence[str] | None, index: int) -> str | None:
@@ -1606,15 +1700,11 @@ def _requeue_refusal(requeue: Requeued | Preempted, row: _Alloc | None) -> Reser
             return None
         if row.state == _PREEMPTING and row.preemptor == row.workload:
             return None  # a retried request: already requeued
-    held = "no live allocation" if row is None else f"a {row.state} allocation on {row.quota}"
+    state, node = (None, None) if row is None else (row.state, row.quota)
     return ReservationResult(
         workload=requeue.workload,
         granted=False,
-        reason=Reason(
-            code="StaleView",
-            message=f"requeue of {requeue.workload} refused: the ledger holds {held}",
-            blocker=requeue.workload,
-        ),
+        reason=reasons.requeue_refused(requeue.workload, state, node),
     )
 
 
@@ -1632,12 +1722,7 @@ def _already_live(item: Reservation, current: _Alloc) -> ReservationResult:
         return ReservationResult(
             workload=item.workload,
             granted=False,
-            reason=Reason(
-                code="PreemptionInProgress",
-                message=f"{item.workload} is being preempted: its pods were not seen stopped yet",
-                node=current.quota,
-                blocker=current.preemptor,
-            ),
+            reason=reasons.being_preempted(item.workload, current.quota, current.preemptor),
         )
     if current.quota == item.quota:
         # A redelivered request: the grant (or hold) stands, nothing is counted twice.
@@ -1645,27 +1730,16 @@ def _already_live(item: Reservation, current: _Alloc) -> ReservationResult:
     return ReservationResult(
         workload=item.workload,
         granted=False,
-        reason=Reason(
-            code="AlreadyAdmitted",
-            message=f"{item.workload} already holds a live allocation on {current.quota}, "
-            f"not on {item.quota}",
-            node=current.quota,
-            blocker=item.workload,
-        ),
+        reason=reasons.already_admitted(item.workload, current.quota, item.quota),
     )
 
 
 def _stale(preemptor: Reservation, victim: WorkloadKey, row: _Alloc | None) -> ReservationResult:
-    state = "no live allocation" if row is None else f"state {row.state}"
+    state, node = (None, None) if row is None else (row.state, row.quota)
     return ReservationResult(
         workload=preemptor.workload,
         granted=False,
-        reason=Reason(
-            code="StaleView",
-            message=f"victim {victim} is not admitted in the ledger ({state})",
-            node=None if row is None else row.quota,
-            blocker=victim,
-        ),
+        reason=reasons.victim_not_admitted(victim, state, node),
     )
 
 
@@ -1673,11 +1747,7 @@ def _unknown(item: Reservation) -> ReservationResult:
     return ReservationResult(
         workload=item.workload,
         granted=False,
-        reason=Reason(
-            code="UnknownQuota",
-            message=f"{item.quota} is not a leaf of the quota tree in force",
-            node=item.quota,
-        ),
+        reason=reasons.not_a_leaf(item.quota),
     )
 
 

@@ -341,6 +341,8 @@ class Engine:
         deleted admitted workload). Applying a decision the state already reflects is a no-op.
         """
         self.state.now = now
+        if isinstance(event, Preempted | Requeued | Released):
+            self._book_closed(event.workload)
         match event:
             case WorkloadObserved():
                 self._observe(event)
@@ -640,8 +642,7 @@ class Engine:
         """Out of the workload, still counted: its usage waits for the ledger's ``Released``."""
         assert job.used_path is not None
         if job.state == ADMITTED:
-            self._book_budgets(job)
-            self._book_fair(job)
+            self._book_on_close(job)
             self._forget_admitted(job)
             job.state = UNMAPPED  # out of every place until the caller finishes or deletes it
         self.state.preemptors.pop(job.key, None)
@@ -1136,6 +1137,37 @@ class Engine:
 
     # ------------------------------------------------------------------ fair share (F1)
 
+    def _book_on_close(self, job: Job) -> None:
+        """A finished or deleted workload stops counting as admitted before the ledger's
+        ``Released`` (R7): its allocation interval (U1) stays open until the ledger's decision
+        closes it (``_book_closed``), so the books count what usage counts."""
+        assert job.used_path is not None
+        self.state.closing[job.key] = budgets.Running(
+            job.used_path, dict(job.used_shape), job.admitted_ms
+        )
+
+    def _book_closed(self, key: WorkloadKey) -> None:
+        """The ledger's ``Preempted``, ``Requeued`` or ``Released`` closes ``key``'s interval
+        now (U1): the budgets on its path and its leaf's fair book book it (B1, F1)."""
+        interval = self.state.closing.pop(key, None)
+        if interval is None:
+            return
+        found = self.state.tree.budgets
+        on_path = [b for node in path_nodes(interval.path) for b in found.get(node, ())]
+        if on_path:
+            self.state.budget_book.close(
+                on_path, interval.shape, interval.admitted_ms, self.state.now
+            )
+        half_life = self.config.half_life_ms
+        if half_life is not None:
+            self.state.fair_book.close(
+                interval.path,
+                dict(interval.shape),
+                interval.admitted_ms,
+                self.state.now,
+                half_life,
+            )
+
     def _book_fair(self, job: Job) -> None:
         """An admitted workload stops counting as admitted: its leaf's fair book folds the
         interval, decayed (F1). Nothing is kept with fair share off."""
@@ -1158,6 +1190,10 @@ class Engine:
             if (job := self.state.jobs.get(victim[3])) is not None
             and job.state == ADMITTED
             and job.used_path is not None
+        ] + [
+            fairshare.Running(*interval)
+            for interval in self.state.closing.values()
+            if interval.path == leaf
         ]
         return fairshare.decayed_usage(
             self.state.fair_book, leaf, running, self.state.now, half_life
@@ -1206,6 +1242,7 @@ class Engine:
             job = self.state.jobs.get(key)
             if job is not None and job.state == ADMITTED and job.used_path is not None:
                 yield budgets.Running(job.used_path, dict(job.used_shape), job.admitted_ms)
+        yield from self.state.closing.values()  # finished, not yet released: still held (U1)
 
     def budget_statuses(
         self, now: Millis | None = None

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
-from usher.core.rules.reclaim import borrowed_resource
+from usher.core.rules.reclaim import borrowed_resource, victim_refusal
 from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
 from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
@@ -338,15 +338,22 @@ def _victim_refusal(
             job.key, f"{key} is a preemptor whose victims have not stopped yet", key
         )
     path = where[0]
-    if victim is not None and e.state.now - victim.admitted_ms < e._min_runtime(path):
-        return reasons.stale_view(job.key, f"{key} is within its minimum runtime", key)
-    if path == job.leaf:
-        if victim is not None and lower and victim.priority < job.priority:
-            return None
-        return reasons.stale_view(job.key, f"{key} is not of lower priority", key)
-    if within and borrowing_reason(e, job, path, where[2]) is not None:
-        return None
-    return reasons.stale_view(job.key, f"{key} is not borrowing what is asked", key)
+    assert job.leaf is not None
+    return victim_refusal(
+        job.key,
+        job.leaf,
+        job.priority,
+        key,
+        path,
+        None if victim is None else victim.priority,
+        ran_ms=None if victim is None else e.state.now - victim.admitted_ms,
+        min_runtime_ms=e._min_runtime(path),
+        lower_priority=lower,
+        within=within,
+        borrowing=path != job.leaf
+        and within
+        and borrowing_reason(e, job, path, where[2]) is not None,
+    )
 
 
 def reclaim_preview(e: Engine, key: WorkloadKey, now: Millis) -> tuple[str | None, list[Preempted]]:

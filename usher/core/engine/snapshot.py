@@ -56,7 +56,7 @@ from schemas import (
 from usher.core.engine.facade import Engine
 from usher.core.model.config import EngineConfig, ReadinessPolicy
 from usher.core.model.errors import InputError
-from usher.core.rules.budgets import BudgetBook
+from usher.core.rules.budgets import BudgetBook, Running
 from usher.core.rules.fairshare import FairBook
 from usher.core.rules.holds import HoldRecord
 from usher.core.rules.readiness import Readiness
@@ -95,6 +95,7 @@ ENCODED: frozenset[str] = frozenset(
         "failures",
         "retries",
         "budget_book",
+        "closing",
         "starving",
         "fair_book",
         "version",
@@ -313,6 +314,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     """Holds and drains the tree's attributes put in force, by node path."""
     budget_book: list[tuple[str, int, int]] = []
     """What closed intervals accrued in each budget's window (B1): key, window start, amount."""
+    closing: list[tuple[str, str, Resources, int]] = []
+    """Intervals still open of workloads no longer admitted (U1): key, path, shape, start."""
     starving: list[tuple[str, int]] = []
     """Heads passed over and since when (N1), by key."""
     fair_book: list[tuple[str, int, str, str]] = []
@@ -505,6 +508,10 @@ def _record(engine: Engine) -> EngineSnapshot:
             (key, start, amount)
             for key, (start, amount) in sorted(state.budget_book.closed.items())
         ],
+        closing=[
+            (str(key), str(run.path), _sorted(dict(run.shape)), run.admitted_ms)
+            for key, run in sorted(state.closing.items())
+        ],
         starving=[(str(key), since) for key, since in sorted(state.starving.items())],
         fair_book=[
             (str(leaf), at, resource, str(value))
@@ -618,6 +625,10 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.budget_book = BudgetBook(
         closed={key: (start, amount) for key, start, amount in record.budget_book}
     )
+    state.closing = {
+        WorkloadKey(k): Running(QuotaPath(path), dict(shape), start)
+        for k, path, shape, start in record.closing
+    }
     state.starving = {WorkloadKey(k): Millis(since) for k, since in record.starving}
     state.fair_book = _fair_book(record.fair_book)
     engine.rebuild_derived()

@@ -3,9 +3,11 @@
 What "re-derive" checks. Decision passes are not on the log: a dequeuer decides at moments the
 log does not record, on the state it had then, and the ledger publishes the outcome a little
 later. So the audit does not re-run passes and compare lists (their timing alone would make
-them differ). It walks the log once, folding every entry into the same pure ``Engine`` the
-services use (built with the installation's settings), and checks each recorded decision
-against the state *just before it*:
+them differ). It walks the log once (``usher.core.history.replayer.replay_once``: the
+invariant checker and the usage fold observe the same replay), folding every entry into the
+same pure ``Engine`` the services use (built with the installation's settings), and checks
+each recorded decision against the state *just before it*; its records and renderings are
+``usher.core.history.audit_report``'s:
 
 * ``Admitted``: the workload was observed and is waiting (pending in its queue, or holding
   capacity freed for it by a preemption); the decision's ``quota`` is the workload's leaf
@@ -85,8 +87,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import msgspec
-
 from schemas import (
     DECISION_ACTIONS,
     LEDGER_DECISION_TYPES,
@@ -95,7 +95,6 @@ from schemas import (
     Millis,
     Pending,
     Preempted,
-    QuotaPath,
     Released,
     Requeued,
     Retried,
@@ -106,88 +105,40 @@ from schemas import (
     WorkloadObserved,
 )
 from usher.core.engine.facade import Engine
+from usher.core.history.audit_report import (
+    AllocationRecord,
+    AuditReport,
+    Finding,
+    LedgerSnapshot,
+    OutboxRecord,
+    render_audit_json,
+    render_audit_table,
+)
 from usher.core.history.fold import BAD_ENTRY_ERRORS, Verdict
-from usher.core.history.invariants import Violation, as_preempted, check_log, log_groups
+from usher.core.history.invariants import Checker, Violation, as_preempted
 from usher.core.history.pass_audit import PassFinding, PassStats, audit_passes
 from usher.core.history.replay import (
     History,
     format_datetime,
     format_resources,
     format_time,
-    screened,
     to_datetime,
 )
-from usher.core.history.usage import Interval, compare_usage, hours, intervals_of, unit_of
+from usher.core.history.replayer import Observer, replay_once
+from usher.core.history.usage import (
+    Interval,
+    UsageFold,
+    compare_usage,
+    hours,
+    intervals_of,
+    unit_of,
+)
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import BadEntry, LogEntry
 from usher.core.rules import retry
 from usher.core.state.indexed import JobState, shape_of
 
 LEDGER_TYPES = LEDGER_DECISION_TYPES
-
-
-class Finding(msgspec.Struct, frozen=True, kw_only=True):
-    """One decision (or ledger row) that is not justified, and exactly why."""
-
-    check: str
-    """Stable code: ``not-pending``, ``over-quota``, ``wrong-requests``, ``no-cause``, ..."""
-    message: str
-    decision: str
-    """``Admitted``, ``Preempted``, ``Released``, ``Inadmissible``, ``Unmapped``, ``entry``,
-    ``allocation`` or ``outbox``."""
-    seq: int | None = None
-    event_id: str | None = None
-    workload: WorkloadKey | None = None
-    time: datetime | None = None
-
-
-class AllocationRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """One row of the ledger's ``allocations`` table, as the audit needs it."""
-
-    id: int
-    workload: WorkloadKey
-    quota: QuotaPath
-    state: str
-    reserved_at: datetime | None = None
-    admitted_at: datetime | None = None
-    preempted_at: datetime | None = None
-    released_at: datetime | None = None
-    release_cause: str | None = None
-    preemptor: WorkloadKey | None = None
-
-
-class OutboxRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """An outbox row not published yet."""
-
-    id: int
-    event_id: str
-    subject: str
-    created_at: datetime | None = None
-
-
-class LedgerSnapshot(msgspec.Struct, frozen=True, kw_only=True):
-    """What the ledger holds: every allocation and the unpublished outbox rows."""
-
-    allocations: list[AllocationRecord]
-    unpublished: list[OutboxRecord]
-    intervals: list[Interval] | None = None
-    """The allocation intervals (U1), for the usage comparison; None: not read."""
-
-
-class AuditReport(msgspec.Struct, frozen=True, kw_only=True):
-    """What ``usher audit`` prints: counts and every finding."""
-
-    entries: int
-    decisions: int
-    """Decisions re-derived (at or after ``since``)."""
-    allocations: int | None
-    """Allocations compared with the log; ``None`` when the ledger was not checked."""
-    since: datetime | None
-    findings: list[Finding]
-    rejected: list[BadEntry] = msgspec.field(default_factory=list)
-    """Entries that are not valid envelopes: listed apart, not findings (module docstring)."""
-    passes: PassStats = msgspec.field(default_factory=PassStats)
-    """The exact re-runs of recorded passes (D4): passes, decisions matched and refused."""
 
 
 # ---------------------------------------------------------------------------- the log part
@@ -205,7 +156,7 @@ class _Since:
 
 
 @dataclass
-class _Auditor:
+class _Auditor(Observer):
     engine: Engine
     findings: list[Finding] = field(default_factory=list)
     observed: dict[WorkloadKey, WorkloadObserved] = field(default_factory=dict)
@@ -231,12 +182,16 @@ class _Auditor:
             )
         )
 
-    def run(self, items: Sequence[LogEntry]) -> None:
-        for group in log_groups(items):
-            if isinstance(group[0].event, Preempted):
-                self.preempted(group)
-            else:
-                self.one(group[0])
+    def before(self, engine: Engine, group: Sequence[LogEntry]) -> None:
+        """One group of the replay, re-derived on the state before it (``replay_once``)."""
+        if isinstance(group[0].event, Preempted):
+            self.preempted(group)
+        else:
+            self.one(group[0])
+
+    def refused(self, item: LogEntry) -> None:
+        """The engine raised on ``item``: it was never believed, so nothing is found at it."""
+        self.findings = [f for f in self.findings if f.seq != item.seq]
 
     def should_check(self, item: LogEntry, *, ledger: bool = True) -> bool:
         """Whether to re-derive ``item``: inside the window, and not a repeat of a decision.
@@ -254,40 +209,36 @@ class _Auditor:
         return True
 
     def one(self, item: LogEntry) -> None:
+        """Check one entry on the state before it and note what it says (the replay folds
+        it afterwards)."""
         event = item.event
         match event:
             case Admitted():
                 if self.should_check(item):
                     self.check_admitted(item, event)
-                self.engine.apply(event, item.time_ms)
                 self.live[event.workload] = (item.seq, event)
                 self.held.discard(event.workload)
                 self.since[event.workload] = _Since()
             case Released():
                 if self.should_check(item):
                     self.check_released(item, event)
-                self.engine.apply(event, item.time_ms)
                 self.live.pop(event.workload, None)
                 self.held.discard(event.workload)
             case Inadmissible() | Unmapped():
                 if self.should_check(item, ledger=False):
                     self.check_classified(item, event)
-                self.engine.apply(event, item.time_ms)
             case Requeued():
                 if self.should_check(item):
                     self.check_requeued(item, event)
-                self.engine.apply(event, item.time_ms)
                 # Released like a preempted victim: once its pods are seen stopped (R7).
                 self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
             case Retried():
                 if self.should_check(item):
                     self.check_retried(item, event)
-                self.engine.apply(event, item.time_ms)
             case Pending():
-                self.engine.apply(event, item.time_ms)
+                pass
             case _:
                 self.track(event)
-                self.engine.apply(event, item.time_ms)
 
     def track(self, event: object) -> None:
         """Remember what cluster events say a ledger release may rely on."""
@@ -350,7 +301,6 @@ class _Auditor:
             if self.should_check(item):
                 self.check_preempted(item, event)
         for item, event in zip(group, events, strict=True):
-            self.engine.apply(event, item.time_ms)
             self.since.setdefault(event.workload, _Since()).preempted_seq = item.seq
         if [event.workload for event in events] == [preemptor]:
             return  # a drain's (R15): its own preemptor, nobody holds capacity for it
@@ -519,11 +469,34 @@ def audit_log(
     end-of-log check, after every other finding. The exact re-runs of recorded passes are
     ``audit_recorded_passes``'s.
     """
-    auditor = _Auditor(engine=Engine(config), since_ms=since_ms)
-    auditor.run(history.items)
-    violations = check_log(history.items, config, at_end=quiescent)
+    replayed = _replay(history, config, since_ms=since_ms, quiescent=quiescent)
+    return replayed.findings, replayed.decisions
+
+
+@dataclass
+class _Replayed:
+    """What the audit's one replay of the log gives: the log the fold believes, the findings of
+    the per-decision checks and the invariants, and the usage fold's intervals (U1)."""
+
+    history: History
+    findings: list[Finding]
+    decisions: int
+    intervals: list[Interval]
+
+
+def _replay(
+    history: History, config: EngineConfig, *, since_ms: Millis | None, quiescent: bool
+) -> _Replayed:
+    """Fold the log once (``replay_once``) with the per-decision checks, the invariant
+    checker and the usage fold as its observers."""
+    engine = Engine(config)
+    auditor = _Auditor(engine=engine, since_ms=since_ms)
+    checker = Checker(config=config, engine=engine)
+    usage = UsageFold()
+    believed = replay_once(history, engine, [auditor, checker, usage])
+    violations = checker.findings(at_end=quiescent)
     # The window is the log's own time (never the envelope's, which its sender chooses).
-    by_seq = {item.seq: item for item in history.items}
+    by_seq = {item.seq: item for item in believed.items}
     at_entries = [
         _finding(v)
         for v in violations
@@ -531,7 +504,7 @@ def audit_log(
     ]
     at_end = [_finding(v) for v in violations if v.seq is None]
     findings = sorted(auditor.findings + at_entries, key=lambda f: f.seq or 0)
-    return findings + at_end, auditor.decisions
+    return _Replayed(believed, findings + at_end, auditor.decisions, usage.intervals())
 
 
 def audit_recorded_passes(
@@ -701,18 +674,22 @@ def usage_until(history: History) -> Millis:
 
 
 def check_usage(
-    history: History, ledger: Sequence[Interval], *, since_ms: Millis | None = None
+    history: History,
+    ledger: Sequence[Interval],
+    *,
+    since_ms: Millis | None = None,
+    intervals: Sequence[Interval] | None = None,
 ) -> list[Finding]:
-    """Where usage folded from the log and from the ledger's intervals differ (U1)."""
+    """Where usage folded from the log and from the ledger's intervals differ (U1);
+    ``intervals``: the log's, when a replay has folded them already."""
     until = usage_until(history)
+    mine = intervals_of(history.items) if intervals is None else intervals
     window = (
         f"from {format_time(since_ms) if since_ms is not None else 'the beginning'} "
         f"until {format_time(until)}"
     )
     findings: list[Finding] = []
-    for diff in compare_usage(
-        intervals_of(history.items), ledger, since_ms=since_ms, until_ms=until
-    ):
+    for diff in compare_usage(mine, ledger, since_ms=since_ms, until_ms=until):
         unit = f"{unit_of(diff.resource)[0]}-hours"
         shown = ", ".join(diff.workloads[:5]) + (" ..." if len(diff.workloads) > 5 else "")
         findings.append(
@@ -748,8 +725,8 @@ def audit(
     source) is a finding (``forged``), an unfoldable one is rejected input.
     """
     everything = history
-    history = screened(history, config)
-    findings, decisions = audit_log(history, config, since_ms=since_ms, quiescent=quiescent)
+    replayed = _replay(history, config, since_ms=since_ms, quiescent=quiescent)
+    history, findings, decisions = replayed.history, replayed.findings, replayed.decisions
     exact, passes = audit_recorded_passes(history, config, since_ms=since_ms)
     if exact:
         at_end = [f for f in findings if f.seq is None]
@@ -764,7 +741,9 @@ def audit(
     if ledger is not None:
         findings += check_ledger(history, ledger, since_ms=since_ms)
         if ledger.intervals is not None:
-            findings += check_usage(history, ledger.intervals, since_ms=since_ms)
+            findings += check_usage(
+                history, ledger.intervals, since_ms=since_ms, intervals=replayed.intervals
+            )
     return AuditReport(
         entries=len(history.items) + len(history.bad),
         decisions=decisions,
@@ -803,56 +782,6 @@ def _forged_findings(
             )
         )
     return findings
-
-
-def render_audit_json(report: AuditReport) -> str:
-    """One JSON object: counts and every finding."""
-    return msgspec.json.format(msgspec.json.encode(report).decode(), indent=2) + "\n"
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"
-
-
-def render_audit_table(report: AuditReport) -> str:
-    """One block per finding, naming the decision (seq, id, workload) and why."""
-    ledger = (
-        f"; ledger: {report.allocations} allocations compared"
-        if report.allocations is not None
-        else "; ledger not checked"
-    )
-    window = f" since {format_datetime(report.since)}" if report.since else ""
-    lines = [
-        f"audited {_count(report.entries, 'log entry', 'log entries')}{window}: "
-        f"{_count(report.decisions, 'decision', 'decisions')} re-derived{ledger}"
-    ]
-    exact = report.passes
-    if exact.passes:
-        lines.append(
-            f"re-ran {_count(exact.passes, 'recorded pass', 'recorded passes')} exactly: "
-            f"{_count(exact.matched, 'decision', 'decisions')} as given, "
-            f"{exact.refused} refused by the ledger"
-            + (f", {exact.unrecorded} before any recorded pass" if exact.unrecorded else "")
-        )
-    for finding in report.findings:
-        where = f"seq {finding.seq}" if finding.seq is not None else finding.decision
-        what = finding.decision if finding.seq is not None else ""
-        ident = f"  ({finding.event_id})" if finding.event_id else ""
-        lines.append(f"  {where:<9} {what:<12} {finding.workload or '-'}{ident}".rstrip())
-        lines.append(f"      {finding.check}: {finding.message}")
-    if report.rejected:
-        lines.append(
-            f"rejected input, not findings: {_count(len(report.rejected), 'entry', 'entries')} "
-            "not valid envelopes (no service acted on them; their readers parked them)"
-        )
-    for bad in report.rejected:
-        lines.append(f"  seq {bad.seq:<5} {bad.subject}")
-        lines.append(f"      {bad.error}: {bad.detail}")
-    if report.findings:
-        lines.append(_count(len(report.findings), "finding", "findings"))
-    else:
-        lines.append("OK: every decision is justified by the log before it")
-    return "\n".join(lines) + "\n"
 
 
 __all__ = [

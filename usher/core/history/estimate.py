@@ -33,7 +33,8 @@ import msgspec
 
 from schemas import Admitted, Millis, QueueName, QuotaPath, WorkloadKey, WorkloadObserved
 from usher.core.engine.facade import Engine, JobView, PassPreview
-from usher.core.history.replay import format_time
+from usher.core.history.replay import History, format_time
+from usher.core.history.replayer import Observer, replay_once
 from usher.core.history.usage import Interval, UsageFold
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
@@ -170,29 +171,40 @@ def estimates_on_arrival(
     that was: the log folded up to each arrival (what ``make bench`` compares with the wait
     that followed). Without a trial pass per arrival, the state's own answer
     (``Engine.reason_now``) says whether it fits and which node limits it."""
-    engine = Engine(config)
-    usage = UsageFold()
-    by_queue: dict[QueueName, list[int]] = {}
-    out: dict[WorkloadKey, tuple[Millis, Estimate]] = {}
-    declares = False  # until a workload declares a runtime, there is nothing to look up
-    for item in items:
+    arrivals = _Arrivals()
+    replay_once(History(items=list(items), bad=[]), Engine(config), [arrivals])
+    return arrivals.found
+
+
+@dataclass
+class _Arrivals(Observer):
+    """``estimates_on_arrival`` as an observer of the replay (``replay_once``): each run that
+    ends adds its length, each first observation is estimated on the state it found."""
+
+    usage: UsageFold = field(default_factory=UsageFold)
+    by_queue: dict[QueueName, list[int]] = field(default_factory=dict)
+    found: dict[WorkloadKey, tuple[Millis, Estimate]] = field(default_factory=dict)
+    declares: bool = False
+    """Until a workload declares a runtime, there is nothing to look up."""
+
+    def folded(self, engine: Engine, item: LogEntry) -> None:
         event, at = item.event, item.time_ms
-        usage.apply(event, at)
-        for interval in usage.closed:  # what just ended: one more run length
+        self.usage.apply(event, at)
+        for interval in self.usage.closed:  # what just ended: one more run length
             if interval.end_ms is not None:
-                insort(by_queue.setdefault(interval.queue, []), interval.end_ms - interval.start_ms)
-        usage.closed.clear()
-        try:
-            engine.apply(event, at)
-        except Exception:  # the core refused it; a service parks such an entry and goes on
-            continue
+                insort(
+                    self.by_queue.setdefault(interval.queue, []),
+                    interval.end_ms - interval.start_ms,
+                )
+        self.usage.closed.clear()
         if isinstance(event, WorkloadObserved):
-            declares = declares or event.max_runtime_seconds is not None
-            if event.workload not in out:
-                found = _on_arrival(engine, event.workload, at, by_queue, usage, declares)
-                if found is not None:
-                    out[event.workload] = (at, found)
-    return out
+            self.declares = self.declares or event.max_runtime_seconds is not None
+            if event.workload not in self.found:
+                estimate = _on_arrival(
+                    engine, event.workload, at, self.by_queue, self.usage, self.declares
+                )
+                if estimate is not None:
+                    self.found[event.workload] = (at, estimate)
 
 
 def _on_arrival(

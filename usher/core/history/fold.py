@@ -77,12 +77,26 @@ def forged(entry: LogEntry) -> Outcome | None:
 
 def fold_entry(engine: Engine, entry: LogEntry) -> Outcome:
     """Fold ``entry`` into ``engine`` if its owner made it; never raises (module docstring)."""
-    refused = forged(entry)
-    return refused if refused is not None else fold_believed(engine, entry)
+    refused = refusal(engine, entry)
+    return refused if refused is not None else apply_entry(engine, entry)
 
 
 def fold_believed(engine: Engine, entry: LogEntry) -> Outcome:
     """Fold an entry whose owner the caller has already checked (``forged``)."""
+    refused = refused_input(engine, entry)
+    return refused if refused is not None else apply_entry(engine, entry)
+
+
+def refusal(engine: Engine, entry: LogEntry) -> Outcome | None:
+    """The verdict of ``entry`` that needs no folding (forged, or input the engine refuses
+    whatever its state), or None: only ``apply_entry`` can tell then."""
+    refused = forged(entry)
+    return refused if refused is not None else refused_input(engine, entry)
+
+
+def refused_input(engine: Engine, entry: LogEntry) -> Outcome | None:
+    """``UNFOLDABLE`` for input the engine refuses whatever its state (``invalid_input``, a
+    tree a fresh engine refuses); None otherwise. ``engine`` is only read for its config."""
     event = entry.envelope.event
     invalid = invalid_input(event)
     if invalid is not None:  # the engine would ignore it: say so rather than call it folded
@@ -92,6 +106,12 @@ def fold_believed(engine: Engine, entry: LogEntry) -> Outcome:
             Engine(engine.config).apply(event, entry.time_ms)
         except Exception as exc:
             return Outcome(verdict=Verdict.UNFOLDABLE, reason=_reason(exc))
+    return None
+
+
+def apply_entry(engine: Engine, entry: LogEntry) -> Outcome:
+    """Apply a believed entry (``refusal`` said None); ``UNFOLDABLE`` if the engine raised."""
+    event = entry.envelope.event
     try:
         decisions = engine.apply(event, entry.time_ms)
     except Exception as exc:  # any error of the core on one entry: refuse the entry, go on
@@ -143,9 +163,12 @@ __all__ = [
     "BAD_ENTRY_ERRORS",
     "Outcome",
     "Verdict",
+    "apply_entry",
     "fold_believed",
     "fold_entry",
     "forged",
     "invalid_input",
+    "refusal",
     "refused_entry",
+    "refused_input",
 ]

@@ -42,7 +42,7 @@ stop at the first finding.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -59,7 +59,8 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine.facade import Engine
-from usher.core.history.replay import format_time
+from usher.core.history.replay import History, format_time
+from usher.core.history.replayer import Observer, log_groups, replay_once
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
@@ -115,7 +116,10 @@ class _Running:
 
 
 @dataclass
-class _Checker:
+class Checker(Observer):
+    """The invariant checker: an observer of one replay into ``engine`` (``replay_once``),
+    ``findings`` once it is over."""
+
     config: EngineConfig
     engine: Engine
     found: list[Violation] = field(default_factory=list)
@@ -165,25 +169,28 @@ class _Checker:
         self.seen_ids.add(item.envelope.id)
         return False
 
-    def run(self, items: Sequence[LogEntry]) -> None:
-        for group in log_groups(items):
-            fresh = [item for item in group if not self.repeated(item)]
-            if not fresh:
-                continue
-            event = fresh[0].event
-            if isinstance(event, Preempted):
-                self.preempted([(item, as_preempted(item)) for item in fresh])
-                continue
-            item = fresh[0]
-            if isinstance(event, Admitted):
-                self.admitted(item, event)
-            elif isinstance(event, Released):
-                self.released(event)
-            elif isinstance(event, Requeued):
-                self.requeued(item, event)
-            elif isinstance(event, QuotaTreeApplied):
-                self.install(event)
-            self.engine.apply(event, item.time_ms)
+    def before(self, engine: Engine, group: Sequence[LogEntry]) -> None:
+        """One group of the replay, checked on the state before it (``replay_once``)."""
+        fresh = [item for item in group if not self.repeated(item)]
+        if not fresh:
+            return
+        event = fresh[0].event
+        if isinstance(event, Preempted):
+            self.preempted([(item, as_preempted(item)) for item in fresh])
+            return
+        item = fresh[0]
+        if isinstance(event, Admitted):
+            self.admitted(item, event)
+        elif isinstance(event, Released):
+            self.released(event)
+        elif isinstance(event, Requeued):
+            self.requeued(item, event)
+        elif isinstance(event, QuotaTreeApplied):
+            self.install(event)
+
+    def refused(self, item: LogEntry) -> None:
+        """The engine raised on ``item``: it was never believed, so nothing is found at it."""
+        self.found = [v for v in self.found if v.seq != item.seq]
 
     def install(self, event: QuotaTreeApplied) -> None:
         rate = self.config.oversell_rate
@@ -297,7 +304,6 @@ class _Checker:
             if live is not None:
                 live.preempted_seq = item.seq
             self.victims_of.setdefault(event.preemptor, set()).add(event.workload)
-            self.engine.apply(event, item.time_ms)
         # Running usage is unchanged: the victims run until their own Released.
 
     # -- 4: every Requeued justified by the state before it (R10)
@@ -312,6 +318,12 @@ class _Checker:
         # Running usage is unchanged: it runs until its own Released.
 
     # -- the end of the log
+
+    def findings(self, *, at_end: bool) -> list[Violation]:
+        """Every violation of the replay (in log order), with the end-of-log check if asked."""
+        if at_end:
+            self.end()
+        return self.found
 
     def end(self) -> None:
         for key, view in self.engine.jobs().items():
@@ -351,27 +363,6 @@ def _stopping(live: _Running) -> str:
     if live.preempted_seq is None:
         return ""
     return f" (preempted at seq {live.preempted_seq})"
-
-
-def log_groups(items: Sequence[LogEntry]) -> Iterator[list[LogEntry]]:
-    """Entries one by one, except the ``Preempted`` of one preemptor that follow each other.
-
-    The ledger writes a reclaim's victims in one transaction, so they are one decision.
-    """
-    index = 0
-    while index < len(items):
-        event = items[index].event
-        end = index + 1
-        if isinstance(event, Preempted):
-            while end < len(items) and _same_preemptor(items[end], event.preemptor):
-                end += 1
-        yield list(items[index:end])
-        index = end
-
-
-def _same_preemptor(item: LogEntry, preemptor: WorkloadKey) -> bool:
-    event = item.event
-    return isinstance(event, Preempted) and event.preemptor == preemptor
 
 
 def as_preempted(item: LogEntry) -> Preempted:
@@ -429,11 +420,9 @@ def check_log(
     (its oversell rate gives the caps; policy, within-quota and min runtime the preemption
     rules). ``at_end`` adds the end-of-log check: give it only for a log that has come to rest.
     """
-    checker = _Checker(config=config, engine=Engine(config))
-    checker.run(items)
-    if at_end:
-        checker.end()
-    return checker.found
+    checker = Checker(config=config, engine=Engine(config))
+    replay_once(History(items=list(items), bad=[]), checker.engine, [checker])
+    return checker.findings(at_end=at_end)
 
 
 def render_violations(found: Sequence[Violation]) -> str:
@@ -455,6 +444,7 @@ __all__ = [
     "PREEMPTION_REFUSED",
     "REQUEUE_UNJUSTIFIED",
     "STUCK",
+    "Checker",
     "Violation",
     "as_preempted",
     "check_log",

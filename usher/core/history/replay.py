@@ -298,20 +298,6 @@ def fold(engine: Engine, items: Iterable[LogEntry]) -> list[BadEntry]:
     return refused
 
 
-def screened(history: History, config: EngineConfig) -> History:
-    """``history`` without the entries the fold refuses (forged, unfoldable: ``fold``), which
-    join ``bad`` with their reason: what readers that fold the log their own way (the audit,
-    what-if) read, so that they believe and fold exactly what the services' projections do."""
-    refused = fold(Engine(config), history.items)
-    if not refused:
-        return history
-    out = {bad.seq for bad in refused}
-    return History(
-        items=[item for item in history.items if item.seq not in out],
-        bad=sorted([*history.bad, *refused], key=lambda bad: bad.seq),
-    )
-
-
 # ---------------------------------------------------------------------------- replay
 
 
@@ -469,7 +455,6 @@ __all__ = [
     "render_replay_json",
     "render_replay_table",
     "replay",
-    "screened",
     "state_of",
     "to_datetime",
 ]

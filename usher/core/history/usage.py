@@ -46,6 +46,7 @@ from schemas import (
 from usher.core.engine.facade import Engine
 from usher.core.history.fold import forged
 from usher.core.history.replay import format_time
+from usher.core.history.replayer import Observer
 from usher.core.model.quantity import (  # re-exported: the units usage is read in (U1)
     BYTE_RESOURCES,
     CPU,
@@ -55,6 +56,7 @@ from usher.core.model.quantity import (  # re-exported: the units usage is read 
     unit_of,
 )
 from usher.core.protocol.log import LogEntry
+from usher.core.rules.budgets import Window, accrued
 from usher.core.state.indexed import JobState
 from usher.core.tree.quota_tree import path_nodes
 
@@ -87,8 +89,9 @@ class Interval(msgspec.Struct, frozen=True, kw_only=True):
 
 
 @dataclass
-class UsageFold:
-    """The log folded into allocation intervals, one entry at a time (pure, incremental)."""
+class UsageFold(Observer):
+    """The log folded into allocation intervals, one entry at a time (pure, incremental); an
+    observer of a replay too (``replay_once``: the audit folds the log once)."""
 
     open: dict[WorkloadKey, Interval] = field(default_factory=dict)
     closed: list[Interval] = field(default_factory=list)
@@ -123,6 +126,10 @@ class UsageFold:
         elif isinstance(event, Preempted | Requeued | Released):
             self.stopped(event.workload, at_ms)
 
+    def folded(self, engine: Engine, item: LogEntry) -> None:
+        """A replay folded ``item`` (its owner's, believed): fold it here too."""
+        self.apply(item.event, item.time_ms)
+
     def apply_entries(self, items: Iterable[LogEntry]) -> None:
         """Entries of the log, as their owners made them: a forged decision opens nothing
         (``usher.core.history.fold``)."""
@@ -153,10 +160,11 @@ Totals = dict[tuple[str, str], int]
 def overlap_ms(
     interval: Interval, since_ms: Millis | None, until_ms: Millis, now_ms: Millis
 ) -> int:
-    """How long ``interval`` was held inside ``[since, until)``; an open one up to ``now``."""
+    """How long ``interval`` was held inside ``[since, until)``; an open one up to ``now``
+    (what a budget's window accrues, B1: the same ``accrued``)."""
     end = interval.end_ms if interval.end_ms is not None else max(now_ms, interval.start_ms)
-    start = interval.start_ms if since_ms is None else max(interval.start_ms, since_ms)
-    return max(0, min(end, until_ms) - start)
+    window = Window(interval.start_ms if since_ms is None else since_ms, until_ms, "")
+    return accrued(1, interval.start_ms, window, end)
 
 
 def groups_of(interval: Interval, by: UsageBy) -> list[str]:

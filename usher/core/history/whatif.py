@@ -73,6 +73,7 @@ from schemas import (
 )
 from schemas.events import ClusterEvent
 from usher.core.engine.facade import Engine
+from usher.core.history.driver import Driver
 from usher.core.history.fold import fold_believed
 from usher.core.history.planning import (
     CLUSTER,
@@ -83,8 +84,8 @@ from usher.core.history.planning import (
     planning_report,
     wait_percentile,
 )
-from usher.core.history.replay import History, format_datetime, prefix, screened, to_datetime
-from usher.core.history.sim import MAX_WAKEUP_PASSES
+from usher.core.history.replay import History, format_datetime, prefix, to_datetime
+from usher.core.history.replayer import screened
 from usher.core.history.usage import Interval, held_now
 from usher.core.model.config import EngineConfig, format_rate
 from usher.core.protocol.log import LogEntry
@@ -453,18 +454,15 @@ def _simulate(
             run.arrivals.setdefault(event.workload, item.time_ms)
             run.homes.setdefault(event.workload, event.zone)
 
-    def decide(at_ms: Millis) -> None:
-        made = [(at_ms, d) for d in engine.decide(at_ms)]
-        run.decisions.extend(made)
-        run.ledger.extend(made)
+    def decided(at_ms: Millis, made: list[Decision]) -> None:
+        taken = [(at_ms, d) for d in made]
+        run.decisions.extend(taken)
+        run.ledger.extend(taken)
 
-    def wake_until(limit: int | None) -> None:
-        for _ in range(MAX_WAKEUP_PASSES):
-            wakeup = engine.next_wakeup()
-            if wakeup is None or (limit is not None and wakeup >= limit):
-                return
-            decide(wakeup)
+    def released(at_ms: Millis, made: list[Decision]) -> None:
+        run.ledger.extend((at_ms, d) for d in made)
 
+    driver = Driver(engine, decided, released)
     for item in folded:
         arrive(item)
         fold_believed(engine, item)
@@ -474,15 +472,13 @@ def _simulate(
         in_force = _tree_in_force(folded, variant)
         if in_force is not None:
             engine.apply(QuotaTreeApplied(root=in_force), start)
-        decide(start)
+        driver.decide(start)
     for group in groups:
-        wake_until(group[0].time_ms)
         for item in group:
             arrive(item)
-            released = engine.apply(_input(item, variant), item.time_ms)
-            run.ledger.extend((item.time_ms, d) for d in released)
-        decide(group[-1].time_ms)
-    wake_until(until_ms + 1 if until_ms is not None else None)
+        inputs = [(_input(item, variant), item.time_ms) for item in group]
+        driver.group(group[0].time_ms, inputs, group[-1].time_ms)
+    driver.wake_until(until_ms + 1 if until_ms is not None else None)
     queues = engine.queues()
     run.pending = {str(name): len(entries) for name, entries in queues.items()}
     run.waiting = [entry.job for entries in queues.values() for entry in entries]

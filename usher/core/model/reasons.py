@@ -291,6 +291,104 @@ def stale_view(preemptor: WorkloadKey, detail: str, blocker: WorkloadKey | None 
     )
 
 
+def victim_within_min_runtime(
+    preemptor: WorkloadKey, victim: WorkloadKey, ran_ms: int, min_runtime_ms: int
+) -> Reason:
+    """A reclaim refused: ``victim`` ran less than its leaf's minimum runtime (R6)."""
+    detail = f"{victim} is within its minimum runtime ({ran_ms} of {min_runtime_ms} ms)"
+    return stale_view(preemptor, detail, victim)
+
+
+def victim_not_lower_priority(
+    preemptor: WorkloadKey, victim: WorkloadKey, leaf: QuotaPath
+) -> Reason:
+    """A reclaim refused: a victim of the preemptor's own leaf that ``LowerPriority`` does not
+    allow (off there, or the victim not of strictly lower priority) (R5)."""
+    detail = f"{victim} is not of lower priority in {leaf} (or LowerPriority is off there)"
+    return stale_view(preemptor, detail, victim)
+
+
+def beyond_guarantee(preemptor: WorkloadKey, leaf: QuotaPath, victim: WorkloadKey) -> Reason:
+    """A reclaim refused: a victim of another leaf, for a preemptor asking beyond the guarantee
+    of its ``leaf`` (reclaim only restores a guarantee, R5)."""
+    return stale_view(preemptor, f"{preemptor} asks beyond the guarantee of {leaf}", victim)
+
+
+def victim_not_borrowing(preemptor: WorkloadKey, victim: WorkloadKey, leaf: QuotaPath) -> Reason:
+    """A reclaim refused: the victim's ``leaf`` borrows none of what the preemptor asks (R5)."""
+    return stale_view(preemptor, f"{victim} is not borrowing what is asked on {leaf}", victim)
+
+
+def victim_not_admitted(victim: WorkloadKey, state: str | None, node: QuotaPath | None) -> Reason:
+    """The ledger refuses a preemption: it holds no ``admitted`` allocation for ``victim``
+    (``state`` is what it holds, None: nothing live; ``node`` where that allocation counts)."""
+    return Reason(
+        code="StaleView",
+        message=f"victim {victim} is not admitted: the ledger holds {_holds(state, node)}",
+        node=node,
+        blocker=victim,
+    )
+
+
+def _holds(state: str | None, node: QuotaPath | None) -> str:
+    """What the ledger holds for a workload: its live allocation's ``state`` on ``node``."""
+    return "no live allocation" if state is None else f"a {state} allocation on {node}"
+
+
+def ended_after_view(workload: WorkloadKey, end_seq: int, view_seq: int) -> Reason:
+    """The ledger refuses a proposal: ``workload`` ended (log entry ``end_seq``) after the
+    view the proposal was made on (entry ``view_seq``) (R8)."""
+    return Reason(
+        code="StaleView",
+        message=(
+            f"{workload} finished or was deleted at log entry {end_seq}, after the proposal's "
+            f"view (entry {view_seq})"
+        ),
+        blocker=workload,
+    )
+
+
+def requeue_refused(workload: WorkloadKey, state: str | None, node: QuotaPath | None) -> Reason:
+    """The ledger refuses a requeue (R10) or a drain's stop (R15): it holds no ``admitted``
+    allocation of ``workload`` on the requeue's quota (``state`` on ``node``: what it holds)."""
+    return Reason(
+        code="StaleView",
+        message=f"requeue of {workload} refused: the ledger holds {_holds(state, node)}",
+        blocker=workload,
+    )
+
+
+def being_preempted(
+    workload: WorkloadKey, node: QuotaPath, preemptor: WorkloadKey | None
+) -> Reason:
+    """The ledger refuses a grant: ``workload`` is a victim still stopping on ``node``."""
+    return Reason(
+        code="PreemptionInProgress",
+        message=f"{workload} is being preempted: its pods were not seen stopped yet",
+        node=node,
+        blocker=preemptor,
+    )
+
+
+def already_admitted(workload: WorkloadKey, held_on: QuotaPath, asked: QuotaPath) -> Reason:
+    """The ledger refuses a grant: ``workload`` already holds a live allocation elsewhere."""
+    return Reason(
+        code="AlreadyAdmitted",
+        message=f"{workload} already holds a live allocation on {held_on}, not on {asked}",
+        node=held_on,
+        blocker=workload,
+    )
+
+
+def not_a_leaf(quota: QuotaPath) -> Reason:
+    """The ledger refuses a grant: ``quota`` is no leaf of the quota tree in force."""
+    return Reason(
+        code="UnknownQuota",
+        message=f"{quota} is not a leaf of the quota tree in force",
+        node=quota,
+    )
+
+
 def _seconds(ms: int) -> str:
     """Milliseconds as seconds for a sentence: ``300``, ``1.5``."""
     whole, rest = divmod(ms, 1000)

@@ -163,7 +163,13 @@ CLAIMING: Final[tuple[AllocationState, ...]] = (AllocationState.ADMITTED, Alloca
 
 
 class IllegalTransition(ValueError):
-    """An allocation was asked to move where ``TRANSITIONS`` does not allow."""
+    """An allocation was asked to move from ``source`` (None: no row yet) to ``target``, which
+    ``TRANSITIONS`` (or ``CREATED``) does not allow; the message says what ``source`` allows."""
+
+    def __init__(self, source: AllocationState | None, target: AllocationState, why: str) -> None:
+        super().__init__(why)
+        self.source = source
+        self.target = target
 
 
 def transition_refusal(source: AllocationState | None, target: AllocationState) -> str | None:
@@ -184,7 +190,7 @@ def advance(source: AllocationState | None, target: AllocationState) -> Allocati
     """``target``, once ``transition_refusal`` allows it; else ``IllegalTransition``."""
     why = transition_refusal(source, target)
     if why is not None:
-        raise IllegalTransition(why)
+        raise IllegalTransition(source, target, why)
     return target
 
 

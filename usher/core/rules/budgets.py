@@ -5,14 +5,15 @@ What it does: ``parse_budgets`` reads a node's ``usher.io/budgets`` attribute
 (canonical units x ms), or the errors refusing it (T1 names the attribute); ``window_of`` says
 which window an instant falls in (a calendar month UTC, or consecutive N-day periods counted
 from 1970-01-01 UTC) and when it resets. ``BudgetBook`` keeps, per budget, what closed
-allocation intervals accrued in the current window (U1's intervals: an interval closes when
-its workload stops counting as admitted); ``BudgetStatus`` adds the running work up to ``now``
-and says whether the budget is spent (``spent >= limit``), how long the running work takes to
-use up what is left (``ms_until_exhausted``) and the pending reason (``BudgetExhausted: 503.2
-of 500 GPU-hours in 2026-11, resets 2026-12-01 (budget of root/research)``); ``nearest_stop``
-says which spent budget governs a leaf (its action: ``hold``, ``min-only`` or
-``lower-priority``) and ``next_change`` when one resets or runs out (the engine's wakeups).
-``budget_report`` and its renderers print ``usher budget``. Also the opt-in of B2's overrun
+allocation intervals accrued in the current window (U1's intervals: an interval closes at
+the ledger's ``Preempted``, ``Requeued`` or ``Released`` of its workload); ``BudgetStatus``
+adds the running work up to ``now`` and says whether the budget is spent (``spent >=
+limit``), how long the running work takes to use up what is left (``ms_until_exhausted``)
+and the pending reason (``BudgetExhausted: 503.2 of 500 GPU-hours in 2026-11, resets
+2026-12-01 (budget of root/research)``); ``nearest_stop`` says which spent budget governs a
+leaf (its action: ``hold``, ``min-only`` or ``lower-priority``) and ``next_change`` when one
+resets or runs out (the engine's wakeups). ``budget_report`` and its renderers print ``usher
+budget``. Also the opt-in of B2's overrun
 hold, ``usher.io/budget-overrun`` (``overrun_errors``, ``holds_overrun``; the hold itself is
 ``budget_overrun``'s).
 What it must never do: read a clock (``now`` is passed in), perform I/O, use float arithmetic on

@@ -4,7 +4,9 @@ What it does: the pure predicates that decide whether a reclaim may happen, on p
 mappings, so that the engine (which proposes) and the ledger (which carries it out, against its
 own rows) apply one definition: a node's *claim* (what counts once stopping victims have
 stopped), whether a request stays within a guarantee, which resource makes a leaf borrowing,
-and the within-quota / min-runtime policy a node inherits down the tree.
+the within-quota / min-runtime policy a node inherits down the tree, and whether one victim may
+be preempted for a preemptor (``victim_refusal``, R5-R6: the engine's check of a proposed
+reclaim and the ledger's re-check against its rows are this one function).
 What it must never do: perform I/O, read a clock, or decide anything beyond these predicates.
 """
 
@@ -12,6 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from schemas import QuotaPath, Reason, WorkloadKey
+from usher.core.model import reasons
 from usher.core.model.config import WithinQuota
 from usher.core.values.registry import MIN_RUNTIME, WITHIN_QUOTA
 
@@ -73,11 +77,49 @@ def path_policy(chain: Sequence[Mapping[str, str]], default: NodePolicy) -> Node
     return policy
 
 
+def victim_refusal(
+    preemptor: WorkloadKey,
+    preemptor_leaf: QuotaPath,
+    preemptor_priority: int,
+    victim: WorkloadKey,
+    victim_leaf: QuotaPath,
+    victim_priority: int | None,
+    *,
+    ran_ms: int | None,
+    min_runtime_ms: int,
+    lower_priority: bool,
+    within: bool,
+    borrowing: bool,
+) -> Reason | None:
+    """Why ``victim`` (counting on ``victim_leaf``) may not be preempted for ``preemptor``; None
+    when it may (R5, R6).
+
+    In order: a victim that ran ``ran_ms`` < ``min_runtime_ms`` is protected (``ran_ms`` None:
+    it has already ended and only its allocation lingers, so no runtime protects it); on the
+    preemptor's own leaf only a strictly lower-priority victim, where ``lower_priority``
+    (within-quota ``LowerPriority``) is in force; on another leaf only with the preemptor
+    ``within`` its guarantee and the victim's leaf ``borrowing`` a resource it asks. A
+    ``victim_priority`` of None (an ended victim) is of no priority to compare.
+    """
+    if ran_ms is not None and ran_ms < min_runtime_ms:
+        return reasons.victim_within_min_runtime(preemptor, victim, ran_ms, min_runtime_ms)
+    if victim_leaf == preemptor_leaf:
+        if lower_priority and victim_priority is not None and victim_priority < preemptor_priority:
+            return None
+        return reasons.victim_not_lower_priority(preemptor, victim, victim_leaf)
+    if not within:
+        return reasons.beyond_guarantee(preemptor, preemptor_leaf, victim)
+    if not borrowing:
+        return reasons.victim_not_borrowing(preemptor, victim, victim_leaf)
+    return None
+
+
 __all__ = [
     "Amounts",
     "NodePolicy",
     "borrowed_resource",
     "node_policy",
     "path_policy",
+    "victim_refusal",
     "within_guarantee",
 ]

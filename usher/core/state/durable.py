@@ -17,7 +17,7 @@ import msgspec
 
 from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
 from usher.core.model.config import EngineConfig
-from usher.core.rules.budgets import BudgetBook
+from usher.core.rules.budgets import BudgetBook, Running
 from usher.core.rules.fairshare import FairBook
 from usher.core.rules.holds import HoldRecord
 from usher.core.rules.retry import Failure, RetryLink
@@ -41,6 +41,7 @@ class EngineState:
     __slots__ = (
         "announce",
         "budget_book",
+        "closing",
         "failures",
         "fair_book",
         "held",
@@ -97,6 +98,11 @@ class EngineState:
         self.retries: dict[WorkloadKey, RetryLink] = {}
         """Attempts a ``Retried`` named, by their key: their first attempt and place (R12)."""
         self.budget_book = BudgetBook()
+        self.closing: dict[WorkloadKey, Running] = {}
+        """Allocation intervals (U1) still open although their workload no longer counts as
+        admitted: finished or deleted, lingering until the ledger's ``Released`` (or
+        ``Preempted``, ``Requeued``) closes them; the budget and fair-share books book them
+        then, so they count what usage counts (B1, F1; never with ``instant_release``)."""
         """What closed allocation intervals accrued in each budget's current window (B1)."""
         self.starving: dict[WorkloadKey, Millis] = {}
         """Heads passed over by admissions, by key -> since when (N1): past their leaf's
@@ -136,6 +142,7 @@ class EngineState:
         twin.failures = dict(self.failures)
         twin.retries = dict(self.retries)
         twin.budget_book = self.budget_book.copy()
+        twin.closing = dict(self.closing)
         twin.starving = dict(self.starving)
         twin.fair_book = self.fair_book.copy()
         twin.version = self.version
