@@ -214,6 +214,14 @@ class Metrics:
             ["service"],
             registry=r,
         )
+        self.forged_decisions = Counter(
+            "usher_forged_decisions",
+            "Decisions the watcher refused to carry out because their subject or source is not "
+            "their owner's (parked on the dead-letter queue with reason ForgedDecision), by "
+            "decision type.",
+            ["decision"],
+            registry=r,
+        )
         self.up = Gauge(
             "usher_up",
             "1 while the service can do its work (what /healthz says), 0 once its NATS "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import msgspec
 from sqlalchemy.engine import make_url
@@ -78,6 +79,9 @@ class ServiceSettings:
     """Replicas of the log and DLQ streams (``USHER_STREAM_REPLICAS``; the deploy sets 3). Used
     by whoever creates the streams: the admin (``usher up``, ``usher streams``), or a service
     on an open server where they are missing."""
+    notify_url: str | None = None
+    """The watcher POSTs each job Event it records there as a CloudEvent
+    (``USHER_NOTIFY_URL``, http or https; unset: no webhook)."""
     nats_down_limit_s: float = 30.0
     """``/healthz`` fails once the NATS connection has been down this long
     (``USHER_NATS_DOWN_LIMIT_SECONDS``): the client has tried ~5 full reconnects by then."""
@@ -239,7 +243,18 @@ def load_settings(
         nats_tls_key=tls_key,
         stream_replicas=replicas,
         nats_down_limit_s=down_limit,
+        notify_url=notify_url(env.get("USHER_NOTIFY_URL", "")),
     )
+
+
+def notify_url(raw: str) -> str | None:
+    """``USHER_NOTIFY_URL``: an http(s) URL with a host, or empty (no webhook)."""
+    if not raw:
+        return None
+    parts = urlsplit(raw)
+    if parts.scheme not in ("http", "https") or not parts.hostname or raw.strip() != raw:
+        raise SettingsError("USHER_NOTIFY_URL", "must be an http:// or https:// URL with a host")
+    return raw
 
 
 def nats_down_limit(raw: str) -> float:

@@ -18,9 +18,12 @@ DLQ and acked. Only the ledger admits and preempts: a ledger decision (``Admitte
 ledger, is forged, and so is a ``Retried`` not from its zone's dequeuer on its subject
 (``Subjects.owner_problem``): it is logged, parked with the precise
 reason (``ForgedDecision``) and acked, never carried out. Other decisions (``Released``,
-``Pending``...) need no Kubernetes change and are acked as they come.
+``Pending``...) need no Kubernetes change and are acked as they come. What people care about is
+also told as a Kubernetes Event on the job (``services.watcher.notify``): an admission, a
+preemption or requeue it carried out, a retry it created or a job given up, an
+``Inadmissible`` (once per reason); recorded beside the carrying out, best effort.
 What it must never do: ack before the patch, patch a finished or deleted workload, carry out a
-stale or forged decision, or stop on one bad message.
+stale or forged decision, stop on one bad message, or wait on an Event.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from schemas import (
     Admitted,
     Envelope,
     EventId,
+    Inadmissible,
     Preempted,
     Requeued,
     Retried,
@@ -46,7 +50,9 @@ from schemas import (
     decode_envelope,
 )
 from services.common.runtime import ServiceContext, wait_or_stop
-from services.watcher.kinds import JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
+from services.watcher.deliveries import WebhookDeliveries
+from services.watcher.kinds import EVENTS, JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
+from services.watcher.notify import Told, cloud_event, decision_event
 from services.watcher.observe import SOURCE, ClusterView
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.projection import WatcherProjection
@@ -67,6 +73,10 @@ from usher.core.tree.burst_tolerations import Toleration
 from usher.core.tree.zone_burst import zone_tolerations
 
 Result = Literal["patched", "created", "gone", "finished", "already", "stale", "ignored"]
+RETRY_TOLD: tuple[Result, ...] = ("created", "ignored")
+"""A ``Retried`` is told once its next attempt is created, or when there is none (gave up)."""
+MAX_TELLING = 256
+"""Events recorded at once at most; past that (the API too slow) one is dropped and logged."""
 
 
 def consumer_name(subjects: Subjects) -> str:
@@ -98,8 +108,11 @@ class DecisionRunner:
         view: WatcherProjection,
         cluster: ClusterView,
         options: WatcherOptions,
+        deliveries: WebhookDeliveries | None = None,
     ) -> None:
         self.ctx = ctx
+        self.deliveries = deliveries
+        """Where each recorded Event also goes as a CloudEvent (``USHER_NOTIFY_URL``)."""
         self.kube = kube
         self.view = view
         self.cluster = cluster
@@ -107,6 +120,10 @@ class DecisionRunner:
         self._carried: dict[str, int] = {}
         """Stream sequence of the last decision carried out per workload (this process)."""
         self._families = {family.storage: family for family in JOB_FAMILIES}
+        self._telling: set[asyncio.Task[None]] = set()
+        """Events being recorded (``notify``): beside the carrying out, never in its way."""
+        self._told_inadmissible: set[tuple[str, str]] = set()
+        """(workload, reason code) of the Inadmissible Events recorded by this process."""
 
     async def run(self) -> None:
         """Consume until the service stops."""
@@ -122,6 +139,8 @@ class DecisionRunner:
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await subscription.unsubscribe()
+            for task in self._telling:
+                task.cancel()
 
     async def _run_lane(self, lane: list[Msg]) -> None:
         for msg in lane:
@@ -182,6 +201,7 @@ class DecisionRunner:
         problem = self.ctx.subjects.owner_problem(msg.subject, envelope)
         if problem is not None:
             forged = ForgedDecision(msg.subject, type(decision).__name__, problem)
+            self.ctx.metrics.forged_decisions.labels(forged.decision).inc()
             self.ctx.log.warning(
                 "forged decision ignored", subject=msg.subject, decision=forged.decision,
                 source=envelope.source, reason=problem, seq=seq,
@@ -189,6 +209,11 @@ class DecisionRunner:
             await self.ctx.park(msg.subject, msg.data, forged, problem, seq)
             await _quietly(msg.ack())
             return
+        if isinstance(decision, Inadmissible) and not self.view.stale(decision.workload, seq):
+            told = (decision.workload, decision.reason.code)
+            if told not in self._told_inadmissible:
+                self._told_inadmissible.add(told)
+                self._tell(decision, seq)
         if not isinstance(decision, Admitted | Preempted | Requeued | Retried):
             await _quietly(msg.ack())
             return
@@ -208,6 +233,38 @@ class DecisionRunner:
         self._carried[decision.workload] = max(seq, self._carried.get(decision.workload, 0))
         await _quietly(msg.ack())
         log.info("decision carried out", result=result)
+        if result == "patched" or (isinstance(decision, Retried) and result in RETRY_TOLD):
+            self._tell(decision, seq)
+
+    def _tell(self, decision: Told, seq: int) -> None:
+        """Record ``decision`` as an Event on its job, beside the carrying out (best effort:
+        a refused or lost Event is logged, never retried, and holds nothing up)."""
+        if len(self._telling) >= MAX_TELLING:
+            self.ctx.log.warning(
+                "event dropped: too many being recorded", workload=decision.workload
+            )
+            return
+        task = asyncio.create_task(self._record(decision, seq))
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
+
+    async def _record(self, decision: Told, seq: int) -> None:
+        resource = self.cluster.workloads.get(decision.workload)
+        if resource is None:
+            return
+        namespace, _, name = decision.workload.partition("/")
+        try:
+            obj = await self.kube.get(resource, namespace, name)
+            event = decision_event(decision, obj, datetime.now(UTC))
+            if self.deliveries is not None:
+                event_id = f"{self.ctx.subjects.prefix}-{seq}"
+                self.deliveries.offer(cloud_event(event, decision, event_id))
+            await self.kube.create(EVENTS, namespace, event)
+        except KubeError as exc:
+            self.ctx.log.warning(
+                "event not recorded", workload=decision.workload, error=type(exc).__name__,
+                detail=exc.message,
+            )  # fmt: skip
 
     async def _carry_out_with_retries(
         self, decision: Admitted | Preempted | Requeued | Retried, seq: int, msg: Msg, log: Any

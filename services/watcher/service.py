@@ -20,6 +20,7 @@ from services.common.runtime import ServiceContext
 from services.common.settings import SettingsError
 from services.common.tasks import cancel_tasks
 from services.watcher.carry_out import DecisionRunner
+from services.watcher.deliveries import WebhookDeliveries
 from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
 from services.watcher.observe import (
     ClusterView,
@@ -82,7 +83,11 @@ class Watcher:
         self.unsupported: list[Observer] = [
             WorkloadObserver(f, *args) for f in UNSUPPORTED_FAMILIES
         ]
-        self.decisions = DecisionRunner(ctx, kube, self.view, self.cluster, options)
+        url = ctx.settings.notify_url
+        self.deliveries = WebhookDeliveries(ctx, url) if url else None
+        self.decisions = DecisionRunner(
+            ctx, kube, self.view, self.cluster, options, self.deliveries
+        )
         self.status = StatusWriter(ctx, kube, self.view, self.cluster, options)
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -103,6 +108,8 @@ class Watcher:
             self._start("status", self.status.run())
             # Decisions need every job kind listed: a workload not seen yet would look gone.
             await self._tasks_running_until(*(o.settled for o in self.workloads))
+            if self.deliveries is not None:
+                self._start("webhook", self.deliveries.run())
             self._start("decisions", self.decisions.run())
             self.ctx.ready.set()  # every kind listed, decisions flowing: ready to serve
             await self._tasks_running_until()

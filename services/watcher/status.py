@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from schemas import QueueName, QuotaNode, QuotaPath
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import EVENTS, NAMESPACES, QUEUES, QUOTA_TREES
+from services.watcher.notify import core_event
 from services.watcher.observe import ClusterView, TreeObject
 from services.watcher.options import WatcherOptions
 from services.watcher.projection import WatcherProjection
@@ -53,7 +54,6 @@ QUOTA_ANNOTATION = "kube-queue/quota-fullname"
 OURS = f"{CREATED_BY_LABEL}=true"
 ACCEPTED = "Accepted"
 INVALID_SPEC = "InvalidSpec"
-EVENT_COMPONENT = "usher-watcher"
 
 
 # --------------------------------------------------------------------------- what it should be
@@ -172,29 +172,22 @@ def newly_rejected(before: object, after: list[JsonObj]) -> JsonObj | None:
     return None if said else new
 
 
-def rejection_event(tree: TreeObject, condition: JsonObj, now: str) -> JsonObj:
+def rejection_event(tree: TreeObject, condition: JsonObj, now: datetime) -> JsonObj:
     """A core/v1 ``Warning`` Event about the tree, as a controller records one."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{tree.name}.", "namespace": tree.namespace},
-        "involvedObject": {
-            "apiVersion": QUOTA_TREES.api_version,
-            "kind": QUOTA_TREES.kind,
-            "namespace": tree.namespace,
-            "name": tree.name,
-            "uid": tree.uid,
-        },
-        "type": "Warning",
-        "reason": condition["reason"],
-        "message": condition["message"],
-        "source": {"component": EVENT_COMPONENT},
-        "reportingComponent": EVENT_COMPONENT,
-        "reportingInstance": EVENT_COMPONENT,
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
+    involved = {
+        "apiVersion": QUOTA_TREES.api_version,
+        "kind": QUOTA_TREES.kind,
+        "namespace": tree.namespace,
+        "name": tree.name,
+        "uid": tree.uid,
     }
+    return core_event(
+        involved,
+        kind="Warning",
+        reason=condition["reason"],
+        message=condition["message"],
+        now=now,
+    )
 
 
 def _now() -> str:
@@ -397,7 +390,8 @@ class StatusWriter:
         """Best effort, as a controller's event recorder: a lost Event loses no state (the
         condition says it), so a refusal is logged and not retried."""
         try:
-            await self.kube.create(EVENTS, tree.namespace, rejection_event(tree, condition, _now()))
+            event = rejection_event(tree, condition, datetime.now(UTC))
+            await self.kube.create(EVENTS, tree.namespace, event)
         except KubeError as exc:
             self.log.warning("event not recorded", quota=f"{tree.namespace}/{tree.name}",
                              error=type(exc).__name__, detail=exc.message)  # fmt: skip

@@ -80,6 +80,8 @@ class UpProcess:
 
     home: Path
     args: tuple[str, ...] = ("--no-demo",)
+    env: dict[str, str] = field(default_factory=dict)
+    """Added to the clean environment (e.g. a USHER_* setting every service reads)."""
     proc: subprocess.Popen[bytes] | None = None
     output: Path = field(init=False)
 
@@ -91,7 +93,7 @@ class UpProcess:
         with open(self.output, "ab") as out:
             self.proc = subprocess.Popen(
                 [*USHER, "up", *self.args],
-                env=clean_env(self.home),
+                env={**clean_env(self.home), **self.env},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

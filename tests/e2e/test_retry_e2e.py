@@ -80,6 +80,25 @@ async def test_an_oom_killed_job_is_retried_with_more_memory_and_succeeds(
                 return next((e for e in found if e.workload == retry and e.succeeded), None)
 
             await stack.until(retry_succeeded, "a successful retry", within_s=WITHIN_S)
+
+            async def told() -> dict[tuple[str, str], str] | None:
+                listed = await client.CoreV1Api(api).list_namespaced_event(NAMESPACE)
+                seen = {(e.involved_object.name, e.reason): e.message for e in listed.items}
+                wanted = {
+                    ("train", "Admitted"),
+                    ("train", "Retried"),
+                    ("train-retry-1", "Admitted"),
+                }
+                return seen if wanted <= seen.keys() else None
+
+            said = await stack.until(told, "the jobs' Events", within_s=WITHIN_S)
+            assert said[("train", "Retried")].startswith(
+                f"Attempt 1 OOMKilled: retried as {retry} (1 of 2 retries): "
+            )
+            assert "main/main memory 4Gi -> 6Gi" in said[("train", "Retried")]
+            assert said[("train-retry-1", "Admitted")].startswith(
+                "Admitted by Usher into root/Department-a (queue "
+            )
             created = await client.BatchV1Api(api).read_namespaced_job("train-retry-1", NAMESPACE)
             assert created.metadata.annotations[RETRY_OF_ANNOTATION] == f"{NAMESPACE}/train"
             [main] = created.spec.template.spec.containers

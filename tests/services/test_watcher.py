@@ -49,6 +49,7 @@ from schemas import (
     decode_envelope,
 )
 from schemas.envelope import LogEvent
+from services.common.metrics import process_metrics
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings, SettingsError
 from services.watcher import service as watcher_service
@@ -931,6 +932,12 @@ async def test_forged_decisions_are_parked_and_never_carried_out(h: Harness) -> 
     unmapped = h.subjects.decision(Zone("default"), "unmapped", "user-c", "forge-big")
     other_job = h.subjects.decision(Zone("default"), "admitted", "user-a", "pi")
     other_zone = h.subjects.decision(Zone("zone-b"), "admitted", "user-c", "forge-big")
+    counted = process_metrics().registry.get_sample_value
+
+    def forged_count(decision: str) -> float:
+        return counted("usher_forged_decisions_total", {"decision": decision}) or 0.0
+
+    before = forged_count("Admitted"), forged_count("Preempted")
     async with h.watcher():
         await h.logged(WorkloadObserved, lambda e: e.name == "pi")
         await h.logged(WorkloadObserved, lambda e: e.name == "forge-big")
@@ -955,6 +962,8 @@ async def test_forged_decisions_are_parked_and_never_carried_out(h: Harness) -> 
         forged = await h.kube.get(JOBS, "user-c", "forge-big")
     assert forged["spec"]["suspend"] is True
     assert [(d.service, d.error) for d in letters] == [("watcher", "ForgedDecision")] * 5
+    # What the alert UsherForgedDecisions reads (deploy/monitoring/usher-alerts.yaml).
+    assert (forged_count("Admitted") - before[0], forged_count("Preempted") - before[1]) == (4, 1)
     assert [d.subject for d in letters] == [unmapped, other_job, other_zone, h.subjects.decision(
         Zone("default"), "admitted", "user-c", "forge-big"), unmapped]  # fmt: skip
     details = [d.detail for d in letters]

@@ -27,6 +27,7 @@ import msgspec
 from usher.cli import (
     EXIT_BAD_INPUT,
     EXIT_DIFFERENCES,
+    EXIT_INTERRUPTED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
     cli,
@@ -34,6 +35,7 @@ from usher.cli import (
     home_option,
     import_nats_without_websockets,
 )
+from usher.cli.fanout import fan_out_of, report_group, submit_group
 from usher.cli.values import (
     DURATION,
     QUANTITY_CPU,
@@ -43,7 +45,15 @@ from usher.cli.values import (
     ZONE,
 )
 from usher.client.durations import age, estimated_start
-from usher.client.errors import BadInput, ClientError, NotFound, NotRunning, Refused, WaitTimeout
+from usher.client.errors import (
+    BadInput,
+    ClientError,
+    GroupIncomplete,
+    NotFound,
+    NotRunning,
+    Refused,
+    WaitTimeout,
+)
 from usher.client.target import resolve_target
 from usher.client.timing import UNKNOWN_GRACE_S
 from usher.core.state.indexed import ENGINE_STATES, JobState
@@ -130,6 +140,10 @@ def run(options: dict[str, Any], work: Callable[[AsyncClient], Coroutine[Any, An
 
 
 def _exit_code(exc: ClientError) -> int:
+    if isinstance(exc, GroupIncomplete):  # the lines say what was created and what not
+        if exc.interrupted:
+            return EXIT_INTERRUPTED
+        return _exit_code(exc.cause) if exc.cause is not None else EXIT_BAD_INPUT
     if isinstance(exc, NotRunning):
         return EXIT_UNAVAILABLE
     if isinstance(exc, WaitTimeout):
@@ -278,7 +292,32 @@ def _finish_wait(job: JobInfo, until: str) -> None:
     help="Seconds the emulator runs it (annotation usher.io/sim-duration).",
 )
 @click.option("--label", "labels", multiple=True, help="KEY=VALUE, repeatable.")
-@click.option("--wait", is_flag=True, help="Follow the job until it finishes.")
+@click.option(
+    "--for-each-day",
+    default=None,
+    metavar="[VAR=]FIRST..LAST",
+    help="One job per day (e.g. 2026-01-01..2026-03-31, at most 10000), named NAME-DAY, the"
+    " day in $VAR (default DAY); all of one group.",
+)
+@click.option("--weekdays", is_flag=True, help="With --for-each-day: Monday to Friday only.")
+@click.option(
+    "--calendar",
+    default=None,
+    metavar="FILE",
+    help="With --for-each-day: only the days FILE lists (one YYYY-MM-DD a line, # comments).",
+)
+@click.option(
+    "--for-each",
+    default=None,
+    metavar="VAR=V1,V2,...",
+    help="One job per value, named NAME-VALUE, the value in $VAR; all of one group.",
+)
+@click.option(
+    "--group",
+    default=None,
+    help="With a fan-out: the group's name (label usher.io/group; default: --name).",
+)
+@click.option("--wait", is_flag=True, help="Follow the job (or group) until it finishes.")
 @click.option("--timeout", type=DURATION, default=None, help="Seconds --wait waits at most.")
 @click.option(
     "--dry-run",
@@ -309,6 +348,11 @@ def submit(
     any_zone: bool,
     duration: float | None,
     labels: tuple[str, ...],
+    for_each_day: str | None,
+    weekdays: bool,
+    calendar: str | None,
+    for_each: str | None,
+    group: str | None,
     wait: bool,
     timeout: float | None,
     dry_run: bool,
@@ -323,7 +367,17 @@ def submit(
     Usher admits it when its quota allows; --wait follows it (position and reason while
     pending, then admitted, then finished) and exits 0 only when it succeeded. --dry-run
     creates nothing and says what would happen (each job of a file tried alone).
+
+    --for-each-day and --for-each submit one job per day or value, all of one group
+    (usher jobs/wait/delete --group); --wait then follows the group and exits 1 if any job
+    failed, naming each. Ctrl-C or an API failure part-way says which jobs were created.
     """
+    fan_out = fan_out_of(for_each_day, weekdays, calendar, for_each)
+    if fan_out is None and group is not None:
+        fail("--group goes with --for-each-day or --for-each", EXIT_USAGE)
+    if fan_out is not None and (image is None or dry_run):
+        fail("--for-each-day and --for-each build jobs from --image (no FILE, no --dry-run)",
+             EXIT_USAGE)  # fmt: skip
     if dry_run and wait:
         fail("--dry-run creates nothing to --wait for", EXIT_USAGE)
     if output != "table" and not dry_run:
@@ -359,6 +413,32 @@ def submit(
         return
 
     async def work(client: AsyncClient) -> None:
+        if fan_out is not None and image is not None:
+            from usher.client.manifests import JobRequest
+
+            request = JobRequest(
+                namespace=namespace,
+                image=image,
+                name=name,
+                cpu=cpu,
+                memory=memory,
+                gpu=gpu,
+                replicas=replicas,
+                priority_class=priority_class,
+                zone=zone,
+                duration_s=duration,
+                command=args,
+                labels=label_map,
+            )
+            made = await submit_group(
+                client, fan_out, request, group=group, check_zone=not any_zone
+            )
+            if wait:
+                done = await client.wait_group(
+                    made, namespace, timeout=timeout, on_change=_show_progress
+                )
+                report_group(done, "done")
+            return
         if image is not None:
             submitted = [
                 await client.submit(
@@ -458,8 +538,13 @@ def workload_manifests(path: Path) -> list[dict[str, Any]]:
 
 
 @cli.command("wait")
-@click.argument("job")
+@click.argument("job", required=False)
 @click.option("-n", "--namespace", default=None, help="When JOB is a bare name.")
+@click.option(
+    "--group",
+    default=None,
+    help="Instead of JOB: every job of this group (a fan-out); exit 1 if any failed.",
+)
 @click.option(
     "--for",
     "until",
@@ -478,14 +563,33 @@ def workload_manifests(path: Path) -> list[dict[str, Any]]:
 )
 @target_options
 def wait_command(
-    job: str,
+    job: str | None,
     namespace: str | None,
+    group: str | None,
     until: str,
     timeout: float | None,
     grace: float,
     **options: Any,
 ) -> None:
-    """Follow JOB (namespace/name) and exit 0 when it succeeded (or was admitted)."""
+    """Follow JOB (namespace/name), or every job of --group, and exit 0 when it succeeded (or
+    was admitted); for a group, exit 1 naming every job that did not."""
+    if (job is None) == (group is None):
+        fail("give a JOB or --group (one of them)", EXIT_USAGE)
+    if group is not None:
+        result = run(
+            options,
+            lambda client: client.wait_group(
+                group,
+                namespace,
+                until=until,
+                timeout=timeout,
+                on_change=_show_progress,
+                grace=grace,
+            ),
+        )
+        report_group(result, until)
+        return
+    assert job is not None
 
     async def work(client: AsyncClient) -> JobInfo:
         return await client.wait(
@@ -501,17 +605,33 @@ def wait_command(
 
 
 @click.command("delete")
-@click.argument("job", metavar="NS/NAME")
+@click.argument("job", metavar="NS/NAME", required=False)
 @click.option("-n", "--namespace", default=None, help="When JOB is a bare name.")
 @click.option(
     "--kind", default=None, help="Job, TFJob, PyTorchJob... (only when two kinds share NAME)."
 )
+@click.option("--group", default=None, help="Instead of JOB: every job of this group (fan-out).")
 @target_options
-def delete_command(job: str, namespace: str | None, kind: str | None, **options: Any) -> None:
-    """Delete (cancel) a job of any kind Usher admits; Usher releases its quota.
+def delete_command(
+    job: str | None, namespace: str | None, kind: str | None, group: str | None, **options: Any
+) -> None:
+    """Delete (cancel) a job of any kind Usher admits, or every job of --group; Usher releases
+    their quota.
 
     Like kubectl delete: a pending job leaves its queue, a running one stops.
     """
+    if (job is None) == (group is None):
+        fail("give a JOB or --group (one of them)", EXIT_USAGE)
+    if group is not None:
+        gone = run(
+            options,
+            lambda client: client.delete_group(
+                group, namespace, on_deleted=lambda d: click.echo(f"{d.label} deleted")
+            ),
+        )
+        click.echo(f"group {group}: {len(gone)} jobs deleted")
+        return
+    assert job is not None
     deleted = run(options, lambda client: client.delete(job, namespace, kind=kind))
     click.echo(f"{deleted.label} deleted")
 
@@ -538,16 +658,22 @@ cli.add_command(delete_command, "cancel")
     is_flag=True,
     help="Add START: a pending job's estimated start from now (p50, with p25-p75).",
 )
+@click.option("--group", default=None, help="Only the jobs of this group (a fan-out).")
 @output_option
 @target_options
 def jobs(
-    namespace: str | None, states: tuple[str, ...], show_start: bool, output: str, **options: Any
+    namespace: str | None,
+    states: tuple[str, ...],
+    show_start: bool,
+    group: str | None,
+    output: str,
+    **options: Any,
 ) -> None:
     """Every job Usher knows: state, queue, position, priority and why it waits (-o json and
     --start: when a pending one likely starts)."""
 
     async def work(client: AsyncClient) -> list[JobInfo]:
-        found = await client.list_jobs(namespace, states=states or None)
+        found = await client.list_jobs(namespace, states=states or None, group=group)
         if namespace is not None and not found:
             taken = await client.namespaces()
             if taken and namespace not in taken:
@@ -562,6 +688,7 @@ def jobs(
     def table() -> str:
         if not found:
             which = f"{' or '.join(states)} jobs" if states else "jobs"
+            which += f" of group {group}" if group else ""
             return f"No {which}{f' in namespace {namespace}' if namespace else ''}."
         rows = [
             [

@@ -16,6 +16,7 @@ flag, or print or raise anything that holds a password.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import inspect
 import threading
@@ -57,8 +58,16 @@ from usher.adapters.logs import redact_url
 from usher.adapters.nats.permissions import ADMIN
 from usher.adapters.nats.subjects import Subjects
 from usher.client.errors import AlreadyExists as ObjectExists
-from usher.client.errors import BadInput, ClientError, NotRunning, Refused, WaitTimeout
+from usher.client.errors import (
+    BadInput,
+    ClientError,
+    GroupIncomplete,
+    NotRunning,
+    Refused,
+    WaitTimeout,
+)
 from usher.client.errors import NotFound as UnknownObject
+from usher.client.fanout import GROUP_LABEL, GroupResult, group_name, member_requests
 from usher.client.manifests import (
     JOB,
     KINDS,
@@ -95,6 +104,7 @@ from usher.core.rules.budgets import BudgetReport, budget_report
 from usher.core.rules.holds import check_order as check_hold_order
 from usher.core.rules.holds import resolve_target as resolve_hold_target
 from usher.core.state.indexed import JobState
+from usher.core.values.fanout import FanOut
 
 if TYPE_CHECKING:
     # Imported where it is used: kubernetes_asyncio is a quarter of a second that reading the
@@ -113,6 +123,13 @@ class Submitted(msgspec.Struct, frozen=True, kw_only=True):
     kind: str
     label: str
     """kubectl's name for it: ``job.batch/pi-8k5pn``."""
+
+
+class SubmittedGroup(msgspec.Struct, frozen=True, kw_only=True):
+    """A fan-out the Kubernetes API accepted whole: the group's name and its jobs in order."""
+
+    group: str
+    jobs: list[Submitted]
 
 
 class Deleted(msgspec.Struct, frozen=True, kw_only=True):
@@ -263,15 +280,24 @@ class AsyncClient:
         return (await self.state()).view(now_ms())
 
     async def list_jobs(
-        self, namespace: str | None = None, *, states: Iterable[str] | None = None
+        self,
+        namespace: str | None = None,
+        *,
+        states: Iterable[str] | None = None,
+        group: str | None = None,
     ) -> list[JobInfo]:
-        """Every job Usher knows (optionally of one namespace, or in some states)."""
+        """Every job Usher knows (optionally of one namespace, in some states, or of one
+        ``group``: a fan-out's jobs, found by their label ``usher.io/group``)."""
         wanted = set(states) if states is not None else None
+        members = None
+        if group is not None:
+            members = {m.job for m in await self.group_members(group, namespace)}
         return [
             job
             for job in (await self.view()).jobs
             if (namespace is None or job.namespace == namespace)
             and (wanted is None or job.state in wanted)
+            and (members is None or job.job in members)
         ]
 
     async def job(self, job: str, namespace: str | None = None) -> JobInfo:
@@ -693,9 +719,37 @@ class AsyncClient:
         ``grace`` seconds after the wait began (a job just created reaches the log
         within that grace; a misspelt one never does).
         """
+        key = _key(job, namespace)
+        try:
+            found = await self._follow(
+                [key], until=until, timeout=timeout, on_change=on_change, grace=grace
+            )
+        except _TimedOut as late:
+            latest = late.latest.get(key)
+            raise WaitTimeout(
+                f"job {key} is still {latest.state if latest else 'not seen by Usher'}"
+                f" after {timeout:g}s",
+                latest,
+            ) from None
+        return found[key]
+
+    async def _follow(
+        self,
+        keys: list[str],
+        *,
+        until: str,
+        timeout: float | None,  # noqa: ASYNC109 (the CLI's --timeout, by its name)
+        on_change: Callable[[JobInfo], None] | None,
+        grace: float,
+        missing: list[str] | None = None,
+    ) -> dict[str, JobInfo]:
+        """Follow ``keys`` on the log until each is settled (done, or admitted with
+        ``until="admitted"``); their last states. A job deleted meanwhile, or not seen within
+        ``grace`` seconds, raises ``NotFound`` -- or, when ``missing`` is a list, is appended
+        to it and no longer followed. Raises ``_TimedOut`` (the states so far) at ``timeout``.
+        """
         if until not in ("done", "admitted"):
             raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
-        key = _key(job, namespace)
         js = await self.jetstream()
         state = PeopleProjection(self.target.engine)
         try:
@@ -705,54 +759,246 @@ class AsyncClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         unknown_after = time.monotonic() + grace
         stop = asyncio.Event()
-        last_seen: tuple[object, ...] | None = None
-        latest: JobInfo | None = None
-        seen = False
-        reasons_at = 0.0
+        watch = _Watch(state, on_change)
+        open_keys = list(keys)
         try:
             batches = follower.batches(stop, idle_s=lambda: 0.5)
             while True:
-                info = state.job(key)
-                if info is not None and info.state == JobState.PENDING:
-                    if (
-                        time.monotonic() - reasons_at >= REASON_EVERY_S
-                        or latest is None
-                        or (latest.state != JobState.PENDING or latest.position != info.position)
+                watch.reasons = None  # pending reasons: computed once per look, when needed
+                for key in list(open_keys):
+                    info = watch.look(key)
+                    gone = None
+                    if info is None and key in watch.latest:
+                        gone = f"job {key} was deleted"
+                    elif info is None and time.monotonic() >= unknown_after:
+                        gone = f"no job {key} is known to Usher (not seen within {grace:g}s)"
+                    if gone is not None:
+                        if missing is None:
+                            raise UnknownObject(gone)
+                        missing.append(key)
+                        watch.latest.pop(key, None)
+                        open_keys.remove(key)
+                    elif info is not None and (
+                        info.done or (until == "admitted" and info.state == JobState.ADMITTED)
                     ):
-                        reasons_at = time.monotonic()
-                        info = state.job(key, None, state.pending_reasons(now_ms()))
-                    elif latest is not None:
-                        info = msgspec.structs.replace(
-                            info, reason=latest.reason, reason_code=latest.reason_code
-                        )
-                if info is None and seen:
-                    raise UnknownObject(f"job {key} was deleted")
-                if info is None and time.monotonic() >= unknown_after:
-                    raise UnknownObject(
-                        f"no job {key} is known to Usher (not seen within {grace:g}s)"
-                    )
-                if info is not None:
-                    seen = True
-                    latest = info
-                    signature = (info.state, info.position, info.reason, info.queue)
-                    if signature != last_seen:
-                        last_seen = signature
-                        if on_change is not None:
-                            on_change(info)
-                    if info.done or (until == "admitted" and info.state == JobState.ADMITTED):
-                        return info
+                        open_keys.remove(key)
+                if not open_keys:
+                    return dict(watch.latest)
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise WaitTimeout(
-                        f"job {key} is still {latest.state if latest else 'not seen by Usher'}"
-                        f" after {timeout:g}s",
-                        latest,
-                    )
+                    raise _TimedOut(dict(watch.latest))
                 batch = await anext(batches)
                 for item in batch:
                     state.apply(item)
         finally:
             stop.set()
             await follower.stop()
+
+    # ------------------------------------------------------------------ groups (fan-out)
+
+    async def submit_each(
+        self,
+        fan_out: FanOut,
+        request: JobRequest,
+        *,
+        group: str | None = None,
+        check_namespace: bool = True,
+        check_zone: bool = True,
+        on_created: Callable[[Submitted], None] | None = None,
+        parallel: int = 8,
+    ) -> SubmittedGroup:
+        """One suspended Job per value of ``fan_out`` (``for_each_day``, ``for_each``), all of
+        one group (``group``, else the request's name, else generated): each named
+        ``NAME-TAG``, labelled ``usher.io/group`` and ``usher.io/fan-out-value``, its value in
+        the environment variable the fan-out names.
+
+        Every job is built and checked before the first is sent (a bad value sends nothing).
+        Up to ``parallel`` creates are in flight; ``on_created`` is called with each job the
+        API accepted (progress). When one is refused, or the call is cancelled (Ctrl-C), no
+        new create starts, those in flight finish, and ``GroupIncomplete`` says exactly which
+        jobs were created and which were not.
+        """
+        name = group_name(group, request)
+        members = member_requests(request, fan_out, name)
+        manifests = [job_manifest(member) for member in members]
+        await self._check_target(
+            request.namespace if check_namespace else None,
+            request.zone if check_zone else None,
+        )
+        created: dict[int, Submitted] = {}
+        failures: list[ClientError] = []
+        todo = iter(range(len(manifests)))
+        stop = False
+
+        async def worker() -> None:
+            while not stop and not failures and (index := next(todo, None)) is not None:
+                try:
+                    created[index] = await self._create(manifests[index], JOB)
+                except ClientError as exc:
+                    failures.append(exc)
+                    return
+                if on_created is not None:
+                    on_created(created[index])
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(max(1, parallel))]
+        interrupted = False
+        try:
+            await asyncio.wait(workers)
+        except asyncio.CancelledError:
+            interrupted = stop = True
+            await asyncio.wait(workers)  # the creates in flight finish: their outcome is known
+        if interrupted or failures:
+            keys = [f"{request.namespace}/{m.name}" for m in members]
+            raise GroupIncomplete(
+                name,
+                [created[i].job for i in sorted(created)],
+                [key for i, key in enumerate(keys) if i not in created],
+                interrupted=interrupted,
+                cause=failures[0] if failures else None,
+            )
+        return SubmittedGroup(group=name, jobs=[created[i] for i in range(len(manifests))])
+
+    async def group_members(self, group: str, namespace: str | None = None) -> list[Submitted]:
+        """The jobs of ``group`` the Kubernetes API has (label ``usher.io/group``), of every
+        kind Usher admits, sorted by ``namespace/name``."""
+        kube = await self.kube()
+        found: list[Submitted] = []
+        for kind in _workload_kinds(None):
+            try:
+                listed = await kube.list(
+                    kind.resource, namespace=namespace, label_selector=f"{GROUP_LABEL}={group}"
+                )
+            except NotFound:  # a kind this API does not serve
+                continue
+            except KubeError as exc:
+                raise _kube_failure(exc, f"jobs of group {group}") from exc
+            for item in listed.items:
+                meta = item["metadata"]
+                key = f"{meta.get('namespace', 'default')}/{meta['name']}"
+                label = f"{kind.label}/{meta['name']}"
+                found.append(Submitted(job=key, kind=kind.resource.kind, label=label))
+        return sorted(found, key=lambda member: member.job)
+
+    async def _member_keys(self, group: str, namespace: str | None) -> list[str]:
+        members = await self.group_members(group, namespace)
+        if not members:
+            where = f" in namespace {namespace}" if namespace else ""
+            raise UnknownObject(f"no job of group {group!r}{where} (label {GROUP_LABEL})")
+        return [member.job for member in members]
+
+    async def wait_group(
+        self,
+        group: str,
+        namespace: str | None = None,
+        *,
+        until: str = "done",
+        timeout: float | None = None,  # noqa: ASYNC109 (the CLI's --timeout, by its name)
+        on_change: Callable[[JobInfo], None] | None = None,
+        grace: float = UNKNOWN_GRACE_S,
+    ) -> GroupResult:
+        """``wait`` for every job of ``group`` at once; a ``GroupResult`` (its ``failed`` and
+        ``missing`` say which did not succeed). ``NotFound`` when the group has no job;
+        ``WaitTimeout`` (carrying the states so far) when ``timeout`` passes first."""
+        keys = await self._member_keys(group, namespace)
+        missing: list[str] = []
+        try:
+            found = await self._follow(
+                keys,
+                until=until,
+                timeout=timeout,
+                on_change=on_change,
+                grace=grace,
+                missing=missing,
+            )
+        except _TimedOut as late:
+            done = sum(1 for j in late.latest.values() if j.done)
+            raise WaitTimeout(
+                f"group {group}: {len(keys) - done} of {len(keys)} jobs not done"
+                f" after {timeout:g}s",
+                GroupResult(group=group, jobs=list(late.latest.values()), missing=missing),
+            ) from None
+        return GroupResult(
+            group=group, jobs=[found[k] for k in keys if k in found], missing=missing
+        )
+
+    async def delete_group(
+        self,
+        group: str,
+        namespace: str | None = None,
+        *,
+        on_deleted: Callable[[Deleted], None] | None = None,
+    ) -> list[Deleted]:
+        """Delete every job of ``group`` (Usher releases their quota); ``on_deleted`` is
+        called with each. ``NotFound`` when the group has no job."""
+        members = await self.group_members(group, namespace)
+        if not members:
+            await self._member_keys(group, namespace)  # raises NotFound, worded once
+        kube = await self.kube()
+        deleted: list[Deleted] = []
+        for member in members:
+            ns, name = member.job.split("/", 1)
+            kind = _workload_kinds(member.kind)[0]
+            try:
+                await kube.delete(kind.resource, ns, name)
+            except NotFound:
+                continue  # deleted meanwhile
+            except KubeError as exc:
+                raise _kube_failure(
+                    exc,
+                    f"{member.label} (deleted {len(deleted)} of {len(members)} of group {group})",
+                ) from exc
+            deleted.append(Deleted(job=member.job, kind=member.kind, label=member.label))
+            if on_deleted is not None:
+                on_deleted(deleted[-1])
+        return deleted
+
+
+class _TimedOut(Exception):
+    """``_follow``'s timeout: the last states seen, for the caller's ``WaitTimeout``."""
+
+    def __init__(self, latest: dict[str, JobInfo]) -> None:
+        super().__init__("timed out")
+        self.latest = latest
+
+
+class _Watch:
+    """What ``_follow`` has seen of each job, and telling ``on_change`` what is new."""
+
+    def __init__(self, state: PeopleProjection, on_change: Callable[[JobInfo], None] | None):
+        self.state = state
+        self.on_change = on_change
+        self.latest: dict[str, JobInfo] = {}
+        self.signatures: dict[str, tuple[object, ...]] = {}
+        self.reasons_at: dict[str, float] = {}
+        self.reasons: Any = None
+
+    def look(self, key: str) -> JobInfo | None:
+        """The job now (a pending one's reason refreshed every ``REASON_EVERY_S`` or when it
+        moved), ``on_change`` called when its state, position, reason or queue changed."""
+        state = self.state
+        info = state.job(key)
+        latest = self.latest.get(key)
+        if info is not None and info.state == JobState.PENDING:
+            if (
+                time.monotonic() - self.reasons_at.get(key, 0.0) >= REASON_EVERY_S
+                or latest is None
+                or (latest.state != JobState.PENDING or latest.position != info.position)
+            ):
+                self.reasons_at[key] = time.monotonic()
+                if self.reasons is None:
+                    self.reasons = state.pending_reasons(now_ms())
+                info = state.job(key, None, self.reasons)
+            else:
+                info = msgspec.structs.replace(
+                    info, reason=latest.reason, reason_code=latest.reason_code
+                )
+        if info is not None:
+            self.latest[key] = info
+            signature = (info.state, info.position, info.reason, info.queue)
+            if signature != self.signatures.get(key):
+                self.signatures[key] = signature
+                if self.on_change is not None:
+                    self.on_change(info)
+        return info
 
 
 def _workload_kinds(kind: str | None) -> list[Kind]:
@@ -895,7 +1141,29 @@ class Client:
             raise
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        """Run ``coroutine`` on the client's loop. On Ctrl-C (``KeyboardInterrupt`` in the
+        caller's thread) it is cancelled and given time to wind down, and what it raises then
+        (``GroupIncomplete``: what a fan-out created) is raised instead of the interrupt."""
+        outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        async def settle() -> None:
+            try:
+                outcome.set_result(await coroutine)
+            except BaseException as exc:
+                outcome.set_exception(exc)
+
+        running = asyncio.run_coroutine_threadsafe(settle(), self._loop)
+        try:
+            return outcome.result()
+        except KeyboardInterrupt:
+            running.cancel()
+            try:
+                outcome.result(timeout=self._client.timeout_s)
+            except ClientError as exc:
+                raise exc from None
+            except BaseException:
+                pass
+            raise
 
     def _shutdown(self) -> None:
         if self._loop.is_running():
@@ -940,3 +1208,10 @@ class Client:
     wait = _blocking(
         AsyncClient.wait, doc="See ``AsyncClient.wait``; ``on_change`` runs on the client's thread."
     )
+    submit_each = _blocking(
+        AsyncClient.submit_each,
+        doc="See ``AsyncClient.submit_each``; Ctrl-C raises ``GroupIncomplete`` (what was made).",
+    )
+    group_members = _blocking(AsyncClient.group_members)
+    wait_group = _blocking(AsyncClient.wait_group)
+    delete_group = _blocking(AsyncClient.delete_group)

@@ -56,3 +56,43 @@ class WaitTimeout(ClientError):
     def __init__(self, message: str, job: object | None = None) -> None:
         super().__init__(message)
         self.job = job
+
+
+class GroupIncomplete(ClientError):
+    """A fan-out stopped part-way (an API failure, or Ctrl-C): ``created`` are the jobs the
+    Kubernetes API accepted (``namespace/name``), ``not_created`` the ones never sent; nothing
+    else was sent. ``interrupted`` is True for Ctrl-C (a cancelled call), else ``cause`` is the
+    failure that stopped it. ``lines`` say all of it, and how to finish or undo the group."""
+
+    def __init__(
+        self,
+        group: str,
+        created: list[str],
+        not_created: list[str],
+        *,
+        interrupted: bool,
+        cause: ClientError | None = None,
+    ) -> None:
+        total = len(created) + len(not_created)
+        why = "interrupted" if interrupted else f"stopped: {cause.message if cause else 'failed'}"
+        lines = [
+            f"group {group}: {why}",
+            f"created {len(created)} of {total} jobs: {_listed(created)}",
+            f"not created {len(not_created)} of {total}: {_listed(not_created)}",
+            f"group {group}: {len(created)} of {total} jobs created; undo with `usher delete"
+            f" --group {group}`, or follow them with `usher wait --group {group}`",
+        ]
+        super().__init__(lines[-1], lines)
+        self.group = group
+        self.created = created
+        self.not_created = not_created
+        self.interrupted = interrupted
+        self.cause = cause
+
+
+def _listed(keys: list[str], most: int = 20) -> str:
+    """``a, b, c`` (the first ``most`` and how many more), or ``none``."""
+    if not keys:
+        return "none"
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return ", ".join(keys[:most]) + more

@@ -453,6 +453,8 @@ class JobRequest:
     labels: dict[str, str] = field(default_factory=dict)
     quota: str | None = None
     """Names a leaf explicitly (label ``quota.scheduling.alibabacloud.com/name``)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment variables of the container (a fan-out's value, ``usher.client.fanout``)."""
 
 
 def _check_name(value: str, what: str, problems: list[str]) -> None:
@@ -512,7 +514,7 @@ def job_manifest(request: JobRequest) -> JsonObj:
     if request.name:
         meta["name"] = request.name
     else:
-        meta["generateName"] = f"{_image_stem(request.image)}-"
+        meta["generateName"] = f"{image_stem(request.image)}-"
     if labels:
         meta["labels"] = labels
     if request.duration_s is not None:
@@ -524,6 +526,8 @@ def job_manifest(request: JobRequest) -> JsonObj:
     }
     if request.command:
         container["command"] = list(request.command)
+    if request.env:
+        container["env"] = [{"name": k, "value": v} for k, v in request.env.items()]
     pod: JsonObj = {"containers": [container], "restartPolicy": "Never"}
     if request.priority_class:
         pod["priorityClassName"] = request.priority_class
@@ -541,7 +545,7 @@ def job_manifest(request: JobRequest) -> JsonObj:
     }
 
 
-def _image_stem(image: str) -> str:
+def image_stem(image: str) -> str:
     """``perl`` for ``docker.io/library/perl:5.34.0``: a readable generateName prefix."""
     stem = image.rsplit("/", 1)[-1].split("@")[0].split(":")[0].lower()
     stem = re.sub(r"[^a-z0-9-]+", "-", stem).strip("-")[:40]

@@ -431,8 +431,8 @@ def _estimate_group(
         at = {q: Millis(now + starts[q][m.position - 1]) for q in QUANTILES}
         basis = (
             f"{m.position - 1} ahead in {queue}, {len(holders)} running under {node}; "
-            f"{named}: p25 {_span(quantile(lengths, 25))}, p50 {_span(quantile(lengths, 50))}, "
-            f"p75 {_span(quantile(lengths, 75))}"
+            f"{named}: p25 {span(quantile(lengths, 25))}, p50 {span(quantile(lengths, 50))}, "
+            f"p75 {span(quantile(lengths, 75))}"
         )
         note = _declarations_used(holders, queued[: m.position - 1])
         if note is not None:
@@ -490,7 +490,7 @@ def _declarations_used(holders: Sequence[_Holder], ahead: Sequence[int | None]) 
     )
 
 
-def _span(ms: int) -> str:
+def span(ms: int) -> str:
     """``45s``, ``12m``, ``3h05m``: a run length for people."""
     seconds = ms // 1000
     if seconds < 120:
