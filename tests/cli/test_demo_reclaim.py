@@ -26,6 +26,7 @@ from schemas import (
     LogEvent,
     Millis,
     Preempted,
+    Released,
     WorkloadFinished,
     WorkloadKey,
 )
@@ -72,7 +73,16 @@ class Playback:
         self.feed(at_s, [step.event for step in loaded.steps])
 
     def finish(self, at_s: float, key: str) -> None:
-        self.feed(at_s, [WorkloadFinished(workload=WorkloadKey(key))])
+        """The job ends, and the ledger logs its release (the deciding engine releases at
+        once; the people's view, like the running system's readers, waits for ``Released``)."""
+        workload = WorkloadKey(key)
+        requests = self.engine.counted_requests(workload)
+        admitted = [d for d in self.decisions if isinstance(d, Admitted) and d.workload == key]
+        self.feed(at_s, [WorkloadFinished(workload=workload)])
+        if requests is not None and admitted:
+            quota = admitted[-1].quota
+            released = Released(workload=workload, quota=quota, requests=requests, cause="Finished")
+            self._log(released, int(at_s * 1000))
 
     def feed(self, at_s: float, events: list[ClusterEvent]) -> None:
         at_ms = int(at_s * 1000)
