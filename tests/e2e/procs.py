@@ -12,9 +12,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from usher.local.cluster import WALKTHROUGH_NAMESPACES
 from usher.local.processes import ManagedProcess
 
 
@@ -64,8 +66,11 @@ class ServiceProcesses:
                 proc.stop(timeout=10)
 
 
-def start_emulator(kubeconfig: Path, log: Path) -> ManagedProcess:
-    """The emulator with its fake kubelet, as its own process; waits for the kubeconfig."""
+def start_emulator(
+    kubeconfig: Path, log: Path, namespaces: Iterable[str] = WALKTHROUGH_NAMESPACES
+) -> ManagedProcess:
+    """The emulator with its fake kubelet, as its own process, with ``namespaces`` made (as a
+    cluster would have them before jobs are put there); waits for the kubeconfig."""
     proc = ManagedProcess(
         "kube-emulator",
         [
@@ -77,6 +82,7 @@ def start_emulator(kubeconfig: Path, log: Path) -> ManagedProcess:
             "--kubelet",
             "--history",
             "200000",
+            *(f"--namespace={name}" for name in namespaces),
         ],
         log,
     )

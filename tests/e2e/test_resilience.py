@@ -137,7 +137,9 @@ async def cluster(
     infra: Infra, subjects: Subjects, js: JetStreamContext, migrated_url: str, tmp_path: Path
 ) -> AsyncIterator[tuple[ServiceProcesses, client.ApiClient]]:
     kubeconfig = tmp_path / "kubeconfig"
-    emulator = start_emulator(kubeconfig, tmp_path / "emulator.log")
+    emulator = start_emulator(
+        kubeconfig, tmp_path / "emulator.log", [leaf.lower() for leaf in LEAVES]
+    )
     procs = ServiceProcesses(
         env={
             "USHER_NATS_URL": infra.nats_url,

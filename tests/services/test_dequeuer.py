@@ -180,13 +180,13 @@ async def test_a_gang_not_ready_in_time_is_requeued_through_the_ledger(
         ), requeue.reason.message
         # The watcher suspended it and saw it stopped: the ledger releases it (R7).
         await publish(js, subjects.job(Zone("default"), "a1", "gang"), gang)
-        assert await eventually(lambda: _has(decided, ("Released", "Preempted")), timeout_s=10)
+        assert await eventually(lambda: _has(decided, ("Released", "Requeued")), timeout_s=10)
         # Offered again once its backoff ended.
         assert await eventually(lambda: _count(decided, ("Admitted", ""), 2), timeout_s=10)
         assert (await decided())[:3] == [
             ("Admitted", ""),
             ("Requeued", ""),
-            ("Released", "Preempted"),
+            ("Released", "Requeued"),
         ]
 
 

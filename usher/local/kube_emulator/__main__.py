@@ -35,6 +35,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="ZONE",
         help="serve a virtual kubelet's node of this zone (large allocatable); repeatable",
     )
+    parser.add_argument(
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a namespace the cluster starts with, beside the system ones; repeatable",
+    )
     return parser.parse_args(argv)
 
 
@@ -44,7 +51,7 @@ async def serve(args: argparse.Namespace) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     store = Store(history_size=args.history, strict_namespaces=True, validate=True)
-    store.ensure_namespaces(CLUSTER_NAMESPACES)
+    store.ensure_namespaces((*CLUSTER_NAMESPACES, *args.namespace))
     for zone in args.virtual_node:
         add_virtual_node(store, zone)
     emulator = KubeEmulator(
