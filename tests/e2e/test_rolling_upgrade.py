@@ -31,7 +31,7 @@ from nats.js import JetStreamContext
 from tests.conftest import Infra
 from tests.e2e.checks import assert_audit_clean
 from tests.e2e.procs import ServiceProcesses, start_emulator
-from tests.e2e.test_resilience import _api, _check_run, _submit, _wait_finished, tree
+from tests.e2e.test_resilience import LEAVES, _api, _check_run, _submit, _wait_finished, tree
 from usher.adapters.nats.subjects import Subjects
 from usher.local.processes import ManagedProcess
 
@@ -128,7 +128,9 @@ async def test_a_rolling_upgrade_under_the_borrowing_load_keeps_every_job_and_de
     procs.logs.mkdir()
     release = Release(procs)
     await run_job(env, subjects.prefix)  # the first install's Job
-    emulator = start_emulator(kubeconfig, tmp_path / "emulator.log")
+    emulator = start_emulator(
+        kubeconfig, tmp_path / "emulator.log", [leaf.lower() for leaf in LEAVES]
+    )
     api = await _api(kubeconfig)
     try:
         first = {name: release.start(name, "r1") for name in ROLL_ORDER}
