@@ -29,6 +29,8 @@ ZONE_KINDS = frozenset({"zone-names"})
 GATE_KINDS = frozenset({"gate-names"})
 """Lists of admission gates' names (G1): words like zone names; empty lists none."""
 NAME_KINDS = ZONE_KINDS | GATE_KINDS
+LABEL_KINDS = frozenset({"group-name"})
+"""One DNS-1123 label (a fan-out's group name): a word, never a space or an empty string."""
 DECIMAL_KINDS = frozenset({"factor", "duration", "quantity"})
 """Kinds that take a fraction (``1.5``)."""
 
@@ -45,7 +47,7 @@ class Hostile:
         return kind not in self.good_for
 
 
-_ANY_WORD = TEXT_KINDS | NAME_KINDS
+_ANY_WORD = TEXT_KINDS | NAME_KINDS | LABEL_KINDS
 
 CORPUS: tuple[Hostile, ...] = (
     Hostile("100000-digits", "9" * 100_000),
@@ -107,7 +109,7 @@ def hostile_values(kind: str, *, strings_only: bool = False) -> st.SearchStrateg
     generated: list[st.SearchStrategy[object]] = [_with_control()]
     if kind not in TEXT_KINDS:
         generated.append(_non_ascii_digits())
-    if kind not in TEXT_KINDS | NAME_KINDS:
+    if kind not in TEXT_KINDS | NAME_KINDS | LABEL_KINDS:
         generated.append(_huge_digits())
     return st.one_of(fixed, *generated)
 

@@ -100,3 +100,22 @@ def test_engine_and_history_options_are_read_strictly(
     err = result.stderr.strip()
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert f"Invalid value for '{option}'" in err and needle in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["jobs", "--group", "a,b!=c"],
+        ["wait", "--group", "a b"],
+        ["delete", "--group", "\uff11\uff12"],
+        ["submit", "--image", "x", "-n", "user-a", "--for-each", "X=1,2", "--group", "Ab"],
+    ],
+)
+def test_a_group_that_is_no_group_name_is_refused_before_any_label_selector(
+    tmp_path: Path, args: list[str]
+) -> None:
+    result = usher(tmp_path / "home", *args)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Invalid value for '--group'" in result.stderr
+    assert "must be a group name" in result.stderr
+    assert not (tmp_path / "home").exists()

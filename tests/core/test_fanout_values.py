@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.builders.hostile import Hostile, bad_values, hostile_values
 from usher.core.model.errors import ValueRefused
 from usher.core.values import fanout
 from usher.core.values.names import is_dns_label
@@ -173,3 +174,25 @@ def test_every_range_is_bounded_and_listed_in_order(first: date, span: int) -> N
     listed = fanout.days(start, end, P).values
     assert len(listed) == span + 1 <= fanout.MAX_FAN_OUT
     assert list(listed) == sorted(listed) and listed[0] == first.isoformat()
+
+
+@pytest.mark.parametrize("hostile", bad_values("group-name"), ids=lambda hostile: hostile.label)
+def test_a_group_name_refuses_every_hostile_value_naming_the_option(hostile: Hostile) -> None:
+    with pytest.raises(ValueRefused) as refused:
+        fanout.group(hostile.value, "--group")
+    assert refused.value.errors[0].path == "--group"
+
+
+@given(hostile_values("group-name"))
+def test_a_group_name_refuses_generated_hostile_values(raw: object) -> None:
+    with pytest.raises(ValueRefused):
+        fanout.group(raw, "--group")
+
+
+@pytest.mark.parametrize("raw", ["a,b", "a!=b", "a b", "a=b", "usher.io/x", "A", "-a"])
+def test_a_group_name_is_one_label_value_that_selects_nothing_else(raw: str) -> None:
+    """It is put into a label selector (``usher.io/group=<name>``): no separator, operator or
+    space may pass, or a selector could reach other jobs."""
+    with pytest.raises(ValueRefused):
+        fanout.group(raw, "--group")
+    assert fanout.group("day-2026", "--group") == "day-2026"

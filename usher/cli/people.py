@@ -38,6 +38,7 @@ from usher.cli import (
 from usher.cli.fanout import fan_out_of, report_group, submit_group
 from usher.cli.values import (
     DURATION,
+    GROUP,
     QUANTITY_CPU,
     QUANTITY_GPU,
     QUANTITY_MEMORY,
@@ -314,6 +315,7 @@ def _finish_wait(job: JobInfo, until: str) -> None:
 )
 @click.option(
     "--group",
+    type=GROUP,
     default=None,
     help="With a fan-out: the group's name (label usher.io/group; default: --name).",
 )
@@ -542,6 +544,7 @@ def workload_manifests(path: Path) -> list[dict[str, Any]]:
 @click.option("-n", "--namespace", default=None, help="When JOB is a bare name.")
 @click.option(
     "--group",
+    type=GROUP,
     default=None,
     help="Instead of JOB: every job of this group (a fan-out); exit 1 if any failed.",
 )
@@ -610,7 +613,9 @@ def wait_command(
 @click.option(
     "--kind", default=None, help="Job, TFJob, PyTorchJob... (only when two kinds share NAME)."
 )
-@click.option("--group", default=None, help="Instead of JOB: every job of this group (fan-out).")
+@click.option(
+    "--group", type=GROUP, default=None, help="Instead of JOB: every job of this group (fan-out)."
+)
 @target_options
 def delete_command(
     job: str | None, namespace: str | None, kind: str | None, group: str | None, **options: Any
@@ -658,7 +663,7 @@ cli.add_command(delete_command, "cancel")
     is_flag=True,
     help="Add START: a pending job's estimated start from now (p50, with p25-p75).",
 )
-@click.option("--group", default=None, help="Only the jobs of this group (a fan-out).")
+@click.option("--group", type=GROUP, default=None, help="Only the jobs of this group (a fan-out).")
 @output_option
 @target_options
 def jobs(

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from usher.core.model.errors import ValueRefused
-from usher.core.values import names, numbers, quantities
+from usher.core.values import fanout, names, numbers, quantities
 
 
 class CoreValue(click.ParamType[Any]):
@@ -59,6 +59,8 @@ QUANTITY_MEMORY = _quantity("memory")
 QUANTITY_GPU = _quantity("nvidia.com/gpu")
 REPLICAS = CoreValue("count", partial(numbers.count, low=1, high=numbers.MAX_COUNT))
 ZONE = CoreValue("zone", names.zone_name)
+GROUP = CoreValue("group", fanout.group)
+"""A fan-out group's name (``usher jobs/wait/delete --group``): a DNS-1123 label."""
 DURATION = CoreValue("seconds", numbers.duration, convert_to=float)
 HALF_LIFE = CoreValue(
     "seconds", partial(numbers.duration, high=numbers.MAX_HALF_LIFE_SECONDS), convert_to=float

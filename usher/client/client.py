@@ -67,7 +67,13 @@ from usher.client.errors import (
     WaitTimeout,
 )
 from usher.client.errors import NotFound as UnknownObject
-from usher.client.fanout import GROUP_LABEL, GroupResult, group_name, member_requests
+from usher.client.fanout import (
+    GROUP_LABEL,
+    GroupResult,
+    checked_group,
+    group_name,
+    member_requests,
+)
 from usher.client.manifests import (
     JOB,
     KINDS,
@@ -859,7 +865,9 @@ class AsyncClient:
 
     async def group_members(self, group: str, namespace: str | None = None) -> list[Submitted]:
         """The jobs of ``group`` the Kubernetes API has (label ``usher.io/group``), of every
-        kind Usher admits, sorted by ``namespace/name``."""
+        kind Usher admits, sorted by ``namespace/name``. ``BadInput`` for a ``group`` that is
+        not a group name."""
+        group = checked_group(group)
         kube = await self.kube()
         found: list[Submitted] = []
         for kind in _workload_kinds(None):

@@ -28,7 +28,6 @@ from usher.core.model.errors import ValueRefused
 from usher.core.state.indexed import JobState
 from usher.core.values import fanout
 from usher.core.values.fanout import FanOut
-from usher.core.values.names import dns_label
 
 T = TypeVar("T")
 
@@ -85,7 +84,13 @@ def group_name(group: str | None, request: JobRequest) -> str:
     """The group's name: ``group``, else the job name, else the image's stem and a random
     suffix (so two unnamed fan-outs never share a group); ``BadInput`` if not a DNS label."""
     chosen = group or request.name or f"{image_stem(request.image)[:30]}-{secrets.token_hex(3)}"
-    return _parsed(lambda: dns_label(chosen, "group", what="a group name"))
+    return checked_group(chosen)
+
+
+def checked_group(group: str) -> str:
+    """``group`` if it is a group name (``usher.core.values.fanout.group``), else ``BadInput``:
+    it goes into a label selector, where anything else could select other jobs."""
+    return _parsed(lambda: fanout.group(group, "group"))
 
 
 def member_requests(request: JobRequest, fan_out: FanOut, group: str) -> list[JobRequest]:

@@ -187,6 +187,12 @@ def for_each(raw: object, path: str, *, name: str | None = None) -> FanOut:
     return FanOut(variable=variable, values=tuple(values), tags=tags)
 
 
+def group(raw: object, path: str, *, name: str | None = None) -> str:
+    """A fan-out group's name: a DNS-1123 label (it is the value of the ``usher.io/group``
+    label and of a label selector, so nothing else may pass)."""
+    return dns_label(raw, path, name=name, what="a group name")
+
+
 def tag(value: str, path: str, *, name: str | None = None) -> str:
     """The name- and label-safe form of ``value``: lower case, every run of other characters
     one ``-``, none at the ends, at most ``MAX_TAG``; refused when nothing is left."""
