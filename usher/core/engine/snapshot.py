@@ -53,7 +53,7 @@ from schemas import (
     WorkloadKey,
     Zone,
 )
-from usher.core.engine.facade import Engine
+from usher.core.engine.facade import DERIVED_WRITTEN_BY_A_PASS, READ_BY_A_PASS, Engine
 from usher.core.model.config import EngineConfig, ReadinessPolicy
 from usher.core.model.errors import InputError
 from usher.core.rules.budgets import BudgetBook, Running
@@ -108,39 +108,14 @@ ENCODED: frozenset[str] = frozenset(
 )
 """``EngineState`` fields a snapshot carries: all of them (the tests check it)."""
 
-REBUILT: frozenset[str] = frozenset(
-    {
-        "config",  # given to ``restore`` and checked against the snapshot's
-        "policy",  # the seam of ``config.policy``
-        "leaf_queues",
-        "leaf_admitted",
-        "outside",
-        "class_users",
-        "zone_cap",
-        "pod_fit_cache",
-        "shapes",
-        "pod_lists",
-        "names",
-        "share_cache",
-        "dirty",
-        "low",
-        "leaf_potential",
-        "potential",
-        "offer_keys",
-        "admit_offers",
-        "potential_offers",
-        "timed_offers",
-        "stopping",  # from ``stops``
-        "unready",  # from the admitted workloads' readiness records
-        "grown",  # from the admitted workloads' ``grown``
-        "pass_admitted",  # empty between passes, when snapshots are taken
-        "holds",  # from ``holds`` and ``tree_holds``
-        "held_leaves",
-        "budget_stops",  # from the tree's budgets, ``budget_book`` and the admitted work
-        "budget_seen",
-    }
-)
-"""Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them."""
+REBUILT: frozenset[str] = frozenset({*DERIVED_WRITTEN_BY_A_PASS, *READ_BY_A_PASS})
+"""Engine attributes besides ``state``: ``Engine.rebuild_derived`` recomputes them. They are
+exactly what a pass writes or reads besides ``state`` (one list, the facade's): ``config`` is
+given to ``restore`` and checked against the snapshot's, ``policy`` is its seam; ``stopping``
+comes from ``stops``, ``unready`` and ``grown`` from the admitted workloads' records, ``holds``
+and ``held_leaves`` from ``holds`` and ``tree_holds``, the budget stops from the tree's budgets,
+``budget_book`` and the admitted work; ``pass_admitted`` is empty between passes, when
+snapshots are taken; the rest are indexes and caches of the workloads and the tree."""
 
 SnapshotProblem = Literal["undecodable", "format", "config", "inconsistent"]
 
