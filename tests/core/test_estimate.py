@@ -16,6 +16,7 @@ from usher.core.history.estimate import (
     estimate_pending,
     estimate_starts,
     estimates_on_arrival,
+    made,
     quantile,
     remaining,
     slot_starts,
@@ -94,11 +95,19 @@ CASES = [
         "2 ahead in qa, 2 running under root/D/A",
     ),
     Case(
-        "a run longer than every run on record ends any moment now",
+        "a run longer than every run on record, declaring no end: unknown, never now (issue 28)",
         wait(1),
         [*FOUR, runs(LEAF_A, 600, "old")],
-        (0, 0, 0),
-        "0 ahead in qa",
+        None,
+        "unknown: waits on 1 running job with no declared end (oldest 10m), longer than any "
+        "of the 4 runs of queue qa",
+    ),
+    Case(
+        "beside one that outran the history, a run with a known end gives the slot",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 600, "old"), runs(LEAF_A, 30, "x")],
+        (30, 90, 150),
+        "0 ahead in qa, 2 running under root/D/A",
     ),
     Case(
         "what runs under the limiting node counts, in any of its leaves; elsewhere it does not",
@@ -188,12 +197,29 @@ DECLARED_CASES = [
         declared=declares({"x": 130}),
     ),
     Case(
-        "a running job past its declared end ends any moment now",
+        "a declared end already passed bounds nothing: history alone, never now (issue 28)",
         wait(1),
         [*FOUR, runs(LEAF_A, 30, "x")],
-        (0, 0, 0),
-        "1 of 1 running",
+        (30, 90, 150),
+        "0 ahead in qa, 1 running under root/D/A; 4 runs of queue qa: p25 60s, p50 2m, p75 3m",
         declared=declares({"x": 20}),
+    ),
+    Case(
+        "past its declared end and longer than every run on record: unknown (issue 28)",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 300, "x")],
+        None,
+        "unknown: waits on 1 running job with no declared end ahead (oldest 5m), longer than "
+        "any of the 4 runs of queue qa",
+        declared=declares({"x": 200}),
+    ),
+    Case(
+        "longer than every run on record, but its declared end is ahead: that end",
+        wait(1),
+        [*FOUR, runs(LEAF_A, 300, "x")],
+        (100, 100, 100),
+        "bounded by the declared maximum runtimes of 1 of 1 running",
+        declared=declares({"x": 400}),
     ),
     Case(
         "a job ahead that declares one holds its slot at most that long",
@@ -316,7 +342,7 @@ def test_quantile_is_the_nearest_rank(values: list[int], q: int, expected: int) 
 
 def test_remaining_and_slots() -> None:
     assert remaining([60, 120, 180], 100, 50) == 20  # of 120 and 180: rank 1 -> 120 - 100
-    assert remaining([60, 120, 180], 200, 50) == 0
+    assert remaining([60, 120, 180], 200, 50) is None  # outran them all: nothing says
     assert slot_starts([10, 40], 100, 4) == [10, 40, 110, 140]
     assert starts_in_turn([10, 40], [5, 100, 100, 100]) == [10, 15, 40, 115]
 
@@ -338,13 +364,22 @@ def test_declared_positions_of_one_queue_each_shape_the_ones_behind() -> None:
 
 
 def test_describe() -> None:
-    known = Estimate(
-        start_ms=Millis(60_000), early_ms=Millis(0), late_ms=Millis(120_000), basis="b"
-    )
+    known = made(Millis(0), "b", (0, 60_000, 120_000))
     assert describe(known) == (
         "1970-01-01T00:01:00.000Z (p25 1970-01-01T00:00:00.000Z, p75 1970-01-01T00:02:00.000Z)"
     )
     assert describe(None) == "-"
+
+
+def test_an_estimate_says_what_usher_jobs_prints_at_the_instant_it_was_made() -> None:
+    """The client's typed estimate carries the CLI's words beside the numbers (issue 28)."""
+    known = made(Millis(0), "b", (300_000, 720_000, 1_200_000))
+    assert known.says == "~12m (5m-20m)" == known.words(0)
+    assert known.words(1_200_000) == "now"  # even its late end has come
+    unknown = made(Millis(0), "unknown: why")
+    assert (unknown.says, unknown.words(0, why=True)) == ("unknown", "unknown: why")
+    now = made(Millis(5), "the next decision pass admits it", (5, 5, 5))
+    assert now.says == "now"
 
 
 def test_estimates_on_arrival_fold_the_log_up_to_each_creation() -> None:

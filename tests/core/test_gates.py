@@ -111,7 +111,10 @@ def test_a_gated_job_names_its_closed_gates_wherever_it_is_asked_about() -> None
     assert not any(isinstance(d, Admitted) and d.workload == key for d in preview.decisions)
     estimate = estimate_pending(engine, now, {key: view}, preview, [])[key]
     assert not estimate.known
-    assert estimate.basis == "unknown: not offered now: admission gates are still listed on it (G1)"
+    assert estimate.basis == (
+        "unknown: admission gates are still listed on it (G1): "
+        "not before example.com/scan is removed from it"
+    )
 
 
 def test_a_snapshot_carries_the_gates_still_closed() -> None:

@@ -5,15 +5,18 @@ as ``usher jobs`` prints AGE and the console shows waits), and on it the one wor
 pending job's estimated start (``estimated_start``: ``~12m (5m-20m)``, ``now`` or ``unknown``,
 as ``usher jobs --start`` prints START and the live views show it), the same everywhere people
 read them.
-What it must never do: read the clock itself (the caller says what "now" is) or import anything
-beyond the standard library when it runs (the estimate's type is only named for the checker:
-``usher jobs`` starts without importing the core).
+What it must never do: read the clock itself (the caller says what "now" is), word anything
+itself (``usher.core.values.elapsed`` does, for the estimate too), or import anything beyond
+the standard library and that module when it runs (the estimate's type is only named for the
+checker: ``usher jobs`` starts without importing the core's engine).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
+
+from usher.core.values.elapsed import age_text
 
 if TYPE_CHECKING:
     from usher.core.history.estimate import Estimate
@@ -23,28 +26,17 @@ def age(since: datetime | None, now: datetime) -> str:
     """``now - since`` in the largest unit of which there are at least two; ``-`` if unknown."""
     if since is None:
         return "-"
-    seconds = max(0, int((now - since).total_seconds()))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size * 2:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    return age_text(int((now - since).total_seconds()))
 
 
 def estimated_start(estimate: Estimate | None, now: datetime, *, why: bool = False) -> str:
     """A pending job's estimated start from ``now``: ``now``, ``~12m (5m-20m)`` (p50, with
-    p25-p75) or ``unknown``; ``-`` for a job that does not wait.
+    p25-p75) or ``unknown``; ``-`` for a job that does not wait (the estimate's own words,
+    ``Estimate.words``).
 
     With ``why`` an unknown start is given with its reason, as the estimate words it
     (``unknown: 2 runs have ended on the log, 3 are needed``): where there is room for it
     (the live views), not in ``usher jobs``' column."""
     if estimate is None:
         return "-"
-    if estimate.start_ms is None or estimate.early_ms is None or estimate.late_ms is None:
-        return estimate.basis if why else "unknown"
-    mid, early, late = (
-        datetime.fromtimestamp(at / 1000, tz=UTC)
-        for at in (estimate.start_ms, estimate.early_ms, estimate.late_ms)
-    )
-    if late <= now:
-        return "now"
-    return f"~{age(now, mid)} ({age(now, early)}-{age(now, late)})"
+    return estimate.words(int(now.timestamp() * 1000), why=why)

@@ -411,6 +411,11 @@ class Engine(EngineContext):
         """Why a workload waits, worked out from the state as it is now (no pass needed)."""
         return engine_queries.reason_now(self, key)
 
+    def reserved_from(self, key: WorkloadKey) -> Millis | None:
+        """When the starvation guard (N1) starts reserving room for the pending ``key``,
+        passed over by later admissions, while that is still ahead; else None."""
+        return starvation.reserved_from(self, key)
+
     def admission_shortfall(
         self, key: WorkloadKey, quota: QuotaPath, requests: dict[str, int]
     ) -> Reason | None:

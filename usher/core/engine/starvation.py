@@ -62,6 +62,19 @@ def next_start(e: EngineContext) -> Millis | None:
     return Millis(min(later)) if later else None
 
 
+def reserved_from(e: EngineContext, key: WorkloadKey) -> Millis | None:
+    """When a reservation starts for the pending ``key``, a head passed over by later
+    admissions, while that is still ahead (until then others may take the room it waits
+    for); None: not passed over, reserved already, or the guard is off for it."""
+    since = e.state.starving.get(key)
+    job = e.state.jobs.get(key)
+    if since is None or job is None or job.state != PENDING:
+        return None
+    limit = threshold_ms(e, job)
+    start = since + limit
+    return Millis(start) if limit and start > e.state.now else None
+
+
 def serve_first(
     e: EngineContext, decisions: list[Decision], holders: list[Job], victims: list[Job]
 ) -> None:

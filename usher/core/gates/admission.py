@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from schemas import FieldError, Reason, WorkloadKey
-from usher.core.gates.view import AdmissionView, Gate
+from usher.core.gates.view import AdmissionView, Gate, Opening
 from usher.core.kinds.fields import error
 from usher.core.model import reasons
 from usher.core.state.indexed import Job
@@ -70,9 +70,15 @@ def reason(view: AdmissionView, job: Job) -> Reason:
     return reasons.admission_gated(view.state.gated[job.key])
 
 
+def opens(view: AdmissionView, job: Job) -> Opening:
+    gates = view.state.gated[job.key]
+    return Opening(on=f"{', '.join(gates)} {'is' if len(gates) == 1 else 'are'} removed from it")
+
+
 GATE = Gate(
     name="G1 admission gates",
     says="admission gates are still listed on it (G1)",
     shuts=shuts,
     reason=reason,
+    opens=opens,
 )

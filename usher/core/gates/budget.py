@@ -10,8 +10,9 @@ refreshes them), or read a clock.
 
 from __future__ import annotations
 
-from schemas import QuotaPath, Reason
-from usher.core.gates.view import AdmissionView, stop_gate
+from schemas import Millis, QuotaPath, Reason
+from usher.core.gates.view import AdmissionView, Opening, stop_gate
+from usher.core.rules.budgets import BudgetStatus
 from usher.core.rules.reclaim import within_guarantee
 from usher.core.state.indexed import Job
 from usher.core.tree.budget_spec import BudgetAction
@@ -32,6 +33,20 @@ def stop(view: AdmissionView, job: Job) -> Reason | None:
     return status.pending_reason(view.state.now, f"min-only: {info.path} admits within min only")
 
 
+def resets(status: BudgetStatus) -> Opening:
+    """A budget's answer changes by time alone when its window resets (B1, B2)."""
+    return Opening(
+        at_ms=Millis(status.window.end_ms), on=f"the budget of {status.budget.node} resets"
+    )
+
+
+def opens(view: AdmissionView, job: Job) -> Opening:
+    assert job.leaf is not None
+    status = view.spent_budget_over(job.leaf)
+    assert status is not None
+    return resets(status)
+
+
 def spent(view: AdmissionView, leaf: QuotaPath) -> bool:
     return view.spent_budget_over(leaf) is not None
 
@@ -43,5 +58,10 @@ def holds_leaf(view: AdmissionView, leaf: QuotaPath) -> bool:
 
 
 GATE = stop_gate(
-    "B1 budget spent", "a budget on its path is spent (B1)", stop, may_shut=spent, closes=holds_leaf
+    "B1 budget spent",
+    "a budget on its path is spent (B1)",
+    stop,
+    opens=opens,
+    may_shut=spent,
+    closes=holds_leaf,
 )

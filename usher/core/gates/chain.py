@@ -41,7 +41,7 @@ def refusal(view: AdmissionView, job: Job) -> Refusal | None:
                 says=gate.says,
                 reason=gate.reason(view, job),
                 stands=gate.stands,
-                until=gate.until(view, job),
+                opens=gate.opens(view, job),
             )
     return None
 

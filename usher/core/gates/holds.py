@@ -9,7 +9,7 @@ What it must never do: judge an order (``usher.core.rules.holds`` does), or read
 from __future__ import annotations
 
 from schemas import QuotaPath, Reason
-from usher.core.gates.view import AdmissionView, Gate
+from usher.core.gates.view import AdmissionView, Gate, Opening
 from usher.core.state.indexed import Job
 
 
@@ -28,11 +28,19 @@ def reason(view: AdmissionView, job: Job) -> Reason:
     return record.pending_reason()
 
 
+def opens(view: AdmissionView, job: Job) -> Opening:
+    assert job.leaf is not None
+    record = view.hold_over(job.leaf)
+    assert record is not None
+    return Opening(on=f"{record.node} is resumed")
+
+
 GATE = Gate(
     name="R14 hold",
     says="a node on its path is held (R14)",
     shuts=shuts,
     reason=reason,
+    opens=opens,
     may_shut=held,
     closes=held,
 )

@@ -12,7 +12,9 @@ that does not opt in, or read a clock (``now`` is the state's).
 from __future__ import annotations
 
 from schemas import QuotaPath, Reason
-from usher.core.gates.view import AdmissionView, Timed, stop_gate
+from usher.core.gates.budget import resets
+from usher.core.gates.view import AdmissionView, Opening, Timed, stop_gate
+from usher.core.rules.budgets import BudgetStatus
 from usher.core.state.indexed import Job
 
 
@@ -21,6 +23,23 @@ def stop(view: AdmissionView, job: Job) -> Reason | None:
     on one node by resource, then window, month first), its request x declared runtime is
     more than the budget has left now; None otherwise (no declaration, no such budget, or a
     preemptor whose capacity the ledger already holds, R8)."""
+    found = overrun(view, job)
+    if found is None:
+        return None
+    status, amount = found
+    assert job.max_runtime_ms is not None
+    return status.overrun_reason(amount, job.max_runtime_ms)
+
+
+def opens(view: AdmissionView, job: Job) -> Opening:
+    """What it has left only grows back when that budget's window resets."""
+    found = overrun(view, job)
+    assert found is not None
+    return resets(found[0])
+
+
+def overrun(view: AdmissionView, job: Job) -> tuple[BudgetStatus, int] | None:
+    """The budget ``stop`` names and ``job``'s amount of its resource, or None."""
     tree = view.state.tree
     if job.max_runtime_ms is None or job.leaf is None or job.held:
         return None
@@ -35,7 +54,7 @@ def stop(view: AdmissionView, job: Job) -> Reason | None:
             amount = amounts.get(budget.resource, 0)
             status = found.get(budget.key)
             if amount and status is not None and amount * job.max_runtime_ms > status.left:
-                return status.overrun_reason(amount, job.max_runtime_ms)
+                return status, amount
     return None
 
 
@@ -47,6 +66,7 @@ GATE = stop_gate(
     "B2 budget overrun",
     "its declared runtime would overrun what a budget on its path has left (B2)",
     stop,
+    opens=opens,
     may_shut=opted_in,
     timed=Timed.ALWAYS,
 )

@@ -11,7 +11,7 @@ the state's).
 from __future__ import annotations
 
 from schemas import Millis, Reason
-from usher.core.gates.view import AdmissionView, Gate, Timed
+from usher.core.gates.view import AdmissionView, Gate, Opening, Timed
 from usher.core.model import reasons
 from usher.core.state.indexed import Job
 
@@ -34,11 +34,12 @@ def reason(view: AdmissionView, job: Job) -> Reason:
     )
 
 
-def until(view: AdmissionView, job: Job) -> Millis | None:
+def opens(view: AdmissionView, job: Job) -> Opening:
     record = job.readiness
     if record is None or record.not_before_ms <= view.state.now:
-        return None  # only the release of its lingering usage opens it
-    return Millis(record.not_before_ms)
+        # Only the release of its lingering usage opens it (R7).
+        return Opening(on="the usage of its earlier admission is released")
+    return Opening(at_ms=Millis(record.not_before_ms), on="its readiness backoff ends")
 
 
 GATE = Gate(
@@ -47,5 +48,5 @@ GATE = Gate(
     shuts=shuts,
     reason=reason,
     timed=Timed.WHEN_SHUT,
-    until=until,
+    opens=opens,
 )

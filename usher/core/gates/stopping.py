@@ -9,7 +9,7 @@ What it must never do: shut anything but a victim not seen stopped, or read a cl
 from __future__ import annotations
 
 from schemas import Reason
-from usher.core.gates.view import AdmissionView, Gate
+from usher.core.gates.view import AdmissionView, Gate, Opening
 from usher.core.model import reasons
 from usher.core.state.indexed import Job
 
@@ -24,10 +24,15 @@ def reason(view: AdmissionView, job: Job) -> Reason:
     return reasons.victim_stopping(job.key, preemptor)
 
 
+def opens(view: AdmissionView, job: Job) -> Opening:
+    return Opening(on="its pods are seen stopped")
+
+
 GATE = Gate(
     name="R7 victims stopping",
     says="it was preempted and is not seen stopped yet (R7)",
     shuts=shuts,
     reason=reason,
+    opens=opens,
     stands=True,
 )

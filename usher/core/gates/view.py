@@ -4,7 +4,8 @@ What it does: ``AdmissionView`` is the narrow, read-only face of the engine's st
 read (the engine implements it with public methods); ``Gate`` is one rule's answer to "may
 this workload be offered now" in the shape the chain asks it (whether it shuts the workload,
 the reason with numbers, whether a shut workload still stands in its queue, which leaves it
-closes, when a shut answer can next change); ``Refusal`` is the chain's answer.
+closes, when and on what a shut answer can next change: ``Opening``); ``Refusal`` is the
+chain's answer.
 What it must never do: hold state, change what it reads, or import the engine.
 """
 
@@ -81,11 +82,20 @@ def _any_leaf(view: AdmissionView, leaf: QuotaPath) -> bool:
     return True
 
 
-def _no_time(view: AdmissionView, job: Job) -> Millis | None:
-    return None
+class Opening(msgspec.Struct, frozen=True, kw_only=True):
+    """When a gate's "not now" for one workload can next change: the one answer the start
+    estimate reads (and whatever must know when a shut workload may move), from the gate
+    that shut it and from nowhere else."""
+
+    at_ms: Millis | None = None
+    """The earliest instant the answer can change by time alone (a backoff's end, a budget
+    window's reset); None: only an event changes it. Before it, nothing but ``on`` can."""
+    on: str
+    """What opens it, in a clause for people that follows "not before" (``its backoff ends
+    at ...``, ``root/Department-b is resumed``, ``a dequeuer serves zone mars``)."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Gate:
     """One rule's "not now", as the chain asks it."""
 
@@ -97,6 +107,9 @@ class Gate:
     """Whether it keeps the workload from being offered now."""
     reason: Callable[[AdmissionView, Job], Reason]
     """Why, with the numbers (only asked of a workload it shuts)."""
+    opens: Callable[[AdmissionView, Job], Opening]
+    """When and on what a shut answer can next change (only asked of a workload it shuts):
+    every gate says it, so no caller has to guess."""
     stands: bool = False
     """A workload it shuts still stands in its queue: a pass offers it and it fails there, so
     under Block it closes its queue (R7's victims); otherwise a pass passes over it."""
@@ -106,8 +119,6 @@ class Gate:
     """Whether it shuts every workload of the leaf but a preemptor the ledger already holds
     capacity for (pruning: such a leaf can only move through that preemptor)."""
     timed: Timed = Timed.NEVER
-    until: Callable[[AdmissionView, Job], Millis | None] = _no_time
-    """When a shut answer next changes by time alone, if it does."""
 
 
 def stop_gate(
@@ -115,6 +126,7 @@ def stop_gate(
     says: str,
     stop: Callable[[AdmissionView, Job], Reason | None],
     *,
+    opens: Callable[[AdmissionView, Job], Opening],
     may_shut: Callable[[AdmissionView, QuotaPath], bool] = _any_leaf,
     closes: Callable[[AdmissionView, QuotaPath], bool] = _never_leaf,
     timed: Timed = Timed.NEVER,
@@ -137,6 +149,7 @@ def stop_gate(
         may_shut=may_shut,
         closes=closes,
         timed=timed,
+        opens=opens,
     )
 
 
@@ -149,9 +162,14 @@ class Refusal(msgspec.Struct, frozen=True, kw_only=True):
     reason: Reason
     stands: bool
     """A pass still offers it (and it fails there): under Block it closes its queue."""
-    until: Millis | None = None
-    """When the answer next changes by time alone; None: only an event changes it."""
+    opens: Opening
+    """When and on what the answer can next change (the gate's ``Gate.opens``)."""
+
+    @property
+    def until(self) -> Millis | None:
+        """When the answer next changes by time alone; None: only an event changes it."""
+        return self.opens.at_ms
 
     @property
     def timed(self) -> bool:
-        return self.until is not None
+        return self.opens.at_ms is not None

@@ -9,7 +9,7 @@ What it must never do: look at capacity (fit is not a gate), or read a clock.
 from __future__ import annotations
 
 from schemas import Reason
-from usher.core.gates.view import AdmissionView, Gate
+from usher.core.gates.view import AdmissionView, Gate, Opening
 from usher.core.model import reasons
 from usher.core.state.indexed import Job
 
@@ -25,9 +25,18 @@ def reason(view: AdmissionView, job: Job) -> Reason:
     return reasons.not_yet_evaluated(f"decided by the dequeuer of zone {served[0]}")
 
 
+def opens(view: AdmissionView, job: Job) -> Opening:
+    zones = job.zones or (job.zone,)
+    served = [zone for zone in zones if view.serves(zone)]
+    if not served:
+        return Opening(on=f"a dequeuer serves zone {' or '.join(zones)}")
+    return Opening(on=f"the dequeuer of zone {served[0]} admits it")
+
+
 GATE = Gate(
     name="Z2 zone served",
     says="no zone it accepts is one this engine decides for",
     shuts=shuts,
     reason=reason,
+    opens=opens,
 )

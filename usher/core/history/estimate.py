@@ -1,12 +1,20 @@
 """Estimated start of pending workloads, from the queue ahead and the runs the log records.
 
 What it does: for each waiting workload (``Waiting``: its queue, its place in it, the node that
-limits it and whether the next pass admits it) says when it is likely to start, as a time with
-a range (``Estimate``: p25, p50 and p75), or ``unknown`` with the reason. The model: the
+limits it, whether the next pass admits it, the gate that shuts it and a reservation ahead)
+says when it is likely to start, as a time with a range (``Estimate``: p25, p50 and p75, worded
+as people read it), or ``unknown`` with the reason. It says "now" only for a workload the
+next pass admits. A workload an admission gate shuts waits for what that gate says opens it
+(``usher.core.gates.view.Opening``, the gate's one answer): unknown until an event when only
+an event opens it ("not before root/a is resumed"), no earlier than the instant it names
+otherwise (a backoff's end, a budget's reset). The model: the
 workloads that hold quota under the limiting node (its leaf when nothing else limits it) are
 slots; each slot frees when its holder's run ends -- a running one's remaining time is taken
-from the runs that lasted longer than it has run so far -- and is taken again by the next
-workload of the queue for a typical run. The workload starts when the slot it is given frees.
+from the runs that lasted longer than it has run so far; one that has outrun every run on
+record and declares no end still ahead frees it at no time anyone can say -- and is taken
+again by the next workload of the queue for a typical run. The workload starts when the slot
+it is given frees; a head passed over by later admissions is given the room it waits for
+from when the starvation guard (N1) reserves it, at the latest.
 Run lengths are the allocation intervals the log records (U1: ``Admitted`` to ``Released``,
 ``Preempted`` or ``Requeued``, in ``usher.core.history.usage``), of its own queue, or of every queue
 when its own has fewer than ``MIN_RUNS``; a quantile is the nearest rank, so every answer is
@@ -40,6 +48,7 @@ from usher.core.history.usage import Interval, UsageFold
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
 from usher.core.state.indexed import JobState
+from usher.core.values.elapsed import age_text, start_words
 
 MIN_RUNS = 3
 """Fewer ended runs than this (in its queue, then on the whole log) and the estimate is
@@ -68,13 +77,48 @@ class Estimate(msgspec.Struct, frozen=True, kw_only=True):
     early_ms: Millis | None = None
     """With p25 run lengths."""
     late_ms: Millis | None = None
-    """With p75 run lengths."""
+    """With p75 run lengths: the upper bound of the range."""
     basis: str
     """What it rests on, or why it is unknown, in words for people."""
+    not_before_ms: Millis | None = None
+    """No start before this: the earliest instant the admission gate that shuts it can open
+    (a backoff's end, a budget window's reset); None when no gate holds it back by time."""
+    made_ms: Millis
+    """The instant it was made (the ``now`` it was estimated at)."""
+    says: str
+    """How ``usher jobs --start`` words it at ``made_ms`` (``now``, ``~12m (5m-20m)``,
+    ``unknown``): ``words`` at that instant."""
 
     @property
     def known(self) -> bool:
         return self.start_ms is not None
+
+    def words(self, now_ms: int, *, why: bool = False) -> str:
+        """The one wording of this estimate at ``now_ms`` (``usher.core.values.elapsed``);
+        with ``why`` an unknown one is given with its reason (``basis``)."""
+        if why and not self.known:
+            return self.basis
+        return start_words(self.start_ms, self.early_ms, self.late_ms, now_ms)
+
+
+def made(
+    now: Millis,
+    basis: str,
+    times: tuple[int, int, int] | None = None,
+    not_before: Millis | None = None,
+) -> Estimate:
+    """An estimate made at ``now``: ``times`` (p25, p50, p75 in ms since the epoch) or
+    unknown, with its words."""
+    early, start, late = (None, None, None) if times is None else (Millis(t) for t in times)
+    return Estimate(
+        start_ms=start,
+        early_ms=early,
+        late_ms=late,
+        basis=basis,
+        not_before_ms=not_before,
+        made_ms=now,
+        says=start_words(start, early, late, now),
+    )
 
 
 @dataclass(frozen=True)
@@ -90,9 +134,12 @@ class Waiting:
     """The node whose quota it waits for (the reason's node); None: its leaf."""
     admitted_next: bool = False
     """The next decision pass admits it."""
-    shut: str | None = None
-    """What keeps it from being offered until an event (an admission gate that opens by no
-    run's end: a hold, a spent budget, a zone nobody serves), in words; None: nothing."""
+    shut: Refusal | None = None
+    """The admission gate that keeps it from being offered now and what opens it
+    (``shut_by``); None: none does."""
+    reserved_from: Millis | None = None
+    """A head passed over by later admissions: when the starvation guard (N1) starts
+    reserving room for it (``Engine.reserved_from``); None: not passed over, or already."""
 
 
 @dataclass(frozen=True)
@@ -126,24 +173,23 @@ def declared_of(engine: Engine, running: Iterable[Interval]) -> Declared:
     return Declared(running=admitted, queued=queued)
 
 
-def shut_until_an_event(shut: Refusal | None) -> str | None:
-    """What keeps a workload from being offered until an event (``shut``: the first admission
-    gate that shuts it, ``Engine.refusal_of``): no run's end frees it, so no time can be
-    given. A timed refusal (a backoff) or a standing one (a victim about to stop) is left to
-    the model."""
-    if shut is None or shut.timed or shut.stands:
-        return None
-    return shut.says
+def shut_by(shut: Refusal | None) -> Refusal | None:
+    """The refusal an estimate reads (``shut``: the first admission gate that shuts it,
+    ``Engine.refusal_of``): a standing one (a victim about to stop, R7) is left to the model,
+    since a pass offers it as it does any workload that does not fit."""
+    return None if shut is None or shut.stands else shut
 
 
 def waiting_of(
     views: dict[WorkloadKey, JobView],
     preview: PassPreview,
-    shut: Mapping[WorkloadKey, str] | None = None,
+    shut: Mapping[WorkloadKey, Refusal] | None = None,
+    reserved: Mapping[WorkloadKey, Millis] | None = None,
 ) -> list[Waiting]:
     """Every pending workload of ``views`` (the engine's, before the pass), with what the
     trial pass ``preview`` says of it: whether it admits it, else the node it waits for;
-    ``shut``: what keeps some of them from being offered (``shut_until_an_event``)."""
+    ``shut``: what keeps some of them from being offered (``shut_by``); ``reserved``: when
+    the starvation guard reserves room for the heads passed over."""
     admitted = {d.workload for d in preview.decisions if isinstance(d, Admitted)}
     out: list[Waiting] = []
     for key, view in sorted(views.items()):
@@ -165,6 +211,7 @@ def waiting_of(
                 node=reason.node if reason is not None else None,
                 admitted_next=key in admitted,
                 shut=None if shut is None else shut.get(key),
+                reserved_from=None if reserved is None else reserved.get(key),
             )
         )
     return out
@@ -181,8 +228,10 @@ def estimate_pending(
     allocation ``intervals`` and what ``engine``'s workloads declare (``declared_of``)."""
     running = [interval for interval in intervals if interval.end_ms is None]
     declared = declared_of(engine, running)
-    shut = {key: why for key in views if (why := shut_until_an_event(engine.refusal_of(key)))}
-    return estimate_starts(now, waiting_of(views, preview, shut), intervals, declared)
+    shut = {key: found for key in views if (found := shut_by(engine.refusal_of(key)))}
+    reserved = {key: at for key in views if (at := engine.reserved_from(key)) is not None}
+    waiting = waiting_of(views, preview, shut, reserved)
+    return estimate_starts(now, waiting, intervals, declared)
 
 
 def estimates_on_arrival(
@@ -250,7 +299,8 @@ def _on_arrival(
         position=view.position,
         node=reason.node if reason is not None else None,
         admitted_next=shut is None and (reason is None or reason.code == NOT_YET_EVALUATED),
-        shut=shut_until_an_event(shut),
+        shut=shut_by(shut),
+        reserved_from=engine.reserved_from(key),
     )
     running = list(usage.open.values())
     declared = declared_of(engine, running) if declares else NO_DECLARATIONS
@@ -278,13 +328,14 @@ def _under(node: QuotaPath, quota: QuotaPath) -> bool:
     return quota == node or quota.startswith(node + "/")
 
 
-def remaining(lengths: Sequence[int], elapsed: int, q: int) -> int:
+def remaining(lengths: Sequence[int], elapsed: int, q: int) -> int | None:
     """How much longer a run that has lasted ``elapsed`` ms goes on at quantile ``q``: from the
-    runs that lasted longer (``lengths`` ascending); 0 (any moment now) when none did."""
+    runs that lasted longer (``lengths`` ascending); None when none did (it has outrun the
+    history: nothing on record says when it ends)."""
     first = bisect_right(lengths, elapsed)
     longer = len(lengths) - first
     if longer == 0:
-        return 0
+        return None
     rank = max(1, -(-q * longer // 100))
     return lengths[first + rank - 1] - elapsed
 
@@ -348,17 +399,50 @@ def estimate_with(
     groups: dict[tuple[QueueName, QuotaPath], list[Waiting]] = {}
     out: dict[WorkloadKey, Estimate] = {}
     for item in waiting:
-        if item.shut is not None:
-            out[item.workload] = Estimate(basis=f"{UNKNOWN}not offered now: {item.shut}")
-        elif item.admitted_next:
-            out[item.workload] = Estimate(
-                start_ms=now, early_ms=now, late_ms=now, basis="the next decision pass admits it"
-            )
+        if item.shut is not None and item.shut.until is None:
+            basis = f"{UNKNOWN}{item.shut.says}: not before {item.shut.opens.on}"
+            out[item.workload] = made(now, basis)
+        elif item.admitted_next and item.shut is None:
+            out[item.workload] = made(now, "the next decision pass admits it", (now, now, now))
         else:
             groups.setdefault((item.queue, item.node or item.leaf), []).append(item)
     for (queue, node), members in sorted(groups.items()):
-        out.update(_estimate_group(now, queue, node, members, by_queue, running, declared))
+        found = _estimate_group(now, queue, node, members, by_queue, running, declared)
+        for m in members:
+            out[m.workload] = _held_back(now, m, found[m.workload])
     return out
+
+
+def _held_back(now: Millis, item: Waiting, estimate: Estimate) -> Estimate:
+    """``estimate`` no earlier than the instant the gate that shuts ``item`` can open, and
+    for a head passed over, shifted to when the starvation guard reserves room for it."""
+    basis, times = estimate.basis, _times(estimate)
+    not_before: Millis | None = None
+    reserve = item.reserved_from
+    if reserve is not None and reserve > now and times is not None:
+        early, start, late = times
+        # Until the reservation, later workloads may take the room as it frees (they did):
+        # from it on, the room is kept for this one, and frees as it would from now.
+        times = (early, max(start, reserve + start - now), max(late, reserve + late - now))
+        basis += (
+            "; passed over by later admissions: the starvation guard (N1) keeps room for it "
+            f"from {format_time(reserve)}"
+        )
+    if item.shut is not None and item.shut.until is not None:
+        not_before = item.shut.until
+        if times is not None:
+            early, start, late = times
+            times = (max(early, not_before), max(start, not_before), max(late, not_before))
+        basis += f"; not before {format_time(not_before)}, when {item.shut.opens.on}"
+    if basis == estimate.basis:
+        return estimate
+    return made(now, basis, times, not_before)
+
+
+def _times(estimate: Estimate) -> tuple[int, int, int] | None:
+    if estimate.early_ms is None or estimate.start_ms is None or estimate.late_ms is None:
+        return None
+    return (estimate.early_ms, estimate.start_ms, estimate.late_ms)
 
 
 @dataclass(frozen=True)
@@ -368,8 +452,8 @@ class _Holder:
     elapsed: int
     """How long it has run, ms."""
     left: int | None
-    """At most how much longer it runs by its declaration (0: past its declared end, any
-    moment now); None: it declares nothing."""
+    """At most how much longer it runs by its declaration (0: past its declared end, which
+    then says nothing more); None: it declares nothing."""
 
 
 def _holders(
@@ -384,6 +468,31 @@ def _holders(
         left = None if runtime is None else max(0, interval.start_ms + runtime - now)
         out.append(_Holder(elapsed=now - interval.start_ms, left=left))
     return out
+
+
+def _end(holder: _Holder, lengths: Sequence[int] | None, q: int) -> int:
+    """When ``holder``'s slot frees at quantile ``q``, ms from now: its remaining time among
+    the runs on record that lasted longer (``lengths``; None: too few runs), no later than
+    its declared end while that is ahead; ``NEVER`` when neither says (it has outrun every
+    run on record and declares no end still ahead)."""
+    history = None if lengths is None else remaining(lengths, holder.elapsed, q)
+    bound = holder.left or None  # a declared end already passed bounds nothing
+    if history is None:
+        return NEVER if bound is None else bound
+    return history if bound is None else min(history, bound)
+
+
+def _endless(holders: Sequence[_Holder], named: str | None) -> str:
+    """Why no start can be given: every running workload under the node has outrun the
+    history (``named``; None: too few runs) and declares no end still ahead."""
+    passed = sum(1 for h in holders if h.left is not None)
+    count = f"{len(holders)} running job{'s' if len(holders) != 1 else ''}"
+    ends = "no declared end" if not passed else "no declared end ahead"
+    oldest = age_text(max(h.elapsed for h in holders) // 1000)
+    why = f"{UNKNOWN}waits on {count} with {ends} (oldest {oldest})"
+    if named is not None:
+        why += f", longer than any of the {named}"
+    return why
 
 
 def _bounded(typical: int, bound: int | None) -> int:
@@ -411,24 +520,27 @@ def _estimate_group(
     found = _lengths_for(queue, by_queue)
     holders = _holders(now, node, running, declared)
     if isinstance(found, str) and not holders:  # too few runs is said first, as ever
-        return {m.workload: Estimate(basis=f"{UNKNOWN}{found}") for m in members}
+        return {m.workload: made(now, f"{UNKNOWN}{found}") for m in members}
     if not holders:
         why = f"{UNKNOWN}nothing runs under {node} whose end would make room"
-        return {m.workload: Estimate(basis=why) for m in members}
+        return {m.workload: made(now, why) for m in members}
     queued = _queued(declared, queue, max(m.position for m in members))
     if isinstance(found, str):
         return _by_declarations(now, queue, node, members, holders, queued, found)
     lengths, named = found
     starts = {
         q: starts_in_turn(
-            [_bounded(remaining(lengths, h.elapsed, q), h.left) for h in holders],
+            [_end(h, lengths, q) for h in holders],
             [_bounded(quantile(lengths, q), runtime) for runtime in queued],
         )
         for q in QUANTILES
     }
     out: dict[WorkloadKey, Estimate] = {}
     for m in members:
-        at = {q: Millis(now + starts[q][m.position - 1]) for q in QUANTILES}
+        if starts[50][m.position - 1] >= NEVER:  # every slot's end is unknown
+            out[m.workload] = made(now, _endless(holders, named))
+            continue
+        at = tuple(now + starts[q][m.position - 1] for q in QUANTILES)
         basis = (
             f"{m.position - 1} ahead in {queue}, {len(holders)} running under {node}; "
             f"{named}: p25 {span(quantile(lengths, 25))}, p50 {span(quantile(lengths, 50))}, "
@@ -437,7 +549,7 @@ def _estimate_group(
         note = _declarations_used(holders, queued[: m.position - 1])
         if note is not None:
             basis = f"{basis}; bounded by {note}"
-        out[m.workload] = Estimate(start_ms=at[50], early_ms=at[25], late_ms=at[75], basis=basis)
+        out[m.workload] = made(now, basis, (at[0], at[1], at[2]))
     return out
 
 
@@ -451,11 +563,12 @@ def _by_declarations(
     too_few: str,
 ) -> dict[WorkloadKey, Estimate]:
     """With too few runs on the log: the latest start the declarations alone give, where they
-    make room (a holder or a workload ahead that declares nothing never frees its slot, as far
-    as anything says); p25, p50 and p75 are that one bound, since nothing says how much
-    earlier the declared work ends. Unknown otherwise, saying what was missing."""
+    make room (a holder that declares no end still ahead, or a workload ahead that declares
+    nothing, never frees its slot, as far as anything says); p25, p50 and p75 are that one
+    bound, since nothing says how much earlier the declared work ends. Unknown otherwise,
+    saying what was missing."""
     starts = starts_in_turn(
-        [NEVER if h.left is None else h.left for h in holders],
+        [_end(h, None, 50) for h in holders],
         [NEVER if runtime is None else runtime for runtime in queued],
     )
     out: dict[WorkloadKey, Estimate] = {}
@@ -463,24 +576,24 @@ def _by_declarations(
         note = _declarations_used(holders, queued[: m.position - 1])
         start = starts[m.position - 1]
         if note is None:  # nothing declared: as without declarations at all
-            out[m.workload] = Estimate(basis=f"{UNKNOWN}{too_few}")
+            out[m.workload] = made(now, f"{UNKNOWN}{too_few}")
         elif start >= NEVER:
             basis = f"{UNKNOWN}{too_few}, and {note} do not make room"
-            out[m.workload] = Estimate(basis=basis)
+            out[m.workload] = made(now, basis)
         else:
-            at = Millis(now + start)
+            at = now + start
             basis = (
                 f"at the latest: {m.position - 1} ahead in {queue}, {len(holders)} running "
                 f"under {node}; by {note}, which may end earlier; {too_few} for a range"
             )
-            out[m.workload] = Estimate(start_ms=at, early_ms=at, late_ms=at, basis=basis)
+            out[m.workload] = made(now, basis, (at, at, at))
     return out
 
 
 def _declarations_used(holders: Sequence[_Holder], ahead: Sequence[int | None]) -> str | None:
     """Which of the running work and the workloads ahead declare a maximum runtime (RT1), for
     the basis; None when none does."""
-    running = sum(1 for h in holders if h.left is not None)
+    running = sum(1 for h in holders if h.left)  # a declared end passed bounds nothing
     queued = sum(1 for runtime in ahead if runtime is not None)
     if running == 0 and queued == 0:
         return None
@@ -528,6 +641,7 @@ __all__ = [
     "estimate_starts",
     "estimate_with",
     "estimates_on_arrival",
+    "made",
     "quantile",
     "remaining",
     "run_lengths",
