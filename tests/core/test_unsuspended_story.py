@@ -81,3 +81,19 @@ def test_a_manifest_rejected_for_a_real_error_stays_rejected() -> None:
     e = explain.explain(log.history(), EngineConfig(), JOB, Millis(BASE_MS + 2_000))
     assert e.state == JobState.REJECTED
     assert e.history[0].what == "rejected"
+
+
+def test_the_feed_tells_the_same_story_as_explain() -> None:
+    """The console's feed and the live view (the people's projection of the log) label the
+    watcher's suspension ``suspend``, not ``reject``, with explain's own words, once the
+    first observation says when the job was created."""
+    from usher.client.state import FEED_SUSPENDED, PeopleProjection
+
+    log = _log(cpu=1)
+    state = PeopleProjection()
+    for item in log.history().items:
+        state.apply(item)
+    [told] = [d for d in state.decisions if d.job == JOB]
+    e = explain.explain(log.history(), EngineConfig(), JOB, Millis(BASE_MS + 20_000))
+    assert (told.action, told.reason) == (FEED_SUSPENDED, e.history[0].detail)
+    assert told.action != "reject"

@@ -36,6 +36,7 @@ from usher.adapters.stack_file import StackInfo
 from usher.client import AsyncClient, ClientError
 from usher.client.durations import estimated_start
 from usher.client.state import (
+    FEED_SUSPENDED,
     PeopleProjection,
     QueueInfo,
     QuotaInfo,
@@ -62,6 +63,7 @@ ACTION_STYLE = {
     "release": "dim",
     "inadmissible": "magenta",
     "unmapped": "yellow",
+    FEED_SUSPENDED: "yellow",
     "reject": "magenta",
 }
 

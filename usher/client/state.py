@@ -58,6 +58,7 @@ from usher.core.history.explain import (
 )
 from usher.core.history.fold import fold_believed, forged
 from usher.core.history.usage import UsageFold
+from usher.core.intake.workload import bypassed_queue, suspended_by_usher
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
 from usher.core.model.quantity import format_quantity
@@ -74,6 +75,9 @@ from usher.core.state.indexed import JobState
 from usher.core.tree.budget_spec import BudgetKey
 from usher.core.tree.quota_tree import iter_nodes, leaf_queue_name
 
+FEED_SUSPENDED = "suspend"
+"""The feed's label of a job the watcher found running unadmitted and suspended and queued
+(``usher.core.intake.workload.bypassed_queue``): not a rejection."""
 MAX_DECISIONS = 200
 
 
@@ -176,8 +180,8 @@ class DecisionInfo(msgspec.Struct, frozen=True, kw_only=True):
     seq: int
     time: datetime
     action: str
-    """``admit``, ``preempt``, ``requeue`` (R10), ``release``, ``inadmissible``, ``unmapped`` or
-    ``reject``."""
+    """``admit``, ``preempt``, ``requeue`` (R10), ``release``, ``inadmissible``, ``unmapped``,
+    ``suspend`` (a job found running unadmitted, suspended and queued) or ``reject``."""
     job: str
     quota: str | None = None
     reason: str | None = None
@@ -360,6 +364,10 @@ class PeopleProjection:
     track_skips: bool = False
     """Count admissions past the head of each queue (the live view); off for one-off reads."""
     skips: dict[WorkloadKey, _Skips] = field(default_factory=dict)
+    suspending: dict[WorkloadKey, tuple[int, Millis]] = field(default_factory=dict)
+    """Jobs the watcher suspended before it first observed them (created unsuspended): the seq
+    and time of that decision, whose story gains how long the pods ran once the creation
+    time is known."""
     usage: UsageFold = field(default_factory=UsageFold)
     """Every allocation interval the log records (U1), for ``usher usage`` and the client."""
 
@@ -429,9 +437,19 @@ class PeopleProjection:
             self.skips.pop(event.workload, None)  # no longer waiting: nothing to tell
         match event:
             case WorkloadObserved():
+                self._created(event)
                 self.observed[event.workload] = event
                 self.rejected.pop(event.workload, None)
                 self.outcome.pop(event.workload, None)
+            case WorkloadRejected() if bypassed_queue(event.errors):
+                # Not a rejection: the watcher suspended a job that ran unadmitted and queued
+                # it; told as explain tells it (one story, ``suspended_by_usher``).
+                self.rejected[event.workload] = event
+                previous = self.observed.get(event.workload)
+                story = suspended_by_usher(item.time_ms, previous, None)
+                self._decision(item.seq, at, FEED_SUSPENDED, event.workload, reason=story)
+                if previous is None:
+                    self.suspending[event.workload] = (item.seq, item.time_ms)
             case WorkloadRejected():
                 self.rejected[event.workload] = event
                 text = "; ".join(f"{e.path}: {e.message}" for e in event.errors)
@@ -441,6 +459,7 @@ class PeopleProjection:
             case WorkloadDeleted():
                 for table in (self.observed, self.rejected, self.outcome, self.preemptions):
                     table.pop(event.workload, None)
+                self.suspending.pop(event.workload, None)
             case QuotaTreeApplied():
                 self.tree = event.root
                 self.tree_rejected = []
@@ -509,6 +528,18 @@ class PeopleProjection:
                 self._decision(
                     item.seq, at, "unmapped", event.workload, reason=event.reason.message
                 )
+
+    def _created(self, event: WorkloadObserved) -> None:
+        """The first observation of a job suspended before it: its feed line says how long
+        its pods could run, now that its creation time is known."""
+        found = self.suspending.pop(event.workload, None)
+        if found is None:
+            return
+        seq, at_ms = found
+        for index, decision in enumerate(self.decisions):
+            if decision.seq == seq:
+                story = suspended_by_usher(at_ms, None, event.created_ms)
+                self.decisions[index] = msgspec.structs.replace(decision, reason=story)
 
     def _decision(
         self,

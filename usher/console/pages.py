@@ -21,7 +21,7 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from usher.client.state import DecisionInfo, QuotaInfo
+from usher.client.state import FEED_SUSPENDED, DecisionInfo, QuotaInfo
 from usher.core.history.replay import QuotaRow, to_datetime
 from usher.core.model.quantity import format_quantity, parse_quantity
 
@@ -30,7 +30,7 @@ T = TypeVar("T")
 PER_PAGE = 100
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 """Resources in the order the pages show them (others follow, sorted)."""
-ACTIONS = ("admit", "preempt", "release", "inadmissible", "unmapped", "reject")
+ACTIONS = ("admit", "preempt", "release", "inadmissible", "unmapped", FEED_SUSPENDED, "reject")
 
 
 # --------------------------------------------------------------------------- pagination

@@ -52,7 +52,7 @@ from usher.core.history.replay import (
     to_datetime,
 )
 from usher.core.history.usage import intervals_of
-from usher.core.intake.workload import bypassed_queue
+from usher.core.intake.workload import SUSPENDED_BY_USHER, bypassed_queue, suspended_by_usher
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
 from usher.core.model.quantity import format_quantity
@@ -289,21 +289,6 @@ def _created_ms(history: History, key: WorkloadKey) -> Millis | None:
     return None
 
 
-def _suspended_by_usher(
-    item: LogEntry, previous: WorkloadObserved | None, created_ms: Millis | None
-) -> str:
-    """What the watcher did with a job it found running unadmitted (no admission webhook
-    suspended it at creation), and for how long its pods could run, when the log says."""
-    if previous is None:
-        said = "created unsuspended; suspended by Usher and queued"
-    else:
-        said = "unsuspended without an admission; suspended by Usher and queued again"
-    if previous is None and created_ms is not None and item.time_ms >= created_ms:
-        ran = reasons.seconds_text(item.time_ms - created_ms)
-        said += f" (no admission webhook suspended it at creation: its pods could run {ran} s)"
-    return said
-
-
 def _line(
     item: LogEntry, key: WorkloadKey, previous: WorkloadObserved | None, created_ms: Millis | None
 ) -> HistoryLine | None:
@@ -325,7 +310,8 @@ def _line(
     elif isinstance(event, WorkloadDeleted):
         what, detail = "deleted", "the object is gone from the cluster"
     elif isinstance(event, WorkloadRejected) and bypassed_queue(event.errors):
-        what, detail = "suspended", _suspended_by_usher(item, previous, created_ms)
+        what = SUSPENDED_BY_USHER
+        detail = suspended_by_usher(item.time_ms, previous, created_ms)
     elif isinstance(event, WorkloadRejected):
         errors = "; ".join(f"{e.path}: {e.message}" for e in event.errors)
         what, detail = "rejected", errors or "invalid manifest"

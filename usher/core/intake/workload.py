@@ -70,6 +70,7 @@ from usher.core.kinds.fields import (
 )
 from usher.core.model.errors import InputError, ValueRefused, WorkloadInvalid
 from usher.core.model.quantity import format_quantity
+from usher.core.model.reasons import seconds_text
 from usher.core.rules.retry import container_memory
 from usher.core.tree.zone_fallback import parse_accepted_zones
 from usher.core.values.names import MAX_GATES, MAX_ZONES, is_gate_name, is_zone_name, zone_name
@@ -106,6 +107,29 @@ def bypassed_queue(errors: list[FieldError]) -> bool:
     """Whether a ``WorkloadRejected`` with ``errors`` only says the job ran unadmitted (the
     watcher suspended it; it waits in its queue), not that its manifest is invalid."""
     return bool(errors) and all(e.code == NOT_ADMITTED for e in errors)
+
+
+SUSPENDED_BY_USHER = "suspended"
+"""What a ``WorkloadRejected`` that only says the job ran unadmitted (``bypassed_queue``) is
+called wherever it is told (explain's history, the console's feed): the watcher suspended it
+and queued it; it was not rejected."""
+
+
+def suspended_by_usher(
+    at_ms: Millis, previous: WorkloadObserved | None, created_ms: Millis | None
+) -> str:
+    """The one story of a job the watcher found running unadmitted (no admission webhook
+    suspended it at creation) and suspended at ``at_ms``: created unsuspended (``previous``,
+    its last observation before, is None) or unsuspended later, and, once its creation time
+    (``created_ms``) is known, how long its pods could run."""
+    if previous is None:
+        said = "created unsuspended; suspended by Usher and queued"
+    else:
+        said = "unsuspended without an admission; suspended by Usher and queued again"
+    if previous is None and created_ms is not None and at_ms >= created_ms:
+        ran = seconds_text(at_ms - created_ms)
+        said += f" (no admission webhook suspended it at creation: its pods could run {ran} s)"
+    return said
 
 
 CHECKED_ONLY: tuple[Setting[Any], ...] = (MIN_SUCCESS, SIM_DURATION)
