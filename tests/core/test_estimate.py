@@ -442,3 +442,34 @@ def test_declared_runtimes_on_the_log_estimate_without_history() -> None:
     )
     assert later[WorkloadKey("user-a/second")].start_ms == BASE_MS + 400_100
     assert later[WorkloadKey("user-a/third")].start_ms == BASE_MS + 450_100
+
+
+def test_a_head_passed_over_waits_for_its_reservation_and_its_estimate_moves() -> None:
+    """Issue 28: a head passed over by later admissions kept saying "9-16 s" for minutes.
+    Once a later job is admitted past user-a/next, its middle and late estimates move to
+    from when the starvation guard (N1, 600 s by default) keeps room for it; the early one
+    stays (the room may still free in time)."""
+    from tests.builders.log import BASE_MS, B, waiting_behind_a_run
+    from usher.core.history import explain
+    from usher.core.model.config import EngineConfig
+
+    now_s = 10_000.0
+    now = Millis(BASE_MS + int(now_s * 1000))
+    key = WorkloadKey("user-a/next")
+
+    def estimate_of(passed_over: bool) -> Estimate:
+        log = waiting_behind_a_run(now_s)
+        if passed_over:  # a later, smaller job of Department-b admitted 10 s ago
+            log.job(now_s - 11, "user-c/small", 10).admitted(now_s - 10, "user-c/small", 10, B)
+        found = explain.explain(log.history(), EngineConfig(), key, now).estimate
+        assert found is not None and found.known
+        return found
+
+    before, after = estimate_of(False), estimate_of(True)
+    reserved = now - 10 * S + 600 * S
+    assert after.early_ms == before.early_ms
+    assert before.start_ms is not None and before.late_ms is not None
+    assert after.start_ms == before.start_ms + (reserved - now)
+    assert after.late_ms == before.late_ms + (reserved - now)
+    assert "starvation guard (N1) keeps room for it from" in after.basis
+    assert "starvation" not in before.basis
