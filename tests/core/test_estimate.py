@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from schemas import Millis, QueueName, QuotaPath, WorkloadKey
+from schemas import Millis, QueueName, QuotaPath, Reason, WorkloadKey
+from usher.core.gates.view import Opening, Refusal
 from usher.core.history.estimate import (
     NO_DECLARATIONS,
     Declared,
@@ -473,3 +474,60 @@ def test_a_head_passed_over_waits_for_its_reservation_and_its_estimate_moves() -
     assert after.late_ms == before.late_ms + (reserved - now)
     assert "starvation guard (N1) keeps room for it from" in after.basis
     assert "starvation" not in before.basis
+
+
+def _shut(until_s: int | None, on: str) -> Refusal:
+    """A refusal as the chain gives it: a gate's words and what opens it."""
+    at = None if until_s is None else Millis(NOW + until_s * S)
+    return Refusal(
+        gate="R10 readiness backoff",
+        says="it was requeued for readiness and its backoff runs (R10)",
+        reason=Reason(code="RequeueBackoff", message="offered again in 229 s"),
+        stands=False,
+        opens=Opening(at_ms=at, on=on),
+    )
+
+
+@pytest.mark.parametrize(
+    ("shut", "intervals", "times_s", "basis"),
+    [
+        (  # the demo's requeued gang said ~20s while its reason said 229 s (issue 28)
+            _shut(229, "its readiness backoff ends"),
+            [*FOUR, runs(LEAF_A, 30, "x")],
+            (229, 229, 229),
+            "; not before 1970-01-01T00:20:29.000Z, when its readiness backoff ends",
+        ),
+        (  # a backoff shorter than the wait for room changes nothing but the basis
+            _shut(40, "its readiness backoff ends"),
+            [*FOUR, runs(LEAF_A, 30, "x")],
+            (40, 90, 150),
+            "when its readiness backoff ends",
+        ),
+        (  # no range, but the instant is still said
+            _shut(229, "its readiness backoff ends"),
+            [runs(LEAF_A, 30, "x")],
+            None,
+            "unknown: 0 runs have ended on the log, 3 are needed; not before "
+            "1970-01-01T00:20:29.000Z, when its readiness backoff ends",
+        ),
+        (  # only an event opens it: no time at all, and what it waits for
+            _shut(None, "root/D is resumed"),
+            [*FOUR, runs(LEAF_A, 30, "x")],
+            None,
+            "unknown: it was requeued for readiness and its backoff runs (R10): not before "
+            "root/D is resumed",
+        ),
+    ],
+)
+def test_a_gate_that_shuts_it_says_when_it_can_start_at_the_earliest(
+    shut: Refusal, intervals: list[Interval], times_s: tuple[int, int, int] | None, basis: str
+) -> None:
+    waiting = Waiting(workload=WorkloadKey("ns/me"), queue=QA, leaf=LEAF_A, position=1, shut=shut)
+    estimate = estimate_starts(NOW, [waiting], intervals)[waiting.workload]
+    assert basis in estimate.basis
+    assert estimate.not_before_ms == shut.until
+    if times_s is None:
+        assert not estimate.known and estimate.says == "unknown"
+        return
+    early, mid, late = (NOW + s * S for s in times_s)
+    assert (estimate.early_ms, estimate.start_ms, estimate.late_ms) == (early, mid, late)
