@@ -101,8 +101,15 @@ async def prepare_streams(nats_url: str, subjects: Subjects) -> None:
         await nc.drain()
 
 
-def start_emulator(servers: Servers, kubeconfig: Path, history: int = 400_000) -> ManagedProcess:
-    """The Kubernetes API emulator with its fake kubelet as a process; waits for its kubeconfig."""
+def start_emulator(
+    servers: Servers,
+    kubeconfig: Path,
+    history: int = 400_000,
+    namespaces: Sequence[str] = (),
+) -> ManagedProcess:
+    """The Kubernetes API emulator with its fake kubelet as a process, starting with
+    ``namespaces`` (as a cluster has them: it refuses objects in a namespace that does not
+    exist); waits for its kubeconfig."""
     proc = servers.start(
         "kube-emulator",
         [
@@ -114,6 +121,7 @@ def start_emulator(servers: Servers, kubeconfig: Path, history: int = 400_000) -
             "--kubelet",
             "--history",
             str(history),
+            *(arg for namespace in namespaces for arg in ("--namespace", namespace)),
         ],
         env=_inherit(),
     )

@@ -584,7 +584,7 @@ def run(quick: bool) -> dict[str, float]:
     scale = QUICK if quick else FULL
     with fresh_servers("usher-bench-kueue-") as servers:
         kubeconfig = servers.home / "kubeconfig"
-        start_emulator(servers, kubeconfig)
+        start_emulator(servers, kubeconfig, namespaces=scale.leaves)
         asyncio.run(prepare_streams(servers.nats_url, Subjects(PREFIX)))
         start_services(
             servers,
