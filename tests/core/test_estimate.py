@@ -531,3 +531,18 @@ def test_a_gate_that_shuts_it_says_when_it_can_start_at_the_earliest(
         return
     early, mid, late = (NOW + s * S for s in times_s)
     assert (estimate.early_ms, estimate.start_ms, estimate.late_ms) == (early, mid, late)
+
+
+def test_on_arrival_now_is_what_a_pass_at_that_instant_would_say() -> None:
+    """The bench's estimate at creation (``estimates_on_arrival``) said "now" for every job
+    that fit by itself, however many waited ahead of it for the same room (issue 28: most of
+    the Kueue baseline's small jobs, which then waited 20 s). Two 60-cpu jobs arrive before
+    any pass: the first starts now, the second does not."""
+    from tests.builders.log import Log
+    from usher.core.model.config import EngineConfig
+
+    log = Log().tree(0).job(1, "user-a/first", 60).job(2, "user-a/second", 60)
+    found = estimates_on_arrival(log.history().items, EngineConfig())
+    first, second = (found[WorkloadKey(f"user-a/{name}")][1] for name in ("first", "second"))
+    assert first.says == "now"
+    assert second.says != "now" and not second.known

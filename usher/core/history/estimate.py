@@ -290,15 +290,24 @@ def _on_arrival(
         return None
     if view.quota is None or view.position is None:
         return None
-    reason = engine.reason_now(key)
     shut = engine.refusal_of(key)
+    reason = engine.reason_now(key)
+    if shut is None and (reason is None or reason.code == NOT_YET_EVALUATED):
+        # It fits by itself: whether the next pass admits it (what "now" means) is the trial
+        # pass's answer, as everywhere else -- those ahead of it may take the room first.
+        preview = engine.preview_pass(now)
+        after = preview.waiting.get(key)
+        admitted = any(isinstance(d, Admitted) and d.workload == key for d in preview.decisions)
+        reason = after.reason if after is not None else reason
+    else:
+        admitted = False
     waiting = Waiting(
         workload=key,
         queue=view.queue,
         leaf=view.quota,
         position=view.position,
         node=reason.node if reason is not None else None,
-        admitted_next=shut is None and (reason is None or reason.code == NOT_YET_EVALUATED),
+        admitted_next=admitted,
         shut=shut_by(shut),
         reserved_from=engine.reserved_from(key),
     )
