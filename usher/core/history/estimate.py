@@ -239,8 +239,9 @@ def estimates_on_arrival(
 ) -> dict[WorkloadKey, tuple[Millis, Estimate]]:
     """The estimate each workload would have been given when it was first observed, and when
     that was: the log folded up to each arrival (what ``make bench`` compares with the wait
-    that followed). Without a trial pass per arrival, the state's own answer
-    (``Engine.reason_now``) says whether it fits and which node limits it."""
+    that followed). The state's own answer (``Engine.reason_now``) says which node limits
+    it; only for one that fits by itself is a trial pass run, whose answer alone says "now"
+    (those ahead of it may take the room first)."""
     arrivals = _Arrivals()
     replay_once(History(items=list(items), bad=[]), Engine(config), [arrivals])
     return arrivals.found
