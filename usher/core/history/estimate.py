@@ -240,8 +240,9 @@ def estimates_on_arrival(
     """The estimate each workload would have been given when it was first observed, and when
     that was: the log folded up to each arrival (what ``make bench`` compares with the wait
     that followed). The state's own answer (``Engine.reason_now``) says which node limits
-    it; only for one that fits by itself is a trial pass run, whose answer alone says "now"
-    (those ahead of it may take the room first)."""
+    it; only for the head of its queue that fits by itself is a trial pass run, whose answer
+    alone says "now" (other queues' heads may take the room first); one behind others of its
+    queue is never "now" on arrival."""
     arrivals = _Arrivals()
     replay_once(History(items=list(items), bad=[]), Engine(config), [arrivals])
     return arrivals.found
@@ -293,9 +294,12 @@ def _on_arrival(
         return None
     shut = engine.refusal_of(key)
     reason = engine.reason_now(key)
-    if shut is None and (reason is None or reason.code == NOT_YET_EVALUATED):
-        # It fits by itself: whether the next pass admits it (what "now" means) is the trial
-        # pass's answer, as everywhere else -- those ahead of it may take the room first.
+    fits = shut is None and (reason is None or reason.code == NOT_YET_EVALUATED)
+    if fits and view.position == 1:
+        # The head of its queue fits by itself: whether the next pass admits it (what "now"
+        # means) is the trial pass's answer, as everywhere else -- other queues' heads may
+        # take the room first. One behind others of its own queue is never "now" here (the
+        # pass tries those first): the model says when, and no trial pass is paid for it.
         preview = engine.preview_pass(now)
         after = preview.waiting.get(key)
         admitted = any(isinstance(d, Admitted) and d.workload == key for d in preview.decisions)
