@@ -151,3 +151,37 @@ def test_every_place_agrees_with_the_gates_on_what_waits(name: str) -> None:
         if head is not None:
             gates = chain.passing_over(engine, leaf)
             assert chain.passed_over(engine, engine.state.jobs[head], gates) is None
+
+
+MONTH_RESET = Millis(31 * 86_400_000)
+"""1970-02-01T00:00Z: when the scenarios' monthly budgets reset."""
+
+
+@pytest.mark.parametrize(
+    ("scenario", "until_ms", "key", "gate"),
+    [
+        ("70-budget-exhausted-holds-new-work.yaml", 5_000_000, "a/waiting", "B1 budget spent"),
+        ("113-budget-overrun-held-when-opted-in.yaml", 1_900_000, "a/long", "B2 budget overrun"),
+    ],
+)
+def test_a_budget_gate_says_it_opens_at_the_reset_and_the_estimate_reads_that(
+    scenario: str, until_ms: int, key: str, gate: str
+) -> None:
+    """The gate is the one place that says when its "not now" can change (issue 28): a spent
+    budget (B1) and an overrun (B2) open by time alone at their window's reset, and the start
+    estimate gives no time before it."""
+    engine = _play(scenario, until_ms=until_ms)
+    workload, now = WorkloadKey(key), engine.state.now
+    shut = engine.refusal_of(workload)
+    assert shut is not None and shut.gate == gate
+    assert (shut.opens.at_ms, shut.opens.on) == (MONTH_RESET, "the budget of root/A resets")
+    view = engine.job_state(workload)
+    assert view is not None
+    estimate = estimate_pending(engine, now, {workload: view}, engine.preview_pass(now), [])[
+        workload
+    ]
+    assert estimate.not_before_ms == MONTH_RESET
+    assert "not before 1970-02-01T00:00:00.000Z, when the budget of root/A resets" in (
+        estimate.basis
+    )
+    assert estimate.start_ms is None or estimate.start_ms >= MONTH_RESET
