@@ -78,6 +78,7 @@ from usher.core.rules.arbitration import (
     IllegalTransition,
     Load,
     advance,
+    earlier_preemption_refusal,
     first_shortfall,
     group_usage,
     quota_exceeded,
@@ -620,6 +621,11 @@ class LedgerStore:
                 return ReservationResult(workload=preemptor.workload, granted=False, reason=gone)
         if preemptor.quota not in await _leaves(conn, {preemptor.quota}):
             return _unknown(preemptor)
+        earlier = earlier_preemption_refusal(
+            preemptor.workload, await _still_stopping_for(conn, preemptor.workload)
+        )
+        if earlier is not None:  # R7: its hold ended, the victims it left still stop
+            return ReservationResult(workload=preemptor.workload, granted=False, reason=earlier)
         # Allocation rows first, then usage rows: the same order as the release path, so a
         # victim stopping while it is being preempted waits here instead of deadlocking.
         rows = await _lock_live(conn, [v.workload for v in victims])
@@ -1128,6 +1134,22 @@ def _ended_after(
     if view is None or end is None or end <= view:
         return None
     return reasons.ended_after_view(workload, end, view)
+
+
+async def _still_stopping_for(conn: AsyncConnection, preemptor: WorkloadKey) -> list[WorkloadKey]:
+    """Victims of an earlier preemption by ``preemptor`` still ``preempting`` (R7).
+
+    Read without locks: a victim only ever leaves ``preempting``, and only a preemption by
+    this same workload could add one, which the preemptor's own live row rules out.
+    """
+    found = await conn.execute(
+        select(ALLOCATIONS.c.workload).where(
+            ALLOCATIONS.c.preemptor == preemptor,
+            ALLOCATIONS.c.state == _PREEMPTING.value,
+            ALLOCATIONS.c.workload != preemptor,
+        )
+    )
+    return sorted(WorkloadKey(row.workload) for row in found)
 
 
 async def _lock_groups(

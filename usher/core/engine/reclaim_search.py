@@ -26,6 +26,7 @@ from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
+from usher.core.rules.arbitration import earlier_preemption_refusal
 from usher.core.rules.readiness import requeued_preemption_refusal
 from usher.core.rules.reclaim import borrowed_resource, victim_refusal
 from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
@@ -34,6 +35,12 @@ from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 
 if TYPE_CHECKING:
     from usher.core.engine.context import EngineContext
+
+
+def _earlier_victims(e: EngineContext, job: Job) -> list[WorkloadKey]:
+    """Victims of an earlier preemption by ``job``'s key not seen stopped yet (R7)."""
+    group = e.state.stops.get(job.key)
+    return [] if group is None else [v for v in group.victims if v != job.key]
 
 
 def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
@@ -46,6 +53,8 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         return None
     if requeued_preemption_refusal(job.key, job.requeues, leaf.readiness) is not None:
         return None  # R10: requeued for readiness, it takes only free room
+    if earlier_preemption_refusal(job.key, _earlier_victims(e, job)) is not None:
+        return None  # R7: one group per preemptor; its earlier victims are still stopping
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return None  # no eviction can make a too-large pod fit
     if e.state.stops and _fits_once_stopped(e, job):
@@ -312,6 +321,8 @@ def check_preemption(
     info = e.state.tree.nodes[job.leaf]
     if (requeued := requeued_preemption_refusal(job.key, job.requeues, info.readiness)) is not None:
         return requeued
+    if (earlier := earlier_preemption_refusal(job.key, _earlier_victims(e, job))) is not None:
+        return earlier
     within = within_guarantee(e, job)
     lower = info.within_quota == "LowerPriority"
     removed: list[Placement] = []

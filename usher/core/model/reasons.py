@@ -380,6 +380,18 @@ def requeue_refused(workload: WorkloadKey, state: str | None, node: QuotaPath | 
     )
 
 
+def earlier_preemption_stopping(preemptor: WorkloadKey, victim: WorkloadKey) -> Reason:
+    """No new preemption: ``preemptor``'s earlier one still waits for ``victim`` to stop (R7)."""
+    return Reason(
+        code="PreemptionInProgress",
+        message=(
+            f"{preemptor} preempted {victim} earlier and its pods were not seen stopped yet; "
+            f"{preemptor} preempts again only once its earlier victims have stopped"
+        ),
+        blocker=victim,
+    )
+
+
 def being_preempted(
     workload: WorkloadKey, node: QuotaPath, preemptor: WorkloadKey | None
 ) -> Reason:
