@@ -367,6 +367,10 @@ def suspended(seq: int, name: str) -> Observation:
     return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Suspended")
 
 
+def finished(seq: int, name: str) -> Observation:
+    return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Finished")
+
+
 def deleted(seq: int, name: str) -> Observation:
     return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Deleted")
 
@@ -625,6 +629,27 @@ async def test_a_preemptor_created_again_waits_for_its_earlier_victims(store: Le
         "root/Department-a": 10,
         "root/Department-b": 30,
         LEAVES[1]: 10,
+        LEAVES[2]: 30,
+    }
+
+
+async def test_a_preemptor_created_again_and_admitted_is_released_whole(store: LedgerStore) -> None:
+    """p, deleted while held, is created again and granted free room while its earlier victim
+    a1 still stops. One batch sees a1 stop and p finish: p's own grant leaves the tree too
+    (it is no member of a1's group, which has no hold any more)."""
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("a1", LEAVES[0])])).granted
+    await store.apply_log("ledger", 1, [deleted(1, "p"), finished(1, "c2")], outbox=builder)
+    assert (await store.reserve([res("p", LEAVES[1], 10)]))[0].granted
+    assert states(await store.live_allocations())["ns/a1"] == "preempting"
+    outcome = await store.apply_log(
+        "ledger", 2, [suspended(2, "a1"), finished(2, "p")], outbox=builder
+    )
+    assert sorted(r.workload for r in outcome.released) == ["ns/a1", "ns/p"]
+    assert states(await store.live_allocations()) == {"ns/c1": "admitted"}
+    assert cpu(await store.usage()) == ZERO | {
+        "root": 30,
+        "root/Department-b": 30,
         LEAVES[2]: 30,
     }
 

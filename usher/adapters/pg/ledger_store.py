@@ -1033,7 +1033,10 @@ async def _observe(
 
     plan = _ObservePlan()
     before = {p: g.counted() for p, g in sorted(groups.items())}
-    members = {k for g in groups.values() for k in g.victims} | set(groups)
+    # Counted through its group: a victim, or a preemptor still held. A preemptor whose hold
+    # ended and that was granted again on its own counts for itself.
+    members = {k for g in groups.values() for k in g.victims}
+    members |= {p for p, g in groups.items() if g.hold is not None}
     for observation in observations:
         row = rows.get(observation.workload)
         if row is not None:
