@@ -268,22 +268,12 @@ def up(
     except ServerStartError as exc:
         fail(_start_failure(exc, home), EXIT_UNAVAILABLE)
     except KeyboardInterrupt:
-        click.echo("Stopped before it was up.")
+        say("Stopped before it was up.")
         sys.exit(stop.exit_code())
     stop.install(raising=False)
-    click.echo(f"Usher is up (data in {info.home})")
-    sync = "fsync before every ack" if info.durable else "default fsync interval"
-    click.echo(f"  NATS JetStream  {redact_url(info.nats_url)} ({sync})")
-    click.echo(f"  PostgreSQL      {redact_url(info.database_url)}")
-    click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
-    click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
-    if info.console_url:
-        click.echo(f"  web console     {info.console_url}")
-    click.echo(f"  stack file      {home / 'stack.json'}")
-    click.echo("Press Ctrl-C to stop (or run `usher down`).")
-    sys.stdout.flush()
     reason: str | None = None
-    try:
+    try:  # from here on every way out stops the stack, whatever happens to the output
+        _say_up(info, home)
         if not stop.requested.is_set():
             reason = asyncio.run(
                 run_up(
@@ -298,12 +288,45 @@ def up(
             )
     finally:
         stop.install(raising=False)  # a second Ctrl-C must not cut the stop
-        click.echo("Stopping: services, emulator, PostgreSQL, NATS ...")
+        say("Stopping: services, emulator, PostgreSQL, NATS ...")
         system.stop()
-        click.echo("Stopped.")
+        say("Stopped.")
     if reason is not None:
         fail(reason, EXIT_UNAVAILABLE)
     sys.exit(stop.exit_code())
+
+
+def say(line: str) -> None:
+    """Print a line on stdout that may be gone: the reader of ``usher up | tee up.log`` dies
+    with the same Ctrl-C. A broken or closed stdout then becomes /dev/null, so the stop that
+    follows still runs to its end (else click ends the process at the first failed write and
+    the children die with it, leaving ``stack.json`` behind) and nothing fails at exit."""
+    try:
+        click.echo(line)
+        sys.stdout.flush()
+    except (OSError, ValueError):  # EPIPE, EIO (the terminal closed), a closed stream
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _say_up(info: Any, home: Path) -> None:
+    """What ``usher up`` prints once everything runs: where each part is."""
+    say(f"Usher is up (data in {info.home})")
+    sync = "fsync before every ack" if info.durable else "default fsync interval"
+    say(f"  NATS JetStream  {redact_url(info.nats_url)} ({sync})")
+    say(f"  PostgreSQL      {redact_url(info.database_url)}")
+    say(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
+    say(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
+    if info.console_url:
+        say(f"  web console     {info.console_url}")
+    say(f"  stack file      {home / 'stack.json'}")
+    say("Press Ctrl-C to stop (or run `usher down`).")
 
 
 class _UpStop:
