@@ -229,7 +229,9 @@ class AsyncClient:
             path = self.target.need_kubernetes()
             try:
                 self._kube = await KubeClient.from_kubeconfig(
-                    path, request_timeout_s=min(self.timeout_s, 10.0)
+                    path,
+                    context=self.target.kube_context,
+                    request_timeout_s=min(self.timeout_s, 10.0),
                 )
             except KubeConfigError as exc:
                 raise NotRunning(str(exc)) from exc
