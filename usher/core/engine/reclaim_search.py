@@ -26,9 +26,10 @@ from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
+from usher.core.rules.lending import may_reclaim_from
 from usher.core.rules.readiness import requeued_preemption_refusal
 from usher.core.rules.reclaim import borrowed_resource, victim_refusal
-from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
+from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement, QuotaNodeInfo
 from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 
@@ -50,10 +51,10 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         return None  # no eviction can make a too-large pod fit
     if e.state.stops and _fits_once_stopped(e, job):
         return None  # room is coming: preempting more would take what is not needed
-    memo = (job.leaf, job.shape, job.priority if lower else 0, job.zone)
+    memo = (job.leaf, job.shape, job.priority if lower or _by_priority(leaf) else 0, job.zone)
     if e.state.reclaim_failed.get(memo) == e.state.version:
         return None
-    cross = _cross_leaf_candidates(e, job) if within else iter(())
+    cross = _reclaimable(leaf, job, _cross_leaf_candidates(e, job)) if within else iter(())
     same = _same_leaf_candidates(e, job) if lower else iter(())
     candidates = chain(((v, True) for v in cross), ((v, False) for v in same))
     removed = _remove_until_fits(e, job, candidates)
@@ -61,6 +62,19 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         e.state.reclaim_failed[memo] = e.state.version
         return None
     return _put_back(e, job, removed)
+
+
+def _by_priority(leaf: QuotaNodeInfo) -> bool:
+    """Whether the leaf's reclaims depend on the preemptor's priority (L1 LowerPriority)."""
+    return leaf.lending.reclaim == "LowerPriority"
+
+
+def _reclaimable(leaf: QuotaNodeInfo, job: Job, candidates: Iterator[Job]) -> Iterator[Job]:
+    """The borrowers of other leaves L1 lets ``job`` take (``usher.io/reclaim-within`` of its
+    leaf): all of them (Any), the strictly lower-priority ones, or none (Never)."""
+    if leaf.lending.reclaim == "Any":
+        return candidates
+    return (v for v in candidates if may_reclaim_from(leaf.lending, job.priority, v.priority))
 
 
 def _remove_until_fits(
@@ -364,6 +378,7 @@ def _victim_refusal(
         min_runtime_ms=e.min_runtime(path),
         lower_priority=lower,
         within=within,
+        lending=e.state.tree.nodes[job.leaf].lending,
         borrowing=path != job.leaf
         and within
         and borrowing_reason(e, job, path, where[2]) is not None,
