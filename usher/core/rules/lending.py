@@ -105,7 +105,9 @@ class LendingNode(Protocol):
     def lending(self) -> Lending: ...
 
 
-def reserving_nodes(nodes: Iterable[tuple[QuotaPath, QuotaPath | None, Lending]]) -> frozenset[QuotaPath]:
+def reserving_nodes(
+    nodes: Iterable[tuple[QuotaPath, QuotaPath | None, Lending]],
+) -> frozenset[QuotaPath]:
     """The nodes that keep something or have one below that does (``(path, parent, policy)``
     parents first): only these are walked by ``kept``; empty when no node restricts."""
     parent_of: dict[QuotaPath, QuotaPath | None] = {}
