@@ -443,6 +443,8 @@ def _reclaim_refusal(e: EngineContext, job: Job) -> str | None:
     info = e.state.tree.nodes[job.leaf]
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return f"no schedulable node of zone {job.zone} can host one of its pods"
+    if info.lending.reclaim == "Never" and info.within_quota != "LowerPriority":
+        return f"{job.leaf} reclaims from no other leaf (usher.io/reclaim-within: Never, L1)"
     if within_guarantee(e, job) or info.within_quota == "LowerPriority":
         return None
     zone_min = info.zone_min.get(job.zone, {}) if e.within_min(info, job.shape) else {}
