@@ -142,7 +142,7 @@ class Accounting(EngineData):
                 limit = cap.get(resource)
                 if limit is not None and used.get(resource, 0) + amount > limit:
                     return False
-        return self.lending_shortfall(leaf, shape) is None
+        return not self.state.tree.reserving or self.lending_shortfall(leaf, shape) is None
 
     def lending_shortfall(self, leaf: QuotaPath, shape: Shape) -> LendingShortfall | None:
         """Where ``shape`` would take idle guarantee other nodes keep (L1, L2); None when no
