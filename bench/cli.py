@@ -89,7 +89,7 @@ async def publish_log(nats_url: str, subjects: Subjects, size: int = 0) -> None:
                 envelope = Envelope(
                     id=EventId(f"bench-cli:{n}"), time=now, source="bench", event=event
                 )
-                await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope))
+                await js.publish(subject, encode(envelope), headers=cloudevent_headers(envelope, subjects.prefix))
     finally:
         await nc.drain()
 
