@@ -180,7 +180,7 @@ async def test_a_snapshot_of_another_configuration_or_log_is_not_restored(
 
 
 def test_a_snapshot_carries_every_field_of_the_projection() -> None:
-    assert readmodel.ENCODED == readmodel.projection_fields()
+    assert readmodel.projection_fields() == readmodel.ENCODED
     assert (
         set(readmodel.PeopleRecord.__struct_fields__) - {"usage_open", "usage_closed"} | {"usage"}
         == readmodel.ENCODED
