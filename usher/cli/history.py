@@ -40,6 +40,7 @@ from usher.cli import (
     cli,
     fail,
     home_option,
+    import_nats_without_websockets,
 )
 from usher.cli.lazy import lazy_module
 from usher.cli.values import DURATION, HALF_LIFE, SEQUENCE
@@ -179,6 +180,8 @@ def _settings(
 
 
 def _read(log_file: Path | None, settings: ServiceSettings) -> hist.History:
+    if log_file is None:
+        import_nats_without_websockets(settings.nats_url)
     from usher.adapters.nats.export import (
         ExportFileError,
         LogStreamMissing,
@@ -411,6 +414,7 @@ def explain_command(
 def _explain_live(key: WorkloadKey, settings: ServiceSettings) -> explaining.Explanation:
     """``explain`` on the running installation's log, from its read model
     (``usher.client.readmodel.explain_recent``); reclaim is tried at the current time."""
+    import_nats_without_websockets(settings.nats_url)
     from usher.adapters.nats.export import LogStreamMissing, LogUnavailable, connect
     from usher.adapters.nats.subjects import Subjects
     from usher.client.readmodel import explain_recent
