@@ -87,10 +87,10 @@ class PeopleRecord(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a ``PeopleProjection`` keeps beside its engine, as JSON."""
 
     applied_seq: int
-    observed: dict[str, WorkloadObserved]
-    rejected: dict[str, WorkloadRejected]
-    outcome: dict[str, bool]
-    preemptions: dict[str, int]
+    observed: dict[WorkloadKey, WorkloadObserved]
+    rejected: dict[WorkloadKey, WorkloadRejected]
+    outcome: dict[WorkloadKey, bool]
+    preemptions: dict[WorkloadKey, int]
     decisions: list[DecisionInfo]
     tree: QuotaNode | None
     tree_rejected: list[str]
@@ -99,9 +99,9 @@ class PeopleRecord(msgspec.Struct, frozen=True, kw_only=True):
     unreadable: int
     forged: int
     track_skips: bool
-    skips: dict[str, tuple[int, int]]
+    skips: dict[WorkloadKey, tuple[int, int]]
     """First time passed over (ms) and count, per head of a queue."""
-    usage_open: dict[str, Interval]
+    usage_open: dict[WorkloadKey, Interval]
     usage_closed: list[Interval]
     last_believed: tuple[int, int] | None
 
@@ -156,10 +156,10 @@ def decode(data: bytes, config: EngineConfig) -> PeopleProjection:
     state = PeopleProjection(config, track_skips=record.track_skips)
     state.engine = restore(engine, config)
     state.applied_seq = record.applied_seq
-    state.observed = {WorkloadKey(k): v for k, v in record.observed.items()}
-    state.rejected = {WorkloadKey(k): v for k, v in record.rejected.items()}
-    state.outcome = {WorkloadKey(k): v for k, v in record.outcome.items()}
-    state.preemptions = {WorkloadKey(k): v for k, v in record.preemptions.items()}
+    state.observed = dict(record.observed)
+    state.rejected = dict(record.rejected)
+    state.outcome = dict(record.outcome)
+    state.preemptions = dict(record.preemptions)
     state.decisions = deque(record.decisions, maxlen=MAX_DECISIONS)
     state.tree = record.tree
     state.tree_rejected = list(record.tree_rejected)
@@ -167,10 +167,8 @@ def decode(data: bytes, config: EngineConfig) -> PeopleProjection:
     state.tree_deleted = record.tree_deleted
     state.unreadable = record.unreadable
     state.forged = record.forged
-    state.skips = {
-        WorkloadKey(k): _Skips(first_ms=f, count=n) for k, (f, n) in record.skips.items()
-    }
-    state.usage.open = {WorkloadKey(k): v for k, v in record.usage_open.items()}
+    state.skips = {k: _Skips(first_ms=f, count=n) for k, (f, n) in record.skips.items()}
+    state.usage.open = dict(record.usage_open)
     state.usage.closed = list(record.usage_closed)
     state.last_believed = record.last_believed
     return state
