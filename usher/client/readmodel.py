@@ -22,6 +22,7 @@ cannot be read, decoded or saved (it folds the log instead, or goes on without s
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sys
 from collections import deque
@@ -58,6 +59,13 @@ FORMAT = 1
 SAVE_AFTER = 2_000
 """Entries folded past the snapshot after which a reader saves a new one (and before which a
 missing snapshot is not worth a word on stderr)."""
+
+LOOKUP_TIMEOUT_S = 1.0
+"""How long the first look into the bucket may take. NATS does not answer a request its
+permissions refuse (``deploy/``'s console identity may not read the services' snapshot
+bucket), so without a bound every command would wait for the client's whole timeout; then
+nothing is saved either."""
+NOT_READ = "bucket not read"
 
 ENCODED: frozenset[str] = frozenset(
     {
@@ -225,7 +233,7 @@ async def read_recent(
     await follower.stop()
     fetched = follower.delivered
     saved = False
-    if state.applied_seq - restored_seq >= save_after:
+    if state.applied_seq - restored_seq >= save_after and not why.startswith(NOT_READ):
         saved = await _save(store, name, state, wanted)
     return Recent(
         state=state, restored_seq=restored_seq, fetched=fetched, replayed_because=why, saved=saved
@@ -240,9 +248,11 @@ async def _restored(
     last_seq: int,
 ) -> tuple[PeopleProjection | None, str]:
     try:
-        stored = await store.load(name)
+        # A first look, bounded: an identity the bucket is closed to gets no answer at all.
+        found = await asyncio.wait_for(store.info(name), LOOKUP_TIMEOUT_S)
+        stored = await store.load(name) if found is not None else None
     except (nats.errors.Error, TimeoutError) as exc:
-        return None, f"not read: {type(exc).__name__}"
+        return None, f"{NOT_READ}: {type(exc).__name__}"
     if stored is None:
         return None, "none saved yet"
     problem = unusable(stored.seq, stored.labels, wanted, last_seq)
