@@ -256,3 +256,20 @@ async def test_the_cli_prints_the_same_from_the_snapshot_as_from_the_whole_log(
     after = [_usher(infra, subjects, *argv) for argv in commands]
     assert [d.stdout for d in after] == [d.stdout for d in before]
     assert [d.stderr for d in after] == ["", "", ""]
+
+
+async def test_wait_starts_from_the_read_model(
+    infra: Infra, js: JetStreamContext, subjects: Subjects
+) -> None:
+    """``usher wait`` follows the log from the read model's sequence, and sees the same job."""
+    from usher.client import AsyncClient
+
+    await _log(js, subjects)
+    saved = await readmodel.read_recent(js, subjects, CONFIG, save_after=10, say=lambda _: None)
+    start = await readmodel.starting_point(js, subjects, CONFIG)
+    assert start.applied_seq == saved.state.applied_seq > 0
+    full = await read_state(js, subjects, CONFIG)
+    async with AsyncClient(nats_url=infra.nats_url, prefix=subjects.prefix) as client:
+        finished = await client.wait("b1/j10")  # finished, failed: settled at once
+    assert finished.state == "Finished" and finished.succeeded is False
+    assert finished == full.job("b1/j10")

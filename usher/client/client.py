@@ -90,7 +90,7 @@ from usher.client.manifests import (
     suspended,
     workload_document,
 )
-from usher.client.readmodel import read_recent
+from usher.client.readmodel import read_recent, starting_point
 from usher.client.state import (
     JobInfo,
     PeopleProjection,
@@ -761,8 +761,8 @@ class AsyncClient:
         if until not in ("done", "admitted"):
             raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
         js = await self.jetstream()
-        state = PeopleProjection(self.target.engine)
         try:
+            state = await starting_point(js, self.subjects, self.target.engine)
             follower = await catch_up(state, js, self.subjects, timeout_s=self.timeout_s)
         except TimeoutError as exc:
             raise NotRunning(str(exc)) from exc

@@ -218,25 +218,63 @@ async def read_recent(
     """The projection at the log's end: the newest usable snapshot plus the tail, else the
     whole log (said through ``say`` when it is at least ``save_after`` entries long); then a
     new snapshot when ``save_after`` entries or more were folded."""
+    start = await _start(js, subjects, config, save_after, say)
+    state, restored_seq, why = start.state, start.restored_seq, start.why
+    follower = await catch_up(state, js, subjects, timeout_s=timeout_s)
+    await follower.stop()
+    saved = False
+    if state.applied_seq - restored_seq >= save_after and not why.startswith(NOT_READ):
+        saved = await _save(start.store, start.name, state, start.wanted)
+    return Recent(
+        state=state,
+        restored_seq=restored_seq,
+        fetched=follower.delivered,
+        replayed_because=why,
+        saved=saved,
+    )
+
+
+async def starting_point(
+    js: JetStreamContext, subjects: Subjects, config: EngineConfig
+) -> PeopleProjection:
+    """Where a follower of the log starts (``usher wait``): the newest usable read model, or
+    an empty projection; it folds from its ``applied_seq`` on (``catch_up``)."""
+    return (await _start(js, subjects, config, SAVE_AFTER, _stderr)).state
+
+
+@dataclass(frozen=True)
+class _Start:
+    state: PeopleProjection
+    restored_seq: int
+    why: str
+    store: SnapshotStore
+    name: str
+    wanted: dict[str, str]
+
+
+async def _start(
+    js: JetStreamContext,
+    subjects: Subjects,
+    config: EngineConfig,
+    save_after: int,
+    say: Callable[[str], None],
+) -> _Start:
     stream = await js.stream_info(subjects.stream_name)
     last_seq = int(stream.state.last_seq)
     wanted = labels(config, log_created(stream), form=f"{ENGINE_FORMAT}.{FORMAT}")
     store = SnapshotStore(js, subjects)
     name = object_name(config)
-    state, why = await _restored(store, name, config, wanted, last_seq)
-    restored_seq = state.applied_seq if state is not None else 0
-    if state is None:
-        state = PeopleProjection(config)
-        if last_seq >= save_after:
-            say(f"no usable read model ({why}): folding the whole log ({last_seq} entries)")
-    follower = await catch_up(state, js, subjects, timeout_s=timeout_s)
-    await follower.stop()
-    fetched = follower.delivered
-    saved = False
-    if state.applied_seq - restored_seq >= save_after and not why.startswith(NOT_READ):
-        saved = await _save(store, name, state, wanted)
-    return Recent(
-        state=state, restored_seq=restored_seq, fetched=fetched, replayed_because=why, saved=saved
+    restored, why = await _restored(store, name, config, wanted, last_seq)
+    if restored is None and last_seq >= save_after:
+        say(f"no usable read model ({why}): folding the whole log ({last_seq} entries)")
+    state = restored if restored is not None else PeopleProjection(config)
+    return _Start(
+        state=state,
+        restored_seq=state.applied_seq if restored is not None else 0,
+        why=why,
+        store=store,
+        name=name,
+        wanted=wanted,
     )
 
 
