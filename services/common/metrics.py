@@ -71,6 +71,13 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.pending_past_estimate = Gauge(
+            "usher_queue_pending_past_estimate_workloads",
+            "Pending workloads per queue still waiting past the upper bound (p75) of the first "
+            "estimated start the watcher could give them (E1); exported by the watcher.",
+            ["queue"],
+            registry=r,
+        )
         self.admission_wait = Histogram(
             "usher_admission_wait_seconds",
             "From a workload's creation (or first observation) to its granted reservation.",
