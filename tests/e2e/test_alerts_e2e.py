@@ -51,16 +51,12 @@ from schemas import Envelope, EventId, Zone
 from tests.builders import events
 from tests.cli.stack_process import UpProcess, poll, usher
 from tests.deploy.test_alerts import alerts, rule_spec
-from tests.e2e.harness import node_manifest
-from usher.adapters.kube import KubeClient, Resource
+from tests.e2e.stack_budget import add_node, apply_tree, budget_tree
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.core.tree.budget_spec import BUDGETS_ATTRIBUTE
-from usher.demo.budget import DEPARTMENT, budget_leaf, story_jobs
+from usher.demo.budget import DEPARTMENT, story_jobs
 from usher.local.processes import free_port
 
-REPO = Path(__file__).resolve().parents[2]
-TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 QUEUE_A = "root-department-a-user-a"
 BUDGET_NODE = f"root/{DEPARTMENT}"
 QUICK = {"[15m]": "[20s]", "[30m]": "[20s]", "offset 15m": "offset 20s", "> 1000": "> 3"}
@@ -76,23 +72,6 @@ def quick_rules() -> dict[str, Any]:
         for slow, quick in QUICK.items():
             rule["expr"] = rule["expr"].replace(slow, quick)
     return spec
-
-
-def budget_tree(budget: str | None = None) -> dict[str, Any]:
-    """The walkthrough's tree with the demo's budget leaf (its budget replaced when given)."""
-    tree: dict[str, Any] = yaml.safe_load(TREE.read_text())
-    leaf = budget_leaf()
-    if budget is not None:
-        leaf["attributes"][BUDGETS_ATTRIBUTE] = budget
-    tree["spec"]["root"]["children"].append(leaf)
-    return tree
-
-
-def apply_tree(home: Path, tree: dict[str, Any], folder: Path) -> None:
-    path = folder / "tree.yaml"
-    path.write_text(yaml.safe_dump(tree))
-    applied = usher(home, "apply", "-f", str(path))
-    assert applied.returncode == 0, applied.stderr
 
 
 def prometheus_binary() -> str:
@@ -113,16 +92,8 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with UpProcess(home, ("--no-demo", "--no-console"), env) as up:
         up.stack()
         apply_tree(home, budget_tree(), home.parent)
-        asyncio.run(_add_node(home))
+        asyncio.run(add_node(home, "256", "1Ti"))
         yield home
-
-
-async def _add_node(home: Path) -> None:
-    """A node of 256 cpu and 1Ti, created with its status as a kubelet registers one."""
-    node = node_manifest({"name": "node-1", "allocatable": {"cpu": "256", "memory": "1Ti"}})
-    kubeconfig = Path(json.loads((home / "stack.json").read_text())["kubeconfig"])
-    async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
-        await kube.create(Resource("", "v1", "nodes", "Node"), None, node)
 
 
 @pytest.fixture(scope="module")
