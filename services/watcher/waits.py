@@ -196,7 +196,7 @@ class WaitWatch:
                 "event not recorded", workload=workload, error=type(exc).__name__,
                 detail=exc.message,
             )  # fmt: skip
-        self.ctx.log.info("budget wait told", workload=workload, event=wait.event_name)
+        self.ctx.log.info("budget wait told", workload=workload, event_name=wait.event_name)
         if self.deliveries is not None:
             event_id = f"{self.ctx.subjects.prefix}-{wait.event_name}"
             self.deliveries.offer(cloud_event(event, wait.decision, event_id))
