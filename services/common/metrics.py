@@ -240,6 +240,13 @@ class Metrics:
             "1 while the service's NATS connection is up, 0 while it is down (reconnecting).",
             registry=r,
         )
+        self.postgres_up = Gauge(
+            "usher_postgres_up",
+            "1 while PostgreSQL answers the service's SELECT 1 within 2 s (asked every second), "
+            "0 when it does not; exported by the ledger.",
+            ["service"],
+            registry=r,
+        )
         self.leader = Gauge(
             "usher_leader",
             "1 while this process holds the leadership of a single-writer role, else 0.",

@@ -17,12 +17,14 @@ the stack is then driven into each condition, in this order, and each alert must
   the tree re-applied with a limit the spending leaves 5% of: UsherBudgetNearlySpent;
 - a job waiting for quota behind a job that outlived every run the log records:
   UsherPendingPastEstimate (the watcher's count, estimated every 10 s);
+- PostgreSQL stopped (every process of it, SIGSTOP): UsherPostgresUnavailable (the ledger's
+  probe: no CloudNativePG exporter runs here);
 - NATS stopped (and ``usher up`` paused so that it does not restart it at once):
   UsherWatcherNatsDisconnected, UsherNatsUnavailable, UsherServiceUnhealthy.
 
-UsherServiceRestarting (kube-state-metrics), UsherPostgresUnavailable (CloudNativePG's exporter)
-and UsherKubeWatchFlapping (a Kubernetes API whose watches keep failing) read what a local
-stack does not have: ``promtool test rules`` shows them (tests/deploy/test_alerts.py).
+UsherServiceRestarting (kube-state-metrics) and UsherKubeWatchFlapping (a Kubernetes API whose
+watches keep failing) read what a local stack does not have: ``promtool test rules`` shows them
+(tests/deploy/test_alerts.py).
 Prometheus is found as promtool is (``$USHER_PROMETHEUS``, else PATH); without it the test fails
 under CI and is skipped elsewhere.
 """
@@ -302,6 +304,42 @@ def test_a_job_waiting_past_its_estimate(home: Path, prometheus: str) -> None:
     late = poll(lambda: _alert(prometheus, "UsherPendingPastEstimate", "firing"), 90)
     assert late["labels"]["queue"].startswith("root-department-b")
     assert float(late["value"]) == 1
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every process below it (PostgreSQL's postmaster and its backends)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def test_postgres_that_stops_answering_fires_its_alert(home: Path, prometheus: str) -> None:
+    """Every PostgreSQL process stopped (SIGSTOP): the ledger's ``SELECT 1`` gets no answer
+    (no CloudNativePG exporter here: the ledger's own probe)."""
+    stopped = _process_tree(json.loads((home / "stack.json").read_text())["pids"]["postgres"])
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        fired = poll(
+            lambda: _alert(prometheus, "UsherPostgresUnavailable", "firing", service="ledger"), 60
+        )
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    assert fired["annotations"]["summary"] == (
+        "PostgreSQL does not answer the ledger: the ledger cannot admit"
+    )
+    poll(lambda: True if _value(prometheus, "min(usher_postgres_up)") == 1 else None, 60)
 
 
 def test_nats_stopped_fires_the_nats_alerts(home: Path, prometheus: str) -> None:
