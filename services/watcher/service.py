@@ -102,6 +102,8 @@ class Watcher:
             await self._tasks_running_until(self.view.synced)
             if self.ctx.stop.is_set():
                 return
+            # Right at the end of the replay: what the log shows then was told before.
+            self._start("waits", self.waits.run())
             # Classes, nodes, the tree and LimitRanges first: jobs then land on a known tree
             # and read with their namespace's defaults (less churn).
             for observer in self.references:
@@ -115,7 +117,7 @@ class Watcher:
             if self.deliveries is not None:
                 self._start("webhook", self.deliveries.run())
             self._start("decisions", self.decisions.run())
-            self._start("waits", self.waits.run())
+            self.waits.may_tell.set()
             self.ctx.ready.set()  # every kind listed, decisions flowing: ready to serve
             await self._tasks_running_until()
         finally:

@@ -8,8 +8,9 @@ engine (the one fold of the log every reader uses) two things about the pending 
   (``budget_waits``, every ``status_interval_s``). Each wait -- the job's incarnation (uid), the
   budget and its window's start -- is told once: a ``BudgetExhausted`` Warning Event on the job
   (``services.watcher.notify``, as a ``Pending`` decision with the budget's reason) and, with
-  ``USHER_NOTIFY_URL``, its CloudEvent. The waits already standing when the replay ends were
-  told by the watcher that ran before (a restart sends nothing again); the Event's name is
+  ``USHER_NOTIFY_URL``, its CloudEvent. The waits the log already shows when the replay ends
+  were told by the watcher that ran before (a restart sends nothing again); what the log shows
+  after it is told once every job kind is listed (``may_tell``). The Event's name is
   the wait's, so a second watcher (a rolling upgrade) gets AlreadyExists and sends no
   CloudEvent either.
 - Per queue, how many have waited past the upper bound (``late_ms``) of the first estimate
@@ -77,6 +78,8 @@ def budget_waits(engine: Engine, uids: dict[WorkloadKey, str]) -> list[BudgetWai
     order; ``uids``: each workload's uid (its incarnation), as the log said it."""
     found: list[BudgetWait] = []
     engine.refresh_budgets()  # which leaves a spent budget stops, as of the latest entry
+    if not any(status.exhausted for status in engine.budget_statuses().values()):
+        return found  # no budget spent (or none at all): no job to look at
     for queue, entries in sorted(engine.queues().items()):
         for entry in entries:
             view = engine.job_state(entry.job)
@@ -138,14 +141,21 @@ class WaitWatch:
         self._telling: set[asyncio.Task[None]] = set()
         self._recording = asyncio.Semaphore(RECORDING)
         self._estimated_at = 0.0
+        self._looked_at = -1
+        self.may_tell = asyncio.Event()
+        """Set by the watcher once every job kind is listed."""
 
     async def run(self) -> None:
-        """Look every ``status_interval_s`` until the service stops (after the replay)."""
+        """Look every ``status_interval_s`` until the service stops: first when the replay
+        ends (what stands then was told before a restart), then, once ``may_tell`` is set
+        (every job kind listed: each job's object is known), telling what is new."""
         await self.view.synced.wait()
-        self.look(tell=False)  # what stands after a restart was told before it
+        self.look(tell=False)
         loop = asyncio.get_running_loop()
         try:
             while not await wait_or_stop(self.ctx.stop, self.ctx.settings.status_interval_s):
+                if not self.may_tell.is_set():
+                    continue
                 self.look(tell=True)
                 if loop.time() - self._estimated_at >= self.options.estimate_interval_s:
                     self._estimated_at = loop.time()
@@ -155,7 +165,12 @@ class WaitWatch:
                 task.cancel()
 
     def look(self, *, tell: bool) -> list[BudgetWait]:
-        """The budget waits not told yet (told now when ``tell``; else only remembered)."""
+        """The budget waits not told yet (told now when ``tell``; else only remembered). The
+        answer moves only with the log (budgets are as of its latest entry): a look at the same
+        place finds nothing new."""
+        if self.view.projection.applied_seq == self._looked_at:
+            return []
+        self._looked_at = self.view.projection.applied_seq
         engine = self.view.projection.engine
         uids = {key: said.uid for key, said in self.view.workloads.items()}
         new = [wait for wait in budget_waits(engine, uids) if wait.key not in self.told]
@@ -205,6 +220,11 @@ class WaitWatch:
         """Estimate the pending workloads on a trial pass (nothing is decided), keep each one's
         first known upper bound, and set the gauge per queue."""
         engine = self.view.projection.engine
+        queues = {queue for queue, (pending, _) in engine.queue_counts().items() if pending}
+        if not queues:
+            self.first_late.clear()
+            self._set_gauges(queues, {})
+            return {}
         views = engine.jobs()
         preview = engine.preview_pass(now)
         intervals = self.view.usage.intervals()
@@ -215,11 +235,14 @@ class WaitWatch:
                 self.first_late[key] = (view.queue, estimate.late_ms)
         self.first_late = {k: v for k, v in self.first_late.items() if k in estimates}
         counts = past_estimate(self.first_late, now)
-        queues = {queue for queue, (pending, _) in engine.queue_counts().items() if pending}
+        self._set_gauges(queues, counts)
+        return counts
+
+    def _set_gauges(self, queues: set[QueueName], counts: dict[QueueName, int]) -> None:
+        """One series per queue with pending work; the series of the others are removed."""
         for queue in queues:
             self.metrics.pending_past_estimate.labels(queue).set(counts.get(queue, 0))
         for gone in self._queues - queues:
             with contextlib.suppress(KeyError):
                 self.metrics.pending_past_estimate.remove(gone)
         self._queues = queues
-        return counts
