@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -156,13 +157,24 @@ class WaitWatch:
             while not await wait_or_stop(self.ctx.stop, self.ctx.settings.status_interval_s):
                 if not self.may_tell.is_set():
                     continue
-                self.look(tell=True)
+                with self._logged("budget waits not looked at"):
+                    self.look(tell=True)
                 if loop.time() - self._estimated_at >= self.options.estimate_interval_s:
                     self._estimated_at = loop.time()
-                    self.count_past_estimate(Millis(wall_ms()))
+                    with self._logged("pending workloads not estimated"):
+                        self.count_past_estimate(Millis(wall_ms()))
         finally:
             for task in self._telling:
                 task.cancel()
+
+    @contextlib.contextmanager
+    def _logged(self, what: str) -> Iterator[None]:
+        """A failure of one look is logged, and the next look tries again: telling and
+        counting never take the watcher down."""
+        try:
+            yield
+        except Exception as exc:
+            self.ctx.log.warning(what, error=type(exc).__name__, detail=str(exc)[:200])
 
     def look(self, *, tell: bool) -> list[BudgetWait]:
         """The budget waits not told yet (told now when ``tell``; else only remembered). The

@@ -304,7 +304,12 @@ def test_a_job_waiting_past_its_estimate(home: Path, prometheus: str) -> None:
     done = usher(home, "wait", "user-c/blocker", "--for", "admitted", "--timeout", "60")
     assert done.returncode == 0, done.stdout + done.stderr
     submit(home, "user-c", "late", "2")
-    late = poll(lambda: _alert(prometheus, "UsherPendingPastEstimate", "firing"), 90)
+    try:
+        late = poll(lambda: _alert(prometheus, "UsherPendingPastEstimate", "firing"), 90)
+    except AssertionError:
+        explained = usher(home, "explain", "user-c/late").stdout
+        counted = _api(prometheus, "query", query="usher_queue_pending_past_estimate_workloads")
+        raise AssertionError(f"not fired; the gauge: {counted}; explain:\n{explained}") from None
     assert late["labels"]["queue"].startswith("root-department-b")
     assert float(late["value"]) == 1
 
