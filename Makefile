@@ -22,7 +22,7 @@ lint: setup
 	$(BIN)/lint-imports
 
 typecheck: setup
-	$(BIN)/mypy schemas usher services migrations
+	$(BIN)/mypy schemas usher services migrations bench
 
 test: lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile

@@ -106,7 +106,7 @@ def messages(subjects: Subjects, run: str, count: int) -> list[tuple[str, bytes,
             ),
         )
         subject = subjects.job(Zone("default"), namespace, name)
-        out.append((subject, encode(envelope), cloudevent_headers(envelope)))
+        out.append((subject, encode(envelope), cloudevent_headers(envelope, subjects.prefix)))
     return out
 
 

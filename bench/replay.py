@@ -66,6 +66,7 @@ from usher.core.engine.facade import Engine
 from usher.core.engine.snapshot import restore, snapshot
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
+from usher.core.protocol.subjects import installation_of
 from usher.core.tree.quota_tree import queue_name
 from usher.local.processes import ManagedProcess
 from usher.local.servers import NatsServer
@@ -223,7 +224,11 @@ async def write_log(js: JetStreamContext, plan: LogPlan) -> float:
     futures: list[asyncio.Future[PubAck]] = []
     for subject, envelope in plan.entries():
         futures.append(
-            await js.publish_async(subject, encode(envelope), headers=cloudevent_headers(envelope))
+            await js.publish_async(
+                subject,
+                encode(envelope),
+                headers=cloudevent_headers(envelope, installation_of(subject)),
+            )
         )
         if len(futures) >= PUBLISH_WINDOW:
             await asyncio.gather(*futures)

@@ -138,7 +138,7 @@ async def _publish(js: JetStreamContext, subjects: Subjects, envelope: Envelope)
     await js.publish(
         subjects.job(event.zone, event.namespace, event.name),
         encode(envelope),
-        headers=cloudevent_headers(envelope),
+        headers=cloudevent_headers(envelope, subjects.prefix),
     )
 
 
@@ -154,7 +154,9 @@ async def measure(nats_url: str, subjects: Subjects, quick: bool) -> dict[str, f
         source="bench",
         event=QuotaTreeApplied(root=tree()),
     )
-    await js.publish(subjects.quota, encode(tree_env), headers=cloudevent_headers(tree_env))
+    await js.publish(
+        subjects.quota, encode(tree_env), headers=cloudevent_headers(tree_env, subjects.prefix)
+    )
     # Warm-up: the dequeuer has replayed and the ledger has the tree.
     warm = [observed("warm", n) for n in range(200)]
     for _, envelope in warm:

@@ -66,6 +66,7 @@ ReasonCode = Literal[
     "BudgetOverrun",  # pending: its declared runtime x request is more than a budget has left (B2)
     "GrewAfterAdmission",  # stopped: it asks more than its admission counted (R16)
     "AdmissionGated",  # pending: admission gates are still listed on it (G1)
+    "GuaranteeNotLent",  # pending: it would take idle guarantee another node does not lend (L1, L2)
 ]
 
 

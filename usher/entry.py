@@ -43,12 +43,37 @@ def _exit_interrupted() -> NoReturn:
     os._exit(EXIT_INTERRUPTED)
 
 
-def main() -> None:
+def kubectl_main() -> None:
+    """``kubectl-usher``: ``usher`` for the installation of the kubeconfig's context
+    (``usher.cli.kubectl``), so that ``kubectl usher jobs --context prod`` works as a plugin."""
+    main(kubectl_plugin=True)
+
+
+def _as_kubectl_plugin() -> None:
+    """Take kubectl's flags out of ``sys.argv`` and point the environment at the context's
+    installation; a context that names none is one line and its exit code."""
+    from usher.cli.kubectl import PluginError, environment_for
+
+    try:
+        argv, env = environment_for(sys.argv[1:], os.environ)
+    except PluginError as exc:
+        sys.stderr.write(f"usher: {exc.message}\n")
+        sys.exit(exc.code)
+    sys.argv[1:] = argv
+    for name in set(os.environ) - set(env):
+        del os.environ[name]
+    os.environ.update(env)
+
+
+def main(*, kubectl_plugin: bool = False) -> None:
     """Run ``usher.cli.main``; an early Ctrl-C is one line and exit 130."""
     signal.signal(signal.SIGINT, interrupts.remember)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         from usher.cli import main as cli_main
+
+        if kubectl_plugin:
+            _as_kubectl_plugin()
     except KeyboardInterrupt:
         _stop_interrupted()
     signal.signal(signal.SIGINT, interrupts.remember_and_raise)

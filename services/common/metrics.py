@@ -71,6 +71,13 @@ class Metrics:
             ["queue"],
             registry=r,
         )
+        self.pending_past_estimate = Gauge(
+            "usher_queue_pending_past_estimate_workloads",
+            "Pending workloads per queue still waiting past the upper bound (p75) of the first "
+            "estimated start the watcher could give them (E1); exported by the watcher.",
+            ["queue"],
+            registry=r,
+        )
         self.admission_wait = Histogram(
             "usher_admission_wait_seconds",
             "From a workload's creation (or first observation) to its granted reservation.",
@@ -231,6 +238,13 @@ class Metrics:
         self.nats_connected = Gauge(
             "usher_nats_connected",
             "1 while the service's NATS connection is up, 0 while it is down (reconnecting).",
+            registry=r,
+        )
+        self.postgres_up = Gauge(
+            "usher_postgres_up",
+            "1 while PostgreSQL answers the service's SELECT 1 within 2 s (asked every second), "
+            "0 when it does not; exported by the ledger.",
+            ["service"],
             registry=r,
         )
         self.leader = Gauge(

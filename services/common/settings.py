@@ -20,8 +20,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import msgspec
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
 
 from schemas import Zone
 from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
@@ -142,6 +140,11 @@ def with_password(url: str | None, password: str | None) -> str | None:
     a URL). Any character may be in the password: it is quoted into the URL."""
     if url is None or not password:
         return url
+    # Loaded here: SQLAlchemy costs ~0.1 s of CPU to import, and the CLI's commands that
+    # read these settings (``usher explain``, ``replay``) never touch a database.
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         parsed = make_url(url)
     except ArgumentError as exc:

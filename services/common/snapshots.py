@@ -33,26 +33,34 @@ from services.common.projection import Projection
 from services.common.runtime import ServiceContext
 from services.common.settings import SettingsError
 from usher.adapters.nats.follower import LogFollower
-from usher.adapters.nats.snapshots import SnapshotStore, StoredSnapshot
+from usher.adapters.nats.snapshots import (
+    LABEL_CONFIG,
+    LABEL_FORMAT,
+    LABEL_LOG,
+    SnapshotStore,
+    StoredSnapshot,
+    labels,
+    log_created,
+    unusable,
+)
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine.facade import Engine
-from usher.core.engine.snapshot import FORMAT, SnapshotError, fingerprint, restore, snapshot
+from usher.core.engine.snapshot import SnapshotError, restore, snapshot
 from usher.core.model.config import EngineConfig
 
-LABEL_CONFIG = "Config"
-LABEL_LOG = "Log-Created"
-LABEL_FORMAT = "Format"
-
-
-def labels(config: EngineConfig, log_created: str) -> dict[str, str]:
-    """What a snapshot is stored with, and checked against before it is restored."""
-    return {LABEL_FORMAT: str(FORMAT), LABEL_CONFIG: fingerprint(config), LABEL_LOG: log_created}
+__all__ = [
+    "LABEL_CONFIG",
+    "LABEL_FORMAT",
+    "LABEL_LOG",
+    "EngineSnapshots",
+    "SnapshotPolicy",
+    "labels",
+]
 
 
 async def log_identity(js: JetStreamContext, subjects: Subjects) -> str:
     """The log's creation time: a re-created stream reuses sequences for other entries."""
-    stream = await js.stream_info(subjects.stream_name)
-    return stream.created.isoformat() if stream.created else ""
+    return log_created(await js.stream_info(subjects.stream_name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +144,7 @@ class EngineSnapshots:
         fresh = Engine(self.config), 0
         try:
             stream = await self.ctx.js.stream_info(self.ctx.subjects.stream_name)
-            self._log_created = stream.created.isoformat() if stream.created else ""
+            self._log_created = log_created(stream)
             if not self.policy.enabled:
                 return fresh
             info = await self.store.info(self.name)
@@ -156,17 +164,8 @@ class EngineSnapshots:
             return fresh
         return self._restored(stored) or fresh
 
-    def _unusable(self, seq: int, labels: dict[str, str], last_seq: int) -> str:
-        if labels.get(LABEL_FORMAT) != str(FORMAT):
-            return f"format {labels.get(LABEL_FORMAT)} (this version reads {FORMAT})"
-        if labels.get(LABEL_CONFIG) != fingerprint(self.config):
-            return f"made under another engine configuration: {labels.get(LABEL_CONFIG)}"
-        if labels.get(LABEL_LOG) != self._log_created:
-            # The stream was deleted and created again: its sequences mean other entries.
-            return f"of another log (created {labels.get(LABEL_LOG)})"
-        if seq > last_seq:
-            return f"covers up to {seq}, past the log's end {last_seq}"
-        return ""
+    def _unusable(self, seq: int, found: dict[str, str], last_seq: int) -> str:
+        return unusable(seq, found, labels(self.config, self._log_created), last_seq)
 
     def _restored(self, stored: StoredSnapshot) -> tuple[Engine, int] | None:
         started = time.perf_counter()

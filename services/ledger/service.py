@@ -2,7 +2,8 @@
 
 What it does: opens the PostgreSQL engine (asyncpg) from ``settings.database_url``, starts
 following the log after the stored offset, subscribes to the request subjects, says it is
-ready, and runs the three loops until ``ctx.stop``: on SIGTERM each loop finishes the
+ready, and runs the three loops until ``ctx.stop``, sampling every second its log lag and whether
+PostgreSQL answers (``usher_postgres_up``): on SIGTERM each loop finishes the
 transaction in flight, the server answers the requests it already received, and the relay
 publishes what the last transactions wrote before the engine is closed.
 High availability: request handling and the log consumer are safe in many replicas (the
@@ -33,8 +34,13 @@ from services.ledger.relay import OutboxRelay
 from services.ledger.server import RequestServer
 from usher.adapters.pg.ledger_store import LedgerStore
 from usher.adapters.pg.migrate import require_head
+from usher.adapters.pg.probe import answers
 
 _ASYNCPG = "postgresql+asyncpg"
+
+
+PROBE_TIMEOUT_S = 2.0
+"""How long PostgreSQL has to answer the metrics sampler's ``SELECT 1`` (every second)."""
 
 
 def create_engine(settings: ServiceSettings) -> AsyncEngine:
@@ -78,6 +84,8 @@ async def main(ctx: ServiceContext) -> None:
             return
 
         async def sample() -> None:
+            reached = await answers(engine, PROBE_TIMEOUT_S)
+            ctx.metrics.postgres_up.labels("ledger").set(1 if reached else 0)
             ctx.metrics.consumer_lag.labels("ledger").set(await consumer.lag())
 
         sampler = Sampler(sample, ctx.log)

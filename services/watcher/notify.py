@@ -3,10 +3,13 @@
 What it does: ``decision_event`` turns a decision the watcher carried out into a core/v1 Event
 on the job object, so that ``kubectl describe job`` (and ``kubectl get events``) shows it as it
 shows Kueue's: ``Admitted`` (where, and after how long a wait), ``Preempted`` (for whom, why),
-``Requeued`` (not ready in time), ``Retried`` (the next attempt's name and its memory), ``GaveUp``
-(no attempt left, or the memory cap reached) and ``Inadmissible`` (it can never fit as things
-stand). ``core_event`` builds any Event the watcher records (the quota tree's rejection too);
-``cloud_event`` wraps a job's Event as a CloudEvent for a webhook (``services.watcher.deliveries``).
+``Requeued`` (not ready in time), ``Retried`` (the next attempt's name and its memory),
+``GaveUp`` (no attempt left, or the memory cap reached), ``Inadmissible`` (it can never fit as
+things stand) and ``BudgetExhausted`` (a ``Pending`` the watcher reads off its fold of the log:
+the job waits because a budget on its path is spent, B1; ``services.watcher.waits``).
+``core_event`` builds any Event the watcher records (the quota tree's rejection too);
+``cloud_event`` wraps a job's Event as a CloudEvent for a webhook
+(``services.watcher.deliveries``).
 What it must never do: decide anything, say more than the decision says, or hold up the
 carrying out: recording is best effort (``services.watcher.carry_out`` logs a refusal).
 """
@@ -18,7 +21,7 @@ from typing import Any, Final
 
 import msgspec
 
-from schemas import Admitted, Inadmissible, Preempted, Requeued, Retried
+from schemas import Admitted, Inadmissible, Pending, Preempted, Requeued, Retried
 from usher.core.history.estimate import span
 
 EVENT_COMPONENT: Final = "usher-watcher"
@@ -26,21 +29,29 @@ EVENT_COMPONENT: Final = "usher-watcher"
 MAX_MESSAGE: Final = 1024
 """Kubernetes keeps an Event's message to 1 KiB; longer is cut with ``...``."""
 
-Told = Admitted | Preempted | Requeued | Retried | Inadmissible
-"""The decisions that become Events."""
+Told = Admitted | Preempted | Requeued | Retried | Inadmissible | Pending
+"""The decisions that become Events (a ``Pending`` only for a spent budget)."""
 
 
 def core_event(
-    involved: dict[str, Any], *, kind: str, reason: str, message: str, now: datetime
+    involved: dict[str, Any],
+    *,
+    kind: str,
+    reason: str,
+    message: str,
+    now: datetime,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """A core/v1 Event about ``involved`` (apiVersion, kind, namespace, name, uid), as a
-    controller's event recorder writes one; ``kind`` is ``Normal`` or ``Warning``."""
+    controller's event recorder writes one; ``kind`` is ``Normal`` or ``Warning``. Named
+    ``name`` when given (a second create is then refused: told once), else generated."""
     stamp = now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
+    naming = {"name": name} if name is not None else {"generateName": f"{involved['name']}."}
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+        "metadata": {**naming, "namespace": involved["namespace"]},
         "involvedObject": involved,
         "type": kind,
         "reason": reason,
@@ -92,10 +103,14 @@ def involved_object(obj: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def decision_event(decision: Told, obj: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """The Event telling ``decision`` on the job ``obj`` (the workload it names)."""
+def decision_event(
+    decision: Told, obj: dict[str, Any], now: datetime, name: str | None = None
+) -> dict[str, Any]:
+    """The Event telling ``decision`` on the job ``obj`` (the workload it names); ``name``:
+    see ``core_event``."""
     kind, reason, message = _told(decision, obj, now)
-    return core_event(involved_object(obj), kind=kind, reason=reason, message=message, now=now)
+    involved = involved_object(obj)
+    return core_event(involved, kind=kind, reason=reason, message=message, now=now, name=name)
 
 
 def _told(decision: Told, obj: dict[str, Any], now: datetime) -> tuple[str, str, str]:
@@ -133,6 +148,10 @@ def _told(decision: Told, obj: dict[str, Any], now: datetime) -> tuple[str, str,
             return "Warning", "GaveUp", text
         case Inadmissible():
             return "Warning", "Inadmissible", f"Usher: {decision.reason.message}"
+        case Pending():
+            # Only a spent budget's wait is told (services.watcher.waits): its code is the reason.
+            text = f"Waits in queue {decision.queue} for a spent budget: {decision.reason.message}"
+            return "Warning", decision.reason.code, text
 
 
 def _waited(obj: dict[str, Any], now: datetime) -> str:

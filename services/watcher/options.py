@@ -40,6 +40,10 @@ class WatcherOptions:
     listing 15,000 pending jobs once a second cost the watcher and the API server more CPU
     than admitting them; ``usher queue`` shows every position."""
 
+    estimate_interval_s: float = 10.0
+    """How often the pending workloads are estimated (a trial pass) to count those waiting
+    past their estimate (``services.watcher.waits``)."""
+
     def backoff(self) -> Backoff:
         """A fresh ``Backoff`` with these delays."""
         return Backoff(self.backoff_base_s, self.backoff_cap_s)

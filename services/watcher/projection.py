@@ -4,15 +4,15 @@ What it does: replays the whole log, then follows it. Every entry goes into a pu
 ``Projection`` (queues and quota usage for the status writer). While replaying, each cluster
 event also records what the log last said about its object (``Said``: a digest of the event
 without its resourceVersion, and the object's kind, uid and zone; deleted objects are
-forgotten), so that after a restart the watcher publishes only what changed and can tell
-which objects were deleted while it was down; likewise the last pod progress said of each
-workload, per admission. It also remembers the stream sequence of the
-latest ``Admitted``/``Preempted`` decision and of the current incarnation of each workload, so
-a stale decision is never carried out, and whether each workload holds a live admission (an
-``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running without one
-can be stopped. Decisions that claim to be the ledger's but are not (wrong subject, wrong
-source: ``usher.core.history.fold``) are left out of all of it, as are entries the engine cannot
-fold; the decision runner parks forged decisions, this reader parks the rest. ``synced``
+forgotten), so that after a restart the watcher publishes only what changed and can tell which
+objects were deleted while it was down; likewise the last pod progress said of each workload,
+per admission, and the allocation intervals (U1) estimates rest on. It also remembers the stream
+sequence of the latest ``Admitted``/``Preempted`` decision and of the current incarnation of
+each workload, so a stale decision is never carried out, and whether each workload holds a live
+admission (an ``Admitted`` not yet followed by its ``Preempted``/``Released``), so a job running
+without one can be stopped. Decisions that claim to be the ledger's but are not (wrong subject,
+wrong source: ``usher.core.history.fold``) are left out of all of it, as are entries the engine
+cannot fold; the decision runner parks forged decisions, this reader parks the rest. ``synced``
 is set once the replay has caught up.
 What it must never do: publish or decide anything, believe a forged ledger decision, or record
 a cluster event after the replay (from then on the observers, the only publishers of cluster
@@ -60,6 +60,7 @@ from usher.adapters.nats.follower import LogFollower
 from usher.adapters.nats.subjects import Subjects
 from usher.core.engine.facade import Engine
 from usher.core.history.fold import BAD_ENTRY_ERRORS, Verdict
+from usher.core.history.usage import UsageFold
 from usher.core.protocol.log import BadEntry, LogEntry
 
 FORGED = BAD_ENTRY_ERRORS[Verdict.FORGED]
@@ -118,6 +119,8 @@ class WatcherProjection:
     progress: dict[WorkloadKey, tuple[int, bytes]] = field(default_factory=dict)
     """The last ``WorkloadProgress`` said of each workload: the admission it was about (its
     stream sequence) and its fingerprint. Counts are news again after a new admission."""
+    usage: UsageFold = field(default_factory=UsageFold)
+    """The allocation intervals the log records (U1): the run lengths estimates rest on."""
     synced: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -214,6 +217,7 @@ class WatcherProjection:
         refused = self.projection.apply(entry)
         if refused is not None:
             return refused
+        self.usage.apply(event, entry.time_ms)
         if isinstance(event, QuotaTreeApplied):
             self.tree = event.root
         elif isinstance(event, WorkloadObserved):

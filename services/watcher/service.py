@@ -1,11 +1,13 @@
 """The watcher service: all of Usher's Kubernetes I/O, in one process.
 
-What it does: replays the log into its own projection (``projection``), then observes the cluster
-(``observe``: priority classes, nodes and the quota tree first, then every job kind, including
-the kinds it only rejects as unsupported) and publishes cluster events; once every job kind has
-been listed it carries out decisions (``carry_out``); all along it keeps Queue objects and the
-tree's usage up to date (``status``). It runs until ``ctx.stop`` is set; a task that dies of a
-bug takes the service down (to be restarted) rather than leaving it half alive.
+What it does: replays the log into its own projection (``projection``), then observes the
+cluster (``observe``: priority classes, nodes and the quota tree first, then every job kind,
+including the kinds it only rejects as unsupported) and publishes cluster events; once every job
+kind has been listed it carries out decisions (``carry_out``); all along it keeps Queue objects
+and the tree's usage up to date (``status``), and tells each job that waits for a spent budget
+once, counting per queue the jobs pending past their estimate (``waits``). It runs until
+``ctx.stop`` is set; a task that dies of a bug takes the service down (to be restarted) rather
+than leaving it half alive.
 What it must never do: decide admissions (the dequeuers and the ledger do), publish before the
 log is replayed, carry out a decision before it can see the workloads, or log credentials.
 """
@@ -35,6 +37,7 @@ from services.watcher.observe import (
 from services.watcher.options import WatcherOptions
 from services.watcher.projection import WatcherProjection, follow_log
 from services.watcher.status import StatusWriter
+from services.watcher.waits import WaitWatch
 from usher.adapters.kube import KubeClient
 from usher.core.engine.facade import Engine
 
@@ -89,6 +92,7 @@ class Watcher:
             ctx, kube, self.view, self.cluster, options, self.deliveries
         )
         self.status = StatusWriter(ctx, kube, self.view, self.cluster, options)
+        self.waits = WaitWatch(ctx, kube, self.view, self.cluster, options, self.deliveries)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def run(self) -> None:
@@ -98,6 +102,8 @@ class Watcher:
             await self._tasks_running_until(self.view.synced)
             if self.ctx.stop.is_set():
                 return
+            # Right at the end of the replay: what the log shows then was told before.
+            self._start("waits", self.waits.run())
             # Classes, nodes, the tree and LimitRanges first: jobs then land on a known tree
             # and read with their namespace's defaults (less churn).
             for observer in self.references:
@@ -111,6 +117,7 @@ class Watcher:
             if self.deliveries is not None:
                 self._start("webhook", self.deliveries.run())
             self._start("decisions", self.decisions.run())
+            self.waits.may_tell.set()
             self.ctx.ready.set()  # every kind listed, decisions flowing: ready to serve
             await self._tasks_running_until()
         finally:

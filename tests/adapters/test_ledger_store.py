@@ -367,6 +367,14 @@ def suspended(seq: int, name: str) -> Observation:
     return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Suspended")
 
 
+def finished(seq: int, name: str) -> Observation:
+    return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Finished")
+
+
+def deleted(seq: int, name: str) -> Observation:
+    return Observation(seq=seq, workload=WorkloadKey(f"ns/{name}"), change="Deleted")
+
+
 async def outbox_kinds(store: LedgerStore) -> list[str]:
     return [m.event_id.rsplit(":", 1)[0] for m in await store.pending_outbox(100)]
 
@@ -592,6 +600,58 @@ async def test_hold_is_admitted_when_the_last_victim_stops(store: LedgerStore) -
     ]
     [admitted_at] = [a.admitted_at for a in await store.live_allocations() if a.workload == "ns/p"]
     assert admitted_at is not None
+
+
+async def test_a_preemptor_created_again_waits_for_its_earlier_victims(store: LedgerStore) -> None:
+    """R7: one group per preemptor. p's hold ends while its victim a1 still stops; p, created
+    again, may not preempt before a1 is seen stopped (counted as one group, a1's usage and the
+    new hold used to leave 10 behind on Department-a for good)."""
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("a1", LEAVES[0])])).granted
+    gone = await store.apply_log("ledger", 1, [deleted(1, "p")], outbox=builder)
+    assert [r.workload for r in gone.released] == ["ns/p"]
+    assert states(await store.live_allocations())["ns/a1"] == "preempting"
+    before = (await store.usage(), await store.live_allocations())
+
+    again = await store.preempt(res("p", LEAVES[1], 10), [victim("c1", LEAVES[2])])
+    assert not again.granted and again.reason is not None
+    assert (again.reason.code, again.reason.blocker) == ("PreemptionInProgress", "ns/a1")
+    assert "ns/p preempted ns/a1 earlier" in again.reason.message
+    assert (await store.usage(), await store.live_allocations()) == before
+
+    await store.apply_log("ledger", 2, [suspended(2, "a1")], outbox=builder)
+    assert (await store.preempt(res("p", LEAVES[1], 10), [victim("c1", LEAVES[2])])).granted
+    await store.apply_log("ledger", 3, [suspended(3, "c1")], outbox=builder)
+    live = await store.live_allocations()
+    assert states(live) == {"ns/c2": "admitted", "ns/p": "admitted"}
+    assert cpu(await store.usage()) == ZERO | {
+        "root": 40,
+        "root/Department-a": 10,
+        "root/Department-b": 30,
+        LEAVES[1]: 10,
+        LEAVES[2]: 30,
+    }
+
+
+async def test_a_preemptor_created_again_and_admitted_is_released_whole(store: LedgerStore) -> None:
+    """p, deleted while held, is created again and granted free room while its earlier victim
+    a1 still stops. One batch sees a1 stop and p finish: p's own grant leaves the tree too
+    (it is no member of a1's group, which has no hold any more)."""
+    await borrowed(store)
+    assert (await store.preempt(res("p", LEAVES[1], 20), [victim("a1", LEAVES[0])])).granted
+    await store.apply_log("ledger", 1, [deleted(1, "p"), finished(1, "c2")], outbox=builder)
+    assert (await store.reserve([res("p", LEAVES[1], 10)]))[0].granted
+    assert states(await store.live_allocations())["ns/a1"] == "preempting"
+    outcome = await store.apply_log(
+        "ledger", 2, [suspended(2, "a1"), finished(2, "p")], outbox=builder
+    )
+    assert sorted(r.workload for r in outcome.released) == ["ns/a1", "ns/p"]
+    assert states(await store.live_allocations()) == {"ns/c1": "admitted"}
+    assert cpu(await store.usage()) == ZERO | {
+        "root": 30,
+        "root/Department-b": 30,
+        LEAVES[2]: 30,
+    }
 
 
 async def test_suspension_seen_before_the_preemption_releases_nothing(

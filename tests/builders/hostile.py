@@ -83,9 +83,24 @@ STRING_CORPUS: tuple[Hostile, ...] = tuple(h for h in CORPUS if isinstance(h.val
 """The corpus values a ``map[string]string`` (a typed tree's attributes) can hold."""
 
 
+AMOUNT_CORPUS: tuple[Hostile, ...] = (
+    Hostile("amount-negative", "cpu=-1"),
+    Hostile("amount-huge", "cpu=99999999999999999999999"),
+    Hostile("amount-nan", "cpu=nan"),
+    Hostile("amount-twice", "cpu=1, cpu=2"),
+    Hostile("amount-no-resource", "=4"),
+    Hostile("amount-no-quantity", "cpu"),
+    Hostile("amount-bad-resource", "c p u=4"),
+    Hostile("amount-fullwidth", "cpu=\uff11"),
+)
+"""Lists of amounts per resource (``usher.io/lending-limit``) that look almost right."""
+KIND_CORPUS: dict[str, tuple[Hostile, ...]] = {"resource-amounts": AMOUNT_CORPUS}
+"""Hostile values only one kind must refuse (other kinds may take them as text)."""
+
+
 def bad_values(kind: str, *, strings_only: bool = False) -> list[Hostile]:
     """The corpus values a setting of ``kind`` must refuse."""
-    corpus = STRING_CORPUS if strings_only else CORPUS
+    corpus = (STRING_CORPUS if strings_only else CORPUS) + KIND_CORPUS.get(kind, ())
     return [hostile for hostile in corpus if hostile.bad_for(kind)]
 
 

@@ -205,3 +205,30 @@ def test_no_page_shows_a_secret_or_an_address(console: Console) -> None:
         html = console.open(path).content()
         assert not [s for s in secrets if s in html], path
         assert "nats://" not in html and "postgresql" not in html, path
+
+
+def test_the_charts_fill_a_wide_window_and_show_their_scales(console: Console) -> None:
+    """Issue 29: in a 1400 px window each chart spans its column (it was 640 px wide) and
+    reads off a value scale up the side and clock times along the bottom."""
+    page = console.page
+    page.set_viewport_size({"width": 1400, "height": 900})
+    try:
+        first = "section.chart svg >> nth=0 >> text.x-tick"  # a span longer than one sample
+        poll(lambda: console.open("/charts").locator(first).count() >= 2 or None, timeout=90)
+        column = page.locator("main").evaluate(
+            "m => m.clientWidth - parseFloat(getComputedStyle(m).paddingLeft)"
+            " - parseFloat(getComputedStyle(m).paddingRight)"
+        )
+        charts = page.locator("section.chart svg")
+        for i in range(charts.count()):
+            chart = charts.nth(i)
+            box = chart.bounding_box()
+            assert box is not None and box["width"] >= column - 4, (box, column)
+            for scale in ("y-tick", "x-tick"):
+                labels = chart.locator(f"text.{scale}")
+                assert labels.count() >= 2, scale
+                first = labels.first.bounding_box()
+                assert first is not None and first["height"] >= 9, (scale, first)  # legible
+        console.shot("charts-1400")
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 860})

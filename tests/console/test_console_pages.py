@@ -7,6 +7,7 @@ pages are asked for through aiohttp's test client.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 import time
 from collections.abc import AsyncIterator
@@ -292,7 +293,63 @@ async def test_the_charts_page_says_what_each_point_is(client: TestClient) -> No
     assert re.search(
         r"<title>root-department-a-user-a: \d+ jobs? at \d\d:\d\d:\d\d UTC</title>", text
     )
-    assert 'class="y-zero">0<' in text
+    assert 'class="y-tick y-zero">0<' in text
+    # Each chart has its scales: values up the side, clock times along the bottom.
+    assert text.count('class="y-tick') >= 2 * text.count("<svg") > 0
+    assert re.search(r'class="x-tick">\d\d:\d\d(:\d\d)?<', text)
+
+
+@pytest.mark.parametrize(
+    ("largest", "labels"),
+    [
+        (0.4, ["0", "1 job"]),
+        (2, ["0", "1", "2 jobs"]),
+        (7, ["0", "2", "4", "6", "8 jobs"]),
+        (37, ["0", "10", "20", "30", "40 jobs"]),
+        (100, ["0", "50", "100 jobs"]),
+        (101, ["0", "50", "100", "150 jobs"]),
+    ],
+)
+def test_the_value_scale_goes_up_in_round_steps_to_just_above_the_largest(
+    largest: float, labels: list[str]
+) -> None:
+    series = {"q": [(BASE_MS, 0.0), (BASE_MS + 1000, largest)]}
+    ticks = pages.y_ticks(series, pages.Unit("job", "jobs"))
+    assert [t.label for t in ticks] == labels
+    assert ticks[0].at == pages.HEIGHT - pages.PAD and ticks[-1].at == pages.PAD
+    assert pages.line_chart("q", series, pages.Unit("job", "jobs")).y_max == labels[-1]
+
+
+MINUTE = 60_000
+ROUND = BASE_MS - BASE_MS % (3600 * 1000)
+"""An hour on the clock: ticks fall on round clock times."""
+
+
+@pytest.mark.parametrize(
+    ("span", "step_ms", "count"),
+    [
+        ((ROUND, ROUND + 30_000), 5_000, 7),  # 30 s: every 5 s
+        ((ROUND + 1, ROUND + 30_000), 5_000, 6),  # the first tick is the first round time
+        ((ROUND, ROUND + 20 * MINUTE), 5 * MINUTE, 5),
+        ((ROUND, ROUND + 3 * 3600 * 1000), 30 * MINUTE, 7),
+        ((ROUND, ROUND + 30 * 86_400_000), 5 * 86_400_000, 6),  # days from the epoch's
+        ((ROUND, ROUND), 0, 1),  # one instant: one tick
+        ((ROUND + 100, ROUND + 900), 800, 2),  # no round second inside: its two ends
+    ],
+)
+def test_the_time_scale_ticks_round_clock_times(
+    span: tuple[int, int], step_ms: int, count: int
+) -> None:
+    ticks = pages.x_ticks(span)
+    assert len(ticks) == count <= pages.X_INTERVALS + 1
+    xs = [t.at for t in ticks]
+    assert xs == sorted(xs) and xs[0] >= pages.PAD and xs[-1] <= pages.WIDTH - pages.PAD
+    if step_ms:
+        gap = step_ms * (pages.WIDTH - 2 * pages.PAD) / (span[1] - span[0])
+        assert all(abs(b - a - gap) < 0.2 for a, b in itertools.pairwise(xs))
+    clock = r"\d\d:\d\d(:\d\d(\.\d{3})?)?|\d{4}-\d\d-\d\d"
+    assert all(re.fullmatch(clock, t.label) for t in ticks)
+    assert len({t.label for t in ticks}) == len(ticks), "every tick reads differently"
 
 
 def test_decisions_are_paged_from_the_newest() -> None:

@@ -4,7 +4,9 @@ What it does: keeps one allocation per admission (``admitted``, ``held``, ``pree
 ``released``) and grants or refuses reservations and preemptions by the rules the ledger
 implements (services/README.md, docs on admission rules): usage per node root..leaf, where a
 preemption group (a held preemptor and its preempting victims) counts ``max(victims, hold)``;
-reclaim conditions checked against its own rows; a victim seen stopped is released and, with
+reclaim conditions checked against its own rows (L1's ``usher.io/reclaim-within`` too); idle
+guarantees a node keeps (L1 ``Never``, L2 ``usher.io/lending-limit``) never lent, by its own
+arithmetic; a victim seen stopped is released and, with
 its last co-victim gone, its preemptor admitted. A requeue for readiness (R10) turns an
 admitted allocation into a victim that is its own preemptor (no hold), released the same way.
 Every decision it makes goes to its outbox, which the test relays to the log.
@@ -38,6 +40,8 @@ WITHIN_QUOTA = "usher.io/within-quota"
 MIN_RUNTIME = "usher.io/min-runtime-seconds"
 ZONE_MIN = "usher.io/zone-min"
 ZONE_MAX = "usher.io/zone-max"
+RECLAIM_WITHIN = "usher.io/reclaim-within"
+LENDING_LIMIT = "usher.io/lending-limit"
 
 ADMITTED = "admitted"
 HELD = "held"
@@ -90,6 +94,12 @@ class NodeRules:
     """Its ``usher.io/zone-min`` (Z4); empty when it guarantees no zone."""
     zone_max: dict[Zone, dict[str, int]] = field(default_factory=dict)
     """Its ``usher.io/zone-max`` (Z1): a reservation over it is refused."""
+    reclaim: str = "Any"
+    """Its ``usher.io/reclaim-within`` (L1, inherited): whom its leaves reclaim from."""
+    lends: dict[str, int] | None = None
+    """Per resource, the most of its idle guarantee it lends (L2, inherited; ``Never``: 0 of
+    every resource); None: all of it."""
+    children: list[QuotaPath] = field(default_factory=list)
 
 
 @dataclass
@@ -127,8 +137,14 @@ class LedgerModel:
                 else (above.min_runtime_ms if above else 0),
                 zone_min=_zone_amounts(node.attributes.get(ZONE_MIN, "")),
                 zone_max=_zone_amounts(node.attributes.get(ZONE_MAX, "")),
+                reclaim=node.attributes.get(RECLAIM_WITHIN, above.reclaim if above else "Any"),
+                lends=_amounts(node.attributes[LENDING_LIMIT])
+                if LENDING_LIMIT in node.attributes
+                else (above.lends if above else None),
             )
             nodes[path] = rules
+            if parent:
+                nodes[QuotaPath(parent)].children.append(path)
             if not node.children:
                 leaves.add(path)
             stack.extend((child, path, rules) for child in node.children)
@@ -215,7 +231,9 @@ class LedgerModel:
             return Reason(code="AlreadyAdmitted", message=f"{item.workload} live elsewhere")
         if item.quota not in self.leaves:
             return Reason(code="UnknownQuota", message=f"{item.quota} is no leaf")
-        refusal = self._over(self.usage(), item.quota, item.requests) or self._over_zone(item)
+        used = self.usage()
+        refusal = self._over(used, item.quota, item.requests) or self._over_zone(item)
+        refusal = refusal or self._not_lent(used, item.quota, item.requests)
         if refusal is not None:
             return refusal
         row = self._insert(item, ADMITTED, now)
@@ -243,6 +261,7 @@ class LedgerModel:
         for row in rows:
             _add(used, self._on_path(row.leaf, row.requests), -1)
         refusal = self._over(used, preemptor.quota, preemptor.requests)
+        refusal = refusal or self._not_lent(used, preemptor.quota, preemptor.requests)
         if refusal is not None:
             return refusal
         for row, decision in zip(rows, victims, strict=True):
@@ -294,6 +313,10 @@ class LedgerModel:
                 continue
             if not within:
                 return _stale(f"{preemptor.workload} is not within the min of {leaf}")
+            if rules.reclaim == "Never" or (
+                rules.reclaim == "LowerPriority" and row.priority >= preemptor.priority
+            ):
+                return _stale(f"victim {row.workload} is spared by reclaim-within {rules.reclaim}")
             held = claims.setdefault(row.leaf, self.claim(row.leaf))
             minimum = self.nodes[row.leaf].min
             in_zone = zone_claims.setdefault(row.leaf, self.claim(row.leaf, zone))
@@ -330,6 +353,39 @@ class LedgerModel:
                     return Reason(
                         code="ZoneQuotaExceeded",
                         message=f"{node} {resource} in zone {item.zone}: {used} > {limit}",
+                    )
+        return None
+
+    def _kept(self, used: Usage, node: QuotaPath, resource: str) -> int:
+        """L1, L2: what ``node``'s subtree keeps of its idle guarantee of ``resource``."""
+        rules = self.nodes[node]
+        idle = max(0, rules.min.get(resource, 0) - used.get(node, {}).get(resource, 0))
+        lends = 0 if rules.reclaim == "Never" else (rules.lends or {}).get(resource)
+        own = 0 if lends is None else max(0, idle - lends)  # a resource not named: lent whole
+        below = sum(self._kept(used, child, resource) for child in rules.children)
+        return max(own, min(below, idle))
+
+    def _not_lent(self, used: Usage, leaf: QuotaPath, requests: dict[str, int]) -> Reason | None:
+        """L1, L2: a node of the path where ``requests`` would take idle guarantee that the
+        subtrees beside the path below it keep."""
+        path = self.path_of(leaf)
+        beside: dict[str, int] = {}
+        for depth in range(len(path) - 1, -1, -1):
+            node = path[depth]
+            mine = path[depth + 1] if depth + 1 < len(path) else None
+            for resource in requests:
+                beside[resource] = beside.get(resource, 0) + sum(
+                    self._kept(used, child, resource)
+                    for child in self.nodes[node].children
+                    if child != mine
+                )
+            cap = self.nodes[node].cap
+            for resource, amount in sorted(requests.items()):
+                have = used.get(node, {}).get(resource, 0)
+                if amount and resource in cap and have + amount + beside[resource] > cap[resource]:
+                    return Reason(
+                        code="GuaranteeNotLent",
+                        message=f"{node} {resource} {have} + {amount} + {beside[resource]} kept",
                     )
         return None
 
@@ -444,6 +500,16 @@ def _nonzero(used: Usage) -> Usage:
         kept = {r: a for r, a in sorted(amounts.items()) if a != 0}
         if kept:
             out[node] = kept
+    return out
+
+
+def _amounts(text: str) -> dict[str, int]:
+    """``usher.io/lending-limit`` as the model's trees write it (``cpu=10``, whole cores only,
+    canonical millicores)."""
+    out: dict[str, int] = {}
+    for pair in text.split(","):
+        resource, _, cores = pair.partition("=")
+        out[resource.strip()] = int(cores) * 1000
     return out
 
 

@@ -16,7 +16,9 @@ cpu, one leaf with ``LowerPriority``, one with a minimum runtime, one with min 0
 timeout (R10): its admitted jobs that no rule reports ready in time are requeued through the
 ledger, stop like preempted victims (counted until released) and come back after a backoff,
 or end inadmissible after their last attempt (teardown deletes those). A second machine plays
-the same rules over ``ZONED_TREE``, whose leaves guarantee part of their ``min`` per zone (Z4).
+the same rules over ``ZONED_TREE``, whose leaves guarantee part of their ``min`` per zone (Z4),
+a third over ``LENDING_TREE``, whose leaves lend part or none of their idle guarantee and
+reclaim from lower-priority borrowers only or not at all (L1, L2).
 ``USHER_LONG_TESTS=1`` (``make test-long``) runs many more and longer examples.
 What it must never do: start servers, read the wall clock, or share state between examples.
 """
@@ -50,8 +52,10 @@ from schemas import (
 from tests.core.ledger_model import (
     ADMITTED,
     HELD,
+    LENDING_LIMIT,
     MIN_RUNTIME,
     PREEMPTING,
+    RECLAIM_WITHIN,
     WITHIN_QUOTA,
     ZONE_MAX,
     ZONE_MIN,
@@ -131,6 +135,16 @@ ZONED_TREE = _tree(
 """TREE with zone-1 capped at 40 cpu (Z1, so it fills while the root has room) and guarantees
 per zone (Z4): team-a and team-b reclaim in zone-1 (team-b in zone-2 too) from each other's
 usage there beyond their zone guarantees, though within ``min``."""
+
+
+LENDING_TREE = _tree(
+    {},
+    {WITHIN_QUOTA: "LowerPriority", RECLAIM_WITHIN: "LowerPriority", LENDING_LIMIT: "cpu=50"},
+    {MIN_RUNTIME: str(MIN_RUNTIME_S), RECLAIM_WITHIN: "Never"},
+)
+"""TREE with lending policies (L1, L2): team-a lends at most 50 of its idle 60 cpu and
+reclaims only from lower-priority borrowers; team-b never reclaims, so it lends nothing of its
+idle 40 (team-c, guaranteed nothing, borrows only what team-a lends)."""
 
 
 @dataclass(frozen=True)
@@ -594,3 +608,15 @@ class ZonedProtocolMachine(ProtocolMachine):
 
 ZonedProtocolMachine.TestCase.settings = _machine_settings(200, 2000)
 TestZonedProtocol = ZonedProtocolMachine.TestCase
+
+
+class LendingProtocolMachine(ProtocolMachine):
+    """The same protocol over LENDING_TREE: what the engines admit and reclaim under L1 and
+    L2, checked by the preemptor and granted by the ledger model alike (a disagreement leaves
+    passes asking forever, which teardown refuses)."""
+
+    tree = LENDING_TREE
+
+
+LendingProtocolMachine.TestCase.settings = _machine_settings(200, 2000)
+TestLendingProtocol = LendingProtocolMachine.TestCase

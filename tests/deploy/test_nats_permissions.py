@@ -29,7 +29,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from schemas import QuotaTreeApplied, Zone
+from schemas import Millis, QuotaTreeApplied, Zone
 from services.common.leader import Leadership
 from services.common.metrics import Metrics
 from services.common.runtime import ServiceContext
@@ -519,3 +519,30 @@ async def test_an_electing_service_cannot_take_another_roles_key(
         assert not await leadership.start()
         await leadership.close()
     assert any(f"$kv.usher_leaders.{role}" in err.lower() for err in session.refused)
+
+
+async def test_the_console_reads_people_views_without_the_snapshot_bucket(streams: str) -> None:
+    """The console identity may not look into the snapshot bucket: ``usher jobs``, ``queue``
+    and ``explain`` answer from the whole log at once, with no wait for a request NATS never
+    answers, and save nothing."""
+    from usher.client import readmodel
+    from usher.client.state import read_state
+
+    async with login(streams, "admin") as admin:
+        js = admin.nc.jetstream()
+        await publish(js, SUBJECTS.quota, QuotaTreeApplied(root=two_leaf_tree()))
+        job = observed("a1", "console-view", 1)
+        await publish(js, SUBJECTS.job(Zone("default"), "a1", "console-view"), job)
+    async with login(streams, "console") as console:
+        js = console.nc.jetstream()
+        said: list[str] = []
+        recent = await readmodel.read_recent(
+            js, SUBJECTS, EngineConfig(), save_after=1, say=said.append
+        )
+        assert recent.replayed_because.startswith(readmodel.NOT_READ)
+        assert not recent.saved and recent.restored_seq == 0 and said
+        full = await read_state(js, SUBJECTS, EngineConfig())
+        now = Millis(1_900_000_000_000)
+        assert recent.state.view(now) == full.view(now)
+        explained = await readmodel.explain_recent(js, SUBJECTS, EngineConfig(), job.workload, now)
+        assert explained.history[0].what == "observed"

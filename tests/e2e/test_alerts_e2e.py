@@ -1,14 +1,32 @@
 """The alert rules of deploy/monitoring, evaluated by a real Prometheus scraping a real stack.
 
-``usher up --no-demo`` runs; Debian's ``prometheus`` scrapes every service's ``/metrics`` every
-second with the labels the deploy's ServiceMonitor gives (``namespace``,
-``app_kubernetes_io_component``, ``pod``)
-and evaluates the PrometheusRule's spec every second. A healthy stack raises nothing; the stack
-is then driven into conditions: a garbage message and a forged ``Admitted`` on the decision
-subjects (UsherDeadLetters and UsherForgedDecisions fire), a held queue with pending work
-(UsherQueueStalled becomes pending: its 30 minutes are ``promtool test rules``' to show), a
-ledger that stops answering (UsherServiceDown pending). Prometheus is found as promtool is
-(``$USHER_PROMETHEUS``, else PATH); without it the test fails under CI and is skipped elsewhere.
+``usher up --no-demo`` runs (one node of 256 cpu, so that pods run; services give up on a lost
+NATS after 3 s); Debian's ``prometheus`` scrapes every service's ``/metrics`` every second with
+the labels the deploy's ServiceMonitor gives (``namespace``, ``app_kubernetes_io_component``,
+``pod``) and evaluates the PrometheusRule's spec every second, its durations shortened by the
+test (``quick_rules``: every ``for`` 1 s, 15- and 30-minute windows 20 s, a lag of 3 entries
+instead of 1,000; the expressions are otherwise the deploy's). A healthy stack raises nothing;
+the stack is then driven into each condition, in this order, and each alert must fire:
+
+- a garbage message and a forged ``Admitted`` on the decision subjects: UsherDeadLetters,
+  UsherForgedDecisions;
+- a held queue with pending work: UsherQueueStalled;
+- a ledger that stops answering (SIGSTOP) while the dequeuer waits on it and jobs keep coming:
+  UsherServiceDown and UsherComponentMissing (ledger), UsherConsumerLag (the dequeuer);
+- the demo's budget story (12 cpu for 4 s against 36 cpu-seconds a month): UsherBudgetSpent;
+  the tree re-applied with a limit the spending leaves 5% of: UsherBudgetNearlySpent;
+- a job waiting for quota behind a job that outlived every run the log records:
+  UsherPendingPastEstimate (the watcher's count, estimated every 10 s);
+- PostgreSQL stopped (every process of it, SIGSTOP): UsherPostgresUnavailable (the ledger's
+  probe: no CloudNativePG exporter runs here);
+- NATS stopped (and ``usher up`` paused so that it does not restart it at once):
+  UsherWatcherNatsDisconnected, UsherNatsUnavailable, UsherServiceUnhealthy.
+
+UsherServiceRestarting (kube-state-metrics) and UsherKubeWatchFlapping (a Kubernetes API whose
+watches keep failing) read what a local stack does not have: ``promtool test rules`` shows them
+(tests/deploy/test_alerts.py).
+Prometheus is found as promtool is (``$USHER_PROMETHEUS``, else PATH); without it the test fails
+under CI and is skipped elsewhere.
 """
 
 from __future__ import annotations
@@ -34,14 +52,30 @@ import yaml
 from schemas import Envelope, EventId, Zone
 from tests.builders import events
 from tests.cli.stack_process import UpProcess, poll, usher
-from tests.deploy.test_alerts import rule_spec
+from tests.deploy.test_alerts import alerts, rule_spec
+from tests.e2e.stack_budget import add_node, apply_tree, budget_tree
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
+from usher.demo.budget import DEPARTMENT, story_jobs
 from usher.local.processes import free_port
 
-REPO = Path(__file__).resolve().parents[2]
-TREE = REPO / "usher" / "demo" / "walkthrough-tree.yaml"
 QUEUE_A = "root-department-a-user-a"
+BUDGET_NODE = f"root/{DEPARTMENT}"
+LAG_JOBS = 5
+"""Jobs created while the ledger is stopped: entries the waiting dequeuer has not applied."""
+QUICK = {"[15m]": "[20s]", "[30m]": "[20s]", "offset 15m": "offset 20s", "> 1000": "> 3"}
+"""The test's override of the rules' windows and the lag threshold (see the module docstring)."""
+
+
+def quick_rules() -> dict[str, Any]:
+    """The deploy's rules with every ``for`` 1 s and the ``QUICK`` windows and threshold."""
+    spec = rule_spec()
+    for rule in alerts(spec):
+        if "for" in rule:
+            rule["for"] = "1s"
+        for slow, quick in QUICK.items():
+            rule["expr"] = rule["expr"].replace(slow, quick)
+    return spec
 
 
 def prometheus_binary() -> str:
@@ -58,9 +92,11 @@ def prometheus_binary() -> str:
 def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     prometheus_binary()  # skip (or fail) before starting a stack for nothing
     home = tmp_path_factory.mktemp("alerts") / "home"
-    with UpProcess(home, ("--no-demo", "--no-console")) as up:
+    env = {"USHER_NATS_DOWN_LIMIT_SECONDS": "3"}
+    with UpProcess(home, ("--no-demo", "--no-console"), env) as up:
         up.stack()
-        assert usher(home, "apply", "-f", str(TREE)).returncode == 0
+        apply_tree(home, budget_tree(), home.parent)
+        asyncio.run(add_node(home, "256", "1Ti"))
         yield home
 
 
@@ -80,7 +116,7 @@ def prometheus(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         }
         for name, port in sorted(stack["health_ports"].items())
     ]
-    (folder / "rules.yaml").write_text(yaml.safe_dump(rule_spec()))
+    (folder / "rules.yaml").write_text(yaml.safe_dump(quick_rules()))
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(folder / "rules.yaml")],
@@ -193,21 +229,141 @@ def test_garbage_and_forged_decisions_fire_their_alerts(home: Path, prometheus: 
     assert fired["annotations"]["runbook"] == "docs/operations/alerts.md#usherdeadletters"
 
 
-def test_a_held_queue_with_pending_work_is_on_its_way_to_stalled(
-    home: Path, prometheus: str
-) -> None:
+def submit(home: Path, namespace: str, name: str, cpu: str, *more: str) -> None:
+    job = ["submit", "-n", namespace, "--name", name, "--image", "x", "--cpu", cpu, *more]
+    done = usher(home, *job, timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_held_queue_with_pending_work_stalls(home: Path, prometheus: str) -> None:
+    """``waits`` keeps 1 cpu of Department-a for the rest of the module once admitted."""
     assert usher(home, "hold", QUEUE_A).returncode == 0
-    job = ["submit", "-n", "user-a", "--name", "waits", "--image", "x", "--cpu", "1"]
-    assert usher(home, *job).returncode == 0
-    poll(lambda: _alert(prometheus, "UsherQueueStalled", "pending", queue=QUEUE_A), 60)
+    submit(home, "user-a", "waits", "1")
+    stalled = poll(lambda: _alert(prometheus, "UsherQueueStalled", "firing", queue=QUEUE_A), 60)
+    assert stalled["annotations"]["runbook"] == "docs/operations/alerts.md#usherqueuestalled"
     assert usher(home, "resume", QUEUE_A).returncode == 0
 
 
-def test_a_ledger_that_stops_answering_is_on_its_way_to_down(home: Path, prometheus: str) -> None:
+def test_a_ledger_that_stops_answering_is_down_and_the_dequeuer_lags(
+    home: Path, prometheus: str
+) -> None:
+    """The dequeuer waits for the ledger's answer to its reservation, so it folds nothing
+    meanwhile: the jobs created after it are log entries it has not applied."""
     pid = json.loads((home / "stack.json").read_text())["service_pids"]["ledger"]
     os.kill(pid, signal.SIGSTOP)
     try:
-        down = poll(lambda: _alert(prometheus, "UsherServiceDown", "pending", pod="ledger"), 60)
+        for n in range(LAG_JOBS):
+            submit(home, "user-c", f"lag-{n}", "1", "--duration", "1")
+        lag = poll(
+            lambda: _alert(prometheus, "UsherConsumerLag", "firing", service="dequeuer-default"),
+            60,
+        )
+        down = poll(lambda: _alert(prometheus, "UsherServiceDown", "firing", pod="ledger"), 60)
+        missing = poll(
+            lambda: _alert(prometheus, "UsherComponentMissing", "firing", component="ledger"), 60
+        )
     finally:
         os.kill(pid, signal.SIGCONT)
+    assert float(lag["value"]) > 3
     assert down["labels"]["app_kubernetes_io_component"] == "ledger"
+    assert missing["labels"]["severity"] == "critical"
+    # Its reservations are granted once it answers again: the last job created runs its second
+    # and ends (so do the others: runs the estimate test below counts on).
+    last = f"user-c/lag-{LAG_JOBS - 1}"
+    waited = usher(home, "wait", last, "--timeout", "60", timeout=90)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+
+
+def test_a_spent_budget_and_a_nearly_spent_one(home: Path, prometheus: str, tmp_path: Path) -> None:
+    spend, _ = story_jobs()
+    submit(home, spend.namespace, spend.name, spend.cpu, "--duration", str(spend.duration_s))
+    done = usher(home, "wait", spend.key, "--timeout", "60", timeout=90)
+    assert done.returncode == 0, done.stdout + done.stderr
+    spent = poll(lambda: _alert(prometheus, "UsherBudgetSpent", "firing", node=BUDGET_NODE), 60)
+    assert spent["labels"]["resource"] == "cpu" and spent["labels"]["window"] == "month"
+    # What it spent (in cpu-seconds), then a limit it spends 95% of (whole millicore-ms).
+    seconds = poll(
+        lambda: _value(
+            prometheus, f'max(usher_budget_spent_resource_seconds{{node="{BUDGET_NODE}"}})'
+        )
+    )
+    assert seconds > 36  # 12 cpu for at least 4 s, against 36 cpu-seconds
+    hours = round(seconds / 0.95 / 3600, 6)
+    apply_tree(home, budget_tree(f"cpu={hours}h per month"), tmp_path)
+    nearly = poll(
+        lambda: _alert(prometheus, "UsherBudgetNearlySpent", "firing", node=BUDGET_NODE), 60
+    )
+    assert nearly["labels"]["severity"] == "warning"
+
+
+def test_a_job_waiting_past_its_estimate(home: Path, prometheus: str) -> None:
+    """Six runs have ended (the five lag jobs, the budget's): a blocker that runs on past all of
+    them fills the root with ``waits``; the next job's first estimate is "any moment now", and
+    the next estimate, 10 s later, finds it still waiting."""
+    submit(home, "user-c", "blocker", "99")
+    done = usher(home, "wait", "user-c/blocker", "--for", "admitted", "--timeout", "60")
+    assert done.returncode == 0, done.stdout + done.stderr
+    submit(home, "user-c", "late", "2")
+    try:
+        late = poll(lambda: _alert(prometheus, "UsherPendingPastEstimate", "firing"), 90)
+    except AssertionError:
+        explained = usher(home, "explain", "user-c/late").stdout
+        counted = _api(prometheus, "query", query="usher_queue_pending_past_estimate_workloads")
+        raise AssertionError(f"not fired; the gauge: {counted}; explain:\n{explained}") from None
+    assert late["labels"]["queue"].startswith("root-department-b")
+    assert float(late["value"]) == 1
+
+
+def _process_tree(root: int) -> list[int]:
+    """``root`` and every process below it (PostgreSQL's postmaster and its backends)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def test_postgres_that_stops_answering_fires_its_alert(home: Path, prometheus: str) -> None:
+    """Every PostgreSQL process stopped (SIGSTOP): the ledger's ``SELECT 1`` gets no answer
+    (no CloudNativePG exporter here: the ledger's own probe)."""
+    stopped = _process_tree(json.loads((home / "stack.json").read_text())["pids"]["postgres"])
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        fired = poll(
+            lambda: _alert(prometheus, "UsherPostgresUnavailable", "firing", service="ledger"), 60
+        )
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    assert fired["annotations"]["summary"] == (
+        "PostgreSQL does not answer the ledger: the ledger cannot admit"
+    )
+    poll(lambda: True if _value(prometheus, "min(usher_postgres_up)") == 1 else None, 60)
+
+
+def test_nats_stopped_fires_the_nats_alerts(home: Path, prometheus: str) -> None:
+    """Last (the stack is not the same afterwards): ``usher up`` is paused, so that it does not
+    restart NATS at once, and NATS is stopped; every service loses it, and after 3 s says it
+    cannot work."""
+    stack = json.loads((home / "stack.json").read_text())
+    os.kill(stack["up_pid"], signal.SIGSTOP)
+    try:
+        os.kill(stack["pids"]["nats"], signal.SIGTERM)
+        watcher = poll(lambda: _alert(prometheus, "UsherWatcherNatsDisconnected", "firing"), 60)
+        poll(lambda: _alert(prometheus, "UsherNatsUnavailable", "firing"), 60)
+        unhealthy = poll(
+            lambda: _alert(prometheus, "UsherServiceUnhealthy", "firing", pod="watcher"), 60
+        )
+    finally:
+        os.kill(stack["up_pid"], signal.SIGCONT)
+    assert watcher["labels"]["pod"] == "watcher"
+    assert unhealthy["labels"]["severity"] == "critical"

@@ -4,7 +4,8 @@ The demo tree (Department-a min 60 / max 100, Department-b min 40 / max 100, roo
 so idle guarantees are lent and taken back by preemption. A few hundred jobs of mixed sizes
 (1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus ``default``) are
 created in bursts of 20 per second through kubernetes-asyncio and run by the emulator's
-kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment;
+kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment,
+each on the demo tree and on it with lending policies (L1, L2: ``LENDING``);
 one seed in ``make test``, several in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
 
 Every run must end with every job completed, reclaim having happened (a run that never
@@ -50,10 +51,24 @@ ZONES = ("a", "b", "default")
 DEMO = Path(__file__).resolve().parents[2] / "usher" / "demo"
 
 
-def walkthrough_tree() -> dict[str, Any]:
+LENDING = {
+    "Department-a": {
+        "usher.io/reclaim-within": "LowerPriority",
+        "usher.io/lending-limit": "cpu=30",
+    },
+    "Department-b": {"usher.io/reclaim-within": "Never"},
+}
+"""L1 and L2 on the demo tree: Department-a lends at most 30 of its idle 60 cpu and reclaims
+only from lower-priority borrowers; Department-b never reclaims, so it lends nothing."""
+
+
+def walkthrough_tree(attributes: dict[str, dict[str, str]] | None = None) -> dict[str, Any]:
+    """The demo tree, with ``attributes`` set on the children they name."""
     import yaml
 
     tree: dict[str, Any] = yaml.safe_load((DEMO / "walkthrough-tree.yaml").read_text())
+    for child in tree["spec"]["root"]["children"]:
+        child.setdefault("attributes", {}).update((attributes or {}).get(child["name"], {}))
     return tree
 
 
@@ -85,7 +100,7 @@ async def _api(kubeconfig: Path) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
-async def _setup(api: client.ApiClient) -> None:
+async def _setup(api: client.ApiClient, tree: dict[str, Any]) -> None:
     scheduling = client.SchedulingV1Api(api)
     for name, value in PRIORITIES.items():
         await scheduling.create_priority_class(
@@ -97,7 +112,7 @@ async def _setup(api: client.ApiClient) -> None:
             }
         )
     await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", walkthrough_tree()
+        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", tree
     )
 
 
@@ -208,10 +223,11 @@ async def _run(
     count: int,
     seed: int,
     kill: bool,
+    tree: dict[str, Any],
 ) -> None:
     procs, api = stack
     await asyncio.sleep(2.0)  # the services connect and replay the empty log
-    await _setup(api)
+    await _setup(api, tree)
     submit = _submit_bursts(api, count, seed)
     if kill:
         jobs, _ = await asyncio.gather(
@@ -238,6 +254,7 @@ WALKTHROUGH = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "2026112
 
 @pytest.mark.parametrize("seed", WALKTHROUGH)
 @pytest.mark.parametrize("kill", [False, True], ids=["no-fault", "each-service-killed"])
+@pytest.mark.parametrize("attributes", [None, LENDING], ids=["demo", "lending"])
 async def test_borrowing_tree_under_bursts_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
@@ -245,5 +262,7 @@ async def test_borrowing_tree_under_bursts_ends_clean(
     migrated_url: str,
     seed: int,
     kill: bool,
+    attributes: dict[str, dict[str, str]] | None,
 ) -> None:
-    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + kill, kill=kill)
+    tree = walkthrough_tree(attributes)
+    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + kill, kill=kill, tree=tree)

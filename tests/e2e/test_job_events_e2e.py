@@ -7,15 +7,22 @@ and succeeds. The real kubectl shows, in the Events of each Job, what Usher did:
 (with the wait) and ``Retried`` (the next attempt and its memory) on ``train``, ``Admitted`` on
 the retry. With ``USHER_NOTIFY_URL`` set, a test receiver gets the same as CloudEvents, the
 first one again after it refused it.
+
+Then the demo's budget story: a job of Department-c spends its budget, the next one waits for
+it (B1), and the watcher tells that once, as a ``BudgetExhausted`` Event and a CloudEvent; a
+restarted watcher tells it no more (a job that starts waiting after the restart is told).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import signal
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,8 +31,8 @@ from typing import Any, ClassVar
 import pytest
 
 from tests.cli.stack_process import UpProcess, poll, usher
-from tests.e2e.harness import node_manifest
-from usher.adapters.kube import KubeClient, Resource
+from tests.e2e.stack_budget import add_node, apply_tree, budget_tree
+from usher.demo.budget import story_jobs
 from usher.local.kube_emulator.playbook import OOM_BELOW
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,22 +110,16 @@ def home(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[Pa
     with UpProcess(home, ("--no-demo", "--no-console"), env) as up:
         up.stack()
         assert usher(home, "apply", "-f", str(TREE)).returncode == 0
-        asyncio.run(_add_node(home))  # pods need a node: its kubelet plays the OOM kill
+        asyncio.run(
+            add_node(home, "64", "256Gi")
+        )  # pods need a node: its kubelet plays the OOM kill
         yield home
 
 
-async def _add_node(home: Path) -> None:
-    """A node of 64 cpu and 256Gi, created with its status as a kubelet registers one."""
-    node = node_manifest({"name": "node-1", "allocatable": {"cpu": "64", "memory": "256Gi"}})
-    kubeconfig = Path(json.loads((home / "stack.json").read_text())["kubeconfig"])
-    async with await KubeClient.from_kubeconfig(kubeconfig) as kube:
-        await kube.create(Resource("", "v1", "nodes", "Node"), None, node)
-
-
-def describe(home: Path, name: str) -> str:
+def describe(home: Path, name: str, namespace: str = "user-a") -> str:
     kubeconfig = json.loads((home / "stack.json").read_text())["kubeconfig"]
     done = subprocess.run(
-        [KUBECTL, "--kubeconfig", kubeconfig, "describe", "job", name, "-n", "user-a"],
+        [KUBECTL, "--kubeconfig", kubeconfig, "describe", "job", name, "-n", namespace],
         capture_output=True,
         text=True,
         timeout=60,
@@ -172,3 +173,57 @@ def test_the_webhook_receives_each_as_a_cloudevent_once_it_accepts(home: Path) -
     assert retried["data"]["reason"] == "Retried" and retried["data"]["kind"] == "Job"
     assert retried["data"]["decision"]["job"] == "user-a/train-retry-1"
     assert retried["data"]["message"].startswith("Attempt 1 OOMKilled: retried as user-a/train-")
+
+
+def _budget_told(subject: str) -> list[dict[str, Any]]:
+    return [
+        event
+        for _, event in Receiver.received
+        if event["type"] == "io.usher.job.budgetexhausted" and event["subject"] == subject
+    ]
+
+
+def _watcher_restarted(home: Path, before: int) -> bool | None:
+    """The watcher runs again under a new pid and says it is ready."""
+    stack = json.loads((home / "stack.json").read_text())
+    if stack["service_pids"].get("watcher", before) == before:
+        return None
+    ready = f"http://127.0.0.1:{stack['health_ports']['watcher']}/readyz"
+    try:
+        with urllib.request.urlopen(ready, timeout=2) as answer:
+            return True if answer.status == 200 else None
+    except OSError:
+        return None
+
+
+def test_a_job_waiting_for_a_spent_budget_is_told_once(home: Path, tmp_path: Path) -> None:
+    spend, held = story_jobs()
+    apply_tree(home, budget_tree(), tmp_path)
+    job = ["submit", "-n", spend.namespace, "--image", "x", "--cpu", spend.cpu]
+    spent = usher(home, *job, "--name", spend.name, "--duration", "4", "--wait", timeout=90)
+    assert spent.returncode == 0, spent.stdout + spent.stderr
+    assert usher(home, *job, "--name", held.name).returncode == 0
+
+    def told(name: str) -> str | None:
+        text = describe(home, name, held.namespace)
+        return text if "BudgetExhausted" in text else None
+
+    events = poll(lambda: told(held.name), 30)
+    events = events[events.index("Events:") :]
+    assert "Warning  BudgetExhausted" in events
+    assert "for a spent budget:" in events and "(budget of root/Department-c)" in events
+    [cloud] = poll(lambda: _budget_told(held.key) or None, 30)
+    assert cloud["data"]["decision"]["type"] == "decision.pending.v1"
+    assert cloud["data"]["decision"]["reason"]["code"] == "BudgetExhausted"
+    assert cloud["data"]["reason"] == "BudgetExhausted" and cloud["data"]["type"] == "Warning"
+
+    # A restarted watcher finds the wait standing: told already, not again. A job that starts
+    # waiting after the restart is told: once it is, the first would have been as well.
+    stack = json.loads((home / "stack.json").read_text())
+    watcher = stack["service_pids"]["watcher"]
+    os.kill(watcher, signal.SIGKILL)
+    poll(lambda: _watcher_restarted(home, watcher), 60)
+    assert usher(home, *job, "--name", f"{held.name}-2").returncode == 0
+    poll(lambda: _budget_told(f"{held.key}-2") or None, 30)
+    assert len(_budget_told(held.key)) == 1
+    assert describe(home, held.name, held.namespace).count("BudgetExhausted") == 1

@@ -197,6 +197,17 @@ def cli() -> None:
 )
 @click.option("--no-console", is_flag=True, help="Start no web console.")
 @click.option(
+    "--reuse-orphan",
+    is_flag=True,
+    help="As root: take back this home's earlier PostgreSQL data that it no longer points to.",
+)
+@click.option(
+    "--remove-orphans",
+    is_flag=True,
+    help="As root: delete every orphaned PostgreSQL data folder (of homes deleted or that"
+    " point elsewhere) that is not reused.",
+)
+@click.option(
     "--interval",
     "interval_s",
     type=DURATION,
@@ -219,6 +230,8 @@ def up(
     plain: bool,
     console_port: int,
     no_console: bool,
+    reuse_orphan: bool,
+    remove_orphans: bool,
     interval_s: float,
 ) -> None:
     """Start the whole system on this machine and show it live, until Ctrl-C.
@@ -247,6 +260,7 @@ def up(
     if min_runtime_s < 0:
         fail(f"--min-runtime: must be 0 or more seconds, got {min_runtime_s:g}", EXIT_USAGE)
     _refuse_second_start(home)
+    _settle_orphans(home, reuse=reuse_orphan, remove=remove_orphans)
     options = SystemOptions(
         zones=(*zone_list, *(z for z in burst_list if z not in zone_list)),
         burst_zones=burst_list,
@@ -268,22 +282,12 @@ def up(
     except ServerStartError as exc:
         fail(_start_failure(exc, home), EXIT_UNAVAILABLE)
     except KeyboardInterrupt:
-        click.echo("Stopped before it was up.")
+        say("Stopped before it was up.")
         sys.exit(stop.exit_code())
     stop.install(raising=False)
-    click.echo(f"Usher is up (data in {info.home})")
-    sync = "fsync before every ack" if info.durable else "default fsync interval"
-    click.echo(f"  NATS JetStream  {redact_url(info.nats_url)} ({sync})")
-    click.echo(f"  PostgreSQL      {redact_url(info.database_url)}")
-    click.echo(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
-    click.echo(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
-    if info.console_url:
-        click.echo(f"  web console     {info.console_url}")
-    click.echo(f"  stack file      {home / 'stack.json'}")
-    click.echo("Press Ctrl-C to stop (or run `usher down`).")
-    sys.stdout.flush()
     reason: str | None = None
-    try:
+    try:  # from here on every way out stops the stack, whatever happens to the output
+        _say_up(info, home)
         if not stop.requested.is_set():
             reason = asyncio.run(
                 run_up(
@@ -298,12 +302,45 @@ def up(
             )
     finally:
         stop.install(raising=False)  # a second Ctrl-C must not cut the stop
-        click.echo("Stopping: services, emulator, PostgreSQL, NATS ...")
+        say("Stopping: services, emulator, PostgreSQL, NATS ...")
         system.stop()
-        click.echo("Stopped.")
+        say("Stopped.")
     if reason is not None:
         fail(reason, EXIT_UNAVAILABLE)
     sys.exit(stop.exit_code())
+
+
+def say(line: str) -> None:
+    """Print a line on stdout that may be gone: the reader of ``usher up | tee up.log`` dies
+    with the same Ctrl-C. A broken or closed stdout then becomes /dev/null, so the stop that
+    follows still runs to its end (else click ends the process at the first failed write and
+    the children die with it, leaving ``stack.json`` behind) and nothing fails at exit."""
+    try:
+        click.echo(line)
+        sys.stdout.flush()
+    except (OSError, ValueError):  # EPIPE, EIO (the terminal closed), a closed stream
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _say_up(info: Any, home: Path) -> None:
+    """What ``usher up`` prints once everything runs: where each part is."""
+    say(f"Usher is up (data in {info.home})")
+    sync = "fsync before every ack" if info.durable else "default fsync interval"
+    say(f"  NATS JetStream  {redact_url(info.nats_url)} ({sync})")
+    say(f"  PostgreSQL      {redact_url(info.database_url)}")
+    say(f"  Kubernetes API  kubeconfig {info.kubeconfig}")
+    say(f"  services        {', '.join(info.service_pids)} (logs in {home / 'logs'})")
+    if info.console_url:
+        say(f"  web console     {info.console_url}")
+    say(f"  stack file      {home / 'stack.json'}")
+    say("Press Ctrl-C to stop (or run `usher down`).")
 
 
 class _UpStop:
@@ -459,6 +496,35 @@ def _zone_names(option: str, text: str) -> tuple[str, ...]:
                 EXIT_USAGE,
             )
     return names
+
+
+def _settle_orphans(home: Path, *, reuse: bool, remove: bool) -> None:
+    """As root, PostgreSQL's data lives outside the home (``usher.local.servers``); what no
+    home points to any more is found here, before anything starts, and always said. The
+    data of a deleted home is removed: its passwords and its log went with the home, so
+    nothing can open it again. The data of a home that still exists is kept unless asked:
+    ``--reuse-orphan`` points this home at its own earlier data again, ``--remove-orphans``
+    deletes the rest. No question is asked: ``usher up`` runs from scripts too."""
+    from usher.local.servers import find_orphans, remove_orphan, reuse_orphan
+
+    orphans = find_orphans()
+    ours = next((o for o in orphans if o.reusable_by(home)), None)
+    if reuse and ours is None:
+        fail(f"--reuse-orphan: no earlier PostgreSQL data of {home} to reuse", EXIT_USAGE)
+    if reuse and ours is not None:
+        reuse_orphan(ours, home)
+        say(f"Reusing this home's earlier PostgreSQL data {ours.path}")
+    for orphan in orphans:
+        if orphan is ours and reuse:
+            continue
+        if remove or not orphan.home_exists:
+            remove_orphan(orphan)
+            say(f"Removed orphaned PostgreSQL data {orphan.describe()}")
+            continue
+        hint = "--reuse-orphan takes it back, " if orphan is ours else ""
+        say(
+            f"Kept orphaned PostgreSQL data {orphan.describe()} ({hint}--remove-orphans removes it)"
+        )
 
 
 def _refuse_second_start(home: Path) -> None:

@@ -167,6 +167,22 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     metavar="LIST",
     help="Set the root's usher.io/burst-zones (Z3), e.g. 'eci'; '' removes it.",
 )
+@click.option(
+    "--reclaim-within",
+    "reclaim_within",
+    multiple=True,
+    metavar="NODE=MODE",
+    help="Set NODE's usher.io/reclaim-within (L1: Any, LowerPriority or Never) on every"
+    " replayed tree, e.g. 'team-a=Never'; NODE= removes it. Repeatable.",
+)
+@click.option(
+    "--lending-limit",
+    "lending_limit",
+    multiple=True,
+    metavar="NODE=AMOUNTS",
+    help="Set NODE's usher.io/lending-limit (L2) on every replayed tree, e.g."
+    " 'team-a=cpu=4, nvidia.com/gpu=2'; NODE= removes it. Repeatable.",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
@@ -202,6 +218,8 @@ def what_if_command(
     zone_max: tuple[str, ...],
     zone_lists: tuple[str, ...],
     burst_zones: str | None,
+    reclaim_within: tuple[str, ...],
+    lending_limit: tuple[str, ...],
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
@@ -226,17 +244,21 @@ def what_if_command(
     changed ones; a pass runs after each group of events that arrived together and at
     min-runtime, ready-deadline and requeue-backoff wakeups.
     Recorded decisions are ignored; finishes and deletions happen when they happened.
-    --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed.
+    --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed,
+    --reclaim-within and --lending-limit those lending attributes (L1, L2).
     """
+    lending = [(whatif.RECLAIM_WITHIN_FLAG, raw) for raw in reclaim_within]
+    lending += [(whatif.LENDING_LIMIT_FLAG, raw) for raw in lending_limit]
     try:
-        zone_policy = whatif.parse_zone_policy(zone_max, zone_lists, burst_zones)
+        zone_policy = whatif.parse_zone_policy(zone_max, zone_lists, burst_zones, lending=lending)
     except whatif.ZonePolicyError as exc:
         fail(str(exc), EXIT_USAGE)
     changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s, half_life)
     if all(change is None for change in changes) and zone_policy is None:
         fail(
             "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
-            "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones or --burst-zones",
+            "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones, --burst-zones, "
+            "--reclaim-within or --lending-limit",
             EXIT_USAGE,
         )
     base_half_life = _half_life("--baseline-half-life", baseline_half_life)

@@ -40,6 +40,7 @@ from usher.cli import (
     cli,
     fail,
     home_option,
+    import_nats_without_websockets,
 )
 from usher.cli.lazy import lazy_module
 from usher.cli.values import DURATION, HALF_LIFE, SEQUENCE
@@ -179,6 +180,8 @@ def _settings(
 
 
 def _read(log_file: Path | None, settings: ServiceSettings) -> hist.History:
+    if log_file is None:
+        import_nats_without_websockets(settings.nats_url)
     from usher.adapters.nats.export import (
         ExportFileError,
         LogStreamMissing,
@@ -391,12 +394,14 @@ def explain_command(
     namespace, _, name = workload.partition("/")
     if not namespace or not name or "/" in name:
         fail(f"{workload!r}: expected NAMESPACE/NAME", EXIT_USAGE)
-    log = _load(log_file, **options)
-    now = _now(log)
     try:
-        explanation = explaining.explain(
-            log.history, _config(log.settings), WorkloadKey(workload), now
-        )
+        if log_file is None:  # the running installation: its read model, not the whole log
+            explanation = _explain_live(WorkloadKey(workload), _settings(live=True, **options))
+        else:
+            log = _load(log_file, **options)
+            explanation = explaining.explain(
+                log.history, _config(log.settings), WorkloadKey(workload), _now(log)
+            )
     except explaining.UnknownWorkload as exc:
         fail(f"unknown job {exc.workload}: it does not appear on the log", EXIT_BAD_INPUT)
     _show(
@@ -404,6 +409,37 @@ def explain_command(
         lambda: explaining.render_explain_json(explanation),
         lambda: explaining.render_explain_table(explanation),
     )
+
+
+def _explain_live(key: WorkloadKey, settings: ServiceSettings) -> explaining.Explanation:
+    """``explain`` on the running installation's log, from its read model
+    (``usher.client.readmodel.explain_recent``); reclaim is tried at the current time."""
+    import_nats_without_websockets(settings.nats_url)
+    from usher.adapters.nats.export import LogStreamMissing, LogUnavailable, connect
+    from usher.adapters.nats.subjects import Subjects
+    from usher.client.readmodel import explain_recent
+
+    async def explained() -> explaining.Explanation:
+        nc = await connect(settings.nats_url)
+        try:
+            now = Millis(int(time.time() * 1000))
+            js = nc.jetstream()
+            return await explain_recent(js, Subjects(settings.prefix), _config(settings), key, now)
+        finally:
+            await nc.close()
+
+    import nats.js.errors
+
+    try:
+        return asyncio.run(explained())
+    except LogUnavailable as exc:
+        fail(f"{exc} (is the stack running? start it with `usher up`)", EXIT_UNAVAILABLE)
+    except (LogStreamMissing, nats.js.errors.NotFoundError):
+        missing = LogStreamMissing(Subjects(settings.prefix).stream_name)
+        fail(
+            f"{missing} at {settings.nats_url}: wrong --prefix, or nothing ran yet",
+            EXIT_UNAVAILABLE,
+        )
 
 
 def _now(log: _Log) -> Millis:

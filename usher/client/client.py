@@ -90,6 +90,7 @@ from usher.client.manifests import (
     suspended,
     workload_document,
 )
+from usher.client.readmodel import read_recent, starting_point
 from usher.client.state import (
     JobInfo,
     PeopleProjection,
@@ -98,7 +99,6 @@ from usher.client.state import (
     StateView,
     catch_up,
     now_ms,
-    read_state,
 )
 from usher.client.target import Target, resolve_target
 from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
@@ -229,7 +229,9 @@ class AsyncClient:
             path = self.target.need_kubernetes()
             try:
                 self._kube = await KubeClient.from_kubeconfig(
-                    path, request_timeout_s=min(self.timeout_s, 10.0)
+                    path,
+                    context=self.target.kube_context,
+                    request_timeout_s=min(self.timeout_s, 10.0),
                 )
             except KubeConfigError as exc:
                 raise NotRunning(str(exc)) from exc
@@ -273,14 +275,18 @@ class AsyncClient:
     # ------------------------------------------------------------------ reading state
 
     async def state(self) -> PeopleProjection:
-        """The whole log folded for people (``PeopleProjection``); use ``.view()`` for results."""
+        """The log folded for people (``PeopleProjection``): the newest read model plus the
+        log's tail (``usher.client.readmodel``); use ``.view()`` for results."""
         js = await self.jetstream()
         try:
-            return await read_state(js, self.subjects, self.target.engine, timeout_s=self.timeout_s)
+            recent = await read_recent(
+                js, self.subjects, self.target.engine, timeout_s=self.timeout_s
+            )
         except TimeoutError as exc:
             raise NotRunning(str(exc)) from exc
         except (nats.errors.Error, OSError) as exc:
             raise NotRunning(f"reading the log failed: {type(exc).__name__}: {exc}") from exc
+        return recent.state
 
     async def view(self) -> StateView:
         return (await self.state()).view(now_ms())
@@ -757,8 +763,8 @@ class AsyncClient:
         if until not in ("done", "admitted"):
             raise BadInput(f"until must be 'done' or 'admitted', got {until!r}")
         js = await self.jetstream()
-        state = PeopleProjection(self.target.engine)
         try:
+            state = await starting_point(js, self.subjects, self.target.engine)
             follower = await catch_up(state, js, self.subjects, timeout_s=self.timeout_s)
         except TimeoutError as exc:
             raise NotRunning(str(exc)) from exc

@@ -370,6 +370,8 @@ class PeopleProjection:
     time is known."""
     usage: UsageFold = field(default_factory=UsageFold)
     """Every allocation interval the log records (U1), for ``usher usage`` and the client."""
+    last_believed: tuple[int, int] | None = None
+    """Sequence and time (ms) of the last entry its owner made (``usher explain``'s "as of")."""
 
     def __post_init__(self) -> None:
         self.engine = Engine(self.config)
@@ -386,12 +388,15 @@ class PeopleProjection:
         if forged(item) is not None:
             self.forged += 1  # not its owner's: the services park it, nobody believes it
             return
+        self.last_believed = (item.seq, item.time_ms)
         if self.track_skips and isinstance(event, Admitted):
             self._note_skip(event.workload, item.time_ms)
+        # Every entry its owner made opens or closes an interval, folded or not: the rule of
+        # ``usage.intervals_of``, which explain, the audit and ``usher usage --file`` use.
+        self.usage.apply(event, item.time_ms)
         if not fold_believed(self.engine, item).folded:
             self.unreadable += 1  # the core refused it; services park such entries, go on
             return
-        self.usage.apply(event, item.time_ms)
         self._record(item, event)
 
     def _note_skip(self, admitted: WorkloadKey, at_ms: int) -> None:

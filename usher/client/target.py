@@ -3,7 +3,8 @@
 What it does: resolves the Kubernetes kubeconfig, the NATS URL, the subject prefix and the
 decision settings (policy, oversell rate...) from, in order: explicit arguments, ``USHER_*``
 environment variables, the running stack's ``$USHER_HOME/stack.json``, and finally
-``KUBECONFIG`` for the cluster.
+``KUBECONFIG`` for the cluster; ``USHER_KUBE_CONTEXT`` picks a context of a kubeconfig given
+by argument or ``USHER_KUBECONFIG``.
 What it must never do: connect to anything, or keep a password in anything it prints.
 """
 
@@ -36,6 +37,9 @@ class Target:
     """The embedded stack's folder, when the target is the running stack."""
     admin_nats_url: str | None = None
     """The admin identity's URL: the only one that may ask the ledger for a hold (R14)."""
+    kube_context: str | None = None
+    """The kubeconfig's context to use (``$USHER_KUBE_CONTEXT``, set by ``kubectl usher
+    --context``); None: its current context."""
 
     def need_kubernetes(self) -> Path:
         if self.kubeconfig is None:
@@ -109,8 +113,13 @@ def resolve_target(
 ) -> Target:
     """The installation to talk to; raises ``NotRunning`` when there is none to find."""
     env = os.environ
+    if refused := env.get("USHER_KUBE_CONTEXT_REFUSED"):  # kubectl usher: see usher.cli.kubectl
+        raise NotRunning(refused)
     folder = home or usher_home()
-    stack = _stack(folder)
+    # A kubeconfig context chosen for a cluster (kubectl usher --context) is that installation
+    # only: the local stack's addresses and settings must not leak into it.
+    chosen = env.get("USHER_KUBE_CONTEXT") and (kubeconfig or env.get("USHER_KUBECONFIG"))
+    stack = None if chosen else _stack(folder)
     kube = (
         kubeconfig
         or env.get("USHER_KUBECONFIG")
@@ -139,4 +148,6 @@ def resolve_target(
         home=folder if stack else None,
         admin_nats_url=env.get("USHER_ADMIN_NATS_URL")
         or (stack.admin_nats_url if stack and stack.admin_nats_url else None),
+        # A context names an entry of a kubeconfig someone gave, never of the stack's own.
+        kube_context=env.get("USHER_KUBE_CONTEXT") if chosen else None,
     )

@@ -258,8 +258,19 @@ def page_of_decisions(
 
 # --------------------------------------------------------------------------- charts
 
-WIDTH, HEIGHT, PAD = 640, 180, 28
+WIDTH, HEIGHT, PAD = 1200, 240, 56
+"""The SVG's own units: the page scales it to the width of its column (CSS), so these set the
+proportions and the room for the axis labels, not the size on screen."""
 COLOURS = ("#2f6fb3", "#d9822b", "#3a9d5d", "#b33f62", "#7e57c2", "#8d6e63", "#00838f")
+Y_INTERVALS = 4
+"""About this many steps up the value axis (fewer when the values are small counts)."""
+X_INTERVALS = 6
+"""At most this many steps along the time axis."""
+DAY_MS = 86_400_000
+TIME_STEPS_MS = tuple(
+    s * 1000 for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 10800, 21600)
+)
+"""Steps of the time axis, on round clock times: 1 s to 6 h; longer spans step in days."""
 
 
 class Unit(msgspec.Struct, frozen=True):
@@ -289,9 +300,17 @@ class Dot(msgspec.Struct, frozen=True, kw_only=True):
     title: str
 
 
+class Tick(msgspec.Struct, frozen=True, kw_only=True):
+    """One mark of an axis scale: where it is (x or y in the SVG) and what it reads."""
+
+    at: float
+    label: str
+
+
 class Chart(msgspec.Struct, frozen=True, kw_only=True):
-    """An SVG chart's lines and dots and its axis labels; the y axis runs from 0 to ``y_top``
-    and ``y_max`` labels exactly that top."""
+    """An SVG chart's lines and dots and its axis scales; the y axis runs from 0 to ``y_top``
+    in round steps (``y_ticks``, the top labelled ``y_max`` with its unit), the time axis has a
+    tick at each round clock time of the span (``x_ticks``)."""
 
     title: str
     lines: list[Line]
@@ -300,6 +319,8 @@ class Chart(msgspec.Struct, frozen=True, kw_only=True):
     y_zero: str
     x_from: str
     x_to: str
+    y_ticks: list[Tick] = msgspec.field(default_factory=list)
+    x_ticks: list[Tick] = msgspec.field(default_factory=list)
     width: int = WIDTH
     height: int = HEIGHT
     pad: int = PAD
@@ -318,9 +339,58 @@ def time_span(*charts: Series) -> tuple[int, int] | None:
     return (min(times), max(times)) if times else None
 
 
+def nice_step(rough: float) -> float:
+    """The smallest of 1, 2, 5 x 10^k (k >= 0) that is at least ``rough``: counts and
+    seconds go up in whole, round steps."""
+    magnitude = 1.0
+    while True:
+        for multiple in (1, 2, 5):
+            if multiple * magnitude >= rough:
+                return multiple * magnitude
+        magnitude *= 10
+
+
+def _y_step(series: Series) -> float:
+    return nice_step(max(v for values in series.values() for _, v in values) / Y_INTERVALS)
+
+
 def _top(series: Series) -> float:
-    """The y axis's top: the largest value rounded up to a whole number, at least 1."""
-    return float(max(1, math.ceil(max(v for values in series.values() for _, v in values))))
+    """The y axis's top: the largest value rounded up to a whole step, at least one step."""
+    step = _y_step(series)
+    largest = max(v for values in series.values() for _, v in values)
+    return max(step, math.ceil(largest / step) * step)
+
+
+def y_ticks(series: Series, unit: Unit) -> list[Tick]:
+    """The value scale: 0, one step, ... the top (which carries the unit)."""
+    step, top = _y_step(series), _top(series)
+    count = round(top / step)
+    ticks = []
+    for i in range(count + 1):
+        value = i * step
+        label = unit.of(value) if i == count else f"{value:g}"
+        ticks.append(Tick(at=_xy(0, value, (0, 1), top)[1], label=label))
+    return ticks
+
+
+def x_ticks(span: tuple[int, int]) -> list[Tick]:
+    """The time scale: a tick at each round clock time (UTC) of the span, at most
+    ``X_INTERVALS`` steps (a span with fewer than two: its ends); one instant is one tick."""
+    t_from, t_to = span
+    length = t_to - t_from
+    step = next(
+        (s for s in TIME_STEPS_MS if length / s <= X_INTERVALS),
+        DAY_MS * int(nice_step(length / DAY_MS / X_INTERVALS)),
+    )
+    pattern = "%H:%M:%S" if step < 60_000 else "%H:%M" if step < DAY_MS else "%Y-%m-%d"
+    first = -(-t_from // step) * step
+    times: Sequence[int] = range(first, t_to + 1, step) if length else [t_from]
+    if length and len(times) < 2:  # no round second inside: its two ends, to the millisecond
+        ends = (t_from, t_to)
+        return [
+            Tick(at=_xy(t, 0, span, 1)[0], label=f"{_clock(t)[:8]}.{t % 1000:03d}") for t in ends
+        ]
+    return [Tick(at=_xy(t, 0, span, 1)[0], label=to_datetime(t).strftime(pattern)) for t in times]
 
 
 def _xy(t: int, v: float, span: tuple[int, int], top: float) -> tuple[float, float]:
@@ -369,6 +439,8 @@ def line_chart(
         y_zero="0",  # the unit is on the top label: the left margin has room for a digit
         x_from=_clock(span[0]),
         x_to=_clock(span[1]),
+        y_ticks=y_ticks(series, unit),
+        x_ticks=x_ticks(span),
     )
 
 

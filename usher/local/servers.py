@@ -252,26 +252,77 @@ def _instance_id(home: Path) -> str:
 
 
 HOME_MARK = ".usher-home"
-"""In a runtime instance folder: the home it belongs to (to remove it once that home is gone)."""
+"""In a runtime instance folder: the home it belongs to (to find it once that home is gone)."""
 
 
-def remove_orphan_instances(runtime: Path) -> None:
-    """Delete the data of instances whose home was deleted or holds another instance now.
+@dataclass(frozen=True)
+class Orphan:
+    """PostgreSQL data in the runtime folder that no home points to any more."""
 
-    Their servers are stopped (a home's server stops with ``usher up``); the data has no owner
-    left to resume it, and a new home never reuses an old id.
-    """
-    for base in runtime.iterdir() if runtime.is_dir() else []:
+    path: Path
+    home: Path
+    """The home it was made for (its ``HOME_MARK``)."""
+    home_exists: bool
+    """False: the home was deleted, with the passwords and the log this data goes with."""
+    size_bytes: int
+
+    @property
+    def why(self) -> str:
+        if not self.home_exists:
+            return f"its home {self.home} is gone"
+        return f"its home {self.home} no longer points to it"
+
+    def reusable_by(self, home: Path) -> bool:
+        """Whether ``home`` can take this data back: it was made for ``home``, which points
+        to no data now and still has the passwords the data knows (``credentials.json``)."""
+        here = home.resolve()
+        return (
+            self.home == here
+            and not (here / "postgres" / "instance").exists()
+            and (here / "credentials.json").exists()
+        )
+
+    def describe(self) -> str:
+        return f"{self.path} ({self.size_bytes / 1e6:.0f} MB): {self.why}"
+
+
+def _size(folder: Path) -> int:
+    return sum(p.lstat().st_size for p in folder.rglob("*") if not p.is_symlink())
+
+
+def find_orphans() -> list[Orphan]:
+    """As root, the data folders in the runtime folder whose home is gone or points elsewhere
+    (deleted, purged by hand, its ``postgres/instance`` lost); none otherwise (the data lives
+    in the home). A folder without its mark is being made (or not ours): never an orphan; nor
+    is one whose server runs."""
+    runtime = _runtime_instances()
+    if os.geteuid() != 0 or not runtime.is_dir():
+        return []
+    found = []
+    for base in sorted(runtime.iterdir()):
         try:
             home = Path((base / HOME_MARK).read_text())
         except (FileNotFoundError, NotADirectoryError):
             continue
         try:
-            alive = (home / "postgres" / "instance").read_text().strip() == base.name
+            pointed = (home / "postgres" / "instance").read_text().strip() == base.name
         except (FileNotFoundError, NotADirectoryError):
-            alive = False
-        if not alive and not (base / "data" / "postmaster.pid").exists():
-            shutil.rmtree(base, ignore_errors=True)
+            pointed = False
+        if not pointed and not (base / "data" / "postmaster.pid").exists():
+            found.append(Orphan(base, home, home.is_dir(), _size(base)))
+    return found
+
+
+def remove_orphan(orphan: Orphan) -> None:
+    shutil.rmtree(orphan.path, ignore_errors=True)
+
+
+def reuse_orphan(orphan: Orphan, home: Path) -> None:
+    """Point ``home`` at its earlier data again (``postgres/instance``), as before it was lost."""
+    if not orphan.reusable_by(home):
+        raise ValueError(f"{orphan.path} cannot be reused by {home}")
+    (home / "postgres").mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
+    write_private(home / "postgres" / "instance", orphan.path.name.encode())
 
 
 def _quote_literal(value: str) -> str:
@@ -321,7 +372,6 @@ class PostgresServer:
             _public_dir(runtime.parent)
             runtime.mkdir(exist_ok=True, mode=0o711)  # search only: nobody lists the instances
             runtime.chmod(0o711)
-            remove_orphan_instances(runtime)
             base = runtime / _instance_id(self.home)
             base.mkdir(exist_ok=True, mode=PRIVATE_DIR)
             write_private(base / HOME_MARK, str(self.home.resolve()).encode())

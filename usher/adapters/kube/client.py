@@ -75,19 +75,21 @@ class KubeClient:
         cls,
         path: Path,
         *,
+        context: str | None = None,
         request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
         token_refresh_s: float = TOKEN_REFRESH_S,
     ) -> KubeClient:
-        """A client for the current context of the kubeconfig at ``path``; a ``tokenFile`` is
-        re-read before a request once the token in use is ``token_refresh_s`` old."""
+        """A client for ``context`` (default: the current context) of the kubeconfig at
+        ``path``; a ``tokenFile`` is re-read before a request once the token in use is
+        ``token_refresh_s`` old."""
         try:
-            api = await kube_config.new_client_from_config(config_file=str(path))
+            api = await kube_config.new_client_from_config(config_file=str(path), context=context)
         except Exception as exc:  # the loader raises many types; all mean "unusable config"
             raise KubeConfigError(
                 f"kubeconfig {path} is unusable: {type(exc).__name__}: {exc}"
             ) from exc
         _look_up_the_environment_once(api)
-        token_file = _token_file(path)
+        token_file = _token_file(path, context)
         if token_file is not None:
             api.configuration.refresh_api_key_hook = TokenFile(token_file, token_refresh_s)
         return cls(api, request_timeout_s=request_timeout_s)
@@ -275,13 +277,14 @@ class TokenFile:
             configuration.api_key["BearerToken"] = f"Bearer {token}"
 
 
-def _token_file(kubeconfig: Path) -> Path | None:
-    """The current context's user's ``tokenFile`` (relative to the kubeconfig's folder)."""
+def _token_file(kubeconfig: Path, context: str | None = None) -> Path | None:
+    """The context's (default: the current context's) user's ``tokenFile`` (relative to the
+    kubeconfig's folder)."""
     try:
         config = yaml.safe_load(kubeconfig.read_text())
         contexts = {c["name"]: c["context"] for c in config.get("contexts") or []}
         users = {u["name"]: u.get("user") or {} for u in config.get("users") or []}
-        user = users[contexts[config["current-context"]]["user"]]
+        user = users[contexts[context or config["current-context"]]["user"]]
     except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
         return None
     token_file = user.get("tokenFile")

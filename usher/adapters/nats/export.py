@@ -128,11 +128,28 @@ async def read_entries(
     js: JetStreamContext, subjects: Subjects, *, url: str = "the server"
 ) -> list[ExportedEntry]:
     """Every entry of the log stream, in order, as stored (up to its last seq at start)."""
+    return await read_matching(js, subjects, [f"{subjects.prefix}.>"], url=url)
+
+
+async def read_matching(
+    js: JetStreamContext,
+    subjects: Subjects,
+    filters: Sequence[str],
+    *,
+    url: str = "the server",
+    until_seq: int | None = None,
+) -> list[ExportedEntry]:
+    """The entries of the log stream on subjects matching ``filters`` (none overlapping), in
+    order, as stored, up to the stream's last seq at start (or ``until_seq``, if earlier): the
+    server filters, so only they are sent (``usher explain``'s one job among months of
+    history)."""
     try:
         info = await js.stream_info(subjects.stream_name)
     except nats.js.errors.NotFoundError as exc:
         raise LogStreamMissing(subjects.stream_name) from exc
     last = int(info.state.last_seq)
+    if until_seq is not None:
+        last = min(last, until_seq)
     if int(info.state.messages) == 0:
         return []
     entries: list[ExportedEntry] = []
@@ -140,24 +157,30 @@ async def read_entries(
     done = asyncio.Event()
 
     async def on_message(msg: Msg) -> None:
-        seq = int(msg.metadata.sequence.stream)
-        if not entries or seq > entries[-1].seq:
+        meta = msg.metadata
+        seq = int(meta.sequence.stream)
+        if (not entries or seq > entries[-1].seq) and seq <= last:
             # The stream's timestamp, not the envelope's: the log's own time for windows.
-            entries.append(exported_entry(seq, msg.subject, msg.data, msg.metadata.timestamp))
+            entries.append(exported_entry(seq, msg.subject, msg.data, meta.timestamp))
         progress.set()
-        if seq >= last:
+        if seq >= last or not meta.num_pending:
             done.set()
 
+    one = len(filters) == 1
     sub = await js.subscribe(
-        f"{subjects.prefix}.>",
+        filters[0],
         stream=subjects.stream_name,
         cb=on_message,
         ordered_consumer=True,
-        config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL),
+        config=ConsumerConfig(
+            deliver_policy=DeliverPolicy.ALL, filter_subjects=None if one else list(filters)
+        ),
         pending_msgs_limit=-1,
         pending_bytes_limit=-1,
     )
     try:
+        if not one and not (await sub.consumer_info()).num_pending and not entries:
+            done.set()  # nothing matches: no message will ever say so
         while not done.is_set():
             progress.clear()
             with contextlib.suppress(TimeoutError):
@@ -168,7 +191,7 @@ async def read_entries(
     finally:
         with contextlib.suppress(nats.errors.Error, nats.js.errors.Error):
             await sub.unsubscribe()
-    return [entry for entry in entries if entry.seq <= last]
+    return entries
 
 
 async def fetch_log(url: str, subjects: Subjects) -> tuple[ExportHeader, list[ExportedEntry]]:

@@ -95,6 +95,8 @@ class LogFollower:
         """Sequence of the last entry handed out."""
         self.replay_target = 0
         """The stream's last sequence when following started: replay is done past it."""
+        self.delivered = 0
+        """Entries the server delivered (what reading from ``start_seq`` cost)."""
 
     @property
     def caught_up(self) -> bool:
@@ -152,6 +154,7 @@ class LogFollower:
             return  # repeated by a re-created consumer (nats-py restarts it from seq 1 when
             # it had delivered nothing yet), or before our start
         self._received = seq
+        self.delivered += 1
         self._buffer.append((seq, msg))
         self._ready.set()
 

@@ -6,6 +6,9 @@ it covers and string labels (the engine config's fingerprint, the log's identity
 object's headers, so a reader can judge a snapshot before downloading it. The client checks
 the SHA-256 digest of what it reads back. Writing an object under the same name replaces it
 atomically (a new meta message rolls up the old one; old chunks are purged).
+``labels``/``unusable`` are the one judgment of whether a stored snapshot may be restored (same
+format, same engine configuration, same log, no further than the log's end), for the services'
+engines and the client's read model alike.
 What it must never do: interpret the snapshot bytes (that is ``usher.core.engine.snapshot``), or
 raise for a missing bucket or object: that only means "no snapshot", and the caller replays.
 """
@@ -25,10 +28,47 @@ from nats.js.api import (
     ObjectMetaOptions,
     ObjectStoreConfig,
     StorageType,
+    StreamInfo,
 )
 from nats.js.object_store import OBJ_CHUNKS_PRE_TEMPLATE, OBJ_STREAM_TEMPLATE, ObjectStore
 
 from usher.adapters.nats.subjects import Subjects
+from usher.core.engine.snapshot import FORMAT, fingerprint
+from usher.core.model.config import EngineConfig
+
+LABEL_CONFIG = "Config"
+LABEL_LOG = "Log-Created"
+LABEL_FORMAT = "Format"
+
+
+def labels(config: EngineConfig, log_created: str, *, form: str = str(FORMAT)) -> dict[str, str]:
+    """What a snapshot is stored with, and checked against before it is restored: ``form``
+    names the encoding (the engine's ``FORMAT``, or a reader's own format of a record that
+    holds an engine snapshot)."""
+    return {LABEL_FORMAT: form, LABEL_CONFIG: fingerprint(config), LABEL_LOG: log_created}
+
+
+def log_created(stream: StreamInfo) -> str:
+    """The log's identity (``LABEL_LOG``): its creation time, since a re-created stream reuses
+    sequences for other entries."""
+    return stream.created.isoformat() if stream.created else ""
+
+
+def unusable(seq: int, found: dict[str, str], wanted: dict[str, str], last_seq: int) -> str:
+    """Why a snapshot stored with ``found`` labels, covering the log up to ``seq``, must not be
+    restored by a reader that wants ``wanted`` (``labels``) on a log ending at ``last_seq``;
+    empty when it may."""
+    if found.get(LABEL_FORMAT) != wanted.get(LABEL_FORMAT):
+        return f"format {found.get(LABEL_FORMAT)} (this version reads {wanted.get(LABEL_FORMAT)})"
+    if found.get(LABEL_CONFIG) != wanted.get(LABEL_CONFIG):
+        return f"made under another engine configuration: {found.get(LABEL_CONFIG)}"
+    if found.get(LABEL_LOG) != wanted.get(LABEL_LOG):
+        # The stream was deleted and created again: its sequences mean other entries.
+        return f"of another log (created {found.get(LABEL_LOG)})"
+    if seq > last_seq:
+        return f"covers up to {seq}, past the log's end {last_seq}"
+    return ""
+
 
 SEQ_HEADER = "Usher-Log-Seq"
 """Header holding the last log sequence the snapshot covers."""

@@ -3,7 +3,8 @@
 What it does: applies quota trees to ``quota_nodes``/``quota_usage``; grants or refuses batches
 of reservations inside one transaction that locks every ``quota_usage`` row on each path
 root..leaf and checks ``used + requested <= floor(max x oversellRate)`` (R2, R8), and each
-node's cap in the reservation's zone (Z1, ``ledger_zones``);
+node's cap in the reservation's zone (Z1, ``ledger_zones``) and the idle guarantees other nodes
+keep (L1, L2, ``ledger_lending``);
 carries out preemptions after re-checking the reclaim rules against its own rows (victims
 admitted, past their minimum runtime, borrowing what the preemptor needs or of lower priority
 in its leaf; the preemptor within its guarantee and fitting without them) and holds the
@@ -66,6 +67,7 @@ from schemas import (
 )
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
+from usher.adapters.pg.ledger_lending import LendingBook
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
 from usher.core.model import reasons
@@ -78,12 +80,14 @@ from usher.core.rules.arbitration import (
     IllegalTransition,
     Load,
     advance,
+    earlier_preemption_refusal,
     first_shortfall,
     group_usage,
     quota_exceeded,
     release_cause,
 )
 from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
+from usher.core.rules.lending import Lending, path_lending
 from usher.core.rules.readiness import readiness_policy, requeued_preemption_refusal
 from usher.core.rules.reclaim import (
     NodePolicy,
@@ -505,6 +509,7 @@ class LedgerStore:
         usage = await _lock_usage(conn, keys)
         # Read after the locks: the allocations below a capping node cannot change now (Z1).
         zones = await ZoneBook.load(conn, {r.quota for r in reservations if r.quota in known})
+        lending = await LendingBook.load(conn, _asked(reservations), self._rate)  # L1, L2
 
         results: list[ReservationResult] = []
         granted: list[Reservation] = []
@@ -523,13 +528,16 @@ class LedgerStore:
                 )
             elif item.quota not in known:
                 results.append(_unknown(item))
-            elif (refusal := self._refusal(item, usage) or zones.refusal(item)) is not None:
+            elif (
+                refusal := self._refusal(item, usage) or _beyond(zones, lending, item)
+            ) is not None:
                 results.append(
                     ReservationResult(workload=item.workload, granted=False, reason=refusal)
                 )
             else:
                 _add(usage, item.quota, item.requests, +1)
                 zones.add(item.quota, item.zone, item.requests)
+                lending.add(item.quota, shape_of(item.requests))
                 touched |= _keys(item.quota, item.requests)
                 # A second reservation of the same workload later in the batch is a retry.
                 live[item.workload] = _placeholder(item, _ADMITTED)
@@ -620,6 +628,11 @@ class LedgerStore:
                 return ReservationResult(workload=preemptor.workload, granted=False, reason=gone)
         if preemptor.quota not in await _leaves(conn, {preemptor.quota}):
             return _unknown(preemptor)
+        earlier = earlier_preemption_refusal(
+            preemptor.workload, await _still_stopping_for(conn, preemptor.workload)
+        )
+        if earlier is not None:  # R7: its hold ended, the victims it left still stop
+            return ReservationResult(workload=preemptor.workload, granted=False, reason=earlier)
         # Allocation rows first, then usage rows: the same order as the release path, so a
         # victim stopping while it is being preempted waits here instead of deadlocking.
         rows = await _lock_live(conn, [v.workload for v in victims])
@@ -636,9 +649,11 @@ class LedgerStore:
         ordered = [rows[v.workload] for v in victims]
         refusal = await self._reclaim_refusal(conn, preemptor, ordered, stamp)
         if refusal is None:
+            lending = await LendingBook.load(conn, _asked([preemptor]), self._rate)  # L1, L2
             for row in ordered:
                 _add(usage, row.quota, row.requests, -1)
-            refusal = self._refusal(preemptor, usage)
+                lending.add(row.quota, shape_of(row.requests), -1)
+            refusal = self._refusal(preemptor, usage) or lending.refusal(preemptor)
         if refusal is not None:
             # Missing usage rows may have been created above; roll them back too.
             raise _Refused(
@@ -684,6 +699,7 @@ class LedgerStore:
             claims.get(mine, {}), {}, minimums.get(mine, {}), request
         ) and zones.within(mine, request)
         lower = policies[mine][0] == "LowerPriority"
+        reclaim = await self._lending(conn, mine)  # L1
         present = await _present(conn, leaves)
         for victim in victims:
             why = victim_refusal(
@@ -697,6 +713,7 @@ class LedgerStore:
                 min_runtime_ms=policies[victim.quota][1],
                 lower_priority=lower,
                 within=within,
+                lending=reclaim,
                 borrowing=victim.quota not in present
                 or borrowed_resource(
                     claims.get(victim.quota, {}), {}, minimums.get(victim.quota, {}), request
@@ -722,6 +739,14 @@ class LedgerStore:
         for path in path_of(leaf):
             policy = readiness_policy(attributes.get(path, {}), policy)
         return policy
+
+    async def _lending(self, conn: AsyncConnection, leaf: QuotaPath) -> Lending:
+        """The lending policy of ``leaf`` (L1), inherited down the tree."""
+        rows = await conn.execute(
+            select(NODES.c.path, NODES.c.attributes).where(NODES.c.path.in_(path_of(leaf)))
+        )
+        attributes = {QuotaPath(p): dict(a or {}) for p, a in rows}
+        return path_lending(attributes.get(path, {}) for path in path_of(leaf))
 
     async def _policies(
         self, conn: AsyncConnection, leaves: set[QuotaPath]
@@ -1027,7 +1052,10 @@ async def _observe(
 
     plan = _ObservePlan()
     before = {p: g.counted() for p, g in sorted(groups.items())}
-    members = {k for g in groups.values() for k in g.victims} | set(groups)
+    # Counted through its group: a victim, or a preemptor still held. A preemptor whose hold
+    # ended and that was granted again on its own counts for itself.
+    members = {k for g in groups.values() for k in g.victims}
+    members |= {p for p, g in groups.items() if g.hold is not None}
     for observation in observations:
         row = rows.get(observation.workload)
         if row is not None:
@@ -1128,6 +1156,22 @@ def _ended_after(
     if view is None or end is None or end <= view:
         return None
     return reasons.ended_after_view(workload, end, view)
+
+
+async def _still_stopping_for(conn: AsyncConnection, preemptor: WorkloadKey) -> list[WorkloadKey]:
+    """Victims of an earlier preemption by ``preemptor`` still ``preempting`` (R7).
+
+    Read without locks: a victim only ever leaves ``preempting``, and only a preemption by
+    this same workload could add one, which the preemptor's own live row rules out.
+    """
+    found = await conn.execute(
+        select(ALLOCATIONS.c.workload).where(
+            ALLOCATIONS.c.preemptor == preemptor,
+            ALLOCATIONS.c.state == _PREEMPTING.value,
+            ALLOCATIONS.c.workload != preemptor,
+        )
+    )
+    return sorted(WorkloadKey(row.workload) for row in found)
 
 
 async def _lock_groups(
@@ -1325,6 +1369,17 @@ def _loads(
                     limits[resource] = high
         loads.append(Load.of_limits(node, used, limits, rate))
     return loads
+
+
+def _beyond(zones: ZoneBook, lending: LendingBook, item: Reservation) -> Reason | None:
+    """What refuses ``item`` besides the path's caps: a zone cap (Z1), or idle guarantee
+    another node keeps (L1, L2)."""
+    return zones.refusal(item) or lending.refusal(item)
+
+
+def _asked(reservations: Iterable[Reservation]) -> set[str]:
+    """The resources some of ``reservations`` asks a non-zero amount of."""
+    return {r for item in reservations for r, amount in item.requests.items() if amount}
 
 
 def _add(

@@ -1,8 +1,8 @@
 """Accounting of quota and zones: what each node and zone uses, and what fits.
 
 What it does: adds and removes usage on the quota path and per zone, says whether a shape fits a
-leaf's quota, a zone's quota and its nodes, computes a node's dominant share and a leaf's
-readiness policy and minimum runtime.
+leaf's quota (taking no idle guarantee another node keeps, L1 L2), a zone's quota and its nodes,
+computes a node's dominant share and a leaf's readiness policy and minimum runtime.
 What it must never do: decide who is admitted or preempted (the pass does), or fold events.
 """
 
@@ -20,6 +20,7 @@ from schemas import (
 from usher.core.engine.data import EngineData, Share
 from usher.core.model.config import ReadinessPolicy
 from usher.core.rules import readiness
+from usher.core.rules.lending import LendingShortfall, lending_shortfall
 from usher.core.rules.reclaim import within_guarantee
 from usher.core.state.indexed import (
     Job,
@@ -141,7 +142,15 @@ class Accounting(EngineData):
                 limit = cap.get(resource)
                 if limit is not None and used.get(resource, 0) + amount > limit:
                     return False
-        return True
+        return not self.state.tree.reserving or self.lending_shortfall(leaf, shape) is None
+
+    def lending_shortfall(self, leaf: QuotaPath, shape: Shape) -> LendingShortfall | None:
+        """Where ``shape`` would take idle guarantee other nodes keep (L1, L2); None when no
+        node restricts lending (every tree that sets neither attribute) or it takes none."""
+        tree = self.state.tree
+        if not tree.reserving:
+            return None
+        return lending_shortfall(tree.nodes[leaf].ancestors, tree.nodes, tree.reserving, shape)
 
     def fits_zone(self, job: Job, shape: Shape | None = None) -> bool:
         """Whether the zone has room for ``shape`` (the whole request when None): within every

@@ -26,14 +26,22 @@ from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
+from usher.core.rules.arbitration import earlier_preemption_refusal
+from usher.core.rules.lending import may_reclaim_from
 from usher.core.rules.readiness import requeued_preemption_refusal
 from usher.core.rules.reclaim import borrowed_resource, victim_refusal
-from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
+from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement, QuotaNodeInfo
 from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 
 if TYPE_CHECKING:
     from usher.core.engine.context import EngineContext
+
+
+def _earlier_victims(e: EngineContext, job: Job) -> list[WorkloadKey]:
+    """Victims of an earlier preemption by ``job``'s key not seen stopped yet (R7)."""
+    group = e.state.stops.get(job.key)
+    return [] if group is None else [v for v in group.victims if v != job.key]
 
 
 def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
@@ -46,14 +54,16 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         return None
     if requeued_preemption_refusal(job.key, job.requeues, leaf.readiness) is not None:
         return None  # R10: requeued for readiness, it takes only free room
+    if earlier_preemption_refusal(job.key, _earlier_victims(e, job)) is not None:
+        return None  # R7: one group per preemptor; its earlier victims are still stopping
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return None  # no eviction can make a too-large pod fit
     if e.state.stops and _fits_once_stopped(e, job):
         return None  # room is coming: preempting more would take what is not needed
-    memo = (job.leaf, job.shape, job.priority if lower else 0, job.zone)
+    memo = (job.leaf, job.shape, job.priority if lower or _by_priority(leaf) else 0, job.zone)
     if e.state.reclaim_failed.get(memo) == e.state.version:
         return None
-    cross = _cross_leaf_candidates(e, job) if within else iter(())
+    cross = _reclaimable(leaf, job, _cross_leaf_candidates(e, job)) if within else iter(())
     same = _same_leaf_candidates(e, job) if lower else iter(())
     candidates = chain(((v, True) for v in cross), ((v, False) for v in same))
     removed = _remove_until_fits(e, job, candidates)
@@ -61,6 +71,19 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         e.state.reclaim_failed[memo] = e.state.version
         return None
     return _put_back(e, job, removed)
+
+
+def _by_priority(leaf: QuotaNodeInfo) -> bool:
+    """Whether the leaf's reclaims depend on the preemptor's priority (L1 LowerPriority)."""
+    return leaf.lending.reclaim == "LowerPriority"
+
+
+def _reclaimable(leaf: QuotaNodeInfo, job: Job, candidates: Iterator[Job]) -> Iterator[Job]:
+    """The borrowers of other leaves L1 lets ``job`` take (``usher.io/reclaim-within`` of its
+    leaf): all of them (Any), the strictly lower-priority ones, or none (Never)."""
+    if leaf.lending.reclaim == "Any":
+        return candidates
+    return (v for v in candidates if may_reclaim_from(leaf.lending, job.priority, v.priority))
 
 
 def _remove_until_fits(
@@ -312,6 +335,8 @@ def check_preemption(
     info = e.state.tree.nodes[job.leaf]
     if (requeued := requeued_preemption_refusal(job.key, job.requeues, info.readiness)) is not None:
         return requeued
+    if (earlier := earlier_preemption_refusal(job.key, _earlier_victims(e, job))) is not None:
+        return earlier
     within = within_guarantee(e, job)
     lower = info.within_quota == "LowerPriority"
     removed: list[Placement] = []
@@ -364,6 +389,7 @@ def _victim_refusal(
         min_runtime_ms=e.min_runtime(path),
         lower_priority=lower,
         within=within,
+        lending=e.state.tree.nodes[job.leaf].lending,
         borrowing=path != job.leaf
         and within
         and borrowing_reason(e, job, path, where[2]) is not None,
@@ -428,6 +454,8 @@ def _reclaim_refusal(e: EngineContext, job: Job) -> str | None:
     info = e.state.tree.nodes[job.leaf]
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return f"no schedulable node of zone {job.zone} can host one of its pods"
+    if info.lending.reclaim == "Never" and info.within_quota != "LowerPriority":
+        return f"{job.leaf} reclaims from no other leaf (usher.io/reclaim-within: Never, L1)"
     if within_guarantee(e, job) or info.within_quota == "LowerPriority":
         return None
     zone_min = info.zone_min.get(job.zone, {}) if e.within_min(info, job.shape) else {}

@@ -15,6 +15,7 @@ from schemas import (
 from usher.core.engine.stops import Stops
 from usher.core.model import reasons
 from usher.core.rules.arbitration import first_shortfall, quota_exceeded
+from usher.core.rules.lending import lending_refused
 from usher.core.state.indexed import (
     ADMITTED,
     Job,
@@ -31,7 +32,8 @@ class Shortfalls(Stops):
         # Nearest node first: the leaf or department a person can act on.
         short = first_shortfall(self.tree.nodes[job.leaf].ancestors, job.shape)
         if short is None:
-            return None
+            kept = self.lending_shortfall(job.leaf, job.shape)  # L1, L2
+            return None if kept is None else lending_refused(kept)
         numbers = (short.node, short.resource, short.used, short.requested, short.cap)
         holder = self.holder_on(short.node, job.key)
         if holder is not None:

@@ -9,12 +9,15 @@ was): whether it may reclaim and whom it would preempt; and its history: every d
 it on the log (including the preemptions it caused) and its cluster events, with times; with
 fair share on, its leaf's decayed usage, weight and interleave key (F1); its declared maximum
 runtime when it declares one (RT1), and what backfill (N2) and the overrun hold (B2) said.
+``explain_about`` answers the same from only what it needs (the entries about the workload,
+the engine at the end, the allocation intervals), for a reader that keeps that state.
 What it must never do: perform I/O or read a clock (``now`` comes from the caller), or decide
 anything: the engine it queries is thrown away afterwards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -51,7 +54,7 @@ from usher.core.history.replay import (
     quantities,
     to_datetime,
 )
-from usher.core.history.usage import intervals_of
+from usher.core.history.usage import Interval, intervals_of
 from usher.core.intake.workload import SUSPENDED_BY_USHER, bypassed_queue, suspended_by_usher
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
@@ -152,9 +155,44 @@ def explain(
     """Explain ``key`` on the state at the end of the log; reclaim is tried at ``now_ms``.
     Entries not made by their owner (``usher.core.history.fold.forged``) are left out of all of
     it."""
-    history = History(
-        items=[item for item in history.items if forged(item) is None], bad=history.bad
+    believed = believed_only(history)
+
+    def at_end() -> Engine:
+        engine = Engine(config)
+        fold(engine, believed.items)
+        return engine
+
+    last = believed.items[-1] if believed.items else None
+    return explain_about(
+        believed,
+        at_end,
+        lambda: intervals_of(believed.items),
+        (last.seq, last.time_ms) if last is not None else (0, 0),
+        key,
+        now_ms,
     )
+
+
+def believed_only(history: History) -> History:
+    """``history`` without the entries their owner did not make (``fold.forged``)."""
+    return History(items=[item for item in history.items if forged(item) is None], bad=history.bad)
+
+
+def explain_about(
+    history: History,
+    at_end: Callable[[], Engine],
+    intervals: Callable[[], list[Interval]],
+    as_of: tuple[int, int],
+    key: WorkloadKey,
+    now_ms: Millis,
+) -> Explanation:
+    """``explain`` from what it needs of the log: ``history`` (``believed_only``) holds at
+    least every entry about ``key`` (``Subjects.about_workload`` matches them all; any other
+    is skipped),
+    ``at_end`` the engine at the end of the log and ``intervals`` every allocation interval
+    (both asked only when needed), ``as_of`` the sequence and time of the log's last entry
+    its owner made. A reader that keeps the state (``usher.client.readmodel``) answers
+    without the whole log, and exactly as ``explain`` on it."""
     lines: list[HistoryLine] = []
     requests: dict[str, int] = {}
     previous: WorkloadObserved | None = None
@@ -183,7 +221,6 @@ def explain(
     if not lines:
         raise UnknownWorkload(key)
     attempts = _attempts(history, key)
-    last = history.items[-1]
     if rejected is not None:
         return Explanation(
             workload=key,
@@ -191,15 +228,14 @@ def explain(
             requests=quantities(requests),
             reason=reasons.rejected(rejected.errors),
             history=lines,
-            as_of_seq=last.seq,
-            as_of=to_datetime(last.time_ms),
+            as_of_seq=as_of[0],
+            as_of=to_datetime(as_of[1]),
         )
-    engine = Engine(config)
-    fold(engine, history.items)
+    engine = at_end()
     view = engine.job_state(key)
     pending = view is not None and view.state == JobState.PENDING
     reclaim = _reclaim(engine, key, now_ms) if pending else None
-    estimate = _estimate(engine, history, key, now_ms) if pending else None
+    estimate = _estimate(engine, intervals(), key, now_ms) if pending else None
     counted = engine.counted_requests(key)
     if counted is not None:
         requests = counted  # what its admission counts, whatever it asks since (R16)
@@ -214,8 +250,8 @@ def explain(
         reason=engine.reason_now(key),
         reclaim=reclaim,
         history=lines,
-        as_of_seq=last.seq,
-        as_of=to_datetime(last.time_ms),
+        as_of_seq=as_of[0],
+        as_of=to_datetime(as_of[1]),
         attempts=attempts,
         estimate=estimate,
         fair_share=_fair_share(engine, view.quota if view is not None else None),
@@ -238,14 +274,14 @@ def _fair_share(engine: Engine, quota: QuotaPath | None) -> FairShareView | None
 
 
 def _estimate(
-    engine: Engine, history: History, key: WorkloadKey, now_ms: Millis
+    engine: Engine, intervals: list[Interval], key: WorkloadKey, now_ms: Millis
 ) -> Estimate | None:
     """When the pending ``key`` is likely to start, from a trial pass at ``now_ms``."""
     view = engine.job_state(key)
     if view is None:
         return None
     preview = engine.preview_pass(now_ms)
-    found = estimate_pending(engine, now_ms, {key: view}, preview, intervals_of(history.items))
+    found = estimate_pending(engine, now_ms, {key: view}, preview, intervals)
     return found.get(key)
 
 

@@ -19,7 +19,8 @@ so the state at ``since`` is the real one) and only what follows is replayed; ``
 the replay. ``tree`` replaces every recorded ``QuotaTreeApplied`` in the replayed part (and is
 applied at ``since`` when the folded part already had a tree): it is in force throughout.
 ``zone_policy`` (``with_zone_policy``) sets zone attributes -- a node's ``usher.io/zone-max``
-(Z1) and default ``usher.io/zones`` (Z3), the root's ``usher.io/burst-zones`` (Z3) -- on every
+(Z1) and default ``usher.io/zones`` (Z3), the root's ``usher.io/burst-zones`` (Z3) -- and a
+node's lending policy (``usher.io/reclaim-within`` L1, ``usher.io/lending-limit`` L2) on every
 tree the run replays (each recorded version, ``tree`` when given, and the tree in force at
 ``since``), so the engine decides with them exactly as it would have. A job's own
 ``usher.io/zones`` annotation was fixed when it was observed (the log has it) and still wins;
@@ -93,6 +94,8 @@ from usher.core.tree.quota_tree import iter_nodes, validate_tree
 from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
 from usher.core.tree.zone_names import parse_zone_names
 from usher.core.tree.zone_quota import ZONE_MAX_ATTRIBUTE, parse_zone_max
+from usher.core.values import registry
+from usher.core.values.registry import LENDING_LIMIT, RECLAIM_WITHIN
 
 DEFAULT_WINDOW_MS = 20
 DEFAULT_LIMIT = 10
@@ -130,6 +133,8 @@ _ACTIONS: dict[type, str] = {
 ZONE_MAX_FLAG = "--zone-max"
 ZONES_FLAG = "--zones"
 BURST_ZONES_FLAG = "--burst-zones"
+RECLAIM_WITHIN_FLAG = "--reclaim-within"
+LENDING_LIMIT_FLAG = "--lending-limit"
 
 
 class ZonePolicyError(ValueError):
@@ -171,19 +176,31 @@ class ZonePolicy:
         return "; ".join(parts)
 
 
-_ATTRIBUTES = {ZONE_MAX_FLAG: ZONE_MAX_ATTRIBUTE, ZONES_FLAG: DEFAULT_ZONES_ATTRIBUTE}
+_ATTRIBUTES = {
+    ZONE_MAX_FLAG: ZONE_MAX_ATTRIBUTE,
+    ZONES_FLAG: DEFAULT_ZONES_ATTRIBUTE,
+    RECLAIM_WITHIN_FLAG: RECLAIM_WITHIN.key,  # L1
+    LENDING_LIMIT_FLAG: LENDING_LIMIT.key,  # L2
+}
 """The tree attribute each per-node flag sets."""
 
 
 def parse_zone_policy(
-    zone_max: Sequence[str], zones: Sequence[str], burst_zones: str | None
+    zone_max: Sequence[str],
+    zones: Sequence[str],
+    burst_zones: str | None,
+    *,
+    lending: Sequence[tuple[str, str]] = (),
 ) -> ZonePolicy | None:
     """The zone policy of ``--zone-max NODE=VALUE``, ``--zones NODE=LIST`` (each repeatable)
     and ``--burst-zones LIST``, every value in its attribute's own syntax and an empty one
-    removing the attribute; None when no flag is given. Raises ``ZonePolicyError``."""
+    removing the attribute; None when no flag is given. Raises ``ZonePolicyError``.
+    ``lending`` adds ``(flag, NODE=VALUE)`` pairs of ``--reclaim-within`` (L1) and
+    ``--lending-limit`` (L2), set on the replayed trees the same way."""
     settings = [
         *(_node_setting(ZONE_MAX_FLAG, raw) for raw in zone_max),
         *(_node_setting(ZONES_FLAG, raw) for raw in zones),
+        *(_node_setting(flag, raw) for flag, raw in lending),
     ]
     seen: set[tuple[str, str]] = set()
     for setting in settings:
@@ -220,6 +237,9 @@ def _value_problem(flag: str, value: str) -> str | None:
     if flag == ZONE_MAX_FLAG:
         errors = parse_zone_max({ZONE_MAX_ATTRIBUTE: value}, "")[1]
         return "; ".join(error.message for error in errors) or None
+    if flag in (RECLAIM_WITHIN_FLAG, LENDING_LIMIT_FLAG):
+        refused = registry.setting(_ATTRIBUTES[flag]).refusal({_ATTRIBUTES[flag]: value}, "")
+        return None if refused is None else refused.message
     return parse_zone_names(value)[1]
 
 

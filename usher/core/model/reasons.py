@@ -380,6 +380,18 @@ def requeue_refused(workload: WorkloadKey, state: str | None, node: QuotaPath | 
     )
 
 
+def earlier_preemption_stopping(preemptor: WorkloadKey, victim: WorkloadKey) -> Reason:
+    """No new preemption: ``preemptor``'s earlier one still waits for ``victim`` to stop (R7)."""
+    return Reason(
+        code="PreemptionInProgress",
+        message=(
+            f"{preemptor} preempted {victim} earlier and its pods were not seen stopped yet; "
+            f"{preemptor} preempts again only once its earlier victims have stopped"
+        ),
+        blocker=victim,
+    )
+
+
 def being_preempted(
     workload: WorkloadKey, node: QuotaPath, preemptor: WorkloadKey | None
 ) -> Reason:
@@ -635,3 +647,46 @@ def drained(node: QuotaPath, by: str, since_ms: int, grace_ms: int, why: str) ->
     if why:
         message += f": {why}"
     return Reason(code="Drained", message=message, node=node)
+
+
+def guarantee_not_lent(
+    node: QuotaPath, resource: str, used: int, requested: int, kept: int, cap: int
+) -> Reason:
+    """Pending: on ``node`` it fits, but only by taking idle guarantee that a node beside its
+    path keeps for itself (L1 ``usher.io/reclaim-within: Never``, L2 ``usher.io/lending-limit``)."""
+    amounts = (format_quantity(resource, n) for n in (used, requested, kept, cap))
+    message = (
+        "{} {}: {} used + {} requested + {} idle guarantee not lent > {}".format(
+            node, resource, *amounts
+        )
+        + " (usher.io/reclaim-within: Never or usher.io/lending-limit below it)"
+    )
+    return Reason(
+        code="GuaranteeNotLent",
+        message=message,
+        node=node,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=cap,
+    )
+
+
+def reclaim_not_allowed(
+    preemptor: WorkloadKey,
+    priority: int,
+    victim: WorkloadKey,
+    victim_priority: int | None,
+    policy: str,
+) -> Reason:
+    """A reclaim refused: ``usher.io/reclaim-within`` of the preemptor's leaf spares ``victim``,
+    a borrower of another leaf (L1: ``Never`` spares all, ``LowerPriority`` those of equal or
+    higher priority)."""
+    if policy == "Never":
+        detail = f"{preemptor} may not reclaim from other leaves (usher.io/reclaim-within: Never)"
+    else:
+        detail = (
+            f"{victim} (priority {victim_priority}) is not of lower priority than {preemptor} "
+            f"(priority {priority}) and usher.io/reclaim-within is {policy}"
+        )
+    return stale_view(preemptor, detail, victim)

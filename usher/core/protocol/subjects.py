@@ -40,6 +40,7 @@ from schemas import (
     NodeName,
     NodeResumed,
     PassRan,
+    Preempted,
     QuotaPath,
     Retried,
     Unmapped,
@@ -247,6 +248,24 @@ class Subjects:
         head = f"{self.prefix}.decision."
         parts = subject[len(head) :].split(".") if subject.startswith(head) else []
         return parts[0] if len(parts) == 4 and parts[0] else "<zone>"
+
+    def job_anywhere(self, namespace: str, name: str) -> str:
+        """Filter matching ``job``'s subject in every zone: the cluster events of one job."""
+        return f"{self.prefix}.cluster.*.job.{token(namespace)}.{token(name)}"
+
+    def about_workload(self, namespace: str, name: str) -> list[str]:
+        """Filters (none overlapping, as a consumer's ``filter_subjects`` must be) that match
+        every entry its owner may have made about workload ``namespace/name``: its cluster
+        events, its decisions, and every preemption and retry decision, since a ``Preempted``
+        names its preemptor and a ``Retried`` its next attempt only in its body."""
+        tail = f"{token(namespace)}.{token(name)}"
+        crossing = {DECISION_ACTIONS[Preempted], DECISION_ACTIONS[Retried]}
+        own = sorted(set(DECISION_ACTIONS.values()) - crossing)
+        return [
+            self.job_anywhere(namespace, name),
+            *(f"{self.prefix}.decision.*.{token(action)}.{tail}" for action in own),
+            *(f"{self.prefix}.decision.*.{token(action)}.>" for action in sorted(crossing)),
+        ]
 
     def is_decision(self, subject: str) -> bool:
         """Whether ``subject`` is one of this installation's decision subjects."""

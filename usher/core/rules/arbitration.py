@@ -12,7 +12,9 @@ against its own rows) apply, so that they judge on one definition:
   ``admitted`` -> ``preempting``; a ``held`` preemptor becomes ``admitted`` once its last
   victim has stopped; every live state ends ``released``; what an observed cluster event does
   to an allocation in each state;
-* what a preemption group counts on each (node, resource): ``max(victims, hold)`` (R7).
+* what a preemption group counts on each (node, resource): ``max(victims, hold)`` (R7), and
+  that a preemptor has one group at a time (a preemptor created again waits for its earlier
+  victims to stop before it preempts anew).
 
 The reclaim predicates (R5) live beside it in ``usher/core/rules/reclaim.py``.
 What it must never do: perform I/O, read a clock, know about SQL or the engine's indexes, or
@@ -27,7 +29,7 @@ from enum import StrEnum
 from fractions import Fraction
 from typing import Final, Literal, Protocol
 
-from schemas import QuotaPath, Reason
+from schemas import QuotaPath, Reason, WorkloadKey
 from schemas.decisions import ReleaseCause
 from usher.core.model import reasons
 
@@ -222,6 +224,21 @@ def release_cause(
     return None
 
 
+def earlier_preemption_refusal(
+    preemptor: WorkloadKey, still_stopping: Iterable[WorkloadKey]
+) -> Reason | None:
+    """Why ``preemptor`` may not preempt now; None when it may (R7).
+
+    A preemption group is one preemptor's hold and its victims until they are seen stopped.
+    A preemptor whose hold ended (deleted while held) leaves its victims stopping in their
+    group; the same workload, created again, preempts anew only once they have stopped, so
+    that one preemptor never has two groups' victims counted as one (R7's ``max(victims,
+    hold)`` is for the victims of one hold).
+    """
+    first = min(still_stopping, default=None)
+    return None if first is None else reasons.earlier_preemption_stopping(preemptor, first)
+
+
 UsageKey = tuple[str, str]
 """(node path, resource) of one usage counter."""
 
@@ -258,6 +275,7 @@ __all__ = [
     "Shortfall",
     "UsageKey",
     "advance",
+    "earlier_preemption_refusal",
     "effective_cap",
     "first_shortfall",
     "group_usage",

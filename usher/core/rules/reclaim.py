@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from schemas import QuotaPath, Reason, WorkloadKey
 from usher.core.model import reasons
 from usher.core.model.config import WithinQuota
+from usher.core.rules.lending import LENDS_ALL, Lending, reclaim_refusal
 from usher.core.values.registry import MIN_RUNTIME, WITHIN_QUOTA
 
 Amounts = Mapping[str, int]
@@ -90,6 +91,7 @@ def victim_refusal(
     lower_priority: bool,
     within: bool,
     borrowing: bool,
+    lending: Lending = LENDS_ALL,
 ) -> Reason | None:
     """Why ``victim`` (counting on ``victim_leaf``) may not be preempted for ``preemptor``; None
     when it may (R5, R6).
@@ -98,7 +100,8 @@ def victim_refusal(
     it has already ended and only its allocation lingers, so no runtime protects it); on the
     preemptor's own leaf only a strictly lower-priority victim, where ``lower_priority``
     (within-quota ``LowerPriority``) is in force; on another leaf only with the preemptor
-    ``within`` its guarantee and the victim's leaf ``borrowing`` a resource it asks. A
+    ``within`` its guarantee and the victim's leaf ``borrowing`` a resource it asks, and
+    only a victim the preemptor's ``lending`` policy lets it reclaim from (L1). A
     ``victim_priority`` of None (an ended victim) is of no priority to compare.
     """
     if ran_ms is not None and ran_ms < min_runtime_ms:
@@ -111,7 +114,7 @@ def victim_refusal(
         return reasons.beyond_guarantee(preemptor, preemptor_leaf, victim)
     if not borrowing:
         return reasons.victim_not_borrowing(preemptor, victim, victim_leaf)
-    return None
+    return reclaim_refusal(lending, preemptor, preemptor_priority, victim, victim_priority)
 
 
 __all__ = [

@@ -25,6 +25,7 @@ from schemas import (
 from usher.core.model.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.rules.arbitration import effective_cap
 from usher.core.rules.fairshare import DEFAULT_WEIGHT, fair_weight
+from usher.core.rules.lending import LENDS_ALL, Lending, node_lending, reserving_nodes
 from usher.core.rules.readiness import Readiness, readiness_policy
 from usher.core.rules.reclaim import NodePolicy, node_policy
 from usher.core.rules.retry import RetryPolicy, retry_policy
@@ -113,6 +114,7 @@ class QuotaNodeInfo:
         "default_zones",
         "depth",
         "is_leaf",
+        "lending",
         "max",
         "min",
         "min_runtime_ms",
@@ -159,6 +161,8 @@ class QuotaNodeInfo:
         """How long a head may be passed over before capacity is reserved for it (N1); 0 = off."""
         self.backfill = False
         """Whether its workloads may backfill beside a reservation (N2, inherited)."""
+        self.lending: Lending = LENDS_ALL
+        """Whom its leaves reclaim from and what it lends of its idle guarantee (L1, L2)."""
         self.ancestors: tuple[QuotaNodeInfo, ...] = ()
         self.zone_max: ZoneCaps = parse_zone_max(node.attributes, "")[0]
         """Per zone, what this node's subtree may use there (Z1); empty = no zone cap."""
@@ -189,6 +193,7 @@ class TreeIndex:
         "overrun_leaves",
         "overrun_nodes",
         "queue_leaf",
+        "reserving",
         "root",
         "starvation_on",
         "zone_capped",
@@ -222,6 +227,9 @@ class TreeIndex:
         """Whether some node guarantees a zone (Z4): reclaim judges zone guarantees only then."""
         self.zone_counted = False
         """Whether either holds: False, no per-zone usage is counted on nodes at all."""
+        self.reserving: frozenset[QuotaPath] = frozenset()
+        """Nodes that keep idle guarantee for themselves, or above one that does (L1, L2):
+        empty when no node restricts lending (fit checks then skip lending altogether)."""
         self.fair_weights: dict[QuotaPath, int] = {}
         """Each node's fair-share weight (F1: ``usher.io/fair-weight``, inherited, default 1)."""
         self.burst: frozenset[Zone] = (
@@ -246,6 +254,9 @@ class TreeIndex:
             info.starvation_ms = _starvation_ms(node, parent)
             self.starvation_on = self.starvation_on or info.starvation_ms > 0
             info.backfill = _backfill(node, parent)
+            info.lending = node_lending(
+                node.attributes, parent.lending if parent is not None else LENDS_ALL
+            )
             self.backfill_on = self.backfill_on or (info.backfill and info.is_leaf)
             info.ancestors = (*parent.ancestors, info) if parent is not None else (info,)
             inherited = self.fair_weights[parent.path] if parent is not None else DEFAULT_WEIGHT
@@ -272,6 +283,9 @@ class TreeIndex:
                 self.queue_leaf[info.queue] = path
                 for namespace in node.namespaces:
                     self.leaf_of_namespace[namespace] = path
+        self.reserving = reserving_nodes(
+            (path, info.parent, info.lending) for path, info in self.nodes.items()
+        )
 
 
 def _inherited_attributes(

@@ -4,13 +4,15 @@ What it does: ``quantity`` reads one quantity for a resource with the one parser
 notation (``usher.core.model.quantity.parse_quantity``, which caps the text and refuses negative and
 non-finite values), and adds what a boundary asks on top: a string with no surrounding spaces,
 and at most ``MAX_QUANTITY`` canonical units (2**62: sums of such amounts stay within the int64
-the log is written with). Raises ``ValueRefused`` naming the field.
+the log is written with). ``resource_amounts`` reads a list of them, one per resource
+(``cpu=4, nvidia.com/gpu=2``). Raises ``ValueRefused`` naming the field.
 What it must never do: parse quantity notation itself (``usher.core.model.quantity`` does), or do
 I/O.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from usher.core.model.errors import QuantityError, ValueRefused
@@ -47,3 +49,36 @@ def quantity(
     if amount == 0 and not allow_zero:
         raise ValueRefused(path, "out-of-range", f"{label} must be more than 0, got {shown(raw)}")
     return amount
+
+
+MAX_RESOURCES: Final = 32
+"""The most resources one list of amounts (``cpu=4, nvidia.com/gpu=2``) names."""
+
+_RESOURCE_NAME: Final = re.compile(
+    r"(?:[a-z0-9](?:[-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+"""A Kubernetes resource name: an optional DNS-subdomain prefix and ``/``, then a name."""
+
+
+def resource_amounts(raw: object, path: str, *, name: str | None = None) -> dict[str, int]:
+    """``resource=quantity`` pairs separated by ``,`` (``cpu=4, nvidia.com/gpu=2``): at least
+    one, at most ``MAX_RESOURCES``, each resource once, each amount as ``quantity`` reads it."""
+    label = name or path
+    wrong = f"{label}: {shown(raw)} is not 'resource=quantity, ...', e.g. 'cpu=4, memory=16Gi'"
+    if not isinstance(raw, str):
+        raise ValueRefused(path, "invalid-type", f"{wrong} (a string)")
+    if len(raw) > MAX_RESOURCES * 128:
+        raise ValueRefused(path, "too-long", f"{wrong} of at most {MAX_RESOURCES} resources")
+    parts = [part.strip(" ") for part in raw.split(",")]
+    if len(parts) > MAX_RESOURCES:
+        raise ValueRefused(path, "too-long", f"{wrong} of at most {MAX_RESOURCES} resources")
+    amounts: dict[str, int] = {}
+    for part in parts:
+        resource, equals, amount = (side.strip(" ") for side in part.partition("="))
+        if not equals or len(resource) > 253 or _RESOURCE_NAME.fullmatch(resource) is None:
+            raise ValueRefused(path, "invalid-value", f"{wrong}: {shown(part)}")
+        if resource in amounts:
+            message = f"{label}: {shown(raw)} names {resource} twice"
+            raise ValueRefused(path, "invalid-value", message)
+        amounts[resource] = quantity(amount, path, resource, name=f"{label} {resource}")
+    return amounts

@@ -50,6 +50,7 @@ WITHIN_QUOTA_VALUES: Final = ("Never", "LowerPriority")
 HOLD_VALUES: Final = ("hold", "drain")
 BUDGET_ACTION_VALUES: Final = ("hold", "min-only", "lower-priority")
 OVERRUN_VALUES: Final = ("hold", "off")
+RECLAIM_WITHIN_VALUES: Final = ("Any", "LowerPriority", "Never")
 
 ATTRIBUTES_PATH: Final = "attributes"
 ANNOTATIONS_PATH: Final = "metadata.annotations"
@@ -139,6 +140,33 @@ WITHIN_QUOTA: Final = Setting(
     example="LowerPriority",
     bounds="Never or LowerPriority (default: the engine's configuration)",
     parse=_choice("usher.io/within-quota", WITHIN_QUOTA_VALUES),
+)
+RECLAIM_WITHIN: Final = Setting(
+    key="usher.io/reclaim-within",
+    scope="tree",
+    kind="enum",
+    summary="Which borrowers of other leaves a workload within its guarantee may reclaim from: "
+    "any, only lower-priority ones, or none (then the node's idle guarantee is not lent).",
+    default="Any",
+    inherited=True,
+    rule="L1 Reclaim within the cohort",
+    example="LowerPriority",
+    bounds="Any, LowerPriority or Never",
+    parse=_choice("usher.io/reclaim-within", RECLAIM_WITHIN_VALUES),
+)
+LENDING_LIMIT: Final = Setting(
+    key="usher.io/lending-limit",
+    scope="tree",
+    kind="resource-amounts",
+    summary="Per resource, the most of the node's idle guarantee that work outside its subtree "
+    "may borrow; the rest stays for its own subtree.",
+    default=None,
+    inherited=True,
+    rule="L2 Lending limit",
+    example="cpu=4, nvidia.com/gpu=2",
+    bounds=f"'resource=quantity' separated by ',', at most {quantities.MAX_RESOURCES} resources, "
+    "each 0 to 2^62 canonical units",
+    parse=partial(quantities.resource_amounts, name="usher.io/lending-limit"),
 )
 MIN_RUNTIME: Final = Setting(
     key="usher.io/min-runtime-seconds",
@@ -505,6 +533,8 @@ SIM_DURATION: Final = Setting(
 
 SETTINGS: Final[tuple[Setting[Any], ...]] = (
     WITHIN_QUOTA,
+    RECLAIM_WITHIN,
+    LENDING_LIMIT,
     MIN_RUNTIME,
     READY_TIMEOUT,
     REQUEUE_BACKOFF,
