@@ -26,6 +26,7 @@ from schemas import FieldError
 from usher.core.model.errors import ValueRefused
 from usher.core.values import names, numbers, quantities, text
 from usher.core.values.numbers import MAX_COUNT, MAX_SECONDS
+from usher.core.values.shown import shown
 
 T = TypeVar("T")
 Scope = Literal["tree", "job", "both"]
@@ -47,6 +48,9 @@ guard holds nothing then; short enough that a large head passed over by a stream
 jobs is served within ten minutes plus the longest run. ``0`` on a node turns it off."""
 
 WITHIN_QUOTA_VALUES: Final = ("Never", "LowerPriority")
+WHILE_BORROWING_VALUES: Final = ("Never", "LowerPriority")
+"""``usher.io/preempt-while-borrowing``: ``LowerPriority`` may add ``:<threshold>``."""
+WITHIN_QUOTA_REQUEST_VALUES: Final = ("Any", "WithinMin")
 HOLD_VALUES: Final = ("hold", "drain")
 BUDGET_ACTION_VALUES: Final = ("hold", "min-only", "lower-priority")
 OVERRUN_VALUES: Final = ("hold", "off")
@@ -125,6 +129,20 @@ def _zones(key: str) -> Callable[[object, str], list[Any]]:
     return partial(names.zone_names, name=key)
 
 
+def _while_borrowing(raw: object, path: str) -> tuple[str, int | None]:
+    """``Never``, ``LowerPriority`` or ``LowerPriority:<threshold>`` (a priority, T4), as
+    ``(policy, threshold)``; ``ValueRefused`` naming ``path``."""
+    name = "usher.io/preempt-while-borrowing"
+    if isinstance(raw, str) and raw.startswith("LowerPriority:"):
+        written = raw.removeprefix("LowerPriority:")
+        return "LowerPriority", numbers.priority(written, path, name=f"the threshold of {name}")
+    if isinstance(raw, str) and raw in WHILE_BORROWING_VALUES:
+        return raw, None
+    code = "invalid-value" if isinstance(raw, str) else "invalid-type"
+    message = f"{name} must be Never, LowerPriority or LowerPriority:<priority>, got {shown(raw)}"
+    raise ValueRefused(path, code, message)
+
+
 _SECONDS_BOUNDS: Final = f"a whole number of seconds, 0 to {MAX_SECONDS} (30 days)"
 _RULE_TEXT_BOUNDS: Final = f"at most {text.MAX_RULE_TEXT} printable characters"
 
@@ -151,6 +169,46 @@ MIN_RUNTIME: Final = Setting(
     example="300",
     bounds=_SECONDS_BOUNDS,
     parse=_seconds("usher.io/min-runtime-seconds"),
+)
+RECLAIM_WITH_OWN_VICTIMS: Final = Setting(
+    key="usher.io/reclaim-with-own-victims",
+    scope="tree",
+    kind="boolean",
+    summary="A leaf's guarantee is judged with the lower-priority work it preempts in its own "
+    "leaf set aside, so one search takes its own victims and other leaves' borrowers together.",
+    default="false",
+    inherited=True,
+    rule="P1 One victim search across a leaf and its cohort",
+    example="true",
+    bounds="true or false",
+    parse=_boolean("usher.io/reclaim-with-own-victims"),
+)
+PREEMPT_WHILE_BORROWING: Final = Setting(
+    key="usher.io/preempt-while-borrowing",
+    scope="tree",
+    kind="borrowing-policy",
+    summary="Whether a workload asking beyond its leaf's guarantee may preempt other leaves' "
+    "borrowers of lower priority (at most the threshold, when given).",
+    default="Never",
+    inherited=True,
+    rule="P2 Preempting while borrowing",
+    example="LowerPriority:100",
+    bounds=f"Never, LowerPriority or LowerPriority:<priority> (a whole number from "
+    f"{numbers.MIN_PRIORITY} to {numbers.MAX_PRIORITY})",
+    parse=_while_borrowing,
+)
+WITHIN_QUOTA_REQUEST: Final = Setting(
+    key="usher.io/within-quota-request",
+    scope="tree",
+    kind="enum",
+    summary="Which requests may preempt lower-priority work of their own leaf: Any, or only "
+    "one within the leaf's min (unless preempting while borrowing is allowed).",
+    default="Any",
+    inherited=True,
+    rule="P3 Only a request within the guarantee preempts in its leaf",
+    example="WithinMin",
+    bounds="Any or WithinMin",
+    parse=_choice("usher.io/within-quota-request", WITHIN_QUOTA_REQUEST_VALUES),
 )
 READY_TIMEOUT: Final = Setting(
     key="usher.io/ready-timeout-seconds",
@@ -506,6 +564,9 @@ SIM_DURATION: Final = Setting(
 SETTINGS: Final[tuple[Setting[Any], ...]] = (
     WITHIN_QUOTA,
     MIN_RUNTIME,
+    RECLAIM_WITH_OWN_VICTIMS,
+    PREEMPT_WHILE_BORROWING,
+    WITHIN_QUOTA_REQUEST,
     READY_TIMEOUT,
     REQUEUE_BACKOFF,
     REQUEUE_BACKOFF_MAX,
