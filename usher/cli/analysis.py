@@ -167,6 +167,30 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     metavar="LIST",
     help="Set the root's usher.io/burst-zones (Z3), e.g. 'eci'; '' removes it.",
 )
+@click.option(
+    "--reclaim-with-own-victims",
+    "own_victims",
+    multiple=True,
+    metavar="NODE=true|false",
+    help="Set NODE's usher.io/reclaim-with-own-victims (P1) on every replayed tree; NODE="
+    " removes it. Repeatable.",
+)
+@click.option(
+    "--preempt-while-borrowing",
+    "while_borrowing",
+    multiple=True,
+    metavar="NODE=VALUE",
+    help="Set NODE's usher.io/preempt-while-borrowing (P2: Never, LowerPriority or"
+    " LowerPriority:<priority>) on every replayed tree; NODE= removes it. Repeatable.",
+)
+@click.option(
+    "--within-quota-request",
+    "within_request",
+    multiple=True,
+    metavar="NODE=Any|WithinMin",
+    help="Set NODE's usher.io/within-quota-request (P3) on every replayed tree; NODE= removes"
+    " it. Repeatable.",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
@@ -202,6 +226,9 @@ def what_if_command(
     zone_max: tuple[str, ...],
     zone_lists: tuple[str, ...],
     burst_zones: str | None,
+    own_victims: tuple[str, ...],
+    while_borrowing: tuple[str, ...],
+    within_request: tuple[str, ...],
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
@@ -226,17 +253,25 @@ def what_if_command(
     changed ones; a pass runs after each group of events that arrived together and at
     min-runtime, ready-deadline and requeue-backoff wakeups.
     Recorded decisions are ignored; finishes and deletions happen when they happened.
-    --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed.
+    --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed,
+    --reclaim-with-own-victims, --preempt-while-borrowing and --within-quota-request a node's
+    preemption policies (P1-P3).
     """
+    preemption = {
+        whatif.RECLAIM_WITH_OWN_VICTIMS_FLAG: own_victims,
+        whatif.PREEMPT_WHILE_BORROWING_FLAG: while_borrowing,
+        whatif.WITHIN_QUOTA_REQUEST_FLAG: within_request,
+    }
     try:
-        zone_policy = whatif.parse_zone_policy(zone_max, zone_lists, burst_zones)
+        zone_policy = whatif.parse_zone_policy(zone_max, zone_lists, burst_zones, preemption)
     except whatif.ZonePolicyError as exc:
         fail(str(exc), EXIT_USAGE)
     changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s, half_life)
     if all(change is None for change in changes) and zone_policy is None:
         fail(
             "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
-            "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones or --burst-zones",
+            "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones, --burst-zones, "
+            "--reclaim-with-own-victims, --preempt-while-borrowing or --within-quota-request",
             EXIT_USAGE,
         )
     base_half_life = _half_life("--baseline-half-life", baseline_half_life)

@@ -19,7 +19,8 @@ so the state at ``since`` is the real one) and only what follows is replayed; ``
 the replay. ``tree`` replaces every recorded ``QuotaTreeApplied`` in the replayed part (and is
 applied at ``since`` when the folded part already had a tree): it is in force throughout.
 ``zone_policy`` (``with_zone_policy``) sets zone attributes -- a node's ``usher.io/zone-max``
-(Z1) and default ``usher.io/zones`` (Z3), the root's ``usher.io/burst-zones`` (Z3) -- on every
+(Z1) and default ``usher.io/zones`` (Z3), the root's ``usher.io/burst-zones`` (Z3) -- and a
+node's preemption policies (P1-P3: ``PREEMPTION_FLAGS``) on every
 tree the run replays (each recorded version, ``tree`` when given, and the tree in force at
 ``since``), so the engine decides with them exactly as it would have. A job's own
 ``usher.io/zones`` annotation was fixed when it was observed (the log has it) and still wins;
@@ -36,9 +37,10 @@ What it must never do: perform I/O, read a clock, or feed a recorded decision to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -93,6 +95,12 @@ from usher.core.tree.quota_tree import iter_nodes, validate_tree
 from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
 from usher.core.tree.zone_names import parse_zone_names
 from usher.core.tree.zone_quota import ZONE_MAX_ATTRIBUTE, parse_zone_max
+from usher.core.values.registry import (
+    PREEMPT_WHILE_BORROWING,
+    RECLAIM_WITH_OWN_VICTIMS,
+    WITHIN_QUOTA_REQUEST,
+    Setting,
+)
 
 DEFAULT_WINDOW_MS = 20
 DEFAULT_LIMIT = 10
@@ -171,19 +179,43 @@ class ZonePolicy:
         return "; ".join(parts)
 
 
-_ATTRIBUTES = {ZONE_MAX_FLAG: ZONE_MAX_ATTRIBUTE, ZONES_FLAG: DEFAULT_ZONES_ATTRIBUTE}
+RECLAIM_WITH_OWN_VICTIMS_FLAG = "--reclaim-with-own-victims"
+PREEMPT_WHILE_BORROWING_FLAG = "--preempt-while-borrowing"
+WITHIN_QUOTA_REQUEST_FLAG = "--within-quota-request"
+PREEMPTION_FLAGS: dict[str, Setting[Any]] = {
+    RECLAIM_WITH_OWN_VICTIMS_FLAG: RECLAIM_WITH_OWN_VICTIMS,
+    PREEMPT_WHILE_BORROWING_FLAG: PREEMPT_WHILE_BORROWING,
+    WITHIN_QUOTA_REQUEST_FLAG: WITHIN_QUOTA_REQUEST,
+}
+"""The per-node flags of the preemption policies (P1-P3) and the setting each one sets."""
+
+_ATTRIBUTES = {
+    ZONE_MAX_FLAG: ZONE_MAX_ATTRIBUTE,
+    ZONES_FLAG: DEFAULT_ZONES_ATTRIBUTE,
+    **{flag: setting.key for flag, setting in PREEMPTION_FLAGS.items()},
+}
 """The tree attribute each per-node flag sets."""
 
 
 def parse_zone_policy(
-    zone_max: Sequence[str], zones: Sequence[str], burst_zones: str | None
+    zone_max: Sequence[str],
+    zones: Sequence[str],
+    burst_zones: str | None,
+    preemption: Mapping[str, Sequence[str]] | None = None,
 ) -> ZonePolicy | None:
     """The zone policy of ``--zone-max NODE=VALUE``, ``--zones NODE=LIST`` (each repeatable)
-    and ``--burst-zones LIST``, every value in its attribute's own syntax and an empty one
-    removing the attribute; None when no flag is given. Raises ``ZonePolicyError``."""
+    and ``--burst-zones LIST``, with the preemption policies' per-node flags (``preemption``:
+    flag of ``PREEMPTION_FLAGS`` -> its ``NODE=VALUE`` values, P1-P3), every value in its
+    attribute's own syntax and an empty one removing the attribute; None when no flag is
+    given. Raises ``ZonePolicyError``."""
     settings = [
         *(_node_setting(ZONE_MAX_FLAG, raw) for raw in zone_max),
         *(_node_setting(ZONES_FLAG, raw) for raw in zones),
+        *(
+            _node_setting(flag, raw)
+            for flag, values in (preemption or {}).items()
+            for raw in values
+        ),
     ]
     seen: set[tuple[str, str]] = set()
     for setting in settings:
@@ -220,6 +252,9 @@ def _value_problem(flag: str, value: str) -> str | None:
     if flag == ZONE_MAX_FLAG:
         errors = parse_zone_max({ZONE_MAX_ATTRIBUTE: value}, "")[1]
         return "; ".join(error.message for error in errors) or None
+    if flag in PREEMPTION_FLAGS:
+        refused = PREEMPTION_FLAGS[flag].refusal({PREEMPTION_FLAGS[flag].key: value}, "")
+        return None if refused is None else refused.message
     return parse_zone_names(value)[1]
 
 
