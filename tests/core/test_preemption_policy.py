@@ -70,7 +70,7 @@ def test_each_node_inherits_what_it_does_not_set(
     [
         (BORROW, "LowerPriority:high", "the threshold of usher.io/preempt-while-borrowing"),
         (BORROW, "LowerPriority:2147483648", "from -2147483648 to 2147483647"),
-        (BORROW, "lowerpriority", "must be Never, LowerPriority or LowerPriority:<priority>"),
+        (BORROW, "lowerpriority", "must be Never, LowerPriority or LowerPriority:N"),
         (OWN, "True", 'must be "true" or "false"'),
         (REQUEST, "WithinMax", "must be one of Any, WithinMin"),
     ],

@@ -139,7 +139,9 @@ def _while_borrowing(raw: object, path: str) -> tuple[str, int | None]:
     if isinstance(raw, str) and raw in WHILE_BORROWING_VALUES:
         return raw, None
     code = "invalid-value" if isinstance(raw, str) else "invalid-type"
-    message = f"{name} must be Never, LowerPriority or LowerPriority:<priority>, got {shown(raw)}"
+    message = (
+        f"{name} must be Never, LowerPriority or LowerPriority:N (N a priority), got {shown(raw)}"
+    )
     raise ValueRefused(path, code, message)
 
 
@@ -193,7 +195,7 @@ PREEMPT_WHILE_BORROWING: Final = Setting(
     inherited=True,
     rule="P2 Preempting while borrowing",
     example="LowerPriority:100",
-    bounds=f"Never, LowerPriority or LowerPriority:<priority> (a whole number from "
+    bounds=f"Never, LowerPriority or LowerPriority:N, N a priority (a whole number from "
     f"{numbers.MIN_PRIORITY} to {numbers.MAX_PRIORITY})",
     parse=_while_borrowing,
 )
