@@ -38,6 +38,9 @@ WITHIN_QUOTA = "usher.io/within-quota"
 MIN_RUNTIME = "usher.io/min-runtime-seconds"
 ZONE_MIN = "usher.io/zone-min"
 ZONE_MAX = "usher.io/zone-max"
+OWN_VICTIMS = "usher.io/reclaim-with-own-victims"
+WHILE_BORROWING = "usher.io/preempt-while-borrowing"
+WITHIN_QUOTA_REQUEST = "usher.io/within-quota-request"
 
 ADMITTED = "admitted"
 HELD = "held"
@@ -90,6 +93,39 @@ class NodeRules:
     """Its ``usher.io/zone-min`` (Z4); empty when it guarantees no zone."""
     zone_max: dict[Zone, dict[str, int]] = field(default_factory=dict)
     """Its ``usher.io/zone-max`` (Z1): a reservation over it is refused."""
+    policy: Policy = field(default_factory=lambda: Policy())
+    """Its preemption policies P1-P3, inherited."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """P1-P3 as the model reads them: own victims count toward the guarantee (P1); beyond
+    the guarantee, other leaves' borrowers of lower priority up to a threshold (P2: None is
+    Never, ``(threshold,)`` with None for no threshold); only a request within ``min``
+    preempts in its leaf unless P2 is on there (P3)."""
+
+    own_victims: bool = False
+    while_borrowing: tuple[int | None] | None = None
+    request_within_min: bool = False
+
+    def below(self, attributes: dict[str, str]) -> Policy:
+        """The policy of a child node with ``attributes`` (written well: the tree is valid)."""
+        own = attributes.get(OWN_VICTIMS)
+        borrowing = attributes.get(WHILE_BORROWING)
+        request = attributes.get(WITHIN_QUOTA_REQUEST)
+        taken = self.while_borrowing
+        if borrowing == "Never":
+            taken = None
+        elif borrowing is not None:
+            _, _, threshold = borrowing.partition(":")
+            taken = (int(threshold) if threshold else None,)
+        return Policy(
+            own_victims=self.own_victims if own is None else own == "true",
+            while_borrowing=taken,
+            request_within_min=self.request_within_min
+            if request is None
+            else request == "WithinMin",
+        )
 
 
 @dataclass
@@ -127,6 +163,7 @@ class LedgerModel:
                 else (above.min_runtime_ms if above else 0),
                 zone_min=_zone_amounts(node.attributes.get(ZONE_MIN, "")),
                 zone_max=_zone_amounts(node.attributes.get(ZONE_MAX, "")),
+                policy=(above.policy if above else Policy()).below(dict(node.attributes)),
             )
             nodes[path] = rules
             if not node.children:
@@ -273,12 +310,22 @@ class LedgerModel:
         rules = self.nodes[leaf]
         claim = self.claim(leaf)
         wanted = {r: a for r, a in preemptor.requests.items() if a > 0}
+        policy = rules.policy
+        # P1: the guarantee is judged with the preemptor's own victims set aside.
+        own = [row for row in rows if row.leaf == leaf] if policy.own_victims else []
+        for row in own:
+            for resource, amount in row.requests.items():
+                claim[resource] = claim.get(resource, 0) - amount
         within = all(claim.get(r, 0) + a <= rules.min.get(r, 0) for r, a in wanted.items())
         # Z4: in its zone, also within its guarantee there on the resources it names.
         zone = preemptor.zone
         owned = rules.zone_min.get(zone)
         if owned is not None:
             mine = self.claim(leaf, zone)
+            for row in own:
+                if row.zone == zone:
+                    for resource, amount in row.requests.items():
+                        mine[resource] = mine.get(resource, 0) - amount
             within = within and all(
                 mine.get(r, 0) + a <= owned[r] for r, a in wanted.items() if r in owned
             )
@@ -291,8 +338,16 @@ class LedgerModel:
             if row.leaf == leaf:
                 if not (rules.lower_priority and row.priority < preemptor.priority):
                     return _stale(f"victim {row.workload} is not of lower priority")
+                beyond = any(a > rules.min.get(r, 0) for r, a in wanted.items())
+                if policy.request_within_min and policy.while_borrowing is None and beyond:
+                    return _stale(f"{preemptor.workload} asks more than the min of {leaf} (P3)")
                 continue
-            if not within:
+            taken = policy.while_borrowing
+            if not within and not (
+                taken is not None
+                and row.priority < preemptor.priority
+                and (taken[0] is None or row.priority <= taken[0])
+            ):
                 return _stale(f"{preemptor.workload} is not within the min of {leaf}")
             held = claims.setdefault(row.leaf, self.claim(row.leaf))
             minimum = self.nodes[row.leaf].min
