@@ -1,11 +1,12 @@
 """Quota safety under load on a tree where departments borrow and reclaim (issue 12).
 
 The demo tree (Department-a min 60 / max 100, Department-b min 40 / max 100, root 100 cpu),
-so idle guarantees are lent and taken back by preemption. A few hundred jobs of mixed sizes
-(1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus ``default``) are
-created in bursts of 20 per second through kubernetes-asyncio and run by the emulator's
-kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment;
-one seed in ``make test``, several in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
+so idle guarantees are lent and taken back by preemption; the ``policies`` variant sets the
+preemption policies P1-P3 on its departments (``PREEMPTION_POLICIES``). A few hundred jobs
+of mixed sizes (1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus
+``default``) are created in bursts of 20 per second through kubernetes-asyncio and run by the
+emulator's kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded
+moment; one seed in ``make test``, several in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
 
 Every run must end with every job completed, reclaim having happened (a run that never
 preempts proves nothing about it), and the checks on the whole log and the ledger: each
@@ -57,6 +58,33 @@ def walkthrough_tree() -> dict[str, Any]:
     return tree
 
 
+PREEMPTION_POLICIES: dict[str, dict[str, str]] = {
+    "Department-a": {
+        "usher.io/within-quota": "LowerPriority",
+        "usher.io/reclaim-with-own-victims": "true",
+        "usher.io/preempt-while-borrowing": "LowerPriority:100",
+    },
+    "Department-b": {
+        "usher.io/within-quota": "LowerPriority",
+        "usher.io/within-quota-request": "WithinMin",
+    },
+}
+"""The preemption policies (P1-P3) set on the walkthrough tree's departments for the
+``policies`` variant: one search over own and cohort victims and preempting while borrowing
+(up to priority 100) in Department-a, only requests within min preempting in Department-b."""
+
+
+def policies_tree() -> dict[str, Any]:
+    """The walkthrough tree with ``PREEMPTION_POLICIES`` on its departments."""
+    tree = walkthrough_tree()
+    for child in tree["spec"]["root"]["children"]:
+        child["attributes"] = dict(PREEMPTION_POLICIES.get(child["name"], {}))
+    return tree
+
+
+TREES = {"walkthrough": walkthrough_tree, "policies": policies_tree}
+
+
 def job(index: int, rng: random.Random) -> tuple[dict[str, Any], str]:
     """A job of a random size, priority and zone; its namespace/name."""
     namespace = NAMESPACES[rng.randrange(len(NAMESPACES))]
@@ -85,7 +113,7 @@ async def _api(kubeconfig: Path) -> client.ApiClient:
     return client.ApiClient(cfg)
 
 
-async def _setup(api: client.ApiClient) -> None:
+async def _setup(api: client.ApiClient, tree: dict[str, Any]) -> None:
     scheduling = client.SchedulingV1Api(api)
     for name, value in PRIORITIES.items():
         await scheduling.create_priority_class(
@@ -97,7 +125,7 @@ async def _setup(api: client.ApiClient) -> None:
             }
         )
     await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", walkthrough_tree()
+        "scheduling.sigs.k8s.io", "v1beta1", "kube-system", "elasticquotatrees", tree
     )
 
 
@@ -208,10 +236,11 @@ async def _run(
     count: int,
     seed: int,
     kill: bool,
+    tree: dict[str, Any],
 ) -> None:
     procs, api = stack
     await asyncio.sleep(2.0)  # the services connect and replay the empty log
-    await _setup(api)
+    await _setup(api, tree)
     submit = _submit_bursts(api, count, seed)
     if kill:
         jobs, _ = await asyncio.gather(
@@ -236,6 +265,7 @@ WALKTHROUGH = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "2026112
 """Seeds of the job mixes (and kill moments); ``make test-long`` runs several."""
 
 
+@pytest.mark.parametrize("tree", sorted(TREES))
 @pytest.mark.parametrize("seed", WALKTHROUGH)
 @pytest.mark.parametrize("kill", [False, True], ids=["no-fault", "each-service-killed"])
 async def test_borrowing_tree_under_bursts_ends_clean(
@@ -245,5 +275,15 @@ async def test_borrowing_tree_under_bursts_ends_clean(
     migrated_url: str,
     seed: int,
     kill: bool,
+    tree: str,
 ) -> None:
-    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + kill, kill=kill)
+    await _run(
+        stack,
+        subjects,
+        js,
+        migrated_url,
+        count=300,
+        seed=seed + kill,
+        kill=kill,
+        tree=TREES[tree](),
+    )
