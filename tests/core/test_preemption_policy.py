@@ -271,3 +271,20 @@ def test_bad_preemption_flags_name_the_flag(flag: str, raw: str, says: str) -> N
     with pytest.raises(whatif.ZonePolicyError) as raised:
         whatif.parse_zone_policy((), (), None, {flag: (raw,)})
     assert raised.value.flag == flag and says in str(raised.value), raised.value
+
+
+@pytest.mark.parametrize("within_min", [False, True])
+def test_p3_the_reclaim_preview_says_why_a_large_request_takes_nothing(within_min: bool) -> None:
+    attributes = {"usher.io/within-quota": "LowerPriority"}
+    if within_min:
+        attributes[REQUEST] = "WithinMin"
+    log = Log().tree(0, _tree(attributes))
+    log.job(1, "user-a/lo", 80).job(2, "user-a/big", 70, priority=5)
+    engine = _engine(log, last_decided=False)
+    why, victims = engine.reclaim_preview(WorkloadKey("user-a/big"), Millis(BASE_MS + 5000))
+    if within_min:
+        assert why is not None and "usher.io/within-quota-request: WithinMin" in why, why
+        assert victims == []
+    else:
+        assert why is None
+        assert [v.workload for v in victims] == ["user-a/lo"]

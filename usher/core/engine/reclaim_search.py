@@ -543,8 +543,14 @@ def _reclaim_refusal(e: EngineContext, job: Job) -> str | None:
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return f"no schedulable node of zone {job.zone} can host one of its pods"
     lower = info.within_quota == "LowerPriority"
-    if within_guarantee(e, job) or may_preempt_beyond_guarantee(info.preemption, lower):
+    in_leaf = preempts_in_leaf(info.preemption, job.shape, info.min)
+    if within_guarantee(e, job) or may_preempt_beyond_guarantee(info.preemption, lower and in_leaf):
         return None
+    if lower and not in_leaf:
+        return (
+            f"it asks more than the min of {job.leaf}, so it may not preempt in its leaf "
+            "(usher.io/within-quota-request: WithinMin), and reclaim only restores a guarantee"
+        )
     zone_min = info.zone_min.get(job.zone, {}) if e.within_min(info, job.shape) else {}
     for resource, amount in job.shape:
         if resource not in zone_min:
