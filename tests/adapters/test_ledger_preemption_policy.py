@@ -27,12 +27,18 @@ def ledger_tree() -> QuotaNode:
 
 
 def _tree(attributes: dict[str, str]) -> QuotaNode:
-    """user-b (min 50 of Department-a) with ``attributes``; user-c guarantees nothing."""
+    """user-b (min 50 of Department-a) with ``attributes``; user-c guarantees nothing, or the
+    50 cpu that ``usher.io/test-c-min`` (a key of this test only, not set on the tree) asks."""
+    c_min = attributes.pop("usher.io/test-c-min", None)
     root = users_tree(dept_a_max=100)
     dept = root.children[0]
     user_b = msgspec.structs.replace(dept.children[1], attributes=attributes)
     dept = msgspec.structs.replace(dept, children=[dept.children[0], user_b])
-    return msgspec.structs.replace(root, children=[dept, root.children[1]])
+    other = root.children[1]
+    if c_min is not None:
+        user_c = msgspec.structs.replace(other.children[0], min={"cpu": int(c_min) * 1000})
+        other = msgspec.structs.replace(other, children=[user_c])
+    return msgspec.structs.replace(root, children=[dept, other])
 
 
 def _at(name: str, leaf: str, cores: int, priority: int = 0) -> Reservation:
@@ -134,6 +140,26 @@ OWN_LEAF = [_at("b-lo", USER_B, 60), _at("c1", USER_C, 40)]
             [("c-low", USER_C), ("c-mid", USER_C)],
             "only priorities below 5 and at most 1",
         ),
+        # BorrowersOnly: c-low leaves user-c at 40 of its min 0 (kept); a min of 50 would not.
+        (
+            "p2-borrowers-only",
+            {"usher.io/preempt-while-borrowing": "LowerPriorityBorrowersOnly"},
+            BORROWED,
+            _at("p", USER_B, 40, 5),
+            [("c-low", USER_C)],
+            None,
+        ),
+        (
+            "p2-borrowers-only-refused",
+            {
+                "usher.io/preempt-while-borrowing": "LowerPriorityBorrowersOnly",
+                "usher.io/test-c-min": "50",
+            },
+            BORROWED,
+            _at("p", USER_B, 40, 5),
+            [("c-low", USER_C)],
+            "would hold less than its min",
+        ),
         ("p3-off", LOWER, OWN_LEAF, _at("p", USER_B, 60, 5), [("b-lo", USER_B)], None),
         (
             "p3-on",
@@ -162,7 +188,7 @@ async def test_the_ledger_rechecks_the_leafs_preemption_policy(
     victims: list[tuple[str, str]],
     refused: str | None,
 ) -> None:
-    reason = await _proposal(store, attributes, running, preemptor, victims)
+    reason = await _proposal(store, dict(attributes), running, preemptor, victims)
     if refused is None:
         assert reason is None, (case, reason)
     else:

@@ -100,12 +100,13 @@ class NodeRules:
 @dataclass(frozen=True)
 class Policy:
     """P1-P3 as the model reads them: own victims count toward the guarantee (P1); beyond
-    the guarantee, other leaves' borrowers of lower priority up to a threshold (P2: None is
-    Never, ``(threshold,)`` with None for no threshold); only a request within ``min``
-    preempts in its leaf unless P2 is on there (P3)."""
+        the guarantee, other leaves' borrowers of lower priority up to a threshold (P2: None is
+        Never, ``(threshold, borrowers only)`` with None for no threshold; borrowers only: the
+    victim's leaf keeps its guarantee once it has left); only a request within ``min``
+        preempts in its leaf unless P2 is on there (P3)."""
 
     own_victims: bool = False
-    while_borrowing: tuple[int | None] | None = None
+    while_borrowing: tuple[int | None, bool] | None = None
     request_within_min: bool = False
 
     def below(self, attributes: dict[str, str]) -> Policy:
@@ -117,8 +118,8 @@ class Policy:
         if borrowing == "Never":
             taken = None
         elif borrowing is not None:
-            _, _, threshold = borrowing.partition(":")
-            taken = (int(threshold) if threshold else None,)
+            mode, _, threshold = borrowing.partition(":")
+            taken = (int(threshold) if threshold else None, mode == "LowerPriorityBorrowersOnly")
         return Policy(
             own_victims=self.own_victims if own is None else own == "true",
             while_borrowing=taken,
@@ -343,14 +344,19 @@ class LedgerModel:
                     return _stale(f"{preemptor.workload} asks more than the min of {leaf} (P3)")
                 continue
             taken = policy.while_borrowing
+            held = claims.setdefault(row.leaf, self.claim(row.leaf))
+            minimum = self.nodes[row.leaf].min
+            # P2 borrowers only: what the victim's leaf borrows beyond its own guarantee.
+            lender_keeps = all(
+                held.get(r, 0) - row.requests.get(r, 0) >= minimum.get(r, 0) for r in wanted
+            )
             if not within and not (
                 taken is not None
                 and row.priority < preemptor.priority
                 and (taken[0] is None or row.priority <= taken[0])
+                and (lender_keeps or not taken[1])
             ):
                 return _stale(f"{preemptor.workload} is not within the min of {leaf}")
-            held = claims.setdefault(row.leaf, self.claim(row.leaf))
-            minimum = self.nodes[row.leaf].min
             in_zone = zone_claims.setdefault(row.leaf, self.claim(row.leaf, zone))
             lent = self.nodes[row.leaf].zone_min.get(zone, {})
             zone_borrowing = (

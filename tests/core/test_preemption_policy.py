@@ -18,6 +18,7 @@ from usher.core.rules.preemption_policy import (
     PreemptionPolicy,
     WhileBorrowing,
     claim_without,
+    lender_keeps_guarantee,
     path_preemption_policy,
     policy_refusal,
     preempts_in_leaf,
@@ -50,6 +51,10 @@ W, V = WorkloadKey("a/w"), WorkloadKey("b/v")
         ([{BORROW: "LowerPriority"}, {}], PreemptionPolicy(while_borrowing=WhileBorrowing())),
         ([{}, {BORROW: "LowerPriority:-3"}], PreemptionPolicy(while_borrowing=WhileBorrowing(-3))),
         ([{BORROW: "LowerPriority:7"}, {BORROW: "Never"}], DEFAULT_POLICY),
+        (
+            [{BORROW: "LowerPriorityBorrowersOnly:7"}, {}],
+            PreemptionPolicy(while_borrowing=WhileBorrowing(7, borrowers_only=True)),
+        ),
         ([{REQUEST: "WithinMin"}, {}], PreemptionPolicy(request_within_min=True)),
         ([{REQUEST: "WithinMin"}, {REQUEST: "Any"}], DEFAULT_POLICY),
         # A malformed value (a forged tree) is skipped: the inherited policy stands.
@@ -70,7 +75,8 @@ def test_each_node_inherits_what_it_does_not_set(
     [
         (BORROW, "LowerPriority:high", "the threshold of usher.io/preempt-while-borrowing"),
         (BORROW, "LowerPriority:2147483648", "from -2147483648 to 2147483647"),
-        (BORROW, "lowerpriority", "must be Never, LowerPriority or LowerPriority:N"),
+        (BORROW, "lowerpriority", "must be Never, LowerPriority or LowerPriorityBorrowersOnly"),
+        (BORROW, "Never:3", "must be Never, LowerPriority or LowerPriorityBorrowersOnly"),
         (OWN, "True", 'must be "true" or "false"'),
         (REQUEST, "WithinMax", "must be one of Any, WithinMin"),
     ],
@@ -90,22 +96,42 @@ THRESHOLD = PreemptionPolicy(while_borrowing=WhileBorrowing(1))
 WITHIN_MIN = PreemptionPolicy(request_within_min=True)
 
 
+BORROWERS_ONLY = PreemptionPolicy(while_borrowing=WhileBorrowing(None, borrowers_only=True))
+
+
 @pytest.mark.parametrize(
-    ("policy", "preemptor", "victim", "takes"),
+    ("policy", "preemptor", "victim", "keeps", "takes"),
     [
-        (DEFAULT_POLICY, 5, 0, False),  # Never
-        (LOWER, 5, 4, True),
-        (LOWER, 5, 5, False),  # strictly lower only
-        (LOWER, 5, None, False),  # an ended victim has no priority to compare
-        (THRESHOLD, 5, 1, True),  # at most the threshold
-        (THRESHOLD, 5, 2, False),
-        (THRESHOLD, 0, -1, True),
+        (DEFAULT_POLICY, 5, 0, True, False),  # Never
+        (LOWER, 5, 4, True, True),
+        (LOWER, 5, 5, True, False),  # strictly lower only
+        (LOWER, 5, None, True, False),  # an ended victim has no priority to compare
+        (LOWER, 5, 4, False, True),  # Kueue's LowerPriority: even from a leaf's guarantee
+        (THRESHOLD, 5, 1, True, True),  # at most the threshold
+        (THRESHOLD, 5, 2, True, False),
+        (THRESHOLD, 0, -1, True, True),
+        (BORROWERS_ONLY, 5, 4, True, True),
+        (BORROWERS_ONLY, 5, 4, False, False),  # only what the victim's leaf borrows
     ],
 )
 def test_p2_takes_lower_priorities_up_to_the_threshold(
-    policy: PreemptionPolicy, preemptor: int, victim: int | None, takes: bool
+    policy: PreemptionPolicy, preemptor: int, victim: int | None, keeps: bool, takes: bool
 ) -> None:
-    assert takes_while_borrowing(policy, preemptor, victim) is takes
+    assert takes_while_borrowing(policy, preemptor, victim, lender_keeps=keeps) is takes
+
+
+@pytest.mark.parametrize(
+    ("claim", "victim", "keeps"),
+    [
+        ({"cpu": 8}, {"cpu": 4}, True),  # 8 - 4 >= min 4: all it takes was borrowed
+        ({"cpu": 8}, {"cpu": 5}, False),
+        ({"cpu": 8, "memory": 1}, {"memory": 1}, True),  # memory is not asked
+    ],
+)
+def test_p2_borrowers_only_leaves_the_lender_its_guarantee(
+    claim: dict[str, int], victim: dict[str, int], keeps: bool
+) -> None:
+    assert lender_keeps_guarantee(claim, victim, {"cpu": 4}, [("cpu", 1)]) is keeps
 
 
 @pytest.mark.parametrize(
@@ -139,6 +165,8 @@ def test_p1_sets_own_victims_aside_from_the_claim() -> None:
         (THRESHOLD, OTHER, 3, False, True, "preempts while borrowing only priorities below 5"),
         (WITHIN_MIN, LEAF, 0, False, False, "asks more than the min of root/A"),
         (WITHIN_MIN, LEAF, 0, False, True, None),
+        (LOWER, OTHER, 0, False, True, None),  # the lender would fall below its min: Kueue's
+        (BORROWERS_ONLY, OTHER, 0, False, True, "root/B would hold less than its min"),
     ],
 )
 def test_policy_refusal_words_what_the_policy_refuses(
@@ -150,7 +178,16 @@ def test_policy_refusal_words_what_the_policy_refuses(
     refused: str | None,
 ) -> None:
     reason = policy_refusal(
-        W, LEAF, 5, V, victim_leaf, victim_priority, policy=policy, within=within, in_leaf=in_leaf
+        W,
+        LEAF,
+        5,
+        V,
+        victim_leaf,
+        victim_priority,
+        policy=policy,
+        within=within,
+        in_leaf=in_leaf,
+        lender_keeps=policy not in (LOWER, BORROWERS_ONLY),  # both: taking from a guarantee
     )
     if refused is None:
         assert reason is None
@@ -288,3 +325,24 @@ def test_p3_the_reclaim_preview_says_why_a_large_request_takes_nothing(within_mi
     else:
         assert why is None
         assert [v.workload for v in victims] == ["user-a/lo"]
+
+
+@pytest.mark.parametrize(
+    ("value", "admitted"), [("LowerPriority", True), ("LowerPriorityBorrowersOnly", False)]
+)
+def test_p2_borrowers_only_takes_nothing_of_the_lenders_guarantee(
+    value: str, admitted: bool
+) -> None:
+    """B (min 40) borrows 40 with user-c/borrow (80): taking it leaves B at 0 < 40. Kueue's
+    LowerPriority takes it; BorrowersOnly does not, and the proposal is refused likewise."""
+    log = Log().tree(0, _tree({BORROW: value})).job(1, "user-c/borrow", 80)
+    log.job(2, "user-a/big", 70, priority=5)
+    big = WorkloadKey("user-a/big")
+    assert (_engine(log).state.jobs[big].state == "Admitted") is admitted
+    proposal = _engine(log, last_decided=False).check_preemption(
+        big, [WorkloadKey("user-c/borrow")], Millis(BASE_MS + 5000)
+    )
+    if admitted:
+        assert proposal is None
+    else:
+        assert proposal is not None and "would hold less than its min" in proposal.message

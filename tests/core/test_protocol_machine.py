@@ -635,7 +635,7 @@ POLICY_TREE = _with_leaf_attributes(
     TREE,
     {
         "team-a": {OWN_VICTIMS: "true"},
-        "team-b": {WHILE_BORROWING: "LowerPriority:100"},
+        "team-b": {WHILE_BORROWING: "LowerPriorityBorrowersOnly:100"},
         "team-c": {WITHIN_QUOTA: "LowerPriority", WITHIN_QUOTA_REQUEST: "WithinMin"},
     },
     {
@@ -650,8 +650,10 @@ POLICY_TREE = _with_leaf_attributes(
 """TREE on a root of 40 cpu (so that it is often full) with the preemption policies set on
 some leaves (P1-P3): team-a (LowerPriority, min 10) takes its own victims and other leaves'
 borrowers in one search; team-b beyond its guarantee takes borrowers of priority below its own
-and at most 100; team-c (min 0, LowerPriority) may not preempt in its leaf, every request being
-beyond its min."""
+and at most 100, only what they borrow beyond their guarantee (with plain ``LowerPriority``
+preemptions go round for ever here: team-a's own-leaf preemptions make it borrow again);
+team-c (min 0, LowerPriority) may not preempt in its leaf, every request being beyond its
+min."""
 
 
 class PolicyProtocolMachine(ProtocolMachine):

@@ -88,6 +88,7 @@ from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
 from usher.core.rules.preemption_policy import (
     PreemptionPolicy,
     claim_without,
+    lender_keeps_guarantee,
     path_preemption_policy,
     policy_refusal,
     preempts_in_leaf,
@@ -695,7 +696,19 @@ class LedgerStore:
         lower = policies[mine][0] == "LowerPriority"
         present = await _present(conn, leaves)
         for victim in victims:
-            may = within or takes_while_borrowing(preemption, preemptor.priority, victim.priority)
+            keeps = (
+                victim.quota == mine
+                or victim.quota not in present
+                or lender_keeps_guarantee(
+                    claims.get(victim.quota, {}),
+                    victim.requests,
+                    minimums.get(victim.quota, {}),
+                    request,
+                )
+            )
+            may = within or takes_while_borrowing(
+                preemption, preemptor.priority, victim.priority, lender_keeps=keeps
+            )
             why = policy_refusal(
                 preemptor.workload,
                 mine,
@@ -706,6 +719,7 @@ class LedgerStore:
                 policy=preemption,
                 within=within,
                 in_leaf=in_leaf,
+                lender_keeps=keeps,
             ) or victim_refusal(
                 preemptor.workload,
                 mine,

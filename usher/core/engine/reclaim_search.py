@@ -27,6 +27,7 @@ from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
 from usher.core.rules.preemption_policy import (
+    lender_keeps_guarantee,
     may_preempt_beyond_guarantee,
     policy_refusal,
     preempts_in_leaf,
@@ -34,7 +35,7 @@ from usher.core.rules.preemption_policy import (
 )
 from usher.core.rules.readiness import requeued_preemption_refusal
 from usher.core.rules.reclaim import borrowed_resource, victim_refusal
-from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement
+from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement, Shape
 from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 
@@ -111,8 +112,8 @@ def _taken_while_borrowing(e: EngineContext, job: Job) -> Iterator[Job]:
     if policy.while_borrowing is None:
         return
     for victim in _cross_leaf_candidates(e, job):
-        if takes_while_borrowing(policy, job.priority, victim.priority):
-            yield victim
+        if takes_while_borrowing(policy, job.priority, victim.priority, lender_keeps=True):
+            yield victim  # whether its leaf keeps its guarantee is judged as it is taken
 
 
 def _remove_until_fits(
@@ -147,10 +148,27 @@ def _remove_fits(
         reclaimed = borrowing_reason(e, job, victim.used_path, victim.zone)
         if reclaimed is None:
             return False  # its leaf is no longer borrowing: it keeps running
+        if kind == _WHILE_BORROWING and not _lender_keeps(
+            e, job, victim.used_path, victim.used_shape
+        ):
+            return False  # P2 BorrowersOnly: only what its leaf borrows beyond its guarantee
         why = reclaimed if kind == _RECLAIM else _while_borrowing_reason(job, victim, reclaimed)
     e.unaccount(victim.used_path, victim.used_shape, victim.zone)
     removed.append((victim, why))
     return True
+
+
+def _lender_keeps(e: EngineContext, job: Job, path: QuotaPath, usage: Shape) -> bool:
+    """P2 ``LowerPriorityBorrowersOnly``: whether the leaf at ``path`` keeps its guarantee on
+    what ``job`` asks once a victim's ``usage`` there has left (True where ``job``'s leaf does
+    not ask it; a vanished leaf guarantees nothing)."""
+    assert job.leaf is not None
+    borrowing = e.state.tree.nodes[job.leaf].preemption.while_borrowing
+    info = e.state.tree.nodes.get(path)
+    if info is None or borrowing is None or not borrowing.borrowers_only:
+        return True
+    claim = {r: info.used.get(r, 0) - info.residual.get(r, 0) for r, _ in job.shape}
+    return lender_keeps_guarantee(claim, dict(usage), info.min, job.shape)
 
 
 def _while_borrowing_reason(job: Job, victim: Job, reclaimed: Reason) -> Reason:
@@ -455,6 +473,7 @@ def _victim_refusal(
     assert job.leaf is not None
     policy = e.state.tree.nodes[job.leaf].preemption
     priority = None if victim is None else victim.priority
+    keeps = path == job.leaf or _lender_keeps(e, job, path, where[1])
     refused = policy_refusal(
         job.key,
         job.leaf,
@@ -465,10 +484,11 @@ def _victim_refusal(
         policy=policy,
         within=within,
         in_leaf=in_leaf,
+        lender_keeps=keeps,
     )
     if refused is not None:
         return refused
-    may = within or takes_while_borrowing(policy, job.priority, priority)
+    may = within or takes_while_borrowing(policy, job.priority, priority, lender_keeps=keeps)
     return victim_refusal(
         job.key,
         job.leaf,

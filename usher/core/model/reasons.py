@@ -387,6 +387,17 @@ def not_taken_while_borrowing(
     return stale_view(preemptor, detail, victim)
 
 
+def lender_below_guarantee(preemptor: WorkloadKey, victim: WorkloadKey, leaf: QuotaPath) -> Reason:
+    """A reclaim refused: the preemptor asks beyond its guarantee, and taking ``victim`` would
+    leave its ``leaf`` below its own guarantee -- preempting while borrowing takes only what
+    another leaf borrows (P2)."""
+    detail = (
+        f"{preemptor} asks beyond its guarantee and preempts while borrowing only what other "
+        f"leaves borrow; without {victim}, {leaf} would hold less than its min"
+    )
+    return stale_view(preemptor, detail, victim)
+
+
 def requeued_takes_free_room(preemptor: WorkloadKey, requeues: int) -> Reason:
     """A reclaim refused: the preemptor was requeued for readiness before and takes only free
     room on its later attempts (R10)."""

@@ -6,7 +6,8 @@ What it does: ``PreemptionPolicy`` is what a leaf inherits down the tree from th
 (the guarantee is judged with the preemptor's own victims set aside, so one search takes them
 and other leaves' borrowers together: ``claim_without``), P2 ``usher.io/preempt-while-borrowing``
 (a request beyond the guarantee may take other leaves' borrowers of lower priority, at most a
-threshold: ``takes_while_borrowing``), P3 ``usher.io/within-quota-request`` (only a request
+threshold, from what they borrow beyond their own guarantee: ``takes_while_borrowing``,
+``lender_keeps_guarantee``), P3 ``usher.io/within-quota-request`` (only a request
 within the leaf's ``min`` preempts in its own leaf: ``preempts_in_leaf``). ``policy_refusal``
 is the check both the engine's victim search (and its check of a proposed reclaim) and the
 ledger's re-check ask before ``reclaim.victim_refusal``, so they cannot disagree. Every
@@ -34,13 +35,11 @@ Amounts = Mapping[str, int]
 @dataclass(frozen=True, slots=True)
 class WhileBorrowing:
     """P2 ``LowerPriority``: a victim of another leaf below the preemptor's priority and, with a
-    ``threshold``, at most it."""
+    ``threshold``, at most it; ``LowerPriorityBorrowersOnly`` (``borrowers_only``): and only
+    while its leaf keeps its guarantee once it has left."""
 
     threshold: int | None = None
-
-    def text(self) -> str:
-        """The attribute's value as written."""
-        return "LowerPriority" if self.threshold is None else f"LowerPriority:{self.threshold}"
+    borrowers_only: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +70,8 @@ def preemption_policy(
     borrowing = PREEMPT_WHILE_BORROWING.read(attributes)
     if borrowing is not None:
         mode, threshold = borrowing
-        wanted = None if mode == "Never" else WhileBorrowing(threshold)
+        only = mode == "LowerPriorityBorrowersOnly"
+        wanted = None if mode == "Never" else WhileBorrowing(threshold, borrowers_only=only)
         if wanted != policy.while_borrowing:
             policy = replace(policy, while_borrowing=wanted)
     request = WITHIN_QUOTA_REQUEST.read(attributes)
@@ -108,15 +108,38 @@ def preempts_in_leaf(
 
 
 def takes_while_borrowing(
-    policy: PreemptionPolicy, preemptor_priority: int, victim_priority: int | None
+    policy: PreemptionPolicy,
+    preemptor_priority: int,
+    victim_priority: int | None,
+    *,
+    lender_keeps: bool,
 ) -> bool:
     """P2: whether a victim of another leaf may be taken by a preemptor asking beyond its
     guarantee: ``LowerPriority`` there, the victim strictly below the preemptor and at most the
-    threshold. An ended victim (``victim_priority`` None) has no priority to compare."""
+    threshold; with ``LowerPriorityBorrowersOnly``, its leaf keeping its guarantee once it has
+    left (``lender_keeps``: ``lender_keeps_guarantee``). An ended victim (``victim_priority``
+    None) has no priority to compare."""
     borrowing = policy.while_borrowing
     if borrowing is None or victim_priority is None or victim_priority >= preemptor_priority:
         return False
-    return borrowing.threshold is None or victim_priority <= borrowing.threshold
+    if borrowing.threshold is not None and victim_priority > borrowing.threshold:
+        return False
+    return lender_keeps or not borrowing.borrowers_only
+
+
+def lender_keeps_guarantee(
+    claim: Amounts, usage: Amounts, minimum: Amounts, request: Iterable[tuple[str, int]]
+) -> bool:
+    """P2 ``LowerPriorityBorrowersOnly``: whether a victim's leaf, claiming ``claim``, still
+    claims at least its ``min`` once the victim's ``usage`` has left, on every resource the
+    preemptor asks. A preemptor beyond its own guarantee then takes only what the other leaf
+    truly borrows: with ``LowerPriority``, taking part of that leaf's guarantee lets the leaf's
+    waiting work reclaim it back (R5), and preemptions may go round for ever (Kueue's KEP-1337
+    describes this cycle)."""
+    return all(
+        claim.get(resource, 0) - usage.get(resource, 0) >= minimum.get(resource, 0)
+        for resource, _ in request
+    )
 
 
 def claim_without(claim: Amounts, victims: Iterable[Amounts]) -> dict[str, int]:
@@ -140,25 +163,30 @@ def policy_refusal(
     policy: PreemptionPolicy,
     within: bool,
     in_leaf: bool,
+    lender_keeps: bool,
 ) -> Reason | None:
     """Why the preemptor's leaf ``policy`` refuses ``victim``; None when it does not (R5's own
     conditions, ``reclaim.victim_refusal``, are asked next). ``within``: the preemptor asks
     within its guarantee (P1: its own victims set aside where on); ``in_leaf``: P3 lets it
-    preempt in its own leaf (``preempts_in_leaf``). Refused: a victim of its own leaf when P3
-    does not let it; a victim of another leaf, the preemptor beyond its guarantee, that P2
-    allows for lower priorities only and this one is not."""
+    preempt in its own leaf (``preempts_in_leaf``); ``lender_keeps``: the victim's leaf keeps
+    its guarantee once the victim has left (``lender_keeps_guarantee``). Refused: a victim of
+    its own leaf when P3 does not let it; a victim of another leaf, the preemptor beyond its
+    guarantee, that P2 allows for lower priorities only and this one is not, or whose leaf
+    would fall below its guarantee."""
     if victim_leaf == preemptor_leaf:
         if in_leaf:
             return None
         return reasons.beyond_guarantee_in_leaf(preemptor, preemptor_leaf, victim)
     if within or policy.while_borrowing is None:
         return None
-    if takes_while_borrowing(policy, preemptor_priority, victim_priority):
-        return None
-    threshold = policy.while_borrowing.threshold
-    return reasons.not_taken_while_borrowing(
-        preemptor, preemptor_priority, victim, victim_priority, threshold
-    )
+    if not takes_while_borrowing(policy, preemptor_priority, victim_priority, lender_keeps=True):
+        threshold = policy.while_borrowing.threshold
+        return reasons.not_taken_while_borrowing(
+            preemptor, preemptor_priority, victim, victim_priority, threshold
+        )
+    if not lender_keeps and policy.while_borrowing.borrowers_only:
+        return reasons.lender_below_guarantee(preemptor, victim, victim_leaf)
+    return None
 
 
 __all__ = [
@@ -166,6 +194,7 @@ __all__ = [
     "PreemptionPolicy",
     "WhileBorrowing",
     "claim_without",
+    "lender_keeps_guarantee",
     "may_preempt_beyond_guarantee",
     "path_preemption_policy",
     "policy_refusal",

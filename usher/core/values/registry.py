@@ -48,8 +48,8 @@ guard holds nothing then; short enough that a large head passed over by a stream
 jobs is served within ten minutes plus the longest run. ``0`` on a node turns it off."""
 
 WITHIN_QUOTA_VALUES: Final = ("Never", "LowerPriority")
-WHILE_BORROWING_VALUES: Final = ("Never", "LowerPriority")
-"""``usher.io/preempt-while-borrowing``: ``LowerPriority`` may add ``:<threshold>``."""
+WHILE_BORROWING_VALUES: Final = ("Never", "LowerPriority", "LowerPriorityBorrowersOnly")
+"""``usher.io/preempt-while-borrowing``: but ``Never``, each may add ``:<threshold>``."""
 WITHIN_QUOTA_REQUEST_VALUES: Final = ("Any", "WithinMin")
 HOLD_VALUES: Final = ("hold", "drain")
 BUDGET_ACTION_VALUES: Final = ("hold", "min-only", "lower-priority")
@@ -130,18 +130,18 @@ def _zones(key: str) -> Callable[[object, str], list[Any]]:
 
 
 def _while_borrowing(raw: object, path: str) -> tuple[str, int | None]:
-    """``Never``, ``LowerPriority`` or ``LowerPriority:<threshold>`` (a priority, T4), as
-    ``(policy, threshold)``; ``ValueRefused`` naming ``path``."""
+    """``Never``, ``LowerPriority`` or ``LowerPriorityBorrowersOnly``, the last two optionally
+    with ``:<threshold>`` (a priority, T4), as ``(policy, threshold)``; ``ValueRefused`` naming
+    ``path``."""
     name = "usher.io/preempt-while-borrowing"
-    if isinstance(raw, str) and raw.startswith("LowerPriority:"):
-        written = raw.removeprefix("LowerPriority:")
-        return "LowerPriority", numbers.priority(written, path, name=f"the threshold of {name}")
     if isinstance(raw, str) and raw in WHILE_BORROWING_VALUES:
         return raw, None
+    policy, colon, written = raw.partition(":") if isinstance(raw, str) else ("", "", "")
+    if colon and policy in WHILE_BORROWING_VALUES[1:]:
+        return policy, numbers.priority(written, path, name=f"the threshold of {name}")
     code = "invalid-value" if isinstance(raw, str) else "invalid-type"
-    message = (
-        f"{name} must be Never, LowerPriority or LowerPriority:N (N a priority), got {shown(raw)}"
-    )
+    wanted = "Never, LowerPriority or LowerPriorityBorrowersOnly, optionally :N (N a priority)"
+    message = f"{name} must be {wanted}, got {shown(raw)}"
     raise ValueRefused(path, code, message)
 
 
@@ -190,13 +190,15 @@ PREEMPT_WHILE_BORROWING: Final = Setting(
     scope="tree",
     kind="borrowing-policy",
     summary="Whether a workload asking beyond its leaf's guarantee may preempt other leaves' "
-    "borrowers of lower priority (at most the threshold, when given).",
+    "borrowers of lower priority (at most the threshold, when given); BorrowersOnly: only "
+    "what they borrow beyond their own guarantee.",
     default="Never",
     inherited=True,
     rule="P2 Preempting while borrowing",
     example="LowerPriority:100",
-    bounds=f"Never, LowerPriority or LowerPriority:N, N a priority (a whole number from "
-    f"{numbers.MIN_PRIORITY} to {numbers.MAX_PRIORITY})",
+    bounds=f"Never, LowerPriority or LowerPriorityBorrowersOnly, the last two optionally "
+    f"followed by :N, N a priority (a whole number from {numbers.MIN_PRIORITY} to "
+    f"{numbers.MAX_PRIORITY})",
     parse=_while_borrowing,
 )
 WITHIN_QUOTA_REQUEST: Final = Setting(
