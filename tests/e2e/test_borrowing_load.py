@@ -62,7 +62,7 @@ PREEMPTION_POLICIES: dict[str, dict[str, str]] = {
     "Department-a": {
         "usher.io/within-quota": "LowerPriority",
         "usher.io/reclaim-with-own-victims": "true",
-        "usher.io/preempt-while-borrowing": "LowerPriority:100",
+        "usher.io/preempt-while-borrowing": "LowerPriorityBorrowersOnly:100",
     },
     "Department-b": {
         "usher.io/within-quota": "LowerPriority",
