@@ -181,7 +181,8 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     multiple=True,
     metavar="NODE=VALUE",
     help="Set NODE's usher.io/preempt-while-borrowing (P2: Never, LowerPriority or"
-    " LowerPriority:N, N a priority) on every replayed tree; NODE= removes it. Repeatable.",
+    " LowerPriorityBorrowersOnly, optionally :N, N a priority) on every replayed tree; NODE="
+    " removes it. Repeatable.",
 )
 @click.option(
     "--within-quota-request",
