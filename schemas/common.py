@@ -41,6 +41,7 @@ ReasonCode = Literal[
     "NoTree",  # unmapped: no valid quota tree applied yet
     "Reclaim",  # preempted: the owner of a guarantee reclaimed it
     "WithinQuotaPriority",  # preempted: a higher-priority workload of the same leaf
+    "ReclaimWhileBorrowing",  # preempted: a lower-priority borrower, taken while borrowing (P2)
     "NotYetEvaluated",  # pending: arrived after the last pass
     "PreemptionInProgress",  # ledger: a victim is still stopping, or the hold awaits it
     "AlreadyAdmitted",  # ledger: the workload already holds a live allocation elsewhere

@@ -3,7 +3,8 @@
 What it does: ``CORPUS`` lists values a tenant or an operator could write that Usher must
 refuse -- huge digit strings (100,000 digits, 2**64, 20 nines), negative, fullwidth,
 Arabic-Indic and superscript digits, surrounding spaces, nan/inf/1e300, empty, a 100 KB string,
-control characters, and YAML values of the wrong type -- each with the kinds of setting for
+control characters, malformed priority thresholds (``LowerPriority:2147483648``), and YAML
+values of the wrong type -- each with the kinds of setting for
 which it is nevertheless a good value (``"nan"`` is a fine zone name, ``" 5 "`` a fine hold
 reason). ``bad_values(kind)`` and ``hostile_values(kind)`` give what a setting of that kind
 must refuse; tests of the core, the watcher and the stack reuse them. ``hostile_trees`` and
@@ -71,6 +72,14 @@ CORPUS: tuple[Hostile, ...] = (
     Hostile("newline", "5\n"),
     Hostile("escape", "\x1b[31m"),
     Hostile("script", "<script>", TEXT_KINDS),
+    # A priority threshold (usher.io/preempt-while-borrowing, P2) must be an int32 in ASCII.
+    Hostile("threshold-overflow", "LowerPriority:2147483648", TEXT_KINDS),
+    Hostile("threshold-huge", "LowerPriority:" + "9" * 100_000),
+    Hostile("threshold-spaces", "LowerPriority: 5", TEXT_KINDS),
+    Hostile("threshold-fullwidth", "LowerPriority:\uff15", TEXT_KINDS),
+    Hostile("threshold-empty", "LowerPriority:", TEXT_KINDS),
+    Hostile("threshold-double-sign", "LowerPriority:--5", TEXT_KINDS),
+    Hostile("policy-case", "lowerpriority", _ANY_WORD),
     Hostile("int", 5),
     Hostile("float", 1.5),
     Hostile("bool", True),

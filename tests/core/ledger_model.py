@@ -42,6 +42,9 @@ ZONE_MIN = "usher.io/zone-min"
 ZONE_MAX = "usher.io/zone-max"
 RECLAIM_WITHIN = "usher.io/reclaim-within"
 LENDING_LIMIT = "usher.io/lending-limit"
+OWN_VICTIMS = "usher.io/reclaim-with-own-victims"
+WHILE_BORROWING = "usher.io/preempt-while-borrowing"
+WITHIN_QUOTA_REQUEST = "usher.io/within-quota-request"
 
 ADMITTED = "admitted"
 HELD = "held"
@@ -100,6 +103,40 @@ class NodeRules:
     """Per resource, the most of its idle guarantee it lends (L2, inherited; ``Never``: 0 of
     every resource); None: all of it."""
     children: list[QuotaPath] = field(default_factory=list)
+    policy: Policy = field(default_factory=lambda: Policy())
+    """Its preemption policies P1-P3, inherited."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """P1-P3 as the model reads them: own victims count toward the guarantee (P1); beyond
+        the guarantee, other leaves' borrowers of lower priority up to a threshold (P2: None is
+        Never, ``(threshold, borrowers only)`` with None for no threshold; borrowers only: the
+    victim's leaf keeps its guarantee once it has left); only a request within ``min``
+        preempts in its leaf unless P2 is on there (P3)."""
+
+    own_victims: bool = False
+    while_borrowing: tuple[int | None, bool] | None = None
+    request_within_min: bool = False
+
+    def below(self, attributes: dict[str, str]) -> Policy:
+        """The policy of a child node with ``attributes`` (written well: the tree is valid)."""
+        own = attributes.get(OWN_VICTIMS)
+        borrowing = attributes.get(WHILE_BORROWING)
+        request = attributes.get(WITHIN_QUOTA_REQUEST)
+        taken = self.while_borrowing
+        if borrowing == "Never":
+            taken = None
+        elif borrowing is not None:
+            mode, _, threshold = borrowing.partition(":")
+            taken = (int(threshold) if threshold else None, mode == "LowerPriorityBorrowersOnly")
+        return Policy(
+            own_victims=self.own_victims if own is None else own == "true",
+            while_borrowing=taken,
+            request_within_min=self.request_within_min
+            if request is None
+            else request == "WithinMin",
+        )
 
 
 @dataclass
@@ -141,6 +178,7 @@ class LedgerModel:
                 lends=_amounts(node.attributes[LENDING_LIMIT])
                 if LENDING_LIMIT in node.attributes
                 else (above.lends if above else None),
+                policy=(above.policy if above else Policy()).below(dict(node.attributes)),
             )
             nodes[path] = rules
             if parent:
@@ -292,12 +330,22 @@ class LedgerModel:
         rules = self.nodes[leaf]
         claim = self.claim(leaf)
         wanted = {r: a for r, a in preemptor.requests.items() if a > 0}
+        policy = rules.policy
+        # P1: the guarantee is judged with the preemptor's own victims set aside.
+        own = [row for row in rows if row.leaf == leaf] if policy.own_victims else []
+        for row in own:
+            for resource, amount in row.requests.items():
+                claim[resource] = claim.get(resource, 0) - amount
         within = all(claim.get(r, 0) + a <= rules.min.get(r, 0) for r, a in wanted.items())
         # Z4: in its zone, also within its guarantee there on the resources it names.
         zone = preemptor.zone
         owned = rules.zone_min.get(zone)
         if owned is not None:
             mine = self.claim(leaf, zone)
+            for row in own:
+                if row.zone == zone:
+                    for resource, amount in row.requests.items():
+                        mine[resource] = mine.get(resource, 0) - amount
             within = within and all(
                 mine.get(r, 0) + a <= owned[r] for r, a in wanted.items() if r in owned
             )
@@ -310,15 +358,28 @@ class LedgerModel:
             if row.leaf == leaf:
                 if not (rules.lower_priority and row.priority < preemptor.priority):
                     return _stale(f"victim {row.workload} is not of lower priority")
+                beyond = any(a > rules.min.get(r, 0) for r, a in wanted.items())
+                if policy.request_within_min and policy.while_borrowing is None and beyond:
+                    return _stale(f"{preemptor.workload} asks more than the min of {leaf} (P3)")
                 continue
-            if not within:
-                return _stale(f"{preemptor.workload} is not within the min of {leaf}")
             if rules.reclaim == "Never" or (
                 rules.reclaim == "LowerPriority" and row.priority >= preemptor.priority
             ):
                 return _stale(f"victim {row.workload} is spared by reclaim-within {rules.reclaim}")
+            taken = policy.while_borrowing
             held = claims.setdefault(row.leaf, self.claim(row.leaf))
             minimum = self.nodes[row.leaf].min
+            # P2 borrowers only: what the victim's leaf borrows beyond its own guarantee.
+            lender_keeps = all(
+                held.get(r, 0) - row.requests.get(r, 0) >= minimum.get(r, 0) for r in wanted
+            )
+            if not within and not (
+                taken is not None
+                and row.priority < preemptor.priority
+                and (taken[0] is None or row.priority <= taken[0])
+                and (lender_keeps or not taken[1])
+            ):
+                return _stale(f"{preemptor.workload} is not within the min of {leaf}")
             in_zone = zone_claims.setdefault(row.leaf, self.claim(row.leaf, zone))
             lent = self.nodes[row.leaf].zone_min.get(zone, {})
             zone_borrowing = (

@@ -18,7 +18,8 @@ ledger, stop like preempted victims (counted until released) and come back after
 or end inadmissible after their last attempt (teardown deletes those). A second machine plays
 the same rules over ``ZONED_TREE``, whose leaves guarantee part of their ``min`` per zone (Z4),
 a third over ``LENDING_TREE``, whose leaves lend part or none of their idle guarantee and
-reclaim from lower-priority borrowers only or not at all (L1, L2).
+reclaim from lower-priority borrowers only or not at all (L1, L2), and a fourth over
+``POLICY_TREE``, whose leaves set the preemption policies P1-P3.
 ``USHER_LONG_TESTS=1`` (``make test-long``) runs many more and longer examples.
 What it must never do: start servers, read the wall clock, or share state between examples.
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import hypothesis.strategies as st
+import msgspec
 from hypothesis import HealthCheck, event, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -39,6 +41,7 @@ from hypothesis.stateful import (
 from schemas import (
     Millis,
     PodSet,
+    Preempted,
     QuotaNode,
     QuotaTreeApplied,
     Reason,
@@ -54,9 +57,12 @@ from tests.core.ledger_model import (
     HELD,
     LENDING_LIMIT,
     MIN_RUNTIME,
+    OWN_VICTIMS,
     PREEMPTING,
     RECLAIM_WITHIN,
+    WHILE_BORROWING,
     WITHIN_QUOTA,
+    WITHIN_QUOTA_REQUEST,
     ZONE_MAX,
     ZONE_MIN,
     Allocation,
@@ -218,6 +224,17 @@ def _count(data: st.DataObject | None, what: str, why: Reason | None) -> None:
     """Statistics (``--hypothesis-show-statistics``): which paths the examples reached."""
     if data is not None:
         event(f"{what} {'granted' if why is None else 'refused ' + why.code}")
+
+
+def _count_victims(data: st.DataObject | None, leaf: str, victims: list[Preempted]) -> None:
+    """Statistics: each victim's reason, and reclaims taking the preemptor's own leaf's work
+    and other leaves' together (P1)."""
+    if data is None:
+        return
+    for victim in victims:
+        event(f"victim {victim.reason.code}")
+    if len({victim.quota == leaf for victim in victims}) == 2:
+        event("victims of its own leaf and of others together")
 
 
 def _said(what: str, key: WorkloadKey, why: Reason | None) -> str:
@@ -419,6 +436,7 @@ class ProtocolMachine(RuleBasedStateMachine):
             if why is not None:
                 engine.revert_admission(admitted.workload, why)
         for preemptor, victims in plan.reclaims:
+            _count_victims(data, preemptor.quota, victims)
             why = self._check(zone, preemptor.workload, [v.workload for v in victims], data)
             _count(data, "reclaim (preemptor)", why)
             if why is None:
@@ -620,3 +638,56 @@ class LendingProtocolMachine(ProtocolMachine):
 
 LendingProtocolMachine.TestCase.settings = _machine_settings(200, 2000)
 TestLendingProtocol = LendingProtocolMachine.TestCase
+
+
+def _with_leaf_attributes(
+    root: QuotaNode, extra: dict[str, dict[str, str]], sizes: dict[str, tuple[int, int]]
+) -> QuotaNode:
+    """``root`` with ``extra[name]`` added to the attributes of the node called ``name`` and
+    ``sizes[name]`` cpu as its min and max."""
+    children = [_with_leaf_attributes(child, extra, sizes) for child in root.children]
+    attributes = {**root.attributes, **extra.get(root.name, {})}
+    low, high = sizes.get(root.name, (root.min["cpu"] // CORE, root.max["cpu"] // CORE))
+    return msgspec.structs.replace(
+        root,
+        attributes=attributes,
+        children=children,
+        min={"cpu": low * CORE},
+        max={"cpu": high * CORE},
+    )
+
+
+POLICY_TREE = _with_leaf_attributes(
+    TREE,
+    {
+        "team-a": {OWN_VICTIMS: "true"},
+        "team-b": {WHILE_BORROWING: "LowerPriorityBorrowersOnly:100"},
+        "team-c": {WITHIN_QUOTA: "LowerPriority", WITHIN_QUOTA_REQUEST: "WithinMin"},
+    },
+    {
+        "root": (40, 40),
+        "Department-a": (20, 40),
+        "team-a": (10, 40),
+        "Department-b": (20, 40),
+        "team-b": (20, 40),
+        "team-c": (0, 20),
+    },
+)
+"""TREE on a root of 40 cpu (so that it is often full) with the preemption policies set on
+some leaves (P1-P3): team-a (LowerPriority, min 10) takes its own victims and other leaves'
+borrowers in one search; team-b beyond its guarantee takes borrowers of priority below its own
+and at most 100, only what they borrow beyond their guarantee (with plain ``LowerPriority``
+preemptions go round for ever here: team-a's own-leaf preemptions make it borrow again);
+team-c (min 0, LowerPriority) may not preempt in its leaf, every request being beyond its
+min."""
+
+
+class PolicyProtocolMachine(ProtocolMachine):
+    """The same protocol over POLICY_TREE: reclaims the preemption policies allow, proposed by
+    the engines, checked by the preemptor and granted by the ledger model alike."""
+
+    tree = POLICY_TREE
+
+
+PolicyProtocolMachine.TestCase.settings = _machine_settings(200, 2000)
+TestPolicyProtocol = PolicyProtocolMachine.TestCase

@@ -5,7 +5,8 @@ so idle guarantees are lent and taken back by preemption. A few hundred jobs of 
 (1-10 cpu x 1-3 pods), three priorities and three zones (two dequeuers plus ``default``) are
 created in bursts of 20 per second through kubernetes-asyncio and run by the emulator's
 kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment,
-each on the demo tree and on it with lending policies (L1, L2: ``LENDING``);
+each on three trees (``TREES``): the demo tree, it with lending policies (L1, L2:
+``LENDING``), and it with the preemption policies P1-P3 (``PREEMPTION_POLICIES``);
 one seed in ``make test``, several in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
 
 Every run must end with every job completed, reclaim having happened (a run that never
@@ -70,6 +71,38 @@ def walkthrough_tree(attributes: dict[str, dict[str, str]] | None = None) -> dic
     for child in tree["spec"]["root"]["children"]:
         child.setdefault("attributes", {}).update((attributes or {}).get(child["name"], {}))
     return tree
+
+
+PREEMPTION_POLICIES: dict[str, dict[str, str]] = {
+    "Department-a": {
+        "usher.io/within-quota": "LowerPriority",
+        "usher.io/reclaim-with-own-victims": "true",
+        "usher.io/preempt-while-borrowing": "LowerPriorityBorrowersOnly:100",
+    },
+    "Department-b": {
+        "usher.io/within-quota": "LowerPriority",
+        "usher.io/within-quota-request": "WithinMin",
+    },
+}
+"""The preemption policies (P1-P3) set on the walkthrough tree's departments for the
+``policies`` variant: one search over own and cohort victims and preempting while borrowing
+(up to priority 100) in Department-a, only requests within min preempting in Department-b."""
+
+
+def policies_tree() -> dict[str, Any]:
+    """The walkthrough tree with ``PREEMPTION_POLICIES`` on its departments."""
+    tree = walkthrough_tree()
+    for child in tree["spec"]["root"]["children"]:
+        child["attributes"] = dict(PREEMPTION_POLICIES.get(child["name"], {}))
+    return tree
+
+
+def lending_tree() -> dict[str, Any]:
+    """The walkthrough tree with ``LENDING`` on its departments."""
+    return walkthrough_tree(LENDING)
+
+
+TREES = {"walkthrough": walkthrough_tree, "lending": lending_tree, "policies": policies_tree}
 
 
 def job(index: int, rng: random.Random) -> tuple[dict[str, Any], str]:
@@ -252,9 +285,9 @@ WALKTHROUGH = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "2026112
 """Seeds of the job mixes (and kill moments); ``make test-long`` runs several."""
 
 
+@pytest.mark.parametrize("tree", sorted(TREES))
 @pytest.mark.parametrize("seed", WALKTHROUGH)
 @pytest.mark.parametrize("kill", [False, True], ids=["no-fault", "each-service-killed"])
-@pytest.mark.parametrize("attributes", [None, LENDING], ids=["demo", "lending"])
 async def test_borrowing_tree_under_bursts_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
@@ -262,7 +295,15 @@ async def test_borrowing_tree_under_bursts_ends_clean(
     migrated_url: str,
     seed: int,
     kill: bool,
-    attributes: dict[str, dict[str, str]] | None,
+    tree: str,
 ) -> None:
-    tree = walkthrough_tree(attributes)
-    await _run(stack, subjects, js, migrated_url, count=300, seed=seed + kill, kill=kill, tree=tree)
+    await _run(
+        stack,
+        subjects,
+        js,
+        migrated_url,
+        count=300,
+        seed=seed + kill,
+        kill=kill,
+        tree=TREES[tree](),
+    )

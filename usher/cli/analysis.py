@@ -183,6 +183,31 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     help="Set NODE's usher.io/lending-limit (L2) on every replayed tree, e.g."
     " 'team-a=cpu=4, nvidia.com/gpu=2'; NODE= removes it. Repeatable.",
 )
+@click.option(
+    "--reclaim-with-own-victims",
+    "own_victims",
+    multiple=True,
+    metavar="NODE=true|false",
+    help="Set NODE's usher.io/reclaim-with-own-victims (P1) on every replayed tree; NODE="
+    " removes it. Repeatable.",
+)
+@click.option(
+    "--preempt-while-borrowing",
+    "while_borrowing",
+    multiple=True,
+    metavar="NODE=VALUE",
+    help="Set NODE's usher.io/preempt-while-borrowing (P2: Never, LowerPriority or"
+    " LowerPriorityBorrowersOnly, optionally :N, N a priority) on every replayed tree; NODE="
+    " removes it. Repeatable.",
+)
+@click.option(
+    "--within-quota-request",
+    "within_request",
+    multiple=True,
+    metavar="NODE=Any|WithinMin",
+    help="Set NODE's usher.io/within-quota-request (P3) on every replayed tree; NODE= removes"
+    " it. Repeatable.",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
@@ -220,6 +245,9 @@ def what_if_command(
     burst_zones: str | None,
     reclaim_within: tuple[str, ...],
     lending_limit: tuple[str, ...],
+    own_victims: tuple[str, ...],
+    while_borrowing: tuple[str, ...],
+    within_request: tuple[str, ...],
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
@@ -245,12 +273,21 @@ def what_if_command(
     min-runtime, ready-deadline and requeue-backoff wakeups.
     Recorded decisions are ignored; finishes and deletions happen when they happened.
     --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed,
-    --reclaim-within and --lending-limit those lending attributes (L1, L2).
+    --reclaim-within and --lending-limit those lending attributes (L1, L2),
+    --reclaim-with-own-victims, --preempt-while-borrowing and --within-quota-request a node's
+    preemption policies (P1-P3).
     """
     lending = [(whatif.RECLAIM_WITHIN_FLAG, raw) for raw in reclaim_within]
     lending += [(whatif.LENDING_LIMIT_FLAG, raw) for raw in lending_limit]
+    preemption = {
+        whatif.RECLAIM_WITH_OWN_VICTIMS_FLAG: own_victims,
+        whatif.PREEMPT_WHILE_BORROWING_FLAG: while_borrowing,
+        whatif.WITHIN_QUOTA_REQUEST_FLAG: within_request,
+    }
     try:
-        zone_policy = whatif.parse_zone_policy(zone_max, zone_lists, burst_zones, lending=lending)
+        zone_policy = whatif.parse_zone_policy(
+            zone_max, zone_lists, burst_zones, preemption, lending=lending
+        )
     except whatif.ZonePolicyError as exc:
         fail(str(exc), EXIT_USAGE)
     changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s, half_life)
@@ -258,7 +295,8 @@ def what_if_command(
         fail(
             "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
             "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones, --burst-zones, "
-            "--reclaim-within or --lending-limit",
+            "--reclaim-within, --lending-limit, --reclaim-with-own-victims, "
+            "--preempt-while-borrowing or --within-quota-request",
             EXIT_USAGE,
         )
     base_half_life = _half_life("--baseline-half-life", baseline_half_life)

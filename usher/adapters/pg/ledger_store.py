@@ -7,7 +7,8 @@ node's cap in the reservation's zone (Z1, ``ledger_zones``) and the idle guarant
 keep (L1, L2, ``ledger_lending``);
 carries out preemptions after re-checking the reclaim rules against its own rows (victims
 admitted, past their minimum runtime, borrowing what the preemptor needs or of lower priority
-in its leaf; the preemptor within its guarantee and fitting without them) and holds the
+in its leaf; the preemptor within its guarantee and fitting without them; the leaf's
+preemption policy, P1-P3, by ``policy_refusal``) and holds the
 preemptor's capacity in the same transaction; applies batches of cluster events (finish,
 delete, observed suspension, tree) with the consumer offset; writes the transactional outbox
 (built by the caller from what was decided) in the same transaction as the rows it describes,
@@ -88,6 +89,15 @@ from usher.core.rules.arbitration import (
 )
 from usher.core.rules.holds import HoldOrder, branch_tree, carry_out
 from usher.core.rules.lending import Lending, path_lending
+from usher.core.rules.preemption_policy import (
+    PreemptionPolicy,
+    claim_without,
+    lender_keeps_guarantee,
+    path_preemption_policy,
+    policy_refusal,
+    preempts_in_leaf,
+    takes_while_borrowing,
+)
 from usher.core.rules.readiness import readiness_policy, requeued_preemption_refusal
 from usher.core.rules.reclaim import (
     NodePolicy,
@@ -695,14 +705,38 @@ class LedgerStore:
             if refused is not None:
                 return refused
         zones = await ZoneGuarantees.load(conn, leaves, preemptor.zone)  # Z4
-        within = within_guarantee(
-            claims.get(mine, {}), {}, minimums.get(mine, {}), request
-        ) and zones.within(mine, request)
+        preemption = await self._preemption_policy(conn, mine)  # P1-P3
+        within = _within_once_own_leave(preemption, preemptor, victims, claims, minimums, zones)
+        in_leaf = preempts_in_leaf(preemption, request, minimums.get(mine, {}))
         lower = policies[mine][0] == "LowerPriority"
         reclaim = await self._lending(conn, mine)  # L1
         present = await _present(conn, leaves)
         for victim in victims:
-            why = victim_refusal(
+            keeps = (
+                victim.quota == mine
+                or victim.quota not in present
+                or lender_keeps_guarantee(
+                    claims.get(victim.quota, {}),
+                    victim.requests,
+                    minimums.get(victim.quota, {}),
+                    request,
+                )
+            )
+            may = within or takes_while_borrowing(
+                preemption, preemptor.priority, victim.priority, lender_keeps=keeps
+            )
+            why = policy_refusal(
+                preemptor.workload,
+                mine,
+                preemptor.priority,
+                victim.workload,
+                victim.quota,
+                victim.priority,
+                policy=preemption,
+                within=within,
+                in_leaf=in_leaf,
+                lender_keeps=keeps,
+            ) or victim_refusal(
                 preemptor.workload,
                 mine,
                 preemptor.priority,
@@ -712,7 +746,7 @@ class LedgerStore:
                 ran_ms=_ran_ms(victim, now),
                 min_runtime_ms=policies[victim.quota][1],
                 lower_priority=lower,
-                within=within,
+                within=may,
                 lending=reclaim,
                 borrowing=victim.quota not in present
                 or borrowed_resource(
@@ -728,6 +762,14 @@ class LedgerStore:
                 claim[resource] = claim.get(resource, 0) - amount
             zones.add(victim.quota, victim.zone, dict(victim.requests), -1)
         return None
+
+    async def _preemption_policy(self, conn: AsyncConnection, leaf: QuotaPath) -> PreemptionPolicy:
+        """The preemption policy of ``leaf`` (P1-P3), inherited down the tree."""
+        rows = await conn.execute(
+            select(NODES.c.path, NODES.c.attributes).where(NODES.c.path.in_(path_of(leaf)))
+        )
+        attributes = {QuotaPath(p): dict(a or {}) for p, a in rows}
+        return path_preemption_policy([attributes.get(p, {}) for p in path_of(leaf)])
 
     async def _readiness(self, conn: AsyncConnection, leaf: QuotaPath) -> ReadinessPolicy:
         """The readiness policy of ``leaf`` (R10), inherited down the tree."""
@@ -1253,6 +1295,30 @@ def _group_usage(hold: _Alloc | None, victims: Iterable[_Alloc]) -> dict[_Key, i
 def _counts(row: _Alloc) -> dict[_Key, int]:
     """What ``row`` alone counts on each (node, resource) of its path."""
     return {key: row.requests[key[1]] for key in _keys(row.quota, row.requests)}
+
+
+def _within_once_own_leave(
+    policy: PreemptionPolicy,
+    preemptor: Reservation,
+    victims: Sequence[_Alloc],
+    claims: dict[QuotaPath, dict[str, int]],
+    minimums: dict[QuotaPath, dict[str, int]],
+    zones: ZoneGuarantees,
+) -> bool:
+    """Whether ``preemptor`` asks within its leaf's guarantee (R5) on the ledger's rows; with
+    P1 on its leaf, judged with the victims of its own leaf set aside, as the engine does."""
+    mine, request = preemptor.quota, shape_of(preemptor.requests)
+    own = [v for v in victims if v.quota == mine] if policy.with_own_victims else []
+    claim = claim_without(claims.get(mine, {}), [v.requests for v in own])
+    for victim in own:
+        zones.add(mine, victim.zone, dict(victim.requests), -1)
+    try:
+        return within_guarantee(claim, {}, minimums.get(mine, {}), request) and zones.within(
+            mine, request
+        )
+    finally:
+        for victim in own:
+            zones.add(mine, victim.zone, dict(victim.requests), 1)
 
 
 def _ran_ms(victim: _Alloc, now: datetime) -> int:

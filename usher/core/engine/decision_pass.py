@@ -22,6 +22,7 @@ from usher.core.engine.data import OfferKey
 from usher.core.engine.reclaim_search import find_victims
 from usher.core.gates import chain
 from usher.core.model import reasons
+from usher.core.rules.preemption_policy import may_preempt_beyond_guarantee
 from usher.core.state.indexed import Job, Placement, Shape, SortKey, shape_with
 from usher.core.tree.zone_fallback import passed_over, zone_choice
 
@@ -258,7 +259,8 @@ class DecisionPass:
                 return True
         if cursor is not None and (not queue.entries or queue.entries[-1] <= cursor):
             return False
-        if info.within_quota == "LowerPriority" and leaf in e.leaf_admitted:
+        lower = info.within_quota == "LowerPriority" and leaf in e.leaf_admitted
+        if may_preempt_beyond_guarantee(info.preemption, lower):
             return True
         return any(e.state.jobs[k].leaf == leaf for k in e.state.held)
 

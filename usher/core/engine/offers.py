@@ -20,6 +20,7 @@ from schemas import (
 from usher.core.engine.data import OfferKey
 from usher.core.engine.shortfall import Shortfalls
 from usher.core.gates import chain
+from usher.core.rules.preemption_policy import may_preempt_beyond_guarantee
 from usher.core.state.indexed import (
     ADMITTED,
     INADMISSIBLE,
@@ -146,7 +147,8 @@ class Offers(Shortfalls):
             # Held (R14, or a spent budget, B1): only a preemptor whose hold the ledger
             # already granted may move.
             return any(self.state.jobs[k].leaf == info.path for k in self.state.held)
-        if info.within_quota == "LowerPriority" and info.path in self.leaf_admitted:
+        lower = info.within_quota == "LowerPriority" and info.path in self.leaf_admitted
+        if may_preempt_beyond_guarantee(info.preemption, lower):
             return True
         if any(self.within_min(info, shape) for shape in queue.shapes):
             return True

@@ -18,7 +18,7 @@ unordered collection where the order could reach a decision.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import chain
 from typing import TYPE_CHECKING, Final
 
@@ -28,9 +28,16 @@ from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
 from usher.core.rules.arbitration import earlier_preemption_refusal
 from usher.core.rules.lending import may_reclaim_from
+from usher.core.rules.preemption_policy import (
+    lender_keeps_guarantee,
+    may_preempt_beyond_guarantee,
+    policy_refusal,
+    preempts_in_leaf,
+    takes_while_borrowing,
+)
 from usher.core.rules.readiness import requeued_preemption_refusal
 from usher.core.rules.reclaim import borrowed_resource, victim_refusal
-from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement, QuotaNodeInfo
+from usher.core.state.indexed import ADMITTED, PENDING, Job, Placement, QuotaNodeInfo, Shape
 from usher.core.tree.zone_burst import burst_first
 from usher.core.tree.zone_quota import within_zone_min, zone_borrowed_resource
 
@@ -48,9 +55,11 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     """Victims that make room for ``job`` (section 5), already removed from usage."""
     assert job.leaf is not None
     leaf = e.state.tree.nodes[job.leaf]
+    policy = leaf.preemption
     within = within_guarantee(e, job)
-    lower = leaf.within_quota == "LowerPriority"
-    if not within and not lower:
+    lower = leaf.within_quota == "LowerPriority" and preempts_in_leaf(policy, job.shape, leaf.min)
+    borrowing = not within and policy.while_borrowing is not None
+    if not within and not lower and not borrowing:
         return None
     if requeued_preemption_refusal(job.key, job.requeues, leaf.readiness) is not None:
         return None  # R10: requeued for readiness, it takes only free room
@@ -60,22 +69,74 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         return None  # no eviction can make a too-large pod fit
     if e.state.stops and _fits_once_stopped(e, job):
         return None  # room is coming: preempting more would take what is not needed
-    memo = (job.leaf, job.shape, job.priority if lower or _by_priority(leaf) else 0, job.zone)
+    priority = lower or borrowing or _by_priority(leaf)
+    memo = (job.leaf, job.shape, job.priority if priority else 0, job.zone)
     if e.state.reclaim_failed.get(memo) == e.state.version:
         return None
-    cross = _reclaimable(leaf, job, _cross_leaf_candidates(e, job)) if within else iter(())
-    same = _same_leaf_candidates(e, job) if lower else iter(())
-    candidates = chain(((v, True) for v in cross), ((v, False) for v in same))
-    removed = _remove_until_fits(e, job, candidates)
+
+    def fits() -> bool:
+        return e.fits(job)
+
+    removed = None
+    if not within and lower and policy.with_own_victims:
+        removed = _joint_search(e, job)  # P1: its own victims may bring it within its min
+    if removed is None:
+        cross = _lent_to(e, job) if within else _taken_while_borrowing(e, job)
+        kind = _RECLAIM if within else _WHILE_BORROWING
+        same = _same_leaf_candidates(e, job) if lower else iter(())
+        candidates = chain(((v, kind) for v in cross), ((v, _OWN) for v in same))
+        removed = _remove_until_fits(e, job, candidates, fits)
+        if removed is not None:
+            removed = _put_back(e, removed, fits)
     if removed is None:
         e.state.reclaim_failed[memo] = e.state.version
-        return None
-    return _put_back(e, job, removed)
+    return removed
+
+
+_RECLAIM: Final = "reclaim"
+"""A candidate of another leaf, taken to restore ``job``'s guarantee (R5)."""
+_WHILE_BORROWING: Final = "while-borrowing"
+"""A candidate of another leaf, taken by ``job`` asking beyond its guarantee (P2)."""
+_OWN: Final = "own"
+"""A lower-priority candidate of ``job``'s own leaf (``LowerPriority``)."""
+
+
+def _joint_search(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
+    """P1: one search over other leaves' borrowers (nearest first) and then ``job``'s own
+    lower-priority work, a set found only when ``job`` fits and, its own victims set aside,
+    asks within its guarantee -- the condition every borrower it takes needs (R5)."""
+
+    def fits_within() -> bool:
+        return e.fits(job) and within_guarantee(e, job)
+
+    cross = ((v, _RECLAIM) for v in _lent_to(e, job))
+    own = ((v, _OWN) for v in _same_leaf_candidates(e, job))
+    removed = _remove_until_fits(e, job, chain(cross, own), fits_within)
+    return None if removed is None else _put_back(e, removed, fits_within)
+
+
+def _taken_while_borrowing(e: EngineContext, job: Job) -> Iterator[Job]:
+    """P2: other leaves' borrowers, in reclaim order, that ``job`` asking beyond its guarantee
+    may take; none where the tree does not allow preempting while borrowing."""
+    assert job.leaf is not None
+    policy = e.state.tree.nodes[job.leaf].preemption
+    if policy.while_borrowing is None:
+        return
+    for victim in _lent_to(e, job):
+        if takes_while_borrowing(policy, job.priority, victim.priority, lender_keeps=True):
+            yield victim  # whether its leaf keeps its guarantee is judged as it is taken
 
 
 def _by_priority(leaf: QuotaNodeInfo) -> bool:
     """Whether the leaf's reclaims depend on the preemptor's priority (L1 LowerPriority)."""
     return leaf.lending.reclaim == "LowerPriority"
+
+
+def _lent_to(e: EngineContext, job: Job) -> Iterator[Job]:
+    """Other leaves' borrowers (``_cross_leaf_candidates``) that ``job``'s leaf may take
+    back under L1, for every search that takes them (R5, P1, P2)."""
+    assert job.leaf is not None
+    return _reclaimable(e.state.tree.nodes[job.leaf], job, _cross_leaf_candidates(e, job))
 
 
 def _reclaimable(leaf: QuotaNodeInfo, job: Job, candidates: Iterator[Job]) -> Iterator[Job]:
@@ -87,17 +148,17 @@ def _reclaimable(leaf: QuotaNodeInfo, job: Job, candidates: Iterator[Job]) -> It
 
 
 def _remove_until_fits(
-    e: EngineContext, job: Job, candidates: Iterator[tuple[Job, bool]]
+    e: EngineContext, job: Job, candidates: Iterator[tuple[Job, str]], fits: Callable[[], bool]
 ) -> list[tuple[Job, Reason]] | None:
     removed: list[tuple[Job, Reason]] = []
-    deferred: list[tuple[Job, bool]] = []
-    for victim, cross in candidates:
+    deferred: list[tuple[Job, str]] = []
+    for victim, kind in candidates:
         if _frees_no_capped_zone(e, job, victim):
-            deferred.append((victim, cross))
-        elif _remove_fits(e, job, victim, cross, removed):
+            deferred.append((victim, kind))
+        elif _remove_fits(e, job, victim, kind, removed) and fits():
             return removed
-    for victim, cross in deferred:
-        if _remove_fits(e, job, victim, cross, removed):
+    for victim, kind in deferred:
+        if _remove_fits(e, job, victim, kind, removed) and fits():
             return removed
     for victim, _ in reversed(removed):
         assert victim.used_path is not None
@@ -106,21 +167,55 @@ def _remove_until_fits(
 
 
 def _remove_fits(
-    e: EngineContext, job: Job, victim: Job, cross: bool, removed: list[tuple[Job, Reason]]
+    e: EngineContext, job: Job, victim: Job, kind: str, removed: list[tuple[Job, Reason]]
 ) -> bool:
-    """Take ``victim`` out of usage if it may be one (appended to ``removed``); whether
-    ``job`` fits now."""
+    """Take ``victim`` out of usage if it may be one (appended to ``removed``); whether it was
+    taken (a borrower whose leaf no longer borrows is not)."""
     assert victim.used_path is not None
-    if cross:
-        why = borrowing_reason(e, job, victim.used_path, victim.zone)
-        if why is None:
-            return False  # its leaf is no longer borrowing: it keeps running
-    else:
-        assert job.leaf is not None
+    assert job.leaf is not None
+    if kind == _OWN:
         why = reasons.lower_priority(job.key, job.priority, victim.priority, job.leaf)
+    else:
+        reclaimed = borrowing_reason(e, job, victim.used_path, victim.zone)
+        if reclaimed is None:
+            return False  # its leaf is no longer borrowing: it keeps running
+        if kind == _WHILE_BORROWING and not _lender_keeps(
+            e, job, victim.used_path, victim.used_shape
+        ):
+            return False  # P2 BorrowersOnly: only what its leaf borrows beyond its guarantee
+        why = reclaimed if kind == _RECLAIM else _while_borrowing_reason(job, victim, reclaimed)
     e.unaccount(victim.used_path, victim.used_shape, victim.zone)
     removed.append((victim, why))
-    return e.fits(job)
+    return True
+
+
+def _lender_keeps(e: EngineContext, job: Job, path: QuotaPath, usage: Shape) -> bool:
+    """P2 ``LowerPriorityBorrowersOnly``: whether the leaf at ``path`` keeps its guarantee on
+    what ``job`` asks once a victim's ``usage`` there has left (True where ``job``'s leaf does
+    not ask it; a vanished leaf guarantees nothing)."""
+    assert job.leaf is not None
+    borrowing = e.state.tree.nodes[job.leaf].preemption.while_borrowing
+    info = e.state.tree.nodes.get(path)
+    if info is None or borrowing is None or not borrowing.borrowers_only:
+        return True
+    claim = {r: info.used.get(r, 0) - info.residual.get(r, 0) for r, _ in job.shape}
+    return lender_keeps_guarantee(claim, dict(usage), info.min, job.shape)
+
+
+def _while_borrowing_reason(job: Job, victim: Job, reclaimed: Reason) -> Reason:
+    """P2's wording of a borrower taken while borrowing, with the numbers of its reclaim."""
+    assert job.leaf is not None and reclaimed.node is not None and reclaimed.resource is not None
+    return reasons.reclaimed_while_borrowing(
+        job.key,
+        job.priority,
+        job.leaf,
+        victim.priority,
+        reclaimed.node,
+        reclaimed.resource,
+        reclaimed.used or 0,
+        reclaimed.limit or 0,
+        reclaimed.requested or 0,
+    )
 
 
 def _frees_no_capped_zone(e: EngineContext, job: Job, victim: Job) -> bool:
@@ -132,14 +227,14 @@ def _frees_no_capped_zone(e: EngineContext, job: Job, victim: Job) -> bool:
 
 
 def _put_back(
-    e: EngineContext, job: Job, removed: list[tuple[Job, Reason]]
+    e: EngineContext, removed: list[tuple[Job, Reason]], fits: Callable[[], bool]
 ) -> list[tuple[Job, Reason]]:
-    """Minimal victim set: return, in reverse order, every victim W still fits beside."""
+    """Minimal victim set: return, in reverse order, every victim ``fits`` still holds beside."""
     for index in range(len(removed) - 1, -1, -1):
         victim = removed[index][0]
         assert victim.used_path is not None
         e.account(victim.used_path, victim.used_shape, victim.zone)
-        if e.fits(job):
+        if fits():
             del removed[index]
         else:
             e.unaccount(victim.used_path, victim.used_shape, victim.zone)
@@ -337,13 +432,16 @@ def check_preemption(
         return requeued
     if (earlier := earlier_preemption_refusal(job.key, _earlier_victims(e, job))) is not None:
         return earlier
-    within = within_guarantee(e, job)
+    within = _within_once_own_leave(e, job, victims)
     lower = info.within_quota == "LowerPriority"
+    in_leaf = preempts_in_leaf(info.preemption, job.shape, info.min)
     removed: list[Placement] = []
     try:
         for key in victims:
             victim = e.state.jobs.get(key)
-            refusal = _victim_refusal(e, job, victim, key, within=within, lower=lower)
+            refusal = _victim_refusal(
+                e, job, victim, key, within=within, lower=lower, in_leaf=in_leaf
+            )
             if refusal is not None:
                 return refusal
             where = _victim_placement(e, victim, key)
@@ -358,6 +456,27 @@ def check_preemption(
             e.account(*where)
 
 
+def _within_once_own_leave(e: EngineContext, job: Job, victims: Sequence[WorkloadKey]) -> bool:
+    """Whether ``job`` asks within its guarantee (R5); with P1 on its leaf, judged with the
+    victims of its own leaf among ``victims`` set aside (the state is left as it was)."""
+    assert job.leaf is not None
+    if not e.state.tree.nodes[job.leaf].preemption.with_own_victims:
+        return within_guarantee(e, job)
+    own = [
+        where
+        for key in victims
+        if (where := _victim_placement(e, e.state.jobs.get(key), key)) is not None
+        and where[0] == job.leaf
+    ]
+    for where in own:
+        e.unaccount(*where)
+    try:
+        return within_guarantee(e, job)
+    finally:
+        for where in reversed(own):
+            e.account(*where)
+
+
 def _victim_placement(e: EngineContext, victim: Job | None, key: WorkloadKey) -> Placement | None:
     """Where a victim's usage counts: admitted, or finished and not yet released by the
     ledger (which still holds it as admitted, R7); None if neither."""
@@ -367,7 +486,14 @@ def _victim_placement(e: EngineContext, victim: Job | None, key: WorkloadKey) ->
 
 
 def _victim_refusal(
-    e: EngineContext, job: Job, victim: Job | None, key: WorkloadKey, *, within: bool, lower: bool
+    e: EngineContext,
+    job: Job,
+    victim: Job | None,
+    key: WorkloadKey,
+    *,
+    within: bool,
+    lower: bool,
+    in_leaf: bool,
 ) -> Reason | None:
     where = _victim_placement(e, victim, key)
     if where is None:
@@ -378,21 +504,37 @@ def _victim_refusal(
         )
     path = where[0]
     assert job.leaf is not None
+    policy = e.state.tree.nodes[job.leaf].preemption
+    priority = None if victim is None else victim.priority
+    keeps = path == job.leaf or _lender_keeps(e, job, path, where[1])
+    refused = policy_refusal(
+        job.key,
+        job.leaf,
+        job.priority,
+        key,
+        path,
+        priority,
+        policy=policy,
+        within=within,
+        in_leaf=in_leaf,
+        lender_keeps=keeps,
+    )
+    if refused is not None:
+        return refused
+    may = within or takes_while_borrowing(policy, job.priority, priority, lender_keeps=keeps)
     return victim_refusal(
         job.key,
         job.leaf,
         job.priority,
         key,
         path,
-        None if victim is None else victim.priority,
+        priority,
         ran_ms=None if victim is None else e.state.now - victim.admitted_ms,
         min_runtime_ms=e.min_runtime(path),
         lower_priority=lower,
-        within=within,
+        within=may,
         lending=e.state.tree.nodes[job.leaf].lending,
-        borrowing=path != job.leaf
-        and within
-        and borrowing_reason(e, job, path, where[2]) is not None,
+        borrowing=path != job.leaf and may and borrowing_reason(e, job, path, where[2]) is not None,
     )
 
 
@@ -454,10 +596,17 @@ def _reclaim_refusal(e: EngineContext, job: Job) -> str | None:
     info = e.state.tree.nodes[job.leaf]
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return f"no schedulable node of zone {job.zone} can host one of its pods"
-    if info.lending.reclaim == "Never" and info.within_quota != "LowerPriority":
+    lower = info.within_quota == "LowerPriority"
+    in_leaf = preempts_in_leaf(info.preemption, job.shape, info.min)
+    if info.lending.reclaim == "Never" and not lower:
         return f"{job.leaf} reclaims from no other leaf (usher.io/reclaim-within: Never, L1)"
-    if within_guarantee(e, job) or info.within_quota == "LowerPriority":
+    if within_guarantee(e, job) or may_preempt_beyond_guarantee(info.preemption, lower and in_leaf):
         return None
+    if lower and not in_leaf:
+        return (
+            f"it asks more than the min of {job.leaf}, so it may not preempt in its leaf "
+            "(usher.io/within-quota-request: WithinMin), and reclaim only restores a guarantee"
+        )
     zone_min = info.zone_min.get(job.zone, {}) if e.within_min(info, job.shape) else {}
     for resource, amount in job.shape:
         if resource not in zone_min:

@@ -20,7 +20,8 @@ the replay. ``tree`` replaces every recorded ``QuotaTreeApplied`` in the replaye
 applied at ``since`` when the folded part already had a tree): it is in force throughout.
 ``zone_policy`` (``with_zone_policy``) sets zone attributes -- a node's ``usher.io/zone-max``
 (Z1) and default ``usher.io/zones`` (Z3), the root's ``usher.io/burst-zones`` (Z3) -- and a
-node's lending policy (``usher.io/reclaim-within`` L1, ``usher.io/lending-limit`` L2) on every
+node's lending policy (``usher.io/reclaim-within`` L1, ``usher.io/lending-limit`` L2) and
+preemption policies (P1-P3: ``PREEMPTION_FLAGS``) on every
 tree the run replays (each recorded version, ``tree`` when given, and the tree in force at
 ``since``), so the engine decides with them exactly as it would have. A job's own
 ``usher.io/zones`` annotation was fixed when it was observed (the log has it) and still wins;
@@ -37,9 +38,10 @@ What it must never do: perform I/O, read a clock, or feed a recorded decision to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -94,8 +96,14 @@ from usher.core.tree.quota_tree import iter_nodes, validate_tree
 from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
 from usher.core.tree.zone_names import parse_zone_names
 from usher.core.tree.zone_quota import ZONE_MAX_ATTRIBUTE, parse_zone_max
-from usher.core.values import registry
-from usher.core.values.registry import LENDING_LIMIT, RECLAIM_WITHIN
+from usher.core.values.registry import (
+    LENDING_LIMIT,
+    PREEMPT_WHILE_BORROWING,
+    RECLAIM_WITH_OWN_VICTIMS,
+    RECLAIM_WITHIN,
+    WITHIN_QUOTA_REQUEST,
+    Setting,
+)
 
 DEFAULT_WINDOW_MS = 20
 DEFAULT_LIMIT = 10
@@ -176,11 +184,27 @@ class ZonePolicy:
         return "; ".join(parts)
 
 
+RECLAIM_WITH_OWN_VICTIMS_FLAG = "--reclaim-with-own-victims"
+PREEMPT_WHILE_BORROWING_FLAG = "--preempt-while-borrowing"
+WITHIN_QUOTA_REQUEST_FLAG = "--within-quota-request"
+PREEMPTION_FLAGS: dict[str, Setting[Any]] = {
+    RECLAIM_WITH_OWN_VICTIMS_FLAG: RECLAIM_WITH_OWN_VICTIMS,
+    PREEMPT_WHILE_BORROWING_FLAG: PREEMPT_WHILE_BORROWING,
+    WITHIN_QUOTA_REQUEST_FLAG: WITHIN_QUOTA_REQUEST,
+}
+"""The per-node flags of the preemption policies (P1-P3) and the setting each one sets."""
+
+_POLICY_FLAGS: dict[str, Setting[Any]] = {
+    RECLAIM_WITHIN_FLAG: RECLAIM_WITHIN,  # L1
+    LENDING_LIMIT_FLAG: LENDING_LIMIT,  # L2
+    **PREEMPTION_FLAGS,
+}
+"""Every per-node flag that sets a registry setting (L1, L2, P1-P3)."""
+
 _ATTRIBUTES = {
     ZONE_MAX_FLAG: ZONE_MAX_ATTRIBUTE,
     ZONES_FLAG: DEFAULT_ZONES_ATTRIBUTE,
-    RECLAIM_WITHIN_FLAG: RECLAIM_WITHIN.key,  # L1
-    LENDING_LIMIT_FLAG: LENDING_LIMIT.key,  # L2
+    **{flag: setting.key for flag, setting in _POLICY_FLAGS.items()},
 }
 """The tree attribute each per-node flag sets."""
 
@@ -189,18 +213,25 @@ def parse_zone_policy(
     zone_max: Sequence[str],
     zones: Sequence[str],
     burst_zones: str | None,
+    preemption: Mapping[str, Sequence[str]] | None = None,
     *,
     lending: Sequence[tuple[str, str]] = (),
 ) -> ZonePolicy | None:
     """The zone policy of ``--zone-max NODE=VALUE``, ``--zones NODE=LIST`` (each repeatable)
-    and ``--burst-zones LIST``, every value in its attribute's own syntax and an empty one
-    removing the attribute; None when no flag is given. Raises ``ZonePolicyError``.
-    ``lending`` adds ``(flag, NODE=VALUE)`` pairs of ``--reclaim-within`` (L1) and
-    ``--lending-limit`` (L2), set on the replayed trees the same way."""
+    and ``--burst-zones LIST``, with the preemption policies' per-node flags (``preemption``:
+    flag of ``PREEMPTION_FLAGS`` -> its ``NODE=VALUE`` values, P1-P3) and ``lending``'s
+    ``(flag, NODE=VALUE)`` pairs of ``--reclaim-within`` (L1) and ``--lending-limit`` (L2),
+    every value in its attribute's own syntax and an empty one removing the attribute; None
+    when no flag is given. Raises ``ZonePolicyError``."""
     settings = [
         *(_node_setting(ZONE_MAX_FLAG, raw) for raw in zone_max),
         *(_node_setting(ZONES_FLAG, raw) for raw in zones),
         *(_node_setting(flag, raw) for flag, raw in lending),
+        *(
+            _node_setting(flag, raw)
+            for flag, values in (preemption or {}).items()
+            for raw in values
+        ),
     ]
     seen: set[tuple[str, str]] = set()
     for setting in settings:
@@ -237,8 +268,8 @@ def _value_problem(flag: str, value: str) -> str | None:
     if flag == ZONE_MAX_FLAG:
         errors = parse_zone_max({ZONE_MAX_ATTRIBUTE: value}, "")[1]
         return "; ".join(error.message for error in errors) or None
-    if flag in (RECLAIM_WITHIN_FLAG, LENDING_LIMIT_FLAG):
-        refused = registry.setting(_ATTRIBUTES[flag]).refusal({_ATTRIBUTES[flag]: value}, "")
+    if flag in _POLICY_FLAGS:
+        refused = _POLICY_FLAGS[flag].refusal({_POLICY_FLAGS[flag].key: value}, "")
         return None if refused is None else refused.message
     return parse_zone_names(value)[1]
 

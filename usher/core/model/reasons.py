@@ -325,6 +325,79 @@ def beyond_guarantee(preemptor: WorkloadKey, leaf: QuotaPath, victim: WorkloadKe
     return stale_view(preemptor, f"{preemptor} asks beyond the guarantee of {leaf}", victim)
 
 
+def reclaimed_while_borrowing(
+    preemptor: WorkloadKey,
+    priority: int,
+    preemptor_leaf: QuotaPath,
+    victim_priority: int,
+    victim_leaf: QuotaPath,
+    resource: str,
+    used: int,
+    minimum: int,
+    requested: int,
+) -> Reason:
+    """Preempted: a workload asking beyond its leaf's guarantee took a lower-priority borrower
+    of another leaf, as ``usher.io/preempt-while-borrowing`` lets it (P2)."""
+    message = (
+        f"{preemptor} (priority {priority}) of {preemptor_leaf} preempts while borrowing "
+        f"(usher.io/preempt-while-borrowing): {victim_leaf} borrows {resource} "
+        f"({used_over(resource, used, bound('min', resource, minimum))}), "
+        f"priority {victim_priority}"
+    )
+    return Reason(
+        code="ReclaimWhileBorrowing",
+        message=message,
+        node=victim_leaf,
+        resource=resource,
+        used=used,
+        requested=requested,
+        limit=minimum,
+        blocker=preemptor,
+    )
+
+
+def beyond_guarantee_in_leaf(
+    preemptor: WorkloadKey, leaf: QuotaPath, victim: WorkloadKey
+) -> Reason:
+    """A reclaim refused: a victim of the preemptor's own ``leaf`` while the preemptor asks more
+    than the leaf's ``min`` and ``usher.io/within-quota-request: WithinMin`` is in force (P3)."""
+    detail = (
+        f"{preemptor} asks more than the min of {leaf}, so it may not preempt {victim} in it "
+        "(usher.io/within-quota-request: WithinMin)"
+    )
+    return stale_view(preemptor, detail, victim)
+
+
+def not_taken_while_borrowing(
+    preemptor: WorkloadKey,
+    priority: int,
+    victim: WorkloadKey,
+    victim_priority: int | None,
+    threshold: int | None,
+) -> Reason:
+    """A reclaim refused: the preemptor asks beyond its guarantee and may preempt other leaves'
+    borrowers only of lower priority (at most ``threshold``, when set), which ``victim`` is not
+    (P2)."""
+    limit = f"below {priority}" + ("" if threshold is None else f" and at most {threshold}")
+    has = "no priority (it has ended)" if victim_priority is None else f"priority {victim_priority}"
+    detail = (
+        f"{preemptor} asks beyond its guarantee and preempts while borrowing only priorities "
+        f"{limit} (usher.io/preempt-while-borrowing); {victim} has {has}"
+    )
+    return stale_view(preemptor, detail, victim)
+
+
+def lender_below_guarantee(preemptor: WorkloadKey, victim: WorkloadKey, leaf: QuotaPath) -> Reason:
+    """A reclaim refused: the preemptor asks beyond its guarantee, and taking ``victim`` would
+    leave its ``leaf`` below its own guarantee -- preempting while borrowing takes only what
+    another leaf borrows (P2)."""
+    detail = (
+        f"{preemptor} asks beyond its guarantee and preempts while borrowing only what other "
+        f"leaves borrow; without {victim}, {leaf} would hold less than its min"
+    )
+    return stale_view(preemptor, detail, victim)
+
+
 def requeued_takes_free_room(preemptor: WorkloadKey, requeues: int) -> Reason:
     """A reclaim refused: the preemptor was requeued for readiness before and takes only free
     room on its later attempts (R10)."""

@@ -26,6 +26,7 @@ from usher.core.model.config import EngineConfig, ReadinessPolicy, WithinQuota
 from usher.core.rules.arbitration import effective_cap
 from usher.core.rules.fairshare import DEFAULT_WEIGHT, fair_weight
 from usher.core.rules.lending import LENDS_ALL, Lending, node_lending, reserving_nodes
+from usher.core.rules.preemption_policy import DEFAULT_POLICY, preemption_policy
 from usher.core.rules.readiness import Readiness, readiness_policy
 from usher.core.rules.reclaim import NodePolicy, node_policy
 from usher.core.rules.retry import RetryPolicy, retry_policy
@@ -122,6 +123,7 @@ class QuotaNodeInfo:
         "namespaces",
         "parent",
         "path",
+        "preemption",
         "queue",
         "readiness",
         "residual",
@@ -153,6 +155,8 @@ class QuotaNodeInfo:
         counts for fit, not for ``min`` (borrowing, reclaim) -- it leaves once they stop."""
         self.within_quota: WithinQuota = "Never"
         self.min_runtime_ms = 0
+        self.preemption = DEFAULT_POLICY
+        """Who may preempt whom beyond R5's defaults (P1-P3), inherited down the tree."""
         self.readiness = ReadinessPolicy()
         """Ready timeout, requeue backoff and attempts, inherited down the tree (R10)."""
         self.retry = RetryPolicy()
@@ -245,6 +249,9 @@ class TreeIndex:
             info = QuotaNodeInfo(path, node, parent)
             info.cap = {r: effective_cap(m, config.oversell_rate) for r, m in info.max.items()}
             info.within_quota, info.min_runtime_ms = _inherited_attributes(node, parent, config)
+            info.preemption = preemption_policy(
+                node.attributes, parent.preemption if parent is not None else DEFAULT_POLICY
+            )
             info.readiness = readiness_policy(
                 node.attributes, parent.readiness if parent is not None else config.readiness
             )

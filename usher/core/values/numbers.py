@@ -3,7 +3,8 @@
 What it does: each parser takes a raw value (the string of a tree attribute, a job annotation or
 a CLI option) and the field path it came from, and returns the number or raises
 ``ValueRefused`` naming that path. The text is ASCII digits only (``str.isdigit`` also takes
-Arabic-Indic and superscript digits; ``[0-9]`` does not), with no sign, no surrounding spaces,
+Arabic-Indic and superscript digits; ``[0-9]`` does not), with no sign (a priority alone may
+start with ``-``), no surrounding spaces,
 no exponent and nothing non-finite; its length is capped (``MOST_DIGITS``) BEFORE any
 conversion, so a 100,000-digit value costs nothing; and every caller states the value's bounds,
 which the message repeats.
@@ -87,6 +88,29 @@ def seconds(
 ) -> int:
     """A whole number of seconds ``low..high`` (default at most 30 days)."""
     return whole(raw, path, low=low, high=high, name=name, unit=" of seconds")
+
+
+MIN_PRIORITY: Final = -(2**31)
+"""The lowest priority a workload may have (a PriorityClass value is an int32, T4)."""
+MAX_PRIORITY: Final = 2**31 - 1
+"""The highest priority a workload may have (T4)."""
+_SIGNED: Final = re.compile(r"-?[0-9]+")
+
+
+def priority(raw: object, path: str, *, name: str | None = None) -> int:
+    """A priority as a PriorityClass value (T4): an optional ``-`` then ASCII digits, within
+    int32 (``"100"``, ``"-5"``)."""
+    label = name or path
+    wanted = f"a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}"
+    text = _string(raw, path, label, wanted)
+    if _SIGNED.fullmatch(text) is None:
+        message = f"{label} must be {wanted} (ASCII digits, optionally after '-'), got {shown(raw)}"
+        raise ValueRefused(path, "invalid-value", message)
+    number = int(text)  # at most MOST_DIGITS ASCII characters
+    if not MIN_PRIORITY <= number <= MAX_PRIORITY:
+        message = f"{label} must be {wanted}, got {shown(raw)}"
+        raise ValueRefused(path, "out-of-range", message)
+    return number
 
 
 def decimal(

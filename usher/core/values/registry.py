@@ -26,6 +26,7 @@ from schemas import FieldError
 from usher.core.model.errors import ValueRefused
 from usher.core.values import names, numbers, quantities, text
 from usher.core.values.numbers import MAX_COUNT, MAX_SECONDS
+from usher.core.values.shown import shown
 
 T = TypeVar("T")
 Scope = Literal["tree", "job", "both"]
@@ -47,6 +48,9 @@ guard holds nothing then; short enough that a large head passed over by a stream
 jobs is served within ten minutes plus the longest run. ``0`` on a node turns it off."""
 
 WITHIN_QUOTA_VALUES: Final = ("Never", "LowerPriority")
+WHILE_BORROWING_VALUES: Final = ("Never", "LowerPriority", "LowerPriorityBorrowersOnly")
+"""``usher.io/preempt-while-borrowing``: but ``Never``, each may add ``:<threshold>``."""
+WITHIN_QUOTA_REQUEST_VALUES: Final = ("Any", "WithinMin")
 HOLD_VALUES: Final = ("hold", "drain")
 BUDGET_ACTION_VALUES: Final = ("hold", "min-only", "lower-priority")
 OVERRUN_VALUES: Final = ("hold", "off")
@@ -126,6 +130,22 @@ def _zones(key: str) -> Callable[[object, str], list[Any]]:
     return partial(names.zone_names, name=key)
 
 
+def _while_borrowing(raw: object, path: str) -> tuple[str, int | None]:
+    """``Never``, ``LowerPriority`` or ``LowerPriorityBorrowersOnly``, the last two optionally
+    with ``:<threshold>`` (a priority, T4), as ``(policy, threshold)``; ``ValueRefused`` naming
+    ``path``."""
+    name = "usher.io/preempt-while-borrowing"
+    if isinstance(raw, str) and raw in WHILE_BORROWING_VALUES:
+        return raw, None
+    policy, colon, written = raw.partition(":") if isinstance(raw, str) else ("", "", "")
+    if colon and policy in WHILE_BORROWING_VALUES[1:]:
+        return policy, numbers.priority(written, path, name=f"the threshold of {name}")
+    code = "invalid-value" if isinstance(raw, str) else "invalid-type"
+    wanted = "Never, LowerPriority or LowerPriorityBorrowersOnly, optionally :N (N a priority)"
+    message = f"{name} must be {wanted}, got {shown(raw)}"
+    raise ValueRefused(path, code, message)
+
+
 _SECONDS_BOUNDS: Final = f"a whole number of seconds, 0 to {MAX_SECONDS} (30 days)"
 _RULE_TEXT_BOUNDS: Final = f"at most {text.MAX_RULE_TEXT} printable characters"
 
@@ -179,6 +199,48 @@ MIN_RUNTIME: Final = Setting(
     example="300",
     bounds=_SECONDS_BOUNDS,
     parse=_seconds("usher.io/min-runtime-seconds"),
+)
+RECLAIM_WITH_OWN_VICTIMS: Final = Setting(
+    key="usher.io/reclaim-with-own-victims",
+    scope="tree",
+    kind="boolean",
+    summary="A leaf's guarantee is judged with the lower-priority work it preempts in its own "
+    "leaf set aside, so one search takes its own victims and other leaves' borrowers together.",
+    default="false",
+    inherited=True,
+    rule="P1 One victim search across a leaf and its cohort",
+    example="true",
+    bounds="true or false",
+    parse=_boolean("usher.io/reclaim-with-own-victims"),
+)
+PREEMPT_WHILE_BORROWING: Final = Setting(
+    key="usher.io/preempt-while-borrowing",
+    scope="tree",
+    kind="borrowing-policy",
+    summary="Whether a workload asking beyond its leaf's guarantee may preempt other leaves' "
+    "borrowers of lower priority (at most the threshold, when given); BorrowersOnly: only "
+    "what they borrow beyond their own guarantee.",
+    default="Never",
+    inherited=True,
+    rule="P2 Preempting while borrowing",
+    example="LowerPriority:100",
+    bounds=f"Never, LowerPriority or LowerPriorityBorrowersOnly, the last two optionally "
+    f"followed by :N, N a priority (a whole number from {numbers.MIN_PRIORITY} to "
+    f"{numbers.MAX_PRIORITY})",
+    parse=_while_borrowing,
+)
+WITHIN_QUOTA_REQUEST: Final = Setting(
+    key="usher.io/within-quota-request",
+    scope="tree",
+    kind="enum",
+    summary="Which requests may preempt lower-priority work of their own leaf: Any, or only "
+    "one within the leaf's min (unless preempting while borrowing is allowed).",
+    default="Any",
+    inherited=True,
+    rule="P3 Only a request within the guarantee preempts in its leaf",
+    example="WithinMin",
+    bounds="Any or WithinMin",
+    parse=_choice("usher.io/within-quota-request", WITHIN_QUOTA_REQUEST_VALUES),
 )
 READY_TIMEOUT: Final = Setting(
     key="usher.io/ready-timeout-seconds",
@@ -536,6 +598,9 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     RECLAIM_WITHIN,
     LENDING_LIMIT,
     MIN_RUNTIME,
+    RECLAIM_WITH_OWN_VICTIMS,
+    PREEMPT_WHILE_BORROWING,
+    WITHIN_QUOTA_REQUEST,
     READY_TIMEOUT,
     REQUEUE_BACKOFF,
     REQUEUE_BACKOFF_MAX,
