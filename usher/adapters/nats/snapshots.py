@@ -131,7 +131,7 @@ class SnapshotStore:
                 self._store = await self._js.create_object_store(
                     self.bucket,
                     config=ObjectStoreConfig(
-                        description=f"Usher: latest snapshot per consumer of the log ({self.bucket})",
+                        description=f"Usher: latest snapshot per reader of the log ({self.bucket})",
                         storage=StorageType.FILE,
                     ),
                 )
