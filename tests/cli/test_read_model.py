@@ -324,6 +324,34 @@ async def test_the_cli_prints_the_same_from_the_preemptors_read_model_as_from_th
     assert recent.restored_seq == end and recent.fetched == 0
 
 
+async def test_a_preemptor_restored_from_its_snapshot_still_folds_a_missing_read_model(
+    infra: Infra, js: JetStreamContext, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installation upgraded to a preemptor that keeps the read model has an engine
+    snapshot and no read model: the preemptor follows the log from the older of the two, so
+    the read model it saves covers the whole log and answers as a full replay."""
+    await _log(js, subjects)
+    end = (await js.stream_info(subjects.stream_name)).state.last_seq
+    store, name = _views(subjects, js), people_snapshot.object_name(CONFIG)
+    monkeypatch.setenv("USHER_SNAPSHOT_EVERY_ENTRIES", "1")
+    settings = ServiceSettings(nats_url=infra.nats_url, prefix=subjects.prefix, engine=CONFIG)
+
+    async def saved_to_the_end() -> bool:
+        info = await store.info(name)
+        return info is not None and info.seq == end
+
+    async with running("preemptor", preemptor_main, settings, subjects):
+        assert await eventually(saved_to_the_end, timeout_s=30)
+    engine = await SnapshotStore(js, subjects).info("preemptor")
+    assert engine is not None and engine.seq == end  # the engine's own snapshot, at the end
+    assert await store.delete(name)
+    async with running("preemptor", preemptor_main, settings, subjects):
+        assert await eventually(saved_to_the_end, timeout_s=30)
+    recent, _ = await _recent(js, subjects)
+    assert recent.restored_seq == end and recent.fetched == 0
+    assert _view(recent.state) == await _full(js, subjects, CONFIG)
+
+
 async def test_wait_starts_from_the_read_model(
     infra: Infra, nc: Client, js: JetStreamContext, subjects: Subjects
 ) -> None:
