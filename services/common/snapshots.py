@@ -89,6 +89,16 @@ class SnapshotPolicy:
             raise SettingsError("snapshot-every", f"must be positive: {entries}, {seconds}")
         return policy
 
+    def due(self, entries: int, elapsed_s: float, *, busy: bool) -> bool:
+        """Whether to save now, ``entries`` handled and ``elapsed_s`` seconds after the last
+        save: once a period (entries or seconds) is over, at a quiet moment (nothing
+        ``busy`` waiting) unless twice overdue (a log that is never quiet)."""
+        every_n, every_s = self.every_entries, self.every_s
+        if entries < every_n and elapsed_s < every_s:
+            return False
+        overdue = entries >= OVERDUE * every_n or elapsed_s >= OVERDUE * every_s
+        return overdue or not busy
+
 
 OVERDUE = 2.0
 """Past this many periods, save even while entries are waiting (a log that is never quiet)."""
@@ -129,12 +139,16 @@ class EngineSnapshots:
         self._saved_at = time.monotonic()
         return Projection(engine, applied_seq=seq)
 
-    def follower(self, projection: Projection, *, max_batch: int = 4096) -> LogFollower:
-        """A follower of the log from right after what ``projection`` has applied."""
+    def follower(
+        self, projection: Projection, *, max_batch: int = 4096, start_seq: int | None = None
+    ) -> LogFollower:
+        """A follower of the log from right after what ``projection`` has applied (or from
+        ``start_seq``, earlier, for another projection fed by the same follower: the engine
+        ignores what it has applied)."""
         return LogFollower(
             self.ctx.js,
             self.ctx.subjects,
-            start_seq=projection.applied_seq + 1,
+            start_seq=projection.applied_seq + 1 if start_seq is None else start_seq,
             max_batch=max_batch,
             # The pure engine makes no reference cycles: no need to collect while replaying.
             pause_collector=True,
@@ -206,13 +220,9 @@ class EngineSnapshots:
             return
         if self._upload is not None and not self._upload.done():
             return
-        entries = seq - self.saved_seq
         elapsed = time.monotonic() - self._saved_at
-        every_n, every_s = self.policy.every_entries, self.policy.every_s
-        if entries < every_n and elapsed < every_s:
+        if not self.policy.due(seq - self.saved_seq, elapsed, busy=bool(follower.pending)):
             return
-        if follower.pending and entries < OVERDUE * every_n and elapsed < OVERDUE * every_s:
-            return  # busy: wait for a quiet moment
         encoded = self._encode(projection.engine, seq)
         if encoded is not None:
             self._upload = asyncio.create_task(self._put(seq, *encoded))

@@ -1,7 +1,9 @@
 """The preemptor (DESIGN: "reclaim of borrowed quota").
 
 What it does: keeps its own projection of the whole log (every zone; started from its latest
-snapshot plus the tail of the log, see ``services.common.snapshots``), and serves
+snapshot plus the tail of the log, see ``services.common.snapshots``), keeps the people read
+model beside it from the same entries (``services.common.views``: what ``usher jobs``,
+``queue`` and ``explain`` restore; only this service writes it), and serves
 ``<prefix>.preempt.request``: a dequeuer proposes a reclaim (a preemptor and its victims); the
 preemptor waits until its projection has seen what the proposer had seen, re-computes the
 reclaim rules with the core (``Engine.check_preemption``) and, when they hold, asks the
@@ -43,8 +45,10 @@ from services.common.requests import PermanentReplyError, Stopping, ask, untrust
 from services.common.runtime import ServiceContext, wall_ms
 from services.common.snapshots import EngineSnapshots
 from services.common.tasks import cancel_tasks
+from services.common.views import PeopleViews
 from usher.adapters.nats.follower import LogFollower, stream_last_seq
 from usher.core.engine.facade import Engine
+from usher.core.history.people import PeopleProjection
 from usher.core.model import reasons
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import BadEntry
@@ -68,8 +72,10 @@ class Preemptor:
             half_life_ms=config.half_life_ms,  # offers are ordered as the dequeuers order them
         )
         self.snapshots = EngineSnapshots(ctx, "preemptor", engine_config)
+        self.views = PeopleViews(ctx, engine_config)
         # Until ``run`` opens the latest snapshot (or starts a full replay).
         self.projection = Projection(Engine(engine_config))
+        self.people = PeopleProjection(engine_config)
         self.follower = LogFollower(ctx.js, ctx.subjects, start_seq=1)
         self._requests: asyncio.Queue[Msg] = asyncio.Queue()
         self.leader = Leadership(ctx, "preemptor")
@@ -78,7 +84,10 @@ class Preemptor:
     async def run(self) -> None:
         await self.leader.start()
         self.projection = await self.snapshots.open()
-        self.follower = self.snapshots.follower(self.projection)
+        self.people = await self.views.open()
+        # One follower for both: from the older of the two (each ignores what it has applied).
+        first = min(self.projection.applied_seq, self.people.applied_seq) + 1
+        self.follower = self.snapshots.follower(self.projection, start_seq=first)
         await self.follower.start()
         sampler = Sampler(self._sample, self.ctx.log)
         sampler.start()
@@ -100,6 +109,7 @@ class Preemptor:
             await self.follower.stop()
             # The projection only ever applies whole entries: any point of it is consistent.
             await self.snapshots.close(self.projection)
+            await self.views.close(self.people)
 
     async def _sample(self) -> None:
         last = await stream_last_seq(self.ctx.js, self.ctx.subjects)
@@ -128,6 +138,9 @@ class Preemptor:
         replayed = False
         async for batch in self.follower.batches(self.ctx.stop):
             for entry in batch:
+                self.people.apply(entry)
+                if entry.seq <= self.projection.applied_seq:
+                    continue  # the people read model's tail, before the engine's snapshot
                 bad = entry if isinstance(entry, BadEntry) else self.projection.apply(entry)
                 if bad is not None:  # undecodable, forged or unfoldable: parked, skipped
                     await self.ctx.park(bad.subject, bad.data, bad.error, bad.detail, bad.seq)
@@ -139,6 +152,7 @@ class Preemptor:
                     restored_seq=self.snapshots.restored_seq,
                 )
             self.snapshots.after_batch(self.projection, self.follower)
+            self.views.after_batch(self.people, self.follower)
 
     async def _serve(self) -> None:
         # One request at a time, in arrival order: each check must see the effect of the

@@ -33,7 +33,7 @@ from schemas import (
 from tests.builders.log import SUBJECTS
 from usher.cli.live import render
 from usher.client.manifests import JobRequest, job_manifest
-from usher.client.state import LONG_AT_HEAD_S, PeopleProjection
+from usher.client.state import LONG_AT_HEAD_S, PeopleProjection, now_ms
 from usher.core.engine.facade import Engine
 from usher.core.history import sim as simulator
 from usher.core.model.config import EngineConfig
@@ -137,7 +137,7 @@ def test_the_old_burst_could_never_reclaim() -> None:
 
 def test_the_burst_is_sized_to_reclaim_and_does() -> None:
     play = borrowing_cluster()
-    burst = reclaim_burst(play.state.view(reasons_too=False).quota)
+    burst = reclaim_burst(play.state.view(now_ms(), reasons_too=False).quota)
     # 38 cpu and 24Gi are left of Department-b's guarantee; 8 cpu are free in the cluster.
     assert burst == Burst(replicas=3, cpu="12", memory="8Gi")
 
@@ -158,11 +158,15 @@ def test_the_burst_is_sized_to_reclaim_and_does() -> None:
 def test_no_burst_while_nobody_borrows() -> None:
     """Nobody to reclaim from: the burst waits (the driver tries again on its next tick)."""
     play = Playback()
-    assert reclaim_burst(play.state.view(reasons_too=False).quota) is None  # empty cluster
+    assert (
+        reclaim_burst(play.state.view(now_ms(), reasons_too=False).quota) is None
+    )  # empty cluster
     play.submit(1, job("big", "user-a", 6, "10", "10Gi"))  # exactly Department-a's 60
-    assert reclaim_burst(play.state.view(reasons_too=False).quota) is None
+    assert reclaim_burst(play.state.view(now_ms(), reasons_too=False).quota) is None
     play.submit(2, job("more", "user-b", 1, "5", "1Gi"))  # now it borrows 5
-    assert reclaim_burst(play.state.view(reasons_too=False).quota) == Burst(3, "13", "13Gi")
+    assert reclaim_burst(play.state.view(now_ms(), reasons_too=False).quota) == Burst(
+        3, "13", "13Gi"
+    )
 
 
 def test_the_live_view_names_a_large_head_that_round_passes_over() -> None:
@@ -171,7 +175,7 @@ def test_the_live_view_names_a_large_head_that_round_passes_over() -> None:
     play.submit(1, job("large", "user-b", 4, "10", "1Gi"))  # 40 cpu: waits at the head
     play.submit(2, job("small-1", "user-b", 1, "5", "1Gi"))  # fits: Round admits it past
     play.submit(3, job("small-2", "user-b", 1, "5", "1Gi"))
-    queue_of_large = next(q for q in play.state.view().queues if "user-b" in q.namespaces)
+    queue_of_large = next(q for q in play.state.view(now_ms()).queues if "user-b" in q.namespaces)
     assert queue_of_large.pending[0].job == "user-b/large"
 
     soon = play.state.view(Millis(int((2 + LONG_AT_HEAD_S - 1) * 1000)))

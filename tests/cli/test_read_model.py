@@ -1,12 +1,14 @@
 """The read model of ``usher jobs``/``queue``/``explain`` against a real NATS: restoring the
-people snapshot and folding the tail answers byte for byte as folding the whole log, whether
-the snapshot is fresh, stale, missing, of another configuration or of another log, and it
-reads only the tail (entries counted as the server delivers them); ``usher explain`` fetches
-only the entries about its workload.
+people snapshot the service saved (``services.common.views``, kept by the preemptor) and
+folding the tail answers byte for byte as folding the whole log, whether the snapshot is
+fresh, stale, missing, of another configuration or of another log, and it reads only the tail
+(entries counted as the server delivers them); the CLI never saves one itself; ``usher
+explain`` fetches only the entries about its workload.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import subprocess
@@ -15,6 +17,7 @@ from fractions import Fraction
 
 import msgspec
 import pytest
+from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import (
@@ -30,15 +33,22 @@ from schemas import (
     WorkloadRejected,
     Zone,
 )
+from services.common.runtime import ServiceContext
+from services.common.settings import ServiceSettings
+from services.common.snapshots import SnapshotPolicy
+from services.common.views import PeopleViews
+from services.preemptor.service import main as preemptor_main
 from tests.builders.events import admitted, observed
 from tests.builders.trees import two_leaf_tree
 from tests.conftest import Infra
-from tests.services.helpers import publish
+from tests.services.helpers import eventually, publish, running
+from usher.adapters.logs import get_logger
 from usher.adapters.nats.export import read_entries
-from usher.adapters.nats.snapshots import LABEL_CONFIG, SnapshotStore
+from usher.adapters.nats.snapshots import LABEL_CONFIG, SnapshotStore, views_bucket_name
 from usher.adapters.nats.subjects import Subjects
 from usher.client import readmodel
-from usher.client.state import read_state
+from usher.client.state import PeopleProjection, catch_up, read_state
+from usher.core.history import people_snapshot
 from usher.core.history.explain import explain, render_explain_json
 from usher.core.history.replay import decode_history
 from usher.core.model.config import EngineConfig
@@ -111,24 +121,44 @@ async def _full(js: JetStreamContext, subjects: Subjects, config: EngineConfig) 
 
 
 async def _recent(
-    js: JetStreamContext, subjects: Subjects, config: EngineConfig = CONFIG, save_after: int = 10
+    js: JetStreamContext, subjects: Subjects, config: EngineConfig = CONFIG, say_after: int = 10
 ) -> tuple[readmodel.Recent, list[str]]:
     said: list[str] = []
-    recent = await readmodel.read_recent(
-        js, subjects, config, save_after=save_after, say=said.append
-    )
+    recent = await readmodel.read_recent(js, subjects, config, say_after=say_after, say=said.append)
     return recent, said
 
 
+def _views(subjects: Subjects, js: JetStreamContext) -> SnapshotStore:
+    return SnapshotStore(js, subjects, bucket=views_bucket_name(subjects))
+
+
+async def _service_saves(
+    nc: Client, subjects: Subjects, config: EngineConfig = CONFIG
+) -> PeopleProjection:
+    """What the preemptor does with the people read model (``PeopleViews``): restore it, fold
+    the log's tail into it, save it on a graceful stop. Returns what it saved."""
+    settings = ServiceSettings(nats_url="", prefix=subjects.prefix, engine=config)
+    log = get_logger(service="preemptor")
+    ctx = ServiceContext("preemptor", settings, nc, nc.jetstream(), subjects, asyncio.Event(), log)
+    views = PeopleViews(ctx, config, SnapshotPolicy())
+    state = await views.open()
+    follower = await catch_up(state, ctx.js, subjects)
+    await follower.stop()
+    await views.close(state)
+    return state
+
+
 async def test_snapshot_plus_tail_answers_as_the_whole_log(
-    js: JetStreamContext, subjects: Subjects
+    nc: Client, js: JetStreamContext, subjects: Subjects
 ) -> None:
     await _log(js, subjects)
     first, said = await _recent(js, subjects)
-    assert first.restored_seq == 0 and first.saved  # none yet: the whole log, then saved
+    assert first.restored_seq == 0  # none yet: the whole log, said on stderr
     assert said and "none saved yet" in said[0]
     assert _view(first.state) == await _full(js, subjects, CONFIG)
-    end = first.state.applied_seq
+    saved = await _service_saves(nc, subjects)
+    end = saved.applied_seq
+    assert end == first.state.applied_seq
 
     # Fresh: nothing to fold, nothing read from the log.
     again, said = await _recent(js, subjects)
@@ -138,52 +168,75 @@ async def test_snapshot_plus_tail_answers_as_the_whole_log(
     # Stale: the log grew; only the tail is read, and the answer is the whole log's.
     await _jobs(js, subjects, 30, 4)
     await _victim(js, subjects)
-    tail, said = await _recent(js, subjects, save_after=1000)
+    tail, said = await _recent(js, subjects)
     grown = tail.state.applied_seq
     assert tail.restored_seq == end and tail.fetched == grown - end < end
-    assert not tail.saved and said == []
+    assert said == []
     assert _view(tail.state) == await _full(js, subjects, CONFIG)
+
+    # The service restores its own read model and folds the tail on: the same state again.
+    again_saved = await _service_saves(nc, subjects)
+    assert again_saved.applied_seq == grown
+    assert _view(again_saved) == _view(tail.state)
+
+
+async def test_the_cli_never_saves_the_read_model(
+    infra: Infra, js: JetStreamContext, subjects: Subjects
+) -> None:
+    """Only the service that owns it writes the read model: ``usher jobs`` on a log long
+    enough that it used to save one folds it, says so, and leaves both buckets empty."""
+    await publish(js, subjects.quota, _tree())
+    for n in range(readmodel.SAY_AFTER):
+        job = observed("a1", f"j{n}", 1, created=n)
+        await publish(js, subjects.job(ZONE, "a1", job.name), job)
+    done = _usher(infra, subjects, "jobs")
+    assert done.returncode == 0, done.stderr
+    assert "no usable read model (none saved yet): folding the whole log" in done.stderr
+    name = people_snapshot.object_name(CONFIG)
+    assert await _views(subjects, js).info(name) is None
+    assert await SnapshotStore(js, subjects).info(name) is None
 
 
 async def test_a_snapshot_of_another_configuration_or_log_is_not_restored(
-    js: JetStreamContext, subjects: Subjects
+    nc: Client, js: JetStreamContext, subjects: Subjects
 ) -> None:
     await _log(js, subjects)
-    await _recent(js, subjects)  # saves one under CONFIG
+    await _service_saves(nc, subjects)  # saves one under CONFIG
     other = dataclasses.replace(CONFIG, oversell_rate=Fraction(3, 2))
-    recent, said = await _recent(js, subjects, other, save_after=10_000)
+    recent, said = await _recent(js, subjects, other, say_after=10_000)
     assert recent.restored_seq == 0 and said == []  # short log: folded without a word
     assert _view(recent.state) == await _full(js, subjects, other)
 
     # An object under this configuration's name that carries another's label: refused.
-    store = SnapshotStore(js, subjects)
-    name = readmodel.object_name(CONFIG)
+    store = _views(subjects, js)
+    name = people_snapshot.object_name(CONFIG)
     stored = await store.load(name)
     assert stored is not None
     forged = {**stored.labels, LABEL_CONFIG: "policy=Block"}
     await store.save(name, stored.seq, stored.data, forged)
-    refused, said = await _recent(js, subjects, save_after=10)
+    refused, said = await _recent(js, subjects)
     assert refused.restored_seq == 0 and "another engine configuration" in said[0]
     assert _view(refused.state) == await _full(js, subjects, CONFIG)
 
     # Past the log's end (a log re-created under the same name): refused as well.
     await store.save(name, stored.seq + 10_000, stored.data, stored.labels)
-    past, said = await _recent(js, subjects, save_after=10)
+    past, said = await _recent(js, subjects)
     assert past.restored_seq == 0 and "past the log's end" in said[0]
 
     # Undecodable bytes under good labels: folded from the start, never an error.
     await store.save(name, stored.seq, b"not a snapshot", stored.labels)
-    broken, said = await _recent(js, subjects, save_after=10)
+    broken, said = await _recent(js, subjects)
     assert broken.restored_seq == 0 and "not a people snapshot" in said[0]
     assert _view(broken.state) == await _full(js, subjects, CONFIG)
     await store.drop_bucket()
 
 
 def test_a_snapshot_carries_every_field_of_the_projection() -> None:
-    assert readmodel.projection_fields() == readmodel.ENCODED
+    assert people_snapshot.projection_fields() == people_snapshot.ENCODED
     assert (
-        set(readmodel.PeopleRecord.__struct_fields__) - {"usage_open", "usage_closed"} | {"usage"}
-        == readmodel.ENCODED
+        set(people_snapshot.PeopleRecord.__struct_fields__) - {"usage_open", "usage_closed"}
+        | {"usage"}
+        == people_snapshot.ENCODED
     )
 
 
@@ -200,10 +253,10 @@ async def _explained(js: JetStreamContext, subjects: Subjects, key: str) -> tupl
     ["a1/j5", "b1/j2", "a1/victim", "b1/j4", "a1/j15", "a1/bad30", "b1/j30", "a1/j33"],
 )
 async def test_explain_from_the_read_model_is_explain_on_the_whole_log(
-    js: JetStreamContext, subjects: Subjects, key: str
+    nc: Client, js: JetStreamContext, subjects: Subjects, key: str
 ) -> None:
     await _log(js, subjects)
-    await readmodel.read_recent(js, subjects, CONFIG, save_after=10, say=lambda _: None)
+    await _service_saves(nc, subjects)
     await _jobs(js, subjects, 30, 4)  # a tail after the snapshot
     await _victim(js, subjects)
     fast, slow = await _explained(js, subjects, key)
@@ -241,9 +294,11 @@ def _usher(infra: Infra, subjects: Subjects, *args: str) -> subprocess.Completed
     )
 
 
-async def test_the_cli_prints_the_same_from_the_snapshot_as_from_the_whole_log(
-    infra: Infra, js: JetStreamContext, subjects: Subjects
+async def test_the_cli_prints_the_same_from_the_preemptors_read_model_as_from_the_whole_log(
+    infra: Infra, js: JetStreamContext, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The preemptor, running, keeps the read model (saved as soon as it is due: every entry
+    here); the CLI then answers from it and prints what it printed from the whole log."""
     await _log(js, subjects)
     await _victim(js, subjects)
     # Tables: their estimates are relative to the clock (JSON's are absolute times), and
@@ -251,23 +306,62 @@ async def test_the_cli_prints_the_same_from_the_snapshot_as_from_the_whole_log(
     commands = [["jobs"], ["queue", "root-a-a1"], ["explain", "a1/victim", "-o", "json"]]
     before = [_usher(infra, subjects, *argv) for argv in commands]
     assert all(done.returncode == 0 for done in before), [d.stderr for d in before]
-    await readmodel.read_recent(js, subjects, CONFIG, save_after=10, say=lambda _: None)
-    assert await SnapshotStore(js, subjects).info(readmodel.object_name(CONFIG)) is not None
+    end = (await js.stream_info(subjects.stream_name)).state.last_seq
+    store, name = _views(subjects, js), people_snapshot.object_name(CONFIG)
+    monkeypatch.setenv("USHER_SNAPSHOT_EVERY_ENTRIES", "1")
+    settings = ServiceSettings(nats_url=infra.nats_url, prefix=subjects.prefix, engine=CONFIG)
+    async with running("preemptor", preemptor_main, settings, subjects):
+
+        async def saved_to_the_end() -> bool:
+            info = await store.info(name)
+            return info is not None and info.seq == end
+
+        assert await eventually(saved_to_the_end, timeout_s=30)
     after = [_usher(infra, subjects, *argv) for argv in commands]
     assert [d.stdout for d in after] == [d.stdout for d in before]
     assert [d.stderr for d in after] == ["", "", ""]
+    recent, _ = await _recent(js, subjects)
+    assert recent.restored_seq == end and recent.fetched == 0
+
+
+async def test_a_preemptor_restored_from_its_snapshot_still_folds_a_missing_read_model(
+    infra: Infra, js: JetStreamContext, subjects: Subjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installation upgraded to a preemptor that keeps the read model has an engine
+    snapshot and no read model: the preemptor follows the log from the older of the two, so
+    the read model it saves covers the whole log and answers as a full replay."""
+    await _log(js, subjects)
+    end = (await js.stream_info(subjects.stream_name)).state.last_seq
+    store, name = _views(subjects, js), people_snapshot.object_name(CONFIG)
+    monkeypatch.setenv("USHER_SNAPSHOT_EVERY_ENTRIES", "1")
+    settings = ServiceSettings(nats_url=infra.nats_url, prefix=subjects.prefix, engine=CONFIG)
+
+    async def saved_to_the_end() -> bool:
+        info = await store.info(name)
+        return info is not None and info.seq == end
+
+    async with running("preemptor", preemptor_main, settings, subjects):
+        assert await eventually(saved_to_the_end, timeout_s=30)
+    engine = await SnapshotStore(js, subjects).info("preemptor")
+    assert engine is not None and engine.seq == end  # the engine's own snapshot, at the end
+    assert await store.delete(name)
+    async with running("preemptor", preemptor_main, settings, subjects):
+        assert await eventually(saved_to_the_end, timeout_s=30)
+    recent, _ = await _recent(js, subjects)
+    assert recent.restored_seq == end and recent.fetched == 0
+    assert _view(recent.state) == await _full(js, subjects, CONFIG)
 
 
 async def test_wait_starts_from_the_read_model(
-    infra: Infra, js: JetStreamContext, subjects: Subjects
+    infra: Infra, nc: Client, js: JetStreamContext, subjects: Subjects
 ) -> None:
     """``usher wait`` follows the log from the read model's sequence, and sees the same job."""
     from usher.client import AsyncClient
 
     await _log(js, subjects)
-    saved = await readmodel.read_recent(js, subjects, CONFIG, save_after=10, say=lambda _: None)
+    saved = await _service_saves(nc, subjects)
     start = await readmodel.starting_point(js, subjects, CONFIG)
-    assert start.applied_seq == saved.state.applied_seq > 0
+    assert start.applied_seq == saved.applied_seq > 0
     full = await read_state(js, subjects, CONFIG)
     async with AsyncClient(nats_url=infra.nats_url, prefix=subjects.prefix) as client:
         finished = await client.wait("b1/j10")  # finished, failed: settled at once

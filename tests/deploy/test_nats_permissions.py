@@ -47,7 +47,7 @@ from usher.adapters.nats.permissions import (
     password_variable,
     subscriber_name,
 )
-from usher.adapters.nats.snapshots import SnapshotStore
+from usher.adapters.nats.snapshots import SnapshotStore, views_bucket_name
 from usher.adapters.nats.subjects import Subjects
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import LogEntry
@@ -521,28 +521,49 @@ async def test_an_electing_service_cannot_take_another_roles_key(
     assert any(f"$kv.usher_leaders.{role}" in err.lower() for err in session.refused)
 
 
-async def test_the_console_reads_people_views_without_the_snapshot_bucket(streams: str) -> None:
-    """The console identity may not look into the snapshot bucket: ``usher jobs``, ``queue``
-    and ``explain`` answer from the whole log at once, with no wait for a request NATS never
-    answers, and save nothing."""
+async def test_the_console_reads_the_preemptors_read_model_and_cannot_write_it(
+    streams: str,
+) -> None:
+    """The preemptor, under its own user, keeps the people read model (``PeopleViews``, as the
+    service does); the console restores it, folds nothing more and answers as the whole log
+    does; its own put into the views bucket is refused and the preemptor's read model stays."""
+    from services.common.views import PeopleViews
     from usher.client import readmodel
-    from usher.client.state import read_state
+    from usher.client.state import catch_up, read_state
+    from usher.core.history.people_snapshot import encode, object_name
 
+    config = EngineConfig()
     async with login(streams, "admin") as admin:
         js = admin.nc.jetstream()
         await publish(js, SUBJECTS.quota, QuotaTreeApplied(root=two_leaf_tree()))
         job = observed("a1", "console-view", 1)
         await publish(js, SUBJECTS.job(Zone("default"), "a1", "console-view"), job)
+    async with login(streams, "preemptor") as preemptor:
+        settings = ServiceSettings(nats_url=streams, prefix=SUBJECTS.prefix, engine=config)
+        ctx = ServiceContext(
+            "preemptor", settings, preemptor.nc, preemptor.nc.jetstream(), SUBJECTS,
+            asyncio.Event(), get_logger(service="preemptor"),
+        )  # fmt: skip
+        views = PeopleViews(ctx, config, SnapshotPolicy())
+        kept = await views.open()
+        follower = await catch_up(kept, ctx.js, SUBJECTS)
+        await follower.stop()
+        await views.close(kept)
+    assert preemptor.refused == []
+    now = Millis(1_900_000_000_000)
     async with login(streams, "console") as console:
         js = console.nc.jetstream()
         said: list[str] = []
-        recent = await readmodel.read_recent(
-            js, SUBJECTS, EngineConfig(), save_after=1, say=said.append
-        )
-        assert recent.replayed_because.startswith(readmodel.NOT_READ)
-        assert not recent.saved and recent.restored_seq == 0 and said
-        full = await read_state(js, SUBJECTS, EngineConfig())
-        now = Millis(1_900_000_000_000)
+        recent = await readmodel.read_recent(js, SUBJECTS, config, say_after=1, say=said.append)
+        assert (recent.restored_seq, recent.fetched, said) == (kept.applied_seq, 0, [])
+        full = await read_state(js, SUBJECTS, config)
         assert recent.state.view(now) == full.view(now)
-        explained = await readmodel.explain_recent(js, SUBJECTS, EngineConfig(), job.workload, now)
+        explained = await readmodel.explain_recent(js, SUBJECTS, config, job.workload, now)
         assert explained.history[0].what == "observed"
+        store = SnapshotStore(js, SUBJECTS, bucket=views_bucket_name(SUBJECTS))
+        name = object_name(config)
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            await store.save(name, kept.applied_seq, b"a lie", {"Config": "forged"})
+        assert any("$o.usher_views." in refused.lower() for refused in console.refused)
+        stored = await store.load(name)
+    assert stored is not None and (stored.seq, stored.data) == (kept.applied_seq, encode(kept))

@@ -47,7 +47,7 @@ from tests.e2e.harness import (
     read_log,
 )
 from usher.adapters.nats.subjects import Subjects
-from usher.client.state import read_state
+from usher.client.state import now_ms, read_state
 from usher.core.model.config import EngineConfig
 from usher.local.kube_emulator import KubeEmulator
 
@@ -95,7 +95,7 @@ async def test_hold_keeps_a_job_waiting_resume_admits_it_and_drain_preempts_it(
 
     async def reason_code() -> str | None:
         state = await read_state(js, subjects, EngineConfig())
-        found = state.view().jobs
+        found = state.view(now_ms()).jobs
         job = next((j for j in found if j.job == WAITS), None)
         return job.reason_code if job is not None else None
 

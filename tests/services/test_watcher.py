@@ -80,7 +80,7 @@ from usher.adapters.kube import (
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.subjects import Subjects
-from usher.client.state import read_state
+from usher.client.state import now_ms, read_state
 from usher.core.intake.workload import SUPPORTED_KINDS, extract_workload
 from usher.core.model.config import EngineConfig
 from usher.core.model.errors import WorkloadInvalid
@@ -1275,7 +1275,7 @@ async def test_a_deleted_tree_stays_in_force_and_the_log_says_so(h: Harness) -> 
         await h.kube.create(JOBS, "user-a", job("marker"))
         await h.logged(WorkloadObserved, lambda e: e.name == "marker")
     assert len(of_type(await h.log(), QuotaTreeDeleted)) == 1
-    view = (await read_state(h.js, h.subjects, EngineConfig())).view(reasons_too=False)
+    view = (await read_state(h.js, h.subjects, EngineConfig())).view(now_ms(), reasons_too=False)
     assert view.tree_deleted is not None
     assert view.tree_deleted.tree == "kube-system/elasticquotatree"
     assert "the last tree stays in force" in view.tree_deleted.describe()
@@ -1302,7 +1302,7 @@ async def test_a_deleted_tree_stays_in_force_and_the_log_says_so(h: Harness) -> 
         later = (await h.eventually(_logged_times(h, QuotaTreeDeleted, 2)))[1]
     assert (later[1].namespace, later[1].name) == ("", "")
     assert ":gone:quota.deleted.v1" in later[0].envelope.id
-    view = (await read_state(h.js, h.subjects, EngineConfig())).view(reasons_too=False)
+    view = (await read_state(h.js, h.subjects, EngineConfig())).view(now_ms(), reasons_too=False)
     assert view.tree_deleted is not None and view.tree_deleted.tree == ""
 
 

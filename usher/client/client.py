@@ -1044,7 +1044,7 @@ def _workload_kinds(kind: str | None) -> list[Kind]:
 def _check_namespace(state: PeopleProjection, namespace: str) -> None:
     if state.tree is None:
         return
-    taken = {ns for q in state.view(reasons_too=False).queues for ns in q.namespaces}
+    taken = {ns for q in state.view(now_ms(), reasons_too=False).queues for ns in q.namespaces}
     if namespace not in taken:
         known = ", ".join(sorted(taken)) or "none"
         raise BadInput(

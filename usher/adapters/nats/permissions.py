@@ -103,6 +103,19 @@ def _snapshots(subjects: Subjects, owner: str) -> list[str]:
     ]  # fmt: skip
 
 
+def _views(subjects: Subjects, *, write: bool) -> list[str]:
+    """The people read models (bucket ``<PREFIX>_VIEWS``, ``usher.client.readmodel``): read
+    back as the snapshots are (``STREAM.INFO`` and ``STREAM.MSG.GET``, no consumer); only the
+    service that keeps them (the preemptor) may create the bucket and put its objects."""
+    stream = f"OBJ_{_stem(subjects)}_VIEWS"
+    read = [f"$JS.API.STREAM.INFO.{stream}", f"$JS.API.STREAM.MSG.GET.{stream}"]
+    if not write:
+        return read
+    bucket = f"{_stem(subjects)}_VIEWS"
+    return [*read, f"$JS.API.STREAM.CREATE.{stream}", f"$JS.API.STREAM.PURGE.{stream}",
+            f"$O.{bucket}.C.>", f"$O.{bucket}.M.>"]  # fmt: skip
+
+
 def _leader_key(subjects: Subjects, key: str) -> list[str]:
     """The leader bucket ``<prefix>_LEADERS`` (case kept): only this role's own key."""
     bucket = f"{subjects.prefix}_LEADERS"
@@ -145,7 +158,8 @@ def preemptor(subjects: Subjects) -> Identity:
     return Identity(
         "preemptor",
         (subjects.ledger_preempt, subjects.dlq("preemptor"), *_follow_log(subjects),
-         *_snapshots(subjects, "preemptor"), *_leader_key(subjects, "preemptor")),
+         *_snapshots(subjects, "preemptor"), *_views(subjects, write=True),
+         *_leader_key(subjects, "preemptor")),
         subscribe=("_INBOX.>", subjects.preempt_request),
         allow_responses=True,
     )  # fmt: skip
@@ -163,12 +177,14 @@ def dequeuer(subjects: Subjects, zone: str) -> Identity:
 
 
 def console(subjects: Subjects) -> Identity:
-    """People, ``usher.client``, the live view and audits: read the log and the DLQ, only."""
+    """People, ``usher.client``, the live view and audits: read the log, the DLQ and the
+    people read models the preemptor keeps, only."""
     log, dlq = subjects.stream_name, subjects.dlq_stream_name
     return Identity(CONSOLE, (
         *_follow_log(subjects), f"$JS.API.CONSUMER.CREATE.{dlq}", f"$JS.FC.{dlq}.>",
         f"$JS.API.STREAM.MSG.GET.{log}", f"$JS.API.STREAM.MSG.GET.{dlq}",
         f"$JS.API.DIRECT.GET.{log}", f"$JS.API.DIRECT.GET.{log}.>",
+        *_views(subjects, write=False),
     ))  # fmt: skip
 
 
@@ -270,7 +286,9 @@ HEADER = """\
 #              requests {prefix}.ledger.reserve, {prefix}.ledger.requeue,
 #              {prefix}.preempt.request
 #   preemptor  requests {prefix}.ledger.preempt  + replies to {prefix}.preempt.request
-#   console    reads the log and the DLQ (people, usher.client, audits); publishes nothing
+#              keeps the people read models (object store {stem}_VIEWS): the only writer
+#   console    reads the log, the DLQ and {stem}_VIEWS (people, usher.client, audits);
+#              publishes nothing
 #              (ordered push consumers bound to the log; no durable, no pull consumer)
 #   subscriber-<system>  another system: consumers (durable or ordered, pull or push) on the
 #              log filtered within {prefix}.decision.>; acks and deletes only its durable
@@ -327,7 +345,10 @@ def render_authorization(
     if subscribers is None:
         subscribers = DEFAULT_SUBSCRIBERS if passwords is None else subscribers_of(passwords)
     header = HEADER.format(
-        prefix=subjects.prefix, log=subjects.stream_name, dlq=subjects.dlq_stream_name
+        prefix=subjects.prefix,
+        log=subjects.stream_name,
+        dlq=subjects.dlq_stream_name,
+        stem=_stem(subjects),
     )
     lines = [header, "authorization {", "  users: ["]
     for identity in identities(subjects, zones, subscribers):

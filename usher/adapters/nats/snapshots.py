@@ -1,7 +1,8 @@
 """Engine snapshots in a JetStream Object Store bucket, one object per consumer of the log.
 
 What it does: keeps the latest snapshot of each service's engine (objects ``dequeuer-<zone>``,
-``preemptor``) in the bucket ``<PREFIX>_SNAPSHOTS`` of the installation, with the log sequence
+``preemptor``) in the bucket ``<PREFIX>_SNAPSHOTS`` of the installation (and the people read
+models the preemptor keeps, ``people-<digest>``, in ``<PREFIX>_VIEWS``), with the log sequence
 it covers and string labels (the engine config's fingerprint, the log's identity) in the
 object's headers, so a reader can judge a snapshot before downloading it. The client checks
 the SHA-256 digest of what it reads back. Writing an object under the same name replaces it
@@ -83,6 +84,12 @@ def bucket_name(subjects: Subjects) -> str:
     return f"{subjects.prefix.upper().replace('-', '_')}_SNAPSHOTS"
 
 
+def views_bucket_name(subjects: Subjects) -> str:
+    """``<PREFIX>_VIEWS``: the read models the preemptor keeps for people (``people-<digest>``),
+    a bucket of their own so that readers may be allowed into it and nowhere else."""
+    return f"{subjects.prefix.upper().replace('-', '_')}_VIEWS"
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     """What the store says about one snapshot without downloading it."""
@@ -105,9 +112,11 @@ class StoredSnapshot:
 class SnapshotStore:
     """The snapshots of one installation (prefix); the bucket is created on first save."""
 
-    def __init__(self, js: JetStreamContext, subjects: Subjects) -> None:
+    def __init__(
+        self, js: JetStreamContext, subjects: Subjects, *, bucket: str | None = None
+    ) -> None:
         self._js = js
-        self.bucket = bucket_name(subjects)
+        self.bucket = bucket or bucket_name(subjects)
         self._store: ObjectStore | None = None
 
     async def _open(self, *, create: bool) -> ObjectStore | None:
@@ -122,7 +131,7 @@ class SnapshotStore:
                 self._store = await self._js.create_object_store(
                     self.bucket,
                     config=ObjectStoreConfig(
-                        description="Usher engine snapshots (latest per consumer of the log)",
+                        description=f"Usher: latest snapshot per reader of the log ({self.bucket})",
                         storage=StorageType.FILE,
                     ),
                 )
