@@ -33,6 +33,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Final
 
 from schemas import Millis, Pending, QueueName, WorkloadKey
 from services.common.metrics import Metrics
@@ -104,6 +105,17 @@ def budget_waits(engine: Engine, uids: dict[WorkloadKey, str]) -> list[BudgetWai
     return found
 
 
+ESTIMATE_SHARE: Final = 0.02
+"""At most this share of the watcher's time goes to estimating: the estimate runs on its event
+loop (it reads the engine the fold writes), and a large backlog makes one cost more."""
+
+
+def estimate_period(interval_s: float, took_s: float) -> float:
+    """Seconds until the next estimate: ``interval_s``, or longer when the last one took
+    ``took_s`` (a backlog of 15,000 pending takes about 0.5 s: the next comes 25 s later)."""
+    return max(interval_s, took_s / ESTIMATE_SHARE)
+
+
 def past_estimate(
     first_late: dict[WorkloadKey, tuple[QueueName, int]], now: Millis
 ) -> dict[QueueName, int]:
@@ -142,6 +154,9 @@ class WaitWatch:
         self._telling: set[asyncio.Task[None]] = set()
         self._recording = asyncio.Semaphore(RECORDING)
         self._estimated_at = 0.0
+        self._estimate_every_s = options.estimate_interval_s
+        """The period of the estimates: the option's, longer when one costs much (see
+        ``estimate_period``)."""
         self._looked_at = -1
         self.may_tell = asyncio.Event()
         """Set by the watcher once every job kind is listed."""
@@ -159,10 +174,13 @@ class WaitWatch:
                     continue
                 with self._logged("budget waits not looked at"):
                     self.look(tell=True)
-                if loop.time() - self._estimated_at >= self.options.estimate_interval_s:
+                if loop.time() - self._estimated_at >= self._estimate_every_s:
                     self._estimated_at = loop.time()
                     with self._logged("pending workloads not estimated"):
                         self.count_past_estimate(Millis(wall_ms()))
+                    self._estimate_every_s = estimate_period(
+                        self.options.estimate_interval_s, loop.time() - self._estimated_at
+                    )
         finally:
             for task in self._telling:
                 task.cancel()

@@ -14,7 +14,7 @@ import pytest
 
 from schemas import Millis, QueueName, WorkloadKey
 from services.watcher.notify import cloud_event, decision_event
-from services.watcher.waits import BudgetWait, budget_waits, past_estimate
+from services.watcher.waits import BudgetWait, budget_waits, estimate_period, past_estimate
 from tests.builders.demo import story_request
 from tests.cli.test_demo_budget import _cluster, _played
 from usher.demo.budget import story_jobs
@@ -94,3 +94,19 @@ def test_pending_past_estimate_counts_per_queue(
 ) -> None:
     typed = {WorkloadKey(k): (QueueName(q), late) for k, (q, late) in first_late.items()}
     assert past_estimate(typed, Millis(now)) == counts
+
+
+@pytest.mark.parametrize(
+    ("interval_s", "took_s", "period_s"),
+    [
+        (10.0, 0.0, 10.0),  # nothing pending: the option's period
+        (10.0, 0.1, 10.0),  # cheap: the option's period
+        (10.0, 0.5, 25.0),  # 15,000 pending: at most 2% of the watcher's loop
+        (1.0, 2.0, 100.0),
+    ],
+)
+def test_a_costly_estimate_comes_less_often(
+    interval_s: float, took_s: float, period_s: float
+) -> None:
+    """The estimate runs on the watcher's event loop: its share of the loop stays bounded."""
+    assert estimate_period(interval_s, took_s) == pytest.approx(period_s)
