@@ -3,7 +3,10 @@
 Builds, deterministically (seeded), a 3-level tree (root -> 10 departments -> 100 leaves
 each) and 100,000 pending workloads, then measures:
 - admissions/s of the pass that admits the backlog,
-- median and p99 ms of a pass triggered by one finished workload (200 repetitions),
+- median and p99 ms of the two passes a dequeuer runs for one finished workload (200
+  repetitions): the pass after the finish (its usage still counts, R7) and the pass after
+  the ledger's ``Released`` of it; beside them the pass after a finish with
+  ``EngineConfig(instant_release=True)`` (usage freed with the finish, as scenarios run it),
 - bytes retained per pending workload (tracemalloc).
 
 Run: ``python -m bench.core [--quick]``. The bench may read the clock; the core never does.
@@ -110,6 +113,12 @@ def measure(
 ) -> dict[str, float]:
     """The numbers for ``count`` pending workloads on ``departments`` x ``leaves`` leaves.
 
+    First the engine as a dequeuer runs it (the default configuration, R7): after each
+    finished workload a pass (its usage still counts), then the ledger's ``Released`` for it
+    and a pass (now it is free): ``finish_pass_*`` and ``released_pass_*``. Then the same
+    on an engine with ``instant_release`` (usage leaves with the finish, as scenarios run
+    it): ``instant_release_finish_pass_*``. One engine at a time, so the peak is one's.
+
     ``traced``: bytes kept per workload as tracemalloc counts them (exact, but tracing a
     million allocations costs time and memory of its own); else from the resident size.
     """
@@ -119,10 +128,7 @@ def measure(
     gc.collect()
     if traced:
         tracemalloc.start()
-    # The decision algorithm alone, as scenarios run it (victims stop, finished workloads
-    # release at once): no ledger here to send the Released that a running engine waits for
-    # (R7). The stack and kueue suites measure the protocol with the ledger.
-    engine = Engine(EngineConfig(instant_release=True))
+    engine = Engine(EngineConfig())
     engine.apply(QuotaTreeApplied(root=tree), Millis(0))
     base = tracemalloc.get_traced_memory()[0] if traced else resident_bytes()
     for event in workloads(count, departments, leaves, seed=7):
@@ -138,28 +144,67 @@ def measure(
     decisions = engine.decide(Millis(1))
     backlog_seconds = time.perf_counter() - started
     admitted = [d.workload for d in decisions if isinstance(d, Admitted)]
+    backlog = len(admitted)
+    finish, released = one_event_passes(engine, admitted, repetitions, ledger=True)
+    del engine, decisions
+    gc.collect()
 
+    # The decision algorithm alone, as scenarios run it (victims stop, finished workloads
+    # release at once): the figure earlier rounds reported.
+    engine = Engine(EngineConfig(instant_release=True))
+    engine.apply(QuotaTreeApplied(root=tree), Millis(0))
+    for event in workloads(count, departments, leaves, seed=7):
+        engine.apply(event, Millis(0))
+    at_once = [d.workload for d in engine.decide(Millis(1)) if isinstance(d, Admitted)]
+    instant, _ = one_event_passes(engine, at_once, repetitions, ledger=False)
+    return {
+        "pending_workloads": float(count),
+        "backlog_admitted": float(backlog),
+        "backlog_pass_s": backlog_seconds,
+        "admissions_per_s": backlog / backlog_seconds,
+        "finish_pass_median_ms": statistics.median(finish),
+        "finish_pass_p99_ms": p99(finish),
+        "released_pass_median_ms": statistics.median(released),
+        "released_pass_p99_ms": p99(released),
+        "instant_release_finish_pass_median_ms": statistics.median(instant),
+        "instant_release_finish_pass_p99_ms": p99(instant),
+        "bytes_per_pending_workload": retained / count,
+    }
+
+
+def one_event_passes(
+    engine: Engine, admitted: list[WorkloadKey], repetitions: int, *, ledger: bool
+) -> tuple[list[float], list[float]]:
+    """Milliseconds of the pass after each of ``repetitions`` finished workloads (the event
+    folded, then the pass) and, with ``ledger``, of the pass after the ledger's ``Released``
+    of it (what a dequeuer reads next on the log, R7); without, the second list is empty."""
     rng = random.Random(11)
-    timings = []
+    finish: list[float] = []
+    released: list[float] = []
     running = list(admitted)
     for step in range(repetitions):
         victim = running.pop(rng.randrange(len(running)))
-        now = Millis(2 + step)
+        now = Millis(2 + 2 * step)
         started = time.perf_counter()
-        engine.apply(WorkloadFinished(workload=victim), now)
+        frees = engine.apply(WorkloadFinished(workload=victim), now)
         new = engine.decide(now)
-        timings.append((time.perf_counter() - started) * 1000)
+        finish.append((time.perf_counter() - started) * 1000)
         running.extend(d.workload for d in new if isinstance(d, Admitted))
-    timings.sort()
-    return {
-        "pending_workloads": float(count),
-        "backlog_admitted": float(len(admitted)),
-        "backlog_pass_s": backlog_seconds,
-        "admissions_per_s": len(admitted) / backlog_seconds,
-        "finish_pass_median_ms": statistics.median(timings),
-        "finish_pass_p99_ms": timings[min(len(timings) - 1, int(len(timings) * 0.99))],
-        "bytes_per_pending_workload": retained / count,
-    }
+        if not ledger:
+            continue
+        now = Millis(now + 1)
+        started = time.perf_counter()
+        for decision in frees:
+            engine.apply(decision, now)
+        new = engine.decide(now)
+        released.append((time.perf_counter() - started) * 1000)
+        running.extend(d.workload for d in new if isinstance(d, Admitted))
+    return finish, released
+
+
+def p99(timings: list[float]) -> float:
+    ordered = sorted(timings)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
 def main(argv: list[str] | None = None) -> int:

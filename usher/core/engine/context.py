@@ -14,6 +14,7 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine.accounting import shift_amounts
+from usher.core.engine.data import GuardHeads
 from usher.core.engine.folding import Folding
 from usher.core.engine.placing import zone_capacity
 from usher.core.gates import chain
@@ -80,6 +81,7 @@ class EngineContext(Folding):
         self.potential_offers = []
         self.timed_offers = set()
         self.dirty = set(tree.leaves)
+        self.guard_heads = GuardHeads()
         self.refresh_holds()
         # Every leaf is dirty already, and the version is the snapshot's: no refresh's bump.
         self.budget_stops = self.spent_budget_stops()

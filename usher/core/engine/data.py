@@ -1,8 +1,8 @@
 """The engine's data: the durable state and every derived index, cache and book, as fields.
 
 What it does: the fields of the context every part of the engine reads and writes
-(``EngineData``), the interning of shapes and names, and the types of a leaf's offer
-(``Share``, ``OfferKey``, ``LeafOffer``).
+(``EngineData``), the heads the starvation guard follows (``GuardHeads``), the interning of
+shapes and names, and the types of a leaf's offer (``Share``, ``OfferKey``, ``LeafOffer``).
 What it must never do: decide anything; read a clock; import any module of the engine but
 ``policy``.
 """
@@ -43,6 +43,34 @@ weight goes first and the share breaks its ties."""
 
 LeafOffer = tuple[WorkloadKey, OfferKey, int]
 """A waiting leaf's first candidate, its interleave key, and 1 if the leaf could preempt."""
+
+
+class GuardHeads:
+    """The heads the starvation guard follows (N1), kept between its tracking steps.
+
+    ``of_leaf``: each leaf under the guard (and not held) that has a head -> that head, as
+    of the last tracking step; ``leaf_of`` the other way round. ``unclocked``: those leaves
+    whose head has no starvation clock yet. ``changed``: leaves whose head may have changed
+    since (their offer was refreshed: every input of a head is one of an offer). ``whole``:
+    none of it is known (a new engine, tree or restored state): the next step looks at every
+    leaf. A flat ``copy`` is a working copy (every item is immutable).
+    """
+
+    __slots__ = ("changed", "leaf_of", "of_leaf", "unclocked", "whole")
+
+    def __init__(self) -> None:
+        self.of_leaf: dict[QuotaPath, WorkloadKey] = {}
+        self.leaf_of: dict[WorkloadKey, QuotaPath] = {}
+        self.unclocked: set[QuotaPath] = set()
+        self.changed: set[QuotaPath] = set()
+        self.whole = True
+
+    def copy(self) -> GuardHeads:
+        twin = GuardHeads()
+        twin.of_leaf, twin.leaf_of = dict(self.of_leaf), dict(self.leaf_of)
+        twin.unclocked, twin.changed = set(self.unclocked), set(self.changed)
+        twin.whole = self.whole
+        return twin
 
 
 class EngineData:
@@ -95,6 +123,8 @@ class EngineData:
         self.budget_stops: dict[QuotaPath, budgets.BudgetStatus] = {}
         """Each leaf below a spent budget -> the one governing it (``budgets.nearest_stop``),
         as of the last ``refresh_budgets`` (B1)."""
+        self.guard_heads = GuardHeads()
+        """The heads N1 follows: looked up again only for leaves whose offer changed."""
         self.budget_seen: dict[str, tuple[int, int]] = {}
         """``at``: the (now, version) ``budget_stops`` was computed for; the same pair
         computes the same stops, so history queries asking per workload compute them once."""

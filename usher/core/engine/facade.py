@@ -102,6 +102,7 @@ _COPIED_FLAT: tuple[str, ...] = (
     "grown",
     "budget_stops",
     "budget_seen",
+    "guard_heads",
 )
 """Derived containers a pass writes whose items are immutable: a flat copy is a copy."""
 

@@ -31,6 +31,7 @@ from schemas import (
     WorkloadProgress,
     Zone,
 )
+from usher.core.engine.data import GuardHeads
 from usher.core.engine.offers import Offers
 from usher.core.gates import admission
 from usher.core.intake.workload import observed_errors
@@ -650,6 +651,7 @@ class Folding(Offers):
         self.potential_offers = []
         self.timed_offers = set()
         self.dirty = set(self.state.tree.leaves)
+        self.guard_heads = GuardHeads()
         self.state.tree_holds = holds.tree_holds(event.root, self.state.tree_holds, self.state.now)
         self.refresh_holds()
         for job in self.state.jobs.values():

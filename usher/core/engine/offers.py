@@ -79,6 +79,8 @@ class Offers(Shortfalls):
                     self.potential[ancestor.path] = self.potential.get(ancestor.path, 0) + delta
             self._refresh_offer(info, queue, potential)
         self.dirty = set()
+        # A head is its leaf's first candidate: the starvation guard looks at these again (N1).
+        self.guard_heads.changed.update(refreshed)
         nodes = self.state.tree.nodes
         for path in sorted(stale_inner, key=lambda p: (-nodes[p].depth, p)):
             self.low[path] = combine_lowest([self.low.get(c) for c in nodes[path].children])

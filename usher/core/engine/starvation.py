@@ -18,10 +18,11 @@ the pass that made it (between passes a reservation is only its record: since wh
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from schemas import Admitted, Decision, Millis, Reason, WorkloadKey
+from schemas import Admitted, Decision, Millis, QuotaPath, Reason, WorkloadKey
 from usher.core.engine.context import EngineContext
+from usher.core.engine.data import GuardHeads
 from usher.core.engine.decision_pass import DecisionPass
 from usher.core.gates import chain
 from usher.core.model import reasons
@@ -110,26 +111,71 @@ def hold_again(e: EngineContext, holders: list[Job]) -> None:
 def track(e: EngineContext, decisions: list[Decision]) -> None:
     """After a pass or an applied ``Admitted`` (``decisions``): start the clock of each head
     passed over by an admission; forget every workload that is no longer a pending head of
-    its queue (admitted, overtaken, gone)."""
-    heads: dict[WorkloadKey, None] = {}
-    for leaf in e.state.tree.leaves:
-        info = e.state.tree.nodes[leaf]
-        queue = e.leaf_queues.get(leaf)
-        if not info.starvation_ms or queue is None or e.hold_over(leaf) is not None:
-            continue
-        head = e.head(leaf)
-        if head is not None:
-            heads[head] = None
+    its queue (admitted, overtaken, gone).
+
+    Only the leaves whose head may have changed since the last call are looked at (their
+    offer was refreshed, is dirty or moves with the clock: a head is its leaf's first
+    candidate, so these are the only leaves where it can change), and only the heads without
+    a clock when something was admitted: the cost follows what changed, not the leaves.
+    """
+    watch = e.guard_heads
+    leaves = e.state.tree.leaves if watch.whole else watch.changed | e.dirty | e.timed_offers
+    dropped = _follow_heads(e, watch, leaves)
     starving = e.state.starving
-    for key in [key for key in starving if key not in heads]:
-        del starving[key]
+    for key in dropped:
+        if key not in watch.leaf_of:
+            starving.pop(key, None)
+    if watch.whole:
+        for key in [key for key in starving if key not in watch.leaf_of]:
+            del starving[key]
+    for leaf in leaves:
+        head = watch.of_leaf.get(leaf)
+        if head is None or head in starving:
+            watch.unclocked.discard(leaf)
+        else:
+            watch.unclocked.add(leaf)
+    watch.changed = set()
+    watch.whole = False
     admitted = {d.workload for d in decisions if isinstance(d, Admitted)}
-    if not admitted:
+    if not admitted or not watch.unclocked:
         return
-    for head in heads:
-        if head not in starving and head not in admitted:
+    for leaf in sorted(watch.unclocked):
+        head = watch.of_leaf[leaf]
+        if head not in admitted:
             # Every admission passes it: all paths share the root (N1).
             starving[head] = e.state.now
+    watch.unclocked = {leaf for leaf in watch.unclocked if watch.of_leaf[leaf] in admitted}
+
+
+def guarded_head(e: EngineContext, leaf: QuotaPath) -> WorkloadKey | None:
+    """The head of ``leaf`` if the guard follows it: on there, and the leaf is not held."""
+    info = e.state.tree.nodes.get(leaf)
+    if info is None or not info.starvation_ms or e.hold_over(leaf) is not None:
+        return None
+    return e.head(leaf)
+
+
+def _follow_heads(
+    e: EngineContext, watch: GuardHeads, leaves: Iterable[QuotaPath]
+) -> list[WorkloadKey]:
+    """Bring ``watch``'s heads of ``leaves`` up to date; return the heads some leaf lost."""
+    if watch.whole:
+        watch.of_leaf, watch.leaf_of, watch.unclocked = {}, {}, set()
+    dropped: list[WorkloadKey] = []
+    for leaf in leaves:
+        head = guarded_head(e, leaf)
+        old = watch.of_leaf.get(leaf)
+        if head == old:
+            continue
+        if old is not None:
+            del watch.of_leaf[leaf]
+            if watch.leaf_of.get(old) == leaf:
+                del watch.leaf_of[old]
+            dropped.append(old)
+        if head is not None:
+            watch.of_leaf[leaf] = head
+            watch.leaf_of[head] = leaf
+    return dropped
 
 
 def reason(e: EngineContext, job: Job, why_not: WhyNot) -> Reason | None:
