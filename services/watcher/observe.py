@@ -220,9 +220,6 @@ class Observer(ABC):
 
     async def run(self) -> None:
         """Observe until cancelled."""
-        # Its reconnect counter exists at 0 from the start: a series that first appears at 1
-        # hides its first reconnects from increase() (UsherKubeWatchFlapping).
-        self.ctx.metrics.watch_reconnects.labels(self.name)
         backoff = self.options.backoff()
         version: str | None = None
         while True:
