@@ -409,7 +409,7 @@ def test_kube_api_and_nats_gone_fire_their_alerts(home: Path, prometheus: str) -
         )
     finally:
         os.kill(stack["up_pid"], signal.SIGCONT)
-    assert float(flapping["value"]) > 5
+    assert float(flapping["value"]) > 5, flapping
     assert flapping["annotations"]["runbook"] == "docs/operations/alerts.md#usherkubewatchflapping"
     assert watcher["labels"]["pod"] == "watcher"
     assert unhealthy["labels"]["severity"] == "critical"
