@@ -3,8 +3,10 @@
 ``usher up --no-demo`` runs (one node of 256 cpu, so that pods run; services give up on a lost
 NATS after 3 s); Debian's ``prometheus`` scrapes every service's ``/metrics`` every second with
 the labels the deploy's ServiceMonitor gives (``namespace``, ``app_kubernetes_io_component``,
-``pod``) and evaluates the PrometheusRule's spec every second, its durations shortened by the
-test (``quick_rules``: every ``for`` 1 s, 15- and 30-minute windows 20 s, a lag of 3 entries
+``pod``), and the stack's stand-in for kube-state-metrics (``usher.local.kube_state``: each
+supervised process's restarts, with their own labels, as kube-state-metrics is scraped with
+``honor_labels``); it evaluates the PrometheusRule's spec every second, its durations shortened
+by the test (``quick_rules``: every ``for`` 1 s, 15- and 30-minute windows 20 s, a lag of 3 entries
 instead of 1,000; the expressions are otherwise the deploy's). A healthy stack raises nothing;
 the stack is then driven into each condition, in this order, and each alert must fire:
 
@@ -19,12 +21,12 @@ the stack is then driven into each condition, in this order, and each alert must
   UsherPendingPastEstimate (the watcher's count, estimated every 10 s);
 - PostgreSQL stopped (every process of it, SIGSTOP): UsherPostgresUnavailable (the ledger's
   probe: no CloudNativePG exporter runs here);
-- NATS stopped (and ``usher up`` paused so that it does not restart it at once):
-  UsherWatcherNatsDisconnected, UsherNatsUnavailable, UsherServiceUnhealthy.
-
-UsherServiceRestarting (kube-state-metrics) and UsherKubeWatchFlapping (a Kubernetes API whose
-watches keep failing) read what a local stack does not have: ``promtool test rules`` shows them
-(tests/deploy/test_alerts.py).
+- the preemptor killed (SIGKILL) three times, ``usher up`` restarting it each time:
+  UsherServiceRestarting;
+- ``usher up`` paused (so that it restarts nothing), the API emulator killed and NATS stopped:
+  UsherKubeWatchFlapping (every list/watch of the watcher fails and starts again),
+  UsherWatcherNatsDisconnected, UsherNatsUnavailable, UsherServiceUnhealthy. Once resumed,
+  ``usher up`` finds its API server gone and stops the stack.
 Prometheus is found as promtool is (``$USHER_PROMETHEUS``, else PATH); without it the test fails
 under CI and is skipped elsewhere.
 """
@@ -32,6 +34,7 @@ under CI and is skipped elsewhere.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import shutil
@@ -117,10 +120,15 @@ def prometheus(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         for name, port in sorted(stack["health_ports"].items())
     ]
     (folder / "rules.yaml").write_text(yaml.safe_dump(quick_rules()))
+    kube_state = {
+        "job_name": "kube-state-metrics",
+        "honor_labels": True,  # its series name their pods: keep them (as kube-prometheus does)
+        "static_configs": [{"targets": [f"127.0.0.1:{stack['kube_state_metrics_port']}"]}],
+    }
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(folder / "rules.yaml")],
-        "scrape_configs": [{"job_name": "usher", "static_configs": targets}],
+        "scrape_configs": [{"job_name": "usher", "static_configs": targets}, kube_state],
     }
     (folder / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port("127.0.0.1")
@@ -140,6 +148,7 @@ def prometheus(home: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         every = len(targets)
         answering = 'count(up{namespace="usher-system"} == 1)'
         poll(lambda: True if _value(url, answering) == every else None, 60)
+        poll(lambda: True if _value(url, 'up{job="kube-state-metrics"}') == 1 else None, 60)
         yield url
     finally:
         process.terminate()
@@ -355,14 +364,44 @@ def test_postgres_that_stops_answering_fires_its_alert(home: Path, prometheus: s
     poll(lambda: True if _value(prometheus, "min(usher_postgres_up)") == 1 else None, 60)
 
 
-def test_nats_stopped_fires_the_nats_alerts(home: Path, prometheus: str) -> None:
-    """Last (the stack is not the same afterwards): ``usher up`` is paused, so that it does not
-    restart NATS at once, and NATS is stopped; every service loses it, and after 3 s says it
-    cannot work."""
+def test_a_service_killed_three_times_is_restarting(home: Path, prometheus: str) -> None:
+    """``usher up`` restarts the killed preemptor each time (after 0.5, 1 and 2 s): its
+    restart counter, served as kube-state-metrics serves a pod's, goes from 0 to 3."""
+    restarts = 'kube_pod_container_status_restarts_total{pod="preemptor"}'
+    assert _value(prometheus, restarts) == 0
+    for _ in range(3):
+        pid = json.loads((home / "stack.json").read_text())["service_pids"]["preemptor"]
+        os.kill(pid, signal.SIGKILL)
+        poll(functools.partial(_restarted, home, "preemptor", pid), 30)
+    fired = poll(
+        lambda: _alert(prometheus, "UsherServiceRestarting", "firing", pod="preemptor"), 60
+    )
+    assert fired["labels"]["namespace"] == "usher-system"
+    assert fired["labels"]["container"] == "preemptor"
+    assert fired["annotations"]["runbook"] == "docs/operations/alerts.md#usherservicerestarting"
+    assert _value(prometheus, restarts) == 3
+
+
+def _restarted(home: Path, name: str, old: int) -> bool | None:
+    """Whether ``stack.json`` names a new process for ``name`` (``usher up`` restarted it)."""
+    try:
+        pid = json.loads((home / "stack.json").read_text())["service_pids"][name]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None  # being rewritten
+    return True if pid not in (0, old) else None
+
+
+def test_kube_api_and_nats_gone_fire_their_alerts(home: Path, prometheus: str) -> None:
+    """Last (the stack stops afterwards): ``usher up`` is paused, so that it restarts nothing,
+    the API emulator is killed, so that every list/watch of the watcher fails at once and is
+    started again (after 0.1 s, then ever longer), and NATS is stopped; every service loses it,
+    and after 3 s says it cannot work."""
     stack = json.loads((home / "stack.json").read_text())
     os.kill(stack["up_pid"], signal.SIGSTOP)
     try:
+        os.kill(stack["pids"]["kube-emulator"], signal.SIGKILL)
         os.kill(stack["pids"]["nats"], signal.SIGTERM)
+        flapping = poll(lambda: _alert(prometheus, "UsherKubeWatchFlapping", "firing"), 60)
         watcher = poll(lambda: _alert(prometheus, "UsherWatcherNatsDisconnected", "firing"), 60)
         poll(lambda: _alert(prometheus, "UsherNatsUnavailable", "firing"), 60)
         unhealthy = poll(
@@ -370,5 +409,7 @@ def test_nats_stopped_fires_the_nats_alerts(home: Path, prometheus: str) -> None
         )
     finally:
         os.kill(stack["up_pid"], signal.SIGCONT)
+    assert float(flapping["value"]) > 5, flapping
+    assert flapping["annotations"]["runbook"] == "docs/operations/alerts.md#usherkubewatchflapping"
     assert watcher["labels"]["pod"] == "watcher"
     assert unhealthy["labels"]["severity"] == "critical"

@@ -89,6 +89,9 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Restarts by process name (only those restarted at least once)."""
     health_ports: dict[str, int] = msgspec.field(default_factory=dict)
     """Each service's /healthz port on 127.0.0.1 (``usher status`` asks it)."""
+    kube_state_metrics_port: int = 0
+    """``/metrics`` on 127.0.0.1 with each supervised process's restarts as kube-state-metrics
+    exports a pod's (``kube_pod_container_status_restarts_total``); 0: none."""
 
     def all_pids(self) -> dict[str, int]:
         """Every process of the system: infrastructure, services and the web console."""

@@ -10,7 +10,8 @@ preemptor, one dequeuer per zone, watcher; then
 the read-only web console (``python -m usher console``, on 127.0.0.1, port 8470 or a free one
 when that is taken) with the ``console`` NATS identity. It
 writes ``$USHER_HOME/stack.json`` once everything is up, restarts a service that died (with a
-growing pause, recorded in ``stack.json``), restarts a NATS or PostgreSQL that died on the
+growing pause, recorded in ``stack.json`` and served as kube-state-metrics serves a pod's
+restarts: ``usher.local.kube_state``), restarts a NATS or PostgreSQL that died on the
 same port with the same data and configuration (with a growing pause; after
 ``SERVER_MAX_FAILURES`` restarts in a row that did not stay up it gives up and says so), and
 stops everything in the reverse order:
@@ -44,6 +45,7 @@ from usher.adapters.stack_file import (
 )
 from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator.server import self_signed_certificate
+from usher.local.kube_state import KubeStateMetrics, RestartCounts
 from usher.local.processes import ManagedProcess, ServerStartError, free_port, port_open
 from usher.local.servers import HOST, PG_LEDGER, NatsServer, PostgresServer
 from usher.local.stack import EmbeddedStack, write_stack_info
@@ -216,6 +218,8 @@ class EmbeddedSystem:
     webhook: Supervised | None = field(default=None, init=False)
     health_ports: dict[str, int] = field(default_factory=dict, init=False)
     """Each service's /metrics, /healthz and /readyz port on 127.0.0.1 (``usher status``)."""
+    kube_state: KubeStateMetrics | None = field(default=None, init=False)
+    """The stand-in for kube-state-metrics: each supervised process's restarts."""
     console_url: str = field(default="", init=False)
     console_port: int = field(default=0, init=False)
     _console_listening: socket.socket | None = field(default=None, init=False)
@@ -266,6 +270,7 @@ class EmbeddedSystem:
                 self.services[name] = Supervised(name, argv, process)
             if self.options.console_port is not None:  # it starts while the watcher lists
                 self._start_console(env, self.options.console_port)
+            self._start_kube_state_metrics()
             self._check_services_alive(grace_s=0.5)
             self._wait_for_watcher(watcher_log, offset, timeout_s)
             self._wait_for_console()
@@ -400,6 +405,15 @@ class EmbeddedSystem:
         self.console_port = port
         self.console_url = f"http://{HOST}:{port}/"
 
+    def _start_kube_state_metrics(self) -> None:
+        """Serve every supervised process's restart count as kube-state-metrics does a
+        pod's (``usher.local.kube_state``), from a thread of this process."""
+        counts = RestartCounts(
+            lambda: {s.name: s.restarts for s in self._supervised()}, str(self.home)
+        )
+        self.kube_state = KubeStateMetrics(counts, HOST, free_port(HOST))
+        self.kube_state.start()
+
     def _console_socket(self, wanted: int) -> socket.socket:
         """The console's listening socket, bound here and held for the stack's life: on
         ``wanted`` when it is free, else on a free port. Binding it here (not in the console)
@@ -502,6 +516,7 @@ class EmbeddedSystem:
             up_pid=self.up_pid,
             console_url=self.console_url,
             console_pid=self.console.process.pid or 0 if self.console else 0,
+            kube_state_metrics_port=self.kube_state.port if self.kube_state else 0,
         )
 
     def _restarts(self) -> dict[str, Restarts]:
@@ -567,6 +582,8 @@ class EmbeddedSystem:
         """The console and the services (watcher first), then the emulator, PostgreSQL, NATS;
         forget stack.json."""
         try:
+            if self.kube_state is not None:
+                self.kube_state.stop()
             services = [s.process for s in reversed(self._supervised())]
             for process in services:  # all at once: each drains its own work in parallel
                 if process.popen is not None and process.running():
