@@ -220,6 +220,9 @@ class Observer(ABC):
 
     async def run(self) -> None:
         """Observe until cancelled."""
+        # The series exists from the start at 0, so that its first reconnects count in
+        # Prometheus' increase() (a counter first seen at 3 has increased by nothing).
+        self.ctx.metrics.watch_reconnects.labels(self.name)
         backoff = self.options.backoff()
         version: str | None = None
         while True:
