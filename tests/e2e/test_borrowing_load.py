@@ -7,7 +7,8 @@ created in bursts of 20 per second through kubernetes-asyncio and run by the emu
 kubelet for 0.2-1.2 s. Runs: no fault, and every service SIGKILLed once at a seeded moment,
 each on three trees (``TREES``): the demo tree, it with lending policies (L1, L2:
 ``LENDING``), and it with the preemption policies P1-P3 (``PREEMPTION_POLICIES``);
-one seed in ``make test``, several in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
+one seed in ``make test`` (there the policy trees run without faults: ``RUNS``), several and
+every tree killed in ``make test-long`` (``USHER_LOAD_SEEDS=1,2,3``).
 
 Every run must end with every job completed, reclaim having happened (a run that never
 preempts proves nothing about it), and the checks on the whole log and the ledger: each
@@ -285,9 +286,19 @@ WALKTHROUGH = [int(seed) for seed in os.environ.get("USHER_LOAD_SEEDS", "2026112
 """Seeds of the job mixes (and kill moments); ``make test-long`` runs several."""
 
 
-@pytest.mark.parametrize("tree", sorted(TREES))
+LONG = os.environ.get("USHER_LONG_TESTS") == "1" or "USHER_LOAD_SEEDS" in os.environ
+RUNS = [
+    pytest.param(tree, kill, id=f"{tree}-{'each-service-killed' if kill else 'no-fault'}")
+    for tree in sorted(TREES)
+    for kill in (False, True)
+    if LONG or tree == "walkthrough" or not kill
+]
+"""Every tree with no fault and with every service killed; ``make test`` kills services on
+the demo tree only (the policy trees' kill runs are in ``make test-long``, for time)."""
+
+
+@pytest.mark.parametrize(("tree", "kill"), RUNS)
 @pytest.mark.parametrize("seed", WALKTHROUGH)
-@pytest.mark.parametrize("kill", [False, True], ids=["no-fault", "each-service-killed"])
 async def test_borrowing_tree_under_bursts_ends_clean(
     stack: tuple[ServiceProcesses, client.ApiClient],
     subjects: Subjects,
