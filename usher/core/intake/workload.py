@@ -74,7 +74,7 @@ from usher.core.model.reasons import seconds_text
 from usher.core.rules.retry import container_memory
 from usher.core.tree.zone_fallback import parse_accepted_zones
 from usher.core.values.names import MAX_GATES, MAX_ZONES, is_gate_name, is_zone_name, zone_name
-from usher.core.values.numbers import MAX_COUNT
+from usher.core.values.numbers import MAX_COUNT, MAX_PRIORITY, MIN_PRIORITY
 from usher.core.values.quantities import MAX_QUANTITY
 from usher.core.values.registry import (
     ADMISSION_GATED_BY,
@@ -139,7 +139,6 @@ malformed: ``extract_workload`` is where every annotation's syntax is checked.""
 
 PRIORITY_CLASS_API_VERSION = "scheduling.k8s.io/v1"
 PRIORITY_CLASS_KIND = "PriorityClass"
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 
 
 def extract_workload(
@@ -393,7 +392,7 @@ def _priority_value(raw: object, errors: Errors) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
         errors.append(error("value", "invalid-type", f"value must be an integer, got {raw!r}"))
         return 0
-    if not _INT32_MIN <= raw <= _INT32_MAX:
+    if not MIN_PRIORITY <= raw <= MAX_PRIORITY:
         errors.append(error("value", "out-of-range", f"value {raw} is outside the int32 range"))
         return 0
     return raw
