@@ -207,9 +207,23 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
     log = get_logger(service=name, zone=settings.zone)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    handled: list[signal.Signals] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
+    try:
+        await _serve(name, settings, main, stop, log)
+    finally:
+        # The loop may outlive the service (a caller's, a test's): give the signals back, so
+        # that a later Ctrl-C raises KeyboardInterrupt again instead of setting a dead event.
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+
+
+async def _serve(
+    name: str, settings: ServiceSettings, main: ServiceMain, stop: asyncio.Event, log: Any
+) -> None:
     # Filled once connected: until then the process is alive (/healthz) but not ready.
     started: list[ServiceContext] = []
 

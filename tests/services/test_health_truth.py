@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
@@ -117,6 +118,9 @@ async def test_a_lost_nats_connection_fails_the_probes_and_the_gauges(
             contexts[0].stop.set()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(service, timeout=15)
+    # The loop outlives the service: a Ctrl-C raises KeyboardInterrupt again (a handler left
+    # behind made every later SIGINT in this process set a dead event).
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_liveness_holds_through_a_short_loss_and_fails_on_a_long_one_or_flapping() -> None:
