@@ -2,9 +2,11 @@
 
 What it does: a topology level is a node label (``topology.usher.io/rack``); its domains are
 the values the schedulable nodes of a zone carry for it, each the set of nodes carrying that
-value. A domain's room is what its nodes allocate minus what the admissions pinned inside it
-use (a pin whose nodes are all the domain's: the same rack, or a rack of the block; work
-pinned wider, or not at all, counts in its zone, not in the domain). A gang fits a domain when
+value. A domain's room is what its nodes allocate minus what every admission pinned to nodes
+it shares uses: all of a pin inside it (a rack of the block), and all of a wider pin that
+covers it (a block pin counts in each of the block's racks: its pods may all be there, so a
+rack is never promised twice). Work not pinned at all counts in its zone only (the zone room,
+section 3), not in any domain. A gang fits a domain when
 its whole request is within the domain's room and each of its pods fits some node of it by
 allocatable (the zone room's rule, section 3, one domain at a time). ``choose`` answers for an
 ask: ``required`` tries its level only; ``preferred`` tries its level, then each wider one
@@ -123,7 +125,7 @@ def rooms(
             for resource, amount in nodes[name].allocatable.items():
                 free[resource] = free.get(resource, 0) + amount
         for pin, used in pinned:
-            if members[pin] and members[pin] <= inside:
+            if members[pin] & inside:
                 for resource, amount in used:
                     free[resource] = free.get(resource, 0) - amount
         holds = all(
