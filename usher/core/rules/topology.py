@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
 
-from schemas import TopologyAsk, TopologyPin
+from schemas import NodeName, TopologyAsk, TopologyPin
 
 Amounts = Sequence[tuple[str, int]]
 """A request or a pod's request: ``(resource, amount)`` pairs, resources in name order."""
@@ -98,9 +98,9 @@ def candidate_levels(ask: TopologyAsk, levels: Sequence[str]) -> list[str]:
     return list(reversed(levels[: levels.index(ask.level) + 1]))
 
 
-def domains_of(nodes: Mapping[str, NodeView], level: str) -> dict[str, list[str]]:
+def domains_of(nodes: Mapping[NodeName, NodeView], level: str) -> dict[str, list[NodeName]]:
     """Each domain of ``level`` -> its schedulable nodes, both sorted by name."""
-    found: dict[str, list[str]] = {}
+    found: dict[str, list[NodeName]] = {}
     for name in sorted(nodes):
         node = nodes[name]
         value = node.labels.get(level)
@@ -110,7 +110,7 @@ def domains_of(nodes: Mapping[str, NodeView], level: str) -> dict[str, list[str]
 
 
 def rooms(
-    nodes: Mapping[str, NodeView],
+    nodes: Mapping[NodeName, NodeView],
     level: str,
     pinned: Sequence[tuple[TopologyPin, Amounts]],
     pods: Sequence[Amounts],
@@ -138,7 +138,7 @@ def rooms(
 def choose(
     ask: TopologyAsk,
     levels: Sequence[str],
-    nodes: Mapping[str, NodeView],
+    nodes: Mapping[NodeName, NodeView],
     pinned: Sequence[tuple[TopologyPin, Amounts]],
     pods: Sequence[Amounts],
     request: Amounts,
@@ -159,7 +159,7 @@ def choose(
     return Choice(fits=False, best=best)
 
 
-def _members(nodes: Mapping[str, NodeView], pin: TopologyPin) -> frozenset[str]:
+def _members(nodes: Mapping[NodeName, NodeView], pin: TopologyPin) -> frozenset[NodeName]:
     return frozenset(name for name, node in nodes.items() if node.labels.get(pin.level) == pin.domain)
 
 
