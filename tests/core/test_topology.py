@@ -9,11 +9,20 @@ from dataclasses import dataclass, field
 import msgspec
 import pytest
 
-from schemas import NodeName, NodeObserved, TopologyAsk, TopologyPin, WorkloadObserved, Zone
+from schemas import (
+    Millis,
+    NodeName,
+    NodeObserved,
+    TopologyAsk,
+    TopologyPin,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+)
 from tests.builders.log import Log
 from tests.builders.manifests import batch_job, container, pod_template
 from tests.builders.trees import departments_tree
-from usher.core.history import whatif
+from usher.core.history import explain, whatif
 from usher.core.intake.workload import extract_workload
 from usher.core.kinds import batch, jobset
 from usher.core.kinds.topology import BOTH_CODE, pinned
@@ -266,3 +275,17 @@ def test_a_bad_topology_level_flag_names_the_flag() -> None:
     assert raised.value.flag == "--topology-level"
     assert whatif.parse_topology_level(None) is None
     assert whatif.parse_topology_level(RACK) == RACK
+
+
+# ---------------------------------------------------------------------------- explain
+
+
+def test_explain_says_which_rack_came_closest() -> None:
+    log = _racked_log()
+    told = explain.explain(log.history(), EngineConfig(), WorkloadKey("user-a/big"), Millis(0))
+    assert told.state == "Pending"
+    assert told.reason is not None and told.reason.code == "TopologyNoFit"
+    assert told.reason.message.startswith(
+        "needs 3 x 12 cpu in one rack; best r1 has 2 x 12 cpu free"
+    )
+    assert "TopologyNoFit: needs 3 x 12 cpu in one rack" in explain.render_explain_table(told)
