@@ -492,6 +492,7 @@ def render_table(result: SimResult) -> str:
         if row is None:
             continue
         extra = f"  by {row['preemptor']}" if "preemptor" in row else ""
+        extra += f"  in {row['domain']}" if "domain" in row else ""  # TP1
         why = f"  ({row['reason']})" if "reason" in row else ""
         lines.append(
             f"  t={row['at']!s:>6}  {row['action']:<12} {row['job']:<32} "
