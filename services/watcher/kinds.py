@@ -24,8 +24,8 @@ from schemas import TopologyPin
 from usher.adapters.kube import JsonObj, Resource, merge_diff
 from usher.core.intake.workload import ZONE_LABEL
 from usher.core.kinds import FAMILIES, REJECTED, KindFamily, Outcome, parse_time_ms
-from usher.core.tree.burst_tolerations import Toleration, retolerated
 from usher.core.kinds.topology import pinned
+from usher.core.tree.burst_tolerations import Toleration, retolerated
 
 __all__ = ["Outcome", "parse_time_ms"]
 

@@ -330,9 +330,7 @@ def what_if_command(
     log = _load(log_file, nats_url=nats_url, prefix=prefix, home=home)
     spec = whatif.WhatIfSpec(
         baseline=whatif.Variant(config=base),
-        changed=replace(
-            alternative, config=changed, zone_policy=zone_policy, topology_level=level
-        ),
+        changed=replace(alternative, config=changed, zone_policy=zone_policy, topology_level=level),
         since_ms=_when("--since", since, log.history),
         until_ms=_when("--until", until, log.history),
         window_ms=window_ms,

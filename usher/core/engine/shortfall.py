@@ -14,8 +14,8 @@ from schemas import (
 )
 from usher.core.engine.stops import Stops
 from usher.core.model import reasons
-from usher.core.rules.arbitration import first_shortfall, quota_exceeded
 from usher.core.rules import topology
+from usher.core.rules.arbitration import first_shortfall, quota_exceeded
 from usher.core.rules.lending import lending_refused
 from usher.core.state.indexed import (
     ADMITTED,

@@ -786,16 +786,15 @@ def topology_no_fit(
         has = f"best {best} has {slots} x {amounts(pod)} free"
     else:
         has = f"best {best} has {amounts([(r, max(free.get(r, 0), 0)) for r, _ in request])} free"
-    short = next(
-        ((r, a, free.get(r, 0)) for r, a in request if a > free.get(r, 0)),
-        (request[0][0], request[0][1], free.get(request[0][0], 0)) if request else (None, None, None),
-    )
+    # The typed numbers: the first resource the best domain lacks (its free room as limit).
+    lacking = [(r, a) for r, a in request if a > free.get(r, 0)] or list(request[:1])
+    resource, requested = lacking[0] if lacking else (None, None)
     return Reason(
         code="TopologyNoFit",
         message=f"needs {needs} in one {noun}; {has} (zone {zone}: fits once work there ends)",
-        resource=short[0],
-        requested=short[1],
-        limit=None if best is None or short[2] is None else max(short[2], 0),
+        resource=resource,
+        requested=requested,
+        limit=None if best is None or resource is None else max(free.get(resource, 0), 0),
     )
 
 

@@ -128,9 +128,7 @@ def rooms(
             if members[pin] & inside:
                 for resource, amount in used:
                     free[resource] = free.get(resource, 0) - amount
-        holds = all(
-            any(_fits_node(pod, nodes[name].allocatable) for name in names) for pod in pods
-        )
+        holds = all(any(_fits_node(pod, nodes[name].allocatable) for name in names) for pod in pods)
         found.append(DomainRoom(level, domain, free, holds))
     return found
 
@@ -160,7 +158,9 @@ def choose(
 
 
 def _members(nodes: Mapping[NodeName, NodeView], pin: TopologyPin) -> frozenset[NodeName]:
-    return frozenset(name for name, node in nodes.items() if node.labels.get(pin.level) == pin.domain)
+    return frozenset(
+        name for name, node in nodes.items() if node.labels.get(pin.level) == pin.domain
+    )
 
 
 def _fits_node(pod: Amounts, allocatable: dict[str, int]) -> bool:

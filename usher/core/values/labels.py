@@ -90,9 +90,7 @@ def topology_levels(raw: object, path: str, *, name: str | None = None) -> list[
         raise ValueRefused(path, "too-long", f"{wrong} of at most {MAX_LEVELS} levels")
     for part in parts:
         if not is_topology_key(part):
-            raise ValueRefused(
-                path, "invalid-value", f"{wrong}: {shown(part)} is not {_KEY_RULE}"
-            )
+            raise ValueRefused(path, "invalid-value", f"{wrong}: {shown(part)} is not {_KEY_RULE}")
     if len(set(parts)) != len(parts):
         raise ValueRefused(path, "invalid-value", f"{label}: {shown(raw)} names a level twice")
     return parts
