@@ -36,9 +36,8 @@ def test_an_admission_pins_every_template_to_the_domain_beside_the_zone(make: An
     patch = admit_patch(f, manifest, "a", None, (), PIN)
     assert patch is not None
     after = merge_patch(copy.deepcopy(manifest), patch)
-    selectors = [
-        template.get("spec", template).get("nodeSelector") for template in f.templates(after["spec"])
-    ]
+    templates = f.templates(after["spec"])
+    selectors = [template.get("spec", template).get("nodeSelector") for template in templates]
     assert selectors and all(s == {"usher.io/zone": "a", RACK: "b1-r2"} for s in selectors)
     unpinned = merge_patch(copy.deepcopy(manifest), admit_patch(f, manifest, "a"))
     assert all(
