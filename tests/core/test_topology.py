@@ -5,9 +5,12 @@ The scenarios 200-203 pin the engine's decisions end to end."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schemas import (
     Millis,
@@ -28,7 +31,7 @@ from usher.core.kinds import batch, jobset
 from usher.core.kinds.topology import BOTH_CODE, pinned
 from usher.core.model.config import EngineConfig
 from usher.core.model.errors import ValueRefused, WorkloadInvalid
-from usher.core.rules.topology import choose
+from usher.core.rules.topology import choose, rooms
 from usher.core.values.labels import (
     MAX_LEVELS,
     MAX_NODE_LABELS,
@@ -289,3 +292,71 @@ def test_explain_says_which_rack_came_closest() -> None:
         "needs 3 x 12 cpu in one rack; best r1 has 2 x 12 cpu free"
     )
     assert "TopologyNoFit: needs 3 x 12 cpu in one rack" in explain.render_explain_table(told)
+
+
+# ---------------------------------------------------------------------------- properties
+
+
+@st.composite
+def _clusters(draw: st.DrawFn) -> tuple[dict[NodeName, N], list[tuple[TopologyPin, Any]]]:
+    count = draw(st.integers(min_value=0, max_value=8))
+    nodes = {
+        NodeName(f"n{i}"): _node(
+            f"n{i}",
+            draw(st.sampled_from(["b1", "b2"])),
+            draw(st.sampled_from(["r1", "r2", "r3"])),
+            draw(st.integers(min_value=0, max_value=16)),
+            cordoned=draw(st.booleans()),
+        )
+        for i in range(count)
+    }
+    pins = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from([(RACK, "r1"), (RACK, "r2"), (BLOCK, "b1"), (HOST, "n0")]),
+                st.integers(min_value=0, max_value=24),
+            ),
+            max_size=4,
+        )
+    )
+    taken = [(TopologyPin(level=level, domain=d), (("gpu", gpu),)) for (level, d), gpu in pins]
+    return nodes, taken
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cluster=_clusters(),
+    level=st.sampled_from(LEVELS),
+    required=st.booleans(),
+    pods=st.integers(min_value=1, max_value=6),
+    gpu=st.integers(min_value=1, max_value=16),
+)
+def test_a_chosen_domain_always_holds_the_gang_and_the_order_of_nodes_never_matters(
+    cluster: tuple[dict[NodeName, N], list[tuple[TopologyPin, Any]]],
+    level: str,
+    required: bool,
+    pods: int,
+    gpu: int,
+) -> None:
+    nodes, taken = cluster
+    ask = TopologyAsk(level=level, required=required)
+    pod = (("gpu", gpu),)
+    request = (("gpu", gpu * pods),)
+    choice = choose(ask, LEVELS, nodes, taken, [pod], request)
+    backwards = dict(reversed(list(nodes.items())))
+    assert choose(ask, LEVELS, backwards, taken, [pod], request) == choice
+    if choice.pin is not None:
+        assert choice.fits
+        allowed = LEVELS[: LEVELS.index(level) + 1]
+        assert choice.pin.level == level if required else choice.pin.level in allowed
+        [room] = [
+            r for r in rooms(nodes, choice.pin.level, taken, [pod]) if r.domain == choice.pin.domain
+        ]
+        assert room.fits(request)
+        members = [n for n in nodes.values() if n.labels.get(choice.pin.level) == choice.pin.domain]
+        assert any(not n.unschedulable and n.allocatable["gpu"] >= gpu for n in members)
+    elif required:
+        assert not choice.fits
+        assert all(not r.fits(request) for r in rooms(nodes, level, taken, [pod]))
+    else:
+        assert choice.fits
