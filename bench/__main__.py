@@ -252,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = datetime.now(UTC)
     began = time.monotonic()
+    measured_on = machine()  # the load average before the suites add theirs
     suites: dict[str, dict[str, float]] = {}
     durations: dict[str, float] = {}
     errors: dict[str, str] = {}
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         "started_at": started.isoformat(),
         "command": "make bench-quick" if args.quick else "make bench",
         "argv": list(argv if argv is not None else sys.argv[1:]),
-        "machine": machine(),
+        "machine": {**measured_on, "load_average_at_end": list(os.getloadavg())},
         "suites": suites,
         "targets": {
             f"{suite}.{metric}": {
