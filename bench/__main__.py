@@ -43,7 +43,7 @@ from typing import Any
 from bench.headroom import SUITES as HEADROOM_SUITES
 from bench.headroom import compare, one_core
 from bench.headroom import render as render_headroom
-from bench.profile import Profiler
+from bench.profile import RATE, Profiler
 from bench.profile import render as render_profiles
 
 RESULTS = Path(__file__).parent / "results"
@@ -229,6 +229,13 @@ def main(argv: list[str] | None = None) -> int:
         help="with --profile: keep each process's raw py-spy stacks in DIR/<suite>/",
     )
     parser.add_argument(
+        "--profile-rate",
+        type=int,
+        default=RATE,
+        metavar="HZ",
+        help=f"with --profile: samples per second per process (default {RATE})",
+    )
+    parser.add_argument(
         "--headroom",
         action="store_true",
         help="run the kueue and stack suites again pinned to one core, side by side",
@@ -275,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     derive(suites)
     durations["total"] = time.monotonic() - began
     remarks = notes(chosen, args.quick, args.kueue_parents)
+    if profilers:
+        remarks["profiles"] = PROFILE_NOTE
+    if headroom:
+        remarks["headroom"] = HEADROOM_NOTE
     record = {
         "started_at": started.isoformat(),
         "command": "make bench-quick" if args.quick else "make bench",
@@ -318,6 +329,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+PROFILE_NOTE = (
+    "profiles.<suite>.processes.<process>: cpu_s from /proc over the sampled span; samples and"
+    " top (15 frames by self_pct) from py-spy --nonblocking: self_pct = share of the process's"
+    " samples with the frame innermost, total_pct = anywhere on the stack; a sample is a thread"
+    " py-spy did not see idle, so EpollSelector.select is the event loop waiting and, on a busy"
+    " machine, time runnable but not running counts too; sampler_cpu_s: py-spy's own CPU"
+)
+HEADROOM_NOTE = (
+    "headroom: the kueue and stack suites run a second time with the bench process pinned to one"
+    " core before it starts anything (every server, service and the client inherit the pin);"
+    " compared.<suite>.<figure>: normal, cut and cut / normal; suites.<suite>: the cut run"
+)
+
+
 def options(
     suite: str, args: argparse.Namespace, profilers: dict[str, Profiler] | None
 ) -> dict[str, Any]:
@@ -328,7 +353,7 @@ def options(
         out["parents"] = args.kueue_parents
     if args.profile and profilers is not None and suite in PROFILED:
         keep = args.profile_raw / suite if args.profile_raw is not None else None
-        out["profiler"] = profilers[suite] = Profiler(keep=keep)
+        out["profiler"] = profilers[suite] = Profiler(rate=args.profile_rate, keep=keep)
     return out
 
 
