@@ -272,7 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     for suite in (s for s in chosen if args.headroom and s in HEADROOM_SUITES):
         at = time.monotonic()
         with one_core() as pinned:
-            cut = attempt(suite, options(suite, args, None), errors, f"{suite} (one core)")
+            cut = attempt(
+                suite,
+                options(suite, args, profilers, f"{suite}_one_core"),
+                errors,
+                f"{suite} (one core)",
+            )
         headroom.setdefault("cut", pinned)
         headroom.setdefault("suites", {})[suite] = cut
         headroom.setdefault("compared", {})[suite] = compare(suite, suites[suite], cut)
@@ -339,21 +344,24 @@ PROFILE_NOTE = (
 HEADROOM_NOTE = (
     "headroom: the kueue and stack suites run a second time with the bench process pinned to one"
     " core before it starts anything (every server, service and the client inherit the pin);"
-    " compared.<suite>.<figure>: normal, cut and cut / normal; suites.<suite>: the cut run"
+    " compared.<suite>.<figure>: normal, cut and cut / normal; suites.<suite>: the cut run;"
+    " with --profile both runs are sampled (profiles.<suite>_one_core: the cut run)"
 )
 
 
 def options(
-    suite: str, args: argparse.Namespace, profilers: dict[str, Profiler] | None
+    suite: str, args: argparse.Namespace, profilers: dict[str, Profiler], run: str | None = None
 ) -> dict[str, Any]:
     """The keyword arguments of ``suite``'s ``run``: ``quick``, its size and, with
-    ``--profile`` and ``profilers`` given, a profiler (kept in ``profilers[suite]``)."""
+    ``--profile``, a profiler (kept in ``profilers[run]``, ``run`` defaulting to the suite:
+    the headroom run is profiled too, so that the two runs it compares bear the same cost)."""
     out: dict[str, Any] = {"quick": args.quick}
     if suite == "kueue" and args.kueue_parents is not None:
         out["parents"] = args.kueue_parents
-    if args.profile and profilers is not None and suite in PROFILED:
-        keep = args.profile_raw / suite if args.profile_raw is not None else None
-        out["profiler"] = profilers[suite] = Profiler(rate=args.profile_rate, keep=keep)
+    if args.profile and suite in PROFILED:
+        key = run or suite
+        keep = args.profile_raw / key if args.profile_raw is not None else None
+        out["profiler"] = profilers[key] = Profiler(rate=args.profile_rate, keep=keep)
     return out
 
 

@@ -43,9 +43,12 @@ FIGURES: dict[str, tuple[str, ...]] = {
         "latency_p99_ms",
         "latency_500_p50_ms",
         "latency_500_p99_ms",
+        "cpu_cores_busy",
     ),
 }
-"""Per suite, the figures compared (in this order); any other number is in the cut run's copy."""
+"""Per suite, the figures compared (in this order); any other number is in the cut run's copy.
+``cpu_cores_busy`` says whether the cut was one: on a machine others load, the stack may get
+no more than a core without the pin."""
 
 
 def compare(

@@ -7,7 +7,9 @@ dequeuer as separate processes (as deployed), then
 2. publishes N ``WorkloadObserved`` events as fast as possible into a tree that admits them
    all and measures admissions/s until the N-th ``Admitted`` is on the log (saturation),
 3. offers events at a fixed rate below saturation (a third of it, at most 1,000/s) and at
-   500/s, and reports p50/p99 from publish to the ``Admitted`` decision on the log.
+   500/s, and reports p50/p99 from publish to the ``Admitted`` decision on the log;
+4. ``cpu_cores_busy``: the CPU seconds of every process (servers, services, this client) over
+   the measurement, divided by its wall time: how much of the machine the stack got.
 The watcher is not involved: the metric starts at "job event on the log", per the issue.
 What it must never do: pass or fail on a number; it reports.
 """
@@ -26,7 +28,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
-from bench.common import fresh_servers, prepare_streams, start_services
+from bench.common import cpu_seconds, fresh_servers, prepare_streams, start_services
 from bench.profile import Profiler
 from schemas import (
     Envelope,
@@ -248,7 +250,13 @@ def run(quick: bool, profiler: Profiler | None = None) -> dict[str, float]:
         start_services(servers, env, zones=["default"], watcher=False)
         try:
             sampling = profiler.sampling(servers.pids()) if profiler else None
-            return asyncio.run(measure(servers.nats_url, subjects, quick, sampling))
+            cpu_before = sum(cpu_seconds(pid) for pid in servers.pids().values())
+            client_before, began = time.process_time(), time.monotonic()
+            numbers = asyncio.run(measure(servers.nats_url, subjects, quick, sampling))
+            cpu = sum(cpu_seconds(pid) for pid in servers.pids().values()) - cpu_before
+            cpu += time.process_time() - client_before
+            numbers["cpu_cores_busy"] = cpu / (time.monotonic() - began)
+            return numbers
         except Exception:
             print(servers.tails(20), file=sys.stderr)
             raise
