@@ -13,7 +13,11 @@ fresh servers of its own; derives the
 numbers that compare suites (the stack's admission rate against the limits suite's pipelined
 publish rate); records the machine (cores, memory, Python), each suite's duration and notes
 beside the numbers, and writes one JSON file per run. ``--quick`` runs smaller sizes (the
-whole run in a minute or two); ``--suites`` picks some.
+whole run in a minute or two); ``--suites`` picks some. ``--profile`` samples every process of
+the ``kueue`` and ``stack`` suites with py-spy (``bench/profile.py``; top frames per process
+under ``profiles``); ``--headroom`` runs those two suites again on one core and puts the two
+runs side by side (``bench/headroom.py``; under ``headroom``); ``--kueue-parents N`` plays the
+Kueue baseline on N of its 5 cohorts (same arrivals per leaf, a smaller machine load).
 What it must never do: pass or fail on a number; targets are reported, not enforced. A suite
 that breaks is reported (its error in the file) and the others still run; only then is the
 exit code 1.
@@ -35,6 +39,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench.headroom import SUITES as HEADROOM_SUITES
+from bench.headroom import compare, one_core
+from bench.headroom import render as render_headroom
+from bench.profile import RATE, Profiler
+from bench.profile import render as render_profiles
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -83,6 +93,10 @@ SKIPPED_WHEN_QUICK = ("scale",)
 def available() -> list[str]:
     """The suites this checkout has (every module but ``replay`` is always there)."""
     return [s for s in SUITES if s != "replay" or importlib.util.find_spec("bench.replay")]
+
+
+PROFILED = ("kueue", "stack")
+"""Suites whose ``run`` takes a ``profiler`` (``--profile``)."""
 
 
 def runner(suite: str) -> Callable[..., dict[str, float]]:
@@ -146,7 +160,7 @@ def machine() -> dict[str, Any]:
     }
 
 
-def notes(chosen: list[str], quick: bool) -> dict[str, str]:
+def notes(chosen: list[str], quick: bool, kueue_parents: int | None = None) -> dict[str, str]:
     """What some suites' numbers mean beyond their names."""
     out: dict[str, str] = {}
     for suite in ("core", "scale"):
@@ -161,7 +175,7 @@ def notes(chosen: list[str], quick: bool) -> dict[str, str]:
     if "kueue" in chosen:
         from bench import kueue
 
-        out["kueue"] = kueue.notes(quick)
+        out["kueue"] = kueue.notes(quick, kueue_parents)
     if "fairness" in chosen:
         out["fairness"] = (
             "simulated (usher.core.history.sim on usher/simgen workloads): share_* are each"
@@ -202,6 +216,38 @@ def main(argv: list[str] | None = None) -> int:
         help=f"comma-separated, in any order (default: all of {', '.join(available())};"
         " with --quick all but scale)",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy on every process of the kueue and stack suites (pip install -e '.[bench]')",
+    )
+    parser.add_argument(
+        "--profile-raw",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="with --profile: keep each process's raw py-spy stacks in DIR/<suite>/",
+    )
+    parser.add_argument(
+        "--profile-rate",
+        type=int,
+        default=RATE,
+        metavar="HZ",
+        help=f"with --profile: samples per second per process (default {RATE})",
+    )
+    parser.add_argument(
+        "--headroom",
+        action="store_true",
+        help="run the kueue and stack suites again pinned to one core, side by side",
+    )
+    parser.add_argument(
+        "--kueue-parents",
+        type=int,
+        choices=range(1, 6),
+        default=None,
+        metavar="N",
+        help="the Kueue baseline on N of its 5 cohorts (default 5; --quick: 1 at a fifth)",
+    )
     args = parser.parse_args(argv)
     default = [s for s in available() if not (args.quick and s in SKIPPED_WHEN_QUICK)]
     listed = args.suites.split(",") if args.suites is not None else default
@@ -213,24 +259,43 @@ def main(argv: list[str] | None = None) -> int:
 
     started = datetime.now(UTC)
     began = time.monotonic()
+    measured_on = machine()  # the load average before the suites add theirs
     suites: dict[str, dict[str, float]] = {}
     durations: dict[str, float] = {}
     errors: dict[str, str] = {}
+    profilers: dict[str, Profiler] = {}
     for suite in chosen:
         at = time.monotonic()
-        try:
-            suites[suite] = runner(suite)(quick=args.quick)
-        except Exception:
-            errors[suite] = traceback.format_exc()
-            print(f"suite {suite} failed:\n{errors[suite]}", file=sys.stderr)
+        suites[suite] = attempt(suite, options(suite, args, profilers), errors)
         durations[suite] = time.monotonic() - at
+    headroom: dict[str, Any] = {}
+    for suite in (s for s in chosen if args.headroom and s in HEADROOM_SUITES):
+        at = time.monotonic()
+        with one_core() as pinned:
+            cut = attempt(
+                suite,
+                options(suite, args, profilers, f"{suite}_one_core"),
+                errors,
+                f"{suite} (one core)",
+            )
+        headroom.setdefault("cut", pinned)
+        headroom.setdefault("suites", {})[suite] = cut
+        headroom.setdefault("compared", {})[suite] = compare(suite, suites[suite], cut)
+        durations[f"{suite}_one_core"] = time.monotonic() - at
+    suites = {suite: numbers for suite, numbers in suites.items() if numbers}
+    profiles = {suite: profiler.report() for suite, profiler in profilers.items()}
     derive(suites)
     durations["total"] = time.monotonic() - began
-    remarks = notes(chosen, args.quick)
+    remarks = notes(chosen, args.quick, args.kueue_parents)
+    if profilers:
+        remarks["profiles"] = PROFILE_NOTE
+    if headroom:
+        remarks["headroom"] = HEADROOM_NOTE
     record = {
         "started_at": started.isoformat(),
         "command": "make bench-quick" if args.quick else "make bench",
-        "machine": machine(),
+        "argv": list(argv if argv is not None else sys.argv[1:]),
+        "machine": {**measured_on, "load_average_at_end": list(os.getloadavg())},
         "suites": suites,
         "targets": {
             f"{suite}.{metric}": {
@@ -245,11 +310,19 @@ def main(argv: list[str] | None = None) -> int:
         "notes": remarks,
         "errors": errors,
     }
+    if args.profile:
+        record["profiles"] = profiles
+    if args.headroom:
+        record["headroom"] = headroom
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     # NaN is not JSON: a number that could not be measured is written as null.
     path.write_text(json.dumps(_finite(record), indent=2, sort_keys=True) + "\n")
     print(table(suites))
+    for suite, found in profiles.items():
+        print(f"\nprofile ({suite}, {found['command']}):\n{render_profiles(found['processes'])}")
+    if headroom.get("compared"):
+        print("\n" + render_headroom(headroom["compared"], headroom["cut"]["method"]))
     for suite, note in remarks.items():
         print(f"note ({suite}): {note}")
     print("durations: " + ", ".join(f"{k} {v:,.1f} s" for k, v in durations.items()))
@@ -259,6 +332,49 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suites that failed: {', '.join(errors)}", file=sys.stderr)
         return 1
     return 0
+
+
+PROFILE_NOTE = (
+    "profiles.<suite>.processes.<process>: cpu_s from /proc over the sampled span; samples and"
+    " top (15 frames by self_pct) from py-spy --nonblocking: self_pct = share of the process's"
+    " samples with the frame innermost, total_pct = anywhere on the stack; a sample is a thread"
+    " py-spy did not see idle, so EpollSelector.select is the event loop waiting and, on a busy"
+    " machine, time runnable but not running counts too; sampler_cpu_s: py-spy's own CPU"
+)
+HEADROOM_NOTE = (
+    "headroom: the kueue and stack suites run a second time with the bench process pinned to one"
+    " core before it starts anything (every server, service and the client inherit the pin);"
+    " compared.<suite>.<figure>: normal, cut and cut / normal; suites.<suite>: the cut run;"
+    " with --profile both runs are sampled (profiles.<suite>_one_core: the cut run)"
+)
+
+
+def options(
+    suite: str, args: argparse.Namespace, profilers: dict[str, Profiler], run: str | None = None
+) -> dict[str, Any]:
+    """The keyword arguments of ``suite``'s ``run``: ``quick``, its size and, with
+    ``--profile``, a profiler (kept in ``profilers[run]``, ``run`` defaulting to the suite:
+    the headroom run is profiled too, so that the two runs it compares bear the same cost)."""
+    out: dict[str, Any] = {"quick": args.quick}
+    if suite == "kueue" and args.kueue_parents is not None:
+        out["parents"] = args.kueue_parents
+    if args.profile and suite in PROFILED:
+        key = run or suite
+        keep = args.profile_raw / key if args.profile_raw is not None else None
+        out["profiler"] = profilers[key] = Profiler(rate=args.profile_rate, keep=keep)
+    return out
+
+
+def attempt(
+    suite: str, kwargs: dict[str, Any], errors: dict[str, str], label: str | None = None
+) -> dict[str, float]:
+    """Run one suite; a failure is recorded in ``errors`` under ``label`` (and {} returned)."""
+    try:
+        return runner(suite)(**kwargs)
+    except Exception:
+        errors[label or suite] = traceback.format_exc()
+        print(f"suite {label or suite} failed:\n{errors[label or suite]}", file=sys.stderr)
+        return {}
 
 
 def _finite(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Shared plumbing of the ``limits`` and ``kueue`` benchmark suites.
+"""Shared plumbing of the ``limits``, ``stack`` and ``kueue`` benchmark suites.
 
 What it does: starts a fresh embedded NATS JetStream and PostgreSQL (the same servers and
 settings ``bench/stack.py`` and ``usher up`` use) in a temporary folder and migrates the
@@ -133,11 +133,15 @@ def start_emulator(
     return proc
 
 
-def start_services(servers: Servers, env: dict[str, str], zones: Sequence[str]) -> None:
-    """Ledger, preemptor, one dequeuer per zone and the watcher, each its own process."""
+def start_services(
+    servers: Servers, env: dict[str, str], zones: Sequence[str], *, watcher: bool = True
+) -> None:
+    """Ledger, preemptor, one dequeuer per zone and (unless told not to) the watcher, each its
+    own process."""
     plan: list[tuple[str, list[str]]] = [("ledger", ["ledger"]), ("preemptor", ["preemptor"])]
     plan += [(f"dequeuer-{z}", ["dequeuer", "--zone", z]) for z in zones]
-    plan.append(("watcher", ["watcher"]))
+    if watcher:
+        plan.append(("watcher", ["watcher"]))
     for name, args in plan:
         servers.start(
             name, [sys.executable, "-m", "usher", "run", *args], env={**_inherit(), **env}

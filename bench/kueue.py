@@ -60,7 +60,11 @@ by the service that wrote them):
   ``max`` (the e2e tests' sweep, ``tests/e2e/checks.py``); must be 0.
 Quick mode scales down to 1 parent x 6 leaves and a fifth of each arrival stream (70 small,
 20 medium, 10 large per leaf: 600 workloads, ideal 13.2 s); ``scale_vs_kueue`` says so, and
-Kueue's numbers (measured at full scale) are then only a reference.
+Kueue's numbers (measured at full scale) are then only a reference. ``parents`` (``python -m
+bench --kueue-parents N``) keeps N of the 5 cohorts: every leaf's arrivals, and so each
+cohort's contention and the ideal makespan, stay those of the baseline (cohorts lend only
+inside themselves); only the machine's load shrinks, to N/5. With a ``profiler`` (``--profile``)
+every process is sampled from the first creation to the last finish.
 What it must never do: feed the services anything but Kubernetes objects, read a number the
 system did not publish or record, leave a process running, or pass or fail on a number.
 """
@@ -95,6 +99,7 @@ from bench.common import (
     start_emulator,
     start_services,
 )
+from bench.profile import Profiler
 from schemas import (
     Admitted,
     Envelope,
@@ -105,6 +110,7 @@ from schemas import (
     WorkloadObserved,
     decode_envelope,
 )
+from usher.adapters.kube.client import _look_up_the_environment_once
 from usher.adapters.nats.export import read_entries
 from usher.adapters.nats.subjects import Subjects
 from usher.core.history.estimate import Estimate, estimates_on_arrival
@@ -185,14 +191,29 @@ def ideal_makespan_s(scale: Scale) -> float:
     return cpu_s / (PARENT_CPU * scale.parents)
 
 
-def notes(quick: bool) -> str:
+def scale_of(quick: bool, parents: int | None = None) -> Scale:
+    """The size a run plays: full, quick, or ``parents`` of the 5 cohorts (at that divisor)."""
+    base = QUICK if quick else FULL
+    return base if parents is None else Scale(parents=parents, divisor=base.divisor)
+
+
+def notes(quick: bool, parents: int | None = None) -> str:
     """One line for the results file about what this run's numbers compare."""
-    if quick:
-        return (
-            "kueue (quick): 1 parent x 6 leaves, a fifth of each arrival stream (600 workloads);"
-            " Kueue's numbers are for its full 15,000-workload baseline, shown for reference"
+    scale = scale_of(quick, parents)
+    workloads = len(plan(scale))
+    if scale == FULL:
+        return "kueue: Kueue's scheduler baseline at full scale (5 x 6 leaves, 15,000 workloads)"
+    part = "a fifth of each arrival stream" if scale.divisor > 1 else "every arrival stream"
+    return (
+        f"kueue ({'quick' if quick else 'reduced'}): {scale.parents} parent(s) x"
+        f" {LEAVES_PER_PARENT} leaves, {part} ({workloads:,} workloads); Kueue's numbers are"
+        " for its full 15,000-workload baseline"
+        + (
+            ", shown for reference"
+            if scale.divisor > 1
+            else " (per cohort the same contention: cohorts lend only inside themselves)"
         )
-    return "kueue: Kueue's scheduler baseline at full scale (5 x 6 leaves, 15,000 workloads)"
+    )
 
 
 # ---------------------------------------------------------------------- manifests
@@ -297,10 +318,15 @@ class Progress:
 
 
 async def _api(kubeconfig: Path) -> client.ApiClient:
+    """The client's API connection, without the per-request environment look-ups (the
+    ``--profile`` of the before run: aiohttp's netrc and proxy look-ups in worker threads were
+    a third of the client's samples), as the services' adapter builds it."""
     cfg = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
     cfg.connection_pool_maxsize = 64
-    return client.ApiClient(cfg)
+    api = client.ApiClient(cfg)
+    _look_up_the_environment_once(api)
+    return api
 
 
 def _wait_for_line(servers: Servers, name: str, line: str, timeout_s: float) -> None:
@@ -416,7 +442,9 @@ async def holds(database_url: str, t0: float, t1: float) -> Holds:
     return Holds(total, len(rows), overhead)
 
 
-async def measure(servers: Servers, kubeconfig: Path, scale: Scale) -> dict[str, float]:
+async def measure(
+    servers: Servers, kubeconfig: Path, scale: Scale, profiler: Profiler | None = None
+) -> dict[str, float]:
     subjects = Subjects(PREFIX)
     arrivals = plan(scale)
     api = await _api(kubeconfig)
@@ -435,18 +463,19 @@ async def measure(servers: Servers, kubeconfig: Path, scale: Scale) -> dict[str,
         progress = Progress()
         await nc.subscribe(f"{PREFIX}.cluster.{ZONE}.job.>", cb=progress.on_message)
         created: dict[str, float] = {}
-        cpu_before = {name: cpu_seconds(pid) for name, pid in servers.pids().items()}
-        client_before, run_began = time.process_time(), time.monotonic()
-        lag, failures = await submit(api, arrivals, created)
-        submitted = time.monotonic()
-        budget = 120.0 if scale is QUICK else 300.0
-        await progress.wait(len(arrivals), submitted + budget)
-        cpu = {
-            name: cpu_seconds(pid) - cpu_before.get(name, 0.0)
-            for name, pid in servers.pids().items()
-        }
-        cpu["bench-client"] = time.process_time() - client_before
-        run_s = time.monotonic() - run_began
+        with profiler.sampling(servers.pids()) if profiler else contextlib.nullcontext():
+            cpu_before = {name: cpu_seconds(pid) for name, pid in servers.pids().items()}
+            client_before, run_began = time.process_time(), time.monotonic()
+            lag, failures = await submit(api, arrivals, created)
+            submitted = time.monotonic()
+            budget = 120.0 if scale.divisor > 1 else 300.0
+            await progress.wait(len(arrivals), submitted + budget)
+            cpu = {
+                name: cpu_seconds(pid) - cpu_before.get(name, 0.0)
+                for name, pid in servers.pids().items()
+            }
+            cpu["bench-client"] = time.process_time() - client_before
+            run_s = time.monotonic() - run_began
         await quiesce(js, subjects.stream_name, quiet_s=1.5, timeout_s=60)
         entries = await _read_log(js, subjects)
     finally:
@@ -579,9 +608,11 @@ def within_range(estimate: Estimate, started_ms: int) -> bool:
     return early <= started_ms <= late
 
 
-def run(quick: bool) -> dict[str, float]:
+def run(
+    quick: bool, parents: int | None = None, profiler: Profiler | None = None
+) -> dict[str, float]:
     """Start the whole stack as processes in a temporary folder, play the baseline, stop all."""
-    scale = QUICK if quick else FULL
+    scale = scale_of(quick, parents)
     with fresh_servers("usher-bench-kueue-") as servers:
         kubeconfig = servers.home / "kubeconfig"
         start_emulator(servers, kubeconfig, namespaces=scale.leaves)
@@ -601,7 +632,7 @@ def run(quick: bool) -> dict[str, float]:
         _wait_for_line(servers, "ledger", "ledger ready", 60)
         _wait_for_line(servers, f"dequeuer-{ZONE}", "replay done", 60)
         try:
-            return asyncio.run(measure(servers, kubeconfig, scale))
+            return asyncio.run(measure(servers, kubeconfig, scale, profiler))
         except Exception:
             print(servers.tails(), file=sys.stderr)
             raise

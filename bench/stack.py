@@ -7,7 +7,9 @@ dequeuer as separate processes (as deployed), then
 2. publishes N ``WorkloadObserved`` events as fast as possible into a tree that admits them
    all and measures admissions/s until the N-th ``Admitted`` is on the log (saturation),
 3. offers events at a fixed rate below saturation (a third of it, at most 1,000/s) and at
-   500/s, and reports p50/p99 from publish to the ``Admitted`` decision on the log.
+   500/s, and reports p50/p99 from publish to the ``Admitted`` decision on the log;
+4. ``cpu_cores_busy``: the CPU seconds of every process (servers, services, this client) over
+   the measurement, divided by its wall time: how much of the machine the stack got.
 The watcher is not involved: the metric starts at "job event on the log", per the issue.
 What it must never do: pass or fail on a number; it reports.
 """
@@ -16,19 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import statistics
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import nats
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 
+from bench.common import cpu_seconds, fresh_servers, prepare_streams, start_services
+from bench.profile import Profiler
 from schemas import (
     Envelope,
     EventId,
@@ -43,11 +44,7 @@ from schemas import (
     decode_envelope,
     encode,
 )
-from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects
-from usher.adapters.pg.migrate import upgrade
-from usher.local.processes import ManagedProcess
-from usher.local.servers import NatsServer, PostgresServer
 
 LEAVES = 10
 
@@ -142,7 +139,13 @@ async def _publish(js: JetStreamContext, subjects: Subjects, envelope: Envelope)
     )
 
 
-async def measure(nats_url: str, subjects: Subjects, quick: bool) -> dict[str, float]:
+async def measure(
+    nats_url: str,
+    subjects: Subjects,
+    quick: bool,
+    sampling: contextlib.AbstractContextManager[None] | None = None,
+) -> dict[str, float]:
+    """The numbers; ``sampling`` (a profiler's) is entered after the warm-up, for the rest."""
     nc = await nats.connect(nats_url)
     js = nc.jetstream()
     clock = AdmissionClock()
@@ -162,22 +165,24 @@ async def measure(nats_url: str, subjects: Subjects, quick: bool) -> dict[str, f
     for _, envelope in warm:
         await _publish(js, subjects, envelope)
     await clock.wait_count(len(warm), 60)
+    with sampling or contextlib.nullcontext():
+        count = 5_000 if quick else 20_000
+        batch = [observed("sat", n) for n in range(count)]
+        began = time.perf_counter()
+        window = 500
+        for start in range(0, count, window):
+            await asyncio.gather(
+                *(_publish(js, subjects, e) for _, e in batch[start : start + window])
+            )
+        published = time.perf_counter()
+        await clock.wait_count(len(warm) + count, 300)
+        elapsed = max(clock.seen[k] for k, _ in batch) - began
+        saturation = count / elapsed
 
-    count = 5_000 if quick else 20_000
-    batch = [observed("sat", n) for n in range(count)]
-    began = time.perf_counter()
-    window = 500
-    for start in range(0, count, window):
-        await asyncio.gather(*(_publish(js, subjects, e) for _, e in batch[start : start + window]))
-    published = time.perf_counter()
-    await clock.wait_count(len(warm) + count, 300)
-    elapsed = max(clock.seen[k] for k, _ in batch) - began
-    saturation = count / elapsed
-
-    rate = min(1000.0, saturation / 3)
-    seconds = 4 if quick else 10
-    latencies = await offered_latencies(js, subjects, clock, "lat", rate, seconds)
-    at_500 = await offered_latencies(js, subjects, clock, "lat500", FIXED_RATE, seconds)
+        rate = min(1000.0, saturation / 3)
+        seconds = 4 if quick else 10
+        latencies = await offered_latencies(js, subjects, clock, "lat", rate, seconds)
+        at_500 = await offered_latencies(js, subjects, clock, "lat500", FIXED_RATE, seconds)
     await nc.drain()
     return {
         "jetstream_publish_per_s": raw,
@@ -226,54 +231,32 @@ async def offered_latencies(
     return sorted((clock.seen[k] - t) * 1000 for k, t in sent.items())
 
 
-def run(quick: bool) -> dict[str, float]:
-    """Start a fresh stack in a temporary folder, measure, stop everything."""
-    with tempfile.TemporaryDirectory(prefix="usher-bench-") as folder:
-        home = Path(folder)
-        nats_server = NatsServer(home)
-        postgres = PostgresServer(home, durable=True)
-        procs: list[ManagedProcess] = []
+def run(quick: bool, profiler: Profiler | None = None) -> dict[str, float]:
+    """Start a fresh stack in a temporary folder, measure, stop everything.
+
+    With a ``profiler`` (``python -m bench --profile``) every process is sampled while the
+    numbers are measured.
+    """
+    subjects = Subjects("bench")
+    with fresh_servers("usher-bench-") as servers:
+        env = {
+            "USHER_NATS_URL": servers.nats_url,
+            "USHER_DATABASE_URL": servers.database_url,
+            "USHER_PREFIX": subjects.prefix,
+            "USHER_HOME": str(servers.home / "home"),
+            "USHER_SETTLE_MS": "5",
+        }
+        asyncio.run(prepare_streams(servers.nats_url, subjects))
+        start_services(servers, env, zones=["default"], watcher=False)
         try:
-            nats_url = nats_server.start()
-            database_url = postgres.start()
-            upgrade(database_url)
-            subjects = Subjects("bench")
-            env = {
-                **os.environ,
-                "USHER_NATS_URL": nats_url,
-                "USHER_DATABASE_URL": database_url,
-                "USHER_PREFIX": subjects.prefix,
-                "USHER_HOME": str(home / "home"),
-                "USHER_SETTLE_MS": "5",
-            }
-
-            async def prepare() -> None:
-                nc = await nats.connect(nats_url)
-                await ensure_streams(nc.jetstream(), subjects)
-                await nc.drain()
-
-            asyncio.run(prepare())
-            for name, extra in (
-                ("ledger", []),
-                ("preemptor", []),
-                ("dequeuer", ["--zone", "default"]),
-            ):
-                proc = ManagedProcess(
-                    name,
-                    [sys.executable, "-m", "usher", "run", name, *extra],
-                    home / "logs" / f"{name}.log",
-                    env=env,
-                )
-                proc.start()
-                procs.append(proc)
-            try:
-                return asyncio.run(measure(nats_url, subjects, quick))
-            except Exception:
-                for proc in procs:
-                    print(f"--- {proc.name} log tail:\n{proc.log_tail(20)}", file=sys.stderr)
-                raise
-        finally:
-            for proc in reversed(procs):
-                proc.stop(timeout=10)
-            postgres.stop(remove_data=True)  # a temporary folder: its data goes with it
-            nats_server.stop()
+            sampling = profiler.sampling(servers.pids()) if profiler else None
+            cpu_before = sum(cpu_seconds(pid) for pid in servers.pids().values())
+            client_before, began = time.process_time(), time.monotonic()
+            numbers = asyncio.run(measure(servers.nats_url, subjects, quick, sampling))
+            cpu = sum(cpu_seconds(pid) for pid in servers.pids().values()) - cpu_before
+            cpu += time.process_time() - client_before
+            numbers["cpu_cores_busy"] = cpu / (time.monotonic() - began)
+            return numbers
+        except Exception:
+            print(servers.tails(20), file=sys.stderr)
+            raise
