@@ -37,6 +37,7 @@ from typing import Final
 
 from schemas import Millis, Pending, QueueName, WorkloadKey
 from services.common.metrics import Metrics
+from services.common.pacing import period_after
 from services.common.runtime import ServiceContext, wait_or_stop, wall_ms
 from services.watcher.deliveries import WebhookDeliveries
 from services.watcher.kinds import EVENTS
@@ -113,7 +114,7 @@ loop (it reads the engine the fold writes), and a large backlog makes one cost m
 def estimate_period(interval_s: float, took_s: float) -> float:
     """Seconds until the next estimate: ``interval_s``, or longer when the last one took
     ``took_s`` (a backlog of 15,000 pending takes about 0.5 s: the next comes 25 s later)."""
-    return max(interval_s, took_s / ESTIMATE_SHARE)
+    return period_after(interval_s, took_s, ESTIMATE_SHARE)
 
 
 def past_estimate(
