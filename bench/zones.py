@@ -26,13 +26,13 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import nats
-from sqlalchemy import event, text
+from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bench.common import fresh_servers, prepare_streams
@@ -54,33 +54,58 @@ ROOT_CORES = 400
 
 @dataclass
 class Counted:
-    """Statements, transactions begun and committed on one engine's connections."""
+    """What one engine's connections sent to the server: statements (the first words of
+    each in ``sent``), and the BEGINs and COMMITs the driver really sent."""
 
     statements: int = 0
     begins: int = 0
     commits: int = 0
+    sent: list[str] = field(default_factory=list)
+    stop: Callable[[], None] = lambda: None
+    """Stop counting (remove the listeners)."""
 
     def round_trips(self) -> int:
         return self.statements + self.begins + self.commits
+
+    def reset(self) -> None:
+        self.statements = self.begins = self.commits = 0
+        self.sent.clear()
 
 
 def count_on(engine: AsyncEngine) -> Counted:
     """Count what ``engine``'s connections send from now on (SQLAlchemy's own events)."""
     seen = Counted()
 
-    def on_statement(*_: Any) -> None:
+    def on_statement(*args: Any) -> None:
         seen.statements += 1
+        seen.sent.append(" ".join(str(args[2]).split()[:2]))
 
-    def on_begin(*_: Any) -> None:
-        seen.begins += 1
+    def on_begin(conn: Connection) -> None:
+        seen.begins += _sent(conn)
 
-    def on_commit(*_: Any) -> None:
-        seen.commits += 1
+    def on_commit(conn: Connection) -> None:
+        seen.commits += _sent(conn)
 
-    event.listen(engine.sync_engine, "before_cursor_execute", on_statement)
-    event.listen(engine.sync_engine, "begin", on_begin)
-    event.listen(engine.sync_engine, "commit", on_commit)
+    listeners: list[tuple[str, Callable[..., None]]] = [
+        ("before_cursor_execute", on_statement),
+        ("begin", on_begin),
+        ("commit", on_commit),
+    ]
+    for name, listener in listeners:
+        event.listen(engine.sync_engine, name, listener)
+
+    def stop() -> None:
+        for name, listener in listeners:
+            event.remove(engine.sync_engine, name, listener)
+
+    seen.stop = stop
     return seen
+
+
+def _sent(conn: Connection) -> int:
+    """1 when a BEGIN or COMMIT goes to the server: not on an autocommit connection, where
+    the driver sends neither (each statement is its own transaction)."""
+    return 0 if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT" else 1
 
 
 def bench_tree() -> QuotaNode:

@@ -12,13 +12,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from bench.zones import Counted, count_on
 from schemas import QuotaNode, Reservation
 from schemas.ids import WorkloadKey
 from tests.adapters.test_ledger_store import LEAVES, LIMITS, builder, sweep_peaks
@@ -37,42 +36,13 @@ BATCH_STATEMENTS = 3
 """What ``LedgerStore.reserve`` documents: lock, read, write (plus BEGIN and COMMIT)."""
 
 
-@dataclass
-class Counter:
-    """Statements sent on the engine's connections, and transactions begun and committed."""
-
-    statements: list[str] = field(default_factory=list)
-    begins: int = 0
-    commits: int = 0
-
-    def reset(self) -> None:
-        self.statements.clear()
-        self.begins = self.commits = 0
-
-
 @pytest.fixture
-def counter(engine: AsyncEngine) -> Iterator[Counter]:
-    seen = Counter()
-
-    def on_statement(*args: Any) -> None:
-        seen.statements.append(" ".join(str(args[2]).split()[:2]))
-
-    def on_begin(*_: Any) -> None:
-        seen.begins += 1
-
-    def on_commit(*_: Any) -> None:
-        seen.commits += 1
-
-    target = engine.sync_engine
-    event.listen(target, "before_cursor_execute", on_statement)
-    event.listen(target, "begin", on_begin)
-    event.listen(target, "commit", on_commit)
+def counter(engine: AsyncEngine) -> Iterator[Counted]:
+    seen = count_on(engine)
     try:
         yield seen
     finally:
-        event.remove(target, "before_cursor_execute", on_statement)
-        event.remove(target, "begin", on_begin)
-        event.remove(target, "commit", on_commit)
+        seen.stop()
 
 
 def batch(prefix: str, size: int, cores: int) -> list[Reservation]:
@@ -81,7 +51,7 @@ def batch(prefix: str, size: int, cores: int) -> list[Reservation]:
 
 @pytest.mark.parametrize("size", [1, 40])
 async def test_a_batch_is_three_statements_whatever_its_size(
-    store: LedgerStore, engine: AsyncEngine, counter: Counter, size: int
+    store: LedgerStore, engine: AsyncEngine, counter: Counted, size: int
 ) -> None:
     """Grants, refusals, a retried workload, outbox rows, request ids and views: one batch,
     three statements (it was fourteen: a read per table, a write per table, a stamp)."""
@@ -96,7 +66,7 @@ async def test_a_batch_is_three_statements_whatever_its_size(
         views=[5] * len(items),
     )
     assert (counter.begins, counter.commits) == (1, 1)
-    assert len(counter.statements) == BATCH_STATEMENTS, counter.statements
+    assert counter.statements == BATCH_STATEMENTS, counter.sent
     assert results[0].granted  # the retried workload: its grant stands
     granted = sum(r.granted for r in results[1:])
     assert granted >= 1
@@ -184,3 +154,20 @@ async def test_a_reservation_waits_for_an_end_being_recorded(
     assert not result.granted and result.reason is not None
     assert result.reason.code == "StaleView"
     assert await store.live_allocations() == []
+
+
+async def test_the_relay_reads_and_stamps_in_one_statement_each(
+    store: LedgerStore, counter: Counted
+) -> None:
+    """The relay's read and its stamp-and-read-next are single statements with no
+    transaction around them; the stamp's read skips the rows it stamps, in id order."""
+    await store.reserve(batch("o", 6, 1), outbox=builder)
+    counter.reset()
+    first = await store.pending_outbox(4)
+    rest = await store.mark_published([m.id for m in first if m.id is not None], then=10)
+    assert (counter.statements, counter.begins, counter.commits) == (2, 0, 0), counter.sent
+    assert [m.event_id.rsplit(":", 1)[0] for m in first + rest] == [
+        f"admitted:ns/o{i}" for i in range(6)
+    ]
+    assert await store.mark_published([m.id for m in rest if m.id is not None], then=10) == []
+    assert await store.pending_outbox(10) == []
