@@ -20,18 +20,23 @@ Allocation life cycle (the states, their transitions and the release rules are t
 ``admitted`` -> ``preempting`` (still running, still counted) -> ``released``. A preemption *group*
 (a held preemptor and its preempting victims) counts ``max(victims, hold)`` on every (node,
 resource) (docs/admission-rules.md R7), so nothing is over-committed while victims wind down. Every
-state is written by ``_write_states`` alone, which checks each move against the core's transition
-table and writes it only from the state it was checked from (``LedgerTransitionError`` names the
-workload, from and to). The fit check (R2, nearest failing node named), the victim refusal (R5, R6:
+state is written by ``_write_states`` alone (a reservation batch's new rows by ``_write_batch``,
+in the statement that counts them and writes their outbox rows), which checks each move against
+the core's transition table and writes it only from the state it was checked from
+(``LedgerTransitionError`` names the workload, from and to). A batch of reservations costs three
+statements whatever its size (``_LOCK_BATCH``, ``_READ_BATCH``, ``_WRITE_BATCH``), plus one read
+of the zone book where a node caps a zone (Z1) and two of the lending book where one restricts
+lending (L1, L2). The fit check (R2, nearest failing node named), the victim refusal (R5, R6:
 ``victim_refusal``) and every reason it answers with are the core's too: this store keeps the SQL
 and maps its rows to the core's inputs. Every stamp is ``clock_timestamp()`` read once per
 transaction *after* the usage locks, so the running intervals [admitted_at, released_at) of the
 rows on one node follow the lock order and never add up above ``max x rate`` at any instant.
 
-What it must never do: decide outside a transaction holding the path's row locks, write an
-allocation's state anywhere but ``_write_states``, word a reason itself, commit row by row, grant a
-workload twice, evict anything because a tree changed, publish to NATS (the outbox relay does), or
-tell errors apart by parsing messages (classes and SQLSTATEs only).
+What it must never do: decide outside a transaction holding the path's row locks or on rows
+read by a statement that began before those locks were granted, write an allocation's state
+anywhere but ``_write_states`` and ``_write_batch``, word a reason itself, commit row by row,
+grant a workload twice, evict anything because a tree changed, publish to NATS (the outbox relay
+does), or tell errors apart by parsing messages (classes and SQLSTATEs only).
 """
 
 from __future__ import annotations
