@@ -551,7 +551,7 @@ class LedgerStore:
         known = read.leaves & locked
         live, usage, ended, answered = read.live, read.usage, read.ended, read.answered
         # Read after the locks: the allocations below a capping node cannot change now (Z1).
-        zones = await ZoneBook.of_nodes(conn, read.nodes, {r.quota for r in reservations})
+        zones = await ZoneBook.of_nodes(conn, read.nodes, {r.quota for r in reservations} & known)
         lending = await LendingBook.load(  # L1, L2
             conn, _asked(reservations), self._rate, restricted=read.restricted
         )
