@@ -4,7 +4,7 @@ What it does: re-exports the typed ids, events, decisions, ledger messages and t
 What it must never do: import anything outside the standard library and msgspec.
 """
 
-from schemas.common import FieldError, Reason, ReasonCode, Resources
+from schemas.common import FieldError, Reason, ReasonCode, Resources, TopologyAsk, TopologyPin
 from schemas.decisions import (
     DECISION_ACTIONS,
     DECISION_TYPES,
@@ -156,6 +156,8 @@ __all__ = [
     "Retried",
     "RetryAsk",
     "RetryCause",
+    "TopologyAsk",
+    "TopologyPin",
     "Unmapped",
     "WorkloadDeleted",
     "WorkloadFinished",

@@ -68,7 +68,28 @@ ReasonCode = Literal[
     "GrewAfterAdmission",  # stopped: it asks more than its admission counted (R16)
     "AdmissionGated",  # pending: admission gates are still listed on it (G1)
     "GuaranteeNotLent",  # pending: it would take idle guarantee another node does not lend (L1, L2)
+    "TopologyNoFit",  # pending: no domain of its topology level has room for all its pods (TP1)
+    "TopologyLevelUnknown",  # inadmissible: its topology level is not one its tree names (TP1)
 ]
+
+
+class TopologyAsk(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a job asks all its pods to run together (TP1): one domain of ``level``."""
+
+    level: str
+    """A node label key the tree names as a topology level (``topology.usher.io/rack``)."""
+    required: bool = True
+    """True: ``usher.io/topology-required`` (only in one domain of ``level``); False:
+    ``usher.io/topology-preferred`` (the narrowest level from ``level`` up that fits, else
+    anywhere in the zone)."""
+
+
+class TopologyPin(msgspec.Struct, frozen=True, kw_only=True):
+    """The domain an admission chose for all of a job's pods (TP1): the nodes whose label
+    ``level`` has the value ``domain``; the watcher pins its pods there."""
+
+    level: str
+    domain: str
 
 
 class Reason(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,7 @@ from typing import Final, Literal
 
 import msgspec
 
-from schemas.common import Reason, Resources
+from schemas.common import Reason, Resources, TopologyPin
 from schemas.ids import Millis, QueueName, QuotaPath, WorkloadKey, Zone
 
 
@@ -34,6 +34,8 @@ class Admitted(_Decision, frozen=True, kw_only=True, tag="decision.admitted.v1")
     ``requests`` counts exactly these; the watcher scales the workload down to them."""
     reason: Reason | None = None
     """Why it was admitted as it was (``PartialAdmission``); None for a plain admission."""
+    topology: TopologyPin | None = None
+    """The topology domain all its pods are pinned to (TP1); None: anywhere in its zone."""
 
 
 class Pending(_Decision, frozen=True, kw_only=True, tag="decision.pending.v1"):

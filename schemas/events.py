@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.common import FieldError, Resources
+from schemas.common import FieldError, Resources, TopologyAsk
 from schemas.ids import Millis, NodeName, WorkloadKey, Zone
 from schemas.quota import QuotaNode
 
@@ -76,6 +76,9 @@ class WorkloadObserved(_Event, frozen=True, kw_only=True, tag="workload.observed
     admission_gates: list[str] = []
     """``usher.io/admission-gated-by``: the admission gates still listed, in order (G1); it is
     not admitted while any is. Empty: none (left out by watchers older than G1)."""
+    topology: TopologyAsk | None = None
+    """``usher.io/topology-required`` or ``-preferred``: all its pods in one domain of a
+    topology level (TP1); None: anywhere in its zone (left out by watchers older than TP1)."""
 
 
 class ContainerTermination(msgspec.Struct, frozen=True, kw_only=True):
@@ -170,6 +173,10 @@ class NodeObserved(_Event, frozen=True, kw_only=True, tag="node.observed.v1"):
     zone: Zone
     allocatable: Resources
     unschedulable: bool = False
+    labels: dict[str, str] = {}
+    """Its labels a topology level may name (``usher.core.values.labels.topology_labels``:
+    ``kubernetes.io/hostname`` and keys naming ``topology``), at most 16; empty from watchers
+    older than TP1."""
 
 
 class NodeRemoved(_Event, frozen=True, kw_only=True, tag="node.removed.v1"):

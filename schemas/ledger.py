@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.common import Reason, Resources
+from schemas.common import Reason, Resources, TopologyPin
 from schemas.decisions import Preempted, ReleaseCause, Requeued
 from schemas.ids import QueueName, QuotaPath, RequestId, WorkloadKey, Zone
 
@@ -29,6 +29,8 @@ class Reservation(msgspec.Struct, frozen=True, kw_only=True):
     """A partial admission's pods per pod set (R11); ``requests`` counts exactly these."""
     reason: Reason | None = None
     """Why it is admitted as it is (``PartialAdmission``), for the ``Admitted`` decision."""
+    topology: TopologyPin | None = None
+    """The topology domain its pods are pinned to (TP1), for the ``Admitted`` decision."""
 
 
 class ReserveRequest(msgspec.Struct, frozen=True, kw_only=True, tag="ledger.reserve.v1"):

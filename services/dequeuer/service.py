@@ -92,6 +92,7 @@ def reservation_of(decision: Admitted, preempting: list[WorkloadKey] | None = No
         preempting=preempting or [],
         pod_counts=decision.pod_counts,
         reason=decision.reason,
+        topology=decision.topology,
     )
 
 

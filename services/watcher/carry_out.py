@@ -376,7 +376,9 @@ def _patch_for(
     tolerations: tuple[Toleration, ...],
 ) -> dict[str, Any] | None:
     if isinstance(decision, Admitted):
-        return admit_patch(family, obj, decision.zone, decision.pod_counts, tolerations)
+        return admit_patch(
+            family, obj, decision.zone, decision.pod_counts, tolerations, decision.topology
+        )
     return suspend_patch(family, obj)
 
 

@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from schemas import TopologyPin
 from usher.adapters.kube import JsonObj, Resource, merge_diff
 from usher.core.intake.workload import ZONE_LABEL
 from usher.core.kinds import FAMILIES, REJECTED, KindFamily, Outcome, parse_time_ms
+from usher.core.kinds.topology import pinned
 from usher.core.tree.burst_tolerations import Toleration, retolerated
 
 __all__ = ["Outcome", "parse_time_ms"]
@@ -169,14 +171,16 @@ def admit_patch(
     zone: str,
     pod_counts: dict[str, int] | None = None,
     tolerations: Sequence[Toleration] = (),
+    pin: TopologyPin | None = None,
 ) -> JsonObj | None:
     """The merge patch that lets the workload start in ``zone``, scaled down to a partial
     admission's ``pod_counts`` (R11), its pod templates tolerating ``tolerations`` (a burst
-    zone's taints, Z3) and no longer those Usher added for an earlier zone; None when it
-    already may (or when Usher does not admit the kind at all)."""
+    zone's taints, Z3) and no longer those Usher added for an earlier zone, and selecting the
+    nodes of ``pin``'s topology domain (TP1); None when it already may (or when Usher does not
+    admit the kind at all)."""
     if not family.supported:
         return None
-    spec = family.selector_patch(_spec(obj), zone)
+    spec = pinned(family.selector_patch(_spec(obj), zone), pin)
     toleration_spec, annotations = _toleration_patch(family, obj, spec, tolerations)
     if not suspend_flag(family, obj) and pinned_to(family, obj, zone) and annotations is None:
         return None

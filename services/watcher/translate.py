@@ -69,6 +69,7 @@ from usher.core.model.quantity import collect_resources
 from usher.core.rules.retry import container_memory
 from usher.core.tree.quota_tree import parse_tree
 from usher.core.tree.zone_fallback import owner_zone
+from usher.core.values.labels import topology_labels
 
 GONE = "gone"
 OOM_KILLED = "OOMKilled"
@@ -305,8 +306,13 @@ def node_observed(obj: JsonObj, subjects: Subjects) -> Outgoing:
     status = _mapping(obj.get("status"))
     allocatable, problems = collect_resources(status.get("allocatable"), "status.allocatable")
     unschedulable = _mapping(obj.get("spec")).get("unschedulable") is True
+    labels = topology_labels(_mapping(obj.get("metadata")).get("labels"))  # TP1's levels
     observed = NodeObserved(
-        node=NodeName(who.name), zone=who.zone, allocatable=allocatable, unschedulable=unschedulable
+        node=NodeName(who.name),
+        zone=who.zone,
+        allocatable=allocatable,
+        unschedulable=unschedulable,
+        labels=labels,
     )
     subject = subjects.node(who.zone, NodeName(who.name))
     return Outgoing(subject, event_id(kind_id(NODES), who, observed), observed, problems)

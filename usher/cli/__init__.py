@@ -160,6 +160,13 @@ def cli() -> None:
     " to --zones; the demo marks them burst in the tree (Z3).",
 )
 @click.option(
+    "--racks",
+    default="",
+    metavar="BxRxN",
+    help="Each zone's nodes in B blocks of R racks of N nodes, labelled with their topology"
+    " (TP1), e.g. 2x2x2; default one node per zone.",
+)
+@click.option(
     "--policy",
     type=click.Choice(POLICIES),
     default="Round",
@@ -220,6 +227,7 @@ def up(
     no_demo: bool,
     zones: str,
     burst_zones: str,
+    racks: str,
     policy: str,
     oversell_rate: str,
     within_quota: str,
@@ -246,6 +254,7 @@ def up(
     import asyncio
 
     from usher.cli.live import run_up
+    from usher.local.cluster import parse_racks
     from usher.local.system import EmbeddedSystem, SystemOptions
 
     configure()
@@ -255,6 +264,10 @@ def up(
     burst_list = _zone_names("--burst-zones", burst_zones)
     if "default" in burst_list:
         fail("--burst-zones: zone default takes unlabelled jobs; it cannot be burst", EXIT_USAGE)
+    try:
+        parse_racks(racks)
+    except ValueError as exc:
+        fail(f"--racks: {exc}", EXIT_USAGE)
     if interval_s <= 0:
         fail(f"--interval: must be positive, got {interval_s:g}", EXIT_USAGE)
     if min_runtime_s < 0:
@@ -264,6 +277,7 @@ def up(
     options = SystemOptions(
         zones=(*zone_list, *(z for z in burst_list if z not in zone_list)),
         burst_zones=burst_list,
+        racks=racks,
         policy=policy,
         oversell_rate=oversell_rate,
         within_quota=within_quota,

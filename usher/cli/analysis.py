@@ -208,6 +208,14 @@ WITHIN = click.Choice(WITHIN_QUOTA_MODES)
     help="Set NODE's usher.io/within-quota-request (P3) on every replayed tree; NODE= removes"
     " it. Repeatable.",
 )
+@click.option(
+    "--topology-level",
+    "topology_level",
+    default=None,
+    metavar="LEVEL|none",
+    help="Every job asking a topology level (TP1) asks LEVEL instead, required or preferred as"
+    " it was, e.g. 'topology.usher.io/block'; none: as if no job asked any.",
+)
 @click.option("--baseline-policy", type=POLICY, default="Round", show_default=True)
 @click.option("--baseline-oversell", default="1", show_default=True, metavar="RATE")
 @click.option("--baseline-within-quota", type=WITHIN, default="Never", show_default=True)
@@ -248,6 +256,7 @@ def what_if_command(
     own_victims: tuple[str, ...],
     while_borrowing: tuple[str, ...],
     within_request: tuple[str, ...],
+    topology_level: str | None,
     baseline_policy: str,
     baseline_oversell: str,
     baseline_within_quota: str,
@@ -275,7 +284,7 @@ def what_if_command(
     --zone-max, --zones and --burst-zones change those zone attributes on every tree replayed,
     --reclaim-within and --lending-limit those lending attributes (L1, L2),
     --reclaim-with-own-victims, --preempt-while-borrowing and --within-quota-request a node's
-    preemption policies (P1-P3).
+    preemption policies (P1-P3), --topology-level the level topology jobs ask (TP1).
     """
     lending = [(whatif.RECLAIM_WITHIN_FLAG, raw) for raw in reclaim_within]
     lending += [(whatif.LENDING_LIMIT_FLAG, raw) for raw in lending_limit]
@@ -288,15 +297,16 @@ def what_if_command(
         zone_policy = whatif.parse_zone_policy(
             zone_max, zone_lists, burst_zones, preemption, lending=lending
         )
+        level = whatif.parse_topology_level(topology_level)
     except whatif.ZonePolicyError as exc:
         fail(str(exc), EXIT_USAGE)
     changes = (tree, policy, oversell, within_quota, min_runtime_s, ready_timeout_s, half_life)
-    if all(change is None for change in changes) and zone_policy is None:
+    if all(change is None for change in (*changes, level)) and zone_policy is None:
         fail(
             "nothing to compare: give --tree, --policy, --oversell, --within-quota, "
             "--min-runtime, --ready-timeout, --half-life, --zone-max, --zones, --burst-zones, "
             "--reclaim-within, --lending-limit, --reclaim-with-own-victims, "
-            "--preempt-while-borrowing or --within-quota-request",
+            "--preempt-while-borrowing, --within-quota-request or --topology-level",
             EXIT_USAGE,
         )
     base_half_life = _half_life("--baseline-half-life", baseline_half_life)
@@ -320,7 +330,7 @@ def what_if_command(
     log = _load(log_file, nats_url=nats_url, prefix=prefix, home=home)
     spec = whatif.WhatIfSpec(
         baseline=whatif.Variant(config=base),
-        changed=replace(alternative, config=changed, zone_policy=zone_policy),
+        changed=replace(alternative, config=changed, zone_policy=zone_policy, topology_level=level),
         since_ms=_when("--since", since, log.history),
         until_ms=_when("--until", until, log.history),
         window_ms=window_ms,

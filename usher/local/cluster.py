@@ -7,7 +7,10 @@ creationTimestamp and status, so the watcher sees nothing new and the log stays 
 creates the namespaces a cluster starts with, Usher's own and the walkthrough's (an object in
 any other namespace is refused until that namespace is created, as on a cluster),
 creates one schedulable Node per zone listed (labelled ``usher.io/zone``; a burst zone's is a
-virtual kubelet's node with large allocatable, Z3) unless it exists, writes the kubeconfig,
+virtual kubelet's node with large allocatable, Z3) unless it exists -- with ``--racks BxRxN``,
+B blocks of R racks of N nodes per zone instead, labelled with their topology (TP1:
+``topology.usher.io/block``, ``topology.usher.io/rack``, ``kubernetes.io/hostname``) --, writes
+the kubeconfig,
 and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
 restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
 timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it registers Usher's
@@ -116,15 +119,56 @@ def save_state(path: Path, store: PersistentStore) -> None:
     write_private(path, json.dumps(store.snapshot(), separators=(",", ":")).encode())
 
 
-def node_manifest(zone: str) -> JsonObj:
+def node_manifest(zone: str, name: str | None = None, labels: JsonObj | None = None) -> JsonObj:
     """One schedulable node of ``zone`` (the fake kubelet binds a Job's pods to it; capacity
     is counted by Usher from the node, never from the pods)."""
     return {
         "apiVersion": "v1",
         "kind": "Node",
-        "metadata": {"name": f"node-{zone}", "labels": {ZONE_LABEL: zone}},
+        "metadata": {
+            "name": name or f"node-{zone}",
+            "labels": {ZONE_LABEL: zone, **(labels or {})},
+        },
         "status": {"allocatable": dict(NODE_ALLOCATABLE), "capacity": dict(NODE_ALLOCATABLE)},
     }
+
+
+BLOCK_LABEL = "topology.usher.io/block"
+RACK_LABEL = "topology.usher.io/rack"
+HOST_LABEL = "kubernetes.io/hostname"
+TOPOLOGY_LEVELS = f"{BLOCK_LABEL}, {RACK_LABEL}, {HOST_LABEL}"
+"""The tree attribute ``usher.io/topology-levels`` that names the racked nodes' levels (TP1)."""
+MOST_PER_LEVEL = 8
+"""The most blocks per zone, racks per block and nodes per rack ``--racks`` makes."""
+Racks = tuple[int, int, int]
+
+
+def parse_racks(raw: str) -> Racks | None:
+    """``BxRxN`` (blocks per zone, racks per block, nodes per rack, each 1 to 8) as numbers;
+    None for ''. Raises ``ValueError`` saying what is wrong."""
+    if not raw:
+        return None
+    parts = raw.split("x")
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() for p in parts):
+        raise ValueError(f"expected BxRxN (blocks, racks per block, nodes per rack), got {raw!r}")
+    blocks, racks, nodes = (int(p) for p in parts)
+    if not all(1 <= n <= MOST_PER_LEVEL for n in (blocks, racks, nodes)):
+        raise ValueError(f"each of BxRxN must be 1 to {MOST_PER_LEVEL}, got {raw!r}")
+    return blocks, racks, nodes
+
+
+def racked_nodes(zone: str, racks: Racks) -> list[JsonObj]:
+    """The nodes of ``zone`` in ``racks``' blocks and racks, labelled with their topology:
+    block ``b1``, rack ``b1-r2``, host ``node-<zone>-b1-r2-n3`` (TP1)."""
+    blocks, per_block, per_rack = racks
+    found = []
+    for b in range(1, blocks + 1):
+        for r in range(1, per_block + 1):
+            for n in range(1, per_rack + 1):
+                name = f"node-{zone}-b{b}-r{r}-n{n}"
+                labels = {BLOCK_LABEL: f"b{b}", RACK_LABEL: f"b{b}-r{r}", HOST_LABEL: name}
+                found.append(node_manifest(zone, name, labels))
+    return found
 
 
 SYSTEM_NAMESPACES = (*CLUSTER_NAMESPACES, "usher-system", "kube-queue")
@@ -156,8 +200,11 @@ def restored_store(state: JsonObj, history: int) -> tuple[PersistentStore, int]:
     return store, restored
 
 
-def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozenset()) -> None:
-    """One node per zone unless there; a burst zone's is a virtual node (Z3)."""
+def ensure_nodes(
+    store: Store, zones: list[str], burst: frozenset[str] = frozenset(), racks: Racks | None = None
+) -> None:
+    """One node per zone unless there, or ``racks``' racked nodes (TP1); a burst zone's is a
+    virtual node (Z3)."""
     nodes = next(rt for rt in RESOURCES if rt.plural == "nodes")
     for zone in zones:
         if zone == DEFAULT_ZONE:
@@ -165,8 +212,9 @@ def ensure_nodes(store: Store, zones: list[str], burst: frozenset[str] = frozens
         if zone in burst:
             add_virtual_node(store, zone)
             continue
-        with contextlib.suppress(ApiError):  # already there (restored)
-            store.create(nodes, None, node_manifest(zone))
+        for manifest in [node_manifest(zone)] if racks is None else racked_nodes(zone, racks):
+            with contextlib.suppress(ApiError):  # already there (restored)
+                store.create(nodes, None, manifest)
 
 
 WEBHOOK_CONFIGURATION = "usher-webhook"
@@ -228,6 +276,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--burst-zones", default="", help="those of --zones whose node is a virtual node (Z3)"
     )
+    parser.add_argument(
+        "--racks", default="", help="BxRxN: per zone B blocks of R racks of N nodes (TP1)"
+    )
     parser.add_argument("--speed", type=float, default=1.0, help="kubelet clock speed-up")
     parser.add_argument("--history", type=int, default=100_000, help="watch events kept")
     parser.add_argument("--webhook-url", default="", help="the admission webhook's https URL")
@@ -242,7 +293,7 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(sig, stop.set)
     store, restored = restored_store(load_state(args.state), args.history)
     burst = frozenset(z for z in args.burst_zones.split(",") if z)
-    ensure_nodes(store, [z for z in args.zones.split(",") if z], burst)
+    ensure_nodes(store, [z for z in args.zones.split(",") if z], burst, parse_racks(args.racks))
     if args.webhook_url:
         # Before it serves anything: no job is ever created here without the webhook's say.
         ensure_webhook(store, args.webhook_url, args.webhook_ca.read_bytes())

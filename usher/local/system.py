@@ -82,6 +82,9 @@ class SystemOptions:
     half_life_s: float | None = None
     """Fair share with memory (F1): the half-life of decayed usage; None: off."""
     kubelet_speed: float = 1.0
+    racks: str = ""
+    """``BxRxN``: each zone's nodes in B blocks of R racks of N nodes, labelled with their
+    topology (TP1); '': one node per zone."""
     settle_ms: int = 20
     durable: bool = False
     """NATS fsyncs before acknowledging (``sync_interval: always``): survives a machine crash."""
@@ -328,6 +331,8 @@ class EmbeddedSystem:
         ]
         if self.options.burst_zones:
             argv += ["--burst-zones", ",".join(self.options.burst_zones)]
+        if self.options.racks:
+            argv += ["--racks", self.options.racks]
         argv += [
             "--webhook-url",
             f"https://{HOST}:{webhook_port}/mutate",

@@ -1839,6 +1839,7 @@ def _admitted(item: Reservation) -> Admitted:
         priority=item.priority,
         pod_counts=item.pod_counts,
         reason=item.reason,
+        topology=item.topology,
     )
 
 

@@ -15,14 +15,16 @@ import msgspec
 
 from schemas import (
     QuotaPath,
+    TopologyPin,
     Zone,
 )
 from usher.core.engine.data import EngineData, Share
 from usher.core.model.config import ReadinessPolicy
-from usher.core.rules import readiness
+from usher.core.rules import readiness, topology
 from usher.core.rules.lending import LendingShortfall, lending_shortfall
 from usher.core.rules.reclaim import within_guarantee
 from usher.core.state.indexed import (
+    ADMITTED,
     Job,
     QuotaNodeInfo,
     Shape,
@@ -164,7 +166,33 @@ class Accounting(EngineData):
         for resource, amount in job.shape if shape is None else shape:
             if used.get(resource, 0) + amount > cap.get(resource, 0):
                 return False
-        return all(self.pod_fits_schedulable(job.zone, pod) for pod in job.pods)
+        if not all(self.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+            return False
+        return job.topology is None or self.topology_choice(job, shape).fits  # TP1
+
+    def topology_choice(self, job: Job, shape: Shape | None = None) -> topology.Choice:
+        """Where ``job`` (``shape``: the whole request when None) fits in one domain of its
+        zone for its topology ask, or the best domain when it does not (TP1). A job asking
+        none, or in a zone whose nodes are unknown, fits anywhere (section 3)."""
+        ask = job.topology
+        nodes = self.state.nodes.get(job.zone)
+        if ask is None or not nodes or job.leaf is None or job.leaf not in self.state.tree.nodes:
+            return topology.Choice(fits=True)
+        levels = self.state.tree.nodes[job.leaf].topology_levels
+        request = job.shape if shape is None else shape
+        return topology.choose(ask, levels, nodes, self.pinned_in(job), job.pods, request)
+
+    def pinned_in(self, job: Job) -> list[tuple[TopologyPin, Shape]]:
+        """The pinned admissions of ``job``'s zone but its own, in admission order (TP1)."""
+        found = [
+            (other.admit_seq, other.pin, other.used_shape)
+            for other in self.state.jobs.values()
+            if other.pin is not None
+            and other.state == ADMITTED
+            and other.zone == job.zone
+            and other.key != job.key
+        ]
+        return [(pin, shape) for _, pin, shape in sorted(found, key=lambda entry: entry[0])]
 
     def fits_zone_quota(self, job: Job, shape: Shape | None = None) -> bool:
         assert job.leaf is not None

@@ -335,7 +335,8 @@ class DecisionPass:
         if partial is not None and job.scalable is not None:
             counts = {job.scalable[0]: partial[1]}
             pods = job.pod_count - (job.scalable[2] - partial[1])
-        e.admit(job, leaf, shape, in_pass=True, pods=pods)
+        pin = e.topology_choice(job, shape).pin  # the domain its fit found (TP1)
+        e.admit(job, leaf, shape, in_pass=True, pods=pods, pin=pin)
         self.decisions.append(
             Admitted(
                 workload=job.key,
@@ -346,6 +347,7 @@ class DecisionPass:
                 priority=job.priority,
                 pod_counts=counts,
                 reason=reason,
+                topology=pin,
             )
         )
 

@@ -133,6 +133,7 @@ class Folding(Offers):
         job.retry_ask = event.retry
         seconds = event.max_runtime_seconds
         job.max_runtime_ms = None if seconds is None else seconds * 1000
+        job.topology = event.topology
         admission.observe(self.state.gated, job.key, event.admission_gates)
         link = self.state.retries.get(job.key)
         if link is not None:
@@ -446,7 +447,8 @@ class Folding(Offers):
         if decision.zone in job.zones:
             job.zone = decision.zone  # a fallback admission counts where it runs (Z2)
         shape = self.intern(shape_of(decision.requests))
-        self.admit(job, decision.quota, shape, pods=self._admitted_pods(job, decision))
+        pods = self._admitted_pods(job, decision)
+        self.admit(job, decision.quota, shape, pods=pods, pin=decision.topology)
 
     def _admitted_pods(self, job: Job, decision: Admitted) -> int | None:
         """Pods of a partial admission (R11), for the readiness count; None: all of them."""

@@ -17,6 +17,7 @@ from schemas import (
     NodeRemoved,
     QuotaPath,
     Reason,
+    TopologyPin,
     WorkloadKey,
     Zone,
 )
@@ -35,13 +36,15 @@ from usher.core.state.indexed import (
     remove_sorted,
 )
 from usher.core.tree.zone_burst import tree_accepted, try_order
+from usher.core.values.labels import topology_labels
 
 
 class Placing(Books):
     """Where each workload stands: nodes and zones served, queues, admission bookkeeping."""
 
     def observe_node(self, event: NodeObserved) -> None:
-        record = NodeCapacity(dict(event.allocatable), event.unschedulable)
+        labels = topology_labels(event.labels)  # bounded, whatever the log carries (TP1)
+        record = NodeCapacity(dict(event.allocatable), event.unschedulable, labels)
         nodes = self.state.nodes.setdefault(event.zone, {})
         if nodes.get(event.node) == record:
             return
@@ -176,6 +179,9 @@ class Placing(Books):
                     return reasons.exceeds_max(
                         info.path, resource, amount, info.max[resource], cap, rate
                     )
+        ask = job.topology
+        if ask is not None and ask.required and ask.level not in leaf.topology_levels:
+            return reasons.topology_level_unknown(ask.level, leaf.topology_levels)  # TP1
         first = self._never_fits_nodes(job)
         if first is None or not job.zones:
             return first
@@ -225,10 +231,13 @@ class Placing(Books):
         *,
         in_pass: bool = False,
         pods: int | None = None,
+        pin: TopologyPin | None = None,
     ) -> None:
         """Record ``job`` as admitted on ``quota`` (counts as used at once).
 
         ``pods``: a partial admission's pods (R11), all of them when None.
+
+        ``pin``: the topology domain its pods are pinned to (TP1), whose room it takes.
 
         ``in_pass``: admitted by the running pass, so not a reclaim candidate before it ends
         (R6); it joins its leaf's candidate list then, and no reclaim walks past it meanwhile.
@@ -239,6 +248,7 @@ class Placing(Books):
         job.admit_seq = self.state.seq
         job.used_path = quota
         job.used_shape = shape
+        job.pin = pin
         job.announced = None
         self.account(quota, shape, job.zone)
         job.refresh_victim_key()
@@ -273,6 +283,7 @@ class Placing(Books):
         job.grown = None
         job.used_path = None
         job.used_shape = ()
+        job.pin = None
         self.back_to_first_zone(job)
         job.state = UNMAPPED  # out of every place until the caller classifies or finishes it
         self.state.version += 1

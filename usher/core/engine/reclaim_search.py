@@ -67,6 +67,8 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
         return None  # R7: one group per preemptor; its earlier victims are still stopping
     if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
         return None  # no eviction can make a too-large pod fit
+    if job.topology is not None:
+        return None  # TP1: a gang asking a topology domain takes free room only, never reclaims
     if e.state.stops and _fits_once_stopped(e, job):
         return None  # room is coming: preempting more would take what is not needed
     priority = lower or borrowing or _by_priority(leaf)

@@ -14,6 +14,7 @@ from schemas import (
 )
 from usher.core.engine.stops import Stops
 from usher.core.model import reasons
+from usher.core.rules import topology
 from usher.core.rules.arbitration import first_shortfall, quota_exceeded
 from usher.core.rules.lending import lending_refused
 from usher.core.state.indexed import (
@@ -22,6 +23,7 @@ from usher.core.state.indexed import (
 )
 from usher.core.tree import zone_quota
 from usher.core.tree.zone_fallback import passed_over, zone_choice
+from usher.core.values.labels import level_noun
 
 
 class Shortfalls(Stops):
@@ -89,4 +91,23 @@ class Shortfalls(Stops):
                 return reasons.zone_capacity(job.zone, resource, have, amount, cap.get(resource, 0))
         if not all(self.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
             return reasons.no_node_fits(job.zone)
-        return None
+        return self.topology_shortfall(job)
+
+    def topology_shortfall(self, job: Job) -> Reason | None:
+        """Why no domain of its required level holds the whole gang now (TP1), or None."""
+        choice = self.topology_choice(job)
+        ask = job.topology
+        if choice.fits or ask is None:
+            return None
+        best = choice.best
+        pod = job.pods[0] if len(job.pods) == 1 else None
+        return reasons.topology_no_fit(
+            job.zone,
+            level_noun(ask.level),
+            job.shape,
+            job.pod_count,
+            pod,
+            None if best is None else best.domain,
+            {} if best is None else best.free,
+            0 if best is None or pod is None else topology.slots(best, pod),
+        )

@@ -50,6 +50,8 @@ from schemas import (
     QuotaPath,
     Reason,
     RetryAsk,
+    TopologyAsk,
+    TopologyPin,
     WorkloadKey,
     Zone,
 )
@@ -227,6 +229,10 @@ class JobRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     None: the same as ``zones``."""
     grown: Reason | None = None
     """Admitted and observed asking more than it was admitted with (R16); None: it did not."""
+    topology: TopologyAsk | None = None
+    """Its topology ask (TP1); None: it asks none."""
+    pin: TopologyPin | None = None
+    """Admitted: the topology domain its pods are pinned to (TP1); None: none."""
 
 
 class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -236,6 +242,8 @@ class NodeRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
     name: str
     allocatable: Resources
     unschedulable: bool
+    labels: dict[str, str] = {}
+    """Its topology labels (TP1)."""
 
 
 class MemoRecord(msgspec.Struct, frozen=True, array_like=True, gc=False):
@@ -436,6 +444,8 @@ def _record(engine: Engine) -> EngineSnapshot:
                 job.max_runtime_ms,
                 None if job.listed == job.zones else list(job.listed),
                 job.grown,
+                job.topology,
+                job.pin,
             )
         )
     version = state.version
@@ -445,7 +455,9 @@ def _record(engine: Engine) -> EngineSnapshot:
         if at == version
     ]
     nodes = [
-        NodeRecord(zone, name, _sorted(record.allocatable), record.unschedulable)
+        NodeRecord(
+            zone, name, _sorted(record.allocatable), record.unschedulable, dict(record.labels)
+        )
         for zone in sorted(state.nodes)
         for name, record in sorted(state.nodes[zone].items())
     ]
@@ -577,7 +589,9 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.priority_values = dict(record.priority_values)
     for node in record.nodes:
         nodes = state.nodes.setdefault(Zone(node.zone), {})
-        nodes[NodeName(node.name)] = NodeCapacity(dict(node.allocatable), node.unschedulable)
+        nodes[NodeName(node.name)] = NodeCapacity(
+            dict(node.allocatable), node.unschedulable, dict(node.labels)
+        )
     state.zone_used = {Zone(zone): dict(used) for zone, used in record.zone_used}
     if record.served is not None:
         state.served = {Zone(zone): None for zone in record.served}
@@ -694,6 +708,8 @@ def _jobs(records: list[JobRecord], shapes: list[Shape]) -> dict[WorkloadKey, Jo
         job.max_runtime_ms = r.max_runtime_ms
         job.listed = job.zones if r.listed is None else tuple(Zone(zone) for zone in r.listed)
         job.grown = r.grown
+        job.topology = r.topology
+        job.pin = r.pin
         if key in jobs:
             raise ValueError(f"workload {key} twice")
         jobs[key] = job

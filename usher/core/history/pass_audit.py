@@ -104,7 +104,7 @@ def what_differs(given: LedgerProposal, recorded: LedgerProposal) -> str | None:
     """Which fields of ``recorded`` are not what the pass gives (None: none)."""
     fields: tuple[str, ...]
     if isinstance(given, Admitted):
-        fields = ("queue", "quota", "zone", "requests", "pod_counts")
+        fields = ("queue", "quota", "zone", "requests", "pod_counts", "topology")
     elif isinstance(given, Preempted):
         fields = ("quota", "preemptor")
     else:

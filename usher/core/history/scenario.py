@@ -62,6 +62,7 @@ EXPECT_KEYS = (
     "admitted",
     "moments",
     "zones",
+    "domains",
 )
 MOMENT_KEYS = ("at", "jobs", "reasons")
 """``expect.moments``: a list of ``{at, jobs, reasons}``, each checked against the state after
@@ -90,6 +91,9 @@ class Expect:
     moments: list[Moment] = field(default_factory=list)
     zones: dict[WorkloadKey, Zone] = field(default_factory=dict)
     """Workload -> the zone its last ``Admitted`` names (``expect.zones``, Z2)."""
+    domains: dict[WorkloadKey, str] = field(default_factory=dict)
+    """Workload -> the topology domain its last ``Admitted`` pins it to, ``<level>=<domain>``,
+    or ``none`` (``expect.domains``, TP1)."""
 
 
 @dataclass(frozen=True)
@@ -302,6 +306,13 @@ def _load_expect(raw: object, errors: FieldErrors) -> Expect:
             errors.add(f"expect.zones.{job}", "invalid-type", "a zone is a non-empty string")
         else:
             zones[WorkloadKey(job)] = Zone(zone)
+    domains: dict[WorkloadKey, str] = {}
+    for job, domain in _mapping(raw.get("domains"), "expect.domains", errors).items():
+        if not isinstance(domain, str) or not domain:
+            message = "a domain is '<level>=<domain>' or 'none'"
+            errors.add(f"expect.domains.{job}", "invalid-type", message)
+        else:
+            domains[WorkloadKey(job)] = domain
     return Expect(
         jobs=jobs,
         queues=queues,
@@ -312,6 +323,7 @@ def _load_expect(raw: object, errors: FieldErrors) -> Expect:
         admitted=admitted,
         moments=_load_moments(raw.get("moments"), errors),
         zones=zones,
+        domains=domains,
     )
 
 

@@ -43,6 +43,7 @@ from schemas import (
     QuotaTreeRejected,
     Requeued,
     Retried,
+    TopologyPin,
     Unmapped,
     WorkloadFinished,
     WorkloadKey,
@@ -409,6 +410,8 @@ def _decision_record(record: SimDecision) -> dict[str, object] | None:
     if isinstance(decision, Admitted):
         if decision.reason is not None:  # a partial admission says why (R11)
             entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
+        if decision.topology is not None:  # its pods' domain (TP1)
+            entry["domain"] = pin_text(decision.topology)
     else:
         entry["reason"] = f"{decision.reason.code}: {decision.reason.message}"
     return entry
@@ -489,6 +492,7 @@ def render_table(result: SimResult) -> str:
         if row is None:
             continue
         extra = f"  by {row['preemptor']}" if "preemptor" in row else ""
+        extra += f"  in {row['domain']}" if "domain" in row else ""  # TP1
         why = f"  ({row['reason']})" if "reason" in row else ""
         lines.append(
             f"  t={row['at']!s:>6}  {row['action']:<12} {row['job']:<32} "
@@ -580,6 +584,7 @@ def check(scenario: Scenario, result: SimResult) -> list[str]:
         problems += _usage_problems(expect.usage, usage_intervals(result))
     problems += _admitted_problems(expect.admitted, result)
     problems += _zone_problems(expect.zones, result)
+    problems += _domain_problems(expect.domains, result)
     for moment in expect.moments:
         problems += _moment_problems(moment, result.seen.get(moment.at_ms, {}))
     return problems
@@ -612,6 +617,26 @@ def _zone_problems(expect: dict[WorkloadKey, Zone], result: SimResult) -> list[s
             said = "never admitted" if actual is None else f"admitted in {actual}"
             problems.append(f"zone of {key}: expected {zone}, was {said}")
     return problems
+
+
+def _domain_problems(expect: dict[WorkloadKey, str], result: SimResult) -> list[str]:
+    """``expect.domains``: the topology domain each workload's last ``Admitted`` pins (TP1)."""
+    last: dict[WorkloadKey, str] = {}
+    for record in result.decisions:
+        if isinstance(record.decision, Admitted):
+            last[record.decision.workload] = pin_text(record.decision.topology)
+    problems: list[str] = []
+    for key, domain in expect.items():
+        actual = last.get(key)
+        if actual != domain:
+            said = "never admitted" if actual is None else f"admitted pinned to {actual}"
+            problems.append(f"domain of {key}: expected {domain}, was {said}")
+    return problems
+
+
+def pin_text(pin: TopologyPin | None) -> str:
+    """``<level>=<domain>`` of a topology pin (TP1), ``none`` without one."""
+    return "none" if pin is None else f"{pin.level}={pin.domain}"
 
 
 def _moment_problems(moment: Moment, seen: dict[WorkloadKey, JobView | None]) -> list[str]:

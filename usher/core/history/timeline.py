@@ -40,6 +40,7 @@ from usher.core.model.quantity import parse_resources
 from usher.core.rules.holds import HoldOrder
 from usher.core.rules.retry import container_memory
 from usher.core.tree.quota_tree import parse_tree
+from usher.core.values.labels import topology_labels
 
 RUN_KEY = "runSeconds"
 """A ``create`` entry's optional runtime: the job finishes that long after each admission
@@ -117,8 +118,9 @@ def node_event(raw: object, path: str, errors: FieldErrors) -> NodeObserved | No
         errors.add(path, "not-a-mapping", "a node must be {name, zone, allocatable}")
         return None
     for key in sorted(str(k) for k in raw):
-        if key not in ("name", "zone", "allocatable", "unschedulable"):
-            errors.add(f"{path}.{key}", "unknown-key", "node keys: name, zone, allocatable")
+        if key not in ("name", "zone", "allocatable", "unschedulable", "labels"):
+            message = "node keys: name, zone, allocatable, unschedulable, labels"
+            errors.add(f"{path}.{key}", "unknown-key", message)
     name = raw.get("name")
     zone = raw.get("zone", "default")
     if not isinstance(name, str) or not name:
@@ -136,8 +138,21 @@ def node_event(raw: object, path: str, errors: FieldErrors) -> NodeObserved | No
     except InputError as failure:
         errors.items.extend(failure.errors)
         return None
+    labels = raw.get("labels", {})
+    kept = topology_labels(labels)
+    if not isinstance(labels, Mapping) or kept != labels:
+        message = (
+            "labels must map topology label keys (kubernetes.io/hostname or naming 'topology') "
+            "to label values"
+        )
+        errors.add(f"{path}.labels", "invalid-value", message)
+        return None
     return NodeObserved(
-        node=NodeName(name), zone=Zone(zone), allocatable=allocatable, unschedulable=unschedulable
+        node=NodeName(name),
+        zone=Zone(zone),
+        allocatable=allocatable,
+        unschedulable=unschedulable,
+        labels=kept,
     )
 
 

@@ -91,11 +91,13 @@ from usher.core.history.replay import History, format_datetime, prefix, to_datet
 from usher.core.history.replayer import screened
 from usher.core.history.usage import Interval, held_now
 from usher.core.model.config import EngineConfig, format_rate
+from usher.core.model.errors import ValueRefused
 from usher.core.protocol.log import LogEntry
 from usher.core.tree.quota_tree import iter_nodes, validate_tree
 from usher.core.tree.zone_burst import BURST_ZONES_ATTRIBUTE, DEFAULT_ZONES_ATTRIBUTE
 from usher.core.tree.zone_names import parse_zone_names
 from usher.core.tree.zone_quota import ZONE_MAX_ATTRIBUTE, parse_zone_max
+from usher.core.values.labels import topology_level
 from usher.core.values.registry import (
     LENDING_LIMIT,
     PREEMPT_WHILE_BORROWING,
@@ -337,6 +339,25 @@ class Variant:
     tree: QuotaNode | None = None
     tree_label: str | None = None
     zone_policy: ZonePolicy | None = None
+    topology_level: str | None = None
+    """Every job asking a topology level (TP1) asks this one instead, required or preferred
+    as it was (``NO_TOPOLOGY``: none at all); None: as recorded."""
+
+
+NO_TOPOLOGY = "none"
+"""``--topology-level none``: replay every job as if it asked no topology level (TP1)."""
+TOPOLOGY_LEVEL_FLAG = "--topology-level"
+
+
+def parse_topology_level(raw: str | None) -> str | None:
+    """The level of ``--topology-level`` (a topology level's label key, or ``none``); None
+    when not given. Raises ``ZonePolicyError`` naming the flag."""
+    if raw is None or raw == NO_TOPOLOGY:
+        return raw
+    try:
+        return topology_level(raw, TOPOLOGY_LEVEL_FLAG)
+    except ValueRefused as refused:
+        raise ZonePolicyError(TOPOLOGY_LEVEL_FLAG, refused.message) from None
 
 
 @dataclass(frozen=True)
@@ -366,6 +387,9 @@ class RunSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     zone_policy: str | None = None
     """The zone attributes changed on every replayed tree, as the flags gave them (Z1, Z3);
     None (as recorded) is not printed."""
+    topology_level: str | None = None
+    """The topology level every topology job asks instead (TP1); None (as recorded) is not
+    printed."""
 
 
 class Stats(msgspec.Struct, frozen=True, kw_only=True):
@@ -464,7 +488,21 @@ def _groups(items: Sequence[LogEntry], window_ms: int) -> list[list[LogEntry]]:
 def _input(item: LogEntry, variant: Variant) -> ClusterEvent | NodeHeld | NodeResumed:
     event = item.event
     assert isinstance(event, _INPUTS)
-    return _replayed_tree(event, variant) if isinstance(event, QuotaTreeApplied) else event
+    if isinstance(event, QuotaTreeApplied):
+        return _replayed_tree(event, variant)
+    if isinstance(event, WorkloadObserved) and event.topology is not None:
+        return _replayed_ask(event, variant.topology_level)
+    return event
+
+
+def _replayed_ask(event: WorkloadObserved, level: str | None) -> WorkloadObserved:
+    """A job's topology ask as a run replays it (TP1): as recorded, at ``level``, or none."""
+    if level is None or event.topology is None:
+        return event
+    if level == NO_TOPOLOGY:
+        return msgspec.structs.replace(event, topology=None)
+    ask = msgspec.structs.replace(event.topology, level=level)
+    return msgspec.structs.replace(event, topology=ask)
 
 
 def _replayed_tree(event: QuotaTreeApplied, variant: Variant) -> QuotaTreeApplied:
@@ -638,6 +676,7 @@ def _settings(variant: Variant) -> RunSettings:
         half_life_s=None if config.half_life_ms is None else config.half_life_ms / 1000,
         tree=f"{label} (replaces every recorded tree)" if variant.tree else "as recorded",
         zone_policy=variant.zone_policy.text() if variant.zone_policy else None,
+        topology_level=variant.topology_level,
     )
 
 
@@ -755,6 +794,8 @@ def _describe(settings: RunSettings) -> str:
     if settings.half_life_s is not None:
         ready += f", fair-share half-life {settings.half_life_s:g}s"
     zones = f", zone policy {settings.zone_policy}" if settings.zone_policy else ""
+    if settings.topology_level is not None:
+        zones += f", topology level {settings.topology_level}"
     return (
         f"policy {settings.policy}, oversell {settings.oversell_rate}, within-quota "
         f"{settings.within_quota}, min-runtime {settings.min_runtime_s:g}s{ready}, "

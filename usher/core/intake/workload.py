@@ -49,7 +49,7 @@ from schemas import (
     workload_key,
 )
 from usher.core.kinds import SUPPORTED_KINDS as SUPPORTED_KINDS  # re-exported: its users
-from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtime
+from usher.core.kinds import KindFamily, PodSetSource, family_of_kind_id, runtime, topology
 from usher.core.kinds.family import ZONE_LABEL as ZONE_LABEL  # re-exported: its users
 from usher.core.kinds.fields import (
     ANNOTATIONS_PREFIX,
@@ -73,6 +73,7 @@ from usher.core.model.quantity import format_quantity
 from usher.core.model.reasons import seconds_text
 from usher.core.rules.retry import container_memory
 from usher.core.tree.zone_fallback import parse_accepted_zones
+from usher.core.values.labels import is_topology_key
 from usher.core.values.names import MAX_GATES, MAX_ZONES, is_gate_name, is_zone_name, zone_name
 from usher.core.values.numbers import MAX_COUNT, MAX_PRIORITY, MIN_PRIORITY
 from usher.core.values.quantities import MAX_QUANTITY
@@ -172,6 +173,7 @@ def extract_workload(
         annotation(entry, manifest, errors)
     max_runtime = runtime.declared_seconds(manifest, rule, errors)
     admission_gates = annotation(ADMISSION_GATED_BY, manifest, errors) or []
+    topology_ask = topology.asked(manifest, errors)
     errors += size_errors(pod_sets, "spec")
     if errors:
         raise WorkloadInvalid(key, kind, errors)
@@ -193,6 +195,7 @@ def extract_workload(
         zones=identity.zones,
         max_runtime_seconds=max_runtime,
         admission_gates=admission_gates,
+        topology=topology_ask,
     )
 
 
@@ -249,6 +252,8 @@ def observed_errors(event: WorkloadObserved) -> list[FieldError]:
     gates = event.admission_gates
     if len(gates) > MAX_GATES or len(set(gates)) != len(gates) or not all(map(is_gate_name, gates)):
         found.append(error("admission_gates", "invalid-value", "not a list of gate names"))
+    if event.topology is not None and not is_topology_key(event.topology.level):
+        found.append(error("topology.level", "invalid-value", "not a topology level"))
     return found
 
 

@@ -11,6 +11,7 @@ from it is pinned by tests and by the simulations).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fractions import Fraction
 
 import msgspec
@@ -55,3 +56,9 @@ def in_zone(node: QuotaPath, resource: str, zone: Zone) -> str:
 def reworded(reason: Reason, message: str) -> Reason:
     """The same finding (code and numbers kept) told with another sentence."""
     return msgspec.structs.replace(reason, message=message)
+
+
+def amounts(request: Sequence[tuple[str, int]]) -> str:
+    """``8 nvidia.com/gpu`` for one resource, ``(4 cpu, 8 nvidia.com/gpu)`` for several."""
+    parts = [f"{format_quantity(resource, amount)} {resource}" for resource, amount in request]
+    return parts[0] if len(parts) == 1 else f"({', '.join(parts)})"

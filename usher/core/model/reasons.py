@@ -24,6 +24,7 @@ from schemas import (
 from usher.core.model.config import format_rate
 from usher.core.model.quantity import format_quantity
 from usher.core.model.reason_text import (
+    amounts,
     bound,
     in_zone,
     oversold_max,
@@ -763,3 +764,42 @@ def reclaim_not_allowed(
             f"(priority {priority}) and usher.io/reclaim-within is {policy}"
         )
     return stale_view(preemptor, detail, victim)
+
+
+def topology_no_fit(
+    zone: Zone,
+    noun: str,
+    request: Sequence[tuple[str, int]],
+    pods: int,
+    pod: Sequence[tuple[str, int]] | None,
+    best: str | None,
+    free: dict[str, int],
+    slots: int,
+) -> Reason:
+    """Pending (TP1): no domain of the required level has room for all the gang's pods now;
+    ``best`` is the domain with the most room (None: no schedulable node carries the level).
+    It may fit once work pinned in the zone ends or its nodes change."""
+    needs = f"{pods} x {amounts(pod)}" if pod is not None else amounts(request)
+    if best is None:
+        has = f"no schedulable node of zone {zone} is in a {noun}"
+    elif pod is not None:
+        has = f"best {best} has {slots} x {amounts(pod)} free"
+    else:
+        has = f"best {best} has {amounts([(r, max(free.get(r, 0), 0)) for r, _ in request])} free"
+    # The typed numbers: the first resource the best domain lacks (its free room as limit).
+    lacking = [(r, a) for r, a in request if a > free.get(r, 0)] or list(request[:1])
+    resource, requested = lacking[0] if lacking else (None, None)
+    return Reason(
+        code="TopologyNoFit",
+        message=f"needs {needs} in one {noun}; {has} (zone {zone}: fits once work there ends)",
+        resource=resource,
+        requested=requested,
+        limit=None if best is None or resource is None else max(free.get(resource, 0), 0),
+    )
+
+
+def topology_level_unknown(level: str, levels: Sequence[str]) -> Reason:
+    """Inadmissible (TP1): the job asks for a level its tree does not name."""
+    named = ", ".join(levels) if levels else "none (usher.io/topology-levels is not set)"
+    message = f"topology level {level} is not one its quota tree names (levels: {named})"
+    return Reason(code="TopologyLevelUnknown", message=message)

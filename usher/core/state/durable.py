@@ -29,6 +29,8 @@ class NodeCapacity(msgspec.Struct, frozen=True):
 
     allocatable: dict[str, int]
     unschedulable: bool
+    labels: dict[str, str] = {}
+    """Its labels a topology level may name (TP1), bounded (``values.labels``)."""
 
 
 ReclaimMemo = dict[tuple[QuotaPath, Shape, int, Zone], int]

@@ -18,6 +18,8 @@ from schemas import (
     QuotaPath,
     Reason,
     RetryAsk,
+    TopologyAsk,
+    TopologyPin,
     WorkloadKey,
     WorkloadObserved,
     Zone,
@@ -34,7 +36,12 @@ from usher.core.tree.budget_spec import Budget, holds_overrun, parse_budgets
 from usher.core.tree.quota_tree import iter_nodes, queue_name
 from usher.core.tree.zone_burst import burst_zones, default_zones
 from usher.core.tree.zone_quota import ZoneCaps, parse_zone_max, parse_zone_min
-from usher.core.values.registry import BACKFILL, DEFAULT_STARVATION_SECONDS, STARVATION
+from usher.core.values.registry import (
+    BACKFILL,
+    DEFAULT_STARVATION_SECONDS,
+    STARVATION,
+    TOPOLOGY_LEVELS,
+)
 
 Shape = tuple[tuple[str, int], ...]
 """A request as a sorted tuple of ``(resource, amount)`` with amount > 0; hashable, shared."""
@@ -129,6 +136,7 @@ class QuotaNodeInfo:
         "residual",
         "retry",
         "starvation_ms",
+        "topology_levels",
         "used",
         "within_quota",
         "zone_max",
@@ -179,6 +187,13 @@ class QuotaNodeInfo:
             node.attributes, parent.default_zones if parent is not None else ()
         )
         """The accepted zones of workloads below that list none (Z3, inherited); empty: none."""
+        levels = TOPOLOGY_LEVELS.read(node.attributes)
+        self.topology_levels: tuple[str, ...] = (
+            tuple(levels)
+            if levels is not None
+            else (parent.topology_levels if parent is not None else ())
+        )
+        """The topology levels its workloads may ask for, widest first (TP1, inherited)."""
 
 
 class TreeIndex:
@@ -346,6 +361,7 @@ class Job:
         "namespace",
         "note",
         "note_pass",
+        "pin",
         "pod_count",
         "pods",
         "priority",
@@ -358,6 +374,7 @@ class Job:
         "sort_key",
         "spec_priority",
         "state",
+        "topology",
         "used_path",
         "used_shape",
         "victim_key",
@@ -410,6 +427,10 @@ class Job:
         """Its own retry annotations (R12, R13); None: it carries none."""
         self.max_runtime_ms: int | None = None
         """Its declared maximum runtime (RT1); None: it declares none."""
+        self.topology: TopologyAsk | None = None
+        """Its topology ask (TP1): all its pods in one domain of a level; None: anywhere."""
+        self.pin: TopologyPin | None = None
+        """Admitted: the domain its pods are pinned to (TP1); None: anywhere in its zone."""
         self.grown: Reason | None = None
         """Admitted, then observed running asking more than its admission counts (R16): the
         next pass of its zone stops it; None: it did not grow."""

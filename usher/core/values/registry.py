@@ -24,7 +24,7 @@ from typing import Any, Final, Generic, Literal, TypeVar
 
 from schemas import FieldError
 from usher.core.model.errors import ValueRefused
-from usher.core.values import names, numbers, quantities, text
+from usher.core.values import labels, names, numbers, quantities, text
 from usher.core.values.numbers import MAX_COUNT, MAX_SECONDS
 from usher.core.values.shown import shown
 
@@ -409,6 +409,47 @@ ZONES: Final = Setting(
     f"separated by ',', at most {names.MAX_ZONES}",
     parse=_zones("usher.io/zones"),
 )
+TOPOLOGY_LEVELS: Final = Setting(
+    key="usher.io/topology-levels",
+    scope="tree",
+    kind="topology-levels",
+    summary="The node labels that name topology domains, widest first (block, rack, host): "
+    "a job may ask for all its pods in one domain of a level.",
+    default=None,
+    inherited=True,
+    rule="TP1 Topology fit",
+    example="topology.usher.io/block, topology.usher.io/rack, kubernetes.io/hostname",
+    bounds=f"distinct label keys separated by ',', at most {labels.MAX_LEVELS}, each "
+    f"{labels.HOSTNAME} or naming '{labels.TOPOLOGY_WORD}'",
+    parse=partial(labels.topology_levels, name="usher.io/topology-levels"),
+)
+TOPOLOGY_REQUIRED: Final = Setting(
+    key="usher.io/topology-required",
+    scope="job",
+    kind="topology-level",
+    summary="Admit the job only when all its pods fit in one domain of this level.",
+    default=None,
+    inherited=False,
+    rule="TP1 Topology fit",
+    example="topology.usher.io/rack",
+    bounds=f"one of the tree's topology levels: a label key, {labels.HOSTNAME} or naming "
+    f"'{labels.TOPOLOGY_WORD}' (not with usher.io/topology-preferred)",
+    parse=partial(labels.topology_level, name="usher.io/topology-required"),
+)
+TOPOLOGY_PREFERRED: Final = Setting(
+    key="usher.io/topology-preferred",
+    scope="job",
+    kind="topology-level",
+    summary="Place all the job's pods in one domain of the narrowest level, from this one up, "
+    "that fits; anywhere in the zone when none does.",
+    default=None,
+    inherited=False,
+    rule="TP1 Topology fit",
+    example="topology.usher.io/rack",
+    bounds=f"one of the tree's topology levels: a label key, {labels.HOSTNAME} or naming "
+    f"'{labels.TOPOLOGY_WORD}' (not with usher.io/topology-required)",
+    parse=partial(labels.topology_level, name="usher.io/topology-preferred"),
+)
 BURST_ZONES: Final = Setting(
     key="usher.io/burst-zones",
     scope="tree",
@@ -616,6 +657,9 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     ZONES,
     BURST_ZONES,
     BURST_TOLERATIONS,
+    TOPOLOGY_LEVELS,
+    TOPOLOGY_REQUIRED,
+    TOPOLOGY_PREFERRED,
     ZONE_MAX,
     ZONE_MIN,
     HOLD,
