@@ -12,9 +12,11 @@ every few milliseconds (one statement: one committed state) and counts rows abov
 ``max`` and parents whose usage is not the sum of their children's; at the end the
 allocations' running intervals are swept (every committed step: stamps are taken under the
 locks) for the peak of every node, and the usage rows are compared with the live allocations.
-Reports admissions/s, batch latency, statements and round trips per batch (SQLAlchemy's
-cursor, begin and commit events on the real connections), the relay's time and round trips
-per flush, and over-commit, which must be 0.
+Reports admissions/s, batch latency, CPU per batch of this process (writers, consumer, relay,
+observer) and of PostgreSQL (every backend: steadier than times on a shared machine),
+statements and round trips per batch (SQLAlchemy's cursor, begin and commit events on the real
+connections; no BEGIN or COMMIT is counted where the driver sends none), the relay's time and
+round trips per flush, and over-commit, which must be 0.
 What it must never do: pass or fail on a number, or count anything it did not observe on the
 real servers.
 """
@@ -35,7 +37,7 @@ import nats
 from sqlalchemy import Connection, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from bench.common import fresh_servers, prepare_streams
+from bench.common import cpu_seconds, fresh_servers, prepare_streams
 from schemas import QuotaNode, QuotaPath, Reservation
 from schemas.ids import QueueName, WorkloadKey, Zone
 from services.ledger.outbox import outbox_builder
@@ -296,7 +298,9 @@ async def end_mismatches(engine: AsyncEngine) -> int:
     return sum(1 for node, value in used.items() if value != expected[node])
 
 
-async def measure(database_url: str, nats_url: str, quick: bool) -> dict[str, float]:
+async def measure(
+    database_url: str, nats_url: str, postgres_pid: int | None, quick: bool
+) -> dict[str, float]:
     """The race on fresh servers; every number of the suite."""
     batches, size = (10, 20) if quick else (40, 50)
     subjects = Subjects(PREFIX)
@@ -333,6 +337,7 @@ async def measure(database_url: str, nats_url: str, quick: bool) -> dict[str, fl
         )
         watch = asyncio.create_task(observer(ledger_engine, race, writing))
         started = time.perf_counter()
+        client_cpu, server_cpu = time.process_time(), _cpu(postgres_pid)
         await asyncio.gather(
             *(
                 writer(store, race, zone, batches, size, seed, relay.kick)
@@ -340,6 +345,8 @@ async def measure(database_url: str, nats_url: str, quick: bool) -> dict[str, fl
             )
         )
         wall = time.perf_counter() - started
+        client_cpu = time.process_time() - client_cpu
+        server_cpu = _cpu(postgres_pid) - server_cpu
         writing.set()
         await release
         await watch
@@ -369,6 +376,8 @@ async def measure(database_url: str, nats_url: str, quick: bool) -> dict[str, fl
         "batches_per_s": total / wall,
         "batch_p50_ms": statistics.median(ordered),
         "batch_p99_ms": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))],
+        "client_cpu_ms_per_batch": 1000 * client_cpu / total,
+        "postgres_cpu_ms_per_batch": 1000 * server_cpu / total,
         "statements_per_batch": reserved.statements / total,
         "round_trips_per_batch": reserved.round_trips() / total,
         "replays_per_batch": (reserved.begins - total) / total,
@@ -394,6 +403,11 @@ def _warm(index: int) -> Reservation:
         zone=Zone(ZONES[index]),
         requests={"cpu": CORE},
     )
+
+
+def _cpu(pid: int | None) -> float:
+    """CPU seconds of PostgreSQL (its backends are children of ``pid``); NaN if unknown."""
+    return cpu_seconds(pid) if pid is not None else float("nan")
 
 
 async def _park(*_: Any) -> None:
@@ -438,7 +452,8 @@ async def relay_drain(
 def run(quick: bool) -> dict[str, float]:
     """Start fresh servers, race, stop everything."""
     with fresh_servers("usher-bench-zones-") as servers:
-        return asyncio.run(measure(servers.database_url, servers.nats_url, quick))
+        pid = servers.server_pids.get("postgres")
+        return asyncio.run(measure(servers.database_url, servers.nats_url, pid, quick))
 
 
 def main(argv: list[str] | None = None) -> int:
