@@ -7,8 +7,10 @@ this machine's NATS JetStream and PostgreSQL can do without Usher), ``stack`` (j
 the log -> committed decisions, services as processes), ``replay`` (rebuilding a service from
 the log, with and without a snapshot), ``kueue`` (Kueue's scheduler baseline through the whole
 stack, emulator and fake kubelet included), ``scale`` (the core at 1,000,000 pending on
-10,000 leaves; not with ``--quick``), ``fairness`` (fair share's shares against weights and
-the longest wait of a large job with and without the starvation guard, simulated) -- each with
+10,000 leaves; not with ``--quick``), ``zones`` (ten zone dequeuers' batches racing on one
+ledger with borrowing: admissions/s, round trips, over-commit), ``fairness`` (fair share's
+shares against weights and the longest wait of a large job with and without the starvation
+guard, simulated) -- each with
 fresh servers of its own; derives the
 numbers that compare suites (the stack's admission rate against the limits suite's pipelined
 publish rate); records the machine (cores, memory, Python), each suite's duration and notes
@@ -59,6 +61,7 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("scale", "finish_pass_median_ms"): (2, "<="),
     ("scale", "released_pass_median_ms"): (2, "<="),
     ("scale", "peak_resident_mb"): (1024, "<="),
+    **{("zones", f"over_commit_{seen}"): (0, "<=") for seen in ("samples", "nodes_swept", "end")},
     ("stack", "admissions_per_s"): (2_000, ">="),
     ("stack", "admissions_vs_publish"): (0.25, ">="),
     ("stack", "admissions_vs_limits_publish"): (0.25, ">="),
@@ -83,7 +86,18 @@ TARGETS: dict[tuple[str, str], tuple[float, str]] = {
     ("console", "queue_page_browser_ms"): (1000, "<="),
 }
 
-SUITES = ("core", "cli", "console", "limits", "stack", "replay", "kueue", "scale", "fairness")
+SUITES = (
+    "core",
+    "cli",
+    "console",
+    "limits",
+    "stack",
+    "replay",
+    "kueue",
+    "scale",
+    "zones",
+    "fairness",
+)
 """Run order; ``replay`` only when ``bench/replay.py`` is present."""
 
 SKIPPED_WHEN_QUICK = ("scale",)

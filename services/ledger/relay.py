@@ -86,18 +86,17 @@ class OutboxRelay:
     async def flush(self) -> int:
         """Publish every pending row; the number stamped. Stops at the first unacked row."""
         total = 0
-        while True:
+        pending = await self._store.pending_outbox(self._batch)
+        while pending:
             if self._leading is not None and not self._leading.is_set():
                 return total  # leadership lost: stop publishing at once
-            pending = await self._store.pending_outbox(self._batch)
-            if not pending:
-                return total
             done = await self._publish(pending)
-            await self._store.mark_published(done)
+            whole = len(done) == len(pending)
+            # Stamping reads the next batch in the same statement; a partial one stops here.
+            pending = await self._store.mark_published(done, then=self._batch if whole else 0)
             total += len(done)
             self.published += len(done)
-            if len(done) < len(pending):
-                return total  # the rest waits for the next kick or tick, in order
+        return total  # a partial batch's rest waits for the next kick or tick, in order
 
     async def _publish(self, messages: list[OutboxMessage]) -> list[int]:
         """Publish pipelined; the ids of the acknowledged prefix (in order)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Final
 
 from sqlalchemy import Table, Text, select
 from sqlalchemy.dialects.postgresql import array
@@ -45,6 +46,9 @@ from usher.core.values.registry import LENDING_LIMIT, RECLAIM_WITHIN
 _NODES: Table = Base.metadata.tables["quota_nodes"]
 _USAGE: Table = Base.metadata.tables["quota_usage"]
 
+LENDING_KEYS: Final = [RECLAIM_WITHIN.key, LENDING_LIMIT.key]
+"""The attributes by which a node restricts lending: a tree with none of them lends all."""
+
 
 @dataclass
 class _Node:
@@ -67,16 +71,29 @@ class LendingBook:
 
     @classmethod
     async def load(
-        cls, conn: AsyncConnection, resources: Collection[str], rate: Fraction
+        cls,
+        conn: AsyncConnection,
+        resources: Collection[str],
+        rate: Fraction,
+        *,
+        restricted: bool | None = None,
     ) -> LendingBook:
+        """The book for ``resources``; ``restricted``: whether some present node sets one of
+        ``LENDING_KEYS``, when the caller read it already (None: read it here)."""
         book = cls()
-        keys = [RECLAIM_WITHIN.key, LENDING_LIMIT.key]
-        restricted = await conn.scalar(
-            select(_NODES.c.path)
-            .where(_NODES.c.present, _NODES.c.attributes.has_any(array(keys, type_=Text)))
-            .limit(1)
-        )
-        if restricted is None or not resources:
+        if restricted is None:
+            restricted = (
+                await conn.scalar(
+                    select(_NODES.c.path)
+                    .where(
+                        _NODES.c.present,
+                        _NODES.c.attributes.has_any(array(LENDING_KEYS, type_=Text)),
+                    )
+                    .limit(1)
+                )
+                is not None
+            )
+        if not restricted or not resources:
             return book
         rows = await conn.execute(
             select(_NODES.c.path, _NODES.c.parent_path, _NODES.c.attributes).where(_NODES.c.present)

@@ -20,18 +20,23 @@ Allocation life cycle (the states, their transitions and the release rules are t
 ``admitted`` -> ``preempting`` (still running, still counted) -> ``released``. A preemption *group*
 (a held preemptor and its preempting victims) counts ``max(victims, hold)`` on every (node,
 resource) (docs/admission-rules.md R7), so nothing is over-committed while victims wind down. Every
-state is written by ``_write_states`` alone, which checks each move against the core's transition
-table and writes it only from the state it was checked from (``LedgerTransitionError`` names the
-workload, from and to). The fit check (R2, nearest failing node named), the victim refusal (R5, R6:
+state is written by ``_write_states`` alone (a reservation batch's new rows by ``_write_batch``,
+in the statement that counts them and writes their outbox rows), which checks each move against
+the core's transition table and writes it only from the state it was checked from
+(``LedgerTransitionError`` names the workload, from and to). A batch of reservations costs three
+statements whatever its size (``_LOCK_BATCH``, ``_READ_BATCH``, ``_WRITE_BATCH``), plus one read
+of the zone book where a node caps a zone (Z1) and two of the lending book where one restricts
+lending (L1, L2). The fit check (R2, nearest failing node named), the victim refusal (R5, R6:
 ``victim_refusal``) and every reason it answers with are the core's too: this store keeps the SQL
 and maps its rows to the core's inputs. Every stamp is ``clock_timestamp()`` read once per
 transaction *after* the usage locks, so the running intervals [admitted_at, released_at) of the
 rows on one node follow the lock order and never add up above ``max x rate`` at any instant.
 
-What it must never do: decide outside a transaction holding the path's row locks, write an
-allocation's state anywhere but ``_write_states``, word a reason itself, commit row by row, grant a
-workload twice, evict anything because a tree changed, publish to NATS (the outbox relay does), or
-tell errors apart by parsing messages (classes and SQLSTATEs only).
+What it must never do: decide outside a transaction holding the path's row locks or on rows
+read by a statement that began before those locks were granted, write an allocation's state
+anywhere but ``_write_states`` and ``_write_batch``, word a reason itself, commit row by row,
+grant a workload twice, evict anything because a tree changed, publish to NATS (the outbox relay
+does), or tell errors apart by parsing messages (classes and SQLSTATEs only).
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ from schemas import (
 )
 from schemas.decisions import ReleaseCause
 from schemas.ids import QueueName, WorkloadKey, Zone
-from usher.adapters.pg.ledger_lending import LendingBook
+from usher.adapters.pg.ledger_lending import LENDING_KEYS, LendingBook
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
 from usher.core.model import reasons
@@ -154,6 +159,26 @@ _INSERT_USAGE: Final = pg_insert(USAGE).on_conflict_do_nothing(
     index_elements=[USAGE.c.path, USAGE.c.resource]
 )
 _INSERT_OUTBOX: Final = pg_insert(OUTBOX).on_conflict_do_nothing(index_elements=[OUTBOX.c.event_id])
+_PENDING_OUTBOX: Final = text(
+    """
+    SELECT id, event_id, subject, payload FROM outbox
+    WHERE published_at IS NULL AND id <> ALL(CAST(:published AS bigint[]))
+    ORDER BY id LIMIT :limit
+    """
+)
+"""The relay's next rows: unpublished, in id order, but for those just stamped (the statement
+that stamps them reads the rows as they were before it)."""
+_MARK_PUBLISHED: Final = text(
+    f"""
+    WITH stamped AS (
+        UPDATE outbox SET published_at = now()
+        WHERE id = ANY(CAST(:published AS bigint[])) AND published_at IS NULL
+        RETURNING id
+    )
+    {_PENDING_OUTBOX.text}
+    """
+)
+"""Stamp the relay's acknowledged rows and read its next ones, one statement."""
 _INSERT_ALLOCATION: Final = (
     pg_insert(ALLOCATIONS)
     .on_conflict_do_nothing(index_elements=["workload"], index_where=_LIVE_PREDICATE)
@@ -393,6 +418,8 @@ class LedgerStore:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self._engine = engine
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        """The same pool, for work of one statement (the relay's reads and stamps)."""
         self._rate = oversell_rate
         self._default_policy: NodePolicy = (within_quota, min_runtime_ms)
         """The deployment's within-quota mode and min runtime, for nodes that set none."""
@@ -401,16 +428,25 @@ class LedgerStore:
 
     # ------------------------------------------------------------------ transactions
 
-    async def run(self, operation: str, work: Callable[[AsyncConnection], Awaitable[T]]) -> T:
+    async def run(
+        self,
+        operation: str,
+        work: Callable[[AsyncConnection], Awaitable[T]],
+        *,
+        autocommit: bool = False,
+    ) -> T:
         """Run ``work`` in one transaction, replaying it whole on transient conflicts.
 
         Replaying the whole transaction (not a statement) is the only correct retry: the
         decisions made in it depended on rows read under locks that were rolled back.
+        ``autocommit``: ``work`` is one statement, its own transaction (no BEGIN, no COMMIT:
+        two round trips fewer).
         """
         last_state: str | None = None
+        engine = self._autocommit if autocommit else self._engine
         for attempt in range(1, self._max_attempts + 1):
             try:
-                async with self._engine.begin() as conn:
+                async with engine.begin() as conn:
                     return await work(conn)
             except _RaceLost:
                 last_state = None
@@ -505,21 +541,20 @@ class LedgerStore:
         request_ids: Sequence[str] | None = None,
         views: Sequence[int | None] | None = None,
     ) -> list[ReservationResult]:
-        ended: dict[WorkloadKey, int] = {}
-        if views is not None and any(v is not None for v in views):
-            await conn.execute(select(func.pg_advisory_xact_lock_shared(_ENDS_LOCK)))
-            ended = await _ended(conn, [r.workload for r in reservations])
-        answered = await _answered(conn, reservations, request_ids)
-        live = await _live(conn, [r.workload for r in reservations])
-        known = await _leaves(conn, {r.quota for r in reservations})
-        keys: set[_Key] = set()
-        for item in reservations:
-            if item.quota in known and item.workload not in live:
-                keys.update(_keys(item.quota, item.requests))
-        usage = await _lock_usage(conn, keys)
+        """Three statements, whatever the batch's size: lock, read, write (see ``_LOCK_BATCH``);
+        a zone cap (Z1) or a lending restriction (L1, L2) on the tree adds the reads of its book."""
+        ends = views is not None and any(v is not None for v in views)
+        locked = await _lock_batch(conn, reservations, ends)
+        read = await _read_batch(conn, reservations, locked, request_ids, ends)
+        if read.leaves - locked:
+            raise _RaceLost  # a leaf appeared after the lock: its rows are not locked, replay
+        known = read.leaves & locked
+        live, usage, ended, answered = read.live, read.usage, read.ended, read.answered
         # Read after the locks: the allocations below a capping node cannot change now (Z1).
-        zones = await ZoneBook.load(conn, {r.quota for r in reservations if r.quota in known})
-        lending = await LendingBook.load(conn, _asked(reservations), self._rate)  # L1, L2
+        zones = await ZoneBook.of_nodes(conn, read.nodes, {r.quota for r in reservations} & known)
+        lending = await LendingBook.load(  # L1, L2
+            conn, _asked(reservations), self._rate, restricted=read.restricted
+        )
 
         results: list[ReservationResult] = []
         granted: list[Reservation] = []
@@ -557,20 +592,18 @@ class LedgerStore:
                 results.append(ReservationResult(workload=item.workload, granted=True))
 
         if granted:
-            stamp = await _stamp(conn)
+            stamp = read.stamp
             created = [
                 _created(item, _ADMITTED, granted_ids.get(item.workload)) for item in granted
             ]
-            ids = await _write_states(conn, created, stamp)
-            await _set_usage(conn, usage, touched)
-            if outbox is not None:
-                await _write_outbox(
-                    conn,
-                    [
-                        outbox(_admitted(item), item.zone, ids[item.workload], stamp)
-                        for item in granted
-                    ],
-                )
+            ids = {item.workload: read.ids[n] for n, item in enumerate(granted)}
+            build = outbox
+            rows = (
+                []
+                if build is None
+                else [build(_admitted(i), i.zone, ids[i.workload], stamp) for i in granted]
+            )
+            await _write_batch(conn, created, ids, usage, touched, rows, stamp)
         return results
 
     def _refusal(
@@ -1015,35 +1048,26 @@ class LedgerStore:
             ]
 
     async def pending_outbox(self, limit: int) -> list[OutboxMessage]:
-        """Unpublished outbox rows in insertion (= publishing) order."""
+        """Unpublished outbox rows in insertion (= publishing) order: one statement, no
+        transaction around it."""
 
         async def work(conn: AsyncConnection) -> list[OutboxMessage]:
-            rows = await conn.execute(
-                select(OUTBOX.c.id, OUTBOX.c.event_id, OUTBOX.c.subject, OUTBOX.c.payload)
-                .where(OUTBOX.c.published_at.is_(None))
-                .order_by(OUTBOX.c.id)
-                .limit(limit)
-            )
-            return [
-                OutboxMessage(id=i, event_id=e, subject=s, payload=bytes(p)) for i, e, s, p in rows
-            ]
+            return _messages(await conn.execute(_PENDING_OUTBOX, {"published": [], "limit": limit}))
 
-        return await self.run("pending_outbox", work)
+        return await self.run("pending_outbox", work, autocommit=True)
 
-    async def mark_published(self, ids: Iterable[int]) -> None:
-        """Stamp outbox rows as published (idempotent)."""
-        wanted = list(ids)
-        if not wanted:
-            return
+    async def mark_published(self, ids: Iterable[int], *, then: int = 0) -> list[OutboxMessage]:
+        """Stamp outbox rows as published (idempotent) and, with ``then``, read up to that many
+        of the rows still unpublished, in order, in the same statement (a relay's next batch)."""
+        wanted = sorted(set(ids))
+        if not wanted and not then:
+            return []
 
-        async def work(conn: AsyncConnection) -> None:
-            await conn.execute(
-                update(OUTBOX)
-                .where(OUTBOX.c.id.in_(wanted), OUTBOX.c.published_at.is_(None))
-                .values(published_at=func.now())
-            )
+        async def work(conn: AsyncConnection) -> list[OutboxMessage]:
+            found = await conn.execute(_MARK_PUBLISHED, {"published": wanted, "limit": then})
+            return _messages(found)
 
-        await self.run("mark_published", work)
+        return await self.run("mark_published", work, autocommit=True)
 
     async def offset(self, consumer: str) -> int | None:
         """Last stream sequence ``consumer`` applied, or ``None``."""
@@ -1777,24 +1801,8 @@ def _request_at(request_ids: Sequence[str] | None, index: int) -> str | None:
     return None if request_ids is None else request_ids[index]
 
 
-async def _answered(
-    conn: AsyncConnection,
-    reservations: Sequence[Reservation],
-    request_ids: Sequence[str] | None,
-) -> dict[str | None, set[WorkloadKey]]:
-    """Workloads that already got an allocation (any state) under each of these request ids."""
-    if not request_ids:
-        return {}
-    rows = await conn.execute(
-        select(ALLOCATIONS.c.request_id, ALLOCATIONS.c.workload).where(
-            ALLOCATIONS.c.request_id.in_(set(request_ids)),
-            ALLOCATIONS.c.workload.in_({r.workload for r in reservations}),
-        )
-    )
-    out: dict[str | None, set[WorkloadKey]] = {}
-    for request_id, workload in rows:
-        out.setdefault(request_id, set()).add(WorkloadKey(workload))
-    return out
+def _messages(rows: Iterable[Any]) -> list[OutboxMessage]:
+    return [OutboxMessage(id=i, event_id=e, subject=s, payload=bytes(p)) for i, e, s, p in rows]
 
 
 async def _write_outbox(conn: AsyncConnection, outbox: Sequence[OutboxMessage]) -> None:
@@ -1979,6 +1987,296 @@ async def _apply_tree_in(conn: AsyncConnection, root: QuotaNode, version: int) -
             for (path, resource), (low, high) in sorted(limits.items())
         ],
     )
+
+
+# ---------------------------------------------------------------------- the reservation batch
+#
+# A batch of reservations is three statements between BEGIN and COMMIT, whatever its size:
+# lock, read, write. Python decides between the read and the write (the core's checks), so
+# the read cannot be merged into the write; and what is read must be read by a statement that
+# starts after the locks are granted (a statement's snapshot is taken when it starts, so
+# rows read in the statement that waited for a lock would miss the writes of the transaction
+# it waited for), so the lock cannot be merged into the read.
+
+_PRESENT_LEAF: Final = """
+    n.present AND NOT EXISTS (
+        SELECT 1 FROM quota_nodes AS c WHERE c.parent_path = n.path AND c.present
+    )"""
+"""A ``quota_nodes`` row ``n`` is a present leaf of the tree in force (as ``_leaves``)."""
+
+_LOCK_BATCH: Final = text(
+    f"""
+    WITH leaves AS MATERIALIZED (
+        SELECT n.path FROM quota_nodes AS n
+        WHERE n.path = ANY(CAST(:leaves AS text[])) AND {_PRESENT_LEAF}
+    ), locked AS (
+        INSERT INTO quota_usage (path, resource, min, max, used)
+        SELECT DISTINCT k.path, k.resource, 0, CAST(NULL AS bigint), 0
+        FROM unnest(CAST(:paths AS text[]), CAST(:resources AS text[]), CAST(:of AS text[]))
+            AS k(path, resource, leaf)
+        JOIN leaves AS l ON l.path = k.leaf
+        ORDER BY k.path, k.resource
+        ON CONFLICT (path, resource) DO UPDATE SET used = quota_usage.used WHERE false
+        RETURNING 1
+    )
+    SELECT
+        CASE WHEN CAST(:ends AS boolean)
+            THEN CAST(pg_advisory_xact_lock_shared(hashtext('usher.ended_workloads')) AS text)
+        END AS ends,
+        (SELECT count(*) FROM locked) AS created,
+        ARRAY(SELECT path FROM leaves) AS leaves
+    """
+)
+"""Take the shared end lock (R8, when views are given), then lock every usage row of the
+paths of the batch's present leaves in (path, resource) order, creating the missing ones: an
+``ON CONFLICT DO UPDATE ... WHERE false`` locks the newest version of a row without writing
+it. The target list is evaluated in order, so the end lock is taken before the usage locks,
+as ``_record_ends`` takes them. Returns the present leaves whose rows it locked."""
+
+_READ_BATCH: Final = text(
+    f"""
+    SELECT
+        clock_timestamp() AS stamp,
+        ARRAY(
+            SELECT nextval(pg_get_serial_sequence('allocations', 'id'))
+            FROM generate_series(1, CAST(:count AS integer))
+        ) AS ids,
+        CAST((
+            SELECT coalesce(jsonb_agg(jsonb_build_array(e.workload, e.seq)), '[]')
+            FROM ended_workloads AS e
+            WHERE CAST(:ends AS boolean) AND e.workload = ANY(CAST(:workloads AS text[]))
+        ) AS text) AS ended,
+        CAST((
+            SELECT coalesce(jsonb_agg(jsonb_build_array(a.request_id, a.workload)), '[]')
+            FROM allocations AS a
+            WHERE a.request_id = ANY(CAST(:request_ids AS text[]))
+                AND a.workload = ANY(CAST(:workloads AS text[]))
+        ) AS text) AS answered,
+        CAST((
+            SELECT coalesce(jsonb_agg(jsonb_build_array(
+                a.id, a.workload, a.zone, a.quota_path, a.queue, a.requests, a.priority,
+                a.state, a.preemptor
+            )), '[]')
+            FROM allocations AS a
+            WHERE a.workload = ANY(CAST(:workloads AS text[])) AND a.state <> 'released'
+        ) AS text) AS live,
+        ARRAY(
+            SELECT n.path FROM quota_nodes AS n
+            WHERE n.path = ANY(CAST(:leaves AS text[])) AND {_PRESENT_LEAF}
+        ) AS leaves,
+        CAST((
+            SELECT coalesce(jsonb_agg(jsonb_build_array(u.path, u.resource, u.used, u.max)), '[]')
+            FROM quota_usage AS u
+            JOIN unnest(CAST(:paths AS text[]), CAST(:resources AS text[])) AS k(path, resource)
+                ON u.path = k.path AND u.resource = k.resource
+        ) AS text) AS usage,
+        CAST((
+            SELECT coalesce(jsonb_agg(jsonb_build_array(n.path, n.attributes)), '[]')
+            FROM quota_nodes AS n
+            WHERE n.path = ANY(CAST(:prefixes AS text[]))
+        ) AS text) AS nodes,
+        EXISTS (
+            SELECT 1 FROM quota_nodes AS n
+            WHERE n.present AND n.attributes ?| CAST(:restricting AS text[])
+        ) AS restricted
+    """
+)
+"""Everything a batch decides on, read once its usage rows are locked: the transaction's
+stamp, one allocation id per reservation (ids not used are skipped, as a rolled-back insert
+skips them), ends (R8), earlier answers to the request ids, live allocations, present
+leaves, the locked usage rows, the attributes of every node on the paths (zone caps, Z1)
+and whether any node restricts lending (L1, L2)."""
+
+_WRITE_BATCH: Final = text(
+    """
+    WITH created AS (
+        INSERT INTO allocations (
+            id, workload, zone, quota_path, queue, requests, priority, state,
+            reserved_at, admitted_at, request_id
+        )
+        SELECT a.id, a.workload, a.zone, a.quota_path, a.queue, CAST(a.requests AS jsonb),
+            a.priority, a.state, :stamp,
+            CASE WHEN a.state = 'admitted' THEN CAST(:stamp AS timestamptz) END, a.request_id
+        FROM unnest(
+            CAST(:ids AS bigint[]), CAST(:workloads AS text[]), CAST(:zones AS text[]),
+            CAST(:quotas AS text[]), CAST(:queues AS text[]), CAST(:requests AS text[]),
+            CAST(:priorities AS bigint[]), CAST(:states AS text[]),
+            CAST(:request_ids AS text[])
+        ) AS a(id, workload, zone, quota_path, queue, requests, priority, state, request_id)
+        ON CONFLICT (workload) WHERE state <> 'released' DO NOTHING
+        RETURNING id
+    ), counted AS (
+        UPDATE quota_usage AS u SET used = k.used
+        FROM unnest(
+            CAST(:paths AS text[]), CAST(:resources AS text[]), CAST(:used AS bigint[])
+        ) AS k(path, resource, used)
+        WHERE u.path = k.path AND u.resource = k.resource
+            AND (SELECT count(*) FROM created) = cardinality(CAST(:ids AS bigint[]))
+        RETURNING 1
+    ), announced AS (
+        INSERT INTO outbox (event_id, subject, payload)
+        SELECT o.event_id, o.subject, o.payload
+        FROM unnest(
+            CAST(:event_ids AS text[]), CAST(:subjects AS text[]), CAST(:payloads AS bytea[])
+        ) WITH ORDINALITY AS o(event_id, subject, payload, position)
+        WHERE (SELECT count(*) FROM created) = cardinality(CAST(:ids AS bigint[]))
+        ORDER BY o.position
+        ON CONFLICT (event_id) DO NOTHING
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM created) AS created, (SELECT count(*) FROM counted) AS counted,
+        (SELECT count(*) FROM announced) AS announced
+    """
+).bindparams(bindparam("stamp", type_=DateTime(timezone=True)))
+"""A batch's grants in one statement: the new allocations (with the ids read before), the
+usage of the locked rows (absolute values) and the outbox rows, in that order. When a
+concurrent transaction committed a live allocation of one of the workloads first, nothing
+but the other allocations is written and the caller replays the batch (``_RaceLost``)."""
+
+
+@dataclass(slots=True)
+class _BatchRead:
+    """What ``_READ_BATCH`` read for a batch, decoded."""
+
+    stamp: datetime
+    ids: list[int]
+    ended: dict[WorkloadKey, int]
+    answered: dict[str | None, set[WorkloadKey]]
+    live: dict[WorkloadKey, _Alloc]
+    leaves: set[QuotaPath]
+    usage: dict[_Key, tuple[int, int | None]]
+    nodes: list[tuple[str, dict[str, Any]]]
+    restricted: bool
+
+
+def _batch_keys(reservations: Sequence[Reservation]) -> list[tuple[str, str, str]]:
+    """(path, resource, leaf) of every usage row the batch's reservations would count on."""
+    return sorted(
+        {(p, r, item.quota) for item in reservations for p, r in _keys(item.quota, item.requests)}
+    )
+
+
+async def _lock_batch(
+    conn: AsyncConnection, reservations: Sequence[Reservation], ends: bool
+) -> set[QuotaPath]:
+    """Run ``_LOCK_BATCH``: the present leaves of the batch whose usage rows are now locked."""
+    keys = _batch_keys(reservations)
+    row = (
+        await conn.execute(
+            _LOCK_BATCH,
+            {
+                "leaves": sorted({item.quota for item in reservations}),
+                "paths": [p for p, _, _ in keys],
+                "resources": [r for _, r, _ in keys],
+                "of": [leaf for _, _, leaf in keys],
+                "ends": ends,
+            },
+        )
+    ).one()
+    return {QuotaPath(p) for p in row.leaves}
+
+
+async def _read_batch(
+    conn: AsyncConnection,
+    reservations: Sequence[Reservation],
+    locked: set[QuotaPath],
+    request_ids: Sequence[str] | None,
+    ends: bool,
+) -> _BatchRead:
+    """Run ``_READ_BATCH`` for the batch whose usage rows of ``locked`` leaves are locked."""
+    keys = sorted({(p, r) for p, r, leaf in _batch_keys(reservations) if leaf in locked})
+    leaves = sorted({item.quota for item in reservations})
+    row = (
+        await conn.execute(
+            _READ_BATCH,
+            {
+                "count": len(reservations),
+                "ends": ends,
+                "workloads": sorted({item.workload for item in reservations}),
+                "request_ids": sorted(set(request_ids or ())),
+                "leaves": leaves,
+                "paths": [p for p, _ in keys],
+                "resources": [r for _, r in keys],
+                "prefixes": sorted({p for leaf in leaves for p in path_of(QuotaPath(leaf))}),
+                "restricting": LENDING_KEYS,
+            },
+        )
+    ).one()
+    answered: dict[str | None, set[WorkloadKey]] = {}
+    for request_id, workload in _decode(row.answered):
+        answered.setdefault(request_id, set()).add(WorkloadKey(workload))
+    return _BatchRead(
+        stamp=row.stamp,
+        ids=[int(i) for i in row.ids],
+        ended={WorkloadKey(w): int(seq) for w, seq in _decode(row.ended)},
+        answered=answered,
+        live={WorkloadKey(raw[1]): _live_alloc(raw) for raw in _decode(row.live)},
+        leaves={QuotaPath(p) for p in row.leaves},
+        usage={(p, r): (int(used), high) for p, r, used, high in _decode(row.usage)},
+        nodes=[(str(p), dict(a or {})) for p, a in _decode(row.nodes)],
+        restricted=bool(row.restricted),
+    )
+
+
+def _decode(raw: str) -> list[list[Any]]:
+    return msgspec.json.decode(raw, type=list[list[Any]])
+
+
+def _live_alloc(raw: list[Any]) -> _Alloc:
+    """A live allocation as ``_READ_BATCH`` lists it (no stamps: a retry check only)."""
+    alloc_id, workload, zone, quota, queue, requests, priority, state, preemptor = raw
+    return _Alloc(
+        id=int(alloc_id),
+        workload=WorkloadKey(workload),
+        zone=Zone(zone),
+        quota=QuotaPath(quota),
+        queue=QueueName(queue),
+        requests=_resources(requests),
+        priority=int(priority),
+        state=AllocationState(state),
+        preemptor=None if preemptor is None else WorkloadKey(preemptor),
+    )
+
+
+async def _write_batch(
+    conn: AsyncConnection,
+    created: Sequence[_Move],
+    ids: dict[WorkloadKey, int],
+    usage: dict[_Key, tuple[int, int | None]],
+    touched: set[_Key],
+    outbox: Sequence[OutboxMessage],
+    stamp: datetime,
+) -> None:
+    """Write a batch's new allocations, usage and outbox rows in one statement
+    (``_WRITE_BATCH``), after checking every move against the core's transition table."""
+    for move in created:
+        _check(move.row.workload, move.source, move.target)
+    counted = sorted(touched)
+    row = (
+        await conn.execute(
+            _WRITE_BATCH,
+            {
+                "stamp": stamp,
+                "ids": [ids[m.row.workload] for m in created],
+                "workloads": [m.row.workload for m in created],
+                "zones": [m.row.zone for m in created],
+                "quotas": [m.row.quota for m in created],
+                "queues": [m.row.queue for m in created],
+                "requests": [msgspec.json.encode(m.row.requests).decode() for m in created],
+                "priorities": [m.row.priority for m in created],
+                "states": [m.target.value for m in created],
+                "request_ids": [m.request_id for m in created],
+                "paths": [p for p, _ in counted],
+                "resources": [r for _, r in counted],
+                "used": [usage[key][0] for key in counted],
+                "event_ids": [m.event_id for m in outbox],
+                "subjects": [m.subject for m in outbox],
+                "payloads": [m.payload for m in outbox],
+            },
+        )
+    ).one()
+    if row.created != len(created):
+        raise _RaceLost
 
 
 __all__ = [

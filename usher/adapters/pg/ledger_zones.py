@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Table, select
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -63,15 +64,27 @@ class ZoneBook:
     @classmethod
     async def load(cls, conn: AsyncConnection, leaves: Iterable[QuotaPath]) -> ZoneBook:
         prefixes = {p for leaf in leaves for p in path_nodes(leaf)}
-        book = cls()
         if not prefixes:
-            return book
+            return cls()
         rows = await conn.execute(
             select(_NODES.c.path, _NODES.c.attributes).where(_NODES.c.path.in_(prefixes))
         )
-        for path, attributes in rows:
-            caps, _ = parse_zone_max(dict(attributes or {}), "")
-            if caps:
+        return await cls.of_nodes(conn, [(p, dict(a or {})) for p, a in rows], leaves)
+
+    @classmethod
+    async def of_nodes(
+        cls,
+        conn: AsyncConnection,
+        nodes: Iterable[tuple[str, dict[str, Any]]],
+        leaves: Iterable[QuotaPath],
+    ) -> ZoneBook:
+        """The book of ``leaves`` from the (path, attributes) of the nodes on their paths, as
+        the caller read them; reads the counted allocations only when some node caps a zone."""
+        prefixes = {p for leaf in leaves for p in path_nodes(leaf)}
+        book = cls()
+        for path, attributes in nodes:
+            caps, _ = parse_zone_max(attributes, "")
+            if caps and path in prefixes:
                 book.nodes[QuotaPath(path)] = _CappedNode(QuotaPath(path), caps)
         if book.nodes:
             await book._count(conn)
