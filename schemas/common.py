@@ -68,6 +68,9 @@ ReasonCode = Literal[
     "GrewAfterAdmission",  # stopped: it asks more than its admission counted (R16)
     "AdmissionGated",  # pending: admission gates are still listed on it (G1)
     "GuaranteeNotLent",  # pending: it would take idle guarantee another node does not lend (L1, L2)
+    "ClusterDisconnected",  # pending: its cluster's watcher lost its API server (M1)
+    "ClusterLost",  # pending: an operator declared its cluster lost (M1)
+    "ZoneInOtherCluster",  # pending: a zone it accepts is another cluster's (M1)
 ]
 
 

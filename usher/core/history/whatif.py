@@ -47,6 +47,9 @@ import msgspec
 
 from schemas import (
     Admitted,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     Decision,
     FieldError,
     Inadmissible,
@@ -123,6 +126,9 @@ _INPUTS = (
     PriorityClassObserved,
     PriorityClassDeleted,
     ZoneServed,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     NodeHeld,
     NodeResumed,
 )
