@@ -24,9 +24,13 @@ from schemas import (
     object_name,
     workload_key,
 )
+from tests.builders.log import Log
+from usher.core.history.explain import explain
+from usher.core.model.config import EngineConfig
 from usher.core.model.errors import ValueRefused
 from usher.core.protocol.subjects import OPERATOR_SOURCE, WATCHER_SOURCE, Subjects
 from usher.core.rules import clusters
+from usher.core.state.indexed import JobState
 from usher.core.values.clusters import (
     MAX_CLUSTERS,
     format_cluster_zones,
@@ -120,9 +124,9 @@ def test_the_same_object_in_two_clusters_has_two_keys() -> None:
     assert workload_key("team", "job") != workload_key("team", "job", WEST)
 
 
-def _links(*events: ClusterConnected | ClusterDisconnected | ClusterLost) -> dict[
-    ClusterName, clusters.ClusterLink
-]:
+def _links(
+    *events: ClusterConnected | ClusterDisconnected | ClusterLost,
+) -> dict[ClusterName, clusters.ClusterLink]:
     links: dict[ClusterName, clusters.ClusterLink] = {}
     for at, event in enumerate(events):
         links[event.cluster] = clusters.fold_link(links, event, Millis(at * 1000))
@@ -237,3 +241,18 @@ def test_a_clusters_state_is_believed_only_on_its_subject_from_its_owner(
 
 def _fields(event: object) -> dict[str, object]:
     return {name: getattr(event, name) for name in event.__struct_fields__}  # type: ignore[attr-defined]
+
+
+def test_explain_says_the_cluster_is_disconnected_and_a_forged_loss_changes_nothing() -> None:
+    log = Log().tree(0)
+    log.add(0, ClusterConnected(cluster=WEST, zones=[Zone("default")]))
+    log.add(1, ClusterDisconnected(cluster=WEST, reason="connection refused"))
+    log.job(2, "user-a/x@west", 1)
+    log.add(3, ClusterLost(cluster=WEST, by="mallory"), source=WATCHER_SOURCE)
+    explained = explain(log.history(), EngineConfig(), WorkloadKey("user-a/x@west"), Millis(0))
+    assert explained.state == JobState.PENDING
+    assert explained.reason is not None and explained.reason.code == "ClusterDisconnected"
+    assert "connection refused" in explained.reason.message
+    log.add(4, ClusterLost(cluster=WEST, by="ops"))
+    explained = explain(log.history(), EngineConfig(), WorkloadKey("user-a/x@west"), Millis(0))
+    assert explained.state == JobState.DELETED
