@@ -113,6 +113,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "usher.cli.stack": ("status", "down"),
     "usher.cli.console": ("console",),
     "usher.cli.holds": ("hold", "drain", "resume"),
+    "usher.cli.clusters": ("cluster",),
     "usher.cli.subscribers": ("subscriber",),
 }
 """Where the commands not defined here live; a module is imported only when one of its
