@@ -161,6 +161,14 @@ def cli() -> None:
     " to --zones; the demo marks them burst in the tree (Z3).",
 )
 @click.option(
+    "--clusters",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Emulated clusters (M1): the first holds --zones; each other one, c2, c3..., its own"
+    " zone of its name, emulator and watcher.",
+)
+@click.option(
     "--policy",
     type=click.Choice(POLICIES),
     default="Round",
@@ -221,6 +229,7 @@ def up(
     no_demo: bool,
     zones: str,
     burst_zones: str,
+    clusters: int,
     policy: str,
     oversell_rate: str,
     within_quota: str,
@@ -272,6 +281,7 @@ def up(
         half_life_s=half_life_s,
         durable=durable,
         console_port=None if no_console else console_port,
+        clusters=clusters,
     )
     _check_service_settings(home, options)
     system = EmbeddedSystem(home, options, up_pid=os.getpid())

@@ -397,9 +397,11 @@ def render_authorization(
     zones: Sequence[str] = DEFAULT_ZONES,
     passwords: Mapping[str, str] | None = None,
     subscribers: Sequence[str] | None = None,
+    clusters: ClusterZones | None = None,
 ) -> str:
     """The ``authorization`` block; ``passwords`` None means ``$USHER_<NAME>_NATS_PASSWORD``.
-    ``subscribers`` None: those ``passwords`` has (``subscribers_of``), or deploy/'s."""
+    ``subscribers`` None: those ``passwords`` has (``subscribers_of``), or deploy/'s;
+    ``clusters``: a ``watcher-<cluster>`` for each but the default one (M1)."""
     if subscribers is None:
         subscribers = DEFAULT_SUBSCRIBERS if passwords is None else subscribers_of(passwords)
     header = HEADER.format(
@@ -409,7 +411,7 @@ def render_authorization(
         stem=_stem(subjects),
     )
     lines = [header, "authorization {", "  users: ["]
-    for identity in identities(subjects, zones, subscribers):
+    for identity in identities(subjects, zones, subscribers, clusters):
         password = (
             f"${identity.password_variable}"
             if passwords is None
