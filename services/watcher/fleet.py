@@ -5,10 +5,10 @@ single-cluster installation), set once by ``serve_cluster`` before the watcher's
 (a context variable: each task inherits it, and two watchers in one test process keep apart);
 ``key_here`` makes a workload key of an object of this cluster, ``ours`` tells whether a key
 is one of this cluster's workloads and ``object_of`` gives back its ``(namespace, name)``.
-``LinkWatch`` runs only in a multi-cluster installation (``USHER_CLUSTER`` set): it puts
-``ClusterConnected`` (with the cluster's zones) on the log once the watcher has listed its
-cluster and whenever its API server answers again, and ``ClusterDisconnected`` once it has
-stopped answering ``FAILURES_TO_DISCONNECT`` probes in a row.
+``LinkWatch`` runs only in a multi-cluster installation (``USHER_CLUSTER`` set), from the end
+of the log's replay: it puts ``ClusterConnected`` (with the cluster's zones) on the log once
+the watcher has listed its cluster and whenever its API server answers again, and
+``ClusterDisconnected`` once it has not answered ``FAILURES_TO_DISCONNECT`` probes in a row.
 What it must never do: decide anything, publish for another cluster, or publish a
 ``ClusterLost`` (only an operator declares a cluster lost).
 """
@@ -122,23 +122,26 @@ class LinkWatch:
         self._said = 0
         self._run = uuid.uuid4().hex
 
-    async def run(self) -> None:
-        """Connected now (the watcher has listed its cluster), then probe until stopped."""
-        await self._say(self._connected())
-        connected, failures = True, 0
+    async def run(self, listed: asyncio.Event) -> None:
+        """Probe the API server until stopped: connected once the watcher has ``listed`` its
+        cluster and the server answers, disconnected after ``FAILURES_TO_DISCONNECT`` failed
+        probes in a row (also before the first listing: a watcher restarted while its cluster
+        is away says so, whatever the log said before)."""
+        connected: bool | None = None  # what this process last said: nothing yet
+        failures = 0
         while not self.ctx.stop.is_set():
-            await asyncio.sleep(self.interval_s)
             problem = await self._probe()
             if problem is None:
                 failures = 0
-                if not connected:
+                if connected is not True and listed.is_set():
                     await self._say(self._connected())
                     connected = True
-                continue
-            failures += 1
-            if connected and failures >= FAILURES_TO_DISCONNECT:
-                await self._say(ClusterDisconnected(cluster=self.cluster, reason=problem))
-                connected = False
+            else:
+                failures += 1
+                if connected is not False and failures >= FAILURES_TO_DISCONNECT:
+                    await self._say(ClusterDisconnected(cluster=self.cluster, reason=problem))
+                    connected = False
+            await asyncio.sleep(self.interval_s)
 
     def _connected(self) -> ClusterConnected:
         return ClusterConnected(

@@ -104,6 +104,8 @@ class Watcher:
         self.waits = WaitWatch(ctx, kube, self.view, self.cluster, options, self.deliveries)
         self.link = LinkWatch(ctx, kube, options) if ctx.settings.cluster is not None else None
         self._tasks: list[asyncio.Task[None]] = []
+        self.listed = asyncio.Event()
+        """Every job kind listed, decisions flowing (the cluster is connected, M1)."""
 
     async def run(self) -> None:
         self.ctx.log.info("watcher starting", kubeconfig=str(self.ctx.settings.kubeconfig))
@@ -114,6 +116,8 @@ class Watcher:
                 return
             # Right at the end of the replay: what the log shows then was told before.
             self._start("waits", self.waits.run())
+            if self.link is not None:  # says connected once every job kind is listed (M1)
+                self._start("link", self.link.run(self.listed))
             # Classes, nodes, the tree and LimitRanges first: jobs then land on a known tree
             # and read with their namespace's defaults (less churn).
             for observer in self.references:
@@ -128,8 +132,7 @@ class Watcher:
             if self.deliveries is not None:
                 self._start("webhook", self.deliveries.run())
             self._start("decisions", self.decisions.run())
-            if self.link is not None:
-                self._start("link", self.link.run())  # listed: the cluster is connected (M1)
+            self.listed.set()
             self.waits.may_tell.set()
             self.ctx.ready.set()  # every kind listed, decisions flowing: ready to serve
             await self._tasks_running_until()

@@ -191,17 +191,21 @@ async def _submit(clusters: Clusters, count: int, seed: int, paused: asyncio.Eve
     return made
 
 
-async def _saw(js: JetStreamContext, subjects: Subjects, kind: type, timeout_s: float) -> None:
-    """Wait until the log holds a ``kind`` about cluster ``c2`` after every earlier one."""
+async def _saw(
+    js: JetStreamContext, subjects: Subjects, kind: type, timeout_s: float, cluster: str = OTHER
+) -> None:
+    """Wait until the last word of the log about ``cluster`` is a ``kind``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         entries = await read_log(js, subjects)
         said = (ClusterConnected, ClusterDisconnected)
-        last = [e for _, _, e in entries if isinstance(e.event, said) and e.event.cluster == OTHER]
+        last = [
+            e for _, _, e in entries if isinstance(e.event, said) and e.event.cluster == cluster
+        ]
         if last and isinstance(last[-1].event, kind):
             return
         await asyncio.sleep(0.3)
-    raise AssertionError(f"no {kind.__name__} of cluster {OTHER} on the log")
+    raise AssertionError(f"no {kind.__name__} of cluster {cluster} on the log")
 
 
 async def _kill_and_restore(
@@ -277,8 +281,9 @@ async def test_borrowing_load_over_two_clusters_with_one_killed_and_restored_end
     migrated_url: str,
 ) -> None:
     procs, clusters = two_clusters
-    await asyncio.sleep(2.0)  # the services connect and replay the empty log
     await _setup(clusters.apis["default"], walkthrough_tree())
+    for cluster in ("default", OTHER):  # each watcher has listed its cluster
+        await _saw(js, subjects, ClusterConnected, timeout_s=120, cluster=cluster)
     paused = asyncio.Event()
     paused.set()
     jobs, _ = await asyncio.gather(
