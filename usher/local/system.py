@@ -560,6 +560,7 @@ class EmbeddedSystem:
             kubeconfig=str(self.kubeconfig),
             zones=list(options.served_zones),
             burst_zones=list(options.burst_zones),
+            clusters=format_cluster_zones(options.cluster_zones or {}),
             service_pids={name: s.process.pid or 0 for name, s in self.services.items()},
             health_ports=dict(self.health_ports),
             policy=options.policy,
