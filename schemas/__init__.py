@@ -36,7 +36,11 @@ from schemas.envelope import (
 )
 from schemas.events import (
     CLUSTER_EVENT_TYPES,
+    FLEET_EVENT_TYPES,
+    ClusterConnected,
+    ClusterDisconnected,
     ClusterEvent,
+    ClusterLost,
     ContainerTermination,
     NodeObserved,
     NodeRemoved,
@@ -66,7 +70,9 @@ from schemas.holds import (
     NodeResumed,
 )
 from schemas.ids import (
+    DEFAULT_CLUSTER,
     DEFAULT_ZONE,
+    ClusterName,
     EventId,
     Millis,
     NodeName,
@@ -75,6 +81,8 @@ from schemas.ids import (
     RequestId,
     WorkloadKey,
     Zone,
+    cluster_of,
+    object_name,
     workload_key,
 )
 from schemas.ledger import (
@@ -95,8 +103,10 @@ __all__ = [
     "CLUSTER_EVENT_TYPES",
     "DECISION_ACTIONS",
     "DECISION_TYPES",
+    "DEFAULT_CLUSTER",
     "DEFAULT_ZONE",
     "DEQUEUER_SOURCE",
+    "FLEET_EVENT_TYPES",
     "HOLD_EVENT_TYPES",
     "HOLD_MODES",
     "LEDGER_DECISION_TYPES",
@@ -104,7 +114,11 @@ __all__ = [
     "PASS_EVENT_TYPES",
     "SCHEMA_VERSION",
     "Admitted",
+    "ClusterConnected",
+    "ClusterDisconnected",
     "ClusterEvent",
+    "ClusterLost",
+    "ClusterName",
     "ContainerTermination",
     "DeadLetter",
     "Decision",
@@ -168,8 +182,10 @@ __all__ = [
     "Zone",
     "ZoneServed",
     "cloudevent_headers",
+    "cluster_of",
     "decode",
     "decode_envelope",
     "encode",
+    "object_name",
     "workload_key",
 ]

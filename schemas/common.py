@@ -70,6 +70,9 @@ ReasonCode = Literal[
     "GuaranteeNotLent",  # pending: it would take idle guarantee another node does not lend (L1, L2)
     "TopologyNoFit",  # pending: no domain of its topology level has room for all its pods (TP1)
     "TopologyLevelUnknown",  # inadmissible: its topology level is not one its tree names (TP1)
+    "ClusterDisconnected",  # pending: its cluster's watcher lost its API server (M1)
+    "ClusterLost",  # pending: an operator declared its cluster lost (M1)
+    "ZoneInOtherCluster",  # pending: a zone it accepts is another cluster's (M1)
 ]
 
 

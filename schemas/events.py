@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas.common import FieldError, Resources, TopologyAsk
-from schemas.ids import Millis, NodeName, WorkloadKey, Zone
+from schemas.ids import ClusterName, Millis, NodeName, WorkloadKey, Zone
 from schemas.quota import QuotaNode
 
 
@@ -214,6 +214,43 @@ class PriorityClassDeleted(_Event, frozen=True, kw_only=True, tag="priorityclass
     name: str
 
 
+class ClusterConnected(_Event, frozen=True, kw_only=True, tag="cluster.connected.v1"):
+    """The watcher of ``cluster`` reaches its API server and has listed it: its workloads and
+    nodes on the log are as it sees them, and its zones may admit again (C1).
+
+    Published by that cluster's watcher (on ``<p>.cluster.fleet.<cluster>.connected``, which
+    NATS lets only it publish) when it starts and whenever it reconnects. Its ``zones`` are
+    the cluster's: the dequeuers of those zones admit into it, and no other cluster may
+    claim them (the first claim on the log stands)."""
+
+    cluster: ClusterName
+    zones: list[Zone] = []
+    watcher: str = ""
+    """Which process announced it (for people reading the log)."""
+
+
+class ClusterDisconnected(_Event, frozen=True, kw_only=True, tag="cluster.disconnected.v1"):
+    """The watcher of ``cluster`` lost its API server: until it is ``ClusterConnected``
+    again (or ``ClusterLost``), its admitted workloads keep counting and nothing is admitted
+    there (C1)."""
+
+    cluster: ClusterName
+    reason: str = ""
+    """What failed, for people (``connection refused``...)."""
+
+
+class ClusterLost(_Event, frozen=True, kw_only=True, tag="cluster.lost.v1"):
+    """An operator declared ``cluster`` lost (``usher cluster lost``): its workloads are gone
+    as if deleted (their quota is released) and nothing is admitted there until its watcher
+    announces it ``ClusterConnected`` again. Only the operator identity may publish it (on
+    ``<p>.cluster.lost.<cluster>``); every reader believes it only there, from the operator."""
+
+    cluster: ClusterName
+    by: str
+    """Who declared it (the operator's name as given)."""
+    reason: str = ""
+
+
 ClusterEvent = (
     WorkloadObserved
     | WorkloadFinished
@@ -228,6 +265,9 @@ ClusterEvent = (
     | PriorityClassObserved
     | PriorityClassDeleted
     | ZoneServed
+    | ClusterConnected
+    | ClusterDisconnected
+    | ClusterLost
 )
 
 CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
@@ -244,4 +284,10 @@ CLUSTER_EVENT_TYPES: tuple[type[_Event], ...] = (
     PriorityClassObserved,
     PriorityClassDeleted,
     ZoneServed,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
 )
+
+FLEET_EVENT_TYPES: tuple[type[_Event], ...] = (ClusterConnected, ClusterDisconnected, ClusterLost)
+"""Cluster events about a whole cluster (C1): each only on its own cluster's subject."""

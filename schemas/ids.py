@@ -33,9 +33,36 @@ EventId = NewType("EventId", str)
 RequestId = NewType("RequestId", str)
 """Id of a ledger request, echoed in its reply."""
 
+ClusterName = NewType("ClusterName", str)
+"""Name of a Kubernetes cluster one watcher sees (a DNS label); ``DEFAULT_CLUSTER`` is the
+one every installation has, whose workload keys carry no cluster."""
+
 DEFAULT_ZONE = Zone("default")
+DEFAULT_CLUSTER = ClusterName("default")
+
+CLUSTER_SEPARATOR = "@"
+"""Between a workload's name and its cluster in the key of a workload of another cluster than
+``DEFAULT_CLUSTER`` (``ns/name@gpu-east``): no Kubernetes name or namespace may hold it, so
+keys of the same ``ns/name`` in two clusters never collide and old keys stay as they were."""
 
 
-def workload_key(namespace: str, name: str) -> WorkloadKey:
-    """Build the ``namespace/name`` key of a workload."""
-    return WorkloadKey(f"{namespace}/{name}")
+def workload_key(namespace: str, name: str, cluster: ClusterName = DEFAULT_CLUSTER) -> WorkloadKey:
+    """Build the key of a workload: ``namespace/name``, with ``@cluster`` outside the default
+    cluster."""
+    if cluster == DEFAULT_CLUSTER:
+        return WorkloadKey(f"{namespace}/{name}")
+    return WorkloadKey(f"{namespace}/{name}{CLUSTER_SEPARATOR}{cluster}")
+
+
+def cluster_of(key: WorkloadKey) -> ClusterName:
+    """The cluster a workload key names (``DEFAULT_CLUSTER`` when it names none)."""
+    _, sep, cluster = key.rpartition(CLUSTER_SEPARATOR)
+    return ClusterName(cluster) if sep and cluster else DEFAULT_CLUSTER
+
+
+def object_name(key: WorkloadKey) -> tuple[str, str]:
+    """``(namespace, name)`` of the Kubernetes object a workload key stands for, in its own
+    cluster (the key without its ``@cluster``)."""
+    namespace, _, name = key.partition("/")
+    head, sep, cluster = name.rpartition(CLUSTER_SEPARATOR)
+    return namespace, head if sep and cluster else name

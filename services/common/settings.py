@@ -17,15 +17,17 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
 
-from schemas import Zone
+from schemas import ClusterName, Zone
 from usher.adapters.stack_file import StackInfo, read_stack_info, usher_home
 from usher.core.model.config import POLICIES, EngineConfig, Policy, WithinQuota
 from usher.core.model.errors import ValueRefused
 from usher.core.values import numbers
+from usher.core.values.clusters import ClusterZones, cluster_name, parse_cluster_zones
 
 
 class SettingsError(Exception):
@@ -83,6 +85,12 @@ class ServiceSettings:
     nats_down_limit_s: float = 30.0
     """``/healthz`` fails once the NATS connection has been down this long
     (``USHER_NATS_DOWN_LIMIT_SECONDS``): the client has tried ~5 full reconnects by then."""
+
+    cluster: ClusterName | None = None
+    """The cluster this watcher sees (``USHER_CLUSTER``, M1); None: the one cluster of a
+    single-cluster installation (no connection events on the log)."""
+    clusters: ClusterZones = field(default_factory=dict)
+    """Every cluster's zones (``USHER_CLUSTERS``, ``<cluster>=<zone>,...;...``, M1)."""
 
     def with_zone(self, zone: Zone) -> ServiceSettings:
         return replace(self, zone=zone)
@@ -247,7 +255,29 @@ def load_settings(
         stream_replicas=replicas,
         nats_down_limit_s=down_limit,
         notify_url=notify_url(env.get("USHER_NOTIFY_URL", "")),
+        **cluster_settings(env),
     )
+
+
+def cluster_settings(env: Mapping[str, str]) -> dict[str, Any]:
+    """``cluster`` and ``clusters`` from ``USHER_CLUSTER`` and ``USHER_CLUSTERS`` (M1): a named
+    cluster must be one of the mapping's."""
+    try:
+        mapping = (
+            parse_cluster_zones(env["USHER_CLUSTERS"], "USHER_CLUSTERS")
+            if env.get("USHER_CLUSTERS")
+            else {}
+        )
+        cluster = (
+            cluster_name(env["USHER_CLUSTER"], "USHER_CLUSTER")
+            if env.get("USHER_CLUSTER")
+            else None
+        )
+    except ValueRefused as refused:
+        raise SettingsError(refused.path, refused.message) from refused
+    if cluster is not None and cluster not in mapping:
+        raise SettingsError("USHER_CLUSTER", f"cluster {cluster} is not one of USHER_CLUSTERS")
+    return {"cluster": cluster, "clusters": mapping}
 
 
 def notify_url(raw: str) -> str | None:

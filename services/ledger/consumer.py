@@ -4,8 +4,9 @@ What it does: follows ``<p>.cluster.>`` from the stored offset + 1 (consumer ``l
 ``consumer_offsets``) and applies each batch of entries that arrived together in one store
 transaction that also advances the offset to the batch's last sequence: ``WorkloadFinished``,
 ``WorkloadDeleted`` and ``WorkloadObserved(suspended=True)`` become observations (the store's
-release rules), ``QuotaTreeApplied`` a tree with version = its sequence; everything else only
-moves the offset. Entries that do not decode, and entries not put there by their owner
+release rules), ``QuotaTreeApplied`` a tree with version = its sequence, ``ClusterLost`` the
+deletion of every workload of that cluster the store holds (M1); everything else only moves the
+offset. Entries that do not decode, and entries not put there by their owner
 (``usher.core.history.fold.forged``: a decision on a cluster subject), are parked and skipped.
 What it must never do: apply an entry twice (the offset is in the same transaction), skip an
 entry silently, or advance the offset past an entry it could not apply without parking it.
@@ -19,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from schemas import (
+    ClusterLost,
     QuotaTreeApplied,
     WorkloadDeleted,
     WorkloadFinished,
@@ -28,6 +30,7 @@ from schemas import (
 from services.common.runtime import ServiceContext, wait_or_stop
 from usher.adapters.nats.follower import LogFollower
 from usher.adapters.pg.ledger_store import (
+    ClusterGone,
     LedgerPermanentError,
     LedgerStore,
     LedgerTransientError,
@@ -61,6 +64,8 @@ def change_of(entry: LogEntry) -> LogChange | None:
         return Observation(seq=entry.seq, workload=event.workload, change="Suspended")
     if isinstance(event, QuotaTreeApplied):
         return TreeUpdate(seq=entry.seq, root=event.root)
+    if isinstance(event, ClusterLost):
+        return ClusterGone(seq=entry.seq, cluster=event.cluster)
     return None
 
 

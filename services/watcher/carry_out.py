@@ -48,9 +48,11 @@ from schemas import (
     Retried,
     WorkloadObserved,
     decode_envelope,
+    object_name,
 )
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.deliveries import WebhookDeliveries
+from services.watcher.fleet import here
 from services.watcher.kinds import EVENTS, JOB_FAMILIES, JobFamily, admit_patch, suspend_patch
 from services.watcher.notify import Told, cloud_event, decision_event
 from services.watcher.observe import SOURCE, ClusterView
@@ -67,6 +69,7 @@ from usher.adapters.kube import (
     Transient,
 )
 from usher.adapters.nats.log import publish_envelope
+from usher.adapters.nats.permissions import watcher_name
 from usher.adapters.nats.subjects import Subjects
 from usher.core.rules.retry import retry_manifest
 from usher.core.tree.burst_tolerations import Toleration
@@ -80,8 +83,9 @@ MAX_TELLING = 256
 
 
 def consumer_name(subjects: Subjects) -> str:
-    """The durable consumer of the watcher's decisions (one per installation)."""
-    return f"{subjects.prefix}-watcher".replace(".", "_")
+    """The durable consumer of the watcher's decisions: one per installation, and one per
+    cluster other than the default one (M1: ``permissions.watcher_name``)."""
+    return f"{subjects.prefix}-{watcher_name(here())}".replace(".", "_")
 
 
 class Stopping(Exception):
@@ -252,7 +256,7 @@ class DecisionRunner:
         resource = self.cluster.workloads.get(decision.workload)
         if resource is None:
             return
-        namespace, _, name = decision.workload.partition("/")
+        namespace, name = object_name(decision.workload)
         try:
             obj = await self.kube.get(resource, namespace, name)
             event = decision_event(decision, obj, datetime.now(UTC))
@@ -296,7 +300,7 @@ class DecisionRunner:
             return "gone"
         self.view.note_decision(decision, seq)
         family = self._families[resource.storage]
-        namespace, _, name = key.partition("/")
+        namespace, name = object_name(key)
         try:
             obj = await self.kube.get(resource, namespace, name)
             if family.outcome(obj) is not None:
@@ -327,7 +331,7 @@ class DecisionRunner:
         if resource is None:
             return "gone"
         family = self._families[resource.storage]
-        namespace, _, name = decision.workload.partition("/")
+        namespace, name = object_name(decision.workload)
         try:
             failed = await self.kube.get(resource, namespace, name)
             body = retry_manifest(failed, decision, family)

@@ -50,6 +50,7 @@ from schemas import (
     Zone,
 )
 from services.common.runtime import ServiceContext
+from services.watcher.fleet import object_of, ours, zone_here
 from services.watcher.kinds import (
     LIMIT_RANGES,
     NODES,
@@ -488,12 +489,12 @@ class WorkloadObserver(Observer):
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
         for key, known in list(self.cluster.workloads.items()):
-            if known.storage == resource.storage and tuple(key.split("/", 1)) not in present:
+            if known.storage == resource.storage and object_of(key) not in present:
                 del self.cluster.workloads[key]
         for key, said in list(self.view.workloads.items()):
-            if family_of_kind(said.kind) is not self.family:
-                continue
-            if tuple(key.split("/", 1)) in present:
+            if family_of_kind(said.kind) is not self.family or not ours(key):
+                continue  # another kind, or another cluster's (M1)
+            if object_of(key) in present:
                 continue
             out = workload_gone(key, said.kind, said.uid, said.zone, self.ctx.subjects)
             log = self.log.bind(workload=key)
@@ -514,6 +515,8 @@ class NodeObserver(Observer):
         return [NODES]
 
     async def on_present(self, resource: Resource, obj: JsonObj) -> None:
+        if not zone_here(identity(obj).zone):
+            return  # labelled with another cluster's zone (M1): not this cluster's to count
         out = node_observed(obj, self.ctx.subjects)
         log = self.log.bind(node=identity(obj).name)
         if await self.publisher.publish(out, log) and out.problems:
@@ -523,12 +526,12 @@ class NodeObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         out = node_removed(obj, self.ctx.subjects)
-        if self.view.knows_live(out.event):
+        if zone_here(identity(obj).zone) and self.view.knows_live(out.event):
             await self.publisher.publish(out, self.log.bind(node=identity(obj).name))
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
         for name, said in list(self.view.nodes.items()):
-            if ("", name) not in present:
+            if ("", name) not in present and zone_here(said.zone):
                 out = node_removed(_stub(name, said.zone), self.ctx.subjects, gone=True)
                 await self.publisher.publish(out, self.log.bind(node=name))
 

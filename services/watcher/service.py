@@ -3,9 +3,10 @@
 What it does: replays the log into its own projection (``projection``), then observes the
 cluster (``observe``: priority classes, nodes and the quota tree first, then every job kind,
 including the kinds it only rejects as unsupported) and publishes cluster events; once every job
-kind has been listed it carries out decisions (``carry_out``); all along it keeps Queue objects
-and the tree's usage up to date (``status``), and tells each job that waits for a spent budget
-once, counting per queue the jobs pending past their estimate (``waits``). It runs until
+kind has been listed it carries out decisions (``carry_out``) and, in an installation of several
+clusters, says on the log whether its cluster answers (``fleet``, M1); all along it keeps Queue
+objects and the tree's usage up to date (``status``), and tells each job that waits for a spent
+budget once, counting per queue the jobs pending past their estimate (``waits``). It runs until
 ``ctx.stop`` is set; a task that dies of a bug takes the service down (to be restarted) rather
 than leaving it half alive.
 What it must never do: decide admissions (the dequeuers and the ledger do), publish before the
@@ -18,11 +19,13 @@ import asyncio
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from schemas import DEFAULT_CLUSTER
 from services.common.runtime import ServiceContext
 from services.common.settings import SettingsError
 from services.common.tasks import cancel_tasks
 from services.watcher.carry_out import DecisionRunner
 from services.watcher.deliveries import WebhookDeliveries
+from services.watcher.fleet import LinkWatch, here, serve_cluster
 from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
 from services.watcher.observe import (
     ClusterView,
@@ -56,6 +59,9 @@ async def run(ctx: ServiceContext, options: WatcherOptions) -> None:
             "the watcher needs a kubeconfig: pass --kubeconfig or set USHER_KUBECONFIG "
             "(or KUBECONFIG)",
         )
+    if ctx.settings.cluster is not None:
+        zones = ctx.settings.clusters.get(ctx.settings.cluster, ())
+        serve_cluster(ctx.settings.cluster, zones)  # before any task starts: each inherits it
     kube = await KubeClient.from_kubeconfig(kubeconfig)
     try:
         await Watcher(ctx, kube, options).run()
@@ -75,10 +81,13 @@ class Watcher:
         self.cluster = ClusterView()
         self.publisher = Publisher(ctx, self.view, options)
         args = (ctx, kube, self.publisher, self.view, self.cluster, options)
+        # Another cluster than the default one (M1) says nothing of the tree and the
+        # PriorityClasses (the default cluster's are in force) and keeps no Queue objects.
+        self.worker = here() != DEFAULT_CLUSTER
         self.references: list[Observer] = [
-            PriorityClassObserver(*args),
+            *([] if self.worker else [PriorityClassObserver(*args)]),
             NodeObserver(*args),
-            QuotaTreeObserver(*args),
+            *([] if self.worker else [QuotaTreeObserver(*args)]),
             LimitRangeObserver(*args),
         ]
         self.workloads: list[Observer] = [WorkloadObserver(f, *args) for f in JOB_FAMILIES]
@@ -93,7 +102,10 @@ class Watcher:
         )
         self.status = StatusWriter(ctx, kube, self.view, self.cluster, options)
         self.waits = WaitWatch(ctx, kube, self.view, self.cluster, options, self.deliveries)
+        self.link = LinkWatch(ctx, kube, options) if ctx.settings.cluster is not None else None
         self._tasks: list[asyncio.Task[None]] = []
+        self.listed = asyncio.Event()
+        """Every job kind listed, decisions flowing (the cluster is connected, M1)."""
 
     async def run(self) -> None:
         self.ctx.log.info("watcher starting", kubeconfig=str(self.ctx.settings.kubeconfig))
@@ -104,6 +116,8 @@ class Watcher:
                 return
             # Right at the end of the replay: what the log shows then was told before.
             self._start("waits", self.waits.run())
+            if self.link is not None:  # says connected once every job kind is listed (M1)
+                self._start("link", self.link.run(self.listed))
             # Classes, nodes, the tree and LimitRanges first: jobs then land on a known tree
             # and read with their namespace's defaults (less churn).
             for observer in self.references:
@@ -111,12 +125,14 @@ class Watcher:
             await self._tasks_running_until(*(o.attempted for o in self.references))
             for observer in [*self.workloads, *self.unsupported]:
                 self._start(observer.name, observer.run())
-            self._start("status", self.status.run())
+            if not self.worker:
+                self._start("status", self.status.run())
             # Decisions need every job kind listed: a workload not seen yet would look gone.
             await self._tasks_running_until(*(o.settled for o in self.workloads))
             if self.deliveries is not None:
                 self._start("webhook", self.deliveries.run())
             self._start("decisions", self.decisions.run())
+            self.listed.set()
             self.waits.may_tell.set()
             self.ctx.ready.set()  # every kind listed, decisions flowing: ready to serve
             await self._tasks_running_until()

@@ -28,7 +28,7 @@ import contextlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from schemas import QueueName, QuotaNode, QuotaPath
+from schemas import QueueName, QuotaNode, QuotaPath, object_name
 from services.common.runtime import ServiceContext, wait_or_stop
 from services.watcher.kinds import EVENTS, NAMESPACES, QUEUES, QUOTA_TREES
 from services.watcher.notify import core_event
@@ -72,7 +72,7 @@ def queue_manifest(
     while a node on its path is held or drained (R14/R15): the node, who, when and why."""
     active = []
     for entry in entries:
-        namespace, _, job = entry.job.partition("/")
+        namespace, job = object_name(entry.job)
         active.append(
             {"name": job, "namespace": namespace, "position": entry.position,
              "priority": entry.priority}

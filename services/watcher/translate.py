@@ -44,9 +44,10 @@ from schemas import (
     WorkloadProgress,
     WorkloadRejected,
     Zone,
-    workload_key,
+    object_name,
 )
 from schemas.events import ClusterEvent
+from services.watcher.fleet import in_this_cluster, key_here, subject_zone
 from services.watcher.kinds import (
     NODES,
     PRIORITY_CLASSES,
@@ -98,7 +99,7 @@ class Identity:
 
     @property
     def key(self) -> WorkloadKey:
-        return workload_key(self.namespace, self.name)
+        return key_here(self.namespace, self.name)
 
 
 def identity(obj: JsonObj) -> Identity:
@@ -145,7 +146,7 @@ def workload_event(
     ``terminations`` (its failed containers', from its pods: ``container_terminations``)."""
     who = identity(obj)
     kind = kind_id(resource)
-    subject = subjects.job(who.zone, who.namespace, who.name)
+    subject = subjects.job(subject_zone(who.zone), who.namespace, who.name)
     outcome = family.outcome(obj)
     if outcome is not None:
         finished = WorkloadFinished(
@@ -159,10 +160,12 @@ def workload_event(
     created_ms = parse_time_ms(_mapping(obj.get("metadata")).get("creationTimestamp"))
     try:
         observed = extract_workload(obj, created_ms=created_ms or Millis(0))
+        observed = msgspec.structs.replace(observed, workload=in_this_cluster(observed.workload))
     except WorkloadInvalid as invalid:
         rejected = WorkloadRejected(
-            workload=invalid.workload, kind=invalid.kind or kind, errors=invalid.errors
-        )
+            workload=in_this_cluster(invalid.workload), kind=invalid.kind or kind,
+            errors=invalid.errors,
+        )  # fmt: skip
         return Outgoing(subject, event_id(kind, who, rejected), rejected, invalid.errors)
     if not family.supported:
         # The core reads the kind but the watcher could not carry out a decision for it.
@@ -210,7 +213,7 @@ def workload_progress(
         failed=failed,
         observed_ms=observed_ms,
     )
-    subject = subjects.job(who.zone, who.namespace, who.name)
+    subject = subjects.job(subject_zone(who.zone), who.namespace, who.name)
     return Outgoing(subject, event_id(kind_id(resource), who, progress), progress)
 
 
@@ -276,14 +279,14 @@ def workload_unadmitted(
         ),
     )
     rejected = WorkloadRejected(workload=who.key, kind=kind, errors=[error])
-    subject = subjects.job(who.zone, who.namespace, who.name)
+    subject = subjects.job(subject_zone(who.zone), who.namespace, who.name)
     return Outgoing(subject, event_id(kind, who, rejected), rejected, [error])
 
 
 def workload_deleted(resource: Resource, obj: JsonObj, subjects: Subjects) -> Outgoing:
     who = identity(obj)
     deleted = WorkloadDeleted(workload=who.key)
-    subject = subjects.job(who.zone, who.namespace, who.name)
+    subject = subjects.job(subject_zone(who.zone), who.namespace, who.name)
     return Outgoing(subject, event_id(kind_id(resource), who, deleted), deleted)
 
 
@@ -291,10 +294,11 @@ def workload_gone(
     key: WorkloadKey, kind: str, uid: str, zone: Zone, subjects: Subjects
 ) -> Outgoing:
     """A workload the log holds live but the cluster no longer has (deleted unseen)."""
-    namespace, _, name = key.partition("/")
+    namespace, name = object_name(key)
     who = Identity(namespace=namespace, name=name, uid=uid, version=GONE, zone=zone)
     deleted = WorkloadDeleted(workload=key)
-    return Outgoing(subjects.job(zone, namespace, name), event_id(kind, who, deleted), deleted)
+    subject = subjects.job(subject_zone(zone), namespace, name)
+    return Outgoing(subject, event_id(kind, who, deleted), deleted)
 
 
 # --------------------------------------------------------------------------- nodes

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Final
 
-from schemas import Millis, Pending, QueueName, WorkloadKey
+from schemas import Millis, Pending, QueueName, WorkloadKey, object_name
 from services.common.metrics import Metrics
 from services.common.pacing import period_after
 from services.common.runtime import ServiceContext, wait_or_stop, wall_ms
@@ -227,7 +227,7 @@ class WaitWatch:
         resource = self.cluster.workloads.get(workload)
         if resource is None:
             return
-        namespace, _, name = workload.partition("/")
+        namespace, name = object_name(workload)
         try:
             obj = await self.kube.get(resource, namespace, name)
         except KubeError:

@@ -27,22 +27,29 @@ class ServiceProcesses:
     env: dict[str, str]
     logs: Path
     zones: tuple[str, ...] = ("a", "b")
+    watchers: tuple[str, ...] = ("watcher",)
+    """One watcher per cluster (M1): ``watcher``, ``watcher-<cluster>``..."""
+    per_service: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Environment of one service on top of ``env`` (a cluster's watcher's kubeconfig)."""
     procs: dict[str, ManagedProcess] = field(default_factory=dict)
     starts: dict[str, int] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
-        return ["ledger", "preemptor", *(f"dequeuer-{z}" for z in self.zones), "watcher"]
+        return ["ledger", "preemptor", *(f"dequeuer-{z}" for z in self.zones), *self.watchers]
 
     def _command(self, name: str) -> list[str]:
         if name.startswith("dequeuer-"):
             return [sys.executable, "-m", "usher", "run", "dequeuer", "--zone", name[9:]]
+        if name.startswith("watcher"):
+            return [sys.executable, "-m", "usher", "run", "watcher"]
         return [sys.executable, "-m", "usher", "run", name]
 
     def start(self, name: str) -> None:
         self.starts[name] = self.starts.get(name, 0) + 1
         log = self.logs / f"{name}.{self.starts[name]}.log"
-        proc = ManagedProcess(name, self._command(name), log, env={**os.environ, **self.env})
+        env = {**os.environ, **self.env, **self.per_service.get(name, {})}
+        proc = ManagedProcess(name, self._command(name), log, env=env)
         proc.start()
         self.procs[name] = proc
 

@@ -66,6 +66,9 @@ class StackInfo(msgspec.Struct, frozen=True, kw_only=True):
     """Zones served by a dequeuer each (``default`` takes jobs without ``usher.io/zone``)."""
     burst_zones: list[str] = msgspec.field(default_factory=list)
     """Those of ``zones`` whose node is a virtual kubelet's (``usher up --burst-zones``, Z3)."""
+    clusters: str = ""
+    """Every cluster's zones (``usher up --clusters``, M1: ``default=default,a,b;c2=c2``);
+    empty for one cluster."""
     service_pids: dict[str, int] = msgspec.field(default_factory=dict)
     """Service processes by name: ``ledger``, ``preemptor``, ``dequeuer-<zone>``, ``watcher``."""
     policy: str = "Round"

@@ -113,6 +113,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "usher.cli.stack": ("status", "down"),
     "usher.cli.console": ("console",),
     "usher.cli.holds": ("hold", "drain", "resume"),
+    "usher.cli.clusters": ("cluster",),
     "usher.cli.subscribers": ("subscriber",),
 }
 """Where the commands not defined here live; a module is imported only when one of its
@@ -165,6 +166,14 @@ def cli() -> None:
     metavar="BxRxN",
     help="Each zone's nodes in B blocks of R racks of N nodes, labelled with their topology"
     " (TP1), e.g. 2x2x2; default one node per zone.",
+)
+@click.option(
+    "--clusters",
+    type=click.IntRange(1, 8),
+    default=1,
+    show_default=True,
+    help="Emulated clusters (M1): the first holds --zones; each other one, c2, c3..., its own"
+    " zone of its name, emulator and watcher.",
 )
 @click.option(
     "--policy",
@@ -228,6 +237,7 @@ def up(
     zones: str,
     burst_zones: str,
     racks: str,
+    clusters: int,
     policy: str,
     oversell_rate: str,
     within_quota: str,
@@ -285,6 +295,7 @@ def up(
         half_life_s=half_life_s,
         durable=durable,
         console_port=None if no_console else console_port,
+        clusters=clusters,
     )
     _check_service_settings(home, options)
     system = EmbeddedSystem(home, options, up_pid=os.getpid())

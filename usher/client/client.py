@@ -34,6 +34,9 @@ from nats.aio.client import Client as NatsClient
 from nats.js import JetStreamContext
 
 from schemas import (
+    ClusterLost,
+    Envelope,
+    EventId,
     HoldAction,
     HoldReply,
     HoldRequest,
@@ -55,6 +58,7 @@ from usher.adapters.kube import (
     NotFound,
 )
 from usher.adapters.logs import redact_url
+from usher.adapters.nats.log import publish_envelope
 from usher.adapters.nats.permissions import ADMIN
 from usher.adapters.nats.subjects import Subjects
 from usher.client.errors import AlreadyExists as ObjectExists
@@ -105,11 +109,14 @@ from usher.client.timing import REASON_EVERY_S, UNKNOWN_GRACE_S
 from usher.core.history.dryrun import AlreadyKnown, DryRun, dry_run
 from usher.core.history.usage import USAGE_BY, UsageBy, UsageReport, usage_report
 from usher.core.intake.workload import QUOTA_LABEL, ZONE_LABEL
+from usher.core.model.errors import ValueRefused
 from usher.core.protocol.log import datetime_ms
+from usher.core.protocol.subjects import OPERATOR_SOURCE
 from usher.core.rules.budgets import BudgetReport, budget_report
 from usher.core.rules.holds import check_order as check_hold_order
 from usher.core.rules.holds import resolve_target as resolve_hold_target
 from usher.core.state.indexed import JobState
+from usher.core.values.clusters import cluster_name
 from usher.core.values.fanout import FanOut
 
 if TYPE_CHECKING:
@@ -428,6 +435,47 @@ class AsyncClient:
         if reply.recorded is None:
             raise BadInput(f"{reply.field}: {reply.message}")
         return reply.recorded
+
+    async def declare_cluster_lost(self, cluster: str, *, by: str, reason: str = "") -> ClusterLost:
+        """Declare ``cluster`` lost (M1): its workloads are released as if deleted and nothing
+        is admitted there until its watcher connects again. Only the admin identity may
+        (``$USHER_ADMIN_NATS_URL``, else the running stack's); ``BadInput`` for a name that is
+        not a cluster the log knows, or a missing ``by``."""
+        try:
+            name = cluster_name(cluster, "cluster")
+        except ValueRefused as refused:
+            raise BadInput(f"{refused.path}: {refused.message}") from refused
+        if not by.strip():
+            raise BadInput("by: say who declares the cluster lost")
+        known = (await self.state()).engine.state.clusters
+        if name not in known:
+            listed = ", ".join(known) or "none: no cluster ever connected"
+            raise BadInput(f"cluster: no cluster {name} on the log (clusters: {listed})")
+        url = self.target.admin_nats_url
+        if not url:
+            raise NotRunning(
+                "no admin NATS URL: declaring a cluster lost is the admin's (set "
+                "$USHER_ADMIN_NATS_URL or run on the machine of `usher up`)"
+            )
+        event = ClusterLost(cluster=name, by=by.strip(), reason=reason)
+        envelope = Envelope(
+            id=EventId(f"cluster-lost:{name}:{time.time_ns()}"),
+            time=datetime.now(UTC),
+            source=OPERATOR_SOURCE,
+            event=event,
+        )
+        try:
+            admin = await nats.connect(url, connect_timeout=3, max_reconnect_attempts=1)
+        except (OSError, TimeoutError, nats.errors.Error) as exc:
+            raise NotRunning(f"cannot reach NATS at {redact_url(url)}: {exc}") from exc
+        try:
+            await publish_envelope(admin.jetstream(), self.subjects.cluster_lost(name), envelope)
+        except (TimeoutError, nats.errors.Error) as exc:
+            raise NotRunning(f"the log did not take the declaration: {exc}") from exc
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+        return event
 
     async def submit(
         self,

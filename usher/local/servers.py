@@ -37,6 +37,7 @@ from urllib.parse import quote
 
 from usher.adapters.nats.permissions import DEFAULT_ZONES, render_authorization
 from usher.adapters.nats.subjects import Subjects
+from usher.core.values.clusters import ClusterZones
 from usher.local.credentials import PRIVATE_DIR, saved_subscriber_passwords, write_private
 from usher.local.processes import ManagedProcess, ServerStartError, free_port
 
@@ -89,6 +90,8 @@ class NatsServer:
     """Password per identity (usher/adapters/nats/permissions.py); None: no users (tests)."""
     prefix: str = "usher"
     zones: Sequence[str] = DEFAULT_ZONES
+    clusters: ClusterZones | None = None
+    """Every cluster's zones in an installation of several (M1); None: one cluster."""
     process: ManagedProcess | None = None
 
     @property
@@ -114,7 +117,9 @@ class NatsServer:
             f'jetstream {{\n  store_dir: "{store}"\n{sync}}}\n'
         )
         if self.passwords is not None:
-            text += render_authorization(Subjects(self.prefix), self.zones, self.passwords)
+            text += render_authorization(
+                Subjects(self.prefix), self.zones, self.passwords, clusters=self.clusters
+            )
         return text
 
     def start(self, timeout: float = 20.0) -> str:

@@ -29,6 +29,7 @@ from usher.adapters.nats.permissions import ADMIN, CONSOLE, DEFAULT_ZONES, ident
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.pg.migrate import upgrade
 from usher.adapters.stack_file import STACK_FILE, StackInfo
+from usher.core.values.clusters import ClusterZones
 from usher.local.credentials import load_credentials, make_private_home, write_private
 from usher.local.servers import PG_AUDIT, PG_LEDGER, NatsServer, PostgresServer
 
@@ -59,18 +60,22 @@ class EmbeddedStack:
         zones: tuple[str, ...] = DEFAULT_ZONES,
         sync_always: bool = False,
         stream_replicas: int = 1,
+        clusters: ClusterZones | None = None,
     ) -> None:
         self.home = home
         self.subjects = Subjects(prefix)
         self.zones = zones
+        self.clusters = clusters
         self.stream_replicas = stream_replicas
         self.sync_always = sync_always
-        self.nats = NatsServer(home, sync_always=sync_always, prefix=prefix, zones=zones)
+        self.nats = NatsServer(
+            home, sync_always=sync_always, prefix=prefix, zones=zones, clusters=clusters
+        )
         self.postgres = PostgresServer(home, durable=durable)
         self.info: StackInfo | None = None
 
     def _load_credentials(self) -> None:
-        names = [i.name for i in identities(self.subjects, self.zones)]
+        names = [i.name for i in identities(self.subjects, self.zones, clusters=self.clusters)]
         creds = load_credentials(self.home, names)
         self.nats.passwords = creds.nats
         self.postgres.superuser_password = creds.pg_superuser

@@ -27,6 +27,7 @@ from usher.adapters.nats.permissions import (
 )
 from usher.adapters.nats.subjects import Subjects
 from usher.adapters.stack_file import read_stack_info
+from usher.core.values.clusters import parse_cluster_zones
 from usher.local.credentials import load_credentials, private_dir, write_private
 from usher.local.processes import pid_alive
 from usher.local.servers import HOST, NatsServer
@@ -67,6 +68,7 @@ def mint(home: Path, system: str) -> SubscriberAccess:
         prefix=info.prefix,
         zones=tuple(info.zones) or DEFAULT_ZONES,
         passwords=creds.nats,
+        clusters=parse_cluster_zones(info.clusters, "clusters") if info.clusters else None,
     )
     write_private(server.config_path, server.config_text().encode())
     os.kill(pid, signal.SIGHUP)  # nats-server reloads its config: the new user can log in

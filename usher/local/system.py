@@ -34,7 +34,8 @@ from pathlib import Path
 
 import msgspec
 
-from usher.adapters.nats.permissions import CONSOLE
+from schemas import DEFAULT_CLUSTER, ClusterName, Zone
+from usher.adapters.nats.permissions import CONSOLE, watcher_name
 from usher.adapters.stack_file import (
     CONSOLE_PORT,
     CRASH_LOOP_RESTARTS,
@@ -43,6 +44,7 @@ from usher.adapters.stack_file import (
     Restarts,
     StackInfo,
 )
+from usher.core.values.clusters import ClusterZones, format_cluster_zones
 from usher.local.credentials import private_dir, write_private
 from usher.local.kube_emulator.server import self_signed_certificate
 from usher.local.kube_state import KubeStateMetrics, RestartCounts
@@ -92,11 +94,32 @@ class SystemOptions:
     """Replicas of the log (one local server: 1; deploy/ uses 3)."""
     console_port: int | None = CONSOLE_PORT
     """The web console's port (0: any free one); None starts no console."""
+    clusters: int = 1
+    """Emulated clusters (M1): the default one holds ``zones``; each other one, ``c<n>``,
+    has one zone of its name, its own emulator and its own watcher."""
 
     @property
     def served_zones(self) -> tuple[str, ...]:
-        """``default`` first (jobs without a zone label), then the named zones."""
-        return (DEFAULT_ZONE, *(z for z in self.zones if z != DEFAULT_ZONE))
+        """``default`` first (jobs without a zone label), then the named zones, then the
+        other clusters' (M1)."""
+        own = (DEFAULT_ZONE, *(z for z in self.zones if z != DEFAULT_ZONE))
+        return (*own, *self.other_clusters)
+
+    @property
+    def other_clusters(self) -> tuple[ClusterName, ...]:
+        """The clusters besides the default one (M1): ``c2``, ``c3``..."""
+        return tuple(ClusterName(f"c{n}") for n in range(2, self.clusters + 1))
+
+    @property
+    def cluster_zones(self) -> ClusterZones | None:
+        """Every cluster's zones when there are several (M1); None for one cluster."""
+        if self.clusters <= 1:
+            return None
+        own = (DEFAULT_ZONE, *(z for z in self.zones if z != DEFAULT_ZONE))
+        mapping: ClusterZones = {DEFAULT_CLUSTER: tuple(Zone(z) for z in own)}
+        for name in self.other_clusters:
+            mapping[name] = (Zone(name),)
+        return mapping
 
 
 @dataclass
@@ -215,6 +238,8 @@ class EmbeddedSystem:
     """The process to signal to stop everything (``usher up`` itself), for ``stack.json``."""
     stack: EmbeddedStack = field(init=False)
     emulator: ManagedProcess | None = field(default=None, init=False)
+    cluster_emulators: dict[str, ManagedProcess] = field(default_factory=dict, init=False)
+    """The other clusters' emulators (M1), by cluster."""
     services: dict[str, Supervised] = field(default_factory=dict, init=False)
     servers: list[ServerWatch] = field(default_factory=list, init=False)
     console: Supervised | None = field(default=None, init=False)
@@ -235,6 +260,7 @@ class EmbeddedSystem:
             zones=self.options.served_zones,
             sync_always=self.options.durable,
             stream_replicas=self.options.stream_replicas,
+            clusters=self.options.cluster_zones,
         )
         self.servers = [
             ServerWatch("nats", self.stack.nats),
@@ -257,6 +283,8 @@ class EmbeddedSystem:
             base = self.stack.start(write_file=False)
             webhook_port = self._webhook_certificate()
             self._start_emulator(timeout_s, webhook_port)
+            for cluster in self.options.other_clusters:
+                self._start_emulator(timeout_s, webhook_port, cluster)
             env = self._service_env()
             self._start_webhook(env, webhook_port, timeout_s)
             watcher_log = self.logs / "watcher.log"
@@ -313,23 +341,35 @@ class EmbeddedSystem:
         self.webhook = Supervised(WEBHOOK, argv, process)
         process.wait_for_port(HOST, port, timeout_s)
 
-    def _start_emulator(self, timeout_s: float, webhook_port: int) -> None:
+    def kubeconfig_of(self, cluster: str) -> Path:
+        """The kubeconfig of ``cluster``'s emulator (the default cluster's: ``kubeconfig``)."""
+        if cluster == DEFAULT_CLUSTER:
+            return self.kubeconfig
+        return self.home / "clusters" / cluster / "kubeconfig"
+
+    def _start_emulator(
+        self, timeout_s: float, webhook_port: int, cluster: str = DEFAULT_CLUSTER
+    ) -> None:
+        kubeconfig = self.kubeconfig_of(cluster)
         with contextlib.suppress(FileNotFoundError):
-            self.kubeconfig.unlink()  # a stale one would look ready at once
+            kubeconfig.unlink()  # a stale one would look ready at once
+        default = cluster == DEFAULT_CLUSTER
+        state = self.home / "cluster" if default else kubeconfig.parent
+        zones = self.options.zones if default else (cluster,)
         argv = [
             sys.executable,
             "-m",
             "usher.local.cluster",
             "--kubeconfig",
-            str(self.kubeconfig),
+            str(kubeconfig),
             "--state",
-            str(self.home / "cluster" / "objects.json"),
+            str(state / "objects.json"),
             "--zones",
-            ",".join(self.options.zones),
+            ",".join(zones),
             "--speed",
             str(self.options.kubelet_speed),
         ]
-        if self.options.burst_zones:
+        if self.options.burst_zones and default:
             argv += ["--burst-zones", ",".join(self.options.burst_zones)]
         if self.options.racks:
             argv += ["--racks", self.options.racks]
@@ -339,15 +379,20 @@ class EmbeddedSystem:
             "--webhook-ca",
             str(self.home / WEBHOOK / "tls.crt"),
         ]
-        self.emulator = ManagedProcess(EMULATOR, argv, self.logs / f"{EMULATOR}.log")
-        self.emulator.start()
+        name = EMULATOR if default else f"{EMULATOR}-{cluster}"
+        emulator = ManagedProcess(name, argv, self.logs / f"{name}.log")
+        if default:
+            self.emulator = emulator
+        else:
+            self.cluster_emulators[cluster] = emulator
+        emulator.start()
         deadline = time.monotonic() + timeout_s
-        while not self.kubeconfig.exists():
-            if not self.emulator.running():
-                raise ServerStartError(EMULATOR, "exited", self.emulator.log_tail())
+        while not kubeconfig.exists():
+            if not emulator.running():
+                raise ServerStartError(name, "exited", emulator.log_tail())
             if time.monotonic() > deadline:
                 raise ServerStartError(
-                    EMULATOR, f"no kubeconfig after {timeout_s}s", self.emulator.log_tail()
+                    name, f"no kubeconfig after {timeout_s}s", emulator.log_tail()
                 )
             time.sleep(0.05)
 
@@ -359,6 +404,12 @@ class EmbeddedSystem:
             own["USHER_DATABASE_URL"] = self.stack.database_url_for(PG_LEDGER)
         if service == "watcher":
             own["USHER_KUBECONFIG"] = str(self.kubeconfig)
+        mapping = self.options.cluster_zones
+        if mapping is not None and service.startswith("watcher"):
+            cluster = service.removeprefix("watcher").removeprefix("-") or DEFAULT_CLUSTER
+            own["USHER_KUBECONFIG"] = str(self.kubeconfig_of(cluster))
+            own["USHER_CLUSTER"] = cluster
+            own["USHER_CLUSTERS"] = format_cluster_zones(mapping)
         return own
 
     def _service_env(self) -> dict[str, str]:
@@ -392,6 +443,8 @@ class EmbeddedSystem:
         for zone in self.options.served_zones:
             commands.append((f"dequeuer-{zone}", [*run, "dequeuer", "--zone", zone]))
         commands.append(("watcher", [*run, "watcher"]))
+        for cluster in self.options.other_clusters:
+            commands.append((watcher_name(cluster), [*run, "watcher"]))
         return commands
 
     def _start_console(self, env: dict[str, str], wanted: int) -> None:
@@ -505,12 +558,14 @@ class EmbeddedSystem:
             pids={
                 **base.pids,
                 EMULATOR: self.emulator.pid or 0 if self.emulator else 0,
+                **{p.name: p.pid or 0 for p in self.cluster_emulators.values()},
                 **self._webhook_pid(),
             },
             started_at=datetime.now(UTC),
             kubeconfig=str(self.kubeconfig),
             zones=list(options.served_zones),
             burst_zones=list(options.burst_zones),
+            clusters=format_cluster_zones(options.cluster_zones or {}),
             service_pids={name: s.process.pid or 0 for name, s in self.services.items()},
             health_ports=dict(self.health_ports),
             policy=options.policy,
@@ -538,6 +593,8 @@ class EmbeddedSystem:
         for watch in self.servers:
             if watch.gave_up is not None:
                 return watch.gave_up
+        # Another cluster's emulator may die: its watcher says it is disconnected (M1) and
+        # the rest goes on, as with a real cluster lost.
         if self.emulator is not None and not self.emulator.running():
             return f"{EMULATOR} exited unexpectedly; stopping"
         return None
@@ -596,8 +653,9 @@ class EmbeddedSystem:
                         process.popen.send_signal(process.stop_signal)
             for process in services:
                 process.stop(timeout=15.0)
-            if self.emulator is not None:
-                self.emulator.stop(timeout=15.0)
+            for emulator in [self.emulator, *self.cluster_emulators.values()]:
+                if emulator is not None:
+                    emulator.stop(timeout=15.0)
             self.stack.stop()
             if self._console_listening is not None:
                 self._console_listening.close()

@@ -31,8 +31,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas import Zone
+from schemas import DEFAULT_CLUSTER, ClusterName, Zone
 from usher.adapters.nats.subjects import Subjects, token
+from usher.core.values.clusters import ClusterZones
 
 DEFAULT_ZONES = ("default", "a", "b")
 ADMIN = "admin"
@@ -127,16 +128,60 @@ def _leader_key(subjects: Subjects, key: str) -> list[str]:
     ]  # fmt: skip
 
 
-def watcher(subjects: Subjects) -> Identity:
+def watcher(
+    subjects: Subjects, clusters: ClusterZones | None = None, cluster: str = DEFAULT_CLUSTER
+) -> Identity:
+    """The watcher of ``cluster`` (M1). The default cluster's (the only one of a
+    single-cluster installation) publishes every cluster event but what belongs to another
+    cluster of ``clusters`` (its zones' jobs and nodes, its connection); another cluster's
+    publishes only its own zones' jobs and nodes and its own connection. No watcher may
+    declare a cluster lost (``<p>.cluster.lost.>``: the operator's, ``admin``)."""
     log, p = subjects.stream_name, subjects.prefix
-    durable = f"{p}-watcher"
-    return Identity("watcher", (
-        f"{p}.cluster.>", subjects.dlq("watcher"), *_follow_log(subjects),
+    name = watcher_name(ClusterName(cluster))
+    durable = f"{p}-{name}"
+    own = (
         f"$JS.API.CONSUMER.INFO.{log}.{durable}",
         f"$JS.API.CONSUMER.CREATE.{log}.{durable}", f"$JS.API.CONSUMER.CREATE.{log}.{durable}.>",
         f"$JS.API.CONSUMER.DURABLE.CREATE.{log}.{durable}",
         f"$JS.API.CONSUMER.MSG.NEXT.{log}.{durable}", f"$JS.ACK.{log}.{durable}.>",
-    ))  # fmt: skip
+    )  # fmt: skip
+    lost = (f"{p}.cluster.lost.>",)
+    if cluster == DEFAULT_CLUSTER:
+        others = [
+            subject
+            for other, zones in (clusters or {}).items()
+            if other != DEFAULT_CLUSTER
+            for subject in _cluster_subjects(subjects, other, zones)
+        ]
+        return Identity(
+            name,
+            (f"{p}.cluster.>", subjects.dlq("watcher"), *_follow_log(subjects), *own),
+            deny_publish=(*lost, *others),
+        )
+    zones = (clusters or {}).get(ClusterName(cluster), ())
+    return Identity(
+        name,
+        (*_cluster_subjects(subjects, cluster, zones), subjects.dlq("watcher"),
+         *_follow_log(subjects), *own),
+        deny_publish=lost,
+    )  # fmt: skip
+
+
+def _cluster_subjects(subjects: Subjects, cluster: str, zones: Sequence[str]) -> list[str]:
+    """What only the watcher of ``cluster`` may publish: its zones' jobs and nodes, and
+    whether it is connected (M1)."""
+    p = subjects.prefix
+    return [
+        *(f"{p}.cluster.{token(zone)}.job.>" for zone in zones),
+        *(f"{p}.cluster.node.{token(zone)}.>" for zone in zones),
+        f"{p}.cluster.fleet.{token(cluster)}.>",
+    ]
+
+
+def watcher_name(cluster: ClusterName) -> str:
+    """The watcher of ``cluster``: its NATS identity and the name of its durable consumer
+    (``watcher`` for the default cluster, as in a single-cluster installation)."""
+    return "watcher" if cluster == DEFAULT_CLUSTER else f"watcher-{cluster}"
 
 
 def ledger(subjects: Subjects) -> Identity:
@@ -250,13 +295,22 @@ def admin() -> Identity:
 
 
 def identities(
-    subjects: Subjects, zones: Sequence[str] = DEFAULT_ZONES, subscribers: Sequence[str] = ()
+    subjects: Subjects,
+    zones: Sequence[str] = DEFAULT_ZONES,
+    subscribers: Sequence[str] = (),
+    clusters: ClusterZones | None = None,
 ) -> list[Identity]:
     """Every identity of the installation ``subjects.prefix`` whose dequeuers serve ``zones``,
-    with a ``subscriber-<system>`` for each of ``subscribers``."""
+    with a ``subscriber-<system>`` for each of ``subscribers`` and a ``watcher-<cluster>`` for
+    each cluster of ``clusters`` but the default one (M1)."""
     readers = [subscriber(subjects, s, [o for o in subscribers if o != s]) for s in subscribers]
+    workers = [
+        watcher(subjects, clusters, cluster)
+        for cluster in (clusters or {})
+        if cluster != DEFAULT_CLUSTER
+    ]
     return [
-        watcher(subjects), ledger(subjects), preemptor(subjects),
+        watcher(subjects, clusters), *workers, ledger(subjects), preemptor(subjects),
         *(dequeuer(subjects, zone) for zone in zones), console(subjects), admin(), *readers,
     ]  # fmt: skip
 
@@ -276,7 +330,10 @@ HEADER = """\
 # (the one source of these lists; `usher up` renders the same with its own passwords).
 # Do not edit by hand: tests/deploy/test_nats_permissions.py compares this file with the module.
 #
-#   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`
+#   watcher    {prefix}.cluster.>  + its durable consumer `{prefix}-watcher`, never
+#              {prefix}.cluster.lost.>  (an operator declares a cluster lost: admin, M1)
+#   watcher-<cluster>  another cluster's (M1): only {prefix}.cluster.<its zone>.job.>,
+#              {prefix}.cluster.node.<its zone>.>, {prefix}.cluster.fleet.<cluster>.>
 #   ledger     {prefix}.decision.*.{{admitted,preempted,released,requeued}}.>  + replies
 #              {prefix}.hold.*  (records holds, drains and resumes: R14/R15)
 #              serves {prefix}.ledger.hold.<identity>: who asks is the subject's identity
@@ -294,7 +351,8 @@ HEADER = """\
 #              log filtered within {prefix}.decision.>; acks and deletes only its durable
 #              named <system>; nothing else (docs/how-to/subscribe.md)
 #   admin      everything: creates and updates the streams ({log}, {dlq}), imports logs,
-#              asks for holds ({prefix}.ledger.hold.admin: `usher hold|drain|resume`)
+#              asks for holds ({prefix}.ledger.hold.admin: `usher hold|drain|resume`),
+#              declares a cluster lost ({prefix}.cluster.lost.<cluster>: `usher cluster lost`)
 #   services   {prefix}.dlq.<service>, STREAM.INFO (never CREATE/UPDATE/DELETE/PURGE) of the
 #              log, an ordered consumer on it, their snapshot and leader keys
 #
@@ -339,9 +397,11 @@ def render_authorization(
     zones: Sequence[str] = DEFAULT_ZONES,
     passwords: Mapping[str, str] | None = None,
     subscribers: Sequence[str] | None = None,
+    clusters: ClusterZones | None = None,
 ) -> str:
     """The ``authorization`` block; ``passwords`` None means ``$USHER_<NAME>_NATS_PASSWORD``.
-    ``subscribers`` None: those ``passwords`` has (``subscribers_of``), or deploy/'s."""
+    ``subscribers`` None: those ``passwords`` has (``subscribers_of``), or deploy/'s;
+    ``clusters``: a ``watcher-<cluster>`` for each but the default one (M1)."""
     if subscribers is None:
         subscribers = DEFAULT_SUBSCRIBERS if passwords is None else subscribers_of(passwords)
     header = HEADER.format(
@@ -351,7 +411,7 @@ def render_authorization(
         stem=_stem(subjects),
     )
     lines = [header, "authorization {", "  users: ["]
-    for identity in identities(subjects, zones, subscribers):
+    for identity in identities(subjects, zones, subscribers, clusters):
         password = (
             f"${identity.password_variable}"
             if passwords is None

@@ -72,7 +72,7 @@ from schemas import (
     Resources,
 )
 from schemas.decisions import ReleaseCause
-from schemas.ids import QueueName, WorkloadKey, Zone
+from schemas.ids import ClusterName, QueueName, WorkloadKey, Zone, cluster_of
 from usher.adapters.pg.ledger_lending import LENDING_KEYS, LendingBook
 from usher.adapters.pg.ledger_zones import ZoneBook, ZoneGuarantees
 from usher.adapters.pg.models import Base
@@ -327,7 +327,16 @@ class TreeUpdate:
     root: QuotaNode
 
 
-LogChange = Observation | TreeUpdate
+@dataclass(frozen=True, slots=True)
+class ClusterGone:
+    """A ``ClusterLost`` at stream sequence ``seq`` (M1): every live allocation of a workload
+    of ``cluster`` is observed deleted, in the batch's transaction."""
+
+    seq: int
+    cluster: ClusterName
+
+
+LogChange = Observation | TreeUpdate | ClusterGone
 
 
 @dataclass(frozen=True, slots=True)
@@ -961,7 +970,12 @@ class LedgerStore:
                 # Each tree replaces the whole previous one: only the newest matters.
                 newest = max(trees, key=lambda t: t.seq)
                 await _apply_tree_in(conn, newest.root, newest.seq)
-            observed = [c for c in fresh if isinstance(c, Observation)]
+            observed: list[Observation] = []
+            for change in fresh:
+                if isinstance(change, ClusterGone):
+                    observed.extend(await _cluster_gone(conn, change))
+                elif isinstance(change, Observation):
+                    observed.append(change)
             outcome = await _observe(conn, observed, outbox)
             await conn.execute(
                 update(OFFSETS)
@@ -1089,6 +1103,18 @@ class _Observed:
     released: list[Released]
     admitted: list[Admitted]
     outbox_rows: int
+
+
+async def _cluster_gone(conn: AsyncConnection, gone: ClusterGone) -> list[Observation]:
+    """The deletions a lost cluster stands for: one per live allocation of its workloads."""
+    rows = await conn.execute(
+        select(ALLOCATIONS.c.workload).where(_LIVE_PREDICATE).order_by(ALLOCATIONS.c.id)
+    )
+    return [
+        Observation(seq=gone.seq, workload=WorkloadKey(key), change="Deleted")
+        for (key,) in rows
+        if cluster_of(WorkloadKey(key)) == gone.cluster
+    ]
 
 
 async def _observe(
@@ -2283,6 +2309,7 @@ __all__ = [
     "DEFAULT_STREAM",
     "AllocationState",
     "Change",
+    "ClusterGone",
     "LedgerDecision",
     "LedgerError",
     "LedgerPermanentError",

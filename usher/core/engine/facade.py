@@ -22,6 +22,9 @@ import msgspec
 
 from schemas import (
     Admitted,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     Decision,
     Inadmissible,
     Millis,
@@ -160,6 +163,8 @@ class Engine(EngineContext):
                 self.set_priority_class(event.name, None)
             case ZoneServed():
                 self.fold_served(event.zone)
+            case ClusterConnected() | ClusterDisconnected() | ClusterLost():
+                return self.fold_cluster(event)
             case Admitted():
                 self.apply_admitted(event)
                 if self.state.tree.starvation_on:

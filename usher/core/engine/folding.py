@@ -14,6 +14,9 @@ from collections.abc import Sequence
 
 from schemas import (
     Admitted,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     Decision,
     Millis,
     Preempted,
@@ -37,7 +40,7 @@ from usher.core.gates import admission
 from usher.core.intake.workload import observed_errors
 from usher.core.kinds.frozen import grew
 from usher.core.model import reasons
-from usher.core.rules import holds, readiness, retry
+from usher.core.rules import clusters, holds, readiness, retry
 from usher.core.rules.retry import RetryLink, RetryPolicy
 from usher.core.state.indexed import (
     ADMITTED,
@@ -269,6 +272,24 @@ class Folding(Offers):
         self.state.retries.pop(key, None)
         self.state.gated.pop(key, None)
         del self.state.jobs[key]
+        return released
+
+    def fold_cluster(
+        self, event: ClusterConnected | ClusterDisconnected | ClusterLost
+    ) -> list[Decision]:
+        """A cluster connected, disconnected or was declared lost (M1). A lost cluster's
+        workloads are folded as deleted (their ``Released``, as for a deletion); the
+        cluster's waiting workloads are looked at again at the next pass."""
+        self.state.clusters[event.cluster] = clusters.fold_link(
+            self.state.clusters, event, self.state.now
+        )
+        self.state.version += 1
+        self.dirty.update(self.state.tree.leaves)
+        if not isinstance(event, ClusterLost):
+            return []
+        released: list[Decision] = []
+        for key in clusters.lost_workloads(list(self.state.jobs), event.cluster):
+            released.extend(self.fold_deleted(key))
         return released
 
     def _release(self, job: Job, cause: ReleaseCause) -> list[Decision]:

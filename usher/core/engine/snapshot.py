@@ -43,6 +43,7 @@ from typing import Literal
 import msgspec
 
 from schemas import (
+    ClusterName,
     FieldError,
     Millis,
     NodeName,
@@ -59,6 +60,7 @@ from usher.core.engine.facade import DERIVED_WRITTEN_BY_A_PASS, READ_BY_A_PASS, 
 from usher.core.model.config import EngineConfig, ReadinessPolicy
 from usher.core.model.errors import InputError
 from usher.core.rules.budgets import BudgetBook, Running
+from usher.core.rules.clusters import ClusterLink
 from usher.core.rules.fairshare import FairBook
 from usher.core.rules.holds import HoldRecord
 from usher.core.rules.readiness import Readiness
@@ -85,6 +87,7 @@ ENCODED: frozenset[str] = frozenset(
         "priority_values",
         "nodes",
         "served",
+        "clusters",
         "zone_used",
         "held",
         "holds",
@@ -288,6 +291,8 @@ class EngineSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     lingering: list[tuple[str, PlacementRecord]]
     served: list[str] | None = None
     """Zones dequeuers announced; None before the first announcement."""
+    clusters: list[tuple[str, ClusterLink]] = []
+    """What the log last said of each cluster (M1), in first-seen order."""
     failures: list[tuple[str, Failure]] = []
     """Failed attempts awaiting their ``Retried`` (R12), in order."""
     retries: list[tuple[str, RetryLink]] = []
@@ -490,6 +495,7 @@ def _record(engine: Engine) -> EngineSnapshot:
         stops=stops,
         lingering=lingering,
         served=None if state.served is None else list(state.served),
+        clusters=[(str(name), link) for name, link in state.clusters.items()],
         failures=[(str(key), failure) for key, failure in state.failures.items()],
         retries=[(str(key), link) for key, link in state.retries.items()],
         holds=[state.holds[path] for path in sorted(state.holds)],
@@ -595,6 +601,7 @@ def _rebuild(record: EngineSnapshot, config: EngineConfig) -> Engine:
     state.zone_used = {Zone(zone): dict(used) for zone, used in record.zone_used}
     if record.served is not None:
         state.served = {Zone(zone): None for zone in record.served}
+    state.clusters = {ClusterName(name): link for name, link in record.clusters}
     jobs = state.jobs
     for key in record.held:
         if key not in jobs:

@@ -1,6 +1,6 @@
 """The admission gates: may a waiting workload be offered now, and if not, why and until when.
 
-What it holds: one module per gate (``readiness`` R10, ``stopping`` R7, ``zone`` Z2,
+What it holds: one module per gate (``readiness`` R10, ``stopping`` R7, ``zone`` Z2, ``cluster`` M1,
 ``holds`` R14/R15, ``budget`` B1, ``overrun`` B2, ``admission`` G1), the shapes they share
 (``view``: the read-only view a gate reads, ``Gate``, ``Refusal``) and ``chain``: the ordered
 list of gates

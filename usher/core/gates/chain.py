@@ -1,13 +1,13 @@
 """The one admission seam: the ordered gates, and the questions every place asks of them.
 
 What it does: ``GATES`` is the order a workload meets the gates in (the order of the reasons
-people read: a backoff, then a stopping victim, the zone, a hold, a spent budget, an overrun,
-the job's own admission gates). ``refusal`` is the answer to "may it be offered now, and if
-not why and until when" that the pass, the starvation guard, the reason cascade, the reclaim
-preview, the dry run and the estimate all give; ``passing_over``/``passed_over`` are the same
-question as a pass's queue walk asks it (the leaf's gates picked once, standing refusals left
-to the try), and ``closes_leaf``/``clocked`` are what pruning and the kept offers ask of a
-whole leaf.
+people read: a backoff, then a stopping victim, the zone, its cluster (M1), a hold, a spent
+budget, an overrun, the job's own admission gates). ``refusal`` is the answer to "may it be
+offered now, and if not why and until when" that the pass, the starvation guard, the reason
+cascade, the reclaim preview, the dry run and the estimate all give;
+``passing_over``/``passed_over`` are the same question as a pass's queue walk asks it (the
+leaf's gates picked once, standing refusals left to the try), and ``closes_leaf``/``clocked``
+are what pruning and the kept offers ask of a whole leaf.
 What it must never do: hold state, change what it reads, reorder gates per caller, or let a
 caller ask a subset of the gates (every place asks this list, so they cannot disagree).
 """
@@ -15,7 +15,16 @@ caller ask a subset of the gates (every place asks this list, so they cannot dis
 from __future__ import annotations
 
 from schemas import QuotaPath
-from usher.core.gates import admission, budget, holds, overrun, readiness, stopping, zone
+from usher.core.gates import (
+    admission,
+    budget,
+    cluster,
+    holds,
+    overrun,
+    readiness,
+    stopping,
+    zone,
+)
 from usher.core.gates.view import AdmissionView, Gate, Refusal, Timed
 from usher.core.state.indexed import Job
 
@@ -23,6 +32,7 @@ GATES: tuple[Gate, ...] = (
     readiness.GATE,
     stopping.GATE,
     zone.GATE,
+    cluster.GATE,
     holds.GATE,
     budget.GATE,
     overrun.GATE,

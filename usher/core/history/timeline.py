@@ -2,7 +2,8 @@
 
 What it does: ``load_timeline`` turns a scenario's ``timeline:`` into ``Step`` values (each
 entry's event at its ``at``: ``create``, ``finish``, ``delete``, ``apply``, ``node``,
-``removeNode``, ``ready``, ``progress``, ``fail``/``oom``, ``hold``/``drain``/``resume``), and
+``removeNode``, ``ready``, ``progress``, ``fail``/``oom``, ``hold``/``drain``/``resume``,
+``connect``/``disconnect``/``lost``; a ``create`` may name its ``cluster``, M1), and
 ``node_event``/``object_event`` do the same for a node or a manifest (shared with the setup
 part, ``usher.core.history.scenario``); ``FieldErrors`` collects every bad field.
 What it must never do: open files, read a clock or stop at the first bad field.
@@ -14,7 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
+import msgspec
+
 from schemas import (
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     ContainerTermination,
     FieldError,
     HoldAction,
@@ -31,15 +37,18 @@ from schemas import (
     WorkloadObserved,
     WorkloadProgress,
     Zone,
+    workload_key,
 )
 from schemas.events import ClusterEvent
 from usher.core.intake.workload import extract_priority_class, extract_workload
 from usher.core.kinds import success
-from usher.core.model.errors import InputError, TreeInvalid, WorkloadInvalid
+from usher.core.model.errors import InputError, TreeInvalid, ValueRefused, WorkloadInvalid
 from usher.core.model.quantity import parse_resources
 from usher.core.rules.holds import HoldOrder
 from usher.core.rules.retry import container_memory
 from usher.core.tree.quota_tree import parse_tree
+from usher.core.values import names
+from usher.core.values.clusters import cluster_name
 from usher.core.values.labels import topology_labels
 
 RUN_KEY = "runSeconds"
@@ -59,7 +68,15 @@ ACTIONS = (
     "hold",
     "drain",
     "resume",
+    "connect",
+    "disconnect",
+    "lost",
 )
+CLUSTER_KEY = "cluster"
+"""A ``create`` entry's optional cluster (M1): the job lives there (its key ``ns/name@cluster``)."""
+FLEET_KEYS = ("cluster", "zones", "reason", "by")
+"""Keys of a ``connect: {cluster, zones}``, ``disconnect: {cluster, reason}`` or
+``lost: {cluster, by, reason}`` entry (M1)."""
 PROGRESS_KEYS = ("job", "ready", "total", "succeeded")
 FAIL_KEYS = ("job", "container", "exitCode")
 """``fail: {job, container, exitCode}`` (or ``fail: ns/name``); ``oom`` takes job and container."""
@@ -248,18 +265,26 @@ def _timeline_event(
 ) -> ClusterEvent | HoldOrder | None:
     actions = [a for a in ACTIONS if a in entry]
     for key in sorted(str(k) for k in entry):
-        if key not in (*ACTIONS, "at", "name", RUN_KEY):
+        if key not in (*ACTIONS, "at", "name", RUN_KEY, CLUSTER_KEY):
             errors.add(f"{path}.{key}", "unknown-action", f"unknown key; actions are {ACTIONS}")
     if len(actions) != 1:
-        if not any(str(k) not in (*ACTIONS, "at", "name", RUN_KEY) for k in entry):
+        if not any(str(k) not in (*ACTIONS, "at", "name", RUN_KEY, CLUSTER_KEY) for k in entry):
             errors.add(path, "one-action", f"exactly one of {ACTIONS} is required")
         return None
     action = actions[0]
     if "name" in entry and action != "create":
         errors.add(f"{path}.name", "unexpected-name", "name is only allowed with create")
+    if CLUSTER_KEY in entry and action != "create":
+        errors.add(
+            f"{path}.{CLUSTER_KEY}", "unexpected-cluster", "cluster is only allowed with create"
+        )
     value = entry[action]
+    if action in ("connect", "disconnect", "lost"):
+        return _fleet_event(action, value, f"{path}.{action}", errors)
     if action == "create":
         event = _create_event(value, entry.get("name"), path, at_ms, live, errors)
+        if CLUSTER_KEY in entry and isinstance(event, WorkloadObserved):
+            event = _in_cluster(event, entry[CLUSTER_KEY], f"{path}.{CLUSTER_KEY}", live, errors)
         if isinstance(event, WorkloadObserved) and isinstance(value, Mapping):
             manifests[event.workload] = value
         return event
@@ -310,6 +335,53 @@ def _create_event(
         return None
     live[event.workload] = sum(p.count for p in event.pod_sets if p.count > 0)
     return event
+
+
+def _in_cluster(
+    event: WorkloadObserved,
+    raw: object,
+    path: str,
+    live: dict[WorkloadKey, int],
+    errors: FieldErrors,
+) -> WorkloadObserved | None:
+    """``event`` as the watcher of cluster ``raw`` reports it: its key names the cluster."""
+    try:
+        cluster = cluster_name(raw, path)
+    except ValueRefused as refused:
+        errors.absorb(path, refused)
+        return None
+    key = workload_key(event.namespace, event.name, cluster)
+    live[key] = live.pop(event.workload)
+    return msgspec.structs.replace(event, workload=key)
+
+
+def _fleet_event(action: str, value: object, path: str, errors: FieldErrors) -> ClusterEvent | None:
+    """``connect: {cluster, zones}``, ``disconnect: {cluster, reason}``, ``lost: {cluster,
+    by, reason}`` (M1): what a cluster's watcher, or an operator, puts on the log."""
+    if not isinstance(value, Mapping):
+        errors.add(path, "not-a-mapping", f"takes {{{', '.join(FLEET_KEYS)}}}")
+        return None
+    allowed = {"connect": ("cluster", "zones"), "disconnect": ("cluster", "reason")}.get(
+        action, ("cluster", "by", "reason")
+    )
+    for key_name in sorted(str(k) for k in value):
+        if key_name not in allowed:
+            errors.add(f"{path}.{key_name}", "unknown-key", f"{action} takes {allowed}")
+    reason, by = value.get("reason", ""), value.get("by", SCENARIO_OPERATOR)
+    try:
+        cluster = cluster_name(value.get("cluster"), f"{path}.cluster")
+        zones = names.zone_names(value["zones"], f"{path}.zones") if "zones" in value else []
+    except ValueRefused as refused:
+        errors.absorb("", refused)
+        return None
+    if not isinstance(reason, str) or not isinstance(by, str) or not by:
+        errors.add(path, "invalid-type", "reason and by are strings (by non-empty)")
+        return None
+    if action == "connect":
+        return ClusterConnected(cluster=cluster, zones=zones, watcher=SCENARIO_OPERATOR)
+    if action == "disconnect":
+        return ClusterDisconnected(cluster=cluster, reason=reason)
+    return ClusterLost(cluster=cluster, by=by, reason=reason)
 
 
 def _finish_or_delete(

@@ -47,6 +47,9 @@ import msgspec
 
 from schemas import (
     Admitted,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     Decision,
     FieldError,
     Inadmissible,
@@ -125,6 +128,9 @@ _INPUTS = (
     PriorityClassObserved,
     PriorityClassDeleted,
     ZoneServed,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
     NodeHeld,
     NodeResumed,
 )

@@ -803,3 +803,32 @@ def topology_level_unknown(level: str, levels: Sequence[str]) -> Reason:
     named = ", ".join(levels) if levels else "none (usher.io/topology-levels is not set)"
     message = f"topology level {level} is not one its quota tree names (levels: {named})"
     return Reason(code="TopologyLevelUnknown", message=message)
+
+
+def cluster_disconnected(cluster: str, since_ms: int, why: str) -> Reason:
+    """Pending (M1): its cluster's watcher lost the API server; nothing is admitted there."""
+    message = (
+        f"cluster {cluster} disconnected at {format_moment(since_ms)}"
+        + (f" ({why})" if why else "")
+        + "; nothing is admitted there until its watcher connects again or an operator "
+        f"declares it lost (usher cluster lost {cluster})"
+    )
+    return Reason(code="ClusterDisconnected", message=message)
+
+
+def cluster_lost(cluster: str, since_ms: int, why: str) -> Reason:
+    """Pending (M1): an operator declared its cluster lost; its watcher has not come back."""
+    message = (
+        f"cluster {cluster} declared lost at {format_moment(since_ms)} {why}; nothing is "
+        "admitted there until its watcher connects again"
+    )
+    return Reason(code="ClusterLost", message=message)
+
+
+def zone_in_other_cluster(zone: Zone, owner: str, cluster: str) -> Reason:
+    """Pending (M1): a zone it accepts is another cluster's; a job runs where it was created."""
+    message = (
+        f"zone {zone} is cluster {owner}'s, and this job lives in cluster {cluster}; a job is "
+        f"admitted only into its own cluster's zones: set usher.io/zone to one of them"
+    )
+    return Reason(code="ZoneInOtherCluster", message=message)

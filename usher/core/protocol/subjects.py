@@ -34,6 +34,10 @@ from schemas import (
     LEDGER_DECISION_TYPES,
     LEDGER_SOURCE,
     Admitted,
+    ClusterConnected,
+    ClusterDisconnected,
+    ClusterLost,
+    ClusterName,
     Decision,
     Envelope,
     NodeHeld,
@@ -128,6 +132,15 @@ class Subjects:
     def node(self, zone: Zone, node: NodeName) -> str:
         return f"{self.prefix}.cluster.node.{token(zone)}.{token(node)}"
 
+    def fleet(self, cluster: ClusterName, state: str) -> str:
+        """Where the watcher of ``cluster`` says it is ``connected`` or ``disconnected``
+        (M1); NATS lets only that watcher publish there."""
+        return f"{self.prefix}.cluster.fleet.{token(cluster)}.{token(state)}"
+
+    def cluster_lost(self, cluster: ClusterName) -> str:
+        """Where an operator declares ``cluster`` lost (M1); no watcher may publish there."""
+        return f"{self.prefix}.cluster.lost.{token(cluster)}"
+
     def priority_class(self, name: str) -> str:
         return f"{self.prefix}.cluster.priorityclass.{token(name)}"
 
@@ -195,11 +208,15 @@ class Subjects:
         carry), and its holds, drains and resumes (R14/R15) on ``<p>.hold.<node>``; a dequeuer's
         ``Retried`` (R12), ``Unmapped``, ``Inadmissible``, ``PassRan`` (D4) and
         ``ZoneServed`` from the dequeuer of the zone the subject names (NATS lets only that
-        dequeuer publish there). A cluster event only on a cluster subject (only the
-        watcher may publish there): on a decision subject it is forged."""
+        dequeuer publish there). A cluster's connection or disconnection only on its own
+        ``fleet`` subject from a watcher, its loss only on its ``cluster_lost`` subject from
+        the operator (M1). Any other cluster event only on a cluster subject (only a watcher
+        may publish there): on a decision subject it is forged."""
         event = envelope.event
         tag = type(event).__struct_config__.tag
-        if isinstance(event, CLUSTER_EVENT_TYPES) and not isinstance(event, ZoneServed):
+        if isinstance(event, CLUSTER_EVENT_TYPES) and not isinstance(
+            event, ZoneServed | ClusterConnected | ClusterDisconnected | ClusterLost
+        ):
             if subject.startswith(f"{self.prefix}.cluster."):
                 return None
             return f"a {tag} on {subject!r}, which is not a cluster subject of {self.prefix!r}"
@@ -231,6 +248,12 @@ class Subjects:
                 return self.pass_ran(event.zone), _dequeuer(event.zone)
             case ZoneServed():
                 return self.zone_served(event.zone), _dequeuer(event.zone)
+            case ClusterConnected():
+                return self.fleet(event.cluster, "connected"), WATCHER_SOURCE
+            case ClusterDisconnected():
+                return self.fleet(event.cluster, "disconnected"), WATCHER_SOURCE
+            case ClusterLost():
+                return self.cluster_lost(event.cluster), OPERATOR_SOURCE
             case Admitted() | Retried() | Unmapped():
                 owner = LEDGER_SOURCE if isinstance(event, Admitted) else _dequeuer(event.zone)
                 return self.decision_for(event, event.zone), owner
@@ -334,7 +357,11 @@ LOG_ROOTS: Final = ("cluster", "decision", "hold", "zone", "pass")
 """The second token of every subject on the log (``<p>.<root>.>``)."""
 
 WATCHER_SOURCE: Final = "usher/watcher"
-"""The envelope source of every cluster event (the watcher, their only publisher)."""
+"""The envelope source of every cluster event (a watcher, their only publisher) but
+``ClusterLost``."""
+
+OPERATOR_SOURCE: Final = "usher/operator"
+"""The envelope source of an operator's declaration that a cluster is lost (M1)."""
 
 
 def _dequeuer(zone: Zone) -> str:

@@ -33,6 +33,8 @@ from schemas import (
     RetryCause,
     WorkloadKey,
     Zone,
+    cluster_of,
+    object_name,
     workload_key,
 )
 from usher.core.kinds import KindFamily, family_of_kind_id
@@ -152,9 +154,10 @@ def failure_of(
 
 
 def next_attempt_key(first: WorkloadKey, attempt: int) -> WorkloadKey:
-    """The job the ``attempt``-th failure is retried as: ``<first name>-retry-<attempt>``."""
-    namespace, _, name = first.partition("/")
-    return workload_key(namespace, f"{name}-retry-{attempt}")
+    """The job the ``attempt``-th failure is retried as: ``<first name>-retry-<attempt>``, in
+    its first attempt's cluster (M1)."""
+    namespace, name = object_name(first)
+    return workload_key(namespace, f"{name}-retry-{attempt}", cluster_of(first))
 
 
 def grown_memory(amount: int, factor: Fraction, cap: int | None) -> int:
@@ -296,7 +299,7 @@ def retry_manifest(
     metadata = dict(copied.get("metadata") or {})
     for generated in GENERATED_METADATA:
         metadata.pop(generated, None)
-    metadata["name"] = decision.job.partition("/")[2]
+    metadata["name"] = object_name(decision.job)[1]
     annotations = dict(metadata.get("annotations") or {})
     annotations[RETRY_OF_ANNOTATION] = decision.first
     annotations[ATTEMPT_ANNOTATION] = str(decision.attempt + 1)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas import Millis, NodeName, QuotaPath, WorkloadKey, Zone
+from schemas import ClusterName, Millis, NodeName, QuotaPath, WorkloadKey, Zone
 from usher.core.model.config import EngineConfig
 from usher.core.rules.budgets import BudgetBook, Running
+from usher.core.rules.clusters import ClusterLink
 from usher.core.rules.fairshare import FairBook
 from usher.core.rules.holds import HoldRecord
 from usher.core.rules.retry import Failure, RetryLink
@@ -44,6 +45,7 @@ class EngineState:
         "announce",
         "budget_book",
         "closing",
+        "clusters",
         "failures",
         "fair_book",
         "gated",
@@ -82,6 +84,9 @@ class EngineState:
         """Zones some dequeuer announced (``ZoneServed``); None until the first announcement,
         when nobody can tell which zones are served."""
         self.zone_used: dict[Zone, dict[str, int]] = {}
+        self.clusters: dict[ClusterName, ClusterLink] = {}
+        """What the log last said of each cluster (M1), in the order they first appeared;
+        empty on a log that never spoke of clusters (then M1 shuts nothing)."""
         self.held: dict[WorkloadKey, None] = {}
         self.holds: dict[QuotaPath, HoldRecord] = {}
         """Holds and drains operators ordered on the log (R14/R15), by node."""
@@ -136,6 +141,7 @@ class EngineState:
         twin.priority_values = self.priority_values
         twin.nodes = self.nodes
         twin.served = self.served
+        twin.clusters = self.clusters  # a pass never writes it
         twin.zone_used = {zone: dict(used) for zone, used in self.zone_used.items()}
         twin.held = dict(self.held)
         twin.holds = self.holds
