@@ -60,6 +60,7 @@ from services.watcher.translate import workload_event
 from usher.adapters.kube import (
     AlreadyExists,
     Conflict,
+    JsonObj,
     KubeClient,
     KubeError,
     NotFound,
@@ -254,7 +255,10 @@ class DecisionRunner:
             return
         namespace, _, name = decision.workload.partition("/")
         try:
-            obj = await self.kube.get(resource, namespace, name)
+            # Who the job is and when it was made: the watch's copy says it as well as a GET.
+            obj = self.cluster.objects.get(decision.workload, resource) or await self.kube.get(
+                resource, namespace, name
+            )
             event = decision_event(decision, obj, datetime.now(UTC))
             if self.deliveries is not None:
                 event_id = f"{self.ctx.subjects.prefix}-{seq}"
@@ -295,20 +299,51 @@ class DecisionRunner:
         if resource is None:
             return "gone"
         self.view.note_decision(decision, seq)
-        family = self._families[resource.storage]
-        namespace, _, name = key.partition("/")
+        objects = self.cluster.objects
         try:
+            # The watch's copy first (no GET); when it is behind (409) or says there is
+            # nothing to do, the server's copy decides.
+            cached = objects.get(key, resource)
+            if cached is not None:
+                with contextlib.suppress(Conflict):
+                    result = await self._follow(decision, seq, resource, cached, confirmed=False)
+                    if result is not None:
+                        return result
+                objects.drop(key)
+            namespace, _, name = key.partition("/")
             obj = await self.kube.get(resource, namespace, name)
-            if family.outcome(obj) is not None:
-                return "finished"
-            patch = _patch_for(decision, family, obj, self._tolerations(decision))
-            if patch is None:
-                if isinstance(decision, Preempted | Requeued):
-                    await self._confirm_stopped(resource, family, obj, seq)
-                return "already"
-            await self.kube.merge_patch(resource, namespace, name, patch)
+            return await self._follow(decision, seq, resource, obj, confirmed=True) or "already"
+        except Conflict:
+            objects.drop(key)
+            raise
         except NotFound:
+            objects.drop(key)
             return "gone"
+
+    async def _follow(
+        self,
+        decision: Admitted | Preempted | Requeued,
+        seq: int,
+        resource: Resource,
+        obj: JsonObj,
+        *,
+        confirmed: bool,
+    ) -> Result | None:
+        """Patch ``obj`` (guarded by its resourceVersion) to follow ``decision``; None when
+        there is nothing to do but ``obj`` is not ``confirmed`` by a read of the server."""
+        family = self._families[resource.storage]
+        if family.outcome(obj) is not None:
+            return "finished" if confirmed else None
+        patch = _patch_for(decision, family, obj, self._tolerations(decision))
+        if patch is None:
+            if not confirmed:
+                return None
+            if isinstance(decision, Preempted | Requeued):
+                await self._confirm_stopped(resource, family, obj, seq)
+            return "already"
+        namespace, _, name = decision.workload.partition("/")
+        patched = await self.kube.merge_patch(resource, namespace, name, patch)
+        self.cluster.objects.put(decision.workload, resource, patched)
         return "patched"
 
     def _tolerations(self, decision: Admitted | Preempted | Requeued) -> tuple[Toleration, ...]:

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,20 +38,28 @@ from typing import Any
 from nats.js.api import PubAck
 
 from schemas import (
+    ClusterEvent,
     ContainerTermination,
     Envelope,
     FieldError,
     Millis,
+    NodeObserved,
+    NodeRemoved,
+    PriorityClassDeleted,
+    PriorityClassObserved,
     QuotaNode,
     QuotaTreeDeleted,
+    WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
     WorkloadProgress,
     WorkloadRejected,
     Zone,
+    ZoneServed,
 )
 from services.common.runtime import ServiceContext
+from services.common.tasks import cancel_tasks
 from services.watcher.kinds import (
     LIMIT_RANGES,
     NODES,
@@ -63,6 +73,7 @@ from services.watcher.kinds import (
     suspend_flag,
     suspend_patch,
 )
+from services.watcher.objects import LastSeen
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.projection import WatcherProjection
 from services.watcher.translate import (
@@ -137,6 +148,15 @@ class ClusterView:
     limit_ranges: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     """Container defaults of each LimitRange, by (namespace, name)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    objects: LastSeen = field(default_factory=LastSeen)
+    """Each live, unfinished workload's last object: decisions patch it without a GET."""
+
+    def forget_workload(self, key: WorkloadKey, resource: Resource) -> None:
+        """The workload (of ``resource``) is gone from the cluster: forget all about it."""
+        known = self.workloads.get(key)
+        if known is not None and known.storage == resource.storage:
+            del self.workloads[key]
+            self.objects.drop(key)
 
     def container_defaults(self, namespace: str) -> dict[str, str]:
         """The namespace's LimitRange defaults (several: the first by name wins a resource)."""
@@ -151,7 +171,19 @@ class ClusterView:
 
 
 class Publisher:
-    """Publishes cluster events the log does not say yet, and records them as said."""
+    """Publishes cluster events the log does not say yet, and records them as said.
+
+    Pipelined: ``publish`` sends and returns; the ack is awaited beside the caller, so many
+    publishes are in flight at once and nats-py writes them to the socket together (one
+    awaited publish each made its flusher write one packet per event). What the protocol
+    needs of the order is kept: the events about one object (a workload, a node, a class,
+    the tree) are published one after the other, the next sent only once the log holds the
+    one before (a publish retried through a NATS restart can then never land behind a later
+    one), and ``settle`` waits for everything in flight (a relist is complete only once the
+    log says all of it). Each event keeps its ``Nats-Msg-Id``: a publish retried after its
+    ack was lost is dropped by the server, never doubled. At most
+    ``options.publishes_in_flight`` events are unacknowledged at once.
+    """
 
     def __init__(
         self, ctx: ServiceContext, view: WatcherProjection, options: WatcherOptions
@@ -159,13 +191,40 @@ class Publisher:
         self._ctx = ctx
         self._view = view
         self._options = options
+        self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
+        """The last publish of each object (``_about``) not acknowledged yet."""
+        self._room = asyncio.Semaphore(options.publishes_in_flight)
 
-    async def publish(self, out: Outgoing, log: Any) -> bool:
-        """Publish ``out`` unless the log already says it; True when it was published."""
-        if not self._view.is_news(out.event):
+    async def publish(
+        self, out: Outgoing, log: Any, when: Callable[[ClusterEvent], bool] | None = None
+    ) -> bool:
+        """Publish ``out`` unless the log already says it (or ``when`` says no, asked once
+        the log holds what was published before about the same object); True when it is
+        being published."""
+        about = _about(out.event)
+        earlier = self._in_flight.get(about)
+        if earlier is not None:
+            await asyncio.wait([earlier])
+        if (when is not None and not when(out.event)) or not self._view.is_news(out.event):
             return False
         envelope = Envelope(id=out.id, time=datetime.now(UTC), source=SOURCE, event=out.event)
+        await self._room.acquire()
+        task = asyncio.create_task(self._publish(out, envelope, log), name=f"publish {out.id}")
+        self._in_flight[about] = task
+        task.add_done_callback(functools.partial(self._landed, about))
+        return True
 
+    async def settle(self) -> None:
+        """Wait until the log holds everything published so far."""
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight.values()))
+
+    async def close(self) -> None:
+        """Stop waiting for acks (the service stops: what was not acknowledged is published
+        again after the restart's relist, since the log does not say it)."""
+        await cancel_tasks(list(self._in_flight.values()))
+
+    async def _publish(self, out: Outgoing, envelope: Envelope, log: Any) -> None:
         async def publish() -> PubAck:
             return await publish_envelope(self._ctx.js, out.subject, envelope)
 
@@ -173,7 +232,37 @@ class Publisher:
         ack = await retrying(publish, f"publishing {out.id}", log, self._options)
         self._view.record(out.event)
         log.debug("published", type=event_tag(out.event), id=out.id, duplicate=ack.duplicate)
-        return True
+
+    def _landed(self, about: tuple[str, str], task: asyncio.Task[None]) -> None:
+        self._room.release()
+        if self._in_flight.get(about) is task:
+            del self._in_flight[about]
+        if not task.cancelled() and task.exception() is not None:
+            # As a handler's bug (``Observer._guarded``): one object's trouble is logged and
+            # stops nothing else.
+            self._ctx.log.error(
+                "observation not published", about=about, error=repr(task.exception())
+            )
+
+
+def _about(event: ClusterEvent) -> tuple[str, str]:
+    """The object ``event`` is about: events about one object keep their order on the log."""
+    match event:
+        case (
+            WorkloadObserved()
+            | WorkloadFinished()
+            | WorkloadProgress()
+            | WorkloadDeleted()
+            | WorkloadRejected()
+        ):
+            return "workload", event.workload
+        case NodeObserved() | NodeRemoved():
+            return "node", event.node
+        case PriorityClassObserved() | PriorityClassDeleted():
+            return "priority-class", event.name
+        case ZoneServed():
+            return "zone", event.zone
+    return "quota-tree", ""
 
 
 # --------------------------------------------------------------------------- the loop
@@ -280,7 +369,10 @@ class Observer(ABC):
             who = identity(obj)
             present.add((who.namespace, who.name))
             await self._guarded(self.on_present, resource, obj)
+        # What is gone is judged against a log that holds everything the list said.
+        await self.publisher.settle()
         await self.after_relist(resource, present)
+        await self.publisher.settle()
         self.settled.set()
         self.log.info("listed", count=len(result.items), version=result.resource_version)
         return result.resource_version
@@ -360,10 +452,14 @@ class WorkloadObserver(Observer):
         who = identity(obj)
         if controlled_by_workload(obj):
             # Part of a bigger workload (a JobSet's Jobs): its owner is what Usher admits.
-            self._forget(resource, who)
+            self.cluster.forget_workload(who.key, resource)
             return
         if self.family.supported:
             self.cluster.workloads[who.key] = resource
+            if self.family.outcome(obj) is None:
+                self.cluster.objects.put(who.key, resource, obj)
+            else:
+                self.cluster.objects.drop(who.key)  # finished: no decision patches it
         log = self.log.bind(workload=who.key)
         branch = self._branch(obj, who)
         if self.family.supported and branch is not None and self._runs_unadmitted(obj, who):
@@ -423,11 +519,12 @@ class WorkloadObserver(Observer):
         out = workload_progress(resource, self.family, obj, self.ctx.subjects, now)
         if out is None or not isinstance(out.event, WorkloadProgress):
             return
-        counts = out.event
-        nothing_yet = counts.ready == counts.succeeded == counts.failed == 0
-        if nothing_yet and not self.view.progress_started(counts.workload):
-            return
-        await self.publisher.publish(out, log)
+        await self.publisher.publish(out, log, when=self._progress_worth_saying)
+
+    def _progress_worth_saying(self, event: ClusterEvent) -> bool:
+        assert isinstance(event, WorkloadProgress)
+        nothing_yet = event.ready == event.succeeded == event.failed == 0
+        return not nothing_yet or self.view.progress_started(event.workload)
 
     async def _stop_the_rest(
         self, resource: Resource, obj: JsonObj, min_success: int, log: Any
@@ -481,15 +578,15 @@ class WorkloadObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         who = identity(obj)
-        self._forget(resource, who)
+        self.cluster.forget_workload(who.key, resource)
         out = workload_deleted(resource, obj, self.ctx.subjects)
-        if self.view.knows_live(out.event):
-            await self.publisher.publish(out, self.log.bind(workload=who.key))
+        log = self.log.bind(workload=who.key)
+        await self.publisher.publish(out, log, when=self.view.knows_live)
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
-        for key, known in list(self.cluster.workloads.items()):
-            if known.storage == resource.storage and tuple(key.split("/", 1)) not in present:
-                del self.cluster.workloads[key]
+        for key in list(self.cluster.workloads):
+            if tuple(key.split("/", 1)) not in present:
+                self.cluster.forget_workload(key, resource)
         for key, said in list(self.view.workloads.items()):
             if family_of_kind(said.kind) is not self.family:
                 continue
@@ -499,11 +596,6 @@ class WorkloadObserver(Observer):
             log = self.log.bind(workload=key)
             if await self.publisher.publish(out, log):
                 log.info("workload gone while unobserved: deleted")
-
-    def _forget(self, resource: Resource, who: Identity) -> None:
-        known = self.cluster.workloads.get(who.key)
-        if known is not None and known.storage == resource.storage:
-            del self.cluster.workloads[who.key]
 
 
 class NodeObserver(Observer):
@@ -523,8 +615,8 @@ class NodeObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         out = node_removed(obj, self.ctx.subjects)
-        if self.view.knows_live(out.event):
-            await self.publisher.publish(out, self.log.bind(node=identity(obj).name))
+        log = self.log.bind(node=identity(obj).name)
+        await self.publisher.publish(out, log, when=self.view.knows_live)
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
         for name, said in list(self.view.nodes.items()):
@@ -551,8 +643,8 @@ class PriorityClassObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         out = priority_class_deleted(obj, self.ctx.subjects)
-        if self.view.knows_live(out.event):
-            await self.publisher.publish(out, self.log.bind(priority_class=identity(obj).name))
+        log = self.log.bind(priority_class=identity(obj).name)
+        await self.publisher.publish(out, log, when=self.view.knows_live)
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
         for name in list(self.view.classes):
