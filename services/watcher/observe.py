@@ -214,6 +214,11 @@ class Publisher:
         task.add_done_callback(functools.partial(self._landed, about))
         return True
 
+    @property
+    def unacknowledged(self) -> int:
+        """How many objects have a publish on its way (sent, not acknowledged yet)."""
+        return len(self._in_flight)
+
     async def settle(self) -> None:
         """Wait until the log holds everything published so far."""
         while self._in_flight:
