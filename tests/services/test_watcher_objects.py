@@ -6,6 +6,8 @@
   meanwhile (the copy is behind: 409 Conflict on its resourceVersion), the copy is dropped,
   the server's copy read and the patch made from it: the decision is carried out, and the
   other change is kept.
+* The running watcher carries out an admission and tells it (its Event) without reading the
+  job at all: 0 GETs per admission (two before: one before the patch, one for the Event).
 * A copy that says "nothing to do" is never the last word: a job suspended by someone else
   after its admission was carried out is unsuspended again by a later admission, a job whose
   copy says it finished is read again.
@@ -19,16 +21,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from schemas import WorkloadKey
+from schemas import WorkloadKey, WorkloadObserved
 from services.common.runtime import ServiceContext
 from services.common.settings import ServiceSettings
 from services.watcher.carry_out import DecisionRunner
-from services.watcher.kinds import JOB_FAMILIES
+from services.watcher.kinds import EVENTS, JOB_FAMILIES
 from services.watcher.objects import LastSeen
 from services.watcher.observe import ClusterView
 from services.watcher.options import WatcherOptions
@@ -36,6 +39,7 @@ from services.watcher.projection import WatcherProjection
 from tests.builders import events
 from tests.builders.manifests import batch_job, container, pod_template
 from tests.conftest import Infra
+from tests.services.test_watcher import FAST, Harness
 from usher.adapters.kube import JsonObj, KubeClient, Resource
 from usher.adapters.logs import get_logger
 from usher.adapters.nats.subjects import Subjects
@@ -169,7 +173,9 @@ def runner(
 
 
 def job() -> JsonObj:
-    return batch_job("pi", "user-a", template=pod_template(container(cpu="1")), suspend=True)
+    template = pod_template(container(cpu="1"))
+    labels = {"usher.io/zone": "zone-a"}
+    return batch_job("pi", "user-a", template=template, suspend=True, labels=labels)
 
 
 def admitted(zone: str = "zone-a") -> Any:
@@ -251,3 +257,33 @@ async def test_a_decision_for_a_job_deleted_behind_its_copy_is_gone_and_forgotte
     await kube.delete(JOBS, "user-a", "pi")
     assert await runner.carry_out(admitted(), seq=1) == "gone"
     assert runner.cluster.objects.get(KEY, JOBS) is None
+
+
+async def test_the_running_watcher_admits_and_tells_without_reading_the_job(
+    tmp_path: Path, infra: Infra, nc: Client, js: JetStreamContext, subjects: Subjects
+) -> None:
+    reads: list[str] = []
+
+    @web.middleware
+    async def count_reads(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "GET" and request.path.endswith("/jobs/pi"):
+            reads.append(request.path)
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    emulator = KubeEmulator(kubeconfig_path=tmp_path / "kubeconfig")
+    emulator.app.middlewares.append(count_reads)
+    async with emulator, await KubeClient.from_kubeconfig(emulator.kubeconfig_path) as kube:
+        h = Harness(infra, nc, js, subjects, emulator, kube)
+        await kube.create(JOBS, "user-a", job())
+        async with h.watcher(FAST):
+            await h.logged(WorkloadObserved, lambda e: e.name == "pi")
+            await h.decide(admitted(), "zone-a")
+            await h.logged(WorkloadObserved, lambda e: e.name == "pi" and not e.suspended)
+
+            async def told() -> bool:
+                recorded = await kube.list(EVENTS, namespace="user-a")
+                return any(e.get("reason") == "Admitted" for e in recorded.items)
+
+            await h.eventually(told)
+    assert reads == []
