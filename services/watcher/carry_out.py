@@ -11,7 +11,10 @@ exists
 already after a redelivery: that is success). A message is acked only once
 its patch succeeded or there was nothing to do: the workload is gone, finished, already in the
 wanted state, or the decision is stale (a later decision about it, or a newer incarnation of the
-name, is on the log). Conflicts and transient API errors are retried in place with backoff (so order
+name, is on the log). The patch is made from the job's last object as its watch showed it
+(``services.watcher.objects``), not read first; a conflict on that copy (it was behind), or a
+copy saying there is nothing to do, is settled with a GET at once.
+Conflicts and transient API errors are retried in place with backoff (so order
 is kept); a message that does not decode, or a patch the server refuses for good, is parked on the
 DLQ and acked. Only the ledger admits and preempts: a ledger decision (``Admitted``, ``Preempted``,
 ``Released``) whose subject names another action, workload or zone, or whose source is not the

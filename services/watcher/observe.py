@@ -7,8 +7,10 @@ publishes the deletion of objects the log holds live but the list no longer has 
 watcher was down, or during a watch gap), then watches from the list's resourceVersion, resuming
 from the last version seen after each watch ends, listing again after 410 Gone, and reconnecting
 with capped, jittered exponential backoff after any failure. Publishing retries until NATS takes
-the event. It also keeps the ``ClusterView`` (which resource each live workload is, the quota tree
-objects, each namespace's LimitRange defaults) that carrying out decisions, writing status and
+the event; it is pipelined (``Publisher``: many in flight, each object's events in order).
+It also keeps the ``ClusterView`` (which resource each live workload is, the quota tree
+objects, each namespace's LimitRange defaults, each live job's last object) that carrying
+out decisions, writing status and
 reading jobs need. A job reads with its namespace's LimitRange defaults for the containers that
 declare nothing; one that still requests nothing is rejected unless its branch of the tree says
 ``usher.io/allow-zero-requests: "true"``. Second line behind the admission webhook: a managed job
