@@ -11,7 +11,10 @@ exists
 already after a redelivery: that is success). A message is acked only once
 its patch succeeded or there was nothing to do: the workload is gone, finished, already in the
 wanted state, or the decision is stale (a later decision about it, or a newer incarnation of the
-name, is on the log). Conflicts and transient API errors are retried in place with backoff (so order
+name, is on the log). The patch is made from the job's last object as its watch showed it
+(``services.watcher.objects``), not read first; a conflict on that copy (it was behind), or a
+copy saying there is nothing to do, is settled with a GET at once.
+Conflicts and transient API errors are retried in place with backoff (so order
 is kept); a message that does not decode, or a patch the server refuses for good, is parked on the
 DLQ and acked. Only the ledger admits and preempts: a ledger decision (``Admitted``, ``Preempted``,
 ``Released``) whose subject names another action, workload or zone, or whose source is not the
@@ -62,6 +65,7 @@ from services.watcher.translate import workload_event
 from usher.adapters.kube import (
     AlreadyExists,
     Conflict,
+    JsonObj,
     KubeClient,
     KubeError,
     NotFound,
@@ -258,7 +262,10 @@ class DecisionRunner:
             return
         namespace, name = object_name(decision.workload)
         try:
-            obj = await self.kube.get(resource, namespace, name)
+            # Who the job is and when it was made: the watch's copy says it as well as a GET.
+            obj = self.cluster.objects.get(decision.workload, resource) or await self.kube.get(
+                resource, namespace, name
+            )
             event = decision_event(decision, obj, datetime.now(UTC))
             if self.deliveries is not None:
                 event_id = f"{self.ctx.subjects.prefix}-{seq}"
@@ -299,20 +306,51 @@ class DecisionRunner:
         if resource is None:
             return "gone"
         self.view.note_decision(decision, seq)
-        family = self._families[resource.storage]
-        namespace, name = object_name(key)
+        objects = self.cluster.objects
         try:
+            # The watch's copy first (no GET); when it is behind (409) or says there is
+            # nothing to do, the server's copy decides.
+            cached = objects.get(key, resource)
+            if cached is not None:
+                with contextlib.suppress(Conflict):
+                    result = await self._follow(decision, seq, resource, cached, confirmed=False)
+                    if result is not None:
+                        return result
+                objects.drop(key)
+            namespace, name = object_name(key)
             obj = await self.kube.get(resource, namespace, name)
-            if family.outcome(obj) is not None:
-                return "finished"
-            patch = _patch_for(decision, family, obj, self._tolerations(decision))
-            if patch is None:
-                if isinstance(decision, Preempted | Requeued):
-                    await self._confirm_stopped(resource, family, obj, seq)
-                return "already"
-            await self.kube.merge_patch(resource, namespace, name, patch)
+            return await self._follow(decision, seq, resource, obj, confirmed=True) or "already"
+        except Conflict:
+            objects.drop(key)
+            raise
         except NotFound:
+            objects.drop(key)
             return "gone"
+
+    async def _follow(
+        self,
+        decision: Admitted | Preempted | Requeued,
+        seq: int,
+        resource: Resource,
+        obj: JsonObj,
+        *,
+        confirmed: bool,
+    ) -> Result | None:
+        """Patch ``obj`` (guarded by its resourceVersion) to follow ``decision``; None when
+        there is nothing to do but ``obj`` is not ``confirmed`` by a read of the server."""
+        family = self._families[resource.storage]
+        if family.outcome(obj) is not None:
+            return "finished" if confirmed else None
+        patch = _patch_for(decision, family, obj, self._tolerations(decision))
+        if patch is None:
+            if not confirmed:
+                return None
+            if isinstance(decision, Preempted | Requeued):
+                await self._confirm_stopped(resource, family, obj, seq)
+            return "already"
+        namespace, name = object_name(decision.workload)
+        patched = await self.kube.merge_patch(resource, namespace, name, patch)
+        self.cluster.objects.put(decision.workload, resource, patched)
         return "patched"
 
     def _tolerations(self, decision: Admitted | Preempted | Requeued) -> tuple[Toleration, ...]:

@@ -7,8 +7,10 @@ publishes the deletion of objects the log holds live but the list no longer has 
 watcher was down, or during a watch gap), then watches from the list's resourceVersion, resuming
 from the last version seen after each watch ends, listing again after 410 Gone, and reconnecting
 with capped, jittered exponential backoff after any failure. Publishing retries until NATS takes
-the event. It also keeps the ``ClusterView`` (which resource each live workload is, the quota tree
-objects, each namespace's LimitRange defaults) that carrying out decisions, writing status and
+the event; it is pipelined (``Publisher``: many in flight, each object's events in order).
+It also keeps the ``ClusterView`` (which resource each live workload is, the quota tree
+objects, each namespace's LimitRange defaults, each live job's last object) that carrying
+out decisions, writing status and
 reading jobs need. A job reads with its namespace's LimitRange defaults for the containers that
 declare nothing; one that still requests nothing is rejected unless its branch of the tree says
 ``usher.io/allow-zero-requests: "true"``. Second line behind the admission webhook: a managed job
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,20 +40,28 @@ from typing import Any
 from nats.js.api import PubAck
 
 from schemas import (
+    ClusterEvent,
     ContainerTermination,
     Envelope,
     FieldError,
     Millis,
+    NodeObserved,
+    NodeRemoved,
+    PriorityClassDeleted,
+    PriorityClassObserved,
     QuotaNode,
     QuotaTreeDeleted,
+    WorkloadDeleted,
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
     WorkloadProgress,
     WorkloadRejected,
     Zone,
+    ZoneServed,
 )
 from services.common.runtime import ServiceContext
+from services.common.tasks import cancel_tasks
 from services.watcher.fleet import object_of, ours, zone_here
 from services.watcher.kinds import (
     LIMIT_RANGES,
@@ -64,6 +76,7 @@ from services.watcher.kinds import (
     suspend_flag,
     suspend_patch,
 )
+from services.watcher.objects import LastSeen
 from services.watcher.options import WatcherOptions, retrying
 from services.watcher.projection import WatcherProjection
 from services.watcher.translate import (
@@ -138,6 +151,15 @@ class ClusterView:
     limit_ranges: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     """Container defaults of each LimitRange, by (namespace, name)."""
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    objects: LastSeen = field(default_factory=LastSeen)
+    """Each live, unfinished workload's last object: decisions patch it without a GET."""
+
+    def forget_workload(self, key: WorkloadKey, resource: Resource) -> None:
+        """The workload (of ``resource``) is gone from the cluster: forget all about it."""
+        known = self.workloads.get(key)
+        if known is not None and known.storage == resource.storage:
+            del self.workloads[key]
+            self.objects.drop(key)
 
     def container_defaults(self, namespace: str) -> dict[str, str]:
         """The namespace's LimitRange defaults (several: the first by name wins a resource)."""
@@ -152,7 +174,19 @@ class ClusterView:
 
 
 class Publisher:
-    """Publishes cluster events the log does not say yet, and records them as said."""
+    """Publishes cluster events the log does not say yet, and records them as said.
+
+    Pipelined: ``publish`` sends and returns; the ack is awaited beside the caller, so many
+    publishes are in flight at once and nats-py writes them to the socket together (one
+    awaited publish each made its flusher write one packet per event). What the protocol
+    needs of the order is kept: the events about one object (a workload, a node, a class,
+    the tree) are published one after the other, the next sent only once the log holds the
+    one before (a publish retried through a NATS restart can then never land behind a later
+    one), and ``settle`` waits for everything in flight (a relist is complete only once the
+    log says all of it). Each event keeps its ``Nats-Msg-Id``: a publish retried after its
+    ack was lost is dropped by the server, never doubled. At most
+    ``options.publishes_in_flight`` events are unacknowledged at once.
+    """
 
     def __init__(
         self, ctx: ServiceContext, view: WatcherProjection, options: WatcherOptions
@@ -160,13 +194,45 @@ class Publisher:
         self._ctx = ctx
         self._view = view
         self._options = options
+        self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
+        """The last publish of each object (``_about``) not acknowledged yet."""
+        self._room = asyncio.Semaphore(options.publishes_in_flight)
 
-    async def publish(self, out: Outgoing, log: Any) -> bool:
-        """Publish ``out`` unless the log already says it; True when it was published."""
-        if not self._view.is_news(out.event):
+    async def publish(
+        self, out: Outgoing, log: Any, when: Callable[[ClusterEvent], bool] | None = None
+    ) -> bool:
+        """Publish ``out`` unless the log already says it (or ``when`` says no, asked once
+        the log holds what was published before about the same object); True when it is
+        being published."""
+        about = _about(out.event)
+        earlier = self._in_flight.get(about)
+        if earlier is not None:
+            await asyncio.wait([earlier])
+        if (when is not None and not when(out.event)) or not self._view.is_news(out.event):
             return False
         envelope = Envelope(id=out.id, time=datetime.now(UTC), source=SOURCE, event=out.event)
+        await self._room.acquire()
+        task = asyncio.create_task(self._publish(out, envelope, log), name=f"publish {out.id}")
+        self._in_flight[about] = task
+        task.add_done_callback(functools.partial(self._landed, about))
+        return True
 
+    @property
+    def unacknowledged(self) -> int:
+        """How many objects have a publish on its way (sent, not acknowledged yet)."""
+        return len(self._in_flight)
+
+    async def settle(self) -> None:
+        """Wait until the log holds everything published so far."""
+        while self._in_flight:
+            await asyncio.wait(list(self._in_flight.values()))
+
+    async def close(self) -> None:
+        """Stop waiting for acks (the service stops: what was not acknowledged is published
+        again after the restart's relist, since the log does not say it)."""
+        await cancel_tasks(list(self._in_flight.values()))
+
+    async def _publish(self, out: Outgoing, envelope: Envelope, log: Any) -> None:
         async def publish() -> PubAck:
             return await publish_envelope(self._ctx.js, out.subject, envelope)
 
@@ -174,7 +240,37 @@ class Publisher:
         ack = await retrying(publish, f"publishing {out.id}", log, self._options)
         self._view.record(out.event)
         log.debug("published", type=event_tag(out.event), id=out.id, duplicate=ack.duplicate)
-        return True
+
+    def _landed(self, about: tuple[str, str], task: asyncio.Task[None]) -> None:
+        self._room.release()
+        if self._in_flight.get(about) is task:
+            del self._in_flight[about]
+        if not task.cancelled() and task.exception() is not None:
+            # As a handler's bug (``Observer._guarded``): one object's trouble is logged and
+            # stops nothing else.
+            self._ctx.log.error(
+                "observation not published", about=about, error=repr(task.exception())
+            )
+
+
+def _about(event: ClusterEvent) -> tuple[str, str]:
+    """The object ``event`` is about: events about one object keep their order on the log."""
+    match event:
+        case (
+            WorkloadObserved()
+            | WorkloadFinished()
+            | WorkloadProgress()
+            | WorkloadDeleted()
+            | WorkloadRejected()
+        ):
+            return "workload", event.workload
+        case NodeObserved() | NodeRemoved():
+            return "node", event.node
+        case PriorityClassObserved() | PriorityClassDeleted():
+            return "priority-class", event.name
+        case ZoneServed():
+            return "zone", event.zone
+    return "quota-tree", ""
 
 
 # --------------------------------------------------------------------------- the loop
@@ -281,7 +377,10 @@ class Observer(ABC):
             who = identity(obj)
             present.add((who.namespace, who.name))
             await self._guarded(self.on_present, resource, obj)
+        # What is gone is judged against a log that holds everything the list said.
+        await self.publisher.settle()
         await self.after_relist(resource, present)
+        await self.publisher.settle()
         self.settled.set()
         self.log.info("listed", count=len(result.items), version=result.resource_version)
         return result.resource_version
@@ -361,10 +460,14 @@ class WorkloadObserver(Observer):
         who = identity(obj)
         if controlled_by_workload(obj):
             # Part of a bigger workload (a JobSet's Jobs): its owner is what Usher admits.
-            self._forget(resource, who)
+            self.cluster.forget_workload(who.key, resource)
             return
         if self.family.supported:
             self.cluster.workloads[who.key] = resource
+            if self.family.outcome(obj) is None:
+                self.cluster.objects.put(who.key, resource, obj)
+            else:
+                self.cluster.objects.drop(who.key)  # finished: no decision patches it
         log = self.log.bind(workload=who.key)
         branch = self._branch(obj, who)
         if self.family.supported and branch is not None and self._runs_unadmitted(obj, who):
@@ -424,11 +527,12 @@ class WorkloadObserver(Observer):
         out = workload_progress(resource, self.family, obj, self.ctx.subjects, now)
         if out is None or not isinstance(out.event, WorkloadProgress):
             return
-        counts = out.event
-        nothing_yet = counts.ready == counts.succeeded == counts.failed == 0
-        if nothing_yet and not self.view.progress_started(counts.workload):
-            return
-        await self.publisher.publish(out, log)
+        await self.publisher.publish(out, log, when=self._progress_worth_saying)
+
+    def _progress_worth_saying(self, event: ClusterEvent) -> bool:
+        assert isinstance(event, WorkloadProgress)
+        nothing_yet = event.ready == event.succeeded == event.failed == 0
+        return not nothing_yet or self.view.progress_started(event.workload)
 
     async def _stop_the_rest(
         self, resource: Resource, obj: JsonObj, min_success: int, log: Any
@@ -482,15 +586,15 @@ class WorkloadObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         who = identity(obj)
-        self._forget(resource, who)
+        self.cluster.forget_workload(who.key, resource)
         out = workload_deleted(resource, obj, self.ctx.subjects)
-        if self.view.knows_live(out.event):
-            await self.publisher.publish(out, self.log.bind(workload=who.key))
+        log = self.log.bind(workload=who.key)
+        await self.publisher.publish(out, log, when=self.view.knows_live)
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
-        for key, known in list(self.cluster.workloads.items()):
-            if known.storage == resource.storage and object_of(key) not in present:
-                del self.cluster.workloads[key]
+        for key in list(self.cluster.workloads):
+            if object_of(key) not in present:
+                self.cluster.forget_workload(key, resource)
         for key, said in list(self.view.workloads.items()):
             if family_of_kind(said.kind) is not self.family or not ours(key):
                 continue  # another kind, or another cluster's (M1)
@@ -500,11 +604,6 @@ class WorkloadObserver(Observer):
             log = self.log.bind(workload=key)
             if await self.publisher.publish(out, log):
                 log.info("workload gone while unobserved: deleted")
-
-    def _forget(self, resource: Resource, who: Identity) -> None:
-        known = self.cluster.workloads.get(who.key)
-        if known is not None and known.storage == resource.storage:
-            del self.cluster.workloads[who.key]
 
 
 class NodeObserver(Observer):
@@ -526,8 +625,9 @@ class NodeObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         out = node_removed(obj, self.ctx.subjects)
-        if zone_here(identity(obj).zone) and self.view.knows_live(out.event):
-            await self.publisher.publish(out, self.log.bind(node=identity(obj).name))
+        if zone_here(identity(obj).zone):
+            log = self.log.bind(node=identity(obj).name)
+            await self.publisher.publish(out, log, when=self.view.knows_live)
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
         for name, said in list(self.view.nodes.items()):
@@ -554,8 +654,8 @@ class PriorityClassObserver(Observer):
 
     async def on_deleted(self, resource: Resource, obj: JsonObj) -> None:
         out = priority_class_deleted(obj, self.ctx.subjects)
-        if self.view.knows_live(out.event):
-            await self.publisher.publish(out, self.log.bind(priority_class=identity(obj).name))
+        log = self.log.bind(priority_class=identity(obj).name)
+        await self.publisher.publish(out, log, when=self.view.knows_live)
 
     async def after_relist(self, resource: Resource, present: set[tuple[str, str]]) -> None:
         for name in list(self.view.classes):

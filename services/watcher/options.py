@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from services.common.retry import Backoff
 from services.common.retry import retrying as retry_nats
+from services.watcher.objects import DEFAULT_CAPACITY
 
 T = TypeVar("T")
 
@@ -39,6 +40,12 @@ class WatcherOptions:
     counts them all. Every write sends the whole list (a merge patch replaces arrays), so
     listing 15,000 pending jobs once a second cost the watcher and the API server more CPU
     than admitting them; ``usher queue`` shows every position."""
+
+    cached_objects: int = DEFAULT_CAPACITY
+    """Workload objects kept from the watch so that carrying out a decision needs no GET
+    (``services.watcher.objects``); 0 reads every object before its patch."""
+    publishes_in_flight: int = 1024
+    """Observations published and not yet acknowledged at most (``observe.Publisher``)."""
 
     estimate_interval_s: float = 10.0
     """How often the pending workloads are estimated (a trial pass) to count those waiting

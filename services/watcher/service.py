@@ -27,6 +27,7 @@ from services.watcher.carry_out import DecisionRunner
 from services.watcher.deliveries import WebhookDeliveries
 from services.watcher.fleet import LinkWatch, here, serve_cluster
 from services.watcher.kinds import JOB_FAMILIES, UNSUPPORTED_FAMILIES
+from services.watcher.objects import LastSeen
 from services.watcher.observe import (
     ClusterView,
     LimitRangeObserver,
@@ -78,7 +79,7 @@ class Watcher:
         self.options = options
         # The projection only answers queries: its zones filter does not matter.
         self.view = WatcherProjection.empty(Engine(ctx.settings.engine), ctx.subjects)
-        self.cluster = ClusterView()
+        self.cluster = ClusterView(objects=LastSeen(options.cached_objects))
         self.publisher = Publisher(ctx, self.view, options)
         args = (ctx, kube, self.publisher, self.view, self.cluster, options)
         # Another cluster than the default one (M1) says nothing of the tree and the
@@ -159,6 +160,7 @@ class Watcher:
 
     async def _cancel_all(self) -> None:
         failures = await cancel_tasks(self._tasks)
+        await self.publisher.close()
         for task, error in failures.items():
             self.ctx.log.error("task failed", task=task.get_name(), error=repr(error))
         self._tasks.clear()

@@ -314,7 +314,39 @@ async def test_patch_with_stale_resource_version_conflicts(api: client.ApiClient
     with pytest.raises(ApiException) as conflict:
         await batch.patch_namespaced_job("train", NS, {**stale, "spec": {"suspend": True}})
     assert conflict.value.status == 409
-    assert json.loads(conflict.value.body)["reason"] == "Conflict"
+    body = json.loads(conflict.value.body)
+    # What kube-apiserver answers (an optimistic-lock failure of the patched update).
+    assert (body["reason"], body["code"], body["details"]) == (
+        "Conflict",
+        409,
+        {"name": "train", "group": "batch", "kind": "jobs"},
+    )
+    assert body["message"] == (
+        'Operation cannot be fulfilled on jobs.batch "train": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
+    assert (await batch.read_namespaced_job("train", NS)).spec.suspend is False  # not applied
+
+
+async def test_a_patch_guarded_by_a_deleted_incarnations_version_conflicts(
+    api: client.ApiClient,
+) -> None:
+    """A copy of a job kept from its watch: the job was deleted and created again under the
+    same name since. A merge patch carrying the old object's resourceVersion must not touch
+    the new one (what lets the watcher patch from its copy without reading first)."""
+    batch = client.BatchV1Api(api)
+    old = await batch.create_namespaced_job(NS, job("train"))
+    await batch.delete_namespaced_job("train", NS)
+    new = await batch.create_namespaced_job(NS, job("train"))
+    stale = {"metadata": {"resourceVersion": old.metadata.resource_version}}
+    with pytest.raises(ApiException) as conflict:
+        await batch.patch_namespaced_job("train", NS, {**stale, "spec": {"suspend": False}})
+    assert conflict.value.status == 409
+    now = await batch.read_namespaced_job("train", NS)
+    assert (now.spec.suspend, now.metadata.resource_version) == (
+        True,
+        new.metadata.resource_version,
+    )
 
 
 async def test_stale_put_is_a_conflict(api: client.ApiClient) -> None:
