@@ -1,11 +1,15 @@
-"""``usher cluster lost NAME``: an operator declares a cluster lost (M1).
+"""``usher cluster list`` and ``usher cluster lost NAME``: the clusters of an installation
+of several (M1).
 
-What it does: as the admin identity, puts ``ClusterLost`` on the log for a cluster the log
-knows: its workloads are released as if deleted (the ledger and every engine read it) and
-nothing is admitted there until its watcher connects again. Exit codes as the other people's
-commands: 0 recorded, 3 refused (the field named), 4 nothing to talk to.
-What it must never do: guess that a cluster is gone (only an operator knows), or publish as
-anyone but the admin.
+What it does: ``list`` shows each cluster the log spoke of, as the core folds it
+(``usher.core.engine.queries.clusters``): connected, disconnected or lost, since when and why,
+its zones and how many of its jobs are admitted and waiting. ``lost``, as the admin identity,
+puts ``ClusterLost`` on the log for a cluster the log knows: its workloads are released as if
+deleted (the ledger and every engine read it) and nothing is admitted there until its watcher
+connects again. Exit codes as the other people's commands: 0 done, 3 refused (the field
+named), 4 nothing to talk to.
+What it must never do: guess that a cluster is gone (only an operator knows), publish as
+anyone but the admin, or work out a cluster's state itself (the core's fold says it).
 """
 
 from __future__ import annotations
@@ -17,15 +21,53 @@ import click
 
 from schemas import ClusterLost
 from usher.cli import cli
-from usher.cli.people import run, target_options
+from usher.cli.people import emit, output_option, render_table, run, target_options
 
 if TYPE_CHECKING:
     from usher.client import AsyncClient
+    from usher.core.engine.queries import ClusterView
 
 
 @cli.group("cluster")
 def cluster_group() -> None:
     """The clusters of an installation of several (M1)."""
+
+
+@cluster_group.command("list")
+@output_option
+@target_options
+def list_command(output: str, **options: Any) -> None:
+    """Each cluster the log spoke of: its state and since when, its zones, how many of its
+    jobs are admitted (they keep counting while it is disconnected) and waiting."""
+
+    async def work(client: AsyncClient) -> list[ClusterView]:
+        from usher.core.engine import queries
+
+        return queries.clusters((await client.state()).engine)
+
+    found = run(options, work)
+
+    def table() -> str:
+        if not found:
+            return "No cluster on the log: no watcher has announced its cluster (ClusterConnected)."
+        from usher.core.model.reasons import format_moment
+
+        rows = [
+            [
+                c.cluster,
+                c.state,
+                format_moment(c.since_ms),
+                ",".join(c.zones) or "-",
+                str(c.admitted),
+                str(c.pending),
+                c.why or "-",
+            ]
+            for c in found
+        ]
+        headers = ["CLUSTER", "STATE", "SINCE", "ZONES", "ADMITTED", "PENDING", "WHY"]
+        return render_table(headers, rows)
+
+    emit(found, output, table)
 
 
 @cluster_group.command("lost")

@@ -46,6 +46,7 @@ from schemas import (
 from usher.core.engine.facade import Engine
 from usher.core.history.estimate import Estimate, describe, estimate_pending
 from usher.core.history.fold import forged
+from usher.core.history.sim import pin_text
 from usher.core.history.replay import (
     History,
     fold,
@@ -354,6 +355,8 @@ def _line(
     elif isinstance(event, Admitted):
         what = "Admitted"
         detail = f"on {event.quota} (queue {event.queue}), {format_resources(event.requests)}"
+        if event.topology is not None:  # its pods' domain (TP1), as `usher sim` words it
+            detail += f", in {pin_text(event.topology)}"
     elif isinstance(event, Preempted):
         # Its own preemptor: a drain's (R15) or grown after admission (R16); nobody takes
         # its place.
