@@ -4,8 +4,8 @@ it: what the console's and the CLI's tests show. Pure values; never touches a se
 Cluster ``default`` (zone ``default``): four 8-gpu nodes, rack-1 holding n1 and n2, rack-2 n3
 and rack-3 n4, all in block b1. Gang ``train/a`` (2 x 8 gpu, one rack required) is admitted
 pinned to rack-1; gang ``train/c`` (the same) waits: the zone has 16 gpu free but no rack does.
-Cluster ``west`` (zone ``west``, two 8-gpu nodes): ``train/w1@west`` is admitted, then west's watcher loses its
-API server; ``train/w2@west``, seen before that, waits for it.
+Cluster ``west`` (zone ``west``, two 8-gpu nodes): ``train/w1@west`` is admitted, then west's
+watcher loses its API server; ``train/w2@west``, seen before that, waits for it.
 """
 
 from __future__ import annotations

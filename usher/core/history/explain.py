@@ -46,7 +46,6 @@ from schemas import (
 from usher.core.engine.facade import Engine
 from usher.core.history.estimate import Estimate, describe, estimate_pending
 from usher.core.history.fold import forged
-from usher.core.history.sim import pin_text
 from usher.core.history.replay import (
     History,
     fold,
@@ -55,6 +54,7 @@ from usher.core.history.replay import (
     quantities,
     to_datetime,
 )
+from usher.core.history.sim import pin_text
 from usher.core.history.usage import Interval, intervals_of
 from usher.core.intake.workload import SUSPENDED_BY_USHER, bypassed_queue, suspended_by_usher
 from usher.core.model import reasons
