@@ -109,3 +109,28 @@ def test_explain_names_the_domain_of_the_admission(tmp_path: Path) -> None:
     assert "why:      ClusterDisconnected: cluster west disconnected at 2024-05-01T12:00:07Z" in (
         waiting.stdout
     )
+
+
+async def test_cluster_domains_shows_each_racks_pinned_use_and_free_room(
+    infra: Infra, js: JetStreamContext, subjects: Subjects, tmp_path: Path
+) -> None:
+    await _published(js, subjects)
+    target = ("--nats", infra.nats_url, "--prefix", subjects.prefix, "--home", str(tmp_path))
+    done = usher("cluster", "domains", *target)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split() == [
+        "ZONE", "LEVEL", "DOMAIN", "CPU", "used/allocatable", "CPU", "free",
+        "NVIDIA.COM/GPU", "used/allocatable", "NVIDIA.COM/GPU", "free",
+    ]  # fmt: skip
+    rows = [line.split() for line in done.stdout.splitlines()[1:]]
+    assert ["default", "topology.usher.io/rack", "rack-1", "8/64", "56", "16/16", "0"] in rows
+    assert ["default", "topology.usher.io/rack", "rack-2", "0/32", "32", "0/8", "8"] in rows
+    assert ["west", "topology.usher.io/rack", "rack-w", "0/64", "64", "0/16", "16"] in rows
+
+    as_json = usher("cluster", "domains", "-o", "json", *target)
+    assert as_json.returncode == 0, as_json.stderr
+    rack1 = next(d for d in json.loads(as_json.stdout) if d["domain"] == "rack-1")
+    assert (rack1["used"], rack1["free"]) == (
+        {"cpu": 8000, "nvidia.com/gpu": 16},
+        {"cpu": 56000, "nvidia.com/gpu": 0},
+    )
