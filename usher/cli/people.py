@@ -674,8 +674,9 @@ def jobs(
     output: str,
     **options: Any,
 ) -> None:
-    """Every job Usher knows: state, queue, position, priority and why it waits (-o json and
-    --start: when a pending one likely starts)."""
+    """Every job Usher knows: state, queue, position, priority, zone, the topology domain an
+    admitted one is pinned to (DOMAIN, when some is) and why it waits (-o json and --start:
+    when a pending one likely starts)."""
 
     async def work(client: AsyncClient) -> list[JobInfo]:
         found = await client.list_jobs(namespace, states=states or None, group=group)
@@ -710,6 +711,13 @@ def jobs(
             for j in found
         ]
         headers = ["NAMESPACE", "NAME", "STATE", "QUEUE", "POS", "PRIO", "ZONE", "AGE", "REASON"]
+        if any(j.topology for j in found):
+            # Only while some job is pinned to a topology domain (TP1), like HOLD in queues.
+            from usher.core.history.sim import pin_text
+
+            for row, j in zip(rows, found, strict=True):
+                row.insert(-2, pin_text(j.topology) if j.topology else "-")
+            headers.insert(-2, "DOMAIN")
         if show_start:
             now = datetime.now(UTC)
             for row, j in zip(rows, found, strict=True):

@@ -7,8 +7,9 @@ job's age (``age``, as ``usher jobs`` prints AGE), each quota node's used / min 
 widths per resource (``quota_bars``), for every inner node which children borrow beyond their
 guarantee and which leave theirs unused (``loans``), the decisions a filter keeps
 (``keep_decision``; a filter naming nothing there is refused by ``filter_problem``) a page at
-a time (``page_of_decisions``), and chart series as SVG points on one shared time span
-(``line_chart``, ``dot_chart``).
+a time (``page_of_decisions``), chart series as SVG points on one shared time span
+(``line_chart``, ``dot_chart``), and each topology domain's room in Kubernetes notation
+(``domain_rows``, from the core's ``domain_use``).
 What it must never do: read the log, the clock or the network, or decide anything: it only
 rearranges what the projections say.
 """
@@ -22,6 +23,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from usher.client.state import FEED_SUSPENDED, DecisionInfo, QuotaInfo
+from usher.core.engine.queries import DomainUse
 from usher.core.history.replay import QuotaRow, to_datetime
 from usher.core.model.quantity import format_quantity, parse_quantity
 
@@ -464,3 +466,41 @@ def dot_chart(title: str, series: Series, unit: Unit, span: tuple[int, int] | No
     ]
     legend = [Line(name=line.name, colour=line.colour, points="") for line in chart.lines]
     return msgspec.structs.replace(chart, lines=legend, dots=dots)
+
+
+# --------------------------------------------------------------------------- topology
+
+
+class DomainRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One topology domain as the clusters page shows it: per resource, what its nodes
+    allocate, what pinned admissions use there and what is free, in Kubernetes notation."""
+
+    zone: str
+    level: str
+    domain: str
+    cells: list[tuple[str, str, str] | None]
+    """Per resource of the page: ``(used, allocatable, free)``; None where it has none."""
+    full: bool
+    """Nothing of some resource is free (a pinned gang asking it fits no more)."""
+
+
+def domain_rows(domains: Sequence[DomainUse]) -> tuple[list[str], list[DomainRow]]:
+    """The resources any domain allocates (in ``RESOURCES`` order, then sorted) and a row per
+    domain, as the core counted them (no number is worked out here but the notation)."""
+    present = {r for d in domains for r in d.allocatable}
+    resources = [r for r in RESOURCES if r in present] + sorted(present - set(RESOURCES))
+    rows = []
+    for d in domains:
+        cells: list[tuple[str, str, str] | None] = [
+            (
+                format_quantity(r, d.used.get(r, 0)),
+                format_quantity(r, d.allocatable[r]),
+                format_quantity(r, d.free.get(r, 0)),
+            )
+            if r in d.allocatable
+            else None
+            for r in resources
+        ]
+        full = any(d.free.get(r, 0) <= 0 for r in d.allocatable)
+        rows.append(DomainRow(zone=d.zone, level=d.level, domain=d.domain, cells=cells, full=full))
+    return resources, rows

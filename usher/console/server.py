@@ -2,7 +2,9 @@
 
 What it does: ``make_app`` serves, from one ``ConsoleLog``, the pages (``/`` the quota tree and
 the queues at a glance, ``/queues``, ``/queue/<name>`` a page of 100 jobs at a time,
-``/job/<namespace>/<name>`` a job's story, ``/decisions`` with filters, ``/charts``,
+``/job/<namespace>/<name>`` a job's story (an admitted one's topology domain, TP1),
+``/clusters`` each cluster's state, zones and jobs (M1) and each topology domain's room (TP1),
+``/decisions`` with filters, ``/charts``,
 ``/replay?seq=N`` the state at a past log position; a parameter that names nothing there or a
 page or position out of range is refused with a 400 page saying what is allowed, never clamped
 or shown as an empty list), ``/events`` (server-sent events: the log position and each
@@ -47,9 +49,12 @@ from usher.client.state import DecisionInfo, QueuedJob, StateView, now_ms
 from usher.client.target import Target
 from usher.console import pages
 from usher.console.feed import KEEP_DECISIONS, ConsoleLog, Update
+from usher.core.engine import queries
 from usher.core.history import explain as explaining
 from usher.core.history import replay as hist
 from usher.core.history.estimate import describe
+from usher.core.history.sim import pin_text
+from usher.core.values.labels import level_noun
 
 HERE = Path(__file__).resolve().parent
 LOG_KEY: web.AppKey[ConsoleLog] = web.AppKey("log", ConsoleLog)
@@ -87,6 +92,9 @@ def templates() -> jinja2.Environment:
     env.filters["code_spans"] = code_spans
     env.globals["age"] = age
     env.globals["estimated_start"] = estimated_start
+    env.globals["pin_text"] = pin_text
+    env.filters["level_noun"] = level_noun
+    env.filters["moment"] = lambda ms: hist.format_datetime(hist.to_datetime(ms))
     return env
 
 
@@ -353,6 +361,23 @@ def _other_jobs(history: hist.History, key: WorkloadKey) -> dict[int, str]:
             elif event.preemptor == key:
                 out[item.seq] = event.workload
     return out
+
+
+@routes.get("/clusters")
+async def clusters_page(request: web.Request) -> web.Response:
+    """Each cluster the log spoke of (M1): its state since when and why, its zones, its
+    admitted and waiting jobs; each domain of each topology level (TP1): what its nodes
+    allocate, what pinned admissions use there, what is free. Both as the core folds them."""
+    log = request.app[LOG_KEY]
+    engine = log.people.engine
+    resources, domains = pages.domain_rows(queries.domain_use(engine))
+    return render(
+        request,
+        "clusters.html",
+        clusters=queries.clusters(engine),
+        resources=resources,
+        domains=domains,
+    )
 
 
 @routes.get("/decisions")

@@ -4,8 +4,10 @@ What it does: answers ``EngineContext.queues``, ``queue_counts``, ``job_state``,
 ``ready_timeout_ms``, ``quota_used`` (and split by zone, ``quota_used_by_zone``),
 ``quota_zone_mins``, ``quota_nodes``, ``reason`` (as of the last pass),
 ``reason_now`` (worked out from the state alone, for a state rebuilt from the log) and
-``admission_shortfall`` (the ledger's check) over an engine's state; the views they return
-(``JobView``, ``QueueEntry``).
+``admission_shortfall`` (the ledger's check) over an engine's state; for people, an admitted
+workload's ``topology_pin`` (TP1), each cluster with its zones and jobs (``clusters``, M1) and
+each topology domain's room (``domain_use``: TP1's own ``topology.rooms``, never a second
+count); the views they return (``JobView``, ``QueueEntry``, ``ClusterView``, ``DomainUse``).
 What it must never do: change the state (only ``next_wakeup``'s pruning of stale wakeups is
 a write, and it stays in the engine), decide anything, read a clock, or iterate an unordered
 collection where the order could reach an answer.
@@ -18,11 +20,23 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from schemas import QueueName, QuotaPath, Reason, WorkloadKey, Zone
+from schemas import (
+    ClusterName,
+    Millis,
+    QueueName,
+    QuotaPath,
+    Reason,
+    TopologyPin,
+    WorkloadKey,
+    Zone,
+    cluster_of,
+)
 from usher.core.engine import backfill, starvation
 from usher.core.gates import chain
 from usher.core.model import reasons
+from usher.core.rules import topology
 from usher.core.rules.arbitration import Load, NodeLoad, first_shortfall, quota_exceeded
+from usher.core.rules.clusters import LinkState
 from usher.core.state.indexed import (
     ADMITTED,
     FINISHED,
@@ -33,6 +47,7 @@ from usher.core.state.indexed import (
     JobState,
     Placement,
     QuotaNodeInfo,
+    Shape,
     shape_of,
 )
 
@@ -303,3 +318,114 @@ def _shortfall_now(e: EngineContext, job: Job) -> Reason | None:
     if job.held:
         return None
     return e.quota_shortfall(job) or e.zone_shortfall(job)
+
+
+# --------------------------------------------------------------------------- for people
+
+
+class ClusterView(msgspec.Struct, frozen=True, kw_only=True):
+    """One cluster as the log last described it (M1), with the jobs that live in it."""
+
+    cluster: ClusterName
+    state: LinkState
+    since_ms: Millis
+    """When the log said so."""
+    zones: tuple[Zone, ...]
+    why: str = ""
+    """The disconnection's reason, or who declared it lost and why."""
+    admitted: int = 0
+    """Its admitted workloads (they keep counting while it is disconnected)."""
+    pending: int = 0
+    """Its workloads waiting in a queue."""
+
+
+class DomainUse(msgspec.Struct, frozen=True, kw_only=True):
+    """One domain of a topology level in one zone (TP1): what its schedulable nodes allocate,
+    what the admissions pinned to nodes it shares use, and what is free for a gang."""
+
+    zone: Zone
+    level: str
+    domain: str
+    allocatable: dict[str, int]
+    used: dict[str, int]
+    free: dict[str, int]
+
+
+def topology_pin(e: EngineContext, key: WorkloadKey) -> TopologyPin | None:
+    """The domain an admitted workload's pods are pinned to (TP1); None when it is not
+    admitted or was admitted anywhere in its zone."""
+    job = e.state.jobs.get(key)
+    return job.pin if job is not None and job.state == ADMITTED else None
+
+
+def clusters(e: EngineContext) -> list[ClusterView]:
+    """Every cluster the log spoke of (M1), by name, with how many of its workloads (those
+    whose key names it, ``cluster_of``) are admitted and waiting; empty for a log of one
+    cluster that never announced itself."""
+    counts: dict[ClusterName, list[int]] = {name: [0, 0] for name in e.state.clusters}
+    for key, job in e.state.jobs.items():
+        count = counts.get(cluster_of(key))
+        if count is not None and job.state in (ADMITTED, PENDING):
+            count[0 if job.state == ADMITTED else 1] += 1
+    return [
+        ClusterView(
+            cluster=name,
+            state=link.state,
+            since_ms=link.since_ms,
+            zones=link.zones,
+            why=link.why,
+            admitted=counts[name][0],
+            pending=counts[name][1],
+        )
+        for name, link in sorted(e.state.clusters.items())
+    ]
+
+
+def topology_levels(e: EngineContext) -> list[str]:
+    """Every topology level some node of the tree in force names (TP1), widest first as the
+    tree names them (the root's first)."""
+    found: dict[str, None] = {}
+    for info in e.state.tree.nodes.values():
+        found.update(dict.fromkeys(info.topology_levels))
+    return list(found)
+
+
+def domain_use(e: EngineContext) -> list[DomainUse]:
+    """Every domain of every topology level of the tree, in every zone whose nodes carry it
+    (TP1): its room as ``topology.rooms`` counts it for admission (allocatable of its
+    schedulable nodes, less every pinned admission sharing a node with it); by zone, level
+    (widest first) and domain."""
+    out: list[DomainUse] = []
+    levels = topology_levels(e)
+    for zone in sorted(e.state.nodes):
+        nodes = e.state.nodes[zone]
+        pinned = _pinned_in_zone(e, zone)
+        for level in levels:
+            whole = topology.rooms(nodes, level, [], [])
+            for total, room in zip(whole, topology.rooms(nodes, level, pinned, []), strict=True):
+                used = {
+                    r: total.free.get(r, 0) - room.free.get(r, 0)
+                    for r in sorted(total.free.keys() | room.free.keys())
+                }
+                out.append(
+                    DomainUse(
+                        zone=zone,
+                        level=level,
+                        domain=room.domain,
+                        allocatable=dict(sorted(total.free.items())),
+                        used={r: a for r, a in used.items() if a != 0},
+                        free=dict(sorted(room.free.items())),
+                    )
+                )
+    return out
+
+
+def _pinned_in_zone(e: EngineContext, zone: Zone) -> list[tuple[TopologyPin, Shape]]:
+    """The pinned admissions of ``zone``, in admission order (what ``pinned_in`` gives a
+    workload of it, its own included)."""
+    found = [
+        (job.admit_seq, job.pin, job.used_shape)
+        for job in e.state.jobs.values()
+        if job.pin is not None and job.state == ADMITTED and job.zone == zone
+    ]
+    return [(pin, shape) for _, pin, shape in sorted(found, key=lambda entry: entry[0])]

@@ -54,6 +54,7 @@ from usher.core.history.replay import (
     quantities,
     to_datetime,
 )
+from usher.core.history.sim import pin_text
 from usher.core.history.usage import Interval, intervals_of
 from usher.core.intake.workload import SUSPENDED_BY_USHER, bypassed_queue, suspended_by_usher
 from usher.core.model import reasons
@@ -354,6 +355,8 @@ def _line(
     elif isinstance(event, Admitted):
         what = "Admitted"
         detail = f"on {event.quota} (queue {event.queue}), {format_resources(event.requests)}"
+        if event.topology is not None:  # its pods' domain (TP1), as `usher sim` words it
+            detail += f", in {pin_text(event.topology)}"
     elif isinstance(event, Preempted):
         # Its own preemptor: a drain's (R15) or grown after admission (R16); nobody takes
         # its place.

@@ -40,6 +40,7 @@ from schemas import (
     Released,
     Requeued,
     Retried,
+    TopologyPin,
     Unmapped,
     WorkloadDeleted,
     WorkloadFinished,
@@ -47,6 +48,7 @@ from schemas import (
     WorkloadObserved,
     WorkloadRejected,
 )
+from usher.core.engine import queries as engine_queries
 from usher.core.engine.facade import Engine, JobView
 from usher.core.history.estimate import Estimate, estimate_pending
 from usher.core.history.explain import FairShareView
@@ -108,6 +110,8 @@ class JobInfo(msgspec.Struct, frozen=True, kw_only=True):
     created: datetime | None = None
     estimate: Estimate | None = None
     """While pending: when it likely starts, with a range, or why that is unknown."""
+    topology: TopologyPin | None = None
+    """While admitted: the domain all its pods are pinned to (TP1); None: anywhere."""
 
     @property
     def done(self) -> bool:
@@ -639,6 +643,7 @@ class PeopleProjection:
             requests=_quantities(totals),
             created=created,
             estimate=(estimates or {}).get(wkey) if view.state == JobState.PENDING else None,
+            topology=engine_queries.topology_pin(self.engine, wkey),
         )
 
     def view(self, now: Millis, *, reasons_too: bool = True) -> StateView:
