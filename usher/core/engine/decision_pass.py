@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.engine.data import OfferKey
+from usher.core.engine.pass_memo import PassMemo
 from usher.core.engine.reclaim_search import find_victims
 from usher.core.gates import chain
 from usher.core.model import reasons
@@ -71,6 +72,7 @@ class DecisionPass:
         self.stamp = 0
         self.full_pruned = False
         self.policy = engine.policy
+        self.memo = PassMemo(engine)
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
         for victim in victims or ():
@@ -86,7 +88,11 @@ class DecisionPass:
             leaf, job = popped
             # The candidate fitting its quota answers ``queue_viable`` too (its own shape is
             # one of the queue's, past the cursor): one quota walk instead of two.
-            fits_quota = not job.held and self.e.fits_quota(leaf, job.shape)
+            fits_quota = (
+                not job.held
+                and not self.memo.known_dead(leaf, job.shape)
+                and self.e.fits_quota(leaf, job.shape)
+            )
             # Offered once per pass, whatever follows: a candidate passed over below counts
             # as one that failed, so a preemption later in the pass does not bring it back.
             self.tried.add(job.key)
@@ -96,7 +102,9 @@ class DecisionPass:
                 self.cursor[leaf] = job.sort_key
                 self.fail(leaf)
                 continue
-            moved = self.try_candidate(job, fits_quota)
+            # A candidate whose try could only fail, changing nothing, is not tried.
+            hopeless = not fits_quota and self.memo.hopeless(self.e.state.tree.nodes[leaf], job)
+            moved = not hopeless and self.try_candidate(job, fits_quota)
             self.cursor[leaf] = job.sort_key
             if not moved:
                 self.fail(leaf)
@@ -215,7 +223,12 @@ class DecisionPass:
             return
         info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
-        within = self.e.within_min(info, () if job.held else job.shape)
+        if job.held:
+            within = self.e.within_min(info, ())
+        else:
+            within = not self.memo.known_dead(leaf, job.shape) and self.e.within_min(
+                info, job.shape
+            )
         # Below a spent lower-priority budget (B1), a last tier; elsewhere R3's two.
         tier = (
             self.e.budget_tier(leaf, job, within)
@@ -238,7 +251,7 @@ class DecisionPass:
         jobs = self.e.state.jobs
         # The gates that may shut something in this leaf, asked in their one order; a
         # standing refusal (a victim still stopping, R7) is offered and fails in the try.
-        gates = chain.passing_over(self.e, leaf)
+        gates = self.memo.gates(leaf)
         while index < end:
             key = entries[index][2]
             if key not in self.tried and chain.passed_over(self.e, jobs[key], gates) is None:
@@ -255,7 +268,7 @@ class DecisionPass:
         for shape, group in queue.shapes.items():
             if cursor is not None and group[-1] <= cursor:
                 continue
-            if e.fits_quota(leaf, shape) or e.within_min(info, shape):
+            if not self.memo.dead(info, shape):
                 return True
         if cursor is not None and (not queue.entries or queue.entries[-1] <= cursor):
             return False
@@ -281,6 +294,7 @@ class DecisionPass:
             return True
         if job.held:
             e.drop_hold(job)  # its own hold is what it may use now
+            self.memo.forget()
         if job.zones:
             fell_back = self.try_accepted_zones(job, fits_quota)
             if fell_back is not None:
@@ -421,6 +435,7 @@ class DecisionPass:
 
     def reopen(self, victims: list[tuple[Job, Reason]]) -> None:
         """After a preemption: refresh the victims' queues and open any queue it unblocked."""
+        self.memo.forget()  # usage went down: a shape that could not move may now
         for victim, _ in victims:
             leaf = victim.leaf
             if leaf is not None and leaf in self.live:

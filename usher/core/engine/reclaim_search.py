@@ -57,7 +57,7 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     leaf = e.state.tree.nodes[job.leaf]
     policy = leaf.preemption
     within = within_guarantee(e, job)
-    lower = leaf.within_quota == "LowerPriority" and preempts_in_leaf(policy, job.shape, leaf.min)
+    lower = preempts_own_leaf(leaf, job.shape)
     borrowing = not within and policy.while_borrowing is not None
     if not within and not lower and not borrowing:
         return None
@@ -91,6 +91,21 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     if removed is None:
         e.state.reclaim_failed[memo] = e.state.version
     return removed
+
+
+def preempts_own_leaf(leaf: QuotaNodeInfo, shape: Shape) -> bool:
+    """Whether a request of ``shape`` may preempt lower-priority work of its own leaf (L1
+    ``LowerPriority`` within quota, P3)."""
+    return leaf.within_quota == "LowerPriority" and preempts_in_leaf(
+        leaf.preemption, shape, leaf.min
+    )
+
+
+def preempts_beyond_guarantee(leaf: QuotaNodeInfo, shape: Shape) -> bool:
+    """Whether a request of ``shape`` asking beyond ``leaf``'s guarantee may still preempt:
+    in its own leaf, or other leaves' borrowers while borrowing (P2). Where it may not, such a
+    request that does not fit fails its reclaim with nothing looked at (``find_victims``)."""
+    return preempts_own_leaf(leaf, shape) or leaf.preemption.while_borrowing is not None
 
 
 _RECLAIM: Final = "reclaim"
