@@ -14,13 +14,23 @@ the same decisions and keep the same starvation clocks at every step.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from unittest.mock import patch
 
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import Millis, QuotaNode, QuotaPath, QuotaTreeApplied, WorkloadObserved, Zone
+from schemas import (
+    Millis,
+    QuotaNode,
+    QuotaPath,
+    QuotaTreeApplied,
+    WorkloadKey,
+    WorkloadObserved,
+    Zone,
+)
 from tests.builders.events import CORE, observed
 from tests.builders.generated import trees
 from tests.core.test_starvation_tracking import Step, _guarded, _Run, creates, thresholds
@@ -41,6 +51,9 @@ class _Recomputing(PassMemo):
 
     def dead(self, info: QuotaNodeInfo, shape: Shape) -> bool:
         return not self.e.fits_quota(info.path, shape) and not self.e.within_min(info, shape)
+
+    def within(self, info: QuotaNodeInfo, shape: Shape) -> bool:
+        return self.e.within_min(info, shape)
 
     def known_dead(self, leaf: QuotaPath, shape: Shape) -> bool:
         return False
@@ -151,11 +164,28 @@ def test_the_pass_memo_decides_as_asking_every_question_again(
 ) -> None:
     guarded = _guarded(tree, guard, timed)
     trees_ = (_with_policies(guarded, first), _with_policies(guarded, second))
-    ours = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
-    with patch.object(decision_pass, "PassMemo", _Recomputing):
+    with _popped() as order:
+        ours = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
+    with patch.object(decision_pass, "PassMemo", _Recomputing), _popped() as reference_order:
         reference = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
     for number, (step, mine, theirs) in enumerate(zip(history, ours, reference, strict=True)):
         assert mine == theirs, f"step {number} ({step}) differs"
+    assert order == reference_order  # the interleave itself, not only what it decided
+
+
+@contextmanager
+def _popped() -> Iterator[list[tuple[QuotaPath, WorkloadKey] | None]]:
+    """Every candidate the passes take from the interleave, in order (None: it ran dry)."""
+    taken: list[tuple[QuotaPath, WorkloadKey] | None] = []
+    pop = decision_pass.DecisionPass.pop
+
+    def recording(self: decision_pass.DecisionPass) -> tuple[QuotaPath, Job] | None:
+        found = pop(self)
+        taken.append(None if found is None else (found[0], found[1].key))
+        return found
+
+    with patch.object(decision_pass.DecisionPass, "pop", recording):
+        yield taken
 
 
 def _three_leaves() -> QuotaNode:

@@ -223,12 +223,7 @@ class DecisionPass:
             return
         info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
-        if job.held:
-            within = self.e.within_min(info, ())
-        else:
-            within = not self.memo.known_dead(leaf, job.shape) and self.e.within_min(
-                info, job.shape
-            )
+        within = self.e.within_min(info, ()) if job.held else self.memo.within(info, job.shape)
         # Below a spent lower-priority budget (B1), a last tier; elsewhere R3's two.
         tier = (
             self.e.budget_tier(leaf, job, within)
@@ -350,6 +345,7 @@ class DecisionPass:
             counts = {job.scalable[0]: partial[1]}
             pods = job.pod_count - (job.scalable[2] - partial[1])
         e.admit(job, leaf, shape, in_pass=True, pods=pods)
+        self.memo.admitted(leaf)
         self.decisions.append(
             Admitted(
                 workload=job.key,

@@ -5,10 +5,12 @@ it walks the leaf's queue, once per leaf and shape instead of once per candidate
 - ``gates``: the gates that may pass over a workload of the leaf (``chain.passing_over``);
   what they read (held leaves, spent budgets, the tree, the engine's zones) does not change
   during a pass, so the answer stands for the whole pass;
+- ``within``: whether a shape asks within the leaf's guarantee (``within_min``): it reads the
+  leaf's own usage only, so it stands until the pass admits into that leaf (``admitted``);
 - ``dead``: a shape that neither fits the leaf's quota nor asks within its guarantee. Within a
   pass usage only grows -- until a preemption or a preemptor's hold let go lowers it -- and
-  neither answer can turn back to yes while it grows, so the pass ``forget``s them exactly
-  there. A workload of a dead shape that is plain (not held, not scalable) and whose leaf
+  neither answer can turn back to yes while it grows, so the pass ``forget``s both memos
+  exactly there. A workload of a dead shape that is plain (not held, not scalable) and whose leaf
   cannot preempt beyond its guarantee (``reclaim_search.preempts_beyond_guarantee``) fails its
   try with nothing changed: ``hopeless`` says so without trying.
 Where idle guarantee is kept from lending (L1, L2: ``tree.reserving``) a shape that does not fit
@@ -40,6 +42,7 @@ class PassMemo:
         self.remembers = not engine.state.tree.reserving
         self.gates_of: dict[QuotaPath, tuple[Gate, ...]] = {}
         self.dead_shapes: dict[QuotaPath, set[Shape]] = {}
+        self.within_shapes: dict[QuotaPath, dict[Shape, bool]] = {}
 
     def gates(self, leaf: QuotaPath) -> tuple[Gate, ...]:
         """``chain.passing_over`` of ``leaf``, asked once per pass."""
@@ -53,12 +56,25 @@ class PassMemo:
         known = self.dead_shapes.get(info.path)
         if known is not None and shape in known:
             return True
-        e = self.e
-        if e.fits_quota(info.path, shape) or e.within_min(info, shape):
+        if self.within(info, shape) or self.e.fits_quota(info.path, shape):
             return False
         if self.remembers:
             self.dead_shapes.setdefault(info.path, set()).add(shape)
         return True
+
+    def within(self, info: QuotaNodeInfo, shape: Shape) -> bool:
+        """``within_min`` of ``shape`` in ``info``, asked once until the leaf's usage changes."""
+        known = self.within_shapes.get(info.path)
+        if known is None:
+            known = self.within_shapes[info.path] = {}
+        found = known.get(shape)
+        if found is None:
+            found = known[shape] = self.e.within_min(info, shape)
+        return found
+
+    def admitted(self, leaf: QuotaPath) -> None:
+        """The pass admitted into ``leaf``: what asks within its guarantee may have changed."""
+        self.within_shapes.pop(leaf, None)
 
     def known_dead(self, leaf: QuotaPath, shape: Shape) -> bool:
         """Whether ``shape`` was found dead in ``leaf`` since usage last went down."""
@@ -78,3 +94,4 @@ class PassMemo:
     def forget(self) -> None:
         """Usage went down in the pass (a preemption, a hold let go): a dead shape may live."""
         self.dead_shapes = {}
+        self.within_shapes = {}
