@@ -166,25 +166,49 @@ def test_the_pass_memo_decides_as_asking_every_question_again(
     trees_ = (_with_policies(guarded, first), _with_policies(guarded, second))
     with _popped() as order:
         ours = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
-    with patch.object(decision_pass, "PassMemo", _Recomputing), _popped() as reference_order:
+    with (
+        patch.object(decision_pass, "PassMemo", _Recomputing),
+        patch.object(decision_pass.DecisionPass, "skip_failing", _take_each),
+        _popped() as reference_order,
+    ):
         reference = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
     for number, (step, mine, theirs) in enumerate(zip(history, ours, reference, strict=True)):
         assert mine == theirs, f"step {number} ({step}) differs"
     assert order == reference_order  # the interleave itself, not only what it decided
 
 
+def _take_each(self: decision_pass.DecisionPass, leaf: QuotaPath) -> None:
+    """The reference passes nothing at once: each workload is taken from the interleave."""
+
+
 @contextmanager
 def _popped() -> Iterator[list[tuple[QuotaPath, WorkloadKey] | None]]:
-    """Every candidate the passes take from the interleave, in order (None: it ran dry)."""
+    """Every candidate the passes take from the interleave, in order (None: it ran dry); a
+    workload ``skip_failing`` passes counts as taken there (unless tried already or passed
+    over by a gate: the interleave would not have offered it)."""
     taken: list[tuple[QuotaPath, WorkloadKey] | None] = []
     pop = decision_pass.DecisionPass.pop
+    skip = decision_pass.DecisionPass.skip_failing
 
     def recording(self: decision_pass.DecisionPass) -> tuple[QuotaPath, Job] | None:
         found = pop(self)
         taken.append(None if found is None else (found[0], found[1].key))
         return found
 
-    with patch.object(decision_pass.DecisionPass, "pop", recording):
+    def passing(self: decision_pass.DecisionPass, leaf: QuotaPath) -> None:
+        before = self.cursor[leaf]
+        skip(self, leaf)
+        gates = chain.passing_over(self.e, leaf)
+        for entry in self.e.leaf_queues[leaf].entries:
+            job = self.e.state.jobs[entry[2]]
+            offered = job.key not in self.tried and chain.passed_over(self.e, job, gates) is None
+            if before < entry <= self.cursor[leaf] and offered:
+                taken.append((leaf, job.key))
+
+    with (
+        patch.object(decision_pass.DecisionPass, "pop", recording),
+        patch.object(decision_pass.DecisionPass, "skip_failing", passing),
+    ):
         yield taken
 
 

@@ -18,13 +18,14 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
-from usher.core.engine.data import OfferKey
+from usher.core.engine.data import OfferKey, Share
 from usher.core.engine.pass_memo import PassMemo
-from usher.core.engine.reclaim_search import find_victims
+from usher.core.engine.reclaim_search import find_victims, refused_without_search
 from usher.core.gates import chain
 from usher.core.model import reasons
+from usher.core.rules.fairshare import FairKey
 from usher.core.rules.preemption_policy import may_preempt_beyond_guarantee
-from usher.core.state.indexed import Job, Placement, Shape, SortKey, shape_with
+from usher.core.state.indexed import Job, Placement, QuotaNodeInfo, Shape, SortKey, shape_with
 from usher.core.tree.zone_fallback import passed_over, zone_choice
 
 if TYPE_CHECKING:
@@ -110,6 +111,7 @@ class DecisionPass:
                 self.fail(leaf)
                 if self.policy.closes_queue:
                     continue
+                self.skip_failing(leaf)
             self.offer(leaf)
             if moved:
                 self.keep_only_potential_when_full()
@@ -224,17 +226,74 @@ class DecisionPass:
         info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
         within = self.e.within_min(info, ()) if job.held else self.memo.within(info, job.shape)
-        # Below a spent lower-priority budget (B1), a last tier; elsewhere R3's two.
-        tier = (
-            self.e.budget_tier(leaf, job, within)
-            if leaf in self.e.budget_stops
-            else int(not within)
-        )
-        key: OfferKey = (tier, self.e.fair_key(info, tier), self.e.share(info), job.sort_key)
+        key: OfferKey = (*self.key_prefix(leaf, info, job, within), job.sort_key)
         self.stamp += 1
         heapq.heappush(self.heap, (key, self.stamp, leaf))
         self.live[leaf] = self.stamp
         self.offered[leaf] = job
+
+    def skip_failing(self, leaf: QuotaPath) -> None:
+        """Round, after ``leaf``'s candidate stayed pending: move its cursor past the workloads
+        the interleave would take from it next, one after another, each failing with nothing
+        changed -- plain workloads that do not fit and that reclaim refuses without a search
+        (``reclaim_search.refused_without_search``) -- as taking and failing each would.
+
+        Nothing changes while they are passed, so each is the next taken exactly when its
+        interleave key comes before every other offer (``next_key``), and the queue is still
+        viable at each (``queue_viable``: a shape that fits or asks within the guarantee lies
+        beyond the cursor). What is passed needs no ``tried`` mark: it lies behind the cursor.
+        A workload a gate passes over, or tried earlier in the pass, may be passed too: a gate
+        does not open during a pass, and it would not be offered either way.
+        """
+        e = self.e
+        info = e.state.tree.nodes[leaf]
+        queue = e.leaf_queues[leaf]
+        cursor = self.cursor[leaf]
+        live = [
+            group[-1] for shape, group in queue.shapes.items() if not self.memo.dead(info, shape)
+        ]
+        if not live or max(live) <= cursor:
+            return
+        last_live = max(live)
+        bound = self.next_key()
+        prefixes: dict[bool, tuple[int, FairKey, Share]] = {}
+        fits: dict[Shape, bool] = {}
+        entries, jobs = queue.entries, e.state.jobs
+        index = bisect_right(entries, cursor)
+        while index < len(entries) and cursor < last_live:
+            job = jobs[entries[index][2]]
+            if job.held or job.scalable is not None:
+                break
+            within = self.memo.within(info, job.shape)
+            if bound is not None:
+                prefix = prefixes.get(within)
+                if prefix is None:
+                    prefix = prefixes[within] = self.key_prefix(leaf, info, job, within)
+                if (*prefix, job.sort_key) >= bound:
+                    break
+            fit = fits.get(job.shape)
+            if fit is None:
+                fit = fits[job.shape] = e.fits_quota(leaf, job.shape)
+            if fit or not refused_without_search(e, job):
+                break
+            cursor = job.sort_key
+            index += 1
+        self.cursor[leaf] = cursor
+
+    def next_key(self) -> OfferKey | None:
+        """A key no later than the next offer the pass takes (stale entries included)."""
+        kept = self.best_kept()
+        keys = [entry[0] for entry in self.heap[:1]] + [entry[0] for entry in (kept or [])[:1]]
+        return min(keys) if keys else None
+
+    def key_prefix(
+        self, leaf: QuotaPath, info: QuotaNodeInfo, job: Job, within: bool
+    ) -> tuple[int, FairKey, Share]:
+        """``job``'s interleave key but for its place in the queue (``offer``): below a spent
+        lower-priority budget (B1) a last tier, elsewhere R3's two."""
+        e = self.e
+        tier = e.budget_tier(leaf, job, within) if leaf in e.budget_stops else int(not within)
+        return tier, e.fair_key(info, tier), e.share(info)
 
     def next_untried(self, leaf: QuotaPath) -> Job | None:
         queue = self.e.leaf_queues[leaf]
