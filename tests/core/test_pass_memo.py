@@ -123,28 +123,34 @@ def _varied(namespace: str, name: str, step: Step, now: int) -> WorkloadObserved
     return event
 
 
+small = st.builds(
+    Step,
+    kind=st.just("create"),
+    index=st.integers(0, 8),
+    cores=st.integers(1, 12),
+    priority=st.integers(0, 3),
+    zone=st.sampled_from(["default", "z2"]),
+)
 crowded = st.lists(
     st.one_of(
-        creates,
-        creates,
-        creates,
+        *[small] * 8,
         creates,
         st.builds(
             Step,
             kind=st.sampled_from(["finish", "delete", "again", "echo", "hold", "drain", "resume"]),
             index=st.integers(0, 60),
         ),
-        st.builds(Step, kind=st.sampled_from(["pass", "pass", "restore", "retree"])),
+        st.builds(Step, kind=st.sampled_from(["pass", "pass", "pass", "restore", "retree"])),
         st.builds(Step, kind=st.just("tick"), index=st.integers(1, 4000)),
     ),
-    min_size=30,
-    max_size=120,
+    min_size=40,
+    max_size=150,
 )
 """Histories where queues grow long between passes (so most candidates cannot move)."""
 
 configs = st.builds(
     EngineConfig,
-    policy=st.sampled_from(["Round", "Block"]),
+    policy=st.sampled_from(["Round", "Round", "Block"]),
     within_quota=st.sampled_from(["Never", "Never", "LowerPriority"]),
     min_runtime_ms=st.sampled_from([0, 2000]),
     instant_release=st.booleans(),
