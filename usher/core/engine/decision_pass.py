@@ -5,7 +5,10 @@ state -- within-min first, lower dominant share, then queue order (beyond the gu
 fair share on, lower decayed usage per weight before the share: F1) -- admitting what fits and
 asking reclaim for the rest; the policy seam says whether a candidate that stays pending
 closes its queue. It works on the ``EngineContext`` it is given (the pruning data and the
-offers it starts from are kept there, in ``offers``).
+offers it starts from are kept there, in ``offers``). What it learns about a leaf while it
+walks its queue is kept for the pass in a ``PassMemo``; a run of workloads that would each be
+taken and fail with nothing changed is passed at once (``skip_failing``), exactly where taking
+them one by one would leave the leaf's cursor.
 What it must never do: keep anything beyond one pass, decide on its own what the policy
 means (the seam does), read a clock, or iterate an unordered collection where the order
 could reach a decision.
