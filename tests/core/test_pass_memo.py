@@ -253,3 +253,50 @@ def test_a_shape_that_could_not_move_moves_after_a_preemption_in_the_same_pass()
         ("Admitted", "a/a2"),
         ("Admitted", "c/c2"),
     ]
+
+
+def test_workloads_passed_at_once_stop_where_another_leaf_comes_first() -> None:
+    """a and b stand at the same share (3 of 4, 6 of 8 cores) and c borrows the rest. a's
+    a1 cannot fit nor reclaim; a2, the same, comes after b's high in the interleave; high
+    preempts b's lower-priority work in its own leaf (``LowerPriority``) and frees room that
+    a2 then takes: passing a2 at once with a1 would have skipped it."""
+
+    def leaf(name: str, cores: int, **attributes: str) -> QuotaNode:
+        return QuotaNode(
+            name=name,
+            min={"cpu": cores * CORE},
+            max={"cpu": 12 * CORE},
+            namespaces=[name],
+            attributes=attributes,
+        )
+
+    root = QuotaNode(
+        name="root",
+        min={"cpu": 12 * CORE},
+        max={"cpu": 12 * CORE},
+        children=[
+            leaf("a", 4),
+            leaf("b", 8, **{"usher.io/within-quota": "LowerPriority"}),
+            leaf("c", 0),
+        ],
+    )
+    engine = Engine(EngineConfig(instant_release=True))
+    engine.apply(QuotaTreeApplied(root=root), Millis(0))
+    for namespace, name, cores in (("a", "a0", 3), ("b", "low", 6), ("c", "c0", 3)):
+        engine.apply(observed(namespace, name, cores, priority=0), Millis(0))
+    for decision in engine.decide(Millis(0)):
+        engine.apply(decision, Millis(0))
+    for namespace, name, cores, created in (
+        ("a", "a1", 2, 1),
+        ("b", "high", 3, 2),
+        ("a", "a2", 2, 3),
+        ("a", "a3", 1, 4),
+    ):
+        engine.apply(observed(namespace, name, cores, created=created, priority=5), Millis(5))
+    made = engine.decide(Millis(10))
+    assert [(type(d).__name__, d.workload) for d in made] == [
+        ("Preempted", "b/low"),
+        ("Admitted", "b/high"),
+        ("Admitted", "a/a2"),
+        ("Admitted", "a/a3"),
+    ]
