@@ -255,11 +255,10 @@ def test_a_shape_that_could_not_move_moves_after_a_preemption_in_the_same_pass()
     ]
 
 
-def test_workloads_passed_at_once_stop_where_another_leaf_comes_first() -> None:
-    """a and b stand at the same share (3 of 4, 6 of 8 cores) and c borrows the rest. a's
-    a1 cannot fit nor reclaim; a2, the same, comes after b's high in the interleave; high
-    preempts b's lower-priority work in its own leaf (``LowerPriority``) and frees room that
-    a2 then takes: passing a2 at once with a1 would have skipped it."""
+def _even_shares(c_runtime: str = "0") -> Engine:
+    """a and b at the same share (3 of 4, 6 of 8 cores; b preempts lower priority in its own
+    leaf, ``LowerPriority``), c borrowing the rest (its work protected for ``c_runtime``
+    seconds): the root is full."""
 
     def leaf(name: str, cores: int, **attributes: str) -> QuotaNode:
         return QuotaNode(
@@ -277,7 +276,7 @@ def test_workloads_passed_at_once_stop_where_another_leaf_comes_first() -> None:
         children=[
             leaf("a", 4),
             leaf("b", 8, **{"usher.io/within-quota": "LowerPriority"}),
-            leaf("c", 0),
+            leaf("c", 0, **{"usher.io/min-runtime-seconds": c_runtime}),
         ],
     )
     engine = Engine(EngineConfig(instant_release=True))
@@ -286,17 +285,36 @@ def test_workloads_passed_at_once_stop_where_another_leaf_comes_first() -> None:
         engine.apply(observed(namespace, name, cores, priority=0), Millis(0))
     for decision in engine.decide(Millis(0)):
         engine.apply(decision, Millis(0))
-    for namespace, name, cores, created in (
-        ("a", "a1", 2, 1),
-        ("b", "high", 3, 2),
-        ("a", "a2", 2, 3),
-        ("a", "a3", 1, 4),
-    ):
+    return engine
+
+
+def _pass_after(engine: Engine, waiting: list[tuple[str, int]]) -> list[tuple[str, str]]:
+    """Create ``waiting`` (key, cores) at priority 5 in that order; what a pass decides."""
+    for created, (key, cores) in enumerate(waiting, start=1):
+        namespace, _, name = key.partition("/")
         engine.apply(observed(namespace, name, cores, created=created, priority=5), Millis(5))
-    made = engine.decide(Millis(10))
-    assert [(type(d).__name__, d.workload) for d in made] == [
+    return [(type(d).__name__, d.workload) for d in engine.decide(Millis(10))]
+
+
+def test_workloads_passed_at_once_stop_where_another_leaf_comes_first() -> None:
+    """a's a1 cannot fit nor reclaim; a2, the same, comes after b's high in the interleave;
+    high preempts b's lower-priority work and frees room that a2 then takes: passing a2 at
+    once with a1 would have skipped it."""
+    made = _pass_after(_even_shares(), [("a/a1", 2), ("b/high", 3), ("a/a2", 2), ("a/a3", 1)])
+    assert made == [
         ("Preempted", "b/low"),
         ("Admitted", "b/high"),
         ("Admitted", "a/a2"),
         ("Admitted", "a/a3"),
     ]
+
+
+def test_workloads_passed_at_once_stop_where_the_queue_stops_being_viable() -> None:
+    """c's work is protected, so a's 1-core jobs (within a's guarantee) find no victims (a5 at
+    once: the same search failed in this state); its 2-core jobs cannot fit nor reclaim.
+    Past a5 nothing in a may fit or reclaim: a2 is taken, fails and a stops there. After b's
+    high preempts, a offers again from a2: a6 takes the room (passing a6 too would give it
+    to a4)."""
+    waiting = [("a/a3", 1), ("a/a1", 2), ("a/a5", 1), ("a/a2", 2), ("a/a6", 2)]
+    made = _pass_after(_even_shares("60"), [*waiting, ("b/high", 3), ("a/a4", 2)])
+    assert made == [("Preempted", "b/low"), ("Admitted", "b/high"), ("Admitted", "a/a6")]
