@@ -252,18 +252,13 @@ class DecisionPass:
         info = e.state.tree.nodes[leaf]
         queue = e.leaf_queues[leaf]
         cursor = self.cursor[leaf]
-        live = [
-            group[-1] for shape, group in queue.shapes.items() if not self.memo.dead(info, shape)
-        ]
-        if not live or max(live) <= cursor:
-            return
-        last_live = max(live)
         bound = self.next_key()
         prefixes: dict[bool, tuple[int, FairKey, Share]] = {}
         fits: dict[Shape, bool] = {}
+        last_live: SortKey | None = None
         entries, jobs = queue.entries, e.state.jobs
         index = bisect_right(entries, cursor)
-        while index < len(entries) and cursor < last_live:
+        while index < len(entries):
             job = jobs[entries[index][2]]
             if job.held or job.scalable is not None:
                 break
@@ -279,9 +274,20 @@ class DecisionPass:
                 fit = fits[job.shape] = e.fits_quota(leaf, job.shape)
             if fit or not refused_without_search(e, job):
                 break
+            if last_live is None:
+                last_live = self.last_live(info)
+            if last_live is None or cursor >= last_live:
+                break  # taken, it would fail and its queue offer nothing more
             cursor = job.sort_key
             index += 1
         self.cursor[leaf] = cursor
+
+    def last_live(self, info: QuotaNodeInfo) -> SortKey | None:
+        """The last workload in ``info``'s queue of a shape that fits or asks within its
+        guarantee (``queue_viable`` asks whether one lies beyond the cursor), or None."""
+        shapes = self.e.leaf_queues[info.path].shapes
+        live = [group[-1] for shape, group in shapes.items() if not self.memo.dead(info, shape)]
+        return max(live) if live else None
 
     def next_key(self) -> OfferKey | None:
         """A key no later than the next offer the pass takes (stale entries included)."""
