@@ -13,7 +13,7 @@ step; and after each pass the heads the guard follows are every guarded leaf's h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from unittest.mock import patch
@@ -149,6 +149,13 @@ configs = st.builds(
 )
 
 
+def _observed(namespace: str, name: str, step: Step, now: int) -> WorkloadObserved:
+    """A ``create`` step's workload: one pod of ``step.cores`` cores in ``step.zone``."""
+    return observed(
+        namespace, name, step.cores, created=now, priority=step.priority, zone=step.zone
+    )
+
+
 @dataclass
 class _Run:
     """One engine fed a history, and what it did at each step."""
@@ -157,6 +164,8 @@ class _Run:
     tree: QuotaNode
     other: QuotaNode
     check_heads: bool
+    observe: Callable[[str, str, Step, int], WorkloadObserved] = _observed
+    """How a ``create`` step's workload is observed (namespace, name, the step, now)."""
 
     def play(self, history: list[Step]) -> list[tuple[list[Decision], list[tuple[str, int]]]]:
         engine = Engine(self.config)
@@ -172,14 +181,8 @@ class _Run:
             made: list[Decision] = []
             at = Millis(now)
             if step.kind == "create":
-                event = observed(
-                    namespaces[step.index % len(namespaces)],
-                    f"j{number}",
-                    step.cores,
-                    created=now,
-                    priority=step.priority,
-                    zone=step.zone,
-                )
+                namespace = namespaces[step.index % len(namespaces)]
+                event = self.observe(namespace, f"j{number}", step, now)
                 created.append(event)
                 made = engine.apply(event, at)
             elif step.kind in ("finish", "delete", "again") and created:

@@ -5,7 +5,10 @@ state -- within-min first, lower dominant share, then queue order (beyond the gu
 fair share on, lower decayed usage per weight before the share: F1) -- admitting what fits and
 asking reclaim for the rest; the policy seam says whether a candidate that stays pending
 closes its queue. It works on the ``EngineContext`` it is given (the pruning data and the
-offers it starts from are kept there, in ``offers``).
+offers it starts from are kept there, in ``offers``). What it learns about a leaf while it
+walks its queue is kept for the pass in a ``PassMemo``; a run of workloads that would each be
+taken and fail with nothing changed is passed at once (``skip_failing``), exactly where taking
+them one by one would leave the leaf's cursor.
 What it must never do: keep anything beyond one pass, decide on its own what the policy
 means (the seam does), read a clock, or iterate an unordered collection where the order
 could reach a decision.
@@ -18,12 +21,14 @@ from bisect import bisect_right
 from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
-from usher.core.engine.data import OfferKey
-from usher.core.engine.reclaim_search import find_victims
+from usher.core.engine.data import OfferKey, Share
+from usher.core.engine.pass_memo import PassMemo
+from usher.core.engine.reclaim_search import find_victims, refused_without_search
 from usher.core.gates import chain
 from usher.core.model import reasons
+from usher.core.rules.fairshare import FairKey
 from usher.core.rules.preemption_policy import may_preempt_beyond_guarantee
-from usher.core.state.indexed import Job, Placement, Shape, SortKey, shape_with
+from usher.core.state.indexed import Job, Placement, QuotaNodeInfo, Shape, SortKey, shape_with
 from usher.core.tree.zone_fallback import passed_over, zone_choice
 
 if TYPE_CHECKING:
@@ -71,6 +76,7 @@ class DecisionPass:
         self.stamp = 0
         self.full_pruned = False
         self.policy = engine.policy
+        self.memo = PassMemo(engine)
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
         for victim in victims or ():
@@ -86,7 +92,11 @@ class DecisionPass:
             leaf, job = popped
             # The candidate fitting its quota answers ``queue_viable`` too (its own shape is
             # one of the queue's, past the cursor): one quota walk instead of two.
-            fits_quota = not job.held and self.e.fits_quota(leaf, job.shape)
+            fits_quota = (
+                not job.held
+                and not self.memo.known_dead(leaf, job.shape)
+                and self.e.fits_quota(leaf, job.shape)
+            )
             # Offered once per pass, whatever follows: a candidate passed over below counts
             # as one that failed, so a preemption later in the pass does not bring it back.
             self.tried.add(job.key)
@@ -96,12 +106,15 @@ class DecisionPass:
                 self.cursor[leaf] = job.sort_key
                 self.fail(leaf)
                 continue
-            moved = self.try_candidate(job, fits_quota)
+            # A candidate whose try could only fail, changing nothing, is not tried.
+            hopeless = not fits_quota and self.memo.hopeless(self.e.state.tree.nodes[leaf], job)
+            moved = not hopeless and self.try_candidate(job, fits_quota)
             self.cursor[leaf] = job.sort_key
             if not moved:
                 self.fail(leaf)
                 if self.policy.closes_queue:
                     continue
+                self.skip_failing(leaf)
             self.offer(leaf)
             if moved:
                 self.keep_only_potential_when_full()
@@ -215,18 +228,81 @@ class DecisionPass:
             return
         info = self.e.state.tree.nodes[leaf]
         # A held preemptor's own hold is already counted in its leaf's usage.
-        within = self.e.within_min(info, () if job.held else job.shape)
-        # Below a spent lower-priority budget (B1), a last tier; elsewhere R3's two.
-        tier = (
-            self.e.budget_tier(leaf, job, within)
-            if leaf in self.e.budget_stops
-            else int(not within)
-        )
-        key: OfferKey = (tier, self.e.fair_key(info, tier), self.e.share(info), job.sort_key)
+        within = self.e.within_min(info, ()) if job.held else self.memo.within(info, job.shape)
+        key: OfferKey = (*self.key_prefix(leaf, info, job, within), job.sort_key)
         self.stamp += 1
         heapq.heappush(self.heap, (key, self.stamp, leaf))
         self.live[leaf] = self.stamp
         self.offered[leaf] = job
+
+    def skip_failing(self, leaf: QuotaPath) -> None:
+        """Round, after ``leaf``'s candidate stayed pending: move its cursor past the workloads
+        the interleave would take from it next, one after another, each failing with nothing
+        changed -- plain workloads that do not fit and that reclaim refuses without a search
+        (``reclaim_search.refused_without_search``) -- as taking and failing each would.
+
+        Nothing changes while they are passed, so each is the next taken exactly when its
+        interleave key comes before every other offer (``next_key``), and the queue is still
+        viable at each (``queue_viable``: a shape that fits or asks within the guarantee lies
+        beyond the cursor). What is passed needs no ``tried`` mark: it lies behind the cursor.
+        A workload a gate passes over, or tried earlier in the pass, may be passed too: a gate
+        does not open during a pass, and it would not be offered either way.
+        """
+        e = self.e
+        info = e.state.tree.nodes[leaf]
+        queue = e.leaf_queues[leaf]
+        cursor = self.cursor[leaf]
+        bound = self.next_key()
+        prefixes: dict[bool, tuple[int, FairKey, Share]] = {}
+        fits: dict[Shape, bool] = {}
+        last_live: SortKey | None = None
+        entries, jobs = queue.entries, e.state.jobs
+        index = bisect_right(entries, cursor)
+        while index < len(entries):
+            job = jobs[entries[index][2]]
+            if job.held or job.scalable is not None:
+                break
+            within = self.memo.within(info, job.shape)
+            if bound is not None:
+                prefix = prefixes.get(within)
+                if prefix is None:
+                    prefix = prefixes[within] = self.key_prefix(leaf, info, job, within)
+                if (*prefix, job.sort_key) >= bound:
+                    break
+            fit = fits.get(job.shape)
+            if fit is None:
+                fit = fits[job.shape] = e.fits_quota(leaf, job.shape)
+            if fit or not refused_without_search(e, job):
+                break
+            if last_live is None:
+                last_live = self.last_live(info)
+            if last_live is None or cursor >= last_live:
+                break  # taken, it would fail and its queue offer nothing more
+            cursor = job.sort_key
+            index += 1
+        self.cursor[leaf] = cursor
+
+    def last_live(self, info: QuotaNodeInfo) -> SortKey | None:
+        """The last workload in ``info``'s queue of a shape that fits or asks within its
+        guarantee (``queue_viable`` asks whether one lies beyond the cursor), or None."""
+        shapes = self.e.leaf_queues[info.path].shapes
+        live = [group[-1] for shape, group in shapes.items() if not self.memo.dead(info, shape)]
+        return max(live) if live else None
+
+    def next_key(self) -> OfferKey | None:
+        """A key no later than the next offer the pass takes (stale entries included)."""
+        kept = self.best_kept()
+        keys = [entry[0] for entry in self.heap[:1]] + [entry[0] for entry in (kept or [])[:1]]
+        return min(keys) if keys else None
+
+    def key_prefix(
+        self, leaf: QuotaPath, info: QuotaNodeInfo, job: Job, within: bool
+    ) -> tuple[int, FairKey, Share]:
+        """``job``'s interleave key but for its place in the queue (``offer``): below a spent
+        lower-priority budget (B1) a last tier, elsewhere R3's two."""
+        e = self.e
+        tier = e.budget_tier(leaf, job, within) if leaf in e.budget_stops else int(not within)
+        return tier, e.fair_key(info, tier), e.share(info)
 
     def next_untried(self, leaf: QuotaPath) -> Job | None:
         queue = self.e.leaf_queues[leaf]
@@ -238,7 +314,7 @@ class DecisionPass:
         jobs = self.e.state.jobs
         # The gates that may shut something in this leaf, asked in their one order; a
         # standing refusal (a victim still stopping, R7) is offered and fails in the try.
-        gates = chain.passing_over(self.e, leaf)
+        gates = self.memo.gates(leaf)
         while index < end:
             key = entries[index][2]
             if key not in self.tried and chain.passed_over(self.e, jobs[key], gates) is None:
@@ -255,7 +331,7 @@ class DecisionPass:
         for shape, group in queue.shapes.items():
             if cursor is not None and group[-1] <= cursor:
                 continue
-            if e.fits_quota(leaf, shape) or e.within_min(info, shape):
+            if not self.memo.dead(info, shape):
                 return True
         if cursor is not None and (not queue.entries or queue.entries[-1] <= cursor):
             return False
@@ -281,6 +357,7 @@ class DecisionPass:
             return True
         if job.held:
             e.drop_hold(job)  # its own hold is what it may use now
+            self.memo.forget()
         if job.zones:
             fell_back = self.try_accepted_zones(job, fits_quota)
             if fell_back is not None:
@@ -337,6 +414,7 @@ class DecisionPass:
             pods = job.pod_count - (job.scalable[2] - partial[1])
         pin = e.topology_choice(job, shape).pin  # the domain its fit found (TP1)
         e.admit(job, leaf, shape, in_pass=True, pods=pods, pin=pin)
+        self.memo.admitted(leaf)
         self.decisions.append(
             Admitted(
                 workload=job.key,
@@ -423,6 +501,7 @@ class DecisionPass:
 
     def reopen(self, victims: list[tuple[Job, Reason]]) -> None:
         """After a preemption: refresh the victims' queues and open any queue it unblocked."""
+        self.memo.forget()  # usage went down: a shape that could not move may now
         for victim, _ in victims:
             leaf = victim.leaf
             if leaf is not None and leaf in self.live:

@@ -54,27 +54,11 @@ def _earlier_victims(e: EngineContext, job: Job) -> list[WorkloadKey]:
 def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     """Victims that make room for ``job`` (section 5), already removed from usage."""
     assert job.leaf is not None
-    leaf = e.state.tree.nodes[job.leaf]
-    policy = leaf.preemption
-    within = within_guarantee(e, job)
-    lower = leaf.within_quota == "LowerPriority" and preempts_in_leaf(policy, job.shape, leaf.min)
-    borrowing = not within and policy.while_borrowing is not None
-    if not within and not lower and not borrowing:
+    plan = _search_plan(e, job)
+    if plan is None:
         return None
-    if requeued_preemption_refusal(job.key, job.requeues, leaf.readiness) is not None:
-        return None  # R10: requeued for readiness, it takes only free room
-    if earlier_preemption_refusal(job.key, _earlier_victims(e, job)) is not None:
-        return None  # R7: one group per preemptor; its earlier victims are still stopping
-    if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
-        return None  # no eviction can make a too-large pod fit
-    if job.topology is not None:
-        return None  # TP1: a gang asking a topology domain takes free room only, never reclaims
-    if e.state.stops and _fits_once_stopped(e, job):
-        return None  # room is coming: preempting more would take what is not needed
-    priority = lower or borrowing or _by_priority(leaf)
-    memo = (job.leaf, job.shape, job.priority if priority else 0, job.zone)
-    if e.state.reclaim_failed.get(memo) == e.state.version:
-        return None
+    within, lower, memo = plan
+    policy = e.state.tree.nodes[job.leaf].preemption
 
     def fits() -> bool:
         return e.fits(job)
@@ -93,6 +77,57 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     if removed is None:
         e.state.reclaim_failed[memo] = e.state.version
     return removed
+
+
+def preempts_own_leaf(leaf: QuotaNodeInfo, shape: Shape) -> bool:
+    """Whether a request of ``shape`` may preempt lower-priority work of its own leaf (L1
+    ``LowerPriority`` within quota, P3)."""
+    return leaf.within_quota == "LowerPriority" and preempts_in_leaf(
+        leaf.preemption, shape, leaf.min
+    )
+
+
+def preempts_beyond_guarantee(leaf: QuotaNodeInfo, shape: Shape) -> bool:
+    """Whether a request of ``shape`` asking beyond ``leaf``'s guarantee may still preempt:
+    in its own leaf, or other leaves' borrowers while borrowing (P2). Where it may not, such a
+    request that does not fit fails its reclaim with nothing looked at (``find_victims``)."""
+    return preempts_own_leaf(leaf, shape) or leaf.preemption.while_borrowing is not None
+
+
+_ReclaimMemo = tuple[QuotaPath, Shape, int, Zone]
+
+
+def _search_plan(e: EngineContext, job: Job) -> tuple[bool, bool, _ReclaimMemo] | None:
+    """What ``find_victims`` searches with (within its guarantee, in its own leaf; its memo
+    key), or None where it answers "no victims" without a search."""
+    assert job.leaf is not None
+    leaf = e.state.tree.nodes[job.leaf]
+    within = within_guarantee(e, job)
+    lower = preempts_own_leaf(leaf, job.shape)
+    borrowing = not within and leaf.preemption.while_borrowing is not None
+    if not within and not lower and not borrowing:
+        return None
+    if requeued_preemption_refusal(job.key, job.requeues, leaf.readiness) is not None:
+        return None  # R10: requeued for readiness, it takes only free room
+    if earlier_preemption_refusal(job.key, _earlier_victims(e, job)) is not None:
+        return None  # R7: one group per preemptor; its earlier victims are still stopping
+    if not all(e.pod_fits_schedulable(job.zone, pod) for pod in job.pods):
+        return None  # no eviction can make a too-large pod fit
+    if job.topology is not None:
+        return None  # TP1: a gang asking a topology domain takes free room only, never reclaims
+    if e.state.stops and _fits_once_stopped(e, job):
+        return None  # room is coming: preempting more would take what is not needed
+    priority = lower or borrowing or _by_priority(leaf)
+    memo = (job.leaf, job.shape, job.priority if priority else 0, job.zone)
+    if e.state.reclaim_failed.get(memo) == e.state.version:
+        return None  # failed at this very state
+    return within, lower, memo
+
+
+def refused_without_search(e: EngineContext, job: Job) -> bool:
+    """Whether ``find_victims`` answers "no victims" for ``job`` now without searching (and
+    so without changing anything, not even its memo)."""
+    return _search_plan(e, job) is None
 
 
 _RECLAIM: Final = "reclaim"
