@@ -6,7 +6,11 @@ projection's "is it news" and "record it") the way a watch burst does: many obje
 versions each; reports this process's CPU time per observation (``time.process_time``: the
 server's CPU is not in it) and, beside it, what the pieces of that path cost on their own per
 call -- the CloudEvents headers (``cloudevent_headers``), the subject (``Subjects.job``) and
-the envelope's JSON -- so a profile's frames can be read against them.
+the envelope's JSON -- so a profile's frames can be read against them; and the CPU per
+observation again with the garbage collector off (``_without_gc``): the difference is what
+collecting the burst's objects costs, which a profile spreads over whatever frame allocated;
+and once more with the observations arriving one at a time (``_paced``, ``PACED_PER_S``),
+where each one's send is a write of its own unless the publisher puts several together.
 What it must never do: pass or fail on a number, or leave its server running (stopped by its
 own pid, its folder temporary).
 """
@@ -14,6 +18,7 @@ own pid, its folder temporary).
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import tempfile
@@ -39,6 +44,9 @@ from usher.adapters.nats.log import ensure_streams
 from usher.adapters.nats.subjects import Subjects, installation_of
 from usher.core.engine.facade import Engine
 from usher.local.servers import NatsServer
+
+PACED_PER_S = 2_000.0
+"""The paced run's arrival rate: one observation at a time, as a busy watch delivers them."""
 
 
 def observation(subjects: Subjects, n: int, version: int) -> Outgoing:
@@ -79,9 +87,19 @@ def pieces(subjects: Subjects, number: int) -> dict[str, float]:
     }
 
 
-async def publish_path(url: str, subjects: Subjects, objects: int, versions: int) -> float:
+async def publish_path(
+    url: str,
+    subjects: Subjects,
+    objects: int,
+    versions: int,
+    *,
+    collect: bool = True,
+    per_s: float | None = None,
+) -> float:
     """This process's CPU µs per observation through ``Publisher`` (sent, acknowledged,
-    recorded)."""
+    recorded); with ``collect`` false, the garbage collector is off while it publishes; with
+    ``per_s``, the observations arrive one at a time at that rate (as a watch delivers them)
+    instead of all at once."""
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
@@ -96,11 +114,19 @@ async def publish_path(url: str, subjects: Subjects, objects: int, versions: int
             for version in range(1, versions + 1)
             for n in range(objects)
         ]
+        if not collect:
+            gc.disable()
         start = time.process_time()
-        for out in burst:
-            await publisher.publish(out, log)
-        await publisher.settle()
-        return (time.process_time() - start) / len(burst) * 1e6
+        try:
+            began = time.perf_counter()
+            for n, out in enumerate(burst):
+                if per_s is not None:
+                    await asyncio.sleep(max(0.0, began + n / per_s - time.perf_counter()))
+                await publisher.publish(out, log)
+            await publisher.settle()
+            return (time.process_time() - start) / len(burst) * 1e6
+        finally:
+            gc.enable()
     finally:
         await nc.close()
 
@@ -115,9 +141,22 @@ def run(quick: bool) -> dict[str, float]:
         server.start()
         try:
             cpu = asyncio.run(publish_path(server.url, subjects, objects, versions))
+            # A prefix of its own: the same ids again would be duplicates to the server.
+            again = Subjects(f"{subjects.prefix}-nogc")
+            no_gc = asyncio.run(publish_path(server.url, again, objects, versions, collect=False))
+            paced = Subjects(f"{subjects.prefix}-paced")
+            trickle = asyncio.run(
+                publish_path(server.url, paced, objects, versions, per_s=PACED_PER_S)
+            )
         finally:
             server.stop()
-    return {"watcher_cpu_us_per_observation": cpu, **numbers, "observations": objects * versions}
+    return {
+        "watcher_cpu_us_per_observation": cpu,
+        "watcher_cpu_us_per_observation_without_gc": no_gc,
+        "watcher_cpu_us_per_observation_paced": trickle,
+        **numbers,
+        "observations": objects * versions,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
