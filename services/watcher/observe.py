@@ -120,8 +120,6 @@ from usher.core.tree.quota_tree import (
 
 SOURCE = WATCHER_SOURCE
 HEALTHY_WATCH_S = 1.0
-SEND_WINDOW_S = 0.001
-"""Events that come within this long of the last send go out together (``Publisher``)."""
 """A watch that lasted this long (or delivered anything) proves the connection healthy."""
 
 
@@ -188,36 +186,17 @@ class Publisher:
     log says all of it). Each event keeps its ``Nats-Msg-Id``: a publish retried after its
     ack was lost is dropped by the server, never doubled. At most
     ``options.publishes_in_flight`` events are unacknowledged at once.
-
-    Sent together: a watch delivers its events one at a time, and nats-py writes what is
-    pending once per turn of the loop, so each event sent as it came was a socket write of its
-    own (about a quarter of the watcher's samples in the Kueue suite). An event that comes
-    while the last send is younger than ``window_s`` (``SEND_WINDOW_S``) waits for the window
-    to close and goes out with every other one that came meanwhile, in the order they came;
-    an event after a quiet spell (and the others of its turn of the loop) goes at once. The
-    batches grow with the rate; the wait is at most the window.
     """
 
     def __init__(
-        self,
-        ctx: ServiceContext,
-        view: WatcherProjection,
-        options: WatcherOptions,
-        window_s: float = SEND_WINDOW_S,
+        self, ctx: ServiceContext, view: WatcherProjection, options: WatcherOptions
     ) -> None:
         self._ctx = ctx
-        self._window_s = window_s
         self._view = view
         self._options = options
         self._in_flight: dict[tuple[str, str], asyncio.Task[None]] = {}
         """The last publish of each object (``_about``) not acknowledged yet."""
         self._room = asyncio.Semaphore(options.publishes_in_flight)
-        self._sent_at = -window_s
-        """When (loop time) the last events were sent."""
-        self._batch: asyncio.Event | None = None
-        """Set when the window closes: the events waiting for it are sent."""
-        self._sending = False
-        """Events are being sent in this turn of the loop: the others of the turn go too."""
 
     async def publish(
         self, out: Outgoing, log: Any, when: Callable[[ClusterEvent], bool] | None = None
@@ -254,8 +233,6 @@ class Publisher:
         await cancel_tasks(list(self._in_flight.values()))
 
     async def _publish(self, out: Outgoing, envelope: Envelope, log: Any) -> None:
-        await self._together()
-
         async def publish() -> PubAck:
             return await publish_envelope(self._ctx.js, out.subject, envelope)
 
@@ -263,30 +240,6 @@ class Publisher:
         ack = await retrying(publish, f"publishing {out.id}", log, self._options)
         self._view.record(out.event)
         log.debug("published", type=event_tag(out.event), id=out.id, duplicate=ack.duplicate)
-
-    async def _together(self) -> None:
-        """Wait for the window of the last send to close (at once after a quiet spell)."""
-        loop = asyncio.get_running_loop()
-        if self._batch is None:
-            if self._sending or loop.time() - self._sent_at >= self._window_s:
-                if not self._sending:  # the others of this turn go along (one write)
-                    self._sending = True
-                    loop.call_soon(self._turn_over)
-                self._sent_at = loop.time()
-                return
-            self._batch = asyncio.Event()
-            loop.call_at(self._sent_at + self._window_s, self._send_batch)
-        await self._batch.wait()
-
-    def _turn_over(self) -> None:
-        self._sending = False
-
-    def _send_batch(self) -> None:
-        """The window closed: every event waiting is sent in this turn of the loop."""
-        if self._batch is not None:
-            self._batch.set()
-            self._batch = None
-        self._sent_at = asyncio.get_running_loop().time()
 
     def _landed(self, about: tuple[str, str], task: asyncio.Task[None]) -> None:
         self._room.release()

@@ -5,9 +5,6 @@
 * The events about one object land in the order they were published, each once, whatever
   the interleaving with other objects; a condition (``when``: "the log holds the object as
   live") is asked only after the log holds what was published before about it.
-* Events that come one at a time within a send window go out together once it closes, in
-  the order they came (one socket write instead of one each); the first after a quiet spell
-  and those of its turn of the loop go at once.
 * A NATS restart (SIGKILL, same port and store) in the middle of a burst loses nothing,
   doubles nothing (the retried publish keeps its ``Nats-Msg-Id``) and reorders nothing about
   any object, although later events were published while earlier ones were unacknowledged.
@@ -45,13 +42,10 @@ FAST = WatcherOptions(backoff_base_s=0.05, backoff_cap_s=0.3)
 LOG = get_logger(service="watcher", test="publish")
 
 
-def publisher(
-    url: str, nc: Client, js: JetStreamContext, subjects: Subjects, window_s: float = 0.001
-) -> Publisher:
+def publisher(url: str, nc: Client, js: JetStreamContext, subjects: Subjects) -> Publisher:
     settings = ServiceSettings(nats_url=url, prefix=subjects.prefix)
     ctx = ServiceContext("watcher", settings, nc, js, subjects, asyncio.Event(), LOG)
-    view = WatcherProjection.empty(Engine(settings.engine), subjects)
-    return Publisher(ctx, view, FAST, window_s)
+    return Publisher(ctx, WatcherProjection.empty(Engine(settings.engine), subjects), FAST)
 
 
 def observed(subjects: Subjects, n: int, version: int) -> Outgoing:
@@ -111,34 +105,6 @@ async def test_a_condition_is_asked_once_the_earlier_events_about_the_object_lan
     await out.settle()
     logged = [entry.event for entry in await read_log(js, subjects)]
     assert [type(event) for event in logged] == [WorkloadObserved, WorkloadDeleted]
-
-
-async def turns(count: int) -> None:
-    """Let the loop go round ``count`` times (what separates one watch event from the next)."""
-    for _ in range(count):
-        await asyncio.sleep(0)
-
-
-async def test_events_that_come_one_at_a_time_are_sent_together(
-    infra: Infra, nc: Client, js: JetStreamContext, subjects: Subjects
-) -> None:
-    # A window far longer than these few turns of the loop take.
-    out = publisher(infra.nats_url, nc, js, subjects, window_s=0.5)
-    sent = nc.stats["out_msgs"]
-    assert await out.publish(observed(subjects, 0, 1), LOG)  # after a quiet spell: at once
-    assert await out.publish(observed(subjects, 1, 1), LOG)  # the same turn: along with it
-    await turns(5)
-    assert nc.stats["out_msgs"] == sent + 2
-    for n in range(2, 6):  # one a turn, within the window: they wait for it to close
-        assert await out.publish(observed(subjects, n, 1), LOG)
-        await turns(5)
-    assert nc.stats["out_msgs"] == sent + 2
-    await out.settle()  # the window closed: all of them went out, in the order they came
-    assert nc.stats["out_msgs"] == sent + 6
-    logged = [entry.event for entry in await read_log(js, subjects)]
-    assert [event.name for event in logged if isinstance(event, WorkloadObserved)] == [
-        f"job-{n}" for n in range(6)
-    ]
 
 
 # --------------------------------------------------------------------------- a restart
