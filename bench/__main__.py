@@ -3,7 +3,8 @@
 What it does: runs the suites in order -- ``core`` (the pure decision core), ``cli`` (how long
 ``usher --version``, ``usher jobs`` and ``usher queues`` take to answer), ``console`` (a
 web console queue page with 10,000 pending jobs, on the server and in Chromium), ``limits`` (what
-this machine's NATS JetStream and PostgreSQL can do without Usher), ``stack`` (job events on
+this machine's NATS JetStream and PostgreSQL can do without Usher), ``publish`` (the watcher's
+CPU per observation it publishes, in-process against a real server), ``stack`` (job events on
 the log -> committed decisions, services as processes), ``replay`` (rebuilding a service from
 the log, with and without a snapshot), ``kueue`` (Kueue's scheduler baseline through the whole
 stack, emulator and fake kubelet included), ``scale`` (the core at 1,000,000 pending on
@@ -91,6 +92,7 @@ SUITES = (
     "cli",
     "console",
     "limits",
+    "publish",
     "stack",
     "replay",
     "kueue",

@@ -8,7 +8,9 @@ accept loose dicts.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
@@ -130,8 +132,9 @@ CE_SOURCE_SCHEME: Final = "urn:usher:"
 ``urn:usher:usher:usher/ledger``: an absolute URI naming the installation (its subject prefix,
 unique per NATS deployment), so ``(source, id)`` is unique across installations."""
 
-_CE_SAFE: Final = frozenset(chr(c) for c in range(0x21, 0x7F) if chr(c) not in '%"')
-"""What a ``ce-`` header value keeps as is: printable ASCII but space, double quote and percent."""
+_CE_UNSAFE: Final = re.compile(r"[^\x21\x23\x24\x26-\x7e]")
+"""What a ``ce-`` header value cannot keep as is: all but printable ASCII, and space, double
+quote and percent."""
 
 
 def ce_source(installation: str, source: str) -> str:
@@ -142,31 +145,58 @@ def ce_source(installation: str, source: str) -> str:
 def ce_time(time: datetime) -> str:
     """``ce-time`` in the one format of the log: the envelope's own (RFC 3339, UTC as ``Z``;
     producers stamp UTC, and any other offset is written as the same instant in UTC)."""
-    return _encoder.encode(time.astimezone(UTC)).decode("ascii").strip('"')
+    return _encoder.encode(time.astimezone(UTC))[1:-1].decode("ascii")
 
 
 def ce_header_value(value: str) -> str:
     """``value`` percent-encoded as the binding says (UTF-8 bytes as ``%XY``); one too long
-    for a header (``MAX_HEADER_VALUE``) is written as a digest of itself."""
-    encoded = "".join(char if char in _CE_SAFE else _percent(char) for char in value)
+    for a header (``MAX_HEADER_VALUE``) is written as a digest of itself (encoding never makes
+    a value shorter, so one longer than that before is a digest without being encoded)."""
+    if len(value) > MAX_HEADER_VALUE:
+        return _digest(value)
+    if _CE_UNSAFE.search(value) is None:
+        return value
+    encoded = _CE_UNSAFE.sub(_percent, value)
     return encoded if len(encoded) <= MAX_HEADER_VALUE else _digest(value)
 
 
-def _percent(char: str) -> str:
-    """``char`` as ``%XY`` per byte of its UTF-8 encoding."""
-    return "".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass"))
+def _percent(unsafe: re.Match[str]) -> str:
+    """The character ``unsafe`` matched as ``%XY`` per byte of its UTF-8 encoding."""
+    return "".join(f"%{byte:02X}" for byte in unsafe[0].encode("utf-8", "surrogatepass"))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ce_source_header(installation: str, source: str) -> str:
+    """``ce-source``'s header value: the same few installations and sources write every entry."""
+    return ce_header_value(ce_source(installation, source))
+
+
+@functools.lru_cache(maxsize=256)
+def _ce_type_header(event_type: type[msgspec.Struct]) -> str:
+    """``ce-type``'s header value for entries about an event of ``event_type``."""
+    tag: Any = event_type.__struct_config__.tag
+    return ce_header_value(f"{CE_TYPE_PREFIX}{tag}")
+
+
+def _id_headers(event_id: str) -> tuple[str, str]:
+    """``Nats-Msg-Id`` and ``ce-id`` for ``event_id``: the id itself in both, when it is short
+    and needs no escape (most do)."""
+    if len(event_id) <= MAX_HEADER_VALUE and _CE_UNSAFE.search(event_id) is None:
+        return event_id, event_id
+    return header_value(event_id), ce_header_value(event_id)
 
 
 def cloudevent_headers(envelope: Envelope, installation: str) -> dict[str, str]:
     """CloudEvents headers (``CLOUDEVENTS_BINDING``) for an envelope published by
-    ``installation`` (its subject prefix), plus ``Nats-Msg-Id``."""
-    tag: Any = type(envelope.event).__struct_config__.tag
+    ``installation`` (its subject prefix), plus ``Nats-Msg-Id``; in this order, which is the
+    order of the header block on the wire."""
+    msg_id, ce_id = _id_headers(envelope.id)
     return {
-        "Nats-Msg-Id": header_value(envelope.id),
+        "Nats-Msg-Id": msg_id,
         "ce-specversion": "1.0",
-        "ce-id": ce_header_value(envelope.id),
-        "ce-type": ce_header_value(f"{CE_TYPE_PREFIX}{tag}"),
-        "ce-source": ce_header_value(ce_source(installation, envelope.source)),
+        "ce-id": ce_id,
+        "ce-type": _ce_type_header(type(envelope.event)),
+        "ce-source": _ce_source_header(installation, envelope.source),
         "ce-time": ce_time(envelope.time),
         "ce-datacontenttype": "application/json",
         "content-type": "application/json",

@@ -31,7 +31,13 @@ from usher.core.history.fold import Verdict, fold_entry
 from usher.core.history.replay import fold
 from usher.core.model.config import EngineConfig
 from usher.core.protocol.log import log_entry
-from usher.core.protocol.subjects import MIGRATION_WINDOW, Subjects, prefix_of, untoken
+from usher.core.protocol.subjects import (
+    LOG_ROOTS,
+    MIGRATION_WINDOW,
+    Subjects,
+    prefix_of,
+    untoken,
+)
 
 S = Subjects("t")
 
@@ -125,3 +131,34 @@ def test_every_reader_folds_a_hold_from_its_new_and_its_old_subject(
     )
     assert outcome.verdict is verdict, outcome.reason
     assert (QuotaPath("root") in engine.state.holds) == (verdict is Verdict.FOLDED)
+
+
+def first_root_prefix(subject: str) -> str | None:
+    """``prefix_of`` as first written: each root's first place, the leftmost past the start."""
+    found = [at for at in (subject.find(f".{root}.") for root in LOG_ROOTS) if at > 0]
+    return subject[: min(found)] if found else None
+
+
+@pytest.mark.parametrize(
+    ("subject", "prefix"),
+    [
+        ("t.cluster.default.job.ns.name", "t"),
+        ("a.b.decision.z.admitted.ns.pass", "a.b"),
+        ("x.zone.pass.y", "x"),
+        ("x.pass.zone.y", "x"),
+        (".cluster.t.decision.x", ".cluster.t"),
+        (".cluster.x.cluster.y", None),
+        ("t.clusters.x", None),
+        ("t", None),
+    ],
+)
+def test_the_prefix_of_a_subject_is_before_its_first_root(subject: str, prefix: str | None) -> None:
+    assert prefix_of(subject) == prefix == first_root_prefix(subject)
+
+
+@given(
+    st.lists(st.sampled_from([*LOG_ROOTS, "", "t", "a.b", "clusters", "zone-a", "%2E"]), max_size=8)
+)
+def test_the_prefix_of_any_subject_is_as_first_written(tokens: list[str]) -> None:
+    subject = ".".join(tokens)
+    assert prefix_of(subject) == first_root_prefix(subject)

@@ -23,6 +23,7 @@ adapters (usher/adapters/nats/subjects.py) re-export it.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -356,6 +357,9 @@ class Subjects:
 LOG_ROOTS: Final = ("cluster", "decision", "hold", "zone", "pass")
 """The second token of every subject on the log (``<p>.<root>.>``)."""
 
+_ANY_ROOT: Final = re.compile("|".join(re.escape(f".{root}.") for root in LOG_ROOTS))
+"""Where a subject's first ``.<root>.`` of ``LOG_ROOTS`` is (``prefix_of``: on every publish)."""
+
 WATCHER_SOURCE: Final = "usher/watcher"
 """The envelope source of every cluster event (a watcher, their only publisher) but
 ``ClusterLost``."""
@@ -384,8 +388,11 @@ def prefix_of(subject: str) -> str | None:
     ``LOG_ROOTS``), None for a subject that is none: the log stream holds only
     ``<prefix>.<root>.>``, so a reader knows whose log it reads from the entry itself (an
     export read offline, a log imported under another prefix)."""
-    found = [at for at in (subject.find(f".{root}.") for root in LOG_ROOTS) if at > 0]
-    return subject[: min(found)] if found else None
+    if subject.startswith("."):  # a root found at 0 is no prefix's end, nor is a later one
+        found = [at for at in (subject.find(f".{root}.") for root in LOG_ROOTS) if at > 0]
+        return subject[: min(found)] if found else None
+    first = _ANY_ROOT.search(subject)  # the leftmost of every root's first place
+    return subject[: first.start()] if first else None
 
 
 def installation_of(subject: str) -> str:
