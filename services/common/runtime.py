@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from schemas import DeadLetter, Millis
+from services.common import collector
 from services.common.health import ConnectionWatch, HealthServer
 from services.common.metrics import Metrics, process_metrics
 from services.common.settings import ServiceSettings
@@ -202,8 +203,13 @@ async def connect_or_stop(
     )
 
 
-async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None:
-    """Run ``main`` as service ``name`` until SIGTERM/SIGINT or until it returns."""
+async def serve(
+    name: str, settings: ServiceSettings, main: ServiceMain, *, own_process: bool = False
+) -> None:
+    """Run ``main`` as service ``name`` until SIGTERM/SIGINT or until it returns.
+
+    ``own_process``: the process is this service's alone (``run_service``): its garbage
+    collector is frozen once the service is ready (``services.common.collector``)."""
     log = get_logger(service=name, zone=settings.zone)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -213,7 +219,7 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
             loop.add_signal_handler(sig, stop.set)
             handled.append(sig)
     try:
-        await _serve(name, settings, main, stop, log)
+        await _serve(name, settings, main, stop, log, own_process)
     finally:
         # The loop may outlive the service (a caller's, a test's): give the signals back, so
         # that a later Ctrl-C raises KeyboardInterrupt again instead of setting a dead event.
@@ -222,7 +228,12 @@ async def serve(name: str, settings: ServiceSettings, main: ServiceMain) -> None
 
 
 async def _serve(
-    name: str, settings: ServiceSettings, main: ServiceMain, stop: asyncio.Event, log: Any
+    name: str,
+    settings: ServiceSettings,
+    main: ServiceMain,
+    stop: asyncio.Event,
+    log: Any,
+    own_process: bool,
 ) -> None:
     # Filled once connected: until then the process is alive (/healthz) but not ready.
     started: list[ServiceContext] = []
@@ -247,7 +258,13 @@ async def _serve(
             ctx = ServiceContext(name, settings, nc, js, subjects, stop, log)
             started.append(ctx)
             log.info("service starting", nats=redact_url(settings.nats_url), prefix=settings.prefix)
-            await main(ctx)
+            if own_process:
+                freezing = asyncio.ensure_future(collector.freeze_when_ready(ctx.ready, stop))
+            try:
+                await main(ctx)
+            finally:
+                if own_process:
+                    freezing.cancel()
         finally:
             with contextlib.suppress(Exception):
                 await nc.drain()
@@ -259,7 +276,8 @@ async def _serve(
 def run_service(name: str, settings: ServiceSettings, main: ServiceMain) -> None:
     """Blocking entry point used by ``usher run <service>`` and ``python -m services.<name>``."""
     configure()
-    asyncio.run(serve(name, settings, main))
+    collector.tune()
+    asyncio.run(serve(name, settings, main, own_process=True))
 
 
 async def wait_or_stop(stop: asyncio.Event, seconds: float) -> bool:
