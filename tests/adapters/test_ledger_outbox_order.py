@@ -1,0 +1,127 @@
+"""The outbox's ids follow commit order, one transaction's rows consecutive, against a real server.
+
+The relay publishes committed outbox rows in id order, and the log reads the ``Preempted`` of one
+reclaim as one decision only while they follow each other. Two ledger transactions that share
+no row lock (a requeue and a preemption of other workloads, a victim released inside its group
+and a preemption) used to draw their ids from the sequence in whatever order they reached it:
+one committing later could hold lower ids than one that committed first, and the rows of one
+could fall between the rows of the other (the log then showed a reclaim cut in two, its first
+part refused by the invariant checker: "it would not fit without these victims").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from schemas import QuotaNode
+from tests.adapters.test_ledger_store import LEAVES, builder, requeue, victim
+from tests.builders.events import reservation as res
+from tests.builders.trees import users_tree
+from usher.adapters.pg.ledger_store import LedgerStore, OutboxMessage
+
+
+@pytest.fixture
+def ledger_tree() -> QuotaNode:
+    return users_tree()
+
+
+async def _waiters(engine: AsyncEngine, locktype: str) -> int:
+    async with engine.connect() as probe:
+        found = await probe.scalar(
+            text("SELECT count(*) FROM pg_locks WHERE locktype = :t AND NOT granted"),
+            {"t": locktype},
+        )
+    return int(found or 0)
+
+
+async def _until(check: Callable[[], Awaitable[bool]]) -> bool:
+    for _ in range(300):
+        if await check():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def _kinds(rows: list[OutboxMessage]) -> list[str]:
+    return [m.event_id.split(":")[0] + ":" + m.event_id.split(":")[1] for m in rows]
+
+
+async def test_a_preemption_committed_first_is_published_first(
+    store: LedgerStore, engine: AsyncEngine
+) -> None:
+    """A requeue (R10) of ``a1`` has drawn its outbox id and not committed yet when another
+    dequeuer's reclaim of ``c1`` and ``c2`` (no row in common) comes: the reclaim's rows must
+    not commit ahead of the requeue with ids after it (the relay, reading both committed,
+    would publish the requeue first). It waits for the requeue's commit instead.
+
+    A test connection holds an uncommitted outbox row under the requeue's event id, so the
+    requeue's insert waits right after drawing its id: the time between a transaction's outbox
+    insert and its commit, made long."""
+    granted = await store.reserve(
+        [res("a1", LEAVES[0], 40)] + [res(f"c{i}", LEAVES[2], 15) for i in range(1, 5)]
+    )
+    assert all(r.granted for r in granted)  # the root (100) is full
+    a1 = next(a for a in await store.live_allocations() if a.workload == "ns/a1")
+    async with engine.connect() as blocker:
+        await blocker.execute(
+            text("INSERT INTO outbox (event_id, subject, payload) VALUES (:e, 'x', '')"),
+            {"e": f"requeued:ns/a1:{a1.id}"},
+        )
+        requeued = asyncio.create_task(
+            store.requeue([requeue("a1", LEAVES[0], 40)], outbox=builder)
+        )
+        assert await _until(lambda: _waiters(engine, "transactionid")), "requeue never waited"
+        # p (20, within user-b's guarantee) needs two of user-c's borrowed 15s.
+        reclaim = asyncio.create_task(
+            store.preempt(
+                res("p", LEAVES[1], 20),
+                [victim("c1", LEAVES[2]), victim("c2", LEAVES[2])],
+                outbox=builder,
+            )
+        )
+
+        async def reclaim_done_or_waiting() -> bool:
+            return reclaim.done() or await _waiters(engine, "advisory") > 0
+
+        assert await _until(reclaim_done_or_waiting)
+        reclaim_first = reclaim.done()
+        await blocker.rollback()
+    [result] = await requeued
+    assert result.granted
+    assert (await reclaim).granted
+    published = _kinds(await store.pending_outbox(10))
+    requeue_rows = ["requeued:ns/a1"]
+    reclaim_rows = ["preempted:ns/c1", "preempted:ns/c2"]
+    committed = reclaim_rows + requeue_rows if reclaim_first else requeue_rows + reclaim_rows
+    assert published == committed
+
+
+async def test_racing_transactions_keep_their_outbox_rows_together(store: LedgerStore) -> None:
+    """Eight requeues of 12 workloads each (one transaction each, no row lock in common) race:
+    each transaction's rows take consecutive ids, in the order of its decisions."""
+    names = [f"w{t}x{i}" for t in range(8) for i in range(12)]
+    for start in range(0, len(names), 16):
+        batch = [res(name, LEAVES[2], 1) for name in names[start : start + 16]]
+        assert all(r.granted for r in await store.reserve(batch))
+    results = await asyncio.gather(
+        *(
+            store.requeue(
+                [requeue(f"w{t}x{i}", LEAVES[2], 1) for i in range(12)], outbox=builder
+            )
+            for t in range(8)
+        )
+    )
+    assert all(r.granted for batch in results for r in batch)
+    rows = await store.pending_outbox(200)
+    assert len(rows) == len(names)
+    owners = [m.event_id.split(":")[1].removeprefix("ns/").split("x")[0] for m in rows]
+    runs = [owner for n, owner in enumerate(owners) if n == 0 or owners[n - 1] != owner]
+    assert sorted(runs) == [f"w{t}" for t in range(8)], runs  # one run of ids per transaction
+    for t in range(8):
+        mine = [m.event_id.split(":")[1] for m in rows if f"ns/w{t}x" in m.event_id]
+        assert mine == [f"ns/w{t}x{i}" for i in range(12)]
