@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from schemas import QuotaNode
 from tests.adapters.test_ledger_store import LEAVES, builder, requeue, victim
+from tests.builders.events import CORE
 from tests.builders.events import reservation as res
 from tests.builders.trees import users_tree
 from usher.adapters.pg.ledger_store import LedgerStore, OutboxMessage
@@ -102,26 +103,35 @@ async def test_a_preemption_committed_first_is_published_first(
 
 
 async def test_racing_transactions_keep_their_outbox_rows_together(store: LedgerStore) -> None:
-    """Eight requeues of 12 workloads each (one transaction each, no row lock in common) race:
-    each transaction's rows take consecutive ids, in the order of its decisions."""
-    names = [f"w{t}x{i}" for t in range(8) for i in range(12)]
-    for start in range(0, len(names), 16):
-        batch = [res(name, LEAVES[2], 1) for name in names[start : start + 16]]
-        assert all(r.granted for r in await store.reserve(batch))
-    results = await asyncio.gather(
-        *(
-            store.requeue(
-                [requeue(f"w{t}x{i}", LEAVES[2], 1) for i in range(12)], outbox=builder
+    """Eight requeues of 40 workloads each (one transaction each, no row lock in common) race,
+    three times: each transaction's rows take consecutive ids, in the order of its decisions
+    (before the outbox lock, about one race in three interleaved some ids)."""
+    wide = QuotaNode(name="root", max={"cpu": 1000 * CORE}, children=[QuotaNode(name="x")])
+    await store.apply_tree(wide, version=2)
+    for round_ in range(3):
+        names = [f"r{round_}w{t}x{i}" for t in range(8) for i in range(40)]
+        for start in range(0, len(names), 80):
+            batch = [res(name, "root/x", 1) for name in names[start : start + 80]]
+            assert all(r.granted for r in await store.reserve(batch))
+        results = await asyncio.gather(
+            *(
+                store.requeue(
+                    [requeue(f"r{round_}w{t}x{i}", "root/x", 1) for i in range(40)],
+                    outbox=builder,
+                )
+                for t in range(8)
             )
-            for t in range(8)
         )
-    )
-    assert all(r.granted for batch in results for r in batch)
-    rows = await store.pending_outbox(200)
-    assert len(rows) == len(names)
-    owners = [m.event_id.split(":")[1].removeprefix("ns/").split("x")[0] for m in rows]
+        assert all(r.granted for batch in results for r in batch)
+    rows = await store.pending_outbox(2000)
+    assert len(rows) == 3 * 8 * 40
+    owners = [m.event_id.split(":")[1].split("x")[0] for m in rows]
     runs = [owner for n, owner in enumerate(owners) if n == 0 or owners[n - 1] != owner]
-    assert sorted(runs) == [f"w{t}" for t in range(8)], runs  # one run of ids per transaction
-    for t in range(8):
-        mine = [m.event_id.split(":")[1] for m in rows if f"ns/w{t}x" in m.event_id]
-        assert mine == [f"ns/w{t}x{i}" for i in range(12)]
+    assert len(runs) == len(set(runs)) == 3 * 8, runs  # one run of ids per transaction
+    for owner in runs:
+        mine = [
+            m.event_id.split(":")[1]
+            for m in rows
+            if m.event_id.split(":")[1].split("x")[0] == owner
+        ]
+        assert mine == [f"{owner}x{i}" for i in range(40)]
