@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from schemas import QuotaNode
+from schemas import QuotaNode, ReservationResult
 from tests.adapters.test_ledger_store import LEAVES, builder, requeue, victim
 from tests.builders.events import CORE
 from tests.builders.events import reservation as res
@@ -52,21 +52,43 @@ def _kinds(rows: list[OutboxMessage]) -> list[str]:
     return [m.event_id.split(":")[0] + ":" + m.event_id.split(":")[1] for m in rows]
 
 
-async def test_a_preemption_committed_first_is_published_first(
-    store: LedgerStore, engine: AsyncEngine
+async def _reclaim(store: LedgerStore) -> list[ReservationResult]:
+    """p (30, within user-b's guarantee) needs two of user-c's borrowed 15s (root: 90 used)."""
+    victims = [victim("c1", LEAVES[2]), victim("c2", LEAVES[2])]
+    return [await store.preempt(res("p", LEAVES[1], 30), victims, outbox=builder)]
+
+
+async def _grant(store: LedgerStore) -> list[ReservationResult]:
+    return await store.reserve([res("n", LEAVES[2], 5)], outbox=builder)
+
+
+Second = Callable[[LedgerStore], Awaitable[list[ReservationResult]]]
+SECOND: list[tuple[str, Second, list[str]]] = [
+    ("reclaim", _reclaim, ["preempted:ns/c1", "preempted:ns/c2"]),
+    ("grant", _grant, ["admitted:ns/n"]),
+]
+
+
+@pytest.mark.parametrize(("case", "second", "rows"), SECOND, ids=[c[0] for c in SECOND])
+async def test_a_transaction_committed_first_is_published_first(
+    store: LedgerStore,
+    engine: AsyncEngine,
+    case: str,
+    second: Second,
+    rows: list[str],
 ) -> None:
     """A requeue (R10) of ``a1`` has drawn its outbox id and not committed yet when another
-    dequeuer's reclaim of ``c1`` and ``c2`` (no row in common) comes: the reclaim's rows must
-    not commit ahead of the requeue with ids after it (the relay, reading both committed,
-    would publish the requeue first). It waits for the requeue's commit instead.
+    dequeuer's reclaim of ``c1`` and ``c2``, or grant of ``n`` (no row in common), comes: its
+    rows must not commit ahead of the requeue with ids after it (the relay, reading both
+    committed, would publish the requeue first). It waits for the requeue's commit instead.
 
     A test connection holds an uncommitted outbox row under the requeue's event id, so the
     requeue's insert waits right after drawing its id: the time between a transaction's outbox
     insert and its commit, made long."""
     granted = await store.reserve(
-        [res("a1", LEAVES[0], 40)] + [res(f"c{i}", LEAVES[2], 15) for i in range(1, 5)]
+        [res("a1", LEAVES[0], 30)] + [res(f"c{i}", LEAVES[2], 15) for i in range(1, 5)]
     )
-    assert all(r.granted for r in granted)  # the root (100) is full
+    assert all(r.granted for r in granted)
     a1 = next(a for a in await store.live_allocations() if a.workload == "ns/a1")
     async with engine.connect() as blocker:
         await blocker.execute(
@@ -74,31 +96,22 @@ async def test_a_preemption_committed_first_is_published_first(
             {"e": f"requeued:ns/a1:{a1.id}"},
         )
         requeued = asyncio.create_task(
-            store.requeue([requeue("a1", LEAVES[0], 40)], outbox=builder)
+            store.requeue([requeue("a1", LEAVES[0], 30)], outbox=builder)
         )
         assert await _until(lambda: _waiters(engine, "transactionid")), "requeue never waited"
-        # p (20, within user-b's guarantee) needs two of user-c's borrowed 15s.
-        reclaim = asyncio.create_task(
-            store.preempt(
-                res("p", LEAVES[1], 20),
-                [victim("c1", LEAVES[2]), victim("c2", LEAVES[2])],
-                outbox=builder,
-            )
-        )
+        other = asyncio.ensure_future(second(store))
 
-        async def reclaim_done_or_waiting() -> bool:
-            return reclaim.done() or await _waiters(engine, "advisory") > 0
+        async def other_done_or_waiting() -> bool:
+            return other.done() or await _waiters(engine, "advisory") > 0
 
-        assert await _until(reclaim_done_or_waiting)
-        reclaim_first = reclaim.done()
+        assert await _until(other_done_or_waiting)
+        other_first = other.done()
         await blocker.rollback()
     [result] = await requeued
     assert result.granted
-    assert (await reclaim).granted
+    assert all(r.granted for r in await other)
     published = _kinds(await store.pending_outbox(10))
-    requeue_rows = ["requeued:ns/a1"]
-    reclaim_rows = ["preempted:ns/c1", "preempted:ns/c2"]
-    committed = reclaim_rows + requeue_rows if reclaim_first else requeue_rows + reclaim_rows
+    committed = [*rows, "requeued:ns/a1"] if other_first else ["requeued:ns/a1", *rows]
     assert published == committed
 
 

@@ -2155,8 +2155,11 @@ _WRITE_BATCH: Final = text(
         FROM unnest(
             CAST(:event_ids AS text[]), CAST(:subjects AS text[]), CAST(:payloads AS bytea[])
         ) WITH ORDINALITY AS o(event_id, subject, payload, position)
-        WHERE (SELECT count(*) FROM created) = cardinality(CAST(:ids AS bigint[]))
-            AND (SELECT CAST(pg_advisory_xact_lock({_OUTBOX_LOCK.text}) AS text)) = ''
+        WHERE (
+            SELECT CASE WHEN count(*) = cardinality(CAST(:ids AS bigint[]))
+                THEN CAST(pg_advisory_xact_lock({_OUTBOX_LOCK.text}) AS text) END
+            FROM created
+        ) = ''
         ORDER BY o.position
         ON CONFLICT (event_id) DO NOTHING
         RETURNING 1
@@ -2167,7 +2170,9 @@ _WRITE_BATCH: Final = text(
 ).bindparams(bindparam("stamp", type_=DateTime(timezone=True)))
 """A batch's grants in one statement: the new allocations (with the ids read before), the
 usage of the locked rows (absolute values) and the outbox rows, in that order, the outbox rows
-under ``_OUTBOX_LOCK`` (taken once, before the first row's id is drawn). When a
+under ``_OUTBOX_LOCK`` (taken once every allocation is written, before the first row's id is
+drawn: a grant waiting on a preemption's uncommitted hold of the same workload does not hold
+it). When a
 concurrent transaction committed a live allocation of one of the workloads first, nothing
 but the other allocations is written and the caller replays the batch (``_RaceLost``)."""
 
