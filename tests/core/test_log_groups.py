@@ -76,7 +76,9 @@ def test_a_reclaim_is_one_group_whatever_other_services_published_between(
     items = build().history().items
     groups = list(log_groups(items))
     first = next(n for n, g in enumerate(groups) if isinstance(g[0].event, Preempted))
-    names = [[str(i.event.workload).split("/")[1] for i in g] for g in groups[first:]]  # type: ignore[attr-defined]
+    names = [
+        [str(getattr(i.event, "workload", "")).split("/")[1] for i in g] for g in groups[first:]
+    ]
     assert names == tail
     # Every entry exactly once, and the groups keep the log's order but for the moved entry.
     assert sorted(i.seq for g in groups for i in g) == [i.seq for i in items]

@@ -12,7 +12,8 @@ preemption policy, P1-P3, by ``policy_refusal``) and holds the
 preemptor's capacity in the same transaction; applies batches of cluster events (finish,
 delete, observed suspension, tree) with the consumer offset; writes the transactional outbox
 (built by the caller from what was decided) in the same transaction as the rows it describes,
-so redelivered input changes nothing (principles 2-3).
+so redelivered input changes nothing (principles 2-3), last and under ``_OUTBOX_LOCK``, so
+that outbox ids follow commit order and one transaction's rows are consecutive.
 
 Allocation life cycle (the states, their transitions and the release rules are the core's,
 ``usher/core/rules/arbitration.py``): ``admitted`` (counted) -> ``released``; a preemptor is
