@@ -12,7 +12,8 @@ preemption policy, P1-P3, by ``policy_refusal``) and holds the
 preemptor's capacity in the same transaction; applies batches of cluster events (finish,
 delete, observed suspension, tree) with the consumer offset; writes the transactional outbox
 (built by the caller from what was decided) in the same transaction as the rows it describes,
-so redelivered input changes nothing (principles 2-3).
+so redelivered input changes nothing (principles 2-3), last and under ``_OUTBOX_LOCK``, so
+that outbox ids follow commit order and one transaction's rows are consecutive.
 
 Allocation life cycle (the states, their transitions and the release rules are the core's,
 ``usher/core/rules/arbitration.py``): ``admitted`` (counted) -> ``released``; a preemptor is
@@ -126,6 +127,14 @@ ENDED: Final[Table] = Base.metadata.tables["ended_workloads"]
 _ENDS_LOCK: Final = text("hashtext('usher.ended_workloads')")
 """Recording ends (exclusive) against reserving on a view (shared): a reservation that
 checked no end yet commits before the end is recorded, so the end releases it (R8)."""
+
+_OUTBOX_LOCK: Final = text("hashtext('usher.outbox')")
+"""Writing outbox rows (exclusive, held until commit, taken after every row lock): one
+transaction's rows take consecutive ids, and ids follow commit order. The relay publishes in
+id order, and the log reads a reclaim's ``Preempted`` as one decision only while they are
+consecutive; without it, two transactions that share no row lock (a preemption and a requeue,
+or a victim released inside its group) drew ids between each other's, and a later commit could
+take lower ids than an earlier one."""
 
 DEFAULT_STREAM: Final = "usher"
 """Stream name written to ``consumer_offsets.stream`` when the caller names none."""
@@ -1832,9 +1841,11 @@ def _messages(rows: Iterable[Any]) -> list[OutboxMessage]:
 
 
 async def _write_outbox(conn: AsyncConnection, outbox: Sequence[OutboxMessage]) -> None:
-    """Insert outbox rows in order (their ids give the publishing order), many per statement."""
+    """Insert outbox rows in order (their ids give the publishing order), many per statement,
+    under ``_OUTBOX_LOCK``: call it last, once every row lock of the transaction is held."""
     if not outbox:
         return
+    await conn.execute(select(func.pg_advisory_xact_lock(_OUTBOX_LOCK)))
     await conn.execute(
         _INSERT_OUTBOX,
         [{"event_id": m.event_id, "subject": m.subject, "payload": m.payload} for m in outbox],
@@ -2114,7 +2125,7 @@ leaves, the locked usage rows, the attributes of every node on the paths (zone c
 and whether any node restricts lending (L1, L2)."""
 
 _WRITE_BATCH: Final = text(
-    """
+    f"""
     WITH created AS (
         INSERT INTO allocations (
             id, workload, zone, quota_path, queue, requests, priority, state,
@@ -2145,7 +2156,11 @@ _WRITE_BATCH: Final = text(
         FROM unnest(
             CAST(:event_ids AS text[]), CAST(:subjects AS text[]), CAST(:payloads AS bytea[])
         ) WITH ORDINALITY AS o(event_id, subject, payload, position)
-        WHERE (SELECT count(*) FROM created) = cardinality(CAST(:ids AS bigint[]))
+        WHERE (
+            SELECT CASE WHEN count(*) = cardinality(CAST(:ids AS bigint[]))
+                THEN CAST(pg_advisory_xact_lock({_OUTBOX_LOCK.text}) AS text) END
+            FROM created
+        ) = ''
         ORDER BY o.position
         ON CONFLICT (event_id) DO NOTHING
         RETURNING 1
@@ -2155,7 +2170,10 @@ _WRITE_BATCH: Final = text(
     """
 ).bindparams(bindparam("stamp", type_=DateTime(timezone=True)))
 """A batch's grants in one statement: the new allocations (with the ids read before), the
-usage of the locked rows (absolute values) and the outbox rows, in that order. When a
+usage of the locked rows (absolute values) and the outbox rows, in that order, the outbox rows
+under ``_OUTBOX_LOCK`` (taken once every allocation is written, before the first row's id is
+drawn: a grant waiting on a preemption's uncommitted hold of the same workload does not hold
+it). When a
 concurrent transaction committed a live allocation of one of the workloads first, nothing
 but the other allocations is written and the caller replays the batch (``_RaceLost``)."""
 

@@ -13,7 +13,8 @@ What it does: walks the log once, in order, and reports every entry that breaks 
 * ``already-admitted``: an ``Admitted`` for a workload whose earlier ``Admitted`` has no
   ``Released`` yet (a preempted victim is live until its ``Released``).
 * ``preemption-refused``: a group of ``Preempted`` (the victims of one preemptor, consecutive
-  on the log) that ``Engine.check_preemption`` refuses on the state folded up to the group.
+  among the ledger's entries: ``log_groups``) that ``Engine.check_preemption`` refuses on the
+  state folded up to the group.
   ``preemption_refusal`` is that one check; ``usher audit`` uses the same function.
 * ``admitted-while-held``: an ``Admitted`` below a node held or drained at that point of the
   log (R14), unless it is a preemptor whose victims were preempted before (the ledger held

@@ -3,13 +3,15 @@
 What it does: ``replay_once(history, engine, observers)`` folds the decoded log into
 ``engine`` entry by entry through the fold every service uses (``usher.core.history.fold``:
 ``refusal`` then ``apply_entry``), in *groups*: one entry, or the ``Preempted`` of one
-preemptor that follow each other (the ledger writes a reclaim's victims in one transaction, so
-they are one decision: ``log_groups``). Each observer is shown a group *before* it is folded
-(``before``: the engine holds the log up to it, what a check of the group must read), and each
-entry once it is folded (``folded``) or refused while folding (``refused``: the engine raised
-on it, so it was never believed). Entries refused without folding (forged, input the engine
-refuses whatever its state) are shown to no observer. It returns the log without the refused
-entries (they join ``bad`` with their reason): what the services' projections believe.
+preemptor that follow each other among the ledger's entries (the ledger writes a reclaim's
+victims in one transaction, so they are one decision; another service's entry published
+between two of them comes after the group: ``log_groups``). Each observer is shown a group
+*before* it is folded (``before``: the engine holds the log up to it, what a check of the group
+must read), and each entry once it is folded (``folded``) or refused while folding
+(``refused``: the engine raised on it, so it was never believed). Entries refused without
+folding (forged, input the engine refuses whatever its state) are shown to no observer. It
+returns the log without the refused entries (they join ``bad`` with their reason): what the
+services' projections believe.
 
 The audit's per-decision checks, the invariant checker and the usage fold are observers of
 one replay (``usher audit`` folds the log once); ``screened`` is a replay with no observer.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from schemas import Preempted, WorkloadKey
+from schemas import LEDGER_SOURCE, Preempted, WorkloadKey
 from usher.core.engine.facade import Engine
 from usher.core.history.fold import apply_entry, refusal, refused_entry
 from usher.core.history.replay import History
@@ -69,6 +71,7 @@ def replay_once(history: History, engine: Engine, observers: Sequence[Observer] 
                     observer.refused(item)
     if not refused:
         return history
+    kept.sort(key=lambda item: item.seq)  # log order (an entry between victims came after)
     return History(items=kept, bad=sorted([*history.bad, *refused], key=lambda bad: bad.seq))
 
 
@@ -80,19 +83,42 @@ def screened(history: History, config: EngineConfig) -> History:
 
 
 def log_groups(items: Sequence[LogEntry]) -> Iterator[list[LogEntry]]:
-    """Entries one by one, except the ``Preempted`` of one preemptor that follow each other.
+    """Entries one by one, except the ``Preempted`` of one preemptor that follow each other
+    among the ledger's entries.
 
-    The ledger writes a reclaim's victims in one transaction, so they are one decision.
+    The ledger writes a reclaim's victims in one transaction, so they are one decision. Its
+    relay publishes them one message each, in a row, but another service's entry (an
+    observation, a pass) may land between two of them on the log: such entries do not cut
+    the reclaim in two, they come right after it, each on its own, in log order. Any entry of
+    the ledger in between ends the group (a preemptor preempts again only after a
+    ``Released`` of its own).
     """
     index = 0
     while index < len(items):
         event = items[index].event
-        end = index + 1
-        if isinstance(event, Preempted):
-            while end < len(items) and _same_preemptor(items[end], event.preemptor):
-                end += 1
-        yield list(items[index:end])
-        index = end
+        if not isinstance(event, Preempted):
+            yield [items[index]]
+            index += 1
+            continue
+        group, last = [items[index]], index
+        scan = index + 1
+        while scan < len(items):
+            item = items[scan]
+            if _same_preemptor(item, event.preemptor):
+                group.append(item)
+                last = scan
+            elif _ledger_entry(item):
+                break
+            scan += 1
+        yield group
+        for item in items[index + 1 : last]:
+            if not _same_preemptor(item, event.preemptor):
+                yield [item]  # another service's entry that landed between two victims
+        index = last + 1
+
+
+def _ledger_entry(item: LogEntry) -> bool:
+    return item.envelope.source == LEDGER_SOURCE
 
 
 def _same_preemptor(item: LogEntry, preemptor: WorkloadKey) -> bool:
