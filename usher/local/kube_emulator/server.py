@@ -634,7 +634,7 @@ class KubeEmulator:
                 return await self._watch(request, target)
             return self._list(request, target)
         if method == "GET" and target.name is not None:
-            obj = self.store.get(target.rt, target.namespace, target.name)
+            obj = self.store.get(target.rt, target.namespace, target.name, shared=True)
             return self._object_response(request, target.rt, obj)
         handler = self._write_handler(method, target)
         warnings: list[str] = []
@@ -701,7 +701,7 @@ class KubeEmulator:
 
     async def _create(self, request: web.Request, target: Target) -> JsonObj:
         body = await self.admission.mutate(target.rt, target.namespace, await json_body(request))
-        return self.store.create(target.rt, target.namespace, body)
+        return self.store.create(target.rt, target.namespace, body, shared=True)
 
     async def _update(self, request: web.Request, target: Target) -> JsonObj:
         assert target.name is not None
@@ -710,7 +710,12 @@ class KubeEmulator:
             old = self.store.get(target.rt, target.namespace, target.name)
             body = await self.admission.mutate(target.rt, target.namespace, body, old)
         return self.store.update(
-            target.rt, target.namespace, target.name, body, subresource=target.subresource
+            target.rt,
+            target.namespace,
+            target.name,
+            body,
+            subresource=target.subresource,
+            shared=True,
         )
 
     async def _patch(self, request: web.Request, target: Target) -> JsonObj:
@@ -726,8 +731,10 @@ class KubeEmulator:
             proposed = self.store.patched(rt, namespace, name, kind, body)
             admitted = await self.admission.mutate(rt, namespace, proposed, old)
             if admitted != proposed:  # a webhook changed it: that object is stored
-                return self.store.update(rt, namespace, name, admitted)
-        return self.store.patch(rt, namespace, name, kind, body, subresource=target.subresource)
+                return self.store.update(rt, namespace, name, admitted, shared=True)
+        return self.store.patch(
+            rt, namespace, name, kind, body, subresource=target.subresource, shared=True
+        )
 
     async def _apply(self, request: web.Request, target: Target) -> JsonObj:
         """Server-side apply, simplified: the applied object is created when missing, else
@@ -748,16 +755,16 @@ class KubeEmulator:
         if self.store.find(rt, namespace, target.name) is None:
             admitted = await self.admission.mutate(rt, namespace, body)
             request[CREATED_BY_APPLY] = True
-            return self.store.create(rt, namespace, admitted)
+            return self.store.create(rt, namespace, admitted, shared=True)
         body.get("metadata", {}).pop("resourceVersion", None)
         if self._admits_update(target):
             old = self.store.get(rt, namespace, target.name)
             proposed = self.store.patched(rt, namespace, target.name, "merge", body)
             admitted = await self.admission.mutate(rt, namespace, proposed, old)
             if admitted != proposed:
-                return self.store.update(rt, namespace, target.name, admitted)
+                return self.store.update(rt, namespace, target.name, admitted, shared=True)
         return self.store.patch(
-            rt, namespace, target.name, "merge", body, subresource=target.subresource
+            rt, namespace, target.name, "merge", body, subresource=target.subresource, shared=True
         )
 
     def _admits_update(self, target: Target) -> bool:
@@ -770,13 +777,15 @@ class KubeEmulator:
         options = await json_body(request) if request.can_read_body else None
         preconditions = options.get("preconditions") if isinstance(options, dict) else None
         return self.store.delete(
-            target.rt, target.namespace, target.name, preconditions=preconditions
+            target.rt, target.namespace, target.name, preconditions=preconditions, shared=True
         )
 
     async def _delete_collection(self, request: web.Request, target: Target) -> JsonObj:
         flt = request_filter(target, request.query)
         deleted = [
-            self.store.delete(target.rt, o["metadata"].get("namespace"), o["metadata"]["name"])
+            self.store.delete(
+                target.rt, o["metadata"].get("namespace"), o["metadata"]["name"], shared=True
+            )
             for o in self.store.objects(target.rt, flt)
         ]
         return {

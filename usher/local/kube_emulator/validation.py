@@ -259,3 +259,20 @@ def field_problems(rt: ResourceType, obj: JsonObj) -> list[Cause]:
         causes += _container_causes(*pod)
     causes += _quantity_causes(rt, obj)
     return causes
+
+
+def _checked_parts(rt: ResourceType, obj: JsonObj) -> tuple[object, ...]:
+    """All that ``check_decodable`` and ``field_problems`` read of ``obj``: its labels, its
+    spec, and a Node's status (capacity and allocatable)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    status = obj.get("status") if rt.kind == "Node" else None
+    return labels, obj.get("spec"), status
+
+
+def same_checked_parts(rt: ResourceType, new: JsonObj, stored: JsonObj) -> bool:
+    """Whether ``new`` is what ``stored`` was in all these checks read (a status write of a
+    Job or a Pod, an annotation): they would find what they found when ``stored`` was
+    written, so the store need not run them again (a real server validates only what a
+    status write changes)."""
+    return _checked_parts(rt, new) == _checked_parts(rt, stored)
