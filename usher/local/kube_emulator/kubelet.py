@@ -153,15 +153,16 @@ class FakeKubelet:
         rt, obj = loaded
         driver = DRIVERS[key[0]]
         phase = driver.phase(obj)
-        now = rfc3339(self.store.now())
         if phase == "finished":
             self._cancel_timer(key)
         elif driver.wants_suspended(obj):
             self._cancel_timer(key)
             if phase != "suspended":
+                now = rfc3339(self.store.now())
                 self._write_status(key, rt, obj, driver.suspend(obj, now), "suspended")
         else:
             if phase != "running":
+                now = rfc3339(self.store.now())
                 self._write_status(key, rt, obj, driver.run(obj, now), "running")
             self._start_timer(key, obj)
 

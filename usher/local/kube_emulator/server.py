@@ -82,6 +82,9 @@ TABLE_CONTENT_TYPE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 CREATED_BY_APPLY = web.RequestKey("created_by_apply", bool)
 """Request key: a server-side apply created the object (201, as a POST)."""
 FIELD_VALIDATION = ("Ignore", "Warn", "Strict")
+WATCH_LINES_PER_WRITE = 256
+"""A watch sends the events queued at once in one write, up to this many (the same lines,
+fewer sends: a send per event was a sixth of the emulator's CPU under load)."""
 TRUE_VALUES = frozenset({"1", "t", "T", "true", "TRUE", "True"})
 CLUSTER_NAME = "usher-emulator"
 
@@ -864,10 +867,14 @@ class KubeEmulator:
         backlog: list[StoreEvent],
         render: Callable[[JsonObj], JsonObj],
     ) -> None:
-        for event in backlog:
-            seen = event.as_seen_through(flt)
-            if seen is not None:
-                await resp.write(watch_line(seen[0], render(seen[1])))
+        for start in range(0, len(backlog), WATCH_LINES_PER_WRITE):
+            lines = [
+                watch_line(seen[0], render(seen[1]))
+                for event in backlog[start : start + WATCH_LINES_PER_WRITE]
+                if (seen := event.as_seen_through(flt)) is not None
+            ]
+            if lines:
+                await resp.write(b"".join(lines))
 
     async def _stream(
         self,
@@ -896,8 +903,28 @@ class KubeEmulator:
                     await resp.write(watch_line("BOOKMARK", mark))
                     next_bookmark = now + self.bookmark_interval
                 continue
-            if event is None:
+            lines, ended = _drain(event, queue, flt, render)
+            if lines:  # every event already queued in one write (one TLS record, one send)
+                await resp.write(b"".join(lines))
+            if ended:
                 return
-            seen = event.as_seen_through(flt)
-            if seen is not None:
-                await resp.write(watch_line(seen[0], render(seen[1])))
+
+
+def _drain(
+    first: StoreEvent | None,
+    queue: asyncio.Queue[StoreEvent | None],
+    flt: Filter,
+    render: Callable[[JsonObj], JsonObj],
+) -> tuple[list[bytes], bool]:
+    """The watch lines of ``first`` and of every event queued behind it, up to
+    ``WATCH_LINES_PER_WRITE``, and whether the watch ends (the shutdown's None)."""
+    lines: list[bytes] = []
+    event = first
+    while event is not None:
+        seen = event.as_seen_through(flt)
+        if seen is not None:
+            lines.append(watch_line(seen[0], render(seen[1])))
+        if len(lines) >= WATCH_LINES_PER_WRITE or queue.empty():
+            return lines, False
+        event = queue.get_nowait()
+    return lines, True

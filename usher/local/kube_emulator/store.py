@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
-import secrets
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -115,8 +115,12 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_SUFFIXES = random.Random()  # seeded from the OS: names need not be unguessable, only unlikely
+# to collide (the store retries a taken one), as the real server's math/rand suffixes
+
+
 def _random_suffix() -> str:
-    return "".join(secrets.choice(GENERATE_NAME_ALPHABET) for _ in range(GENERATE_NAME_SUFFIX))
+    return "".join(_SUFFIXES.choices(GENERATE_NAME_ALPHABET, k=GENERATE_NAME_SUFFIX))
 
 
 def _spec_part(obj: JsonObj) -> JsonObj:

@@ -10,12 +10,15 @@ template's labels), a pod spec without containers or a container without a name,
 quantities and requests above limits. Messages are those of k8s.io/apimachinery's
 ``validation.IsQualifiedName``/``IsValidLabelValue`` and k8s.io/kubernetes'
 ``pkg/apis/core/validation`` (quoted in the conformance test with where each comes from).
-What it must never do: hold state, do I/O, or refuse anything the real server accepts (a
-check not listed here is not made: the emulator is lenient where it does not know).
+Parsed quantities are remembered (a pure function of the text: the same few values come back
+in every job).
+What it must never do: hold state (but that memo), do I/O, or refuse anything the real server
+accepts (a check not listed here is not made: the emulator is lenient where it does not know).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from fractions import Fraction
@@ -133,8 +136,18 @@ def check_decodable(rt: ResourceType, obj: JsonObj) -> None:
 
 
 def _amount(value: object) -> Fraction | None:
+    if isinstance(value, str):
+        return _parsed_amount(value)
     try:
         return quantity_value(value)
+    except QuantityError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_amount(text: str) -> Fraction | None:
+    try:
+        return quantity_value(text)
     except QuantityError:
         return None
 
