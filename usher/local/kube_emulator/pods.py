@@ -355,7 +355,7 @@ def _write_status(store: Store, pod: JsonObj, phase: str, now: str) -> None:
 
 def remove(store: Store, pod: JsonObj) -> None:
     try:
-        store.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        store.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], shared=True)
     except ApiError:
         return
 
