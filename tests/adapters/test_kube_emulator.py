@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -25,6 +28,7 @@ from usher.local.kube_emulator.patches import json_patch, merge_patch
 from usher.local.kube_emulator.selectors import Filter, LabelSelector
 from usher.local.kube_emulator.server import WATCH_LINES_PER_WRITE
 from usher.local.kube_emulator.store import Store
+from usher.local.kube_emulator.wire import rfc3339
 
 NS = "team-a"
 JOBS = resource("batch", "v1", "jobs")
@@ -931,3 +935,15 @@ async def test_module_runs_until_sigterm(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(proc.wait(), 10)
     assert code == 0
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1971, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.timezones()
+    )
+)
+def test_times_are_written_to_the_second_in_utc_whatever_was_asked_before(
+    moment: datetime,
+) -> None:
+    """``rfc3339`` remembers the last second's text; any moment still gets its own."""
+    assert rfc3339(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
