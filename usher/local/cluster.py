@@ -14,12 +14,11 @@ B blocks of R racks of N nodes per zone instead, labelled with their topology (T
 the kubeconfig,
 and from then on journals every write before answering it (a SIGKILL loses nothing it
 acknowledged, as etcd behind a real API server), folding the journal into ``S`` now and then
-and on SIGTERM. A
-restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
-timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it registers Usher's
-admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook, calling URL and
-trusting PEM only) before serving: jobs of managed namespaces are created suspended, and an
-admitted one's pod sets may not change (R16).
+and on SIGTERM. A restored running job runs its ``usher.io/sim-duration`` again from the start
+(the kubelet's timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it
+registers Usher's admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook,
+calling URL and trusting PEM only) before serving: jobs of managed namespaces are created
+suspended, and an admitted one's pod sets may not change (R16).
 What it must never do: listen on anything but 127.0.0.1, write a half state file, or lose
 an acknowledged write, on a clean stop or a kill.
 """
@@ -128,7 +127,7 @@ def restored_store(state: JsonObj, history: int) -> tuple[PersistentStore, int]:
     namespaces it starts with; it refuses objects in any other namespace until one is made."""
     store = PersistentStore(history_size=history, strict_namespaces=True, validate=True)
     restored = store.restore(state)
-    store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
+    _ensure_namespaces(store)
     return store, restored
 
 
@@ -138,8 +137,12 @@ def recovered_store(state: Path, history: int) -> tuple[PersistentStore, Journal
     store = PersistentStore(history_size=history, strict_namespaces=True, validate=True)
     journal = Journal(state, store)
     restored = journal.recover()
-    store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
+    _ensure_namespaces(store)
     return store, journal, restored
+
+
+def _ensure_namespaces(store: Store) -> None:
+    store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
 
 
 def ensure_nodes(
