@@ -10,11 +10,14 @@ import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -23,7 +26,9 @@ from usher.local.kube_emulator import KubeEmulator, resource
 from usher.local.kube_emulator.errors import ApiError
 from usher.local.kube_emulator.patches import json_patch, merge_patch
 from usher.local.kube_emulator.selectors import Filter, LabelSelector
+from usher.local.kube_emulator.server import WATCH_LINES_PER_WRITE
 from usher.local.kube_emulator.store import Store
+from usher.local.kube_emulator.wire import rfc3339
 
 NS = "team-a"
 JOBS = resource("batch", "v1", "jobs")
@@ -550,6 +555,31 @@ async def test_watch_sends_added_modified_deleted_in_order(api: client.ApiClient
     assert events[0]["raw_object"]["kind"] == "Job"
 
 
+async def test_a_burst_of_writes_reaches_a_watch_whole_and_in_order(
+    emu: KubeEmulator, api: client.ApiClient
+) -> None:
+    """Writes made while the watch's sender is busy are queued and sent together (several
+    writes' worth, past ``WATCH_LINES_PER_WRITE``): each still arrives, once, in order."""
+    batch = client.BatchV1Api(api)
+    start = (await batch.list_namespaced_job(NS)).metadata.resource_version
+    count = WATCH_LINES_PER_WRITE + 44
+    watcher = asyncio.create_task(
+        collect(batch.list_namespaced_job, count + 1, NS, resource_version=start,
+                timeout_seconds=60)
+    )  # fmt: skip
+    await batch.create_namespaced_job(NS, job("first"))  # the watch is streaming from here
+    await asyncio.sleep(0.2)
+    jobs = resource("batch", "v1", "jobs")
+    for index in range(count):  # in one go: no await, so all are queued before any is sent
+        emu.store.create(jobs, NS, job(f"j{index:04d}"))
+    events = await asyncio.wait_for(watcher, 60)
+    assert summary(events) == [("ADDED", "first")] + [
+        ("ADDED", f"j{index:04d}") for index in range(count)
+    ]
+    rvs = [int(e["raw_object"]["metadata"]["resourceVersion"]) for e in events]
+    assert rvs == sorted(rvs) and len(set(rvs)) == len(rvs)
+
+
 async def test_watch_without_resource_version_starts_with_current_state(
     api: client.ApiClient,
 ) -> None:
@@ -905,3 +935,15 @@ async def test_module_runs_until_sigterm(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(proc.wait(), 10)
     assert code == 0
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1971, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.timezones()
+    )
+)
+def test_times_are_written_to_the_second_in_utc_whatever_was_asked_before(
+    moment: datetime,
+) -> None:
+    """``rfc3339`` remembers the last second's text; any moment still gets its own."""
+    assert rfc3339(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

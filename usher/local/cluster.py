@@ -2,7 +2,8 @@
 
 What it does: ``python -m usher.local.cluster --kubeconfig F --state S --zones a,b
 [--burst-zones eci]`` runs the Kubernetes API emulator with its fake kubelet on 127.0.0.1,
-restores every object it held before from the state file ``S`` (same uid, resourceVersion,
+restores every object it held when it last acknowledged a write, from the state file ``S``
+and the journal beside it (``kube_emulator.journal``: same uid, resourceVersion,
 creationTimestamp and status, so the watcher sees nothing new and the log stays the truth),
 creates the namespaces a cluster starts with, Usher's own and the walkthrough's (an object in
 any other namespace is refused until that namespace is created, as on a cluster),
@@ -11,14 +12,15 @@ virtual kubelet's node with large allocatable, Z3) unless it exists -- with ``--
 B blocks of R racks of N nodes per zone instead, labelled with their topology (TP1:
 ``topology.usher.io/block``, ``topology.usher.io/rack``, ``kubernetes.io/hostname``) --, writes
 the kubeconfig,
-and saves the objects back to ``S`` (atomically, at most once a second, and on SIGTERM). A
-restored running job runs its ``usher.io/sim-duration`` again from the start (the kubelet's
-timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it registers Usher's
-admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook, calling URL and
-trusting PEM only) before serving: jobs of managed namespaces are created suspended, and an
-admitted one's pod sets may not change (R16).
+and from then on journals every write before answering it (a SIGKILL loses nothing it
+acknowledged, as etcd behind a real API server), folding the journal into ``S`` now and then
+and on SIGTERM. A restored running job runs its ``usher.io/sim-duration`` again from the start
+(the kubelet's timers are not persisted). With ``--webhook-url URL --webhook-ca PEM`` it
+registers Usher's admission webhook (the ``MutatingWebhookConfiguration`` of deploy/webhook,
+calling URL and trusting PEM only) before serving: jobs of managed namespaces are created
+suspended, and an admitted one's pod sets may not change (R16).
 What it must never do: listen on anything but 127.0.0.1, write a half state file, or lose
-the objects on a clean stop.
+an acknowledged write, on a clean stop or a kill.
 """
 
 from __future__ import annotations
@@ -27,20 +29,18 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import json
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from usher.core.kinds import FAMILIES
-from usher.local.credentials import private_dir, write_private
-from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, ResourceType, Store
-from usher.local.kube_emulator.store import CLUSTER_NAMESPACES, StoreEvent
+from usher.local.kube_emulator import RESOURCES, ApiError, KubeEmulator, Store
+from usher.local.kube_emulator.journal import Journal, PersistentStore, storage_types
+from usher.local.kube_emulator.store import CLUSTER_NAMESPACES
 from usher.local.kube_emulator.virtual_node import add_virtual_node
 
-STATE_VERSION = 1
-SAVE_INTERVAL_S = 1.0
+COMPACT_CHECK_S = 1.0
 ZONE_LABEL = "usher.io/zone"
 DEFAULT_ZONE = "default"
 NODE_ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "4", "pods": "110"}
@@ -48,75 +48,6 @@ NODE_ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "4", "pods
 no walkthrough job is refused for want of a node."""
 
 JsonObj = dict[str, Any]
-
-
-def _storage_types() -> dict[str, ResourceType]:
-    """One served type per storage (``group/plural``): versions of a resource share objects."""
-    out: dict[str, ResourceType] = {}
-    for rt in RESOURCES:
-        out.setdefault(f"{rt.group}/{rt.plural}", rt)
-    return out
-
-
-class PersistentStore(Store):
-    """The emulator's store, plus a snapshot of its objects and an exact restore of one."""
-
-    def snapshot(self) -> JsonObj:
-        """Every object, by storage, and the resourceVersion counter."""
-        objects: dict[str, list[JsonObj]] = {}
-        for key, rt in _storage_types().items():
-            items = self.objects(rt)
-            if items:
-                objects[key] = items
-        return {
-            "version": STATE_VERSION,
-            "resourceVersion": self.resource_version,
-            "objects": objects,
-        }
-
-    def restore(self, state: JsonObj) -> int:
-        """Put the snapshot's objects back exactly as they were; returns how many.
-
-        Must run before anyone watches: older resourceVersions are answered 410 Gone after it
-        (there is no history to resume from), so clients list again.
-        """
-        types = _storage_types()
-        count = 0
-        for key, items in (state.get("objects") or {}).items():
-            rt = types.get(key)
-            if rt is None or not isinstance(items, list):
-                continue
-            for obj in items:
-                meta = obj.get("metadata") if isinstance(obj, dict) else None
-                if not isinstance(meta, dict) or not meta.get("name"):
-                    continue
-                bucket = self._bucket(rt)
-                bucket[self._key(rt, meta.get("namespace"), str(meta["name"]))] = obj
-                count += 1
-        rv = state.get("resourceVersion")
-        self._rv = max(self._rv, rv if isinstance(rv, int) else 0)
-        self._compacted_rv = self._rv
-        return count
-
-
-def load_state(path: Path) -> JsonObj:
-    """The saved state, or an empty one (first start). A corrupt file is kept aside."""
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (ValueError, UnicodeDecodeError):
-        path.replace(path.with_suffix(".corrupt"))
-        print(f"cluster state {path} unreadable; kept as {path.name}.corrupt", file=sys.stderr)
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
-def save_state(path: Path, store: PersistentStore) -> None:
-    """Write the snapshot atomically (write a sibling, then rename over), owner-only (0600 in
-    a 0700 folder: jobs' specs and environment are in it)."""
-    private_dir(path.parent)
-    write_private(path, json.dumps(store.snapshot(), separators=(",", ":")).encode())
 
 
 def node_manifest(zone: str, name: str | None = None, labels: JsonObj | None = None) -> JsonObj:
@@ -184,7 +115,7 @@ def used_namespaces(store: Store) -> list[str]:
     exist keeps its objects: their namespaces are made on restore)."""
     used = {
         obj["metadata"].get("namespace")
-        for rt in _storage_types().values()
+        for rt in storage_types().values()
         if rt.namespaced
         for obj in store.objects(rt)
     }
@@ -192,12 +123,26 @@ def used_namespaces(store: Store) -> list[str]:
 
 
 def restored_store(state: JsonObj, history: int) -> tuple[PersistentStore, int]:
-    """The cluster's store from a saved state (and how many objects it held), with the
+    """The cluster's store from a saved snapshot (and how many objects it held), with the
     namespaces it starts with; it refuses objects in any other namespace until one is made."""
     store = PersistentStore(history_size=history, strict_namespaces=True, validate=True)
     restored = store.restore(state)
-    store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
+    _ensure_namespaces(store)
     return store, restored
+
+
+def recovered_store(state: Path, history: int) -> tuple[PersistentStore, Journal, int]:
+    """The cluster's store as it was when it last acknowledged a write (its snapshot and
+    journal), with the namespaces it starts with, and the journal to keep it by."""
+    store = PersistentStore(history_size=history, strict_namespaces=True, validate=True)
+    journal = Journal(state, store)
+    restored = journal.recover()
+    _ensure_namespaces(store)
+    return store, journal, restored
+
+
+def _ensure_namespaces(store: Store) -> None:
+    store.ensure_namespaces((*SYSTEM_NAMESPACES, *WALKTHROUGH_NAMESPACES, *used_namespaces(store)))
 
 
 def ensure_nodes(
@@ -291,31 +236,24 @@ async def serve(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    store, restored = restored_store(load_state(args.state), args.history)
+    store, journal, restored = recovered_store(args.state, args.history)
     burst = frozenset(z for z in args.burst_zones.split(",") if z)
     ensure_nodes(store, [z for z in args.zones.split(",") if z], burst, parse_racks(args.racks))
     if args.webhook_url:
         # Before it serves anything: no job is ever created here without the webhook's say.
         ensure_webhook(store, args.webhook_url, args.webhook_ca.read_bytes())
-    dirty = asyncio.Event()
-
-    def changed(_event: StoreEvent) -> None:
-        dirty.set()
-
-    store.subscribe(changed)
+    journal.start()  # from here on every write is on disk before it is answered
     emulator = KubeEmulator(
         store=store, kubeconfig_path=args.kubeconfig, kubelet=True, kubelet_speed=args.speed
     )
-    save_state(args.state, store)
     async with emulator:
         print(f"{emulator.url} ({restored} objects restored)", flush=True)
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=SAVE_INTERVAL_S)
-            if dirty.is_set():
-                dirty.clear()
-                save_state(args.state, store)
-    save_state(args.state, store)
+                await asyncio.wait_for(stop.wait(), timeout=COMPACT_CHECK_S)
+            if journal.due():
+                journal.compact_now()
+    journal.close()
 
 
 def main(argv: list[str] | None = None) -> int:

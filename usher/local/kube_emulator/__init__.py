@@ -13,9 +13,10 @@ annotations (``playbook``) has its pods played one by one and its status counted
 refuses what a real API server refuses, in its words: malformed built-in objects
 (``validation``), custom resources against the CRDs of deploy/base/crds and their CEL rules
 (``crd_schema``), objects in a namespace nobody created; it reads kubectl's protobuf bodies
-of Namespaces and ConfigMaps (``protobuf``) and takes server-side apply.
-What it must never do: pretend to be a production API server (no auth, no validating admission,
-no persistence) or listen on a public interface by default.
+of Namespaces and ConfigMaps (``protobuf``) and takes server-side apply. Kept on disk
+(``journal``, the local stack's cluster), it journals every write before answering it.
+What it must never do: pretend to be a production API server (no auth, no validating admission)
+or listen on a public interface by default.
 """
 
 from usher.local.kube_emulator.errors import ApiError

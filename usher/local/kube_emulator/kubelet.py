@@ -12,8 +12,12 @@ A batch Job's pods are kept as a cluster shows them (``pods``): created running 
 left Succeeded/Failed when it ends, deleted when it is suspended or deleted. A batch Job with
 ``emulator.usher.io/*`` annotations (``playbook``) is played pod by pod instead (``played``):
 its pods get ready, succeed or fail each on its own time, and its status is counted from them.
+It reads the stored objects themselves (``shared``, never copied: it only reads them) and is
+not woken by the echo of its own status write when that write settled the job (the echo's
+reconcile would find nothing to do).
 What it must never do: touch spec or metadata; create objects other than a Job's pods; write a
-status that does not change (no event storms); block the event loop or run outside it.
+status that does not change (no event storms); block the event loop or run outside it;
+mutate an object it read.
 """
 
 from __future__ import annotations
@@ -81,6 +85,8 @@ class FakeKubelet:
         self._timers: dict[ObjKey, asyncio.TimerHandle] = {}
         self._pending: dict[ObjKey, asyncio.Handle] = {}
         self._unsubscribe: Callable[[], None] | None = None
+        self._writing: tuple[ObjKey, str] | None = None
+        """The job whose status the kubelet is writing, and the phase that write settles."""
         self.pods = JobPods(store)
         self.played = PlayedJobs(store, self.pods, speed=speed)
 
@@ -109,7 +115,14 @@ class FakeKubelet:
     def _on_event(self, event: StoreEvent) -> None:
         if event.storage_key in DRIVERS:
             meta = event.object["metadata"]
-            self._schedule((event.storage_key, meta.get("namespace", ""), meta["name"]))
+            key = (event.storage_key, meta.get("namespace", ""), meta["name"])
+            if self._writing is not None and self._writing == (key, self._phase(event)):
+                return  # our own write, and it settled the job: nothing more to do
+            self._schedule(key)
+
+    @staticmethod
+    def _phase(event: StoreEvent) -> str:
+        return "" if event.type == "DELETED" else DRIVERS[event.storage_key].phase(event.object)
 
     def _schedule(self, key: ObjKey) -> None:
         """Reconcile soon, outside the write that told us (the store is not re-entrant)."""
@@ -119,14 +132,14 @@ class FakeKubelet:
     def _load(self, key: ObjKey) -> tuple[ResourceType, JsonObj] | None:
         storage_key, namespace, name = key
         rt = storage_resource(storage_key)
-        obj = self.store.find(rt, namespace or None, name)
+        obj = self.store.find(rt, namespace or None, name, shared=True)
         if obj is None:
             return None
         return resource_of(obj, storage_key) or rt, obj
 
     def _reconcile(self, key: ObjKey) -> None:
         self._pending.pop(key, None)
-        loaded = self._load(key)  # once: a copy of a job is a good part of the kubelet's cost
+        loaded = self._load(key)
         if key[0] == JOBS and loaded is not None and self._play(key, loaded[1]):
             return
         self._drive(key, loaded)
@@ -140,16 +153,17 @@ class FakeKubelet:
         rt, obj = loaded
         driver = DRIVERS[key[0]]
         phase = driver.phase(obj)
-        now = rfc3339(self.store.now())
         if phase == "finished":
             self._cancel_timer(key)
         elif driver.wants_suspended(obj):
             self._cancel_timer(key)
             if phase != "suspended":
-                self._write_status(rt, obj, driver.suspend(obj, now))
+                now = rfc3339(self.store.now())
+                self._write_status(key, rt, obj, driver.suspend(obj, now), "suspended")
         else:
             if phase != "running":
-                self._write_status(rt, obj, driver.run(obj, now))
+                now = rfc3339(self.store.now())
+                self._write_status(key, rt, obj, driver.run(obj, now), "running")
             self._start_timer(key, obj)
 
     def _play(self, key: ObjKey, job: JsonObj) -> bool:
@@ -189,14 +203,23 @@ class FakeKubelet:
         if driver.phase(obj) != "running" or driver.wants_suspended(obj):
             return
         now = rfc3339(self.store.now())
-        self._write_status(rt, obj, driver.finish(obj, now, sim_fails(obj)))
+        self._write_status(key, rt, obj, driver.finish(obj, now, sim_fails(obj)), "finished")
         if key[0] == JOBS:
             self.pods.sync(key[1], key[2])
 
-    def _write_status(self, rt: ResourceType, obj: JsonObj, status: JsonObj) -> None:
+    def _write_status(
+        self, key: ObjKey, rt: ResourceType, obj: JsonObj, status: JsonObj, settles: str
+    ) -> None:
+        """Write ``status``; its echo wakes nobody when it leaves the job in the phase
+        ``settles`` (the caller carries on from there: timers, pods)."""
         meta = obj["metadata"]
         body = {**obj, "status": status}
+        self._writing = (key, settles)
         try:
-            self.store.update(rt, meta.get("namespace"), meta["name"], body, subresource="status")
+            self.store.update(
+                rt, meta.get("namespace"), meta["name"], body, subresource="status", shared=True
+            )
         except ApiError:  # changed or deleted meanwhile: the change feed brings us back
             return
+        finally:
+            self._writing = None

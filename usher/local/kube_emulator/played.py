@@ -12,7 +12,8 @@ through its fate (Running not ready, Running ready, Succeeded or Failed with its
 failed than ``spec.backoffLimit``; then, as in a cluster, the pods still running are removed.
 A suspended Job has its running pods removed (finished ones stay) and says ``Suspended``.
 What it must never do: touch a Job's spec or metadata, a Job without a playbook (the fake
-kubelet's whole-job timing keeps those), or write what does not change (no event storms).
+kubelet's whole-job timing keeps those), write what does not change (no event storms), or
+mutate a Job or pod it was handed (the stored objects themselves).
 """
 
 from __future__ import annotations
@@ -217,7 +218,9 @@ class PlayedJobs:
             return
         meta = pod["metadata"]
         try:
-            self.store.update(PODS, meta["namespace"], meta["name"], body, subresource="status")
+            self.store.update(
+                PODS, meta["namespace"], meta["name"], body, subresource="status", shared=True
+            )
         except ApiError:
             return  # deleted meanwhile: the next play sees it
 
@@ -242,7 +245,7 @@ class PlayedJobs:
             if index is None:
                 manifest["metadata"].setdefault("annotations", {})[ORDINAL] = str(ordinal)
                 ordinal += 1
-            pod = self.store.create(PODS, meta["namespace"], manifest)
+            pod = self.store.create(PODS, meta["namespace"], manifest, shared=True)
             self.pods.note(meta["namespace"], meta["name"], pod)
             self._started[pod["metadata"]["uid"]] = now
             pod_fate = self._fate(job, book, pod)
@@ -323,7 +326,9 @@ class PlayedJobs:
         meta = job["metadata"]
         body = {**job, "status": status}
         try:
-            self.store.update(JOBS, meta["namespace"], meta["name"], body, subresource="status")
+            self.store.update(
+                JOBS, meta["namespace"], meta["name"], body, subresource="status", shared=True
+            )
         except ApiError:
             return  # changed or deleted meanwhile: the change feed brings it back
 

@@ -296,9 +296,9 @@ class JobPods:
         return list(self._names)
 
     def pods_of(self, namespace: str, job_name: str) -> list[JsonObj]:
-        """The job's pods that still exist (copies)."""
+        """The job's pods that still exist (the stored objects: never mutate them)."""
         names = self._names.get((namespace, job_name), [])
-        found = [self.store.find(PODS, namespace, n) for n in names]
+        found = [self.store.find(PODS, namespace, n, shared=True) for n in names]
         pods = [p for p in found if p is not None]
         self._names[(namespace, job_name)] = [p["metadata"]["name"] for p in pods]
         return pods
@@ -309,7 +309,7 @@ class JobPods:
 
     def sync(self, namespace: str, name: str) -> None:
         """Make the job's pods what a cluster shows for the job as it is now (or gone)."""
-        job = self.store.find(_JOBS, namespace, name)
+        job = self.store.find(_JOBS, namespace, name, shared=True)
         pods = self.pods_of(namespace, name)
         if job is None:
             for pod in pods:  # the garbage collector's part
@@ -331,7 +331,8 @@ class JobPods:
             wanted = int((job.get("status") or {}).get("active") or 0)
             for index in range(len(pods), wanted):
                 node = node_for(self.store, job, index)
-                pods.append(self.store.create(PODS, namespace, pod_manifest(job, node)))
+                manifest = pod_manifest(job, node)
+                pods.append(self.store.create(PODS, namespace, manifest, shared=True))
             self._names[(namespace, name)] = [p["metadata"]["name"] for p in pods]
         for pod in pods:
             _write_status(self.store, pod, phase, now)
@@ -347,14 +348,14 @@ def _write_status(store: Store, pod: JsonObj, phase: str, now: str) -> None:
     body = {**pod, "status": pod_status(pod, phase, now, store)}
     meta = pod["metadata"]
     try:
-        store.update(PODS, meta["namespace"], meta["name"], body, subresource="status")
+        store.update(PODS, meta["namespace"], meta["name"], body, subresource="status", shared=True)
     except ApiError:
         return  # changed or deleted meanwhile: the next sync sees it
 
 
 def remove(store: Store, pod: JsonObj) -> None:
     try:
-        store.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        store.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"], shared=True)
     except ApiError:
         return
 

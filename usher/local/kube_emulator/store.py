@@ -10,6 +10,11 @@ deletion deletes what is in it), applies patches (``patches``), answers lists (f
 ``selectors``, limit/continue) and keeps a bounded history of watch events under one global,
 etcd-like resourceVersion counter. Writers and watchers are told about every change through
 synchronous subscriptions (the change feed).
+Stored objects are copy-on-write: a new version shares what it did not change with the one
+before, and nothing reachable from a stored object is ever changed in place. Reads and writes
+hand out copies unless asked for ``shared=True``: then the caller gets the stored object itself
+(and, for a write, hands over its body), and must mutate neither (the emulator's server and
+kubelet, which only serialize and read: a deep copy of each was a good part of its CPU).
 What it must never do: network or file I/O, asyncio, sleeping; hand out an object it will later
 mutate (stored objects are replaced, never changed in place); bump the resourceVersion for a
 write that changes nothing.
@@ -19,8 +24,8 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 import re
-import secrets
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -41,7 +46,11 @@ from usher.local.kube_emulator.errors import (
 from usher.local.kube_emulator.patches import PatchType, apply_patch
 from usher.local.kube_emulator.resources import RESOURCES, ResourceType
 from usher.local.kube_emulator.selectors import Filter
-from usher.local.kube_emulator.validation import check_decodable, field_problems
+from usher.local.kube_emulator.validation import (
+    check_decodable,
+    field_problems,
+    same_checked_parts,
+)
 from usher.local.kube_emulator.wire import JsonObj, clone, rfc3339
 
 Key = tuple[str, str]  # (namespace, name); namespace is "" for cluster-scoped objects
@@ -106,8 +115,12 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_SUFFIXES = random.Random()  # seeded from the OS: names need not be unguessable, only unlikely
+# to collide (the store retries a taken one), as the real server's math/rand suffixes
+
+
 def _random_suffix() -> str:
-    return "".join(secrets.choice(GENERATE_NAME_ALPHABET) for _ in range(GENERATE_NAME_SUFFIX))
+    return "".join(_SUFFIXES.choices(GENERATE_NAME_ALPHABET, k=GENERATE_NAME_SUFFIX))
 
 
 def _spec_part(obj: JsonObj) -> JsonObj:
@@ -136,15 +149,19 @@ def name_problems(rt: ResourceType, name: str) -> list[str]:
     return []
 
 
+JOB_DEFAULTS = (("parallelism", 1), ("backoffLimit", 6), ("completionMode", "NonIndexed"),
+                ("suspend", False))  # fmt: skip
+
+
 def default_job(obj: JsonObj) -> None:
-    """The defaults the real server fills into a batch/v1 Job spec."""
+    """The defaults the real server fills into a batch/v1 Job spec (a new spec when one is
+    missing: the one given may be shared with a stored version)."""
     spec = obj.setdefault("spec", {})
+    missing = {key: value for key, value in JOB_DEFAULTS if key not in spec}
     if spec.get("completions") is None and spec.get("parallelism") is None:
-        spec["completions"] = 1
-    spec.setdefault("parallelism", 1)
-    spec.setdefault("backoffLimit", 6)
-    spec.setdefault("completionMode", "NonIndexed")
-    spec.setdefault("suspend", False)
+        missing = {"completions": 1, **missing}
+    if missing:
+        obj["spec"] = {**spec, **missing}
 
 
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
@@ -319,17 +336,21 @@ class Store:
     def _key(self, rt: ResourceType, namespace: str | None, name: str) -> Key:
         return ((namespace or "") if rt.namespaced else "", name)
 
-    def get(self, rt: ResourceType, namespace: str | None, name: str) -> JsonObj:
-        """A copy of the object, or 404."""
+    def get(
+        self, rt: ResourceType, namespace: str | None, name: str, *, shared: bool = False
+    ) -> JsonObj:
+        """A copy of the object (``shared``: the stored object, never to mutate), or 404."""
         obj = self._bucket(rt).get(self._key(rt, namespace, name))
         if obj is None:
             raise not_found(rt, name)
-        return clone(obj)
+        return obj if shared else clone(obj)
 
-    def find(self, rt: ResourceType, namespace: str | None, name: str) -> JsonObj | None:
-        """A copy of the object, or None."""
+    def find(
+        self, rt: ResourceType, namespace: str | None, name: str, *, shared: bool = False
+    ) -> JsonObj | None:
+        """A copy of the object (``shared``: the stored object, never to mutate), or None."""
         obj = self._bucket(rt).get(self._key(rt, namespace, name))
-        return None if obj is None else clone(obj)
+        return obj if obj is None or shared else clone(obj)
 
     def objects(self, rt: ResourceType, flt: Filter | None = None) -> list[JsonObj]:
         """The stored objects matching ``flt``, in key order (namespace, name); do not mutate."""
@@ -424,9 +445,12 @@ class Store:
 
     # ---- writes
 
-    def create(self, rt: ResourceType, namespace: str | None, body: JsonObj) -> JsonObj:
-        """POST: validate, stamp, store, record ADDED; returns a copy of the stored object."""
-        obj = self._prepare_create(rt, namespace, body)
+    def create(
+        self, rt: ResourceType, namespace: str | None, body: JsonObj, *, shared: bool = False
+    ) -> JsonObj:
+        """POST: validate, stamp, store, record ADDED; returns a copy of the stored object
+        (``shared``: ``body`` is handed over and the stored object itself comes back)."""
+        obj = self._prepare_create(rt, namespace, body, shared=shared)
         bucket = self._bucket(rt)
         meta = obj["metadata"]
         if not meta.get("name"):
@@ -441,15 +465,17 @@ class Store:
         meta["resourceVersion"] = str(self._next_rv())
         bucket[key] = obj
         self._record("ADDED", rt, obj, None)
-        return clone(obj)
+        return obj if shared else clone(obj)
 
-    def _prepare_create(self, rt: ResourceType, namespace: str | None, body: JsonObj) -> JsonObj:
+    def _prepare_create(
+        self, rt: ResourceType, namespace: str | None, body: JsonObj, *, shared: bool
+    ) -> JsonObj:
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         check_identity(rt, body)
         if self._validate:
             check_decodable(rt, body)
-        obj = clone(body)
+        obj = dict(body) if shared else clone(body)
         obj["apiVersion"], obj["kind"] = rt.api_version, rt.kind
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
@@ -532,8 +558,10 @@ class Store:
         body: JsonObj,
         *,
         subresource: str | None = None,
+        shared: bool = False,
     ) -> JsonObj:
-        """PUT: replace the object (or only its status) under optimistic concurrency."""
+        """PUT: replace the object (or only its status) under optimistic concurrency
+        (``shared``: ``body`` is handed over and the stored object itself comes back)."""
         if not isinstance(body, dict):
             raise bad_request("the body of the request was in an unknown format")
         check_identity(rt, body)
@@ -556,7 +584,8 @@ class Store:
                     )
                 ],
             )
-        return self._replace(rt, current, clone(body), rv, subresource)
+        new = dict(body) if shared else clone(body)
+        return self._replace(rt, current, new, rv, subresource, shared=shared)
 
     def patch(
         self,
@@ -567,12 +596,14 @@ class Store:
         body: Any,
         *,
         subresource: str | None = None,
+        shared: bool = False,
     ) -> JsonObj:
-        """PATCH: apply a merge/JSON patch; a resourceVersion in the result is a precondition."""
+        """PATCH: apply a merge/JSON patch; a resourceVersion in the result is a precondition
+        (``shared``: the stored object itself comes back)."""
         current = self._current(rt, namespace, name)
         patched = self._patched(rt, current, kind, body)
         rv = str(patched.get("metadata", {}).get("resourceVersion") or "")
-        return self._replace(rt, current, patched, rv, subresource)
+        return self._replace(rt, current, patched, rv, subresource, shared=shared)
 
     def patched(
         self, rt: ResourceType, namespace: str | None, name: str, kind: PatchType, body: Any
@@ -604,35 +635,40 @@ class Store:
         new: JsonObj,
         rv: str,
         subresource: str | None,
+        *,
+        shared: bool = False,
     ) -> JsonObj:
+        """Store ``new`` (owned by the store from here: its top level, and any part it shares
+        with ``current`` is never changed) in place of ``current``."""
         name = current["metadata"]["name"]
         if rv and rv != current["metadata"]["resourceVersion"]:
             raise stale_conflict(rt, name)
         if subresource != "status" and isinstance(new.get("metadata"), dict):
             check_string_maps(rt, name, new["metadata"])
-        if self._validate:
-            check_decodable(rt, new)
+        if self._validate and not same_checked_parts(rt, new, current):
+            check_decodable(rt, new)  # what was stored decoded already
         merged = self._merge_for(rt, current, new, subresource)
-        if self._validate:
+        if self._validate and not same_checked_parts(rt, merged, current):
             # As with validation ratcheting: a write that leaves the spec alone (a status
             # write, a label) is not refused for what the spec already was.
             changed_spec = merged.get("spec") != current.get("spec")
             check_object(rt, merged, name, with_schema=changed_spec)
-        if merged == current:
-            return clone(current)  # a no-op write: no new resourceVersion, no event
+        if merged == current:  # a no-op write: no new resourceVersion, no event
+            return current if shared else clone(current)
         if _spec_part(merged) != _spec_part(current):
             merged["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
         merged["metadata"]["resourceVersion"] = str(self._next_rv())
         self._bucket(rt)[self._key(rt, current["metadata"].get("namespace"), name)] = merged
         self._record("MODIFIED", rt, merged, current)
-        return clone(merged)
+        return merged if shared else clone(merged)
 
     def _merge_for(
         self, rt: ResourceType, current: JsonObj, new: JsonObj, subresource: str | None
     ) -> JsonObj:
-        """The object to store: a status write keeps all but status, a main write keeps status."""
+        """The object to store: a status write keeps all but status, a main write keeps status.
+        Its top level and metadata are new; what it did not change it shares with ``current``."""
         if subresource == "status":
-            merged = clone(current)
+            merged = {**current, "metadata": dict(current["metadata"])}
             if "status" in new:
                 merged["status"] = new["status"]
             else:
@@ -641,6 +677,8 @@ class Store:
         merged = new
         merged["apiVersion"], merged["kind"] = rt.api_version, rt.kind
         meta = merged.setdefault("metadata", {})
+        if isinstance(meta, dict):  # a patch that left metadata alone shares it: copy it
+            meta = merged["metadata"] = dict(meta)
         for fixed in ("name", "namespace", "uid", "creationTimestamp", "generation"):
             if fixed in current["metadata"]:
                 meta[fixed] = current["metadata"][fixed]
@@ -662,17 +700,19 @@ class Store:
         name: str,
         *,
         preconditions: Mapping[str, Any] | None = None,
+        shared: bool = False,
     ) -> JsonObj:
-        """DELETE (immediately, no finalizers): returns the object as it was; records DELETED."""
+        """DELETE (immediately, no finalizers): returns the object as it was (``shared``: the
+        stored object itself); records DELETED."""
         current = self._current(rt, namespace, name)
         self._check_preconditions(rt, current, preconditions or {})
         if rt.storage_key == _NAMESPACES.storage_key:
             self._delete_contents(name)
         del self._bucket(rt)[self._key(rt, current["metadata"].get("namespace"), name)]
-        final = clone(current)
+        final = {**current, "metadata": {**current["metadata"]}}
         final["metadata"]["resourceVersion"] = str(self._next_rv())
         self._record("DELETED", rt, final, current)
-        return clone(current)
+        return current if shared else clone(current)
 
     def _delete_contents(self, namespace: str) -> None:
         """What the namespace controller does before a namespace goes: delete its objects."""

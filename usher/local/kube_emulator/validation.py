@@ -10,12 +10,15 @@ template's labels), a pod spec without containers or a container without a name,
 quantities and requests above limits. Messages are those of k8s.io/apimachinery's
 ``validation.IsQualifiedName``/``IsValidLabelValue`` and k8s.io/kubernetes'
 ``pkg/apis/core/validation`` (quoted in the conformance test with where each comes from).
-What it must never do: hold state, do I/O, or refuse anything the real server accepts (a
-check not listed here is not made: the emulator is lenient where it does not know).
+Parsed quantities are remembered (a pure function of the text: the same few values come back
+in every job).
+What it must never do: hold state (but that memo), do I/O, or refuse anything the real server
+accepts (a check not listed here is not made: the emulator is lenient where it does not know).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from fractions import Fraction
@@ -133,8 +136,18 @@ def check_decodable(rt: ResourceType, obj: JsonObj) -> None:
 
 
 def _amount(value: object) -> Fraction | None:
+    if isinstance(value, str):
+        return _parsed_amount(value)
     try:
         return quantity_value(value)
+    except QuantityError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_amount(text: str) -> Fraction | None:
+    try:
+        return quantity_value(text)
     except QuantityError:
         return None
 
@@ -259,3 +272,20 @@ def field_problems(rt: ResourceType, obj: JsonObj) -> list[Cause]:
         causes += _container_causes(*pod)
     causes += _quantity_causes(rt, obj)
     return causes
+
+
+def _checked_parts(rt: ResourceType, obj: JsonObj) -> tuple[object, ...]:
+    """All that ``check_decodable`` and ``field_problems`` read of ``obj``: its labels, its
+    spec, and a Node's status (capacity and allocatable)."""
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    status = obj.get("status") if rt.kind == "Node" else None
+    return labels, obj.get("spec"), status
+
+
+def same_checked_parts(rt: ResourceType, new: JsonObj, stored: JsonObj) -> bool:
+    """Whether ``new`` is what ``stored`` was in all these checks read (a status write of a
+    Job or a Pod, an annotation): they would find what they found when ``stored`` was
+    written, so the store need not run them again (a real server validates only what a
+    status write changes)."""
+    return _checked_parts(rt, new) == _checked_parts(rt, stored)

@@ -8,6 +8,7 @@ What it must never do: know a resource type, an API rule or an error; do I/O.
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime
 from typing import Any, TypeVar, cast
 
@@ -31,5 +32,16 @@ def encode_json(obj: Any) -> bytes:
     return _ENCODER.encode(obj)
 
 
+_LAST_SECOND: list[tuple[int, str]] = [(-1, "")]
+
+
 def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """``moment`` to the second, in UTC, as the API server writes times (the last second's
+    text is remembered: every write of the same second asks for it again)."""
+    second = math.floor(moment.timestamp())
+    last = _LAST_SECOND[0]
+    if last[0] == second:
+        return last[1]
+    text = moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _LAST_SECOND[0] = (second, text)
+    return text
