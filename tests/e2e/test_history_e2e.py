@@ -198,7 +198,9 @@ async def _explain_the_victim(home: Path, live: list[str]) -> None:
     assert "Pending" in result.stdout
     assert "Preempted" in result.stdout and "by user-c/urgent" in result.stdout
     assert "Reclaim: user-c/urgent reclaims the guarantee of root/Department-b" in result.stdout
-    doc = json.loads((await usher(home, "explain", "user-b/borrow", *live, "-o", "json")).stdout)
+    as_json = await usher(home, "explain", "user-b/borrow", *live, "-o", "json")
+    assert as_json.returncode == 0, as_json.stdout + as_json.stderr
+    doc = json.loads(as_json.stdout)
     assert doc["reclaim"]["possible"] is False
     whats = [line["what"] for line in doc["history"]]
     assert "Preempted" in whats and "Released" in whats
