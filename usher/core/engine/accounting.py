@@ -16,6 +16,7 @@ import msgspec
 from schemas import (
     QuotaPath,
     TopologyPin,
+    WorkloadKey,
     Zone,
 )
 from usher.core.engine.data import EngineData, Share
@@ -184,13 +185,19 @@ class Accounting(EngineData):
 
     def pinned_in(self, job: Job) -> list[tuple[TopologyPin, Shape]]:
         """The pinned admissions of ``job``'s zone but its own, in admission order (TP1)."""
+        return self.pinned_in_zone(job.zone, but=job.key)
+
+    def pinned_in_zone(
+        self, zone: Zone, but: WorkloadKey | None = None
+    ) -> list[tuple[TopologyPin, Shape]]:
+        """The pinned admissions of ``zone`` (all but ``but``), in admission order (TP1)."""
         found = [
             (other.admit_seq, other.pin, other.used_shape)
             for other in self.state.jobs.values()
             if other.pin is not None
             and other.state == ADMITTED
-            and other.zone == job.zone
-            and other.key != job.key
+            and other.zone == zone
+            and other.key != but
         ]
         return [(pin, shape) for _, pin, shape in sorted(found, key=lambda entry: entry[0])]
 

@@ -47,7 +47,6 @@ from usher.core.state.indexed import (
     JobState,
     Placement,
     QuotaNodeInfo,
-    Shape,
     shape_of,
 )
 
@@ -399,7 +398,7 @@ def domain_use(e: EngineContext) -> list[DomainUse]:
     levels = topology_levels(e)
     for zone in sorted(e.state.nodes):
         nodes = e.state.nodes[zone]
-        pinned = _pinned_in_zone(e, zone)
+        pinned = e.pinned_in_zone(zone)
         for level in levels:
             whole = topology.rooms(nodes, level, [], [])
             for total, room in zip(whole, topology.rooms(nodes, level, pinned, []), strict=True):
@@ -418,14 +417,3 @@ def domain_use(e: EngineContext) -> list[DomainUse]:
                     )
                 )
     return out
-
-
-def _pinned_in_zone(e: EngineContext, zone: Zone) -> list[tuple[TopologyPin, Shape]]:
-    """The pinned admissions of ``zone``, in admission order (what ``pinned_in`` gives a
-    workload of it, its own included)."""
-    found = [
-        (job.admit_seq, job.pin, job.used_shape)
-        for job in e.state.jobs.values()
-        if job.pin is not None and job.state == ADMITTED and job.zone == zone
-    ]
-    return [(pin, shape) for _, pin, shape in sorted(found, key=lambda entry: entry[0])]
