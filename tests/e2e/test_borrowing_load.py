@@ -23,7 +23,7 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -181,12 +181,16 @@ async def _finished(api: client.ApiClient) -> set[str]:
 
 
 async def _wait_all_finished(
-    api: client.ApiClient, jobs: set[str], procs: ServiceProcesses, timeout_s: float
+    finished: Callable[[], Awaitable[set[str]]],
+    jobs: set[str],
+    procs: ServiceProcesses,
+    timeout_s: float,
 ) -> None:
+    """Wait until ``finished()`` (the jobs seen finished) holds every one of ``jobs``."""
     deadline = time.monotonic() + timeout_s
     done: set[str] = set()
     while time.monotonic() < deadline:
-        done = await _finished(api)
+        done = await finished()
         if jobs <= done:
             return
         await asyncio.sleep(0.5)
@@ -269,7 +273,7 @@ async def _run(
         )
     else:
         jobs = await submit
-    await _wait_all_finished(api, jobs, procs, timeout_s=240)
+    await _wait_all_finished(lambda: _finished(api), jobs, procs, timeout_s=240)
     await quiesce(js, subjects, quiet_s=1.5, timeout_s=60)
     entries = await read_log(js, subjects)
     preemptions = story_checks(entries, jobs)

@@ -46,6 +46,7 @@ from tests.e2e.test_borrowing_load import (
     _api,
     _ledger_is_drained,
     _setup,
+    _wait_all_finished,
     walkthrough_tree,
 )
 from usher.adapters.nats.subjects import Subjects
@@ -270,21 +271,6 @@ async def _finished(clusters: Clusters) -> set[str]:
     return done
 
 
-async def _wait_all_finished(
-    clusters: Clusters, jobs: set[str], procs: ServiceProcesses, timeout_s: float
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    done: set[str] = set()
-    while time.monotonic() < deadline:
-        done = await _finished(clusters)
-        if jobs <= done:
-            return
-        await asyncio.sleep(0.5)
-    stuck = sorted(jobs - done)
-    tails = {n: p.log_tail(10) for n, p in procs.procs.items()}
-    raise AssertionError(f"{len(stuck)} jobs never finished, e.g. {stuck[:5]}; logs {tails}")
-
-
 def _outage(entries: list[tuple[int, str, Any]]) -> tuple[list[str], list[str]]:
     """Admissions into zone c2 logged while c2's last word was ``ClusterDisconnected``, and
     those after it connected again of workloads observed before it disconnected (they
@@ -326,7 +312,7 @@ async def test_borrowing_load_over_two_clusters_with_one_killed_and_restored_end
     )
     jobs = submitted | big
     assert any(key.endswith(f"@{OTHER}") for key in jobs)
-    await _wait_all_finished(clusters, jobs, procs, timeout_s=300)
+    await _wait_all_finished(lambda: _finished(clusters), jobs, procs, timeout_s=300)
     await quiesce(js, subjects, quiet_s=1.5, timeout_s=60)
     entries = await read_log(js, subjects)
     assert story_checks(entries, jobs) > 0, "no reclaim happened: this run proves nothing"
