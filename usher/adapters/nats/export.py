@@ -30,7 +30,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.api import ConsumerConfig, DeliverPolicy
+from nats.js.api import ConsumerConfig, ConsumerInfo, DeliverPolicy
 
 from schemas import cloudevent_headers, decode_envelope
 from usher.adapters.nats.log import ensure_streams
@@ -179,8 +179,8 @@ async def read_matching(
         pending_bytes_limit=-1,
     )
     try:
-        if not one and not (await sub.consumer_info()).num_pending and not entries:
-            done.set()  # nothing matches: no message will ever say so
+        if _nothing_matches(await sub.consumer_info()):
+            done.set()  # no message will ever say so
         while not done.is_set():
             progress.clear()
             with contextlib.suppress(TimeoutError):
@@ -308,3 +308,11 @@ __all__ = [
     "read_export_file",
     "write_export_file",
 ]
+
+
+def _nothing_matches(info: ConsumerInfo) -> bool:
+    """Whether a fresh consumer's filters match nothing: none waits and none was sent. Sent
+    but not yet seen by the callback counts as matching (its last message ends the read); an
+    empty ``entries`` says nothing, as the client's tasks may not have run yet."""
+    delivered = info.delivered.consumer_seq if info.delivered is not None else 0
+    return not info.num_pending and not delivered
