@@ -122,15 +122,7 @@ class EngineContext(Folding):
         for leaf, members in pending.items():
             # One sort instead of an insort per workload: the same lists, in O(n log n).
             members.sort(key=_sort_key)
-            queue = queues[leaf]
-            queue.entries = [job.sort_key for job in members]
-            groups = queue.shapes
-            for job in members:
-                group = groups.get(job.fit_shape)
-                if group is None:
-                    groups[job.fit_shape] = [job.sort_key]
-                else:
-                    group.append(job.sort_key)
+            queues[leaf].fill(members)
         for keys in admitted.values():
             keys.sort()
         self.leaf_admitted = admitted

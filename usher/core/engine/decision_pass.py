@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.engine.data import OfferKey, Share
+from usher.core.engine.pass_end import PassEnd
 from usher.core.engine.pass_memo import PassMemo
 from usher.core.engine.reclaim_search import find_victims, refused_without_search
 from usher.core.gates import chain
@@ -77,6 +78,7 @@ class DecisionPass:
         self.full_pruned = False
         self.policy = engine.policy
         self.memo = PassMemo(engine)
+        self.end = PassEnd(engine, self.memo, self.closed)
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
         for victim in victims or ():
@@ -105,6 +107,7 @@ class DecisionPass:
                 # and the queue is offered again only if a preemption reopens it.
                 self.cursor[leaf] = job.sort_key
                 self.fail(leaf)
+                self.end.failed(leaf, job.sort_key)
                 continue
             # A candidate whose try could only fail, changing nothing, is not tried.
             hopeless = not fits_quota and self.memo.hopeless(self.e.state.tree.nodes[leaf], job)
@@ -112,11 +115,14 @@ class DecisionPass:
             self.cursor[leaf] = job.sort_key
             if not moved:
                 self.fail(leaf)
+                if not self.policy.closes_queue:
+                    self.skip_failing(leaf)
+                self.end.failed(leaf, self.cursor[leaf])
                 if self.policy.closes_queue:
                     continue
-                self.skip_failing(leaf)
             self.offer(leaf)
             if moved:
+                self.end.moved()
                 self.keep_only_potential_when_full()
 
     def fail(self, leaf: QuotaPath) -> None:
@@ -187,15 +193,17 @@ class DecisionPass:
         self.full_pruned = True
 
     def nothing_can_move(self) -> bool:
-        """True when the root has no room for any pending shape and nobody may preempt.
+        """True when the root has no room for any pending shape and nobody may preempt, or
+        every candidate left would be refused reclaim without a search (``PassEnd``).
 
         Ends a pass early: once the cluster is full, the remaining candidates would all be
         tried and fail, which changes nothing.
         """
         root = self.root
-        if root is None or self.e.potential.get(root.path, 0):
+        if root is None or self.root_has_room():
             return False
-        return not self.root_has_room()
+        potential = self.e.potential.get(root.path, 0)
+        return not potential or self.end.proven(self.cursor, potential)
 
     def root_has_room(self) -> bool:
         """Whether the root could take the lowest request of every waiting shape.

@@ -370,8 +370,15 @@ def _protected(e: EngineContext, victim: Job) -> bool:
 def _fits_once_stopped(e: EngineContext, job: Job) -> bool:
     """Whether ``job`` fits on quota once every stopping victim has stopped."""
     assert job.leaf is not None
-    for info in e.state.tree.nodes[job.leaf].ancestors:
-        for resource, amount in job.shape:
+    return fits_once_stopped(e.state.tree.nodes[job.leaf], job.shape)
+
+
+def fits_once_stopped(leaf: QuotaNodeInfo, shape: Shape) -> bool:
+    """Whether ``shape`` fits on ``leaf``'s quota and each of its ancestors' once every
+    stopping victim has stopped: where victims are stopping, reclaim for such a request is
+    refused without a search (room is coming, R7)."""
+    for info in leaf.ancestors:
+        for resource, amount in shape:
             limit = info.cap.get(resource)
             claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
             if limit is not None and claim + amount > limit:

@@ -495,24 +495,44 @@ class Queue:
     by the least it may start with (``Job.fit_shape``; its whole request unless R11 applies).
     """
 
-    __slots__ = ("entries", "leaf", "name", "shapes")
+    __slots__ = ("entries", "leaf", "name", "scalables", "shapes")
 
     def __init__(self, name: QueueName, leaf: QuotaPath) -> None:
         self.name = name
         self.leaf = leaf
         self.entries: list[SortKey] = []
         self.shapes: dict[Shape, list[SortKey]] = {}
+        self.scalables = 0
+        """How many of its workloads may start smaller (R11): they are grouped by the least
+        they start with, so their group's shape is not their whole request."""
 
     def copy(self) -> Queue:
         """A working copy for a trial pass (the order keys are immutable tuples)."""
         twin = Queue(self.name, self.leaf)
         twin.entries = list(self.entries)
         twin.shapes = {shape: list(group) for shape, group in self.shapes.items()}
+        twin.scalables = self.scalables
         return twin
+
+    def fill(self, members: list[Job]) -> None:
+        """Hold exactly ``members``, already in queue order (a rebuild: one sort instead of
+        an insert per workload)."""
+        self.entries = [job.sort_key for job in members]
+        self.shapes = {}
+        groups = self.shapes
+        for job in members:
+            group = groups.get(job.fit_shape)
+            if group is None:
+                groups[job.fit_shape] = [job.sort_key]
+            else:
+                group.append(job.sort_key)
+        self.scalables = sum(1 for job in members if job.scalable is not None)
 
     def add(self, job: Job) -> bool:
         """Insert ``job`` at its place; True when a new shape group appeared."""
         insort(self.entries, job.sort_key)
+        if job.scalable is not None:
+            self.scalables += 1
         group = self.shapes.get(job.fit_shape)
         if group is None:
             self.shapes[job.fit_shape] = [job.sort_key]
@@ -522,7 +542,8 @@ class Queue:
 
     def remove(self, job: Job) -> bool:
         """Take ``job`` out; True when its shape group became empty."""
-        _remove_sorted(self.entries, job.sort_key)
+        if _remove_sorted(self.entries, job.sort_key) and job.scalable is not None:
+            self.scalables -= 1
         group = self.shapes[job.fit_shape]
         _remove_sorted(group, job.sort_key)
         if not group:
@@ -540,7 +561,10 @@ def remove_sorted(items: list[SortKey] | list[VictimKey], item: SortKey | Victim
     _remove_sorted(items, item)  # type: ignore[arg-type]
 
 
-def _remove_sorted(items: list[SortKey], item: SortKey) -> None:
+def _remove_sorted(items: list[SortKey], item: SortKey) -> bool:
+    """Remove ``item`` from a sorted list; whether it was there."""
     index = bisect_left(items, item)
     if index < len(items) and items[index] == item:
         del items[index]
+        return True
+    return False

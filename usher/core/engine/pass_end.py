@@ -1,0 +1,105 @@
+"""Where the rest of a decision pass can move nothing, though some leaf may still preempt.
+
+What it does: a pass ends once the root has no room for any waiting shape and no leaf has
+reclaim potential (``DecisionPass.nothing_can_move``). ``PassEnd`` proves the same end where
+leaves do have potential but every candidate still to be taken from them would be refused
+reclaim without a search (``reclaim_search.find_victims``): a request beyond its leaf's
+guarantee where nothing may preempt beyond it (R5, L1, P2), or one that fits once the victims
+now stopping have stopped (R7: room is coming). With the root full, such a candidate fails its
+try with nothing changed, so taking them one by one -- thousands of offers while one victim
+stops at a large backlog -- decides nothing: the pass ends where the proof holds.
+
+How: after a move, once as many candidates have failed as a look at every leaf costs
+(``LOOK_AFTER``), it looks at each leaf with potential and keeps those whose candidates still
+to come might move (``blockers``); afterwards a blocker is looked at again only when its own
+candidate failed (its cursor moved on). Any move voids the proof: usage changed.
+What it must never do: end a pass where a remaining candidate could admit, preempt, drop a
+hold or start partially (a held preemptor anywhere, or a scalable workload in a leaf, keeps it
+from proving anything there), change any state, or decide anything itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Final
+
+from schemas import QuotaPath
+from usher.core.engine.pass_memo import PassMemo
+from usher.core.engine.reclaim_search import fits_once_stopped, preempts_beyond_guarantee
+from usher.core.state.indexed import QuotaNodeInfo, Shape, SortKey
+
+if TYPE_CHECKING:
+    from usher.core.engine.context import EngineContext
+
+LOOK_AFTER: Final = 32
+"""A look at every leaf with potential is made once failed candidates since the last move,
+times this, reach their number: the looks cost at most a fixed share of the walk they end."""
+
+
+class PassEnd:
+    """Whether the candidates left in a pass can move anything, the root being full."""
+
+    def __init__(self, engine: EngineContext, memo: PassMemo, closed: set[QuotaPath]) -> None:
+        """``closed``: the pass's leaves that offer nothing more (under Block)."""
+        self.e = engine
+        self.memo = memo
+        self.closed = closed
+        self.blockers: set[QuotaPath] | None = None
+        """The leaves whose candidates still to come may move; None: not looked at since the
+        last move."""
+        self.failures = 0
+
+    def moved(self) -> None:
+        """Something moved (usage changed): the proof is to be made again."""
+        self.blockers = None
+        self.failures = 0
+
+    def failed(self, leaf: QuotaPath, cursor: SortKey) -> None:
+        """``leaf``'s candidate failed with nothing changed; its cursor is now ``cursor``."""
+        self.failures += 1
+        blockers = self.blockers
+        if blockers is not None and leaf in blockers and not self.may_move(leaf, cursor):
+            blockers.discard(leaf)
+
+    def proven(self, cursor: Mapping[QuotaPath, SortKey], potential: int) -> bool:
+        """Whether no candidate left can move, the root having no room for any waiting shape
+        and ``potential`` leaves having reclaim potential (the caller knows both)."""
+        if self.e.state.held:
+            return False  # a held preemptor's try drops its hold: usage goes down
+        if self.blockers is None:
+            if self.failures * LOOK_AFTER < potential:
+                return False
+            self.blockers = {
+                leaf
+                for leaf, has in self.e.leaf_potential.items()
+                if has and self.may_move(leaf, cursor.get(leaf))
+            }
+        return not self.blockers
+
+    def may_move(self, leaf: QuotaPath, cursor: SortKey | None) -> bool:
+        """Whether a candidate of ``leaf`` past ``cursor`` might be admitted, preempt or start
+        partially now (False only where each would be refused reclaim without a search)."""
+        queue = self.e.leaf_queues.get(leaf)
+        if queue is None or leaf in self.closed:
+            return False
+        entries = queue.entries
+        if not entries or (cursor is not None and entries[-1] <= cursor):
+            return False
+        if queue.scalables:
+            return True  # grouped by the least they start with: their own request may search
+        info = self.e.state.tree.nodes[leaf]
+        stopping = bool(self.e.state.stops)
+        for shape, group in queue.shapes.items():
+            if cursor is not None and group[-1] <= cursor:
+                continue
+            if not self.refused(info, shape, stopping):
+                return True
+        return False
+
+    def refused(self, info: QuotaNodeInfo, shape: Shape, stopping: bool) -> bool:
+        """Whether reclaim refuses a plain request of ``shape`` in ``info`` without a search,
+        whoever asks: beyond the guarantee where nothing may preempt beyond it, or fitting
+        once the stopping victims have stopped."""
+        if not self.memo.within(info, shape) and not preempts_beyond_guarantee(info, shape):
+            return True
+        return stopping and fits_once_stopped(info, shape)
