@@ -89,7 +89,7 @@ def _assert_nothing_more(ended: decision_pass.DecisionPass) -> None:
     try:
         decisions: list[Decision] = []
         rest = decision_pass.DecisionPass(e, decisions)
-        rest.end = _NeverProven(e, rest.memo, rest.closed)
+        rest.end = _NeverProven(e, rest.closed)
         rest.cursor = dict(ended.cursor)
         rest.tried = set(ended.tried)
         rest.closed.update(ended.closed)

@@ -14,7 +14,6 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine.accounting import shift_amounts
-from usher.core.engine.data import GuardHeads
 from usher.core.engine.folding import Folding
 from usher.core.engine.placing import zone_capacity
 from usher.core.gates import chain
@@ -73,15 +72,7 @@ class EngineContext(Folding):
         self.pod_fit_cache = {}
         self.pass_admitted = set()
         self.share_cache = {}
-        self.low = {}
-        self.leaf_potential = {}
-        self.potential = {}
-        self.offer_keys = {}
-        self.admit_offers = []
-        self.potential_offers = []
-        self.timed_offers = set()
-        self.dirty = set(tree.leaves)
-        self.guard_heads = GuardHeads()
+        self.reset_pruning()
         self.refresh_holds()
         # Every leaf is dirty already, and the version is the snapshot's: no refresh's bump.
         self.budget_stops = self.spent_budget_stops()

@@ -44,6 +44,13 @@ weight goes first and the share breaks its ties."""
 LeafOffer = tuple[WorkloadKey, OfferKey, int]
 """A waiting leaf's first candidate, its interleave key, and 1 if the leaf could preempt."""
 
+LeafRefusal = tuple[bool, tuple[Shape, ...]]
+"""Of a leaf that could preempt, over its whole queue: whether a workload there might move
+even while victims stop (``open``: it may start smaller, or reclaim may search for its shape
+and that shape does not fit the leaf's own claim once they stopped), and else the shapes
+reclaim may search for (``needs``): each is refused without a search only while victims stop
+and it fits every ancestor's claim once they stopped (``PassEnd``)."""
+
 
 class GuardHeads:
     """The heads the starvation guard follows (N1), kept between its tracking steps.
@@ -103,6 +110,14 @@ class EngineData:
         self.low: dict[QuotaPath, dict[str, int] | None] = {}
         self.leaf_potential: dict[QuotaPath, int] = {}
         self.potential: dict[QuotaPath, int] = {}
+        self.leaf_refusals: dict[QuotaPath, LeafRefusal] = {}
+        """Each leaf that could preempt -> its ``LeafRefusal``, kept with its potential."""
+        self.needs_above: dict[tuple[QuotaPath, Shape], int] = {}
+        """(inner node, shape) -> how many leaves below it (not ``open``) need that shape to
+        fit the node's claim once victims stopped: what ``PassEnd`` checks instead of every
+        leaf."""
+        self.open_leaves: set[QuotaPath] = set()
+        """The leaves whose ``LeafRefusal`` is ``open``: looked at one by one."""
         self.offer_keys: dict[QuotaPath, LeafOffer] = {}
         """Each waiting leaf's first candidate, its interleave key and whether the leaf could
         preempt, kept between passes and recomputed only for leaves that changed (dirty)."""

@@ -78,7 +78,7 @@ class DecisionPass:
         self.full_pruned = False
         self.policy = engine.policy
         self.memo = PassMemo(engine)
-        self.end = PassEnd(engine, self.memo, self.closed)
+        self.end = PassEnd(engine, self.closed)
         tree = engine.state.tree
         self.root = tree.nodes[QuotaPath(tree.root.name)] if tree.root is not None else None
         for victim in victims or ():

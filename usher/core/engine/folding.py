@@ -34,7 +34,6 @@ from schemas import (
     WorkloadProgress,
     Zone,
 )
-from usher.core.engine.data import GuardHeads
 from usher.core.engine.offers import Offers
 from usher.core.gates import admission
 from usher.core.intake.workload import observed_errors
@@ -665,16 +664,8 @@ class Folding(Offers):
             leaf: Queue(self.state.tree.nodes[leaf].queue or QueueName(leaf), leaf)
             for leaf in self.state.tree.leaves
         }
-        self.low = {}
-        self.leaf_potential = {}
-        self.potential = {}
         self.share_cache = {}
-        self.offer_keys = {}
-        self.admit_offers = []
-        self.potential_offers = []
-        self.timed_offers = set()
-        self.dirty = set(self.state.tree.leaves)
-        self.guard_heads = GuardHeads()
+        self.reset_pruning()
         self.state.tree_holds = holds.tree_holds(event.root, self.state.tree_holds, self.state.now)
         self.refresh_holds()
         for job in self.state.jobs.values():

@@ -17,7 +17,8 @@ from schemas import (
     Unmapped,
     WorkloadKey,
 )
-from usher.core.engine.data import OfferKey
+from usher.core.engine.data import GuardHeads, LeafRefusal, OfferKey
+from usher.core.engine.reclaim_search import fits_once_stopped_at, may_search
 from usher.core.engine.shortfall import Shortfalls
 from usher.core.gates import chain
 from usher.core.rules.preemption_policy import may_preempt_beyond_guarantee
@@ -77,6 +78,7 @@ class Offers(Shortfalls):
                 self.leaf_potential[leaf] = potential
                 for ancestor in info.ancestors:
                     self.potential[ancestor.path] = self.potential.get(ancestor.path, 0) + delta
+            self._refresh_refusal(info, queue, potential)
             self._refresh_offer(info, queue, potential)
         self.dirty = set()
         # A head is its leaf's first candidate: the starvation guard looks at these again (N1).
@@ -86,6 +88,64 @@ class Offers(Shortfalls):
             self.low[path] = combine_lowest([self.low.get(c) for c in nodes[path].children])
         self._compact_offers()
         return refreshed
+
+    def reset_pruning(self) -> None:
+        """Forget every leaf's pruning data and offers (a new tree, or indexes rebuilt): each
+        leaf is refreshed at the next pass."""
+        self.low = {}
+        self.leaf_potential = {}
+        self.potential = {}
+        self.leaf_refusals = {}
+        self.needs_above = {}
+        self.open_leaves = set()
+        self.offer_keys = {}
+        self.admit_offers = []
+        self.potential_offers = []
+        self.timed_offers = set()
+        self.dirty = set(self.state.tree.leaves)
+        self.guard_heads = GuardHeads()
+
+    def _refresh_refusal(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
+        """Keep ``info``'s ``LeafRefusal`` (only a leaf that could preempt has one) and its
+        counts in ``needs_above``/``open_leaves``."""
+        old = self.leaf_refusals.pop(info.path, None)
+        if old is not None:
+            self._count_refusal(info, old, -1)
+        if potential:
+            new = self._leaf_refusal(info, queue)
+            self.leaf_refusals[info.path] = new
+            self._count_refusal(info, new, 1)
+
+    @staticmethod
+    def _leaf_refusal(info: QuotaNodeInfo, queue: Queue) -> LeafRefusal:
+        if queue.scalables:
+            return True, ()  # grouped by the least they start with: their request may search
+        needs: list[Shape] = []
+        for shape in queue.shapes:
+            if not may_search(info, shape):
+                continue
+            if not fits_once_stopped_at(info, shape):
+                return True, ()
+            needs.append(shape)
+        return False, tuple(needs)
+
+    def _count_refusal(self, info: QuotaNodeInfo, refusal: LeafRefusal, sign: int) -> None:
+        is_open, needs = refusal
+        if is_open:
+            if sign > 0:
+                self.open_leaves.add(info.path)
+            else:
+                self.open_leaves.discard(info.path)
+            return
+        counts = self.needs_above
+        for ancestor in info.ancestors[:-1]:
+            for shape in needs:
+                key = (ancestor.path, shape)
+                left = counts.get(key, 0) + sign
+                if left:
+                    counts[key] = left
+                else:
+                    del counts[key]
 
     def _leaf_offer(self, info: QuotaNodeInfo, queue: Queue) -> tuple[WorkloadKey, OfferKey] | None:
         """The leaf's first workload this engine decides for and that is not backing off

@@ -9,10 +9,16 @@ now stopping have stopped (R7: room is coming). With the root full, such a candi
 try with nothing changed, so taking them one by one -- thousands of offers while one victim
 stops at a large backlog -- decides nothing: the pass ends where the proof holds.
 
-How: after a move, once as many candidates have failed as a look at every leaf costs
-(``LOOK_AFTER``), it looks at each leaf with potential and keeps those whose candidates still
-to come might move (``blockers``); afterwards a blocker is looked at again only when its own
-candidate failed (its cursor moved on). Any move voids the proof: usage changed.
+How: the engine keeps, for each leaf that could preempt, what stands between its waiting work
+and such a refusal (``LeafRefusal``, refreshed with the leaf's other pruning data) and, per
+inner node and shape, how many leaves below need the shape to fit there once the victims
+stopped (``needs_above``). After a move, the proof asks each counted (node, shape) once and
+looks at the few leaves one by one that the counts cannot speak for: those changed since the
+refresh (admitted into in this pass) and those ``open``. Where that fails, and once as many
+candidates have failed as a look at every leaf costs (``LOOK_AFTER``), it looks at each leaf
+with potential. It keeps the leaves whose candidates still to come might move (``blockers``);
+afterwards a blocker is looked at again only when its own candidate failed (its cursor moved
+on). Any move voids the proof: usage changed.
 What it must never do: end a pass where a remaining candidate could admit, preempt, drop a
 hold or start partially (a held preemptor anywhere, or a scalable workload in a leaf, keeps it
 from proving anything there), change any state, or decide anything itself.
@@ -24,8 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from schemas import QuotaPath
-from usher.core.engine.pass_memo import PassMemo
-from usher.core.engine.reclaim_search import fits_once_stopped, preempts_beyond_guarantee
+from usher.core.engine.reclaim_search import fits_once_stopped, fits_once_stopped_at, may_search
 from usher.core.state.indexed import QuotaNodeInfo, Shape, SortKey
 
 if TYPE_CHECKING:
@@ -39,20 +44,23 @@ times this, reach their number: the looks cost at most a fixed share of the walk
 class PassEnd:
     """Whether the candidates left in a pass can move anything, the root being full."""
 
-    def __init__(self, engine: EngineContext, memo: PassMemo, closed: set[QuotaPath]) -> None:
+    def __init__(self, engine: EngineContext, closed: set[QuotaPath]) -> None:
         """``closed``: the pass's leaves that offer nothing more (under Block)."""
         self.e = engine
-        self.memo = memo
         self.closed = closed
         self.blockers: set[QuotaPath] | None = None
         """The leaves whose candidates still to come may move; None: not looked at since the
         last move."""
         self.failures = 0
+        self.counted = False
+        """Whether the counts were asked since the last move (they answer the same until
+        one)."""
 
     def moved(self) -> None:
         """Something moved (usage changed): the proof is to be made again."""
         self.blockers = None
         self.failures = 0
+        self.counted = False
 
     def failed(self, leaf: QuotaPath, cursor: SortKey) -> None:
         """``leaf``'s candidate failed with nothing changed; its cursor is now ``cursor``."""
@@ -66,6 +74,9 @@ class PassEnd:
         and ``potential`` leaves having reclaim potential (the caller knows both)."""
         if self.e.state.held:
             return False  # a held preemptor's try drops its hold: usage goes down
+        if self.blockers is None and not self.counted:
+            self.counted = True
+            self.blockers = self.by_counts(cursor)
         if self.blockers is None:
             if self.failures * LOOK_AFTER < potential:
                 return False
@@ -75,6 +86,22 @@ class PassEnd:
                 if has and self.may_move(leaf, cursor.get(leaf))
             }
         return not self.blockers
+
+    def by_counts(self, cursor: Mapping[QuotaPath, SortKey]) -> set[QuotaPath] | None:
+        """The blockers as the kept counts find them, or None where they cannot say: some
+        counted shape does not fit its node once the victims stopped (or none stop)."""
+        e = self.e
+        if e.needs_above:
+            if not e.state.stops:
+                return None
+            nodes = e.state.tree.nodes
+            for (path, shape), _ in e.needs_above.items():
+                if not fits_once_stopped_at(nodes[path], shape):
+                    return None
+        # Changed since the refresh: usage only grew there (admitted in this pass), but its
+        # kept refusal may say less than it now should; and the open ones: each looked at.
+        look = e.open_leaves.union(leaf for leaf in e.dirty if e.leaf_potential.get(leaf))
+        return {leaf for leaf in look if self.may_move(leaf, cursor.get(leaf))}
 
     def may_move(self, leaf: QuotaPath, cursor: SortKey | None) -> bool:
         """Whether a candidate of ``leaf`` past ``cursor`` might be admitted, preempt or start
@@ -100,6 +127,6 @@ class PassEnd:
         """Whether reclaim refuses a plain request of ``shape`` in ``info`` without a search,
         whoever asks: beyond the guarantee where nothing may preempt beyond it, or fitting
         once the stopping victims have stopped."""
-        if not self.memo.within(info, shape) and not preempts_beyond_guarantee(info, shape):
+        if not may_search(info, shape):
             return True
         return stopping and fits_once_stopped(info, shape)

@@ -23,6 +23,7 @@ from itertools import chain
 from typing import TYPE_CHECKING, Final
 
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
+from usher.core.engine.accounting import Accounting
 from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
@@ -377,13 +378,27 @@ def fits_once_stopped(leaf: QuotaNodeInfo, shape: Shape) -> bool:
     """Whether ``shape`` fits on ``leaf``'s quota and each of its ancestors' once every
     stopping victim has stopped: where victims are stopping, reclaim for such a request is
     refused without a search (room is coming, R7)."""
-    for info in leaf.ancestors:
-        for resource, amount in shape:
-            limit = info.cap.get(resource)
-            claim = info.used.get(resource, 0) - info.residual.get(resource, 0)
-            if limit is not None and claim + amount > limit:
-                return False
+    return all(fits_once_stopped_at(info, shape) for info in leaf.ancestors)
+
+
+def fits_once_stopped_at(info: QuotaNodeInfo, shape: Shape) -> bool:
+    """``fits_once_stopped`` on one node: its claim (used minus what stops) plus ``shape``
+    within its cap."""
+    for resource, amount in shape:
+        limit = info.cap.get(resource)
+        if (
+            limit is not None
+            and info.used.get(resource, 0) - info.residual.get(resource, 0) + amount > limit
+        ):
+            return False
     return True
+
+
+def may_search(leaf: QuotaNodeInfo, shape: Shape) -> bool:
+    """Whether reclaim may search victims for a plain request of ``shape`` in ``leaf``: within
+    its guarantee (as far as its total ``min`` says), or where it may preempt beyond it.
+    False: refused without a search, whoever asks (``_search_plan``'s first answer)."""
+    return Accounting.within_min(leaf, shape) or preempts_beyond_guarantee(leaf, shape)
 
 
 def within_guarantee(e: EngineContext, job: Job) -> bool:
