@@ -7,7 +7,8 @@ Round and Block; the engine as a dequeuer runs it, where victims keep counting w
 stop, and as scenarios run it), an engine whose passes end at the proof and one whose passes
 never end before the interleave runs dry make the same decisions and keep the same starvation
 clocks at every step; and each early end is checked on the spot: the pass is run on to its
-dry end on a working copy and must decide nothing more. Tables pin the cases the proof must
+dry end on a working copy and must decide nothing more, and before every proof the kept
+refusals and counts it asks are those a fresh look gives. Tables pin the cases the proof must
 refuse: a scalable workload, a held preemptor, a request that may search.
 """
 
@@ -40,7 +41,7 @@ from usher.core.engine import decision_pass
 from usher.core.engine.facade import Engine
 from usher.core.engine.pass_end import PassEnd
 from usher.core.model.config import EngineConfig
-from usher.core.state.indexed import SortKey
+from usher.core.state.indexed import Shape, SortKey
 
 ENDED: list[int] = []
 """How many passes each run of the property ended at the proof (so it is seen to fire)."""
@@ -66,6 +67,7 @@ def _checked(self: decision_pass.DecisionPass) -> bool:
     """``nothing_can_move``, and on every end the proof makes: the scalable counts agree
     with the queues, and the pass run on to its dry end on a working copy of the engine
     (``preview_pass``'s) from exactly here decides nothing more."""
+    _assert_refusals_kept(self.e)
     ends = _NOTHING_CAN_MOVE(self)
     if ends and self.end.blockers == set():
         _assert_scalables_counted(self.e)
@@ -74,6 +76,23 @@ def _checked(self: decision_pass.DecisionPass) -> bool:
 
 
 _NOTHING_CAN_MOVE = decision_pass.DecisionPass.nothing_can_move
+
+
+def _assert_refusals_kept(e: Engine) -> None:
+    """What the proof trusts: every leaf not changed since the last refresh keeps the refusal
+    a fresh look gives (a leaf changed since is looked at afresh), and the counts are those
+    of the kept refusals."""
+    for leaf, has in e.leaf_potential.items():
+        if has and leaf not in e.dirty:
+            fresh = e._leaf_refusal(e.state.tree.nodes[leaf], e.leaf_queues[leaf])
+            assert e.leaf_refusals.get(leaf) == fresh, leaf
+    counts: dict[tuple[QuotaPath, Shape], int] = {}
+    for leaf, (is_open, needs) in e.leaf_refusals.items():
+        assert is_open == (leaf in e.open_leaves)
+        for ancestor in e.state.tree.nodes[leaf].ancestors[:-1]:
+            for shape in needs:
+                counts[(ancestor.path, shape)] = counts.get((ancestor.path, shape), 0) + 1
+    assert counts == e.needs_above
 
 
 def _assert_scalables_counted(e: Engine) -> None:
