@@ -35,7 +35,14 @@ from schemas import (
 )
 from tests.builders.events import CORE, observed
 from tests.builders.generated import trees
-from tests.core.test_pass_memo import _varied, _with_policies, configs, crowded, policies
+from tests.core.test_pass_memo import (
+    NeverProven,
+    _varied,
+    _with_policies,
+    configs,
+    crowded,
+    policies,
+)
 from tests.core.test_starvation_tracking import Step, _guarded, _Run, thresholds
 from usher.core.engine import decision_pass
 from usher.core.engine.facade import Engine
@@ -45,13 +52,6 @@ from usher.core.state.indexed import Shape, SortKey
 
 ENDED: list[int] = []
 """How many passes each run of the property ended at the proof (so it is seen to fire)."""
-
-
-class _NeverProven(PassEnd):
-    """The reference: the pass runs until the interleave runs dry."""
-
-    def proven(self, cursor: dict[QuotaPath, SortKey], potential: int) -> bool:  # type: ignore[override]
-        return False
 
 
 class _Counted(PassEnd):
@@ -108,7 +108,7 @@ def _assert_nothing_more(ended: decision_pass.DecisionPass) -> None:
     try:
         decisions: list[Decision] = []
         rest = decision_pass.DecisionPass(e, decisions)
-        rest.end = _NeverProven(e, rest.closed)
+        rest.end = NeverProven(e, rest.closed)
         rest.cursor = dict(ended.cursor)
         rest.tried = set(ended.tried)
         rest.closed.update(ended.closed)
@@ -143,7 +143,7 @@ def test_a_pass_ended_at_the_proof_decides_as_one_run_dry(
         patch.object(decision_pass.DecisionPass, "nothing_can_move", _checked),
     ):
         ours = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
-    with _pass_end(_NeverProven):
+    with _pass_end(NeverProven):
         reference = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
     for number, (step, mine, theirs) in enumerate(zip(history, ours, reference, strict=True)):
         assert mine == theirs, f"step {number} ({step}) differs"
@@ -203,12 +203,12 @@ def test_a_pass_while_a_victim_stops_ends_after_its_preemption() -> None:
         return pop(self)
 
     made = {}
-    for kind in (PassEnd, _NeverProven):
+    for kind in (PassEnd, NeverProven):
         engine = _stopping_engine(leaves=20, waiting=10)
         taken.append(0)
         with _pass_end(kind), patch.object(decision_pass.DecisionPass, "pop", counted):
             made[kind] = engine.decide(Millis(3))
-    assert made[PassEnd] == made[_NeverProven]
+    assert made[PassEnd] == made[NeverProven]
     assert [type(d).__name__ for d in made[PassEnd]][:2] == ["Preempted", "Admitted"]
     ended, dry = taken
     assert dry > 150 and ended < 20, taken  # 19 leaves x 10 waiting, against a handful

@@ -14,7 +14,7 @@ the same decisions and keep the same starvation clocks at every step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from unittest.mock import patch
 
@@ -36,11 +36,12 @@ from tests.builders.generated import trees
 from tests.core.test_starvation_tracking import Step, _guarded, _Run, creates, thresholds
 from usher.core.engine import decision_pass
 from usher.core.engine.facade import Engine
+from usher.core.engine.pass_end import PassEnd
 from usher.core.engine.pass_memo import PassMemo
 from usher.core.gates import chain
 from usher.core.gates.view import Gate
 from usher.core.model.config import EngineConfig
-from usher.core.state.indexed import Job, QuotaNodeInfo, Shape
+from usher.core.state.indexed import Job, QuotaNodeInfo, Shape, SortKey
 
 
 class _Recomputing(PassMemo):
@@ -59,6 +60,15 @@ class _Recomputing(PassMemo):
         return False
 
     def hopeless(self, info: QuotaNodeInfo, job: Job) -> bool:
+        return False
+
+
+class NeverProven(PassEnd):
+    """A pass that never ends before its interleave runs dry: what this file compares is the
+    interleave itself, whose length ``PassEnd`` cuts at a point that counts failed candidates
+    (``test_pass_end`` checks the cut)."""
+
+    def proven(self, cursor: Mapping[QuotaPath, SortKey], potential: int) -> bool:
         return False
 
 
@@ -170,9 +180,10 @@ def test_the_pass_memo_decides_as_asking_every_question_again(
 ) -> None:
     guarded = _guarded(tree, guard, timed)
     trees_ = (_with_policies(guarded, first), _with_policies(guarded, second))
-    with _popped() as order:
+    with _popped() as order, patch.object(decision_pass, "PassEnd", NeverProven):
         ours = _Run(config, *trees_, check_heads=False, observe=_varied).play(history)
     with (
+        patch.object(decision_pass, "PassEnd", NeverProven),
         patch.object(decision_pass, "PassMemo", _Recomputing),
         patch.object(decision_pass.DecisionPass, "skip_failing", _take_each),
         _popped() as reference_order,

@@ -152,11 +152,10 @@ class DecisionPass:
             key, leaf = heapq.heappop(kept)
             if leaf in self.touched or leaf in self.closed:
                 continue
-            offer = self.e.offer_keys.get(leaf)
-            if offer is None or offer[1] != key:
+            if self.e.superseded(key, leaf):
                 continue  # superseded since it was kept
             job = self.next_untried(leaf)
-            if job is None or job.key != offer[0]:
+            if job is None or job.key != self.e.offer_keys[leaf][0]:
                 # The kept first workload is not this pass's to try (tried already, or not
                 # to be offered now): offer what the pass would, from the pass's own heap.
                 self.offer(leaf)

@@ -176,6 +176,11 @@ class Offers(Shortfalls):
             return job.key, (tier, fair, self.share(info), job.sort_key)
         return None
 
+    def superseded(self, key: OfferKey, leaf: QuotaPath) -> bool:
+        """Whether a kept heap entry is stale: its leaf's offer has another key, or none."""
+        offer = self.offer_keys.get(leaf)
+        return offer is None or offer[1] != key
+
     def _refresh_offer(self, info: QuotaNodeInfo, queue: Queue, potential: int) -> None:
         offer = self._leaf_offer(info, queue)
         if offer is None:
@@ -189,9 +194,15 @@ class Offers(Shortfalls):
         heapq.heappush(heap, (offer[1], info.path))
 
     def _compact_offers(self) -> None:
-        """Rebuild a heap once stale entries outnumber current ones (bounded memory)."""
+        """Rebuild a heap once stale entries outnumber current ones (bounded memory); else
+        drop the stale entries on top of each: a leaf's offer changes mostly as work is
+        admitted there and its share grows, so the entry it leaves behind has a lower key and
+        every pass, which pops from copies of the heaps, would pop it again."""
         current = len(self.offer_keys)
         if len(self.admit_offers) + len(self.potential_offers) <= 2 * current + 64:
+            for heap in (self.admit_offers, self.potential_offers):
+                while heap and self.superseded(*heap[0]):
+                    heapq.heappop(heap)
             return
         admit: list[tuple[OfferKey, QuotaPath]] = []
         potential: list[tuple[OfferKey, QuotaPath]] = []

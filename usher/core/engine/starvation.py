@@ -41,6 +41,10 @@ def threshold_ms(e: EngineContext, job: Job) -> int:
 
 def reservations(e: EngineContext) -> list[Job]:
     """The pending workloads capacity is reserved for now, the longest starved first."""
+    starving = e.state.starving
+    least = e.state.tree.least_starvation_ms
+    if not starving or not least or e.state.now < min(starving.values()) + least:
+        return []  # nobody has waited the shortest threshold yet: no look at each head
     out: list[Job] = []
     for key, since in sorted(e.state.starving.items(), key=lambda item: (item[1], item[0])):
         job = e.state.jobs.get(key)

@@ -206,6 +206,7 @@ class TreeIndex:
         "by_name",
         "fair_weights",
         "leaf_of_namespace",
+        "least_starvation_ms",
         "leaves",
         "leaves_under",
         "nodes",
@@ -234,6 +235,9 @@ class TreeIndex:
         self.starvation_on = False
         """Whether the starvation guard is on anywhere (N1; on by default): passes skip it when
         every node turns it off."""
+        self.least_starvation_ms = 0
+        """The shortest threshold in force anywhere the guard is on (0: off everywhere): no
+        reservation starts before the longest-waiting head has waited that long."""
         self.backfill_on = False
         """Whether any leaf may backfill beside a reservation (N2)."""
         self.overrun_nodes: set[QuotaPath] = set()
@@ -274,7 +278,12 @@ class TreeIndex:
                 node.attributes, parent.retry if parent is not None else RetryPolicy()
             )
             info.starvation_ms = _starvation_ms(node, parent)
-            self.starvation_on = self.starvation_on or info.starvation_ms > 0
+            if info.starvation_ms > 0:
+                self.starvation_on = True
+                least = self.least_starvation_ms
+                self.least_starvation_ms = (
+                    min(least, info.starvation_ms) if least else (info.starvation_ms)
+                )
             info.backfill = _backfill(node, parent)
             info.lending = node_lending(
                 node.attributes, parent.lending if parent is not None else LENDS_ALL
