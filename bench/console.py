@@ -41,6 +41,7 @@ from schemas import (
     WorkloadObserved,
     Zone,
 )
+from usher.adapters.nats.subjects import Subjects
 from usher.console.feed import VIEW_REFRESH_S, ConsoleLog
 from usher.console.server import make_app
 from usher.core.history.replay import history_of
@@ -71,9 +72,18 @@ def _observed(n: int) -> WorkloadObserved:
     )
 
 
+SUBJECTS = Subjects("bench")
+
+
 def _envelope(n: int, event: QuotaTreeApplied | WorkloadObserved) -> tuple[str, Envelope]:
+    """``event`` on its own subject: a reader believes a tree or a job only there."""
     at = START + timedelta(milliseconds=n)
-    return "usher.bench", Envelope(id=EventId(f"bench:{n}"), time=at, source="bench", event=event)
+    subject = (
+        SUBJECTS.quota
+        if isinstance(event, QuotaTreeApplied)
+        else SUBJECTS.job(event.zone, event.namespace, event.name)
+    )
+    return subject, Envelope(id=EventId(f"bench:{n}"), time=at, source="bench", event=event)
 
 
 def build_log(pending: int) -> tuple[list[LogEntry], str]:
