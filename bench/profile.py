@@ -68,18 +68,24 @@ def parse_collapsed(text: str) -> Counter[tuple[str, ...]]:
     A line is ``frame;frame;...;frame <count>``; a frame is ``function (file)`` (with
     ``--nolineno``) or ``function (file:line)``, and the line number is dropped so one function
     is one frame. A line with a count and no frames (`` 3``: a running thread with no Python
-    frame on its stack) counts as ``NO_FRAME``. Blank lines are skipped; a line without a
-    count is an error.
+    frame on its stack) counts as ``NO_FRAME``. Blank lines are skipped. Lines end at ``\n``
+    only: a name py-spy read torn (``--nonblocking`` races the process it samples) may hold
+    any other line separator. A line without a count is such a torn read and is skipped when
+    at most one line in a hundred is one; more is not py-spy's raw format: an error.
     """
     stacks: Counter[tuple[str, ...]] = Counter()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    lines = [line for line in text.split("\n") if line.strip()]
+    torn: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
         stack, space, count = line.rpartition(" ")
         if not space or not count.isdigit():
-            raise ValueError(f"line {number} is not 'frames count': {line[:120]!r}")
+            torn.append((number, line))
+            continue
         frames = tuple(frame_name(f) for f in stack.split(";")) if stack else (NO_FRAME,)
         stacks[frames] += int(count)
+    if len(torn) * 100 > len(lines):
+        number, line = torn[0]
+        raise ValueError(f"line {number} is not 'frames count': {line[:120]!r}")
     return stacks
 
 

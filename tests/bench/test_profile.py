@@ -94,6 +94,16 @@ def test_a_line_without_a_count_is_refused(line: str) -> None:
         parse_collapsed(line + "\n")
 
 
+def test_a_torn_name_among_many_lines_is_skipped_not_fatal() -> None:
+    """py-spy --nonblocking may read a name while the process rewrites it: one such line in
+    hundreds (seen: a lone 'ð' between a U+0085 and a newline) costs its samples, not the
+    suite; a Unicode line separator inside a name does not end the line."""
+    good = "main (a.py);work (b.py) 3\n" * 150
+    stacks = parse_collapsed(good + "\u00f0\n" + "main (a.py);lo\u2028op (c.py) 2\n")
+    assert stacks[("main (a.py)", "work (b.py)")] == 450
+    assert stacks[("main (a.py)", "lo\u2028op (c.py)")] == 2
+
+
 FRAMES = st.sampled_from(["main (a.py)", "loop (b.py)", "work (c.py)", "dumps (json.py)"])
 
 
