@@ -48,28 +48,35 @@ from usher.core.engine import decision_pass
 from usher.core.engine.facade import Engine
 from usher.core.engine.pass_end import PassEnd
 from usher.core.model.config import EngineConfig
-from usher.core.state.indexed import Shape, SortKey
+from usher.core.state.indexed import QuotaNodeInfo, Shape, SortKey
 
 ENDED: list[int] = []
 """How many passes each run of the property ended at the proof (so it is seen to fire)."""
+NO_ROOM: list[int] = []
+"""How many times each run found no room anywhere though the root had some."""
 
 
 class _Counted(PassEnd):
-    """The production proof, counted."""
+    """The production proof, counted (and the ends where no room is anywhere)."""
 
     def proven(self, cursor: dict[QuotaPath, SortKey], potential: int) -> bool:  # type: ignore[override]
         found = super().proven(cursor, potential)
         ENDED[-1] += found
         return found
 
+    def no_room_anywhere(self, root: QuotaNodeInfo) -> bool:
+        found = super().no_room_anywhere(root)
+        NO_ROOM[-1] += found
+        return found
+
 
 def _checked(self: decision_pass.DecisionPass) -> bool:
-    """``nothing_can_move``, and on every end the proof makes: the scalable counts agree
-    with the queues, and the pass run on to its dry end on a working copy of the engine
+    """``nothing_can_move``, and on every early end: the scalable counts agree with the
+    queues, and the pass run on to its dry end on a working copy of the engine
     (``preview_pass``'s) from exactly here decides nothing more."""
     _assert_refusals_kept(self.e)
     ends = _NOTHING_CAN_MOVE(self)
-    if ends and self.end.blockers == set():
+    if ends:
         _assert_scalables_counted(self.e)
         _assert_nothing_more(self)
     return ends
@@ -109,6 +116,7 @@ def _assert_nothing_more(ended: decision_pass.DecisionPass) -> None:
         decisions: list[Decision] = []
         rest = decision_pass.DecisionPass(e, decisions)
         rest.end = NeverProven(e, rest.closed)
+        rest.nothing_can_move = lambda: False  # type: ignore[method-assign]  # runs dry
         rest.cursor = dict(ended.cursor)
         rest.tried = set(ended.tried)
         rest.closed.update(ended.closed)
@@ -138,6 +146,7 @@ def test_a_pass_ended_at_the_proof_decides_as_one_run_dry(
     guarded = _guarded(tree, guard, False)
     trees_ = (_with_policies(guarded, first), _with_policies(guarded, second))
     ENDED.append(0)
+    NO_ROOM.append(0)
     with (
         _pass_end(_Counted),
         patch.object(decision_pass.DecisionPass, "nothing_can_move", _checked),
@@ -154,6 +163,7 @@ def test_the_property_saw_passes_end_at_the_proof() -> None:
     if not ENDED:
         test_a_pass_ended_at_the_proof_decides_as_one_run_dry()
     assert sum(ENDED) > 0, ENDED
+    assert sum(NO_ROOM) > 0, NO_ROOM
 
 
 def _full_tree(leaves: int) -> QuotaNode:

@@ -64,11 +64,15 @@ class _Recomputing(PassMemo):
 
 
 class NeverProven(PassEnd):
-    """A pass that never ends before its interleave runs dry: what this file compares is the
-    interleave itself, whose length ``PassEnd`` cuts at a point that counts failed candidates
-    (``test_pass_end`` checks the cut)."""
+    """A pass that never ends before its interleave runs dry but where the root is full and
+    nobody may preempt: what this file compares is the interleave itself, whose length
+    ``PassEnd`` cuts at a point that counts failed candidates (``test_pass_end`` checks the
+    cut)."""
 
     def proven(self, cursor: Mapping[QuotaPath, SortKey], potential: int) -> bool:
+        return False
+
+    def no_room_anywhere(self, root: QuotaNodeInfo) -> bool:
         return False
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from schemas import Admitted, Decision, Preempted, QueueName, QuotaPath, Reason, WorkloadKey
 from usher.core.engine.data import OfferKey, Share
-from usher.core.engine.pass_end import PassEnd
+from usher.core.engine.pass_end import PassEnd, has_room_for
 from usher.core.engine.pass_memo import PassMemo
 from usher.core.engine.reclaim_search import find_victims, refused_without_search
 from usher.core.gates import chain
@@ -192,14 +192,15 @@ class DecisionPass:
         self.full_pruned = True
 
     def nothing_can_move(self) -> bool:
-        """True when the root has no room for any pending shape and nobody may preempt, or
-        every candidate left would be refused reclaim without a search (``PassEnd``).
+        """True when no pending shape fits (the root has no room for any, or every leaf where
+        work waits is below a node without room for it) and nobody may preempt, or every
+        candidate left would be refused reclaim without a search (``PassEnd``).
 
         Ends a pass early: once the cluster is full, the remaining candidates would all be
         tried and fail, which changes nothing.
         """
         root = self.root
-        if root is None or self.root_has_room():
+        if root is None or (self.root_has_room() and not self.end.no_room_anywhere(root)):
             return False
         potential = self.e.potential.get(root.path, 0)
         return not potential or self.end.proven(self.cursor, potential)
@@ -213,15 +214,7 @@ class DecisionPass:
         """
         root = self.root
         assert root is not None
-        low = self.e.low.get(root.path)
-        if low is None:
-            return False
-        cap, used = root.cap, root.used
-        for resource, amount in low.items():
-            limit = cap.get(resource)
-            if limit is not None and used.get(resource, 0) + amount > limit:
-                return False
-        return True
+        return has_room_for(root, self.e.low.get(root.path))
 
     def offer(self, leaf: QuotaPath) -> None:
         """Push the queue's next untried workload; whether anything in the queue can still

@@ -41,8 +41,22 @@ LOOK_AFTER: Final = 32
 times this, reach their number: the looks cost at most a fixed share of the walk they end."""
 
 
+def has_room_for(info: QuotaNodeInfo, low: dict[str, int] | None) -> bool:
+    """Whether ``info`` could take ``low``, the lowest request waiting below it (per resource:
+    a node without room for it has room for no waiting shape below it); False where nothing
+    waits below."""
+    if low is None:
+        return False
+    cap, used = info.cap, info.used
+    for resource, amount in low.items():
+        limit = cap.get(resource)
+        if limit is not None and used.get(resource, 0) + amount > limit:
+            return False
+    return True
+
+
 class PassEnd:
-    """Whether the candidates left in a pass can move anything, the root being full."""
+    """Whether the candidates left in a pass can move anything, no waiting shape fitting."""
 
     def __init__(self, engine: EngineContext, closed: set[QuotaPath]) -> None:
         """``closed``: the pass's leaves that offer nothing more (under Block)."""
@@ -55,12 +69,42 @@ class PassEnd:
         self.counted = False
         """Whether the counts were asked since the last move (they answer the same until
         one)."""
+        self.roomy: bool | None = None
+        """Whether some leaf might take a waiting shape, as last looked (None: not since the
+        last move)."""
 
     def moved(self) -> None:
         """Something moved (usage changed): the proof is to be made again."""
         self.blockers = None
         self.failures = 0
         self.counted = False
+        self.roomy = None
+
+    def no_room_anywhere(self, root: QuotaNodeInfo) -> bool:
+        """Whether no waiting shape fits anywhere though the root has room: every leaf where
+        work waits lies below (or is) a node without room for the lowest request waiting below
+        it -- a cohort full while another lends nothing to it. Looked at once failed
+        candidates since the last move, times ``LOOK_AFTER``, reach the number of leaves."""
+        if self.roomy is None:
+            if self.failures * LOOK_AFTER < len(self.e.state.tree.leaves):
+                return False
+            self.roomy = self.room_somewhere(root)
+        return not self.roomy
+
+    def room_somewhere(self, root: QuotaNodeInfo) -> bool:
+        """Whether some leaf might take a waiting shape: one with room for its lowest request
+        on a path of nodes each with room for theirs (the recorded lowest requests are only
+        ever lower than the true ones within a pass: more room, never less)."""
+        nodes, low = self.e.state.tree.nodes, self.e.low
+        stack = [root]
+        while stack:
+            info = stack.pop()
+            if not has_room_for(info, low.get(info.path)):
+                continue
+            if info.is_leaf:
+                return True
+            stack.extend(nodes[child] for child in info.children)
+        return False
 
     def failed(self, leaf: QuotaPath, cursor: SortKey) -> None:
         """``leaf``'s candidate failed with nothing changed; its cursor is now ``cursor``."""
@@ -70,8 +114,8 @@ class PassEnd:
             blockers.discard(leaf)
 
     def proven(self, cursor: Mapping[QuotaPath, SortKey], potential: int) -> bool:
-        """Whether no candidate left can move, the root having no room for any waiting shape
-        and ``potential`` leaves having reclaim potential (the caller knows both)."""
+        """Whether no candidate left can move, no waiting shape fitting anywhere and
+        ``potential`` leaves having reclaim potential (the caller knows both)."""
         if self.e.state.held:
             return False  # a held preemptor's try drops its hold: usage goes down
         if self.blockers is None and not self.counted:
