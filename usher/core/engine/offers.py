@@ -18,7 +18,7 @@ from schemas import (
     WorkloadKey,
 )
 from usher.core.engine.data import GuardHeads, LeafRefusal, OfferKey
-from usher.core.engine.reclaim_search import fits_once_stopped_at, may_search
+from usher.core.engine.refusals import fits_once_stopped_at, may_search
 from usher.core.engine.shortfall import Shortfalls
 from usher.core.gates import chain
 from usher.core.rules.preemption_policy import may_preempt_beyond_guarantee

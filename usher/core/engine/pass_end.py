@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Final
 
 from schemas import QuotaPath
-from usher.core.engine.reclaim_search import fits_once_stopped, fits_once_stopped_at, may_search
+from usher.core.engine.refusals import fits_once_stopped, fits_once_stopped_at, may_search
 from usher.core.state.indexed import QuotaNodeInfo, Shape, SortKey
 
 if TYPE_CHECKING:

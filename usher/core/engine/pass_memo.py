@@ -11,7 +11,7 @@ it walks the leaf's queue, once per leaf and shape instead of once per candidate
   pass usage only grows -- until a preemption or a preemptor's hold let go lowers it -- and
   neither answer can turn back to yes while it grows, so the pass ``forget``s both memos
   exactly there. A workload of a dead shape that is plain (not held, not scalable) and whose leaf
-  cannot preempt beyond its guarantee (``reclaim_search.preempts_beyond_guarantee``) fails its
+  cannot preempt beyond its guarantee (``refusals.preempts_beyond_guarantee``) fails its
   try with nothing changed: ``hopeless`` says so without trying.
 Where idle guarantee is kept from lending (L1, L2: ``tree.reserving``) a shape that does not fit
 may fit after others grow, so nothing is remembered there.
@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from schemas import QuotaPath
-from usher.core.engine.reclaim_search import preempts_beyond_guarantee
+from usher.core.engine.refusals import preempts_beyond_guarantee
 from usher.core.gates import chain
 from usher.core.gates.view import Gate
 from usher.core.state.indexed import Job, QuotaNodeInfo, Shape

@@ -23,7 +23,10 @@ from itertools import chain
 from typing import TYPE_CHECKING, Final
 
 from schemas import Millis, Preempted, QueueName, QuotaPath, Reason, WorkloadKey, Zone
-from usher.core.engine.accounting import Accounting
+from usher.core.engine.refusals import (
+    fits_once_stopped,
+    preempts_own_leaf,
+)
 from usher.core.gates import chain as gates
 from usher.core.model import reasons
 from usher.core.model.reason_text import bound, in_zone, used_and_requested_over
@@ -78,21 +81,6 @@ def find_victims(e: EngineContext, job: Job) -> list[tuple[Job, Reason]] | None:
     if removed is None:
         e.state.reclaim_failed[memo] = e.state.version
     return removed
-
-
-def preempts_own_leaf(leaf: QuotaNodeInfo, shape: Shape) -> bool:
-    """Whether a request of ``shape`` may preempt lower-priority work of its own leaf (L1
-    ``LowerPriority`` within quota, P3)."""
-    return leaf.within_quota == "LowerPriority" and preempts_in_leaf(
-        leaf.preemption, shape, leaf.min
-    )
-
-
-def preempts_beyond_guarantee(leaf: QuotaNodeInfo, shape: Shape) -> bool:
-    """Whether a request of ``shape`` asking beyond ``leaf``'s guarantee may still preempt:
-    in its own leaf, or other leaves' borrowers while borrowing (P2). Where it may not, such a
-    request that does not fit fails its reclaim with nothing looked at (``find_victims``)."""
-    return preempts_own_leaf(leaf, shape) or leaf.preemption.while_borrowing is not None
 
 
 _ReclaimMemo = tuple[QuotaPath, Shape, int, Zone]
@@ -372,33 +360,6 @@ def _fits_once_stopped(e: EngineContext, job: Job) -> bool:
     """Whether ``job`` fits on quota once every stopping victim has stopped."""
     assert job.leaf is not None
     return fits_once_stopped(e.state.tree.nodes[job.leaf], job.shape)
-
-
-def fits_once_stopped(leaf: QuotaNodeInfo, shape: Shape) -> bool:
-    """Whether ``shape`` fits on ``leaf``'s quota and each of its ancestors' once every
-    stopping victim has stopped: where victims are stopping, reclaim for such a request is
-    refused without a search (room is coming, R7)."""
-    return all(fits_once_stopped_at(info, shape) for info in leaf.ancestors)
-
-
-def fits_once_stopped_at(info: QuotaNodeInfo, shape: Shape) -> bool:
-    """``fits_once_stopped`` on one node: its claim (used minus what stops) plus ``shape``
-    within its cap."""
-    for resource, amount in shape:
-        limit = info.cap.get(resource)
-        if (
-            limit is not None
-            and info.used.get(resource, 0) - info.residual.get(resource, 0) + amount > limit
-        ):
-            return False
-    return True
-
-
-def may_search(leaf: QuotaNodeInfo, shape: Shape) -> bool:
-    """Whether reclaim may search victims for a plain request of ``shape`` in ``leaf``: within
-    its guarantee (as far as its total ``min`` says), or where it may preempt beyond it.
-    False: refused without a search, whoever asks (``_search_plan``'s first answer)."""
-    return Accounting.within_min(leaf, shape) or preempts_beyond_guarantee(leaf, shape)
 
 
 def within_guarantee(e: EngineContext, job: Job) -> bool:
