@@ -7,7 +7,8 @@ dequeuer as separate processes (as deployed), then
 2. publishes N ``WorkloadObserved`` events as fast as possible into a tree that admits them
    all and measures admissions/s until the N-th ``Admitted`` is on the log (saturation),
 3. offers events at a fixed rate below saturation (a third of it, at most 1,000/s) and at
-   500/s, and reports p50/p99 from publish to the ``Admitted`` decision on the log;
+   500/s, and reports p50/p99 from publish to the ``Admitted`` decision on the log; at 500/s
+   also split at the ledger's stamp in the granting transaction (``stages``);
 4. ``cpu_cores_busy``: the CPU seconds of every process (servers, services, this client) over
    the measurement, divided by its wall time: how much of the machine the stack got.
 The watcher is not involved: the metric starts at "job event on the log", per the issue.
@@ -112,11 +113,19 @@ class AdmissionClock:
 
     def __init__(self) -> None:
         self.seen: dict[str, float] = {}
+        self.stamped: dict[str, float] = {}
+        """The ledger's stamp of each ``Admitted`` (its envelope's time, written in the
+        transaction that granted it), wall-clock seconds."""
+        self.seen_wall: dict[str, float] = {}
         self.changed = asyncio.Event()
 
     async def on_message(self, msg: Msg) -> None:
         envelope = decode_envelope(msg.data)
-        self.seen.setdefault(str(getattr(envelope.event, "workload", "")), time.perf_counter())
+        key = str(getattr(envelope.event, "workload", ""))
+        if key not in self.seen:
+            self.seen[key] = time.perf_counter()
+            self.seen_wall[key] = time.time()
+            self.stamped[key] = envelope.time.timestamp()
         self.changed.set()
 
     async def wait_count(self, count: int, timeout_s: float) -> None:
@@ -182,7 +191,8 @@ async def measure(
         rate = min(1000.0, saturation / 3)
         seconds = 4 if quick else 10
         latencies = await offered_latencies(js, subjects, clock, "lat", rate, seconds)
-        at_500 = await offered_latencies(js, subjects, clock, "lat500", FIXED_RATE, seconds)
+        at_500, sent_500 = await _offer(js, subjects, clock, "lat500", FIXED_RATE, seconds)
+    split = stages(clock, sent_500)
     await nc.drain()
     return {
         "jetstream_publish_per_s": raw,
@@ -194,6 +204,7 @@ async def measure(
         "latency_p99_ms": percentile(latencies, 0.99),
         "latency_500_p50_ms": statistics.median(at_500),
         "latency_500_p99_ms": percentile(at_500, 0.99),
+        **{f"latency_500_{part}": value for part, value in split.items()},
     }
 
 
@@ -215,8 +226,21 @@ async def offered_latencies(
 ) -> list[float]:
     """Offer ``rate`` job events per second for ``seconds``; ms from each publish to its
     ``Admitted`` on the log, sorted."""
+    return (await _offer(js, subjects, clock, run, rate, seconds))[0]
+
+
+async def _offer(
+    js: JetStreamContext,
+    subjects: Subjects,
+    clock: AdmissionClock,
+    run: str,
+    rate: float,
+    seconds: float,
+) -> tuple[list[float], dict[str, float]]:
+    """``offered_latencies``, and the wall-clock second each job event was published."""
     offered = int(rate * seconds)
     sent: dict[str, float] = {}
+    sent_wall: dict[str, float] = {}
     before = len(clock.seen)
     start_time = time.perf_counter()
     for n in range(offered):
@@ -226,9 +250,26 @@ async def offered_latencies(
         if delay > 0:
             await asyncio.sleep(delay)
         sent[key] = time.perf_counter()
+        sent_wall[key] = time.time()
         await _publish(js, subjects, envelope)
     await clock.wait_count(before + offered, 120)
-    return sorted((clock.seen[k] - t) * 1000 for k, t in sent.items())
+    return sorted((clock.seen[k] - t) * 1000 for k, t in sent.items()), sent_wall
+
+
+def stages(clock: AdmissionClock, sent_wall: dict[str, float]) -> dict[str, float]:
+    """Where the time from a job event to its ``Admitted`` went, p50 and p99 of each part:
+    ``to_ledger`` up to the ledger's stamp in the granting transaction (the event read by the
+    dequeuer, its pass, the request, the ledger's batch), ``after_ledger`` from that stamp to
+    the decision seen on the log (the commit, the outbox relay, NATS). Wall clocks of one
+    machine."""
+    to_ledger = sorted((clock.stamped[k] - t) * 1000 for k, t in sent_wall.items())
+    after = sorted((clock.seen_wall[k] - clock.stamped[k]) * 1000 for k in sent_wall)
+    return {
+        "to_ledger_p50_ms": statistics.median(to_ledger),
+        "to_ledger_p99_ms": percentile(to_ledger, 0.99),
+        "after_ledger_p50_ms": statistics.median(after),
+        "after_ledger_p99_ms": percentile(after, 0.99),
+    }
 
 
 def run(quick: bool, profiler: Profiler | None = None) -> dict[str, float]:

@@ -207,15 +207,33 @@ class UsageMeter:
 
     Counts from ``counted_ms`` on (a service's start: a counter never reports the history
     before it) and keeps only the intervals still open; a closed one is added to ``pending``
-    at once, so a long replay holds no more than what runs.
+    at once, so a long replay holds no more than what runs. A reading costs what changed since
+    the previous one, not what runs: the open intervals that started by ``counted_ms`` accrue
+    together, their requests summed per node and resource (``rate``), and only those opened
+    since (``fresh``) are summed one by one -- the same exact totals ``usage_totals`` gives over
+    the open intervals (a dequeuer's gauges walked every running workload at each reading, a
+    pause on the decision path that grew with what runs).
     """
 
-    counted_ms: Millis
-    fold: UsageFold = field(default_factory=UsageFold)
-    pending: Totals = field(default_factory=dict)
+    def __init__(self, counted_ms: Millis) -> None:
+        self.counted_ms = counted_ms
+        self.fold = UsageFold()
+        self.pending: Totals = {}
+        self.rate: Totals = {}
+        """Per (node, resource), the requests of the open intervals started by ``counted_ms``."""
+        self.fresh: dict[WorkloadKey, Interval] = {}
+        """The open intervals started after ``counted_ms``."""
 
     def apply(self, event: object, at_ms: Millis) -> None:
+        workload = getattr(event, "workload", None)
+        was = self.fold.open.get(workload) if workload is not None else None
         self.fold.apply(event, at_ms)
+        now = self.fold.open.get(workload) if workload is not None else None
+        if was is not now:
+            if was is not None:
+                self._forget(was)
+            if now is not None:
+                self._track(now)
         if self.fold.closed:
             until = max(i.end_ms or i.start_ms for i in self.fold.closed)
             self._add(
@@ -228,23 +246,54 @@ class UsageMeter:
     def seed(self, intervals: Iterable[Interval]) -> None:
         """Intervals already open when the fold started (an engine restored from a snapshot)."""
         for interval in intervals:
-            self.fold.open.setdefault(interval.workload, interval)
+            if interval.workload not in self.fold.open:
+                self.fold.open[interval.workload] = interval
+                self._track(interval)
 
     def read(self, now_ms: Millis) -> Totals:
         """What accrued since the previous reading (running workloads up to ``now``)."""
         now = Millis(max(now_ms, self.counted_ms))
+        elapsed = now - self.counted_ms
+        if elapsed:
+            self._add({key: amount * elapsed for key, amount in self.rate.items()})
         self._add(
-            usage_totals(
-                self.fold.open.values(), since_ms=self.counted_ms, until_ms=now, now_ms=now
-            )
+            usage_totals(self.fresh.values(), since_ms=self.counted_ms, until_ms=now, now_ms=now)
         )
-        totals, self.pending = self.pending, {}
         self.counted_ms = now
+        for interval in [i for i in self.fresh.values() if i.start_ms <= now]:
+            del self.fresh[interval.workload]
+            self._shift(interval, 1)
+        totals, self.pending = self.pending, {}
         return totals
+
+    def _track(self, interval: Interval) -> None:
+        if interval.start_ms <= self.counted_ms:
+            self._shift(interval, 1)
+        else:
+            self.fresh[interval.workload] = interval
+
+    def _forget(self, interval: Interval) -> None:
+        if self.fresh.get(interval.workload) is interval:
+            del self.fresh[interval.workload]
+        else:
+            self._shift(interval, -1)
+
+    def _shift(self, interval: Interval, sign: int) -> None:
+        rate = self.rate
+        for group in groups_of(interval, UsageBy.NODE):
+            for resource, amount in interval.requests.items():
+                if amount:
+                    key = (group, resource)
+                    left = rate.get(key, 0) + sign * amount
+                    if left:
+                        rate[key] = left
+                    else:
+                        del rate[key]
 
     def _add(self, totals: Totals) -> None:
         for key, amount in totals.items():
-            self.pending[key] = self.pending.get(key, 0) + amount
+            if amount:
+                self.pending[key] = self.pending.get(key, 0) + amount
 
 
 def held_now(engine: Engine) -> list[Interval]:
