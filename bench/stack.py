@@ -190,8 +190,10 @@ async def measure(
 
         rate = min(1000.0, saturation / 3)
         seconds = 4 if quick else 10
-        latencies = await offered_latencies(js, subjects, clock, "lat", rate, seconds)
-        at_500, sent_500 = await _offer(js, subjects, clock, "lat500", FIXED_RATE, seconds)
+        latencies, _ = await offered_latencies(js, subjects, clock, "lat", rate, seconds)
+        at_500, sent_500 = await offered_latencies(
+            js, subjects, clock, "lat500", FIXED_RATE, seconds
+        )
     split = stages(clock, sent_500)
     await nc.drain()
     return {
@@ -223,21 +225,9 @@ async def offered_latencies(
     run: str,
     rate: float,
     seconds: float,
-) -> list[float]:
-    """Offer ``rate`` job events per second for ``seconds``; ms from each publish to its
-    ``Admitted`` on the log, sorted."""
-    return (await _offer(js, subjects, clock, run, rate, seconds))[0]
-
-
-async def _offer(
-    js: JetStreamContext,
-    subjects: Subjects,
-    clock: AdmissionClock,
-    run: str,
-    rate: float,
-    seconds: float,
 ) -> tuple[list[float], dict[str, float]]:
-    """``offered_latencies``, and the wall-clock second each job event was published."""
+    """Offer ``rate`` job events per second for ``seconds``; ms from each publish to its
+    ``Admitted`` on the log, sorted, and the wall-clock second each was published."""
     offered = int(rate * seconds)
     sent: dict[str, float] = {}
     sent_wall: dict[str, float] = {}
