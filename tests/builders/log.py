@@ -21,6 +21,7 @@ from schemas import (
     ReleaseCause,
     Released,
     Requeued,
+    TopologyAsk,
     WorkloadFinished,
     WorkloadKey,
     WorkloadObserved,
@@ -84,8 +85,14 @@ class Log:
         suspended: bool = True,
         pods: int = 1,
         max_runtime_s: int | None = None,
+        zone: str = "default",
+        pod_requests: dict[str, int] | None = None,
+        topology: TopologyAsk | None = None,
     ) -> Log:
-        namespace, name = key.split("/")
+        """A job of ``cpu`` cores in ``pods`` pods (or ``pod_requests`` per pod); a key
+        ``ns/name@cluster`` names a job outside the default cluster (M1)."""
+        namespace, name = key.partition("@")[0].split("/")
+        requests = pod_requests if pod_requests is not None else {"cpu": cpu * CPU // pods}
         return self.add(
             at,
             WorkloadObserved(
@@ -93,12 +100,13 @@ class Log:
                 namespace=namespace,
                 name=name,
                 kind="batch/v1/Job",
-                zone=Zone("default"),
+                zone=Zone(zone),
                 priority=priority,
                 created_ms=Millis(BASE_MS + int(at * 1000)),
-                pod_sets=[PodSet(name="main", count=pods, requests={"cpu": cpu * CPU // pods})],
+                pod_sets=[PodSet(name="main", count=pods, requests=requests)],
                 suspended=suspended,
                 max_runtime_seconds=max_runtime_s,
+                topology=topology,
             ),
         )
 

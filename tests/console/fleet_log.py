@@ -15,20 +15,17 @@ from schemas import (
     ClusterConnected,
     ClusterDisconnected,
     ClusterName,
-    Millis,
     NodeName,
     NodeObserved,
-    PodSet,
     QueueName,
     QuotaNode,
     QuotaPath,
     TopologyAsk,
     TopologyPin,
     WorkloadKey,
-    WorkloadObserved,
     Zone,
 )
-from tests.builders.log import BASE_MS, Log
+from tests.builders.log import Log
 
 RACK = "topology.usher.io/rack"
 BLOCK = "topology.usher.io/block"
@@ -64,21 +61,8 @@ def _node(log: Log, name: str, rack: str, zone: str = "default") -> None:
 
 
 def _gang(log: Log, at: float, key: str, zone: str = "default") -> None:
-    namespace, name = key.partition("@")[0].split("/")
-    log.add(
-        at,
-        WorkloadObserved(
-            workload=WorkloadKey(key),
-            namespace=namespace,
-            name=name,
-            kind="batch/v1/Job",
-            zone=Zone(zone),
-            created_ms=Millis(BASE_MS + int(at * 1000)),
-            pod_sets=[PodSet(name="main", count=2, requests=POD)],
-            suspended=True,
-            topology=TopologyAsk(level=RACK) if zone == "default" else None,
-        ),
-    )
+    ask = TopologyAsk(level=RACK) if zone == "default" else None
+    log.job(at, key, 0, pods=2, zone=zone, pod_requests=POD, topology=ask)
 
 
 def _admitted(log: Log, at: float, key: str, zone: str, pin: TopologyPin | None) -> None:
